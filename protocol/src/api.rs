@@ -1,0 +1,170 @@
+//! Bodies of the local HTTP API and the typed error every interface (HTTP, NATS, CLI)
+//! reports. See `broker/README.md` for the routes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{ApprovalDecision, Flight, FlightChange, Invocation, Message};
+
+/// A stable, machine-readable error code. Clients match on this, never on the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    Unauthorized,
+    PayloadTooLarge,
+    UnknownAgent,
+    UnknownConversation,
+    UnknownFlight,
+    UnknownMessage,
+    UnknownApproval,
+    AgentExists,
+    ConversationExists,
+    IllegalTransition,
+    FlightTerminal,
+    ApprovalClosed,
+    /// A queue is full; retry later.
+    Overloaded,
+    /// The agent's session could not do what was asked (no live turn to steer...).
+    Unavailable,
+    DepthLimit,
+    Cycle,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnknownAgent => "unknown_agent",
+            ErrorCode::UnknownConversation => "unknown_conversation",
+            ErrorCode::UnknownFlight => "unknown_flight",
+            ErrorCode::UnknownMessage => "unknown_message",
+            ErrorCode::UnknownApproval => "unknown_approval",
+            ErrorCode::AgentExists => "agent_exists",
+            ErrorCode::ConversationExists => "conversation_exists",
+            ErrorCode::IllegalTransition => "illegal_transition",
+            ErrorCode::FlightTerminal => "flight_terminal",
+            ErrorCode::ApprovalClosed => "approval_closed",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::DepthLimit => "depth_limit",
+            ErrorCode::Cycle => "cycle",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// HTTP status for this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::UnknownAgent
+            | ErrorCode::UnknownConversation
+            | ErrorCode::UnknownFlight
+            | ErrorCode::UnknownMessage
+            | ErrorCode::UnknownApproval => 404,
+            ErrorCode::AgentExists
+            | ErrorCode::ConversationExists
+            | ErrorCode::IllegalTransition
+            | ErrorCode::FlightTerminal
+            | ErrorCode::ApprovalClosed
+            | ErrorCode::DepthLimit
+            | ErrorCode::Cycle => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::Overloaded => 429,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error body every interface returns: `{"error":{"code":..,"message":..}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Reply to an invocation: the ids to follow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvokeAccepted {
+    pub invocation: Invocation,
+    pub flight: Flight,
+}
+
+/// Body of `POST /v1/flights/{id}/updates`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateFlight {
+    #[serde(flatten)]
+    pub change: FlightChange,
+}
+
+/// Result of a flight update: `applied` is false when it was an identical (skipped) one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateResult {
+    pub applied: bool,
+    pub flight: Flight,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerRequest {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecideApproval {
+    pub decision: ApprovalDecision,
+    #[serde(default = "default_decider")]
+    pub decided_by: String,
+}
+
+fn default_decider() -> String {
+    "operator".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessagePosted {
+    pub message: Message,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub data_dir: String,
+    pub last_seq: u64,
+    pub agents: u64,
+    pub flights: u64,
+    pub live_flights: u64,
+    pub nats: NatsStatus,
+    pub uptime_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum NatsStatus {
+    Disabled,
+    Connected { url: String },
+    Disconnected { url: String, since_ms: u64 },
+}

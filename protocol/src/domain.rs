@@ -1,0 +1,780 @@
+//! The domain: agents, conversations, messages, invocations, flights, deliveries,
+//! bindings and approvals, in their serde JSON forms (the CLI, HTTP and sled use these).
+//!
+//! Timestamps are milliseconds since the Unix epoch. Ids are opaque strings.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Which adapter drives an agent. Also the transport of its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Harness {
+    CodexAppServer,
+    ClaudeStreamJson,
+    PiRpc,
+    Tmux,
+}
+
+impl Harness {
+    pub const ALL: [Harness; 4] = [
+        Harness::CodexAppServer,
+        Harness::ClaudeStreamJson,
+        Harness::PiRpc,
+        Harness::Tmux,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Harness::CodexAppServer => "codex_app_server",
+            Harness::ClaudeStreamJson => "claude_stream_json",
+            Harness::PiRpc => "pi_rpc",
+            Harness::Tmux => "tmux",
+        }
+    }
+}
+
+impl std::fmt::Display for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Harness {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Harness::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown harness {s:?}; expected one of codex_app_server, claude_stream_json, pi_rpc, tmux"
+                )
+            })
+    }
+}
+
+/// When the runtime starts an agent's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePolicy {
+    /// Started by the first invocation, kept while the runtime lives.
+    #[default]
+    OnDemand,
+    /// Started with the runtime and restarted if it dies.
+    KeepWarm,
+    /// Never started by Relay: something else (a person, tmux) runs it.
+    Manual,
+}
+
+impl std::str::FromStr for WakePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "on_demand" => Ok(Self::OnDemand),
+            "keep_warm" => Ok(Self::KeepWarm),
+            "manual" => Ok(Self::Manual),
+            _ => Err(format!(
+                "unknown wake policy {s:?}; expected on_demand, keep_warm or manual"
+            )),
+        }
+    }
+}
+
+/// The agent's session state as last reported by its runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    /// No live session.
+    #[default]
+    Offline,
+    Starting,
+    Idle,
+    Busy,
+    /// The session died and has not been restarted.
+    Failed,
+}
+
+/// How an approval request is decided when no person answers.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ApprovalPolicy {
+    /// Commands whose text starts with one of these are accepted automatically.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept_command_prefixes: Vec<String>,
+    /// Commands whose text starts with one of these are declined automatically.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decline_command_prefixes: Vec<String>,
+    /// Accept every file change automatically.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_file_changes: bool,
+}
+
+/// What a client sends to register an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub name: String,
+    pub harness: Harness,
+    pub cwd: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The runtime node that serves this agent; `None` means the broker's embedded runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub wake: WakePolicy,
+    /// Program to run instead of the harness's default binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub approval_policy: ApprovalPolicy,
+}
+
+/// A registered agent: its spec plus what Relay knows of its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agent {
+    #[serde(flatten)]
+    pub spec: AgentSpec,
+    pub state: AgentState,
+    /// The harness's persistent thread/session id (Codex thread id, Claude session id...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// How an agent is reachable right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub transport: Harness,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationKind {
+    Channel,
+    Direct,
+    Group,
+    Thread,
+    System,
+}
+
+impl std::str::FromStr for ConversationKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "channel" => Ok(Self::Channel),
+            "direct" => Ok(Self::Direct),
+            "group" => Ok(Self::Group),
+            "thread" => Ok(Self::Thread),
+            "system" => Ok(Self::System),
+            _ => Err(format!(
+                "unknown conversation kind {s:?}; expected channel, direct, group, thread or system"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationSpec {
+    pub id: String,
+    pub kind: ConversationKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub participants: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conversation {
+    #[serde(flatten)]
+    pub spec: ConversationSpec,
+    pub created_at: u64,
+    /// Number of messages posted so far; also the next message's index.
+    pub message_count: u64,
+}
+
+/// The conversation every broker starts with; `relay send` posts here by default.
+pub const DEFAULT_CONVERSATION: &str = "channel.shared";
+
+/// `agent` is a conversational message from any actor (person or agent); the others are
+/// machine-made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageClass {
+    #[default]
+    Agent,
+    Status,
+    System,
+    Log,
+    Artifact,
+}
+
+/// Links from a message to the work it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MessageMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<Harness>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+}
+
+impl MessageMeta {
+    pub fn is_empty(&self) -> bool {
+        self == &MessageMeta::default()
+    }
+}
+
+/// What a client sends to post a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostMessage {
+    pub conversation: String,
+    pub author: String,
+    pub body: String,
+    #[serde(default)]
+    pub class: MessageClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "MessageMeta::is_empty")]
+    pub meta: MessageMeta,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub conversation: String,
+    /// Position in its conversation, from 0.
+    pub index: u64,
+    pub author: String,
+    pub class: MessageClass,
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "MessageMeta::is_empty")]
+    pub meta: MessageMeta,
+    pub created_at: u64,
+}
+
+/// `@name` tokens in a message body, in order of first appearance, without duplicates.
+/// A name is ASCII letters, digits, `-`, `_` and `.` (a trailing `.` is punctuation).
+pub fn parse_mentions(body: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let at_word_start = i == 0 || !is_name_byte(bytes[i - 1]);
+        if bytes[i] == b'@' && at_word_start {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && is_name_byte(bytes[end]) {
+                end += 1;
+            }
+            let name = body[start..end].trim_end_matches('.');
+            if !name.is_empty() && !out.iter().any(|n| n == name) {
+                out.push(name.to_string());
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+}
+
+/// `true` when `name` is a valid agent name: 1..=64 of `[A-Za-z0-9_.-]`, starting with an
+/// alphanumeric. Names appear in NATS subjects, so no spaces, `*`, `>` or wildcards.
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Answer a question; read-only work.
+    #[default]
+    Consult,
+    /// Do the work.
+    Execute,
+}
+
+/// What a client sends to invoke an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvokeRequest {
+    pub target: String,
+    pub task: String,
+    #[serde(default = "default_requester")]
+    pub requester: String,
+    #[serde(default)]
+    pub action: Action,
+    /// Conversation the request and reply are posted in; defaults to a direct one
+    /// between the requester and the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// The flight this invocation was made from (agent-to-agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+fn default_requester() -> String {
+    "operator".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub id: String,
+    pub requester: String,
+    pub target: String,
+    pub action: Action,
+    pub task: String,
+    pub conversation: String,
+    /// The message that carries the task in the conversation.
+    pub request_message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    /// 0 for a root invocation, parent's depth + 1 for agent-to-agent.
+    pub depth: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    pub created_at: u64,
+}
+
+/// The tracked execution of one invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlightState {
+    Queued,
+    Waking,
+    Running,
+    Waiting,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl FlightState {
+    pub const ALL: [FlightState; 7] = [
+        FlightState::Queued,
+        FlightState::Waking,
+        FlightState::Running,
+        FlightState::Waiting,
+        FlightState::Completed,
+        FlightState::Failed,
+        FlightState::Cancelled,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            FlightState::Completed | FlightState::Failed | FlightState::Cancelled
+        )
+    }
+
+    /// The state machine: `queued -> waking -> running <-> waiting -> completed | failed |
+    /// cancelled`. Any live state may fail or be cancelled; only a running flight
+    /// completes; waking may be skipped when the session is already up. Staying in the
+    /// same state is not a transition (see [`Flight`] for how duplicates are skipped).
+    pub fn can_transition(self, to: FlightState) -> bool {
+        use FlightState::*;
+        if self.is_terminal() || self == to {
+            return false;
+        }
+        match to {
+            Queued => false,
+            Waking => self == Queued,
+            Running => matches!(self, Queued | Waking | Waiting),
+            Waiting => self == Running,
+            Completed => self == Running,
+            Failed | Cancelled => true,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlightState::Queued => "queued",
+            FlightState::Waking => "waking",
+            FlightState::Running => "running",
+            FlightState::Waiting => "waiting",
+            FlightState::Completed => "completed",
+            FlightState::Failed => "failed",
+            FlightState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for FlightState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for FlightState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FlightState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown flight state {s:?}"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flight {
+    pub id: String,
+    pub invocation: String,
+    pub agent: String,
+    pub state: FlightState,
+    /// Live, one-line progress: the tail of the streamed text or the current item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The final assistant text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Sequence number of the last update of this flight (1-based; 0 = none yet).
+    pub update_seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    pub conversation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_message: Option<String>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// One change to a flight, as a client reports it to the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FlightChange {
+    /// Move to a new state. `output` is the final text on completion; `reason` says why
+    /// on failure or cancellation.
+    State {
+        to: FlightState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
+    /// A piece of streamed assistant text.
+    Delta {
+        text: String,
+    },
+    /// A harness item started or completed (command, file change, reasoning...).
+    Item {
+        item_id: String,
+        item_kind: String,
+        phase: ItemPhase,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+    /// Output of a running command.
+    CommandOutput {
+        item_id: String,
+        text: String,
+    },
+    /// The harness's plan or diff changed.
+    Plan {
+        text: String,
+    },
+    Diff {
+        text: String,
+    },
+    Usage {
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    /// The session/turn ids the harness assigned.
+    Session {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thread_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
+    },
+    /// A note from the runtime (thread lost and restarted, session respawned...).
+    Note {
+        text: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemPhase {
+    Started,
+    Completed,
+}
+
+/// A persisted flight update: the change, its per-flight sequence number and time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlightUpdate {
+    pub flight: String,
+    pub agent: String,
+    pub seq: u64,
+    pub at: u64,
+    #[serde(flatten)]
+    pub change: FlightChange,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryReason {
+    Mention,
+    DirectMessage,
+    Invocation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryAttempt {
+    pub at: u64,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Deterministic: see [`delivery_id`].
+    pub id: String,
+    pub message: String,
+    pub target: String,
+    pub reason: DeliveryReason,
+    pub transport: Harness,
+    pub state: DeliveryState,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
+/// The same message, target, reason and transport always give the same id, so planning
+/// twice (a retry, a replay) never makes a second delivery.
+pub fn delivery_id(
+    message: &str,
+    target: &str,
+    reason: DeliveryReason,
+    transport: Harness,
+) -> String {
+    // FNV-1a 64: stable across builds and platforms, unlike std's RandomState hashers.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let reason = match reason {
+        DeliveryReason::Mention => "mention",
+        DeliveryReason::DirectMessage => "direct_message",
+        DeliveryReason::Invocation => "invocation",
+    };
+    for part in [message, target, reason, transport.as_str()] {
+        for b in part.bytes().chain(std::iter::once(0u8)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("dlv_{h:016x}")
+}
+
+/// A conversation mirrored to an outside channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub id: String,
+    pub conversation: String,
+    /// For example `nats`.
+    pub kind: String,
+    /// For example the NATS subject.
+    pub target: String,
+    pub created_at: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    Command,
+    FileChange,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Accept,
+    AcceptForSession,
+    Decline,
+    Cancel,
+}
+
+impl std::str::FromStr for ApprovalDecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "accept" => Ok(Self::Accept),
+            "accept_for_session" | "acceptForSession" => Ok(Self::AcceptForSession),
+            "decline" => Ok(Self::Decline),
+            "cancel" => Ok(Self::Cancel),
+            _ => Err(format!(
+                "unknown decision {s:?}; expected accept, accept_for_session, decline or cancel"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    Pending,
+    Decided,
+    /// Its turn ended (or its session died) before anyone decided.
+    Expired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub flight: String,
+    pub kind: ApprovalKind,
+    /// The command line, or a description of the change.
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The harness's own id for the request (JSON-RPC id, request_id...).
+    pub harness_request_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: String,
+    pub agent: String,
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
+    pub state: ApprovalState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<ApprovalDecision>,
+    /// Who or what decided: `operator`, `policy:accept_command_prefixes`, an agent name...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    pub created_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_are_parsed_in_order_without_duplicates() {
+        assert_eq!(
+            parse_mentions("@codex-1 and @pi_2, ask @codex-1 again. mail a@b.c @x."),
+            vec!["codex-1", "pi_2", "x"]
+        );
+        assert_eq!(parse_mentions("no mentions @ here"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn delivery_ids_are_deterministic_and_distinct() {
+        let a = delivery_id(
+            "m1",
+            "codex",
+            DeliveryReason::Mention,
+            Harness::CodexAppServer,
+        );
+        let b = delivery_id(
+            "m1",
+            "codex",
+            DeliveryReason::Mention,
+            Harness::CodexAppServer,
+        );
+        let c = delivery_id(
+            "m1",
+            "codex",
+            DeliveryReason::Invocation,
+            Harness::CodexAppServer,
+        );
+        let d = delivery_id(
+            "m1c",
+            "odex",
+            DeliveryReason::Mention,
+            Harness::CodexAppServer,
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, d);
+    }
+
+    #[test]
+    fn agent_names_fit_in_subjects() {
+        assert!(valid_agent_name("codex-1"));
+        assert!(valid_agent_name("Pi_2"));
+        for bad in ["", "-x", "a b", "a.b", "a*", "a>", &"x".repeat(65)] {
+            assert!(!valid_agent_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn agent_json_is_flat() {
+        let agent = Agent {
+            spec: AgentSpec {
+                name: "codex-1".into(),
+                harness: Harness::CodexAppServer,
+                cwd: "/tmp".into(),
+                model: None,
+                node: None,
+                wake: WakePolicy::OnDemand,
+                command: None,
+                args: vec![],
+                env: BTreeMap::new(),
+                approval_policy: ApprovalPolicy::default(),
+            },
+            state: AgentState::Idle,
+            thread_id: Some("t1".into()),
+            endpoint: None,
+            created_at: 1,
+            updated_at: 2,
+        };
+        let v = serde_json::to_value(&agent).unwrap();
+        assert_eq!(v["name"], "codex-1");
+        assert_eq!(v["harness"], "codex_app_server");
+        assert_eq!(v["thread_id"], "t1");
+        let back: Agent = serde_json::from_value(v).unwrap();
+        assert_eq!(back, agent);
+    }
+}

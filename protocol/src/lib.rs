@@ -1,0 +1,19 @@
+//! Relay's wire and domain types. No I/O lives here: no tokio, sled or NATS.
+//!
+//! - [`domain`]: agents, conversations, messages, invocations, flights, deliveries,
+//!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
+//! - [`event`]: the versioned event log every projection is rebuilt from.
+//! - [`harness`]: the normalised event stream every harness adapter produces.
+//! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
+
+pub mod api;
+pub mod domain;
+pub mod event;
+pub mod harness;
+
+/// Types generated from `proto/relay/v1/relay.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/relay.v1.rs"));
+}

@@ -1,0 +1,1 @@
+//! Mock model servers for tests.

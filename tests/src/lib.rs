@@ -1,0 +1,1 @@
+//! Helpers shared by the integration tests: spawning `relay`, reading its api.json, killing it.

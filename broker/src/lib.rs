@@ -1,1 +1,24 @@
-//! broker
+//! Relay's broker: the source of truth for agents, conversations, messages, invocations
+//! and flights.
+//!
+//! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
+//! - [`broker`]: the domain rules and the single writer that group-commits them.
+//! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS).
+//! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token.
+//! - [`client`]: the HTTP client the CLI uses.
+//!
+//! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
+//! applies the rules, writes events and projections in one transaction, flushes, and
+//! then answers and publishes the events.
+
+pub mod broker;
+pub mod client;
+pub mod error;
+pub mod feed;
+pub mod http;
+pub mod server;
+pub mod store;
+
+pub use broker::{Broker, BrokerConfig, Command, Outcome};
+pub use error::BrokerError;
+pub use store::Store;

@@ -1,1 +1,647 @@
-fn main() {}
+//! `relay`: the broker (`relay up`) and its command-line client.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use relay_broker::client::{default_data_dir, Client};
+use relay_protocol::api::{MessagePosted, Status};
+use relay_protocol::domain::{
+    Agent, AgentSpec, ApprovalPolicy, Conversation, ConversationKind, ConversationSpec, Flight,
+    FlightState, FlightUpdate, Harness, Message, MessageClass, PostMessage, WakePolicy,
+    DEFAULT_CONVERSATION,
+};
+use relay_protocol::event::Event;
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(
+    name = "relay",
+    version,
+    about = "Relay: a message broker for coding agents",
+    long_about = "Relay is the source of truth for conversations, messages, invocations and \
+flights between people and coding agents (Codex, Claude Code, Pi, tmux panes).\n\n\
+Start a broker with `relay up`. Client commands find it through RELAY_DATA_DIR (reading \
+<data-dir>/api.json), or RELAY_URL + RELAY_TOKEN.",
+    after_help = "Examples:\n  relay up --data-dir ./.relay\n  relay send \"hello @codex-1\"\n  relay read -n 20\n  relay agent add codex-1 --harness codex_app_server --cwd .\n  relay flights --json"
+)]
+struct Cli {
+    /// Data directory of the broker (else RELAY_DATA_DIR, else ~/.local/share/relay).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the broker with its embedded runtime until SIGINT/SIGTERM.
+    Up(UpArgs),
+    /// Show the broker's state.
+    Status(JsonFlag),
+    /// Post a message to a conversation.
+    Send {
+        /// Conversation id.
+        #[arg(long, default_value = DEFAULT_CONVERSATION)]
+        to: String,
+        /// Who is speaking (else RELAY_ACTOR, else "operator").
+        #[arg(long = "as", value_name = "ACTOR")]
+        actor: Option<String>,
+        /// Message text; `@name` mentions an agent.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the last messages of a conversation.
+    Read {
+        #[arg(default_value = DEFAULT_CONVERSATION)]
+        conversation: String,
+        /// How many messages.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the event log.
+    Events {
+        /// Only events after this global sequence number.
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// At most this many events.
+        #[arg(short = 'n', default_value_t = 1000)]
+        n: usize,
+        /// Keep following new events.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register, list, show or remove agents.
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Create or list conversations.
+    #[command(subcommand)]
+    Conversation(ConversationCmd),
+    /// List flights, newest last.
+    Flights {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        state: Option<FlightState>,
+        /// Only flights that have not ended.
+        #[arg(long)]
+        live: bool,
+        #[arg(short = 'n', default_value_t = 50)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one flight and its updates.
+    Flight {
+        id: String,
+        /// Also print every update.
+        #[arg(long)]
+        updates: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct JsonFlag {
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct UpArgs {
+    /// Address of the local HTTP API; loopback only. Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:7450", env = "RELAY_LISTEN")]
+    listen: SocketAddr,
+    /// Largest message body or task accepted, in bytes (413 above it).
+    #[arg(long, default_value_t = 256 * 1024, env = "RELAY_MAX_MESSAGE_BYTES")]
+    max_message_bytes: usize,
+    /// Deepest agent-to-agent invocation chain.
+    #[arg(long, default_value_t = 4)]
+    max_depth: u32,
+}
+
+#[derive(Subcommand)]
+enum AgentCmd {
+    /// Register an agent.
+    Add {
+        name: String,
+        /// codex_app_server, claude_stream_json, pi_rpc or tmux.
+        #[arg(long)]
+        harness: Harness,
+        /// Working directory of the agent.
+        #[arg(long)]
+        cwd: PathBuf,
+        /// Program to run instead of the harness's default binary.
+        #[arg(long)]
+        command: Option<String>,
+        /// Extra argument for the program (repeatable).
+        #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// Environment variable for the program, K=V (repeatable).
+        #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
+        env: Vec<(String, String)>,
+        #[arg(long)]
+        model: Option<String>,
+        /// Runtime node that serves the agent (default: the broker's embedded runtime).
+        #[arg(long)]
+        node: Option<String>,
+        /// on_demand, keep_warm or manual.
+        #[arg(long, default_value = "on_demand")]
+        wake: WakePolicy,
+        /// Accept approval requests for commands starting with this (repeatable).
+        #[arg(long = "auto-accept", value_name = "PREFIX")]
+        auto_accept: Vec<String>,
+        /// Decline approval requests for commands starting with this (repeatable).
+        #[arg(long = "auto-decline", value_name = "PREFIX")]
+        auto_decline: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List agents.
+    List(JsonFlag),
+    /// Show one agent (with its harness `thread_id`).
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an agent.
+    Remove {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConversationCmd {
+    /// Create a conversation.
+    Add {
+        id: String,
+        /// channel, direct, group, thread or system.
+        #[arg(long, default_value = "channel")]
+        kind: ConversationKind,
+        #[arg(long)]
+        title: Option<String>,
+        /// A participant (repeatable).
+        #[arg(long = "participant")]
+        participants: Vec<String>,
+        #[arg(long)]
+        parent: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List conversations.
+    List(JsonFlag),
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected K=V, got {s:?}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("relay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Cmd::Up(args) => up(cli.data_dir, args).await,
+            other => client_command(cli.data_dir, other).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("relay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    let config = relay_broker::server::ServerConfig {
+        data_dir: default_data_dir(data_dir),
+        listen: args.listen,
+        broker: relay_broker::BrokerConfig {
+            max_message_bytes: args.max_message_bytes,
+            max_depth: args.max_depth,
+        },
+    };
+    relay_broker::server::run(config, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first SIGINT/SIGTERM drains in-flight work; a second one exits at once.
+fn spawn_signal_handler(shutdown: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(async move {
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        tracing::info!("shutting down (send the signal again to force)");
+        shutdown.cancel();
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        eprintln!("relay: forced exit");
+        std::process::exit(130);
+    });
+}
+
+fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn enc(s: &str) -> String {
+    // Path segments: ids and names are restricted, but be safe with anything else.
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn actor(explicit: Option<String>) -> String {
+    explicit
+        .or_else(|| std::env::var("RELAY_ACTOR").ok())
+        .unwrap_or_else(|| "operator".into())
+}
+
+async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<ExitCode> {
+    let client = Client::discover(data_dir)?;
+    match cmd {
+        Cmd::Up(_) => unreachable_up(),
+        Cmd::Status(f) => {
+            let s: Status = client.get("/v1/status").await?;
+            if f.json {
+                print_json(&s)?;
+            } else {
+                println!("relay {} at {}", s.version, client.url());
+                println!("data dir   {}", s.data_dir);
+                println!("events     {}", s.last_seq);
+                println!("agents     {}", s.agents);
+                println!("flights    {} ({} live)", s.flights, s.live_flights);
+                println!("nats       {}", serde_json::to_string(&s.nats)?);
+                println!("uptime     {} s", s.uptime_ms / 1000);
+            }
+        }
+        Cmd::Send {
+            to,
+            actor: who,
+            text,
+            json,
+        } => {
+            let posted: MessagePosted = client
+                .post(
+                    "/v1/messages",
+                    &PostMessage {
+                        conversation: to,
+                        author: actor(who),
+                        body: text.join(" "),
+                        class: MessageClass::Agent,
+                        reply_to: None,
+                        meta: Default::default(),
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&posted.message)?;
+            } else {
+                println!("{}", posted.message.id);
+            }
+        }
+        Cmd::Read {
+            conversation,
+            n,
+            json,
+        } => {
+            let msgs: Vec<Message> = client
+                .get(&format!(
+                    "/v1/conversations/{}/messages?limit={n}",
+                    enc(&conversation)
+                ))
+                .await?;
+            if json {
+                print_json(&msgs)?;
+            } else {
+                for m in msgs {
+                    let reply = m
+                        .reply_to
+                        .as_deref()
+                        .map(|r| format!(" (reply to {r})"))
+                        .unwrap_or_default();
+                    println!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+                }
+            }
+        }
+        Cmd::Events {
+            since,
+            n,
+            follow,
+            json,
+        } => {
+            let print = |e: &Event| -> anyhow::Result<()> {
+                if json {
+                    println!("{}", serde_json::to_string(e)?);
+                } else {
+                    println!("{:>8} {} {}", e.seq, e.body.type_name(), describe_event(e));
+                }
+                Ok(())
+            };
+            if follow {
+                let mut failed = None;
+                client
+                    .sse(&format!("/v1/events/stream?after={since}"), |_, data| {
+                        match serde_json::from_str::<Event>(data) {
+                            Ok(e) => print(&e).is_ok(),
+                            Err(e) => {
+                                failed = Some(e);
+                                false
+                            }
+                        }
+                    })
+                    .await?;
+                if let Some(e) = failed {
+                    anyhow::bail!("bad event from the broker: {e}");
+                }
+            } else {
+                let events: Vec<Event> = client
+                    .get(&format!("/v1/events?after={since}&limit={n}"))
+                    .await?;
+                if json {
+                    print_json(&events)?;
+                } else {
+                    for e in &events {
+                        print(e)?;
+                    }
+                }
+            }
+        }
+        Cmd::Agent(cmd) => agent_command(&client, cmd).await?,
+        Cmd::Conversation(cmd) => match cmd {
+            ConversationCmd::Add {
+                id,
+                kind,
+                title,
+                participants,
+                parent,
+                json,
+            } => {
+                let c: Conversation = client
+                    .post(
+                        "/v1/conversations",
+                        &ConversationSpec {
+                            id,
+                            kind,
+                            title,
+                            participants,
+                            parent,
+                        },
+                    )
+                    .await?;
+                if json {
+                    print_json(&c)?;
+                } else {
+                    println!("{}", c.spec.id);
+                }
+            }
+            ConversationCmd::List(f) => {
+                let list: Vec<Conversation> = client.get("/v1/conversations").await?;
+                if f.json {
+                    print_json(&list)?;
+                } else {
+                    for c in list {
+                        println!(
+                            "{:<32} {:<8} {:>6} messages",
+                            c.spec.id,
+                            serde_json::to_value(c.spec.kind)?.as_str().unwrap_or("?"),
+                            c.message_count
+                        );
+                    }
+                }
+            }
+        },
+        Cmd::Flights {
+            agent,
+            state,
+            live,
+            n,
+            json,
+        } => {
+            let mut q = format!("/v1/flights?limit={n}&live={live}");
+            if let Some(a) = agent {
+                q.push_str(&format!("&agent={}", enc(&a)));
+            }
+            if let Some(s) = state {
+                q.push_str(&format!("&state={s}"));
+            }
+            let flights: Vec<Flight> = client.get(&q).await?;
+            if json {
+                print_json(&flights)?;
+            } else {
+                for f in flights {
+                    println!(
+                        "{}  {:<10} {:<16} {}",
+                        f.id,
+                        f.state,
+                        f.agent,
+                        f.summary.as_deref().unwrap_or("")
+                    );
+                }
+            }
+        }
+        Cmd::Flight { id, updates, json } => {
+            let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
+            let ups: Vec<FlightUpdate> = if updates {
+                client
+                    .get(&format!("/v1/flights/{}/updates", enc(&id)))
+                    .await?
+            } else {
+                Vec::new()
+            };
+            if json {
+                if updates {
+                    print_json(&serde_json::json!({ "flight": flight, "updates": ups }))?;
+                } else {
+                    print_json(&flight)?;
+                }
+            } else {
+                println!("flight     {}", flight.id);
+                println!("agent      {}", flight.agent);
+                println!("state      {}", flight.state);
+                println!("invocation {}", flight.invocation);
+                if let Some(t) = &flight.thread_id {
+                    println!("thread     {t}");
+                }
+                if let Some(s) = &flight.summary {
+                    println!("summary    {s}");
+                }
+                if let Some(e) = &flight.error {
+                    println!("error      {e}");
+                }
+                if let Some(o) = &flight.output {
+                    println!("output\n{o}");
+                }
+                for u in ups {
+                    println!("{:>6} {}", u.seq, serde_json::to_string(&u.change)?);
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unreachable_up() -> ! {
+    // `up` is dispatched before client commands; keep the match total without panicking.
+    eprintln!("relay: internal error: `up` reached the client path");
+    std::process::exit(2)
+}
+
+async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Error> {
+    match cmd {
+        AgentCmd::Add {
+            name,
+            harness,
+            cwd,
+            command,
+            args,
+            env,
+            model,
+            node,
+            wake,
+            auto_accept,
+            auto_decline,
+            json,
+        } => {
+            let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            let agent: Agent = client
+                .post(
+                    "/v1/agents",
+                    &AgentSpec {
+                        name,
+                        harness,
+                        cwd: cwd.display().to_string(),
+                        model,
+                        node,
+                        wake,
+                        command,
+                        args,
+                        env: env.into_iter().collect::<BTreeMap<_, _>>(),
+                        approval_policy: ApprovalPolicy {
+                            accept_command_prefixes: auto_accept,
+                            decline_command_prefixes: auto_decline,
+                            accept_file_changes: false,
+                        },
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&agent)?;
+            } else {
+                println!("{} ({})", agent.spec.name, agent.spec.harness);
+            }
+        }
+        AgentCmd::List(f) => {
+            let agents: Vec<Agent> = client.get("/v1/agents").await?;
+            if f.json {
+                print_json(&agents)?;
+            } else {
+                for a in agents {
+                    println!(
+                        "{:<20} {:<20} {:<9} {}",
+                        a.spec.name,
+                        a.spec.harness,
+                        serde_json::to_value(a.state)?.as_str().unwrap_or("?"),
+                        a.spec.cwd
+                    );
+                }
+            }
+        }
+        AgentCmd::Show { name, json } => {
+            let a: Agent = client.get(&format!("/v1/agents/{}", enc(&name))).await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                println!("name      {}", a.spec.name);
+                println!("harness   {}", a.spec.harness);
+                println!("cwd       {}", a.spec.cwd);
+                println!("state     {}", serde_json::to_value(a.state)?);
+                println!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
+                println!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
+            }
+        }
+        AgentCmd::Remove { name, json } => {
+            let a: Agent = client.delete(&format!("/v1/agents/{}", enc(&name))).await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                println!("removed {}", a.spec.name);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe_event(e: &Event) -> String {
+    use relay_protocol::event::EventBody as B;
+    match &e.body {
+        B::AgentRegistered { agent } | B::AgentUpdated { agent } => agent.spec.name.clone(),
+        B::AgentRemoved { name } => name.clone(),
+        B::ThreadLost { agent, reason, .. } => format!("{agent}: {reason}"),
+        B::ConversationCreated { conversation } => conversation.spec.id.clone(),
+        B::MessagePosted { message, .. } => format!(
+            "{} {}: {}",
+            message.conversation,
+            message.author,
+            message.body.lines().next().unwrap_or("")
+        ),
+        B::DeliveryPlanned { delivery } | B::DeliveryAttempted { delivery } => {
+            format!("{} -> {}", delivery.message, delivery.target)
+        }
+        B::InvocationCreated { flight, .. } => format!("{} {}", flight.id, flight.agent),
+        B::FlightUpdated { update, flight } => {
+            format!("{} #{} {}", flight.id, update.seq, flight.state)
+        }
+        B::BindingCreated { binding } => format!("{} {}", binding.conversation, binding.target),
+        B::ApprovalRequested { approval } | B::ApprovalDecided { approval } => {
+            format!("{} {}", approval.id, approval.request.detail)
+        }
+    }
+}

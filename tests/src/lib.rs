@@ -1,1 +1,295 @@
-//! Helpers shared by the integration tests: spawning `relay`, reading its api.json, killing it.
+//! Helpers shared by the integration tests: the `relay` binary as a real process
+//! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API.
+//!
+//! Every process started here is killed when its handle drops, so a failing test leaves
+//! nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use relay_broker::client::{ApiInfo, API_FILE};
+
+/// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
+pub fn relay_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RELAY_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/relay
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let bin = dir.join("relay");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (cargo build --bins) or set RELAY_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A `relay up` process on a data dir, listening on a free loopback port.
+pub struct RelayProcess {
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    pub api: ApiInfo,
+    extra: Vec<String>,
+    envs: Vec<(String, String)>,
+    pub log: PathBuf,
+}
+
+impl RelayProcess {
+    pub fn start(data_dir: &Path) -> anyhow::Result<RelayProcess> {
+        Self::start_with(data_dir, &[], &[])
+    }
+
+    /// Starts `relay up` with extra arguments and environment.
+    pub fn start_with(
+        data_dir: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<RelayProcess> {
+        let mut p = RelayProcess {
+            data_dir: data_dir.to_path_buf(),
+            child: None,
+            api: ApiInfo {
+                url: String::new(),
+                token: String::new(),
+                pid: 0,
+            },
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log: data_dir.with_extension("log"),
+        };
+        p.spawn()?;
+        Ok(p)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.data_dir)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let mut cmd = Command::new(relay_bin());
+        cmd.arg("up")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(&self.extra)
+            .env("RUST_LOG", "info,relay=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning relay up")?;
+        let pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("relay up exited with {status}; log:\n{}", self.log_text());
+            }
+            if let Ok(text) = std::fs::read_to_string(self.data_dir.join(API_FILE)) {
+                if let Ok(info) = serde_json::from_str::<ApiInfo>(&text) {
+                    if info.pid == pid {
+                        self.api = info;
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("relay up did not start in 30 s; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.api.pid
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kill -9`, and wait until the process is gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("not running")
+        };
+        signal(c.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = c.try_wait()? {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                bail!("relay did not exit within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the process again on the same data dir.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+
+    /// Runs the CLI against this broker.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        relay_cmd(&self.data_dir, args)
+    }
+
+    /// Runs the CLI, asserts success, returns stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "relay {args:?} failed: {}\nstdout: {}\nbroker log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout),
+            self.log_text()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs the CLI with `--json` output parsed.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.cli_ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("relay {args:?}: bad JSON {e}: {out}"))
+    }
+
+    /// Raw HTTP access to the API, authenticated with this broker's token.
+    pub fn http(&self) -> Http {
+        Http {
+            url: self.api.url.clone(),
+            token: Some(self.api.token.clone()),
+            client: reqwest::Client::new(),
+        }
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Runs `relay ARGS` with `RELAY_DATA_DIR` set.
+pub fn relay_cmd(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(relay_bin())
+        .args(args)
+        .env("RELAY_DATA_DIR", data_dir)
+        .env_remove("RELAY_URL")
+        .env_remove("RELAY_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running relay {args:?}: {e}"))
+}
+
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY-free: kill(2) through libc is the only way to send a chosen signal.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// True while a process with this pid exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// A raw HTTP client for the API: status code and JSON body, nothing interpreted.
+pub struct Http {
+    pub url: String,
+    pub token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Http {
+    pub fn with_token(mut self, token: Option<&str>) -> Http {
+        self.token = token.map(str::to_string);
+        self
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> (u16, serde_json::Value) {
+        self.try_request(method, path, body)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Like [`Http::request`], with a connection failure as an error.
+    pub async fn try_request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, serde_json::Value), reqwest::Error> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.url))
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
+        Ok((status, value))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        self.request(
+            reqwest::Method::POST,
+            path,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+}

@@ -1,0 +1,1056 @@
+//! The broker: commands in, events out.
+//!
+//! Every command goes through one writer task. The writer takes as many queued commands
+//! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
+//! transaction (each rule emits events; each event gets the next global seq, goes into
+//! the log and is applied to the projections), flushes once, and only then answers the
+//! callers and publishes the events. So nothing is acknowledged or published before it
+//! is on disk, and a burst of N commands costs one disk flush, not N (group commit).
+//!
+//! A command that breaks a rule writes nothing: rules validate before they emit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::domain::{
+    parse_mentions, valid_agent_name, Agent, AgentSpec, AgentState, Approval, ApprovalDecision,
+    ApprovalRequest, ApprovalState, Conversation, ConversationKind, ConversationSpec, Delivery,
+    DeliveryReason, DeliveryState, Endpoint, Flight, FlightChange, FlightState, FlightUpdate,
+    Invocation, InvokeRequest, ItemPhase, Message, MessageClass, MessageMeta, PostMessage,
+    DEFAULT_CONVERSATION,
+};
+use relay_protocol::event::{Event, EventBody};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BrokerError;
+use crate::store::{apply, encode, seq_key, Store, Tx, T};
+
+/// Commands waiting for the writer. When full, external callers get `Overloaded`.
+pub const COMMAND_QUEUE_CAPACITY: usize = 4096;
+/// Most commands committed in one transaction and one flush.
+pub const MAX_BATCH: usize = 1024;
+/// Committed events buffered for slow subscribers; a subscriber that falls further
+/// behind reads the gap back from the log.
+pub const EVENT_BUFFER: usize = 16384;
+/// Longest live summary kept on a flight.
+const SUMMARY_CHARS: usize = 160;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Largest message body or task text accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Deepest agent-to-agent chain allowed (a root invocation has depth 0).
+    pub max_depth: u32,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            max_message_bytes: 256 * 1024,
+            max_depth: 4,
+        }
+    }
+}
+
+/// What the broker can be asked to do.
+#[derive(Debug, Clone)]
+pub enum Command {
+    RegisterAgent(AgentSpec),
+    RemoveAgent(String),
+    /// The runtime reports an agent's session state, thread id or endpoint.
+    UpdateAgent {
+        name: String,
+        state: Option<AgentState>,
+        thread_id: Option<String>,
+        endpoint: Option<Option<Endpoint>>,
+    },
+    ThreadLost {
+        agent: String,
+        old_thread_id: String,
+        new_thread_id: String,
+        reason: String,
+    },
+    CreateConversation(ConversationSpec),
+    PostMessage(PostMessage),
+    Invoke(InvokeRequest),
+    UpdateFlight {
+        flight: String,
+        change: FlightChange,
+    },
+    RequestApproval {
+        agent: String,
+        request: ApprovalRequest,
+    },
+    DecideApproval {
+        id: String,
+        decision: ApprovalDecision,
+        decided_by: String,
+    },
+    /// Closes every approval of a flight still pending (its turn ended).
+    ExpireApprovals {
+        flight: String,
+    },
+    /// Creates what every broker starts with (the default conversation) if missing.
+    Bootstrap,
+}
+
+/// The result of a command.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Agent(Agent),
+    Conversation(Conversation),
+    Message(Message),
+    Invoked(InvokeAccepted),
+    Flight(UpdateResult),
+    Approval(Approval),
+    Approvals(Vec<Approval>),
+    Done,
+}
+
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, BrokerError>>,
+}
+
+/// A cheap handle to the broker. The writer task stops when the shutdown token fires,
+/// after committing what was queued.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    commands: mpsc::Sender<Pending>,
+    events: broadcast::Sender<Arc<Event>>,
+    last_seq: AtomicU64,
+    config: BrokerConfig,
+    started: Instant,
+}
+
+impl Broker {
+    /// Opens the broker over `store` and starts its writer task.
+    pub async fn start(
+        store: Store,
+        config: BrokerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Broker, tokio::task::JoinHandle<()>), BrokerError> {
+        let last_seq = store.last_seq()?;
+        let (commands, rx) = mpsc::channel(COMMAND_QUEUE_CAPACITY);
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let broker = Broker {
+            inner: Arc::new(Inner {
+                store,
+                commands,
+                events,
+                last_seq: AtomicU64::new(last_seq),
+                config,
+                started: Instant::now(),
+            }),
+        };
+        let writer = Writer {
+            store: broker.inner.store.clone(),
+            config: broker.inner.config.clone(),
+            next_seq: last_seq + 1,
+        };
+        let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
+        broker.execute(Command::Bootstrap).await?;
+        Ok((broker, task))
+    }
+
+    fn clone_weak(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    pub fn uptime_ms(&self) -> u64 {
+        self.inner.started.elapsed().as_millis() as u64
+    }
+
+    /// Seq of the last committed (flushed and published) event.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Committed events as they are published. Pair with [`crate::feed`] to start from a
+    /// seq without gaps.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs a command for an outside client: rejected with `Overloaded` when the queue is
+    /// full rather than waiting.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .try_send(Pending { command, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    BrokerError::Overloaded("the command queue is full".into())
+                }
+                mpsc::error::TrySendError::Closed(_) => BrokerError::ShuttingDown,
+            })?;
+        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+    }
+
+    /// Runs a command from inside Relay (the runtime streaming deltas): waits for room in
+    /// the queue instead of failing, so the harness's stream is slowed, never dropped.
+    pub async fn execute_internal(&self, command: Command) -> Result<Outcome, BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?;
+        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+    }
+}
+
+/// Unwraps an [`Outcome`] of the expected variant.
+macro_rules! expect_outcome {
+    ($fut:expr, $variant:ident) => {
+        match $fut.await? {
+            Outcome::$variant(v) => Ok(v),
+            other => Err(BrokerError::Internal(format!(
+                "unexpected outcome {other:?}"
+            ))),
+        }
+    };
+}
+
+impl Broker {
+    pub async fn register_agent(&self, spec: AgentSpec) -> Result<Agent, BrokerError> {
+        expect_outcome!(self.execute(Command::RegisterAgent(spec)), Agent)
+    }
+
+    pub async fn remove_agent(&self, name: &str) -> Result<Agent, BrokerError> {
+        expect_outcome!(self.execute(Command::RemoveAgent(name.into())), Agent)
+    }
+
+    pub async fn create_conversation(
+        &self,
+        spec: ConversationSpec,
+    ) -> Result<Conversation, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::CreateConversation(spec)),
+            Conversation
+        )
+    }
+
+    pub async fn post_message(&self, post: PostMessage) -> Result<Message, BrokerError> {
+        expect_outcome!(self.execute(Command::PostMessage(post)), Message)
+    }
+
+    pub async fn invoke(&self, req: InvokeRequest) -> Result<InvokeAccepted, BrokerError> {
+        expect_outcome!(self.execute(Command::Invoke(req)), Invoked)
+    }
+
+    pub async fn update_flight(
+        &self,
+        flight: &str,
+        change: FlightChange,
+    ) -> Result<UpdateResult, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::UpdateFlight {
+                flight: flight.into(),
+                change
+            }),
+            Flight
+        )
+    }
+
+    pub async fn decide_approval(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+    ) -> Result<Approval, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::DecideApproval {
+                id: id.into(),
+                decision,
+                decided_by: decided_by.into()
+            }),
+            Approval
+        )
+    }
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+struct Writer {
+    store: Store,
+    config: BrokerConfig,
+    next_seq: u64,
+}
+
+impl Writer {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Pending>,
+        broker: std::sync::Weak<Inner>,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let first = tokio::select! {
+                biased;
+                p = rx.recv() => p,
+                _ = shutdown.cancelled() => {
+                    // Commit what is already queued, then stop taking commands.
+                    rx.close();
+                    rx.recv().await
+                }
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            let results = self.commit(&batch).await;
+            let inner = broker.upgrade();
+            for (pending, result) in batch.drain(..).zip(results.outcomes) {
+                let _ = pending.reply.send(result);
+            }
+            if let Some(inner) = inner {
+                if let Some(last) = results.events.last() {
+                    inner.last_seq.store(last.seq, Ordering::Release);
+                }
+                for event in results.events {
+                    // No subscriber is fine: the log has it.
+                    let _ = inner.events.send(Arc::new(event));
+                }
+            }
+        }
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(error = %e, "final flush failed");
+        }
+        tracing::debug!("broker writer stopped");
+    }
+
+    async fn commit(&mut self, batch: &[Pending]) -> BatchResult {
+        let first_seq = self.next_seq;
+        let config = &self.config;
+        let committed = self.store.transaction(|tx| {
+            let mut ctx = Ctx {
+                tx,
+                config,
+                next_seq: first_seq,
+                now: now_ms(),
+                events: Vec::new(),
+            };
+            let outcomes = batch
+                .iter()
+                .map(|p| ctx.run(&p.command))
+                .collect::<Vec<_>>();
+            Ok(BatchResult {
+                outcomes,
+                events: ctx.events,
+            })
+        });
+        let result = match committed {
+            Ok(r) => r,
+            Err(e) => return BatchResult::all_failed(batch.len(), &e),
+        };
+        if let Err(e) = self.store.flush().await {
+            // The commit may or may not be on disk; tell nobody it is.
+            tracing::error!(error = %e, "flush failed");
+            return BatchResult::all_failed(batch.len(), &e);
+        }
+        self.next_seq = first_seq + result.events.len() as u64;
+        result
+    }
+}
+
+struct BatchResult {
+    outcomes: Vec<Result<Outcome, BrokerError>>,
+    events: Vec<Event>,
+}
+
+impl BatchResult {
+    fn all_failed(n: usize, e: &BrokerError) -> BatchResult {
+        BatchResult {
+            outcomes: (0..n)
+                .map(|_| Err(BrokerError::Internal(format!("commit failed: {e}"))))
+                .collect(),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// The domain rules, run inside the writer's transaction.
+struct Ctx<'a, 't> {
+    tx: &'a Tx<'t>,
+    config: &'a BrokerConfig,
+    next_seq: u64,
+    now: u64,
+    events: Vec<Event>,
+}
+
+impl Ctx<'_, '_> {
+    fn emit(&mut self, body: EventBody) -> Result<(), BrokerError> {
+        let event = Event {
+            seq: self.next_seq,
+            at: self.now,
+            body,
+        };
+        crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), encode(&event)?)?;
+        apply(self.tx, &event)?;
+        self.next_seq += 1;
+        self.events.push(event);
+        Ok(())
+    }
+
+    fn run(&mut self, command: &Command) -> Result<Outcome, BrokerError> {
+        match command {
+            Command::RegisterAgent(spec) => self.register_agent(spec),
+            Command::RemoveAgent(name) => {
+                let agent = self.agent(name)?;
+                self.emit(EventBody::AgentRemoved { name: name.clone() })?;
+                Ok(Outcome::Agent(agent))
+            }
+            Command::UpdateAgent {
+                name,
+                state,
+                thread_id,
+                endpoint,
+            } => {
+                let mut agent = self.agent(name)?;
+                let before = agent.clone();
+                if let Some(s) = state {
+                    agent.state = *s;
+                }
+                if let Some(t) = thread_id {
+                    agent.thread_id = Some(t.clone());
+                }
+                if let Some(e) = endpoint {
+                    agent.endpoint = e.clone();
+                }
+                if agent != before {
+                    agent.updated_at = self.now;
+                    self.emit(EventBody::AgentUpdated {
+                        agent: agent.clone(),
+                    })?;
+                }
+                Ok(Outcome::Agent(agent))
+            }
+            Command::ThreadLost {
+                agent,
+                old_thread_id,
+                new_thread_id,
+                reason,
+            } => {
+                self.agent(agent)?;
+                self.emit(EventBody::ThreadLost {
+                    agent: agent.clone(),
+                    old_thread_id: old_thread_id.clone(),
+                    new_thread_id: new_thread_id.clone(),
+                    reason: reason.clone(),
+                })?;
+                Ok(Outcome::Done)
+            }
+            Command::CreateConversation(spec) => self.create_conversation(spec),
+            Command::PostMessage(post) => {
+                let conversation = self.conversation(&post.conversation)?;
+                self.check_post(post)?;
+                let message = self.post(conversation, post)?;
+                Ok(Outcome::Message(message))
+            }
+            Command::Invoke(req) => self.invoke(req),
+            Command::UpdateFlight { flight, change } => self.update_flight(flight, change),
+            Command::RequestApproval { agent, request } => self.request_approval(agent, request),
+            Command::DecideApproval {
+                id,
+                decision,
+                decided_by,
+            } => self.decide_approval(id, *decision, decided_by),
+            Command::ExpireApprovals { flight } => {
+                let pending = self.pending_approvals(flight)?;
+                let mut closed = Vec::new();
+                for mut a in pending {
+                    a.state = ApprovalState::Expired;
+                    a.decided_at = Some(self.now);
+                    self.emit(EventBody::ApprovalDecided {
+                        approval: a.clone(),
+                    })?;
+                    closed.push(a);
+                }
+                Ok(Outcome::Approvals(closed))
+            }
+            Command::Bootstrap => {
+                if !self
+                    .tx
+                    .contains(T::Conversations, DEFAULT_CONVERSATION.as_bytes())?
+                {
+                    self.create_conversation(&ConversationSpec {
+                        id: DEFAULT_CONVERSATION.into(),
+                        kind: ConversationKind::Channel,
+                        title: Some("shared".into()),
+                        participants: vec![],
+                        parent: None,
+                    })?;
+                }
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    fn agent(&self, name: &str) -> Result<Agent, BrokerError> {
+        self.tx
+            .read(T::Agents, name.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownAgent(name.into()))
+    }
+
+    fn conversation(&self, id: &str) -> Result<Conversation, BrokerError> {
+        self.tx
+            .read(T::Conversations, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownConversation(id.into()))
+    }
+
+    fn flight(&self, id: &str) -> Result<Flight, BrokerError> {
+        self.tx
+            .read(T::Flights, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.into()))
+    }
+
+    fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
+        if !valid_agent_name(&spec.name) {
+            return Err(BrokerError::Invalid(format!(
+                "agent name {:?} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
+                spec.name
+            )));
+        }
+        if let Some(node) = &spec.node {
+            if !valid_agent_name(node) {
+                return Err(BrokerError::Invalid(format!(
+                    "node name {node:?} is not valid: use letters, digits, '-' or '_'"
+                )));
+            }
+        }
+        if spec.cwd.trim().is_empty() {
+            return Err(BrokerError::Invalid("the agent's cwd is empty".into()));
+        }
+        if self.tx.contains(T::Agents, spec.name.as_bytes())? {
+            return Err(BrokerError::AgentExists(spec.name.clone()));
+        }
+        let agent = Agent {
+            spec: spec.clone(),
+            state: AgentState::Offline,
+            thread_id: None,
+            endpoint: None,
+            created_at: self.now,
+            updated_at: self.now,
+        };
+        self.emit(EventBody::AgentRegistered {
+            agent: agent.clone(),
+        })?;
+        Ok(Outcome::Agent(agent))
+    }
+
+    fn create_conversation(&mut self, spec: &ConversationSpec) -> Result<Outcome, BrokerError> {
+        if spec.id.trim().is_empty() || spec.id.len() > 200 {
+            return Err(BrokerError::Invalid(
+                "a conversation id is 1 to 200 characters".into(),
+            ));
+        }
+        if self.tx.contains(T::Conversations, spec.id.as_bytes())? {
+            return Err(BrokerError::ConversationExists(spec.id.clone()));
+        }
+        if let Some(parent) = &spec.parent {
+            self.conversation(parent)?;
+        }
+        let conversation = Conversation {
+            spec: spec.clone(),
+            created_at: self.now,
+            message_count: 0,
+        };
+        self.emit(EventBody::ConversationCreated {
+            conversation: conversation.clone(),
+        })?;
+        Ok(Outcome::Conversation(conversation))
+    }
+
+    fn check_text(&self, what: &'static str, text: &str) -> Result<(), BrokerError> {
+        if text.len() > self.config.max_message_bytes {
+            return Err(BrokerError::TooLarge {
+                what,
+                size: text.len(),
+                limit: self.config.max_message_bytes,
+            });
+        }
+        if text.trim().is_empty() {
+            return Err(BrokerError::Invalid(format!("the {what} is empty")));
+        }
+        Ok(())
+    }
+
+    fn check_post(&self, post: &PostMessage) -> Result<(), BrokerError> {
+        self.check_text("message body", &post.body)?;
+        if post.author.trim().is_empty() || post.author.len() > 128 {
+            return Err(BrokerError::Invalid(
+                "a message author is 1 to 128 characters".into(),
+            ));
+        }
+        if let Some(reply_to) = &post.reply_to {
+            if !self.tx.contains(T::MessageIds, reply_to.as_bytes())? {
+                return Err(BrokerError::UnknownMessage(reply_to.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts a checked message and plans its deliveries.
+    fn post(
+        &mut self,
+        mut conversation: Conversation,
+        post: &PostMessage,
+    ) -> Result<Message, BrokerError> {
+        let message = Message {
+            id: new_id("msg"),
+            conversation: conversation.spec.id.clone(),
+            index: conversation.message_count,
+            author: post.author.clone(),
+            class: post.class,
+            body: post.body.clone(),
+            mentions: parse_mentions(&post.body),
+            reply_to: post.reply_to.clone(),
+            meta: post.meta.clone(),
+            created_at: self.now,
+        };
+        conversation.message_count += 1;
+        let mut targets: Vec<(String, DeliveryReason)> = message
+            .mentions
+            .iter()
+            .map(|m| (m.clone(), DeliveryReason::Mention))
+            .collect();
+        if conversation.spec.kind == ConversationKind::Direct {
+            for p in &conversation.spec.participants {
+                if !targets.iter().any(|(t, _)| t == p) {
+                    targets.push((p.clone(), DeliveryReason::DirectMessage));
+                }
+            }
+        }
+        self.emit(EventBody::MessagePosted {
+            message: message.clone(),
+            conversation,
+        })?;
+        for (target, reason) in targets {
+            if target == message.author {
+                continue;
+            }
+            // Only registered agents get deliveries; a mention of anything else is text.
+            if let Some(agent) = self.tx.read::<Agent>(T::Agents, target.as_bytes())? {
+                self.plan_delivery(&message.id, &agent, reason)?;
+            }
+        }
+        Ok(message)
+    }
+
+    fn plan_delivery(
+        &mut self,
+        message: &str,
+        agent: &Agent,
+        reason: DeliveryReason,
+    ) -> Result<(), BrokerError> {
+        let transport = agent.spec.harness;
+        let id = relay_protocol::domain::delivery_id(message, &agent.spec.name, reason, transport);
+        if self.tx.contains(T::Deliveries, id.as_bytes())? {
+            return Ok(());
+        }
+        self.emit(EventBody::DeliveryPlanned {
+            delivery: Delivery {
+                id,
+                message: message.into(),
+                target: agent.spec.name.clone(),
+                reason,
+                transport,
+                state: DeliveryState::Pending,
+                attempts: vec![],
+            },
+        })
+    }
+
+    fn invoke(&mut self, req: &InvokeRequest) -> Result<Outcome, BrokerError> {
+        let agent = self.agent(&req.target)?;
+        self.check_text("task", &req.task)?;
+        if req.requester.trim().is_empty() || req.requester.len() > 128 {
+            return Err(BrokerError::Invalid(
+                "a requester is 1 to 128 characters".into(),
+            ));
+        }
+        let depth = match &req.parent_flight {
+            None => 0,
+            Some(parent) => {
+                let mut depth = 1u32;
+                let mut cursor = Some(parent.clone());
+                while let Some(id) = cursor {
+                    let f = self.flight(&id)?;
+                    if f.agent == req.target {
+                        return Err(BrokerError::Cycle {
+                            agent: req.target.clone(),
+                        });
+                    }
+                    cursor = f.parent_flight;
+                    if cursor.is_some() {
+                        depth += 1;
+                    }
+                }
+                if depth > self.config.max_depth {
+                    return Err(BrokerError::DepthLimit {
+                        depth,
+                        limit: self.config.max_depth,
+                    });
+                }
+                depth
+            }
+        };
+        let conversation = match &req.conversation {
+            Some(id) => self.conversation(id)?,
+            None => {
+                let (a, b) = if req.requester <= req.target {
+                    (&req.requester, &req.target)
+                } else {
+                    (&req.target, &req.requester)
+                };
+                let id = format!("direct.{a}.{b}");
+                match self
+                    .tx
+                    .read::<Conversation>(T::Conversations, id.as_bytes())?
+                {
+                    Some(c) => c,
+                    None => match self.create_conversation(&ConversationSpec {
+                        id,
+                        kind: ConversationKind::Direct,
+                        title: None,
+                        participants: vec![a.clone(), b.clone()],
+                        parent: None,
+                    })? {
+                        Outcome::Conversation(c) => c,
+                        _ => return Err(BrokerError::Internal("conversation".into())),
+                    },
+                }
+            }
+        };
+        let invocation_id = new_id("inv");
+        let flight_id = new_id("flt");
+        let request = self.post(
+            conversation.clone(),
+            &PostMessage {
+                conversation: conversation.spec.id.clone(),
+                author: req.requester.clone(),
+                body: req.task.clone(),
+                class: MessageClass::Agent,
+                reply_to: None,
+                meta: MessageMeta {
+                    invocation: Some(invocation_id.clone()),
+                    flight: Some(flight_id.clone()),
+                    harness: Some(agent.spec.harness),
+                    ..Default::default()
+                },
+            },
+        )?;
+        self.plan_delivery(&request.id, &agent, DeliveryReason::Invocation)?;
+        let invocation = Invocation {
+            id: invocation_id,
+            requester: req.requester.clone(),
+            target: req.target.clone(),
+            action: req.action,
+            task: req.task.clone(),
+            conversation: conversation.spec.id.clone(),
+            request_message: request.id,
+            parent_flight: req.parent_flight.clone(),
+            depth,
+            timeout_ms: req.timeout_ms,
+            created_at: self.now,
+        };
+        let flight = Flight {
+            id: flight_id,
+            invocation: invocation.id.clone(),
+            agent: req.target.clone(),
+            state: FlightState::Queued,
+            summary: None,
+            output: None,
+            error: None,
+            update_seq: 0,
+            thread_id: None,
+            turn_id: None,
+            parent_flight: req.parent_flight.clone(),
+            conversation: conversation.spec.id.clone(),
+            reply_message: None,
+            created_at: self.now,
+            updated_at: self.now,
+        };
+        self.emit(EventBody::InvocationCreated {
+            invocation: invocation.clone(),
+            flight: flight.clone(),
+        })?;
+        Ok(Outcome::Invoked(InvokeAccepted { invocation, flight }))
+    }
+
+    fn update_flight(
+        &mut self,
+        flight_id: &str,
+        change: &FlightChange,
+    ) -> Result<Outcome, BrokerError> {
+        let mut flight = self.flight(flight_id)?;
+        let unchanged = |flight: Flight| {
+            Ok(Outcome::Flight(UpdateResult {
+                applied: false,
+                flight,
+            }))
+        };
+        if let FlightChange::State { to, .. } = change {
+            if flight.state == *to {
+                // The same state again (a retry, a replayed report): nothing new.
+                return unchanged(flight);
+            }
+        }
+        if flight.state.is_terminal() {
+            return Err(BrokerError::FlightTerminal {
+                flight: flight.id,
+                state: flight.state,
+            });
+        }
+        let mut reply: Option<String> = None;
+        match change {
+            FlightChange::State { to, reason, output } => {
+                if !flight.state.can_transition(*to) {
+                    return Err(BrokerError::IllegalTransition {
+                        flight: flight.id,
+                        from: flight.state,
+                        to: *to,
+                    });
+                }
+                flight.state = *to;
+                match to {
+                    FlightState::Completed => {
+                        flight.output = output.clone();
+                        if let Some(text) = output.as_ref().filter(|t| !t.trim().is_empty()) {
+                            reply = Some(text.clone());
+                        }
+                    }
+                    FlightState::Failed | FlightState::Cancelled => {
+                        flight.error = reason.clone();
+                        flight.summary = reason.as_deref().map(summarize);
+                    }
+                    _ => {
+                        if let Some(r) = reason {
+                            flight.summary = Some(summarize(r));
+                        }
+                    }
+                }
+            }
+            FlightChange::Delta { text } => {
+                let mut s = flight.summary.take().unwrap_or_default();
+                s.push_str(text);
+                flight.summary = Some(tail(&s, SUMMARY_CHARS));
+            }
+            FlightChange::Item {
+                item_kind,
+                phase: ItemPhase::Started,
+                text,
+                ..
+            } => {
+                flight.summary = Some(summarize(&match text {
+                    Some(t) => format!("{item_kind}: {t}"),
+                    None => item_kind.clone(),
+                }));
+            }
+            FlightChange::Session { thread_id, turn_id } => {
+                if (thread_id.is_none() || thread_id == &flight.thread_id)
+                    && (turn_id.is_none() || turn_id == &flight.turn_id)
+                {
+                    return unchanged(flight);
+                }
+                if thread_id.is_some() {
+                    flight.thread_id = thread_id.clone();
+                }
+                if turn_id.is_some() {
+                    flight.turn_id = turn_id.clone();
+                }
+            }
+            FlightChange::Note { text } => flight.summary = Some(summarize(text)),
+            FlightChange::Item { .. }
+            | FlightChange::CommandOutput { .. }
+            | FlightChange::Plan { .. }
+            | FlightChange::Diff { .. }
+            | FlightChange::Usage { .. } => {}
+        }
+        if let Some(text) = reply {
+            let invocation: Invocation = self
+                .tx
+                .read(T::Invocations, flight.invocation.as_bytes())?
+                .ok_or_else(|| {
+                    BrokerError::Corrupt(format!("flight {} has no invocation", flight.id))
+                })?;
+            let conversation = self.conversation(&invocation.conversation)?;
+            let harness = self
+                .tx
+                .read::<Agent>(T::Agents, flight.agent.as_bytes())?
+                .map(|a| a.spec.harness);
+            let message = self.post(
+                conversation,
+                &PostMessage {
+                    conversation: invocation.conversation.clone(),
+                    author: flight.agent.clone(),
+                    body: text,
+                    class: MessageClass::Agent,
+                    reply_to: Some(invocation.request_message.clone()),
+                    meta: MessageMeta {
+                        invocation: Some(invocation.id.clone()),
+                        flight: Some(flight.id.clone()),
+                        harness,
+                        thread_id: flight.thread_id.clone(),
+                        turn_id: flight.turn_id.clone(),
+                    },
+                },
+            )?;
+            flight.reply_message = Some(message.id);
+        }
+        flight.update_seq += 1;
+        flight.updated_at = self.now;
+        let update = FlightUpdate {
+            flight: flight.id.clone(),
+            agent: flight.agent.clone(),
+            seq: flight.update_seq,
+            at: self.now,
+            change: change.clone(),
+        };
+        self.emit(EventBody::FlightUpdated {
+            update,
+            flight: flight.clone(),
+        })?;
+        Ok(Outcome::Flight(UpdateResult {
+            applied: true,
+            flight,
+        }))
+    }
+
+    fn pending_approvals(&self, flight: &str) -> Result<Vec<Approval>, BrokerError> {
+        let index: Vec<String> = self
+            .tx
+            .read(T::FlightApprovals, flight.as_bytes())?
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for id in index {
+            if let Some(a) = self.tx.read::<Approval>(T::Approvals, id.as_bytes())? {
+                if a.state == ApprovalState::Pending {
+                    out.push(a);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn request_approval(
+        &mut self,
+        agent: &str,
+        request: &ApprovalRequest,
+    ) -> Result<Outcome, BrokerError> {
+        self.agent(agent)?;
+        let flight = self.flight(&request.flight)?;
+        if flight.state.is_terminal() {
+            return Err(BrokerError::FlightTerminal {
+                flight: flight.id,
+                state: flight.state,
+            });
+        }
+        let approval = Approval {
+            id: new_id("apr"),
+            agent: agent.into(),
+            request: request.clone(),
+            state: ApprovalState::Pending,
+            decision: None,
+            decided_by: None,
+            created_at: self.now,
+            decided_at: None,
+        };
+        self.emit(EventBody::ApprovalRequested {
+            approval: approval.clone(),
+        })?;
+        if flight.state == FlightState::Running {
+            self.update_flight(
+                &flight.id,
+                &FlightChange::State {
+                    to: FlightState::Waiting,
+                    reason: Some(format!("approval {}: {}", approval.id, request.detail)),
+                    output: None,
+                },
+            )?;
+        }
+        Ok(Outcome::Approval(approval))
+    }
+
+    fn decide_approval(
+        &mut self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+    ) -> Result<Outcome, BrokerError> {
+        let mut approval: Approval = self
+            .tx
+            .read(T::Approvals, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownApproval(id.into()))?;
+        if approval.state != ApprovalState::Pending {
+            return Err(BrokerError::ApprovalClosed(id.into()));
+        }
+        approval.state = ApprovalState::Decided;
+        approval.decision = Some(decision);
+        approval.decided_by = Some(decided_by.into());
+        approval.decided_at = Some(self.now);
+        self.emit(EventBody::ApprovalDecided {
+            approval: approval.clone(),
+        })?;
+        let flight = self.flight(&approval.request.flight)?;
+        if flight.state == FlightState::Waiting && self.pending_approvals(&flight.id)?.is_empty() {
+            self.update_flight(
+                &flight.id,
+                &FlightChange::State {
+                    to: FlightState::Running,
+                    reason: Some(format!("approval {id}: {decision:?} by {decided_by}")),
+                    output: None,
+                },
+            )?;
+        }
+        Ok(Outcome::Approval(approval))
+    }
+}
+
+/// The first line of `s`, cut to [`SUMMARY_CHARS`].
+fn summarize(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(SUMMARY_CHARS) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+/// The last `n` characters of `s`, on one line.
+fn tail(s: &str, n: usize) -> String {
+    let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
+    let count = flat.chars().count();
+    flat.chars().skip(count.saturating_sub(n)).collect()
+}

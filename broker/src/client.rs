@@ -1,0 +1,199 @@
+//! The HTTP client behind the CLI's client commands. It finds the broker through
+//! `RELAY_URL` + `RELAY_TOKEN`, or through `<data-dir>/api.json`.
+
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// What `relay up` writes to `<data-dir>/api.json` (mode 0600).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+pub const API_FILE: &str = "api.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no broker found: {0}")]
+    NotFound(String),
+    #[error("cannot reach the broker at {url}: {source} (is `relay up` running?)")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{0}")]
+    Api(ApiError),
+    #[error("unexpected answer from the broker: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Api(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+/// `--data-dir`, else `RELAY_DATA_DIR`, else `~/.local/share/relay`.
+pub fn default_data_dir(explicit: Option<PathBuf>) -> PathBuf {
+    explicit
+        .or_else(|| std::env::var_os("RELAY_DATA_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+            Path::new(&home).join(".local/share/relay")
+        })
+}
+
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    pub fn new(url: &str, token: &str) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            url: url.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+        }
+    }
+
+    /// `RELAY_URL` + `RELAY_TOKEN` when both are set, else the data dir's api.json.
+    pub fn discover(data_dir: Option<PathBuf>) -> Result<Client, ClientError> {
+        if let (Ok(url), Ok(token)) = (std::env::var("RELAY_URL"), std::env::var("RELAY_TOKEN")) {
+            return Ok(Client::new(&url, &token));
+        }
+        let dir = default_data_dir(data_dir);
+        let path = dir.join(API_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            ClientError::NotFound(format!(
+                "cannot read {} ({e}); start a broker with `relay up --data-dir {}`, or set RELAY_URL and RELAY_TOKEN",
+                path.display(),
+                dir.display()
+            ))
+        })?;
+        let info: ApiInfo = serde_json::from_str(&text)
+            .map_err(|e| ClientError::NotFound(format!("{} is not valid: {e}", path.display())))?;
+        Ok(Client::new(&info.url, &info.token))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: self.url.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if status.is_success() {
+            serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+        } else {
+            Err(error_from(status, &bytes))
+        }
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.send(self.http.get(format!("{}{path}", self.url)))
+            .await
+    }
+
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.send(self.http.post(format!("{}{path}", self.url)).json(body))
+            .await
+    }
+
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.send(self.http.delete(format!("{}{path}", self.url)))
+            .await
+    }
+
+    /// Opens an SSE stream and calls `on_event(event_type, data)` for each event until
+    /// the stream ends or `on_event` returns false.
+    pub async fn sse(
+        &self,
+        path: &str,
+        mut on_event: impl FnMut(&str, &str) -> bool,
+    ) -> Result<(), ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: self.url.clone(),
+                source,
+            })?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let bytes = resp.bytes().await.unwrap_or_default();
+            return Err(error_from(status, &bytes));
+        }
+        let mut body = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        let (mut kind, mut data) = (String::new(), String::new());
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| ClientError::Protocol(e.to_string()))?;
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let line = String::from_utf8_lossy(&line);
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line.is_empty() {
+                    if !data.is_empty() && !on_event(&kind, &data) {
+                        return Ok(());
+                    }
+                    kind.clear();
+                    data.clear();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim_start().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The typed API error in a failed response, or the raw text when there is none.
+fn error_from(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(b) => ClientError::Api(b.error),
+        Err(_) => {
+            ClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
+        }
+    }
+}

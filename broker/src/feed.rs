@@ -1,0 +1,127 @@
+//! A gap-free, duplicate-free stream of committed events starting after any seq: it reads
+//! the log up to the last published event, then follows the live broadcast, and reads
+//! back from the log whenever it falls behind. SSE and NATS publishers use it.
+
+use std::sync::Arc;
+
+use relay_protocol::event::Event;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::broker::Broker;
+use crate::error::BrokerError;
+
+/// Events read from the log per step while catching up.
+const CATCH_UP_PAGE: usize = 1024;
+
+/// Streams every committed event with seq > `after`, in order, until the receiver is
+/// dropped or the broker stops.
+pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        // Subscribe before reading the log, so nothing published meanwhile is missed.
+        let mut live = broker.subscribe();
+        let mut cursor = after;
+        loop {
+            // Catch up from the log, never past what has been published (flushed).
+            let published = broker.last_seq();
+            while cursor < published {
+                let page = match broker.store().events_after(cursor, CATCH_UP_PAGE) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                if page.is_empty() {
+                    break;
+                }
+                for event in page {
+                    if event.seq > published {
+                        break;
+                    }
+                    cursor = event.seq;
+                    if tx.send(Ok(Arc::new(event))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            // Follow live events until we lag behind the broadcast buffer.
+            loop {
+                match live.recv().await {
+                    Ok(event) if event.seq <= cursor => continue,
+                    Ok(event) if event.seq == cursor + 1 => {
+                        cursor = event.seq;
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    // A gap (we subscribed while the catch-up raced a commit): read it back.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Streams the updates of one flight with per-flight seq > `after`, in order and without
+/// duplicates, ending after the update that makes it terminal.
+pub fn follow_flight(
+    broker: Broker,
+    flight: relay_protocol::domain::Flight,
+    after: u64,
+) -> mpsc::Receiver<Result<relay_protocol::domain::FlightUpdate, BrokerError>> {
+    use relay_protocol::event::EventBody;
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        // Follow the live feed from here; what came before is read from the store.
+        let published = broker.last_seq();
+        let mut live = follow(broker.clone(), published);
+        let mut last = after;
+        let stored = match broker.store().stored_updates(&flight.id, after) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        for s in stored {
+            if s.event_seq > published {
+                break; // not flushed yet; it will come through the live feed
+            }
+            last = s.update.seq;
+            let terminal = is_terminal_update(&s.update);
+            if tx.send(Ok(s.update)).await.is_err() || terminal {
+                return;
+            }
+        }
+        if flight.state.is_terminal() && flight.update_seq <= last {
+            return;
+        }
+        while let Some(item) = live.recv().await {
+            let event = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            if let EventBody::FlightUpdated { update, .. } = &event.body {
+                if update.flight != flight.id || update.seq <= last {
+                    continue;
+                }
+                last = update.seq;
+                let terminal = is_terminal_update(update);
+                if tx.send(Ok(update.clone())).await.is_err() || terminal {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+fn is_terminal_update(u: &relay_protocol::domain::FlightUpdate) -> bool {
+    matches!(&u.change, relay_protocol::domain::FlightChange::State { to, .. } if to.is_terminal())
+}

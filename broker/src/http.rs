@@ -1,0 +1,472 @@
+//! The local HTTP API: JSON over HTTP/1.1 on loopback, every route behind a bearer token,
+//! live streams over SSE. Routes are listed in `broker/README.md`.
+//!
+//! Every error is `{"error":{"code","message"}}` with the status of its code, including
+//! the ones axum itself would answer in plain text (bad JSON, body too large).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::Stream;
+use relay_protocol::api::{
+    ApiError, DecideApproval, ErrorBody, ErrorCode, MessagePosted, NatsStatus, SteerRequest,
+    UpdateFlight,
+};
+use relay_protocol::domain::{
+    Agent, AgentSpec, Approval, ApprovalState, Conversation, ConversationSpec, Flight, FlightState,
+    InvokeRequest, PostMessage,
+};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use crate::store::T;
+
+/// What the runtime offers the API: live control of a flight's turn.
+pub trait FlightControl: Send + Sync + 'static {
+    fn steer(
+        &self,
+        flight: Flight,
+        text: String,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
+    fn interrupt(
+        &self,
+        flight: Flight,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
+    /// Passes a decided approval on to the harness that asked.
+    fn approval_decided(
+        &self,
+        approval: Approval,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
+}
+
+/// Reports the NATS connection for `GET /v1/status`.
+pub type NatsStatusFn = Arc<dyn Fn() -> NatsStatus + Send + Sync>;
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub broker: Broker,
+    pub token: Arc<str>,
+    pub data_dir: String,
+    pub control: Option<Arc<dyn FlightControl>>,
+    pub nats: Option<NatsStatusFn>,
+}
+
+/// An error as the API answers it.
+pub struct HttpError(ApiError);
+
+impl From<BrokerError> for HttpError {
+    fn from(e: BrokerError) -> Self {
+        if e.code() == ErrorCode::Internal {
+            tracing::error!(error = %e, "internal error");
+        }
+        HttpError(e.to_api())
+    }
+}
+
+impl HttpError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        HttpError(ApiError {
+            code,
+            message: message.into(),
+        })
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        (status, Json(ErrorBody { error: self.0 })).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, HttpError>;
+
+/// `axum::Json`, but its rejections are typed API errors.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> HttpError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        HttpError::new(
+            ErrorCode::PayloadTooLarge,
+            "the request body is over the broker's size limit",
+        )
+    } else {
+        HttpError::new(ErrorCode::InvalidRequest, r.body_text())
+    }
+}
+
+/// The router, with the token guard and the body limit applied to every route.
+pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/agents", get(list_agents).post(add_agent))
+        .route("/v1/agents/{name}", get(show_agent).delete(remove_agent))
+        .route(
+            "/v1/conversations",
+            get(list_conversations).post(add_conversation),
+        )
+        .route("/v1/conversations/{id}/messages", get(read_messages))
+        .route("/v1/messages", post(post_message))
+        .route("/v1/invocations", post(invoke))
+        .route("/v1/flights", get(list_flights))
+        .route("/v1/flights/{id}", get(show_flight))
+        .route(
+            "/v1/flights/{id}/updates",
+            get(flight_updates).post(update_flight),
+        )
+        .route("/v1/flights/{id}/stream", get(flight_stream))
+        .route("/v1/flights/{id}/steer", post(steer))
+        .route("/v1/flights/{id}/interrupt", post(interrupt))
+        .route("/v1/approvals", get(list_approvals))
+        .route("/v1/approvals/{id}", post(decide_approval))
+        .route("/v1/events", get(list_events))
+        .route("/v1/events/stream", get(event_stream))
+        .fallback(|| async { HttpError::new(ErrorCode::InvalidRequest, "no such route") })
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+async fn require_token(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
+        Some(_) => {
+            HttpError::new(ErrorCode::Unauthorized, "the bearer token is wrong").into_response()
+        }
+        None => HttpError::new(
+            ErrorCode::Unauthorized,
+            "a bearer token is required (Authorization: Bearer <token from api.json>)",
+        )
+        .into_response(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
+    let store = s.broker.store();
+    let flights: Vec<Flight> = store.values(T::Flights)?;
+    Ok(Json(relay_protocol::api::Status {
+        version: env!("CARGO_PKG_VERSION").into(),
+        data_dir: s.data_dir.clone(),
+        last_seq: s.broker.last_seq(),
+        agents: store.tree(T::Agents).len() as u64,
+        flights: flights.len() as u64,
+        live_flights: flights.iter().filter(|f| !f.state.is_terminal()).count() as u64,
+        nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
+        uptime_ms: s.broker.uptime_ms(),
+    }))
+}
+
+async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agent>> {
+    Ok(Json(s.broker.store().values(T::Agents)?))
+}
+
+async fn add_agent(
+    State(s): State<ApiState>,
+    ApiJson(spec): ApiJson<AgentSpec>,
+) -> ApiResult<Agent> {
+    Ok(Json(s.broker.register_agent(spec).await?))
+}
+
+async fn show_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<Agent> {
+    Ok(Json(
+        s.broker
+            .store()
+            .agent(&name)?
+            .ok_or(BrokerError::UnknownAgent(name))?,
+    ))
+}
+
+async fn remove_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<Agent> {
+    Ok(Json(s.broker.remove_agent(&name).await?))
+}
+
+async fn list_conversations(State(s): State<ApiState>) -> ApiResult<Vec<Conversation>> {
+    Ok(Json(s.broker.store().values(T::Conversations)?))
+}
+
+async fn add_conversation(
+    State(s): State<ApiState>,
+    ApiJson(spec): ApiJson<ConversationSpec>,
+) -> ApiResult<Conversation> {
+    Ok(Json(s.broker.create_conversation(spec).await?))
+}
+
+#[derive(Deserialize)]
+struct ReadQuery {
+    limit: Option<usize>,
+}
+
+async fn read_messages(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<ReadQuery>,
+) -> ApiResult<Vec<relay_protocol::domain::Message>> {
+    let store = s.broker.store();
+    if store.conversation(&id)?.is_none() {
+        return Err(BrokerError::UnknownConversation(id).into());
+    }
+    Ok(Json(store.messages(&id, q.limit.unwrap_or(50))?))
+}
+
+async fn post_message(
+    State(s): State<ApiState>,
+    ApiJson(post): ApiJson<PostMessage>,
+) -> ApiResult<MessagePosted> {
+    Ok(Json(MessagePosted {
+        message: s.broker.post_message(post).await?,
+    }))
+}
+
+async fn invoke(
+    State(s): State<ApiState>,
+    ApiJson(req): ApiJson<InvokeRequest>,
+) -> ApiResult<relay_protocol::api::InvokeAccepted> {
+    Ok(Json(s.broker.invoke(req).await?))
+}
+
+#[derive(Deserialize)]
+struct FlightQuery {
+    agent: Option<String>,
+    state: Option<FlightState>,
+    /// Only flights not in a terminal state.
+    #[serde(default)]
+    live: bool,
+    limit: Option<usize>,
+}
+
+async fn list_flights(
+    State(s): State<ApiState>,
+    Query(q): Query<FlightQuery>,
+) -> ApiResult<Vec<Flight>> {
+    let flights: Vec<Flight> = s.broker.store().values(T::Flights)?;
+    // Flight ids are time-ordered; newest last, and `limit` keeps the newest.
+    let mut out: Vec<Flight> = flights
+        .into_iter()
+        .filter(|f| q.agent.as_ref().is_none_or(|a| &f.agent == a))
+        .filter(|f| q.state.is_none_or(|st| f.state == st))
+        .filter(|f| !q.live || !f.state.is_terminal())
+        .collect();
+    let limit = q.limit.unwrap_or(100);
+    if out.len() > limit {
+        out.drain(..out.len() - limit);
+    }
+    Ok(Json(out))
+}
+
+async fn show_flight(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<Flight> {
+    Ok(Json(
+        s.broker
+            .store()
+            .flight(&id)?
+            .ok_or(BrokerError::UnknownFlight(id))?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct AfterQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+async fn flight_updates(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<AfterQuery>,
+) -> ApiResult<Vec<relay_protocol::domain::FlightUpdate>> {
+    let store = s.broker.store();
+    if store.flight(&id)?.is_none() {
+        return Err(BrokerError::UnknownFlight(id).into());
+    }
+    Ok(Json(store.flight_updates(&id, q.after.unwrap_or(0))?))
+}
+
+async fn update_flight(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateFlight>,
+) -> ApiResult<relay_protocol::api::UpdateResult> {
+    Ok(Json(s.broker.update_flight(&id, body.change).await?))
+}
+
+fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEvent {
+    SseEvent::default()
+        .id(id.to_string())
+        .event(kind)
+        .json_data(v)
+        .unwrap_or_else(|_| SseEvent::default().event("error").data("unserializable"))
+}
+
+/// Updates of one flight over SSE (`event: update`, `id:` = per-flight seq), from
+/// `after`, ending after the update that makes the flight terminal.
+async fn flight_stream(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<AfterQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let flight = s
+        .broker
+        .store()
+        .flight(&id)?
+        .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
+    let rx = crate::feed::follow_flight(s.broker.clone(), flight, q.after.unwrap_or(0));
+    let stream = ReceiverStream::new(rx).map(|item| {
+        Ok(match item {
+            Ok(update) => sse_json(update.seq, "update", &update),
+            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+        })
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+async fn steer(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SteerRequest>,
+) -> ApiResult<Flight> {
+    let (flight, control) = live_flight(&s, &id)?;
+    control.steer(flight.clone(), body.text).await?;
+    Ok(Json(flight))
+}
+
+async fn interrupt(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<Flight> {
+    let (flight, control) = live_flight(&s, &id)?;
+    control.interrupt(flight.clone()).await?;
+    Ok(Json(flight))
+}
+
+fn live_flight(s: &ApiState, id: &str) -> Result<(Flight, Arc<dyn FlightControl>), HttpError> {
+    let flight = s
+        .broker
+        .store()
+        .flight(id)?
+        .ok_or_else(|| BrokerError::UnknownFlight(id.into()))?;
+    if flight.state.is_terminal() {
+        return Err(BrokerError::FlightTerminal {
+            flight: flight.id,
+            state: flight.state,
+        }
+        .into());
+    }
+    let control = s
+        .control
+        .clone()
+        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
+    Ok((flight, control))
+}
+
+#[derive(Deserialize)]
+struct ApprovalQuery {
+    /// `pending` (default), `decided`, `expired` or `all`.
+    state: Option<String>,
+}
+
+async fn list_approvals(
+    State(s): State<ApiState>,
+    Query(q): Query<ApprovalQuery>,
+) -> ApiResult<Vec<Approval>> {
+    let all: Vec<Approval> = s.broker.store().values(T::Approvals)?;
+    let want = match q.state.as_deref().unwrap_or("pending") {
+        "pending" => Some(ApprovalState::Pending),
+        "decided" => Some(ApprovalState::Decided),
+        "expired" => Some(ApprovalState::Expired),
+        "all" => None,
+        other => {
+            return Err(HttpError::new(
+                ErrorCode::InvalidRequest,
+                format!("unknown approval state {other:?}; use pending, decided, expired or all"),
+            ))
+        }
+    };
+    Ok(Json(
+        all.into_iter()
+            .filter(|a| want.is_none_or(|w| a.state == w))
+            .collect(),
+    ))
+}
+
+async fn decide_approval(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<DecideApproval>,
+) -> ApiResult<Approval> {
+    let approval = s
+        .broker
+        .decide_approval(&id, body.decision, &body.decided_by)
+        .await?;
+    if let Some(control) = &s.control {
+        control.approval_decided(approval.clone()).await?;
+    }
+    Ok(Json(approval))
+}
+
+async fn list_events(
+    State(s): State<ApiState>,
+    Query(q): Query<AfterQuery>,
+) -> ApiResult<Vec<relay_protocol::event::Event>> {
+    let published = s.broker.last_seq();
+    let mut events = s
+        .broker
+        .store()
+        .events_after(q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000))?;
+    events.retain(|e| e.seq <= published);
+    Ok(Json(events))
+}
+
+/// Every committed event over SSE (`id:` = global seq, `event:` = its type), from
+/// `after` or the `Last-Event-ID` header, without gaps or duplicates.
+async fn event_stream(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    Query(q): Query<AfterQuery>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let last_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let after = q.after.or(last_id).unwrap_or(0);
+    let rx = crate::feed::follow(s.broker.clone(), after);
+    let stream = ReceiverStream::new(rx).map(|item| {
+        Ok(match item {
+            Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
+            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+        })
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,116 @@
+//! `relay up`: the broker with its embedded runtime, the HTTP API on loopback, and
+//! clean shutdown.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, BrokerConfig};
+use crate::client::{ApiInfo, API_FILE};
+use crate::http::{router, ApiState};
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub broker: BrokerConfig,
+}
+
+/// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
+/// queued and flushes.
+pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if !config.listen.ip().is_loopback() {
+        bail!(
+            "refusing to listen on {}: the local API only listens on loopback (127.0.0.1 or ::1)",
+            config.listen
+        );
+    }
+    create_private_dir(&config.data_dir)?;
+    let store = Store::open(&config.data_dir.join("db"))?;
+    let (broker, writer) = Broker::start(store, config.broker.clone(), shutdown.clone()).await?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (pass --listen 127.0.0.1:0 for any free port)",
+                config.listen
+            )
+        })?;
+    let addr = listener.local_addr()?;
+    let token = load_or_create_token(&config.data_dir)?;
+    let url = format!("http://{addr}");
+    write_api_info(
+        &config.data_dir,
+        &ApiInfo {
+            url: url.clone(),
+            token: token.clone(),
+            pid: std::process::id(),
+        },
+    )?;
+    let state = ApiState {
+        broker: broker.clone(),
+        token: Arc::from(token.as_str()),
+        data_dir: config.data_dir.display().to_string(),
+        control: None,
+        nats: None,
+    };
+    let max_body = config.broker.max_message_bytes + 64 * 1024;
+    tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");
+    eprintln!(
+        "relay: listening on {url} (token in {})",
+        config.data_dir.join(API_FILE).display()
+    );
+    let app = router(state, max_body);
+    let http_shutdown = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
+        .await?;
+    drop(broker);
+    writer.await?;
+    tracing::info!("relay broker stopped");
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create data dir {}", dir.display()))
+}
+
+/// The token made at first start is kept in api.json and reused after a restart, so
+/// clients configured with it keep working.
+fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
+    if let Ok(text) = std::fs::read_to_string(dir.join(API_FILE)) {
+        if let Ok(info) = serde_json::from_str::<ApiInfo>(&text) {
+            if info.token.len() >= 32 {
+                return Ok(info.token);
+            }
+        }
+    }
+    let bytes: [u8; 32] = rand::random();
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn write_api_info(dir: &Path, info: &ApiInfo) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!("{API_FILE}.tmp"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(serde_json::to_string_pretty(info)?.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(API_FILE))?;
+    Ok(())
+}

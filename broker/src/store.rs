@@ -1,0 +1,466 @@
+//! sled storage: the append-only event log and one tree per projection.
+//!
+//! Layout (every value starts with a version byte, then JSON):
+//! - `events`: global seq (u64 big-endian) -> [`Event`]
+//! - `agents`: name -> [`Agent`]
+//! - `conversations`: id -> [`Conversation`]
+//! - `messages`: conversation id, 0, index (u64 BE) -> [`Message`]
+//! - `message_ids`: message id -> key in `messages`
+//! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
+//! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
+//!
+//! Projections are written only by [`apply`], both when a batch commits and when
+//! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
+
+use relay_protocol::domain::{
+    Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
+};
+use relay_protocol::event::{Event, EventBody};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::Transactional;
+
+use crate::error::BrokerError;
+
+/// Version byte in front of every stored value.
+const VALUE_VERSION: u8 = 1;
+
+/// Projection trees, in the order [`Store::trees`] holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum T {
+    Events = 0,
+    Agents,
+    Conversations,
+    Messages,
+    MessageIds,
+    Invocations,
+    Flights,
+    FlightUpdates,
+    Deliveries,
+    Approvals,
+    Bindings,
+    /// flight id -> ids of its approvals, so a transaction can find them without a scan.
+    FlightApprovals,
+}
+
+const TREE_NAMES: [&str; 12] = [
+    "events",
+    "agents",
+    "conversations",
+    "messages",
+    "message_ids",
+    "invocations",
+    "flights",
+    "flight_updates",
+    "deliveries",
+    "approvals",
+    "bindings",
+    "flight_approvals",
+];
+
+pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
+    let mut out = Vec::with_capacity(256);
+    out.push(VALUE_VERSION);
+    serde_json::to_writer(&mut out, v)?;
+    Ok(out)
+}
+
+pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, BrokerError> {
+    match bytes.split_first() {
+        Some((&VALUE_VERSION, rest)) => Ok(serde_json::from_slice(rest)?),
+        Some((v, _)) => Err(BrokerError::Corrupt(format!(
+            "stored value has version {v}, this build reads {VALUE_VERSION}"
+        ))),
+        None => Err(BrokerError::Corrupt("empty stored value".into())),
+    }
+}
+
+pub fn seq_key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// `prefix`, 0, `n` big-endian: keys that sort by `n` within one prefix.
+pub fn child_key(prefix: &str, n: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 9);
+    k.extend_from_slice(prefix.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+fn child_prefix(prefix: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 1);
+    k.extend_from_slice(prefix.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Where [`apply`] writes: the live transaction, or plain trees during a rebuild.
+pub trait Sink {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError>;
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError>;
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError>;
+}
+
+/// Applies one event to the projections. Events carry the records they produce, so
+/// applying is a set of puts and deletes, and applying twice changes nothing.
+pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
+    match &event.body {
+        EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
+            sink.put(T::Agents, agent.spec.name.as_bytes(), encode(agent)?)
+        }
+        EventBody::AgentRemoved { name } => sink.del(T::Agents, name.as_bytes()),
+        EventBody::ThreadLost { .. } => Ok(()),
+        EventBody::ConversationCreated { conversation } => sink.put(
+            T::Conversations,
+            conversation.spec.id.as_bytes(),
+            encode(conversation)?,
+        ),
+        EventBody::MessagePosted {
+            message,
+            conversation,
+        } => {
+            let key = child_key(&message.conversation, message.index);
+            sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
+            sink.put(T::Messages, &key, encode(message)?)?;
+            sink.put(
+                T::Conversations,
+                conversation.spec.id.as_bytes(),
+                encode(conversation)?,
+            )
+        }
+        EventBody::DeliveryPlanned { delivery } | EventBody::DeliveryAttempted { delivery } => {
+            sink.put(T::Deliveries, delivery.id.as_bytes(), encode(delivery)?)
+        }
+        EventBody::InvocationCreated { invocation, flight } => {
+            sink.put(
+                T::Invocations,
+                invocation.id.as_bytes(),
+                encode(invocation)?,
+            )?;
+            sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
+        }
+        EventBody::FlightUpdated { update, flight } => {
+            sink.put(
+                T::FlightUpdates,
+                &child_key(&update.flight, update.seq),
+                encode(&StoredUpdate {
+                    event_seq: event.seq,
+                    update: update.clone(),
+                })?,
+            )?;
+            sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
+        }
+        EventBody::BindingCreated { binding } => {
+            sink.put(T::Bindings, binding.id.as_bytes(), encode(binding)?)
+        }
+        EventBody::ApprovalRequested { approval } | EventBody::ApprovalDecided { approval } => {
+            let flight = approval.request.flight.as_bytes();
+            let mut ids: Vec<String> = match sink.get(T::FlightApprovals, flight)? {
+                Some(v) => decode(&v)?,
+                None => Vec::new(),
+            };
+            if !ids.contains(&approval.id) {
+                ids.push(approval.id.clone());
+                sink.put(T::FlightApprovals, flight, encode(&ids)?)?;
+            }
+            sink.put(T::Approvals, approval.id.as_bytes(), encode(approval)?)
+        }
+    }
+}
+
+/// The sled database and its trees. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    trees: Vec<sled::Tree>,
+}
+
+impl Store {
+    pub fn open(path: &std::path::Path) -> Result<Store, BrokerError> {
+        let db = sled::Config::new()
+            .path(path)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                    BrokerError::Locked(path.display().to_string())
+                }
+                sled::Error::Io(io) if io.to_string().contains("lock") => {
+                    BrokerError::Locked(path.display().to_string())
+                }
+                other => BrokerError::Storage(other),
+            })?;
+        Self::with_db(db)
+    }
+
+    /// An in-memory store, for unit tests and rebuild checks.
+    pub fn temporary() -> Result<Store, BrokerError> {
+        Self::with_db(sled::Config::new().temporary(true).open()?)
+    }
+
+    fn with_db(db: sled::Db) -> Result<Store, BrokerError> {
+        let trees = TREE_NAMES
+            .iter()
+            .map(|n| db.open_tree(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Store { db, trees })
+    }
+
+    pub fn tree(&self, t: T) -> &sled::Tree {
+        &self.trees[t as usize]
+    }
+
+    pub fn last_seq(&self) -> Result<u64, BrokerError> {
+        Ok(match self.tree(T::Events).last()? {
+            Some((k, _)) => u64::from_be_bytes(
+                k.as_ref()
+                    .try_into()
+                    .map_err(|_| BrokerError::Corrupt("event key is not 8 bytes".into()))?,
+            ),
+            None => 0,
+        })
+    }
+
+    /// Runs `f` in one transaction over every tree. `f` may be re-run by sled, so it must
+    /// not have side effects outside the transaction.
+    pub fn transaction<R>(
+        &self,
+        f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
+    ) -> Result<R, BrokerError> {
+        self.trees
+            .as_slice()
+            .transaction(|trees| {
+                f(&Tx { trees }).map_err(|e| match e {
+                    // Let sled retry the whole closure, as it expects.
+                    BrokerError::TxConflict => ConflictableTransactionError::Conflict,
+                    e => ConflictableTransactionError::Abort(e),
+                })
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Abort(e) => e,
+                sled::transaction::TransactionError::Storage(e) => BrokerError::Storage(e),
+            })
+    }
+
+    /// Waits until everything written so far is on disk.
+    pub async fn flush(&self) -> Result<(), BrokerError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    pub fn get<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
+        self.tree(t).get(key)?.map(|v| decode(&v)).transpose()
+    }
+
+    pub fn values<V: DeserializeOwned>(&self, t: T) -> Result<Vec<V>, BrokerError> {
+        self.tree(t).iter().values().map(|v| decode(&v?)).collect()
+    }
+
+    pub fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
+        self.get(T::Agents, name.as_bytes())
+    }
+
+    pub fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        self.get(T::Flights, id.as_bytes())
+    }
+
+    pub fn invocation(&self, id: &str) -> Result<Option<Invocation>, BrokerError> {
+        self.get(T::Invocations, id.as_bytes())
+    }
+
+    pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
+        self.get(T::Conversations, id.as_bytes())
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Option<Approval>, BrokerError> {
+        self.get(T::Approvals, id.as_bytes())
+    }
+
+    pub fn deliveries(&self) -> Result<Vec<Delivery>, BrokerError> {
+        self.values(T::Deliveries)
+    }
+
+    /// The last `n` messages of a conversation, oldest first.
+    pub fn messages(&self, conversation: &str, n: usize) -> Result<Vec<Message>, BrokerError> {
+        let mut out = self
+            .tree(T::Messages)
+            .scan_prefix(child_prefix(conversation))
+            .values()
+            .rev()
+            .take(n)
+            .map(|v| decode(&v?))
+            .collect::<Result<Vec<Message>, _>>()?;
+        out.reverse();
+        Ok(out)
+    }
+
+    pub fn message(&self, id: &str) -> Result<Option<Message>, BrokerError> {
+        match self.tree(T::MessageIds).get(id.as_bytes())? {
+            Some(key) => self.get(T::Messages, &key),
+            None => Ok(None),
+        }
+    }
+
+    /// Updates of a flight with per-flight seq greater than `after`, in order.
+    pub fn flight_updates(
+        &self,
+        flight: &str,
+        after: u64,
+    ) -> Result<Vec<FlightUpdate>, BrokerError> {
+        Ok(self
+            .stored_updates(flight, after)?
+            .into_iter()
+            .map(|s| s.update)
+            .collect())
+    }
+
+    /// Like [`Store::flight_updates`], with the global seq of each update's event.
+    pub fn stored_updates(
+        &self,
+        flight: &str,
+        after: u64,
+    ) -> Result<Vec<StoredUpdate>, BrokerError> {
+        self.tree(T::FlightUpdates)
+            .range(child_key(flight, after.saturating_add(1))..=child_key(flight, u64::MAX))
+            .values()
+            .map(|v| decode(&v?))
+            .collect()
+    }
+
+    /// Events with global seq greater than `after`, at most `limit` of them.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
+        self.tree(T::Events)
+            .range(seq_key(after.saturating_add(1))..)
+            .values()
+            .take(limit)
+            .map(|v| decode(&v?))
+            .collect()
+    }
+
+    /// Rebuilds every projection from the event log into a scratch store and compares it
+    /// with the live projections. Also checks that the log's sequence has no gaps.
+    pub fn verify(&self) -> Result<VerifyReport, BrokerError> {
+        let scratch = Store::temporary()?;
+        let mut report = VerifyReport::default();
+        let mut expected = 1u64;
+        for v in self.tree(T::Events).iter().values() {
+            let event: Event = decode(&v?)?;
+            if event.seq != expected {
+                report.gaps.push((expected, event.seq));
+            }
+            expected = event.seq + 1;
+            report.events += 1;
+            apply(&PlainSink(&scratch), &event)?;
+        }
+        for t in TREES_PROJECTED {
+            let (live, rebuilt) = (self.tree(t), scratch.tree(t));
+            let live_entries: Vec<_> = live.iter().collect::<Result<_, _>>()?;
+            let rebuilt_entries: Vec<_> = rebuilt.iter().collect::<Result<_, _>>()?;
+            if live_entries != rebuilt_entries {
+                report
+                    .mismatched_trees
+                    .push(TREE_NAMES[t as usize].to_string());
+            }
+        }
+        Ok(report)
+    }
+}
+
+const TREES_PROJECTED: [T; 11] = [
+    T::Agents,
+    T::Conversations,
+    T::Messages,
+    T::MessageIds,
+    T::Invocations,
+    T::Flights,
+    T::FlightUpdates,
+    T::Deliveries,
+    T::Approvals,
+    T::Bindings,
+    T::FlightApprovals,
+];
+
+/// A flight update as stored: with the global seq of the event that made it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct StoredUpdate {
+    pub event_seq: u64,
+    pub update: FlightUpdate,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct VerifyReport {
+    pub events: u64,
+    /// (expected seq, found seq) wherever the log skips.
+    pub gaps: Vec<(u64, u64)>,
+    /// Projections that differ from a rebuild from the log.
+    pub mismatched_trees: Vec<String>,
+}
+
+impl VerifyReport {
+    pub fn is_consistent(&self) -> bool {
+        self.gaps.is_empty() && self.mismatched_trees.is_empty()
+    }
+}
+
+/// A view of every tree inside one transaction.
+pub struct Tx<'a> {
+    trees: &'a [TransactionalTree],
+}
+
+impl Tx<'_> {
+    pub fn read<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
+        self.trees[t as usize]
+            .get(key)
+            .map_err(unabortable)?
+            .map(|v| decode(&v))
+            .transpose()
+    }
+
+    pub fn contains(&self, t: T, key: &[u8]) -> Result<bool, BrokerError> {
+        Ok(self.trees[t as usize]
+            .get(key)
+            .map_err(unabortable)?
+            .is_some())
+    }
+}
+
+fn unabortable(e: sled::transaction::UnabortableTransactionError) -> BrokerError {
+    match e {
+        sled::transaction::UnabortableTransactionError::Storage(e) => BrokerError::Storage(e),
+        sled::transaction::UnabortableTransactionError::Conflict => BrokerError::TxConflict,
+    }
+}
+
+impl Sink for Tx<'_> {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError> {
+        self.trees[tree as usize].get(key).map_err(unabortable)
+    }
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.trees[tree as usize]
+            .insert(key, value)
+            .map_err(unabortable)?;
+        Ok(())
+    }
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.trees[tree as usize].remove(key).map_err(unabortable)?;
+        Ok(())
+    }
+}
+
+struct PlainSink<'a>(&'a Store);
+
+impl Sink for PlainSink<'_> {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError> {
+        Ok(self.0.tree(tree).get(key)?)
+    }
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.0.tree(tree).insert(key, value)?;
+        Ok(())
+    }
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.0.tree(tree).remove(key)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,305 @@
+//! Domain rules over a real (temporary) sled store: the flight state machine, typed
+//! errors for bad input, and that a rejected command writes nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use relay_broker::store::Store;
+use relay_broker::{Broker, BrokerConfig, BrokerError};
+use relay_protocol::domain::{
+    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage, WakePolicy,
+    DEFAULT_CONVERSATION,
+};
+use tokio_util::sync::CancellationToken;
+
+use FlightState::*;
+
+async fn broker() -> Broker {
+    let store = Store::temporary().unwrap();
+    let config = BrokerConfig {
+        max_message_bytes: 1000,
+        max_depth: 2,
+    };
+    let (b, _task) = Broker::start(store, config, CancellationToken::new())
+        .await
+        .unwrap();
+    b
+}
+
+fn spec(name: &str) -> AgentSpec {
+    AgentSpec {
+        name: name.into(),
+        harness: Harness::CodexAppServer,
+        cwd: "/tmp".into(),
+        model: None,
+        node: None,
+        wake: WakePolicy::OnDemand,
+        command: None,
+        args: vec![],
+        env: Default::default(),
+        approval_policy: Default::default(),
+    }
+}
+
+fn invoke(target: &str) -> InvokeRequest {
+    InvokeRequest {
+        target: target.into(),
+        task: "do it".into(),
+        requester: "operator".into(),
+        action: Default::default(),
+        conversation: None,
+        parent_flight: None,
+        timeout_ms: None,
+    }
+}
+
+fn to(state: FlightState) -> FlightChange {
+    FlightChange::State {
+        to: state,
+        reason: Some(format!("to {state}")),
+        output: Some("the answer".into()),
+    }
+}
+
+/// The legal transitions, written out independently of the implementation.
+fn legal(from: FlightState, to: FlightState) -> bool {
+    matches!(
+        (from, to),
+        (Queued, Waking | Running | Failed | Cancelled)
+            | (Waking, Running | Failed | Cancelled)
+            | (Running, Waiting | Completed | Failed | Cancelled)
+            | (Waiting, Running | Failed | Cancelled)
+    )
+}
+
+/// Legal steps that bring a new flight to `state`.
+fn path_to(state: FlightState) -> Vec<FlightState> {
+    match state {
+        Queued => vec![],
+        Waking => vec![Waking],
+        Running => vec![Running],
+        Waiting => vec![Running, Waiting],
+        Completed => vec![Running, Completed],
+        Failed => vec![Failed],
+        Cancelled => vec![Cancelled],
+    }
+}
+
+#[tokio::test]
+async fn every_transition_is_legal_or_a_typed_error() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    for from in FlightState::ALL {
+        for target in FlightState::ALL {
+            let f = b.invoke(invoke("a1")).await.unwrap().flight;
+            for step in path_to(from) {
+                b.update_flight(&f.id, to(step)).await.unwrap();
+            }
+            let before = b.store().flight(&f.id).unwrap().unwrap();
+            assert_eq!(before.state, from);
+            let seq_before = b.last_seq();
+            let result = b.update_flight(&f.id, to(target)).await;
+            let after = b.store().flight(&f.id).unwrap().unwrap();
+            if from == target {
+                // An identical update is skipped: no event, nothing changes.
+                let r = result.unwrap();
+                assert!(!r.applied, "{from} -> {target} should be skipped");
+                assert_eq!(after, before);
+                assert_eq!(b.last_seq(), seq_before);
+            } else if legal(from, target) {
+                let r = result.unwrap_or_else(|e| panic!("{from} -> {target}: {e}"));
+                assert!(r.applied);
+                assert_eq!(after.state, target);
+                assert_eq!(after.update_seq, before.update_seq + 1);
+            } else {
+                let err = result.expect_err(&format!("{from} -> {target} must fail"));
+                if from.is_terminal() {
+                    assert!(
+                        matches!(err, BrokerError::FlightTerminal { state, .. } if state == from),
+                        "{from} -> {target}: {err:?}"
+                    );
+                } else {
+                    assert!(
+                        matches!(err, BrokerError::IllegalTransition { from: f2, to: t2, .. } if f2 == from && t2 == target),
+                        "{from} -> {target}: {err:?}"
+                    );
+                }
+                assert_eq!(after, before, "a refused update changes nothing");
+                assert_eq!(b.last_seq(), seq_before, "a refused update writes no event");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn terminal_flights_refuse_every_later_change() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let f = b.invoke(invoke("a1")).await.unwrap().flight;
+    b.update_flight(&f.id, to(Running)).await.unwrap();
+    b.update_flight(&f.id, FlightChange::Delta { text: "hel".into() })
+        .await
+        .unwrap();
+    b.update_flight(&f.id, to(Completed)).await.unwrap();
+    for change in [
+        FlightChange::Delta { text: "lo".into() },
+        FlightChange::Note {
+            text: "late".into(),
+        },
+        to(Running),
+        to(Failed),
+    ] {
+        let err = b.update_flight(&f.id, change).await.unwrap_err();
+        assert!(matches!(
+            err,
+            BrokerError::FlightTerminal {
+                state: Completed,
+                ..
+            }
+        ));
+    }
+    // Completing again is the identical update: skipped, not an error.
+    assert!(!b.update_flight(&f.id, to(Completed)).await.unwrap().applied);
+    let updates = b.store().flight_updates(&f.id, 0).unwrap();
+    assert_eq!(
+        updates.iter().map(|u| u.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+}
+
+#[tokio::test]
+async fn completion_posts_the_reply_in_the_conversation() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let acc = b.invoke(invoke("a1")).await.unwrap();
+    b.update_flight(&acc.flight.id, to(Running)).await.unwrap();
+    let done = b
+        .update_flight(&acc.flight.id, to(Completed))
+        .await
+        .unwrap();
+    let reply_id = done.flight.reply_message.expect("reply message");
+    let reply = b.store().message(&reply_id).unwrap().unwrap();
+    assert_eq!(reply.body, "the answer");
+    assert_eq!(reply.author, "a1");
+    assert_eq!(
+        reply.reply_to.as_deref(),
+        Some(acc.invocation.request_message.as_str())
+    );
+    assert_eq!(reply.meta.flight.as_deref(), Some(acc.flight.id.as_str()));
+    assert_eq!(
+        reply.meta.invocation.as_deref(),
+        Some(acc.invocation.id.as_str())
+    );
+    assert_eq!(reply.conversation, "direct.a1.operator");
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let seq = b.last_seq();
+    let post = |conversation: &str, body: &str| PostMessage {
+        conversation: conversation.into(),
+        author: "me".into(),
+        body: body.into(),
+        class: Default::default(),
+        reply_to: None,
+        meta: Default::default(),
+    };
+    assert!(matches!(
+        b.post_message(post("nope", "hi")).await,
+        Err(BrokerError::UnknownConversation(c)) if c == "nope"
+    ));
+    assert!(matches!(
+        b.post_message(post(DEFAULT_CONVERSATION, &"x".repeat(1001)))
+            .await,
+        Err(BrokerError::TooLarge {
+            size: 1001,
+            limit: 1000,
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.post_message(post(DEFAULT_CONVERSATION, "   ")).await,
+        Err(BrokerError::Invalid(_))
+    ));
+    let mut reply = post(DEFAULT_CONVERSATION, "hi");
+    reply.reply_to = Some("msg_missing".into());
+    assert!(matches!(
+        b.post_message(reply).await,
+        Err(BrokerError::UnknownMessage(_))
+    ));
+    assert!(matches!(
+        b.invoke(invoke("ghost")).await,
+        Err(BrokerError::UnknownAgent(a)) if a == "ghost"
+    ));
+    assert!(matches!(
+        b.register_agent(spec("a1")).await,
+        Err(BrokerError::AgentExists(_))
+    ));
+    assert!(matches!(
+        b.register_agent(spec("no spaces")).await,
+        Err(BrokerError::Invalid(_))
+    ));
+    assert!(matches!(
+        b.update_flight("flt_missing", to(Running)).await,
+        Err(BrokerError::UnknownFlight(_))
+    ));
+    assert_eq!(b.last_seq(), seq, "nothing was written");
+    assert!(b.store().verify().unwrap().is_consistent());
+}
+
+#[tokio::test]
+async fn agent_to_agent_depth_and_cycles_are_limited() {
+    let b = broker().await;
+    for n in ["a", "b", "c", "d"] {
+        b.register_agent(spec(n)).await.unwrap();
+    }
+    let root = b.invoke(invoke("a")).await.unwrap().flight;
+    let child = |parent: &str, target: &str| {
+        let mut r = invoke(target);
+        r.parent_flight = Some(parent.into());
+        r.requester = "agent".into();
+        r
+    };
+    let f_b = b.invoke(child(&root.id, "b")).await.unwrap();
+    assert_eq!(f_b.invocation.depth, 1);
+    assert!(matches!(
+        b.invoke(child(&f_b.flight.id, "a")).await,
+        Err(BrokerError::Cycle { agent }) if agent == "a"
+    ));
+    let f_c = b.invoke(child(&f_b.flight.id, "c")).await.unwrap();
+    assert_eq!(f_c.invocation.depth, 2);
+    assert!(matches!(
+        b.invoke(child(&f_c.flight.id, "d")).await,
+        Err(BrokerError::DepthLimit { depth: 3, limit: 2 })
+    ));
+}
+
+#[tokio::test]
+async fn mentions_plan_deterministic_deliveries_once() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let m = b
+        .post_message(PostMessage {
+            conversation: DEFAULT_CONVERSATION.into(),
+            author: "me".into(),
+            body: "@a1 look, @a1 again, @nobody".into(),
+            class: Default::default(),
+            reply_to: None,
+            meta: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(m.mentions, vec!["a1", "nobody"]);
+    let deliveries = b.store().deliveries().unwrap();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].target, "a1");
+    assert_eq!(
+        deliveries[0].id,
+        relay_protocol::domain::delivery_id(
+            &m.id,
+            "a1",
+            relay_protocol::domain::DeliveryReason::Mention,
+            Harness::CodexAppServer
+        )
+    );
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what Relay and its tests need, idempotently: nats-server and tmux from Debian
+# packages, the pinned agent CLIs from npm into a cache outside the checkout (keyed by
+# version, so a fresh clone does not download them again), and the Rust build.
+#
+#   ops/setup.sh            everything
+#   ops/setup.sh --no-agents  skip the agent CLIs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_agents=1
+for a in "$@"; do
+  case "$a" in
+    --no-agents) want_agents=0 ;;
+    *) echo "setup: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------
+need_pkgs=()
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_pkgs+=(nats-server)
+command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
+command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo -n"
+  say "installing ${need_pkgs[*]} (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- pinned agent CLIs -----------------------------------------------------------------
+# Versions are pinned here and in harnesses/src (CODEX_VERSION); see shared/HARNESSES.md.
+AGENTS_DIR="${RELAY_AGENTS_DIR:-$HOME/.cache/relay/agents}"
+install_npm() { # name version package binary
+  local dir="$AGENTS_DIR/$1-$2"
+  if [ -x "$dir/node_modules/.bin/$4" ]; then
+    return 0
+  fi
+  say "installing $3@$2 into $dir (npm)"
+  mkdir -p "$dir.tmp"
+  (cd "$dir.tmp" && npm install --no-audit --no-fund --loglevel=error --prefix . "$3@$2" >/dev/null)
+  rm -rf "$dir"
+  mv "$dir.tmp" "$dir"
+}
+if [ "$want_agents" -eq 1 ]; then
+  install_npm codex 0.169.0 @openai/codex codex
+fi
+
+# --- Rust build ------------------------------------------------------------------------
+say "building (cargo build --workspace --bins)"
+cargo build --workspace --bins --quiet

@@ -1,0 +1,322 @@
+//! The foundation, end to end with a real `relay up` process: durability across
+//! `kill -9`, the event log's sequence, projections equal to a rebuild, and bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use relay_broker::store::Store;
+use relay_tests::{process_alive, RelayProcess};
+use serde_json::{json, Value};
+
+#[test]
+fn a_sent_message_survives_kill_9_and_the_log_stays_gap_free() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut relay = RelayProcess::start(&dir).unwrap();
+    relay.cli_ok(&[
+        "agent",
+        "add",
+        "codex-1",
+        "--harness",
+        "codex_app_server",
+        "--cwd",
+        "/tmp",
+    ]);
+    relay.cli_ok(&["send", "first, for @codex-1"]);
+    // The message the broker acknowledged last, then an immediate kill -9.
+    let id = relay.cli_ok(&["send", "--as", "alice", "the last words"]);
+    let id = id.trim().to_string();
+    let pid = relay.pid();
+    relay.kill9();
+    assert!(!process_alive(pid));
+
+    relay.restart().unwrap();
+    let msgs = relay.cli_json(&["read", "-n", "10", "--json"]);
+    let last = msgs.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["id"], id.as_str());
+    assert_eq!(last["body"], "the last words");
+    assert_eq!(last["author"], "alice");
+
+    // The sequence continues where it stopped: no gap, no reuse.
+    let before: Vec<u64> = seqs(&relay.cli_json(&["events", "--json"]));
+    relay.cli_ok(&["send", "after the restart"]);
+    let after: Vec<u64> = seqs(&relay.cli_json(&["events", "--json"]));
+    assert_eq!(before, (1..=before.len() as u64).collect::<Vec<_>>());
+    assert_eq!(after, (1..=after.len() as u64).collect::<Vec<_>>());
+    assert!(after.len() > before.len());
+    let tail = relay.cli_json(&["events", "--since", &before.len().to_string(), "--json"]);
+    assert_eq!(tail[0]["type"], "message_posted");
+    assert_eq!(tail[0]["message"]["body"], "after the restart");
+
+    // Projections equal a rebuild from the log (read with the broker stopped).
+    let status = relay.terminate().unwrap();
+    assert!(status.success(), "clean shutdown: {status}");
+    let store = Store::open(&dir.join("db")).unwrap();
+    let report = store.verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+    assert_eq!(report.events, after.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut relay = RelayProcess::start(&dir).unwrap();
+    let http = relay.http();
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let http = relay.http();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..1000 {
+                let body = json!({"conversation": "channel.shared", "author": format!("w{w}"), "body": format!("m{w}-{i}")});
+                // A request the dying broker did not answer was never acknowledged.
+                match http
+                    .try_request(reqwest::Method::POST, "/v1/messages", Some(body.to_string().into_bytes()))
+                    .await
+                {
+                    Ok((200, body)) => acked
+                        .lock()
+                        .unwrap()
+                        .push(body["message"]["id"].as_str().unwrap().to_string()),
+                    _ => return,
+                }
+            }
+        }));
+    }
+    // Let the writers get going, then kill the broker mid-stream.
+    while acked.lock().unwrap().len() < 300 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    relay.kill9();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(http);
+    let acked = acked.lock().unwrap().clone();
+    relay.restart().unwrap();
+    let (code, msgs) = relay
+        .http()
+        .get("/v1/conversations/channel.shared/messages?limit=100000")
+        .await;
+    assert_eq!(code, 200);
+    let stored: std::collections::HashSet<String> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    let lost: Vec<_> = acked.iter().filter(|id| !stored.contains(*id)).collect();
+    assert!(lost.is_empty(), "{} acknowledged messages lost", lost.len());
+    let indexes: Vec<u64> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, (0..indexes.len() as u64).collect::<Vec<_>>());
+    relay.terminate().unwrap();
+    let report = Store::open(&dir.join("db")).unwrap().verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+}
+
+fn seqs(events: &Value) -> Vec<u64> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_a_typed_error_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-message-bytes", "1024"],
+        &[],
+    )
+    .unwrap();
+    let http = relay.http();
+    let last_seq = || async {
+        relay.http().get("/v1/status").await.1["last_seq"]
+            .as_u64()
+            .unwrap()
+    };
+    let seq0 = last_seq().await;
+    let msg =
+        |body: String| json!({"conversation": "channel.shared", "author": "me", "body": body});
+
+    let cases: Vec<(&str, u16, &str, (u16, Value))> = vec![
+        (
+            "malformed JSON",
+            400,
+            "invalid_request",
+            http.request(
+                reqwest::Method::POST,
+                "/v1/messages",
+                Some(b"{\"conversation\": ".to_vec()),
+            )
+            .await,
+        ),
+        (
+            "garbage bytes",
+            400,
+            "invalid_request",
+            http.request(
+                reqwest::Method::POST,
+                "/v1/messages",
+                Some(vec![0xff, 0x00, 0x13]),
+            )
+            .await,
+        ),
+        (
+            "wrong field type",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": 5, "author": "me", "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "no token",
+            401,
+            "unauthorized",
+            relay
+                .http()
+                .with_token(None)
+                .post("/v1/messages", &msg("hi".into()))
+                .await,
+        ),
+        (
+            "wrong token",
+            401,
+            "unauthorized",
+            relay
+                .http()
+                .with_token(Some("not-the-token"))
+                .post("/v1/messages", &msg("hi".into()))
+                .await,
+        ),
+        (
+            "wrong token on a read",
+            401,
+            "unauthorized",
+            relay.http().with_token(Some("x")).get("/v1/agents").await,
+        ),
+        (
+            "body over the message limit",
+            413,
+            "payload_too_large",
+            http.post("/v1/messages", &msg("x".repeat(1025))).await,
+        ),
+        (
+            "request over the HTTP body limit",
+            413,
+            "payload_too_large",
+            http.post("/v1/messages", &msg("x".repeat(200_000))).await,
+        ),
+        (
+            "unknown conversation",
+            404,
+            "unknown_conversation",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "nope", "author": "me", "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "unknown agent",
+            404,
+            "unknown_agent",
+            http.post("/v1/invocations", &json!({"target": "ghost", "task": "x"}))
+                .await,
+        ),
+        (
+            "unknown agent (show)",
+            404,
+            "unknown_agent",
+            http.get("/v1/agents/ghost").await,
+        ),
+        (
+            "unknown flight",
+            404,
+            "unknown_flight",
+            http.get("/v1/flights/flt_nope").await,
+        ),
+        (
+            "bad harness",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/agents",
+                &json!({"name": "a", "harness": "vim", "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "illegal transition on unknown flight",
+            404,
+            "unknown_flight",
+            http.post(
+                "/v1/flights/flt_x/updates",
+                &json!({"kind": "state", "to": "running"}),
+            )
+            .await,
+        ),
+    ];
+    for (what, status, code, (got_status, body)) in cases {
+        assert_eq!(got_status, status, "{what}: {body}");
+        assert_eq!(body["error"]["code"], code, "{what}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
+    }
+    assert_eq!(last_seq().await, seq0, "nothing was written");
+
+    // The broker still serves, and a good request after all that works.
+    let (code, body) = http.post("/v1/messages", &msg("still here".into())).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(last_seq().await, seq0 + 1);
+
+    // The CLI reports errors on stderr with a non-zero exit code.
+    let out = relay.cli(&["send", "--to", "nope", "hello"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown conversation") && stderr.contains("unknown_conversation"),
+        "{stderr}"
+    );
+    let out = relay.cli(&["agent", "show", "ghost", "--json"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn api_json_is_private_and_the_token_survives_a_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut relay = RelayProcess::start(&dir).unwrap();
+    let meta = std::fs::metadata(dir.join("api.json")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(relay.api.url.starts_with("http://127.0.0.1:"));
+    let token = relay.api.token.clone();
+    assert!(token.len() >= 32);
+    relay.restart().unwrap();
+    assert_eq!(relay.api.token, token);
+    // Refuses to listen beyond loopback.
+    let out = std::process::Command::new(relay_tests::relay_bin())
+        .args(["up", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(tmp.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}

@@ -207,13 +207,26 @@ impl Broker {
     /// Runs a command from inside Relay (the runtime streaming deltas): waits for room in
     /// the queue instead of failing, so the harness's stream is slowed, never dropped.
     pub async fn execute_internal(&self, command: Command) -> Result<Outcome, BrokerError> {
+        self.submit(command)
+            .await?
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?
+    }
+
+    /// Enqueues a command (waiting for room) and returns at once with the receiver of its
+    /// result. Commands submitted one after another commit in that order, so a caller can
+    /// stream many without waiting for each flush.
+    pub async fn submit(
+        &self,
+        command: Command,
+    ) -> Result<oneshot::Receiver<Result<Outcome, BrokerError>>, BrokerError> {
         let (reply, rx) = oneshot::channel();
         self.inner
             .commands
             .send(Pending { command, reply })
             .await
             .map_err(|_| BrokerError::ShuttingDown)?;
-        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+        Ok(rx)
     }
 }
 
@@ -270,20 +283,45 @@ impl Broker {
         )
     }
 
+    /// Decides an approval for a client (rejected with `Overloaded` when the queue is
+    /// full).
     pub async fn decide_approval(
         &self,
         id: &str,
         decision: ApprovalDecision,
         decided_by: &str,
     ) -> Result<Approval, BrokerError> {
-        expect_outcome!(
-            self.execute(Command::DecideApproval {
-                id: id.into(),
-                decision,
-                decided_by: decided_by.into()
-            }),
-            Approval
-        )
+        self.decide(id, decision, decided_by, false).await
+    }
+
+    /// [`Broker::decide_approval`] for Relay's own policies: waits for queue room.
+    pub async fn decide_approval_internal(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+    ) -> Result<Approval, BrokerError> {
+        self.decide(id, decision, decided_by, true).await
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        internal: bool,
+    ) -> Result<Approval, BrokerError> {
+        let command = Command::DecideApproval {
+            id: id.into(),
+            decision,
+            decided_by: decided_by.into(),
+        };
+        let outcome = if internal {
+            self.execute_internal(command).await
+        } else {
+            self.execute(command).await
+        };
+        expect_outcome!(async { outcome }, Approval)
     }
 }
 
@@ -864,16 +902,29 @@ impl Ctx<'_, '_> {
                 }
             }
             FlightChange::Delta { text } => {
-                let mut s = flight.summary.take().unwrap_or_default();
+                // Streamed text accumulates; after anything else it starts afresh.
+                let previous: Option<crate::store::StoredUpdate> = self.tx.read(
+                    T::FlightUpdates,
+                    &crate::store::child_key(&flight.id, flight.update_seq),
+                )?;
+                let mut s = match previous.map(|p| p.update.change) {
+                    Some(FlightChange::Delta { .. }) => flight.summary.take().unwrap_or_default(),
+                    _ => String::new(),
+                };
                 s.push_str(text);
                 flight.summary = Some(tail(&s, SUMMARY_CHARS));
             }
+            // Streamed text shows itself through the deltas that follow.
             FlightChange::Item {
                 item_kind,
                 phase: ItemPhase::Started,
                 text,
                 ..
-            } => {
+            } if !matches!(
+                item_kind.as_str(),
+                "agent_message" | "user_message" | "reasoning"
+            ) =>
+            {
                 flight.summary = Some(summarize(&match text {
                     Some(t) => format!("{item_kind}: {t}"),
                     None => item_kind.clone(),

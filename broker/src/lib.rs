@@ -16,6 +16,7 @@ pub mod client;
 pub mod error;
 pub mod feed;
 pub mod http;
+pub mod plane;
 pub mod server;
 pub mod store;
 

@@ -9,9 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use relay_broker::client::{default_data_dir, Client};
 use relay_protocol::api::{MessagePosted, Status};
 use relay_protocol::domain::{
-    Agent, AgentSpec, ApprovalPolicy, Conversation, ConversationKind, ConversationSpec, Flight,
-    FlightState, FlightUpdate, Harness, Message, MessageClass, PostMessage, WakePolicy,
-    DEFAULT_CONVERSATION,
+    Agent, AgentSpec, Approval, ApprovalDecision, ApprovalPolicy, Conversation, ConversationKind,
+    ConversationSpec, Flight, FlightChange, FlightState, FlightUpdate, Harness, InvokeRequest,
+    Message, MessageClass, PostMessage, WakePolicy, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::Event;
 use serde::Serialize;
@@ -96,6 +96,55 @@ enum Cmd {
         live: bool,
         #[arg(short = 'n', default_value_t = 50)]
         n: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask an agent: prints the reply live as it streams; exits 0 when the flight
+    /// completed, 1 when it failed or was cancelled.
+    Ask {
+        agent: String,
+        /// The task.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        /// Who is asking (else RELAY_ACTOR, else "operator").
+        #[arg(long = "as", value_name = "ACTOR")]
+        actor: Option<String>,
+        /// Conversation to post in (default: a direct one with the agent).
+        #[arg(long)]
+        conversation: Option<String>,
+        /// The flight this ask is made from (agent-to-agent; else RELAY_FLIGHT).
+        #[arg(long)]
+        parent_flight: Option<String>,
+        /// Fail the flight after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// Print the flight id and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        /// Print only the final flight record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add instructions to the turn a flight is running.
+    Steer {
+        flight: String,
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// Interrupt the turn a flight is running (the flight ends cancelled).
+    Interrupt { flight: String },
+    /// List approval requests (pending ones by default).
+    Approvals {
+        /// pending, decided, expired or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decide an approval request: accept, accept_for_session, decline or cancel.
+    Approve {
+        id: String,
+        decision: ApprovalDecision,
         #[arg(long)]
         json: bool,
     },
@@ -487,6 +536,88 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 }
             }
         }
+        Cmd::Ask {
+            agent,
+            text,
+            actor: who,
+            conversation,
+            parent_flight,
+            timeout,
+            no_wait,
+            json,
+        } => {
+            return ask(
+                &client,
+                InvokeRequest {
+                    target: agent,
+                    task: text.join(" "),
+                    requester: actor(who),
+                    action: Default::default(),
+                    conversation,
+                    parent_flight: parent_flight.or_else(|| std::env::var("RELAY_FLIGHT").ok()),
+                    timeout_ms: timeout.map(|s| s * 1000),
+                },
+                no_wait,
+                json,
+            )
+            .await;
+        }
+        Cmd::Steer { flight, text } => {
+            let f: Flight = client
+                .post(
+                    &format!("/v1/flights/{}/steer", enc(&flight)),
+                    &serde_json::json!({ "text": text.join(" ") }),
+                )
+                .await?;
+            println!("steered {}", f.id);
+        }
+        Cmd::Interrupt { flight } => {
+            let f: Flight = client
+                .post(
+                    &format!("/v1/flights/{}/interrupt", enc(&flight)),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            println!("interrupting {}", f.id);
+        }
+        Cmd::Approvals { state, json } => {
+            let list: Vec<Approval> = client
+                .get(&format!("/v1/approvals?state={}", enc(&state)))
+                .await?;
+            if json {
+                print_json(&list)?;
+            } else if list.is_empty() {
+                eprintln!("no {state} approvals");
+            } else {
+                for a in list {
+                    println!(
+                        "{}  {:<12} {:<10} {}  {}",
+                        a.id,
+                        a.agent,
+                        serde_json::to_value(a.request.kind)?
+                            .as_str()
+                            .unwrap_or("?"),
+                        a.request.detail,
+                        a.decided_by
+                            .map(|d| format!("(decided by {d})"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+        Cmd::Approve { id, decision, json } => {
+            let a: Approval = client
+                .post(
+                    &format!("/v1/approvals/{}", enc(&id)),
+                    &serde_json::json!({ "decision": decision, "decided_by": actor(None) }),
+                )
+                .await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                println!("{} {:?}", a.id, decision);
+            }
+        }
         Cmd::Flight { id, updates, json } => {
             let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
             let ups: Vec<FlightUpdate> = if updates {
@@ -644,4 +775,111 @@ fn describe_event(e: &Event) -> String {
             format!("{} {}", approval.id, approval.request.detail)
         }
     }
+}
+
+/// `relay ask`: invoke, then follow the flight's updates, printing deltas as they come.
+async fn ask(
+    client: &Client,
+    req: InvokeRequest,
+    no_wait: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    let accepted: relay_protocol::api::InvokeAccepted =
+        client.post("/v1/invocations", &req).await?;
+    let id = accepted.flight.id.clone();
+    if no_wait {
+        if json {
+            print_json(&accepted.flight)?;
+        } else {
+            println!("{id}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let status_line = !json && std::io::stderr().is_terminal();
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(AskView {
+        state: accepted.flight.state,
+        streamed: false,
+        last_print: std::time::Instant::now(),
+    }));
+    let spinner = status_line.then(|| {
+        let shared = shared.clone();
+        let agent = req.target.clone();
+        tokio::spawn(async move {
+            let frames = ['|', '/', '-', '\\'];
+            for i in 0.. {
+                tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+                let Ok(v) = shared.lock() else { return };
+                if v.last_print.elapsed() > std::time::Duration::from_millis(400) && !v.streamed {
+                    eprint!("\r{} {agent}: {}   ", frames[i % 4], v.state);
+                }
+            }
+        })
+    });
+    let mut failure = None;
+    let mut stdout = std::io::stdout();
+    client
+        .sse(&format!("/v1/flights/{}/stream", enc(&id)), |kind, data| {
+            if kind != "update" {
+                failure = Some(data.to_string());
+                return false;
+            }
+            let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
+                failure = Some(format!("bad update: {data}"));
+                return false;
+            };
+            let Ok(mut v) = shared.lock() else {
+                return false;
+            };
+            match &u.change {
+                FlightChange::Delta { text } if !json => {
+                    if status_line && !v.streamed {
+                        eprint!("\r\x1b[K");
+                    }
+                    v.streamed = true;
+                    print!("{text}");
+                    let _ = stdout.flush();
+                }
+                FlightChange::State { to, .. } => v.state = *to,
+                _ => {}
+            }
+            v.last_print = std::time::Instant::now();
+            true
+        })
+        .await?;
+    if let Some(s) = spinner {
+        s.abort();
+        eprint!("\r\x1b[K");
+    }
+    if let Some(f) = failure {
+        anyhow::bail!("the flight stream failed: {f}");
+    }
+    let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
+    let streamed = shared.lock().map(|v| v.streamed).unwrap_or(false);
+    if json {
+        print_json(&flight)?;
+    } else if streamed {
+        println!();
+    } else if let Some(o) = &flight.output {
+        println!("{o}");
+    }
+    if flight.state == FlightState::Completed {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        if !json {
+            eprintln!(
+                "relay: flight {} {}: {}",
+                flight.id,
+                flight.state,
+                flight.error.as_deref().unwrap_or("no reason given")
+            );
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+struct AskView {
+    state: FlightState,
+    streamed: bool,
+    last_print: std::time::Instant,
 }

@@ -11,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, BrokerConfig};
 use crate::client::{ApiInfo, API_FILE};
 use crate::http::{router, ApiState};
+use crate::plane::Plane;
 use crate::store::Store;
+use relay_runtime::{Runtime, RuntimeConfig};
+use std::future::IntoFuture;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -31,7 +34,19 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     }
     create_private_dir(&config.data_dir)?;
     let store = Store::open(&config.data_dir.join("db"))?;
-    let (broker, writer) = Broker::start(store, config.broker.clone(), shutdown.clone()).await?;
+    // The writer stops last: the runtime's final reports (turns failed by the shutdown)
+    // must still be committed.
+    let writer_stop = CancellationToken::new();
+    let (broker, writer) = Broker::start(store, config.broker.clone(), writer_stop.clone()).await?;
+    let runtime_stop = CancellationToken::new();
+    let (runtime, reports) = Runtime::start(
+        RuntimeConfig {
+            data_dir: config.data_dir.clone(),
+            node: None,
+        },
+        runtime_stop.clone(),
+    )?;
+    let (plane, plane_task) = Plane::start(broker.clone(), runtime.clone(), reports).await?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -56,7 +71,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         broker: broker.clone(),
         token: Arc::from(token.as_str()),
         data_dir: config.data_dir.display().to_string(),
-        control: None,
+        control: Some(crate::plane::control(&plane)),
         nats: None,
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
@@ -67,9 +82,23 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     );
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
-        .await?;
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
+            .into_future(),
+    );
+    shutdown.cancelled().await;
+    // Stop the harness sessions (children killed, live turns failed with a reason), let
+    // their last reports commit, then stop the writer.
+    runtime_stop.cancel();
+    runtime.stopped().await;
+    drop(runtime);
+    drop(plane);
+    let _ = plane_task.await;
+    writer_stop.cancel();
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "http server");
+    }
     drop(broker);
     writer.await?;
     tracing::info!("relay broker stopped");

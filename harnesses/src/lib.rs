@@ -1,1 +1,18 @@
-//! Harness adapters: one per agent CLI, each producing [`relay_protocol::harness::HarnessEvent`]s.
+//! Harness adapters: one per agent CLI, each turning the CLI's own wire protocol into
+//! [`relay_protocol::harness::HarnessEvent`]s, so nothing above this crate sees a CLI's
+//! wire.
+//!
+//! - [`process`]: child supervision shared by every adapter (own process group, stderr
+//!   tail, exit report, no leaked processes).
+//! - [`codex`]: Codex `app-server` (JSON-RPC over stdio): [`codex::CodexSession`].
+//! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
+//!
+//! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
+//! channel to one owner task that owns the child's pipes and the pending requests; events
+//! flow back on an `mpsc` receiver that ends with `ProcessExited`.
+
+pub mod codex;
+pub mod error;
+pub mod process;
+
+pub use error::HarnessError;

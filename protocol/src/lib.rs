@@ -5,12 +5,15 @@
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
 //! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
 
 pub mod api;
+pub mod codex;
 pub mod domain;
 pub mod event;
 pub mod harness;
+pub mod runtime;
 
 /// Types generated from `proto/relay/v1/relay.proto`.
 #[allow(clippy::all, missing_docs)]

@@ -1,2 +1,215 @@
-//! The harness-session plane (see the codex plane issue): one persistent session per
-//! agent, thread ids in sled, a turn queue per agent.
+//! The harness-session plane: one persistent session per agent.
+//!
+//! - [`Runtime`] is a cheap handle. [`Runtime::dispatch`] queues a flight on its agent's
+//!   worker; [`Runtime::control`] steers, interrupts or answers an approval.
+//! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
+//!   run one at a time; different agents run in parallel), the harness session (spawned
+//!   on demand, or at start for `keep_warm`), and the turn in progress.
+//! - [`threads::ThreadStore`] keeps each agent's harness thread id in sled. A session
+//!   resumes that thread; only when the harness says it is gone does it start a new one,
+//!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
+//! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
+//!   arrives; the broker turns reports into flight updates.
+
+pub mod threads;
+mod worker;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use relay_protocol::domain::{Agent, FlightChange, FlightState};
+use relay_protocol::runtime::{Control, Dispatch, Report};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use threads::ThreadStore;
+
+/// Turns queued per agent before new dispatches are refused.
+pub const AGENT_QUEUE_CAPACITY: usize = 256;
+/// Reports buffered towards the broker; a full buffer slows the harness down.
+pub const REPORT_BUFFER: usize = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("agent {0:?} has {AGENT_QUEUE_CAPACITY} turns queued already")]
+    Overloaded(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+    #[error("harness: {0}")]
+    Harness(#[from] relay_harnesses::HarnessError),
+    #[error("storage: {0}")]
+    Storage(#[from] sled::Error),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where the runtime keeps its sled database (thread ids).
+    pub data_dir: PathBuf,
+    /// This runtime's node name; `None` for the broker's embedded runtime.
+    pub node: Option<String>,
+}
+
+/// A handle to the runtime. Clone freely.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    workers: Mutex<HashMap<String, worker::Handle>>,
+    /// Taken by [`Runtime::stopped`], so the report channel closes once workers end.
+    reports: Mutex<Option<mpsc::Sender<Report>>>,
+    threads: ThreadStore,
+    config: RuntimeConfig,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Runtime {
+    /// Starts the runtime. Reports arrive on the returned receiver, in order per agent.
+    pub fn start(
+        config: RuntimeConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Runtime, mpsc::Receiver<Report>), RuntimeError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(sled::Error::Io)?;
+        let threads = ThreadStore::open(&config.data_dir.join("runtime"))?;
+        let (reports, rx) = mpsc::channel(REPORT_BUFFER);
+        Ok((
+            Runtime {
+                inner: Arc::new(Inner {
+                    workers: Mutex::new(HashMap::new()),
+                    reports: Mutex::new(Some(reports)),
+                    threads,
+                    config,
+                    shutdown,
+                    tasks: TaskTracker::new(),
+                }),
+            },
+            rx,
+        ))
+    }
+
+    pub fn node(&self) -> Option<&str> {
+        self.inner.config.node.as_deref()
+    }
+
+    pub fn threads(&self) -> &ThreadStore {
+        &self.inner.threads
+    }
+
+    /// Queues a flight on its agent's worker. A full queue fails the flight at once
+    /// (reported), rather than blocking the caller.
+    pub async fn dispatch(&self, dispatch: Dispatch) -> Result<(), RuntimeError> {
+        let name = dispatch.agent.spec.name.clone();
+        let flight = dispatch.flight.id.clone();
+        let handle = self.worker(&dispatch.agent)?;
+        if let Err(e) = handle.dispatch(dispatch) {
+            self.report(Report::Flight {
+                flight,
+                change: FlightChange::State {
+                    to: FlightState::Failed,
+                    reason: Some(e.to_string()),
+                    output: None,
+                },
+            })
+            .await;
+            return Err(e);
+        }
+        tracing::debug!(agent = %name, "dispatched");
+        Ok(())
+    }
+
+    /// Starts the session of a `keep_warm` agent now instead of at its first turn.
+    pub fn warm(&self, agent: &Agent) -> Result<(), RuntimeError> {
+        self.worker(agent)?.warm(agent.clone())
+    }
+
+    /// Steers, interrupts or answers an approval of a live turn; returns when the harness
+    /// has taken it.
+    pub async fn control(&self, control: Control) -> Result<(), RuntimeError> {
+        let handle = {
+            let workers = self.inner.workers.lock().map_err(|_| poisoned())?;
+            workers.get(control.agent()).cloned()
+        };
+        let Some(handle) = handle else {
+            if matches!(control, Control::AgentRemoved { .. }) {
+                return Ok(());
+            }
+            return Err(RuntimeError::Unavailable(format!(
+                "agent {:?} has no live session in this runtime",
+                control.agent()
+            )));
+        };
+        if let Control::AgentRemoved { agent } = &control {
+            if let Ok(mut w) = self.inner.workers.lock() {
+                w.remove(agent);
+            }
+            let _ = self.inner.threads.forget(agent);
+        }
+        let (tx, rx) = oneshot::channel();
+        handle.control(control, tx)?;
+        rx.await.map_err(|_| RuntimeError::ShuttingDown)?
+    }
+
+    /// Waits until every worker has stopped and its child process is gone. Call after
+    /// firing the shutdown token.
+    pub async fn stopped(&self) {
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        if let Ok(mut r) = self.inner.reports.lock() {
+            r.take();
+        }
+        if let Ok(mut w) = self.inner.workers.lock() {
+            w.clear();
+        }
+    }
+
+    fn reports(&self) -> Result<mpsc::Sender<Report>, RuntimeError> {
+        self.inner
+            .reports
+            .lock()
+            .map_err(|_| poisoned())?
+            .clone()
+            .ok_or(RuntimeError::ShuttingDown)
+    }
+
+    fn worker(&self, agent: &Agent) -> Result<worker::Handle, RuntimeError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        let mut workers = self.inner.workers.lock().map_err(|_| poisoned())?;
+        if let Some(h) = workers.get(&agent.spec.name) {
+            if !h.is_closed() {
+                return Ok(h.clone());
+            }
+        }
+        let handle = worker::spawn(
+            agent.spec.name.clone(),
+            worker::Deps {
+                reports: self.reports()?,
+                threads: self.inner.threads.clone(),
+                node: self.inner.config.node.clone(),
+                shutdown: self.inner.shutdown.child_token(),
+            },
+            &self.inner.tasks,
+        );
+        workers.insert(agent.spec.name.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    async fn report(&self, report: Report) {
+        if let Ok(r) = self.reports() {
+            let _ = r.send(report).await;
+        }
+    }
+}
+
+fn poisoned() -> RuntimeError {
+    RuntimeError::Unavailable("runtime state lock poisoned".into())
+}

@@ -1,1 +1,670 @@
-//! Mock model servers for tests.
+//! Mock model servers, so tests drive the real agent CLIs offline.
+//!
+//! Parts:
+//! - [`MockModel`]: an OpenAI Responses API server on `127.0.0.1:<random port>` (what
+//!   Codex speaks). `POST …/responses` answers a `text/event-stream` built from a
+//!   [`Reply`]; `GET …/models` answers a one-model list; anything else is a 404 (and is
+//!   recorded, so a test can see what a CLI asked for).
+//! - [`Reply`]: what to answer one model request with: streamed text (optionally slow), a
+//!   function call (e.g. an escalated `exec_command` that makes Codex ask for approval), a
+//!   `response.failed`, or a hang that never completes.
+//! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers to
+//!   read the conversation the CLI sent ([`all_input_text`]).
+//! - [`write_codex_home`]: the `config.toml` that points Codex at a mock.
+//!
+//! Data flow: an accept loop spawns one task per connection; each reads one request,
+//! records it, picks a reply (the scripted queue first, then the handler set with
+//! [`MockModel::set_handler`], then the default echo `ok: <last user text>`), streams it,
+//! and closes the connection. Dropping the [`MockModel`] stops the accept loop and every
+//! connection task, hanging ones included.
+
+mod http;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::http::{Conn, SseWriter};
+
+/// What the mock answers to one model request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// An assistant message streamed as one `response.output_text.delta` per chunk, with
+    /// `delay` after every chunk but the last (a "slow stream").
+    Text {
+        chunks: Vec<String>,
+        delay: Duration,
+    },
+    /// A function call output item; `arguments` is the JSON text the model would send.
+    FunctionCall {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    /// `response.created` then `response.failed` with this error.
+    Failed { code: String, message: String },
+    /// `response.created`, then nothing until the client goes away or the mock is dropped.
+    Hang,
+    /// A plain HTTP error status with a body, no stream.
+    HttpError { status: u16, body: String },
+}
+
+impl Reply {
+    /// The whole text in one delta.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text {
+            chunks: vec![text.into()],
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// One delta per chunk, as fast as possible.
+    pub fn chunks<S: Into<String>>(chunks: impl IntoIterator<Item = S>) -> Self {
+        Self::slow_chunks(chunks, Duration::ZERO)
+    }
+
+    /// One delta per chunk, `delay` between chunks.
+    pub fn slow_chunks<S: Into<String>>(
+        chunks: impl IntoIterator<Item = S>,
+        delay: Duration,
+    ) -> Self {
+        Self::Text {
+            chunks: chunks.into_iter().map(Into::into).collect(),
+            delay,
+        }
+    }
+
+    /// A function call named `name` with `arguments` serialised to JSON text.
+    pub fn function_call(call_id: impl Into<String>, name: &str, arguments: &Value) -> Self {
+        Self::FunctionCall {
+            call_id: call_id.into(),
+            name: name.to_string(),
+            arguments: arguments.to_string(),
+        }
+    }
+
+    /// Codex's `exec_command` asking to run `cmd` outside the sandbox. Under
+    /// `approval_policy = "on-request"` this makes Codex ask the client for approval.
+    pub fn exec_command_escalated(
+        call_id: impl Into<String>,
+        cmd: &str,
+        justification: &str,
+    ) -> Self {
+        Self::function_call(
+            call_id,
+            "exec_command",
+            &json!({
+                "cmd": cmd,
+                "sandbox_permissions": "require_escalated",
+                "justification": justification,
+            }),
+        )
+    }
+
+    /// A `response.failed` event with a generic server error.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::Failed {
+            code: "server_error".to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn hang() -> Self {
+        Self::Hang
+    }
+
+    /// The full text of a text reply (empty for the others).
+    pub fn full_text(&self) -> String {
+        match self {
+            Self::Text { chunks, .. } => chunks.concat(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// One request as the mock received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// The path, without the query string.
+    pub path: String,
+    /// The query string, without `?` (empty when none).
+    pub query: String,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON; `Value::Null` when empty or not JSON.
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `input` items of a Responses request (empty when absent).
+    pub fn input(&self) -> &[Value] {
+        self.body
+            .get("input")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The text of the last `message` item with role `user`.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.input()
+            .iter()
+            .rev()
+            .find(|item| {
+                item.get("type").and_then(Value::as_str) == Some("message")
+                    && item.get("role").and_then(Value::as_str) == Some("user")
+            })
+            .map(message_text)
+    }
+
+    /// `(call_id, output)` of every `function_call_output` item, in order.
+    pub fn function_call_outputs(&self) -> Vec<(String, String)> {
+        self.input()
+            .iter()
+            .filter(|item| item.get("type").and_then(Value::as_str) == Some("function_call_output"))
+            .map(|item| {
+                let call_id = str_field(item, "call_id").to_string();
+                (call_id, output_text(item.get("output")))
+            })
+            .collect()
+    }
+}
+
+/// Every piece of text in a Responses request's `input`, one line per item: message
+/// text (user, developer, assistant), function calls (`name arguments`) and their
+/// outputs. For asserting that a request carries some earlier text.
+pub fn all_input_text(req: &RecordedRequest) -> String {
+    let mut out = Vec::new();
+    for item in req.input() {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => out.push(message_text(item)),
+            Some("function_call") => out.push(format!(
+                "{} {}",
+                str_field(item, "name"),
+                str_field(item, "arguments")
+            )),
+            Some("function_call_output") | Some("custom_tool_call_output") => {
+                out.push(output_text(item.get("output")))
+            }
+            _ => {}
+        }
+    }
+    out.join("\n")
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// A message's content: a string, or parts with `text` (`input_text`, `output_text`).
+fn message_text(item: &Value) -> String {
+    match item.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// A tool output: a string, or content parts with `text`.
+fn output_text(output: Option<&Value>) -> String {
+    match output {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+type Handler = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Reply>,
+    handler: Option<Handler>,
+    /// Model requests (`POST …/responses`).
+    model_requests: Vec<RecordedRequest>,
+    /// Everything, model requests included, in arrival order.
+    all_requests: Vec<RecordedRequest>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Number of model requests so far, for [`MockModel::wait_for_requests`].
+    model_count: watch::Sender<usize>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking handler must not make every later request panic too.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// A mock OpenAI Responses API server on loopback. Dropping it stops it.
+pub struct MockModel {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl MockModel {
+    /// Binds `127.0.0.1:0` and starts serving.
+    pub async fn start() -> std::io::Result<MockModel> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            model_count: watch::channel(0).0,
+            next_id: AtomicU64::new(0),
+        });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
+        Ok(MockModel {
+            addr,
+            shared,
+            shutdown,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`, for clients that add `/v1` themselves (Anthropic style).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the OpenAI-style base URL (Codex's `base_url`).
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues a reply for the next model request (first in, first out).
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().queue.push_back(reply);
+    }
+
+    /// Answers model requests the queue does not, instead of the default echo.
+    pub fn set_handler(&self, handler: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static) {
+        self.shared.lock().handler = Some(Arc::new(handler));
+    }
+
+    /// Model requests (`POST …/responses`) so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().model_requests.clone()
+    }
+
+    /// Every request so far (model requests, `GET /v1/models`, unknown paths).
+    pub fn all_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().all_requests.clone()
+    }
+
+    /// Waits until at least `n` model requests have arrived, then returns them all.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, tokio::time::error::Elapsed> {
+        let mut rx = self.shared.model_count.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|count| *count >= n))
+            .await?
+            // The sender lives in `self.shared`, so it cannot be dropped while we wait.
+            .ok();
+        Ok(self.requests())
+    }
+}
+
+impl Drop for MockModel {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// Where the reply to a model request comes from.
+enum Pick {
+    Queued(Reply),
+    Handler(Handler),
+    Default,
+}
+
+/// The reply to a model request when nothing is queued and no handler is set.
+fn default_reply(req: &RecordedRequest) -> Reply {
+    Reply::text(format!("ok: {}", req.last_user_text().unwrap_or_default()))
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    let mut shutdown = shutdown.clone();
+                    tokio::spawn(async move {
+                        let mut conn = Conn::new(stream);
+                        tokio::select! {
+                            _ = shutdown.changed() => {}
+                            result = serve(&mut conn, &shared) => {
+                                if let Err(err) = result {
+                                    tracing::debug!(%err, "mock model connection ended");
+                                }
+                            }
+                        }
+                    });
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "mock model accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
+    let Some(req) = http::read_request(conn).await? else {
+        return Ok(());
+    };
+    let body = if req.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&req.body).unwrap_or_else(|err| {
+            tracing::warn!(%err, encoding = ?req.header("content-encoding"), "mock model: body is not JSON");
+            Value::Null
+        })
+    };
+    let recorded = RecordedRequest {
+        method: req.method.clone(),
+        path: req.path().to_string(),
+        query: req
+            .target
+            .split_once('?')
+            .map(|(_, q)| q.to_string())
+            .unwrap_or_default(),
+        headers: req.headers.clone(),
+        body,
+    };
+    tracing::debug!(method = %recorded.method, path = %recorded.path, "mock model request");
+    let is_model = recorded.method == "POST" && recorded.path.ends_with("/responses");
+    let is_models = recorded.method == "GET" && recorded.path.ends_with("/models");
+
+    let pick = {
+        let mut state = shared.lock();
+        state.all_requests.push(recorded.clone());
+        if is_model {
+            state.model_requests.push(recorded.clone());
+            let count = state.model_requests.len();
+            shared.model_count.send_replace(count);
+            Some(match (state.queue.pop_front(), &state.handler) {
+                (Some(reply), _) => Pick::Queued(reply),
+                (None, Some(handler)) => Pick::Handler(handler.clone()),
+                (None, None) => Pick::Default,
+            })
+        } else {
+            None
+        }
+    };
+
+    let Some(pick) = pick else {
+        if is_models {
+            let body = json!({
+                "object": "list",
+                "data": [{"id": "mock-model", "object": "model", "created": 0, "owned_by": "relay"}],
+                "models": [],
+            });
+            return http::write_response(
+                conn,
+                200,
+                "application/json",
+                body.to_string().as_bytes(),
+            )
+            .await;
+        }
+        tracing::info!(method = %recorded.method, path = %recorded.path, "mock model: unknown path");
+        return http::write_response(
+            conn,
+            404,
+            "application/json",
+            br#"{"error":{"message":"not found"}}"#,
+        )
+        .await;
+    };
+    let reply = match pick {
+        Pick::Queued(reply) => reply,
+        // Called outside the lock: a handler may be slow, or use the mock itself.
+        Pick::Handler(handler) => handler(&recorded),
+        Pick::Default => default_reply(&recorded),
+    };
+    stream_reply(conn, shared, &recorded, reply).await
+}
+
+async fn stream_reply(
+    conn: &mut Conn,
+    shared: &Shared,
+    req: &RecordedRequest,
+    reply: Reply,
+) -> std::io::Result<()> {
+    if let Reply::HttpError { status, body } = &reply {
+        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
+    }
+    let n = shared.next_id();
+    let response_id = format!("resp_{n}");
+    let mut sse = SseWriter::start(conn).await?;
+    sse.event(
+        "response.created",
+        &json!({"type": "response.created", "response": {"id": response_id, "status": "in_progress"}}),
+    )
+    .await?;
+
+    let output_tokens = match reply {
+        Reply::Text { chunks, delay } => {
+            let item_id = format!("msg_{n}");
+            sse.event(
+                "response.output_item.added",
+                &json!({
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {"type": "message", "role": "assistant", "id": item_id, "status": "in_progress", "content": []},
+                }),
+            )
+            .await?;
+            let last = chunks.len().saturating_sub(1);
+            for (i, chunk) in chunks.iter().enumerate() {
+                sse.event(
+                    "response.output_text.delta",
+                    &json!({
+                        "type": "response.output_text.delta",
+                        "item_id": item_id,
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": chunk,
+                    }),
+                )
+                .await?;
+                if i < last && !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            let text = chunks.concat();
+            sse.event(
+                "response.output_item.done",
+                &json!({
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": item_id,
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}],
+                    },
+                }),
+            )
+            .await?;
+            approx_tokens(&text)
+        }
+        Reply::FunctionCall {
+            call_id,
+            name,
+            arguments,
+        } => {
+            sse.event(
+                "response.output_item.done",
+                &json!({
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "function_call",
+                        "id": format!("fc_{n}"),
+                        "status": "completed",
+                        "call_id": call_id,
+                        "name": name,
+                        "arguments": arguments,
+                    },
+                }),
+            )
+            .await?;
+            approx_tokens(&arguments)
+        }
+        Reply::Failed { code, message } => {
+            sse.event(
+                "response.failed",
+                &json!({
+                    "type": "response.failed",
+                    "response": {
+                        "id": response_id,
+                        "status": "failed",
+                        "error": {"code": code, "message": message},
+                    },
+                }),
+            )
+            .await?;
+            return sse.finish().await;
+        }
+        Reply::Hang => {
+            // Hold the stream open until the client hangs up (an interrupted turn drops
+            // its request) or the mock is dropped (the caller's select ends this task).
+            let mut buf = [0u8; 1024];
+            while sse.conn().read(&mut buf).await? > 0 {}
+            return Ok(());
+        }
+        Reply::HttpError { .. } => return Ok(()),
+    };
+
+    let input_tokens = approx_tokens(&all_input_text(req));
+    sse.event(
+        "response.completed",
+        &json!({
+            "type": "response.completed",
+            "response": {
+                "id": response_id,
+                "status": "completed",
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            },
+        }),
+    )
+    .await?;
+    sse.finish().await
+}
+
+/// A stable, cheap token estimate (4 bytes a token), so usage numbers are deterministic.
+fn approx_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}
+
+/// Writes `<dir>/config.toml` pointing Codex at the mock at `base_url` (the `/v1` URL).
+///
+/// Retries are off so a failed or dead mock fails a turn at once, and websockets are off
+/// because otherwise Codex tries a websocket first and retries for a long time.
+pub fn write_codex_home(dir: &Path, base_url: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let config = format!(
+        r#"model = "mock-model"
+model_provider = "mock"
+approval_policy = "on-request"
+sandbox_mode = "read-only"
+
+[model_providers.mock]
+name = "mock"
+base_url = "{base_url}"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+supports_websockets = false
+"#
+    );
+    std::fs::write(dir.join("config.toml"), config)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn input_text_covers_messages_calls_and_outputs() {
+        let req = RecordedRequest {
+            method: "POST".into(),
+            path: "/v1/responses".into(),
+            query: String::new(),
+            headers: vec![],
+            body: json!({"input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]},
+                {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "c1"},
+                {"type": "function_call_output", "call_id": "c1", "output": "done"},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
+            ]}),
+        };
+        assert_eq!(
+            all_input_text(&req),
+            "hello\nhi\nexec_command {}\ndone\nagain"
+        );
+        assert_eq!(req.last_user_text().as_deref(), Some("again"));
+        assert_eq!(
+            req.function_call_outputs(),
+            vec![("c1".to_string(), "done".to_string())]
+        );
+    }
+}

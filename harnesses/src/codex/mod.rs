@@ -1,0 +1,612 @@
+//! The Codex `app-server` adapter: JSON-RPC over the stdio of `codex app-server`.
+//!
+//! Parts:
+//! - [`CodexSession`]: a cheap `Clone` handle. Each method turns into a [`Command`] on a
+//!   bounded channel ([`COMMAND_CAPACITY`]; when full the call fails at once with
+//!   [`HarnessError::Overloaded`] instead of queueing without bound) and waits, with a
+//!   timeout, on a `oneshot` for the answer.
+//! - The owner task (`owner.rs`): the only code that touches the child's pipes. It holds
+//!   the pending requests, writes commands as JSON lines, reads stdout lines, and when the
+//!   child goes away fails every waiter and sends [`HarnessEvent::ProcessExited`] last.
+//! - The translator (`translate.rs`): Codex notifications and server requests ->
+//!   [`HarnessEvent`]s, without I/O.
+//! - [`crate::process`]: the child in its own process group, stderr tail, no leaks.
+//!
+//! Data flow: `CodexSession::start_turn` -> `Command::Request` -> owner writes
+//! `{"id":N,"method":"turn/start",...}` -> Codex answers `{"id":N,"result":...}` -> the
+//! owner wakes the waiter; meanwhile Codex's notifications (`turn/started`,
+//! `item/agentMessage/delta`...) become events on the receiver returned by
+//! [`CodexSession::spawn`]. An approval arrives as [`HarnessEvent::ApprovalRequested`]
+//! and is answered with [`CodexSession::respond_approval`].
+//!
+//! Observed with Codex 0.169.0: an unknown thread id on `thread/resume` is refused with
+//! code -32600 and `no rollout found for thread id <id>` (also when the rollout file was
+//! deleted), or `invalid session id: ...` when it is not a UUID; `turn/start` on a thread
+//! not loaded says `thread not found: <id>`. All of these become
+//! [`HarnessError::ThreadNotFound`].
+
+mod owner;
+mod translate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_protocol::codex::{
+    self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
+    SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams, ThreadStartResponse,
+    TurnInterruptParams, TurnInterruptResponse, TurnStartParams, TurnStartResponse,
+    TurnSteerParams, TurnSteerResponse, UserInput,
+};
+use relay_protocol::domain::ApprovalDecision;
+use relay_protocol::harness::HarnessEvent;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use self::owner::{Command, Owner, Shared};
+use crate::error::HarnessError;
+use crate::process::{ProcessSpec, StderrTail, Supervised};
+
+/// The Codex version Relay is tested against; see [`codex_program`].
+pub const CODEX_VERSION: &str = "0.169.0";
+/// Commands queued to one session's owner task before callers get `Overloaded`.
+pub const COMMAND_CAPACITY: usize = 64;
+/// Events buffered for the consumer before the owner task stops reading Codex's stdout.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Where the `codex` program is: `explicit` if given, else `$RELAY_CODEX_BIN`, else the
+/// pinned install `$RELAY_AGENTS_DIR/codex-<CODEX_VERSION>/node_modules/.bin/codex`
+/// (`RELAY_AGENTS_DIR` defaults to `$HOME/.cache/relay/agents`) if it exists, else `codex`
+/// from `PATH`.
+pub fn codex_program(explicit: Option<&str>) -> PathBuf {
+    if let Some(program) = explicit.filter(|p| !p.is_empty()) {
+        return PathBuf::from(program);
+    }
+    if let Some(program) = std::env::var_os("RELAY_CODEX_BIN").filter(|p| !p.is_empty()) {
+        return PathBuf::from(program);
+    }
+    let agents_dir = std::env::var_os("RELAY_AGENTS_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/relay/agents"))
+        });
+    if let Some(dir) = agents_dir {
+        let pinned = dir
+            .join(format!("codex-{CODEX_VERSION}"))
+            .join("node_modules/.bin/codex");
+        if pinned.exists() {
+            return pinned;
+        }
+    }
+    PathBuf::from("codex")
+}
+
+/// How to start `codex app-server`.
+#[derive(Debug, Clone)]
+pub struct CodexConfig {
+    /// The `codex` program; see [`codex_program`].
+    pub program: PathBuf,
+    /// Extra arguments after `app-server`.
+    pub args: Vec<String>,
+    /// Added to the inherited environment (e.g. `CODEX_HOME`).
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// The model for threads whose [`ThreadOptions::model`] is `None`; `None` leaves it to
+    /// Codex's config.
+    pub model: Option<String>,
+    pub client_name: String,
+    pub client_version: String,
+    /// How long any request (handshake, thread and turn operations) may take.
+    pub request_timeout: Duration,
+    /// On shutdown, how long Codex gets to exit after stdin closes, and again after
+    /// SIGTERM, before its process group is killed.
+    pub shutdown_grace: Duration,
+}
+
+impl CodexConfig {
+    /// The pinned program (see [`codex_program`]), no extra args or env, defaults
+    /// elsewhere.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            model: None,
+            client_name: "relay".to_string(),
+            client_version: env!("CARGO_PKG_VERSION").to_string(),
+            request_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for CodexConfig {
+    fn default() -> Self {
+        Self::new(codex_program(None))
+    }
+}
+
+/// Settings of a new thread (and overrides for a resumed one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadOptions {
+    pub cwd: Option<PathBuf>,
+    /// Falls back to [`CodexConfig::model`].
+    pub model: Option<String>,
+    /// Defaults to `on-request`: Codex asks before escalating. (`untrusted` is refused by
+    /// Codex 0.169.0.)
+    pub approval_policy: Option<AskForApproval>,
+    /// `None` leaves it to Codex's config.
+    pub sandbox: Option<SandboxMode>,
+    pub developer_instructions: Option<String>,
+}
+
+impl Default for ThreadOptions {
+    fn default() -> Self {
+        Self {
+            cwd: None,
+            model: None,
+            approval_policy: Some(AskForApproval::OnRequest),
+            sandbox: None,
+            developer_instructions: None,
+        }
+    }
+}
+
+/// A thread loaded by `thread/resume`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumedThread {
+    pub thread_id: String,
+    /// Turns the thread already has.
+    pub turn_count: usize,
+}
+
+struct Inner {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    pid: u32,
+    stderr: StderrTail,
+    model: Option<String>,
+    request_timeout: Duration,
+    shutdown_grace: Duration,
+}
+
+/// A handle on one `codex app-server` process. Cheap to clone; when the last clone is
+/// dropped the process is shut down (stdin closed, then its group killed after the
+/// grace period).
+#[derive(Clone)]
+pub struct CodexSession {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CodexSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodexSession")
+            .field("pid", &self.inner.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CodexSession {
+    /// Starts `codex app-server` and completes the handshake (`initialize`, then
+    /// `initialized`). Events of every thread of this process arrive on the receiver; it
+    /// must be drained (the owner task waits when it is full).
+    pub async fn spawn(
+        config: CodexConfig,
+    ) -> Result<(CodexSession, mpsc::Receiver<HarnessEvent>), HarnessError> {
+        let spec = ProcessSpec {
+            program: config.program.clone(),
+            args: std::iter::once("app-server".to_string())
+                .chain(config.args.iter().cloned())
+                .collect(),
+            env: config.env.clone(),
+            cwd: config.cwd.clone(),
+        };
+        let (process, pipes) = Supervised::spawn(&spec)?;
+        let pid = process.pid();
+        let stderr = process.stderr_tail();
+        let (commands, command_rx) = mpsc::channel(COMMAND_CAPACITY);
+        let (events, event_rx) = mpsc::channel(EVENT_CAPACITY);
+        let shared = Arc::new(Shared::default());
+        let owner = Owner::new(
+            process,
+            pipes,
+            command_rx,
+            events,
+            shared.clone(),
+            config.shutdown_grace,
+        );
+        tokio::spawn(owner.run());
+
+        let session = CodexSession {
+            inner: Arc::new(Inner {
+                commands,
+                shared,
+                pid,
+                stderr,
+                model: config.model.clone(),
+                request_timeout: config.request_timeout,
+                shutdown_grace: config.shutdown_grace,
+            }),
+        };
+        let params = InitializeParams {
+            client_info: ClientInfo {
+                name: config.client_name.clone(),
+                title: Some("Relay".to_string()),
+                version: config.client_version.clone(),
+            },
+            capabilities: None,
+        };
+        let handshake = async {
+            let init: InitializeResponse = session.request(method::INITIALIZE, &params).await?;
+            tracing::debug!(pid, user_agent = %init.user_agent, "codex: initialized");
+            session.send(Command::Notify {
+                method: method::INITIALIZED,
+            })
+        };
+        if let Err(err) = handshake.await {
+            let _ = session.shutdown().await;
+            return Err(err);
+        }
+        Ok((session, event_rx))
+    }
+
+    /// The pid of the child (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.inner.pid
+    }
+
+    /// The last lines Codex wrote on stderr.
+    pub fn stderr_tail(&self) -> String {
+        self.inner.stderr.snapshot()
+    }
+
+    /// Stdout lines that were not JSON-RPC, or whose params did not have the expected
+    /// shape. Each was logged and skipped.
+    pub fn malformed_lines(&self) -> u64 {
+        self.inner.shared.malformed.load(Ordering::Relaxed)
+    }
+
+    /// Starts a thread and returns its id.
+    pub async fn start_thread(&self, options: &ThreadOptions) -> Result<String, HarnessError> {
+        let params = ThreadStartParams {
+            cwd: options.cwd.as_ref().map(|p| p.display().to_string()),
+            model: options.model.clone().or_else(|| self.inner.model.clone()),
+            approval_policy: options.approval_policy,
+            sandbox: options.sandbox,
+            base_instructions: None,
+            developer_instructions: options.developer_instructions.clone(),
+        };
+        let res: ThreadStartResponse = self.request(method::THREAD_START, &params).await?;
+        Ok(res.thread.id)
+    }
+
+    /// Loads a thread from its rollout (typically written by an earlier process), keeping
+    /// its settings. [`HarnessError::ThreadNotFound`] when Codex has no such thread.
+    pub async fn resume_thread(&self, thread_id: &str) -> Result<ResumedThread, HarnessError> {
+        self.resume(ThreadResumeParams {
+            thread_id: thread_id.to_string(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// [`resume_thread`](Self::resume_thread) with settings overridden by `options`.
+    pub async fn resume_thread_with(
+        &self,
+        thread_id: &str,
+        options: &ThreadOptions,
+    ) -> Result<ResumedThread, HarnessError> {
+        self.resume(ThreadResumeParams {
+            thread_id: thread_id.to_string(),
+            cwd: options.cwd.as_ref().map(|p| p.display().to_string()),
+            model: options.model.clone().or_else(|| self.inner.model.clone()),
+            approval_policy: options.approval_policy,
+            sandbox: options.sandbox,
+            developer_instructions: options.developer_instructions.clone(),
+        })
+        .await
+    }
+
+    async fn resume(&self, params: ThreadResumeParams) -> Result<ResumedThread, HarnessError> {
+        let thread_id = params.thread_id.clone();
+        // Full history (no `excludeTurns`): Codex 0.169.0 flags it as deprecated in a
+        // `deprecationNotice`, but it is the one call that tells how many turns exist.
+        let res: ThreadResumeResponse = self
+            .request(method::THREAD_RESUME, &params)
+            .await
+            .map_err(|e| thread_error(&thread_id, e))?;
+        Ok(ResumedThread {
+            thread_id: res.thread.id,
+            turn_count: res.thread.turns.len(),
+        })
+    }
+
+    /// Starts a turn with `text` as the user's input and returns the turn id. The turn's
+    /// progress and end arrive as events.
+    pub async fn start_turn(&self, thread_id: &str, text: &str) -> Result<String, HarnessError> {
+        let params = TurnStartParams {
+            thread_id: thread_id.to_string(),
+            input: vec![UserInput::text(text)],
+        };
+        let res: TurnStartResponse = self
+            .request(method::TURN_START, &params)
+            .await
+            .map_err(|e| thread_error(thread_id, e))?;
+        Ok(res.turn.id)
+    }
+
+    /// Adds `text` to the turn in progress. Codex 0.169.0 cuts the model request in flight
+    /// short and samples again with the text appended, in the same turn. Refused (an
+    /// [`HarnessError::Rpc`]) when `expected_turn_id` is not the active turn.
+    pub async fn steer(
+        &self,
+        thread_id: &str,
+        expected_turn_id: &str,
+        text: &str,
+    ) -> Result<(), HarnessError> {
+        let params = TurnSteerParams {
+            thread_id: thread_id.to_string(),
+            expected_turn_id: expected_turn_id.to_string(),
+            input: vec![UserInput::text(text)],
+        };
+        let _: TurnSteerResponse = self
+            .request(method::TURN_STEER, &params)
+            .await
+            .map_err(|e| thread_error(thread_id, e))?;
+        Ok(())
+    }
+
+    /// Asks Codex to stop the turn; it then ends with `TurnOutcome::Interrupted`. Refused
+    /// (an [`HarnessError::Rpc`]) when no turn is active.
+    pub async fn interrupt(&self, thread_id: &str, turn_id: &str) -> Result<(), HarnessError> {
+        let params = TurnInterruptParams {
+            thread_id: thread_id.to_string(),
+            turn_id: turn_id.to_string(),
+        };
+        let _: TurnInterruptResponse = self
+            .request(method::TURN_INTERRUPT, &params)
+            .await
+            .map_err(|e| thread_error(thread_id, e))?;
+        Ok(())
+    }
+
+    /// Answers an [`HarnessEvent::ApprovalRequested`]. [`HarnessError::UnknownRequest`]
+    /// when it was already answered or settled.
+    pub async fn respond_approval(
+        &self,
+        request_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<(), HarnessError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Approve {
+            request_id: request_id.to_string(),
+            decision: wire::ApprovalDecision::from(decision),
+            reply,
+        })?;
+        self.wait("approval", rx).await?
+    }
+
+    /// Stops Codex: closes its stdin (its cue to exit), then after the grace period
+    /// SIGTERMs and finally SIGKILLs its process group. Returns once it is gone; the
+    /// event stream then ends with [`HarnessEvent::ProcessExited`]. Idempotent.
+    pub async fn shutdown(&self) -> Result<(), HarnessError> {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::Shutdown {
+            grace: self.inner.shutdown_grace,
+            reply,
+        };
+        // Not `send`: a shutdown must not be refused because the queue is busy.
+        if self.inner.commands.send(command).await.is_err() {
+            return Ok(()); // Already ended.
+        }
+        // Two grace periods (stdin close, SIGTERM), plus the stdout and stderr drains.
+        let limit = self.inner.shutdown_grace * 2 + Duration::from_secs(3);
+        match tokio::time::timeout(limit, rx).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(HarnessError::Timeout {
+                method: "shutdown".to_string(),
+                after: limit,
+            }),
+        }
+    }
+
+    async fn request<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: &P,
+    ) -> Result<R, HarnessError> {
+        let params = serde_json::to_value(params)?;
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Request {
+            method,
+            params,
+            reply,
+        })?;
+        let value = self.wait(method, rx).await??;
+        Ok(serde_json::from_value(value)?)
+    }
+
+    fn send(&self, command: Command) -> Result<(), HarnessError> {
+        match self.inner.commands.try_send(command) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(pid = self.inner.pid, "codex: command queue full");
+                Err(HarnessError::Overloaded)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.closed()),
+        }
+    }
+
+    async fn wait<T>(&self, method: &str, rx: oneshot::Receiver<T>) -> Result<T, HarnessError> {
+        match tokio::time::timeout(self.inner.request_timeout, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            // The owner task ended without answering.
+            Ok(Err(_)) => Err(self.closed()),
+            Err(_) => Err(HarnessError::Timeout {
+                method: method.to_string(),
+                after: self.inner.request_timeout,
+            }),
+        }
+    }
+
+    /// The error for a session whose owner task has ended.
+    fn closed(&self) -> HarnessError {
+        match self.inner.shared.exit.get() {
+            Some(info) => info.to_error(),
+            None => HarnessError::ChannelClosed,
+        }
+    }
+}
+
+/// Codex's refusals that mean "no such thread" (see the module docs).
+fn thread_error(thread_id: &str, err: HarnessError) -> HarnessError {
+    match err {
+        HarnessError::Rpc { ref message, .. }
+            if [
+                "no rollout found",
+                "thread not found",
+                "invalid thread id",
+                "invalid session id",
+            ]
+            .iter()
+            .any(|prefix| message.starts_with(prefix)) =>
+        {
+            HarnessError::ThreadNotFound {
+                thread_id: thread_id.to_string(),
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn not_found_refusals_become_thread_not_found() {
+        for message in [
+            "no rollout found for thread id 01a2",
+            "thread not found: 01a2",
+            "invalid session id: invalid character",
+        ] {
+            let err = thread_error(
+                "t",
+                HarnessError::Rpc {
+                    code: wire::error_code::INVALID_REQUEST,
+                    message: message.to_string(),
+                },
+            );
+            assert!(
+                matches!(err, HarnessError::ThreadNotFound { ref thread_id } if thread_id == "t")
+            );
+        }
+        let err = thread_error(
+            "t",
+            HarnessError::Rpc {
+                code: wire::error_code::INVALID_REQUEST,
+                message: "no active turn to steer".to_string(),
+            },
+        );
+        assert!(matches!(err, HarnessError::Rpc { .. }));
+    }
+
+    /// A session whose "owner" is the returned receiver, driven by the test.
+    fn detached_session(capacity: usize) -> (CodexSession, mpsc::Receiver<Command>) {
+        let (commands, rx) = mpsc::channel(capacity);
+        let session = CodexSession {
+            inner: Arc::new(Inner {
+                commands,
+                shared: Arc::new(Shared::default()),
+                pid: 0,
+                stderr: StderrTail::default(),
+                model: None,
+                request_timeout: Duration::from_secs(30),
+                shutdown_grace: Duration::from_secs(1),
+            }),
+        };
+        (session, rx)
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_is_rejected_not_waited_on() {
+        let (session, _rx) = detached_session(1);
+        let first = tokio::spawn({
+            let session = session.clone();
+            async move { session.start_turn("t", "one").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(matches!(
+            session.start_turn("t", "two").await,
+            Err(HarnessError::Overloaded)
+        ));
+        first.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unanswered_requests_time_out() {
+        let (session, _rx) = detached_session(4);
+        match session.start_turn("t", "x").await {
+            Err(HarnessError::Timeout { method, after }) => {
+                assert_eq!(
+                    (method.as_str(), after),
+                    ("turn/start", Duration::from_secs(30))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gone_owner_fails_requests_with_its_exit() {
+        let (session, rx) = detached_session(4);
+        drop(rx);
+        assert!(matches!(
+            session.start_turn("t", "x").await,
+            Err(HarnessError::ChannelClosed)
+        ));
+        let _ = session.inner.shared.exit.set(crate::process::ExitInfo {
+            code: Some(1),
+            signal: None,
+            stderr_tail: "boom".into(),
+        });
+        assert!(matches!(
+            session.start_turn("t", "x").await,
+            Err(HarnessError::ProcessExited { code: Some(1), ref stderr_tail, .. }) if stderr_tail == "boom"
+        ));
+        // The answer channel dropped unanswered (owner ended mid-request) gives the same.
+        let (session2, mut rx2) = detached_session(4);
+        let _ = session2.inner.shared.exit.set(crate::process::ExitInfo {
+            code: None,
+            signal: Some(9),
+            stderr_tail: String::new(),
+        });
+        let call = tokio::spawn({
+            let session2 = session2.clone();
+            async move { session2.interrupt("t", "u").await }
+        });
+        drop(rx2.recv().await);
+        assert!(matches!(
+            call.await.unwrap(),
+            Err(HarnessError::ProcessExited {
+                signal: Some(9),
+                ..
+            })
+        ));
+        // Shutdown of an ended session is a no-op.
+        drop(rx2);
+        session2.shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn explicit_program_wins() {
+        assert_eq!(codex_program(Some("/x/codex")), PathBuf::from("/x/codex"));
+    }
+}

@@ -1,0 +1,766 @@
+//! Codex wire -> [`HarnessEvent`]s: the protocol state of one app-server connection,
+//! without I/O, so it can be tested line by line.
+//!
+//! [`Translator::handle_line`] takes one stdout line and returns [`Action`]s for the owner
+//! task: events to publish, responses to hand to waiting requests, and messages to write
+//! back (a JSON-RPC error for every server request Relay does not handle, so Codex never
+//! waits forever). It remembers what later lines need: each turn's last agent message and
+//! failure reason, the file changes an approval refers to, token totals, and the server
+//! requests still awaiting an answer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use relay_protocol::codex::{
+    self as wire, error_code, notification, server_request, FileUpdateChange, KnownThreadItem,
+    Message, RequestId, ThreadItem, TokenUsageBreakdown, TurnStatus,
+};
+use relay_protocol::domain::ApprovalKind;
+use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// What the owner task should do with a line.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    Event(HarnessEvent),
+    /// The answer to one of our requests.
+    Response {
+        id: RequestId,
+        result: Result<Value, wire::ErrorObject>,
+    },
+    /// A message to write back to Codex.
+    Send(Message),
+}
+
+#[derive(Debug, Default)]
+struct TurnState {
+    /// Text of the last completed `agentMessage` item: the answer if `turn/completed`
+    /// carries no items.
+    last_agent_text: Option<String>,
+    /// Message of a non-retried `error` notification: the reason if `turn/completed`
+    /// carries no error.
+    error: Option<String>,
+    /// The thread's token totals when the turn started; usage events report the
+    /// difference, i.e. what this turn used.
+    usage_baseline: TokenUsageBreakdown,
+}
+
+#[derive(Debug)]
+pub(crate) struct Translator {
+    malformed: Arc<AtomicU64>,
+    turns: HashMap<String, TurnState>,
+    /// Latest cumulative token usage per thread.
+    thread_usage: HashMap<String, TokenUsageBreakdown>,
+    /// Changes of `fileChange` items in progress, by item id: a file change approval names
+    /// the item, not the changes.
+    file_changes: HashMap<String, Vec<FileUpdateChange>>,
+    /// Approval requests surfaced and not yet resolved, by the id handed out in
+    /// `ApprovalRequested`: the wire id, and whether Relay already answered.
+    server_requests: HashMap<String, (RequestId, bool)>,
+}
+
+impl Translator {
+    pub fn new(malformed: Arc<AtomicU64>) -> Self {
+        Self {
+            malformed,
+            turns: HashMap::new(),
+            thread_usage: HashMap::new(),
+            file_changes: HashMap::new(),
+            server_requests: HashMap::new(),
+        }
+    }
+
+    /// The wire id of an unanswered approval request, marking it answered: each is
+    /// answered once.
+    pub fn take_server_request(&mut self, request_id: &str) -> Option<RequestId> {
+        match self.server_requests.get_mut(request_id) {
+            Some((id, answered)) if !*answered => {
+                *answered = true;
+                Some(id.clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn malformed(&self, line: &str, why: &dyn std::fmt::Display) {
+        self.malformed.fetch_add(1, Ordering::Relaxed);
+        let shown: String = line.chars().take(300).collect();
+        tracing::warn!(%why, line = %shown, "codex: malformed line ignored");
+    }
+
+    pub fn handle_line(&mut self, line: &str) -> Vec<Action> {
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
+        let message: Message = match serde_json::from_str(line) {
+            Ok(message) => message,
+            Err(err) => {
+                self.malformed(line, &err);
+                return Vec::new();
+            }
+        };
+        match message {
+            Message::Response(r) => vec![Action::Response {
+                id: r.id,
+                result: Ok(r.result),
+            }],
+            Message::Error(e) => vec![Action::Response {
+                id: e.id,
+                result: Err(e.error),
+            }],
+            Message::Notification(n) => {
+                let params = n.params.unwrap_or(Value::Null);
+                self.notification(&n.method, params, line)
+            }
+            Message::Request(r) => self.server_request(r, line),
+        }
+    }
+
+    fn parse<T: DeserializeOwned>(&self, params: Value, line: &str) -> Option<T> {
+        match serde_json::from_value(params) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                self.malformed(line, &err);
+                None
+            }
+        }
+    }
+
+    fn notification(&mut self, method: &str, params: Value, line: &str) -> Vec<Action> {
+        let event = match method {
+            notification::TURN_STARTED => {
+                let Some(n) = self.parse::<wire::TurnNotification>(params, line) else {
+                    return Vec::new();
+                };
+                let baseline = self
+                    .thread_usage
+                    .get(&n.thread_id)
+                    .copied()
+                    .unwrap_or_default();
+                let state = self.turns.entry(n.turn.id.clone()).or_default();
+                state.usage_baseline = baseline;
+                HarnessEvent::TurnStarted { turn_id: n.turn.id }
+            }
+            notification::TURN_COMPLETED => {
+                let Some(n) = self.parse::<wire::TurnNotification>(params, line) else {
+                    return Vec::new();
+                };
+                let state = self.turns.remove(&n.turn.id).unwrap_or_default();
+                let outcome = match n.turn.status {
+                    TurnStatus::Completed => TurnOutcome::Completed {
+                        text: last_agent_message(&n.turn.items)
+                            .or(state.last_agent_text)
+                            .unwrap_or_default(),
+                    },
+                    TurnStatus::Interrupted => TurnOutcome::Interrupted,
+                    TurnStatus::Failed => TurnOutcome::Failed {
+                        error: n
+                            .turn
+                            .error
+                            .map(|e| e.message)
+                            .or(state.error)
+                            .unwrap_or_else(|| "turn failed".to_string()),
+                    },
+                    TurnStatus::InProgress | TurnStatus::Unknown => TurnOutcome::Failed {
+                        error: format!("turn ended with status {:?}", n.turn.status),
+                    },
+                };
+                HarnessEvent::TurnCompleted {
+                    turn_id: n.turn.id,
+                    outcome,
+                }
+            }
+            notification::ITEM_STARTED => {
+                let Some(n) = self.parse::<wire::ItemNotification>(params, line) else {
+                    return Vec::new();
+                };
+                if let ThreadItem::Known(KnownThreadItem::FileChange { id, changes, .. }) = &n.item
+                {
+                    self.file_changes.insert(id.clone(), changes.clone());
+                }
+                HarnessEvent::ItemStarted {
+                    turn_id: n.turn_id,
+                    item_id: n.item.id().to_string(),
+                    kind: item_kind(&n.item),
+                }
+            }
+            notification::ITEM_COMPLETED => {
+                let Some(n) = self.parse::<wire::ItemNotification>(params, line) else {
+                    return Vec::new();
+                };
+                self.file_changes.remove(n.item.id());
+                if let ThreadItem::Known(KnownThreadItem::AgentMessage { text, .. }) = &n.item {
+                    self.turns
+                        .entry(n.turn_id.clone())
+                        .or_default()
+                        .last_agent_text = Some(text.clone());
+                }
+                HarnessEvent::ItemCompleted {
+                    turn_id: n.turn_id,
+                    item_id: n.item.id().to_string(),
+                    kind: item_kind(&n.item),
+                    text: item_text(&n.item),
+                }
+            }
+            notification::AGENT_MESSAGE_DELTA => {
+                let Some(n) = self.parse::<wire::DeltaNotification>(params, line) else {
+                    return Vec::new();
+                };
+                HarnessEvent::TextDelta {
+                    turn_id: n.turn_id,
+                    item_id: n.item_id,
+                    delta: n.delta,
+                }
+            }
+            notification::COMMAND_OUTPUT_DELTA => {
+                let Some(n) = self.parse::<wire::DeltaNotification>(params, line) else {
+                    return Vec::new();
+                };
+                HarnessEvent::CommandOutputDelta {
+                    turn_id: n.turn_id,
+                    item_id: n.item_id,
+                    delta: n.delta,
+                }
+            }
+            notification::TURN_PLAN_UPDATED => {
+                let Some(n) = self.parse::<wire::TurnPlanUpdatedNotification>(params, line) else {
+                    return Vec::new();
+                };
+                HarnessEvent::PlanUpdated {
+                    turn_id: n.turn_id,
+                    text: plan_text(n.explanation.as_deref(), &n.plan),
+                }
+            }
+            notification::TURN_DIFF_UPDATED => {
+                let Some(n) = self.parse::<wire::TurnDiffUpdatedNotification>(params, line) else {
+                    return Vec::new();
+                };
+                HarnessEvent::DiffUpdated {
+                    turn_id: n.turn_id,
+                    diff: n.diff,
+                }
+            }
+            notification::TOKEN_USAGE_UPDATED => {
+                let Some(n) = self.parse::<wire::TokenUsageUpdatedNotification>(params, line)
+                else {
+                    return Vec::new();
+                };
+                let total = n.token_usage.total;
+                self.thread_usage.insert(n.thread_id, total);
+                // Codex replays the last turn's usage right after `thread/resume`; that
+                // turn is not running here, so there is nothing to report.
+                let Some(state) = self.turns.get(&n.turn_id) else {
+                    return Vec::new();
+                };
+                HarnessEvent::TokenUsage {
+                    turn_id: n.turn_id,
+                    input_tokens: total
+                        .input_tokens
+                        .saturating_sub(state.usage_baseline.input_tokens),
+                    output_tokens: total
+                        .output_tokens
+                        .saturating_sub(state.usage_baseline.output_tokens),
+                }
+            }
+            notification::ERROR => {
+                let Some(n) = self.parse::<wire::ErrorNotification>(params, line) else {
+                    return Vec::new();
+                };
+                if n.will_retry {
+                    HarnessEvent::Warning {
+                        message: n.error.message,
+                    }
+                } else {
+                    // The turn is failing; `turn/completed` follows and reports it.
+                    self.turns.entry(n.turn_id).or_default().error = Some(n.error.message);
+                    return Vec::new();
+                }
+            }
+            notification::WARNING => {
+                let Some(n) = self.parse::<wire::WarningNotification>(params, line) else {
+                    return Vec::new();
+                };
+                HarnessEvent::Warning { message: n.message }
+            }
+            notification::SERVER_REQUEST_RESOLVED => {
+                let Some(n) = self.parse::<wire::ServerRequestResolvedNotification>(params, line)
+                else {
+                    return Vec::new();
+                };
+                let request_id = n.request_id.to_string();
+                // Only requests surfaced as approvals; refused ones were never announced.
+                if self.server_requests.remove(&request_id).is_none() {
+                    return Vec::new();
+                }
+                HarnessEvent::ApprovalResolved { request_id }
+            }
+            other => {
+                tracing::debug!(method = other, "codex: notification ignored");
+                return Vec::new();
+            }
+        };
+        vec![Action::Event(event)]
+    }
+
+    fn server_request(&mut self, req: wire::Request, line: &str) -> Vec<Action> {
+        let params = req.params.unwrap_or(Value::Null);
+        let parsed = match req.method.as_str() {
+            server_request::COMMAND_APPROVAL => self
+                .parse::<wire::CommandExecutionRequestApprovalParams>(params, line)
+                .map(|p| {
+                    let (kind, detail) = command_approval_detail(&p);
+                    (p.turn_id, kind, detail, p.reason)
+                }),
+            server_request::FILE_CHANGE_APPROVAL => self
+                .parse::<wire::FileChangeRequestApprovalParams>(params, line)
+                .map(|p| {
+                    let detail = self.file_change_detail(&p);
+                    (p.turn_id, ApprovalKind::FileChange, detail, p.reason)
+                }),
+            other => {
+                tracing::warn!(method = other, id = %req.id, "codex: unsupported server request refused");
+                return vec![refuse(
+                    req.id,
+                    error_code::METHOD_NOT_FOUND,
+                    format!("relay does not handle {other}"),
+                )];
+            }
+        };
+        let Some((turn_id, kind, detail, reason)) = parsed else {
+            return vec![refuse(
+                req.id,
+                error_code::INVALID_PARAMS,
+                format!("relay could not read the params of {}", req.method),
+            )];
+        };
+        let request_id = req.id.to_string();
+        self.server_requests
+            .insert(request_id.clone(), (req.id, false));
+        vec![Action::Event(HarnessEvent::ApprovalRequested {
+            turn_id,
+            request_id,
+            kind,
+            detail,
+            reason,
+        })]
+    }
+
+    fn file_change_detail(&self, p: &wire::FileChangeRequestApprovalParams) -> String {
+        let mut lines: Vec<String> = self
+            .file_changes
+            .get(&p.item_id)
+            .map(|changes| {
+                changes
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind_name(), c.path))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(root) = &p.grant_root {
+            lines.push(format!("write access to {root}"));
+        }
+        if lines.is_empty() {
+            lines.push(format!("file change {}", p.item_id));
+        }
+        lines.join("\n")
+    }
+}
+
+fn refuse(id: RequestId, code: i64, message: String) -> Action {
+    Action::Send(Message::Error(wire::ErrorResponse {
+        id,
+        error: wire::ErrorObject {
+            code,
+            message,
+            data: None,
+        },
+    }))
+}
+
+fn last_agent_message(items: &[ThreadItem]) -> Option<String> {
+    items.iter().rev().find_map(|item| match item {
+        ThreadItem::Known(KnownThreadItem::AgentMessage { text, .. }) => Some(text.clone()),
+        _ => None,
+    })
+}
+
+pub(crate) fn item_kind(item: &ThreadItem) -> ItemKind {
+    match item {
+        ThreadItem::Known(known) => match known {
+            KnownThreadItem::UserMessage { .. } => ItemKind::UserMessage,
+            KnownThreadItem::AgentMessage { .. } => ItemKind::AgentMessage,
+            KnownThreadItem::Plan { .. } => ItemKind::Plan,
+            KnownThreadItem::Reasoning { .. } => ItemKind::Reasoning,
+            KnownThreadItem::CommandExecution { .. } => ItemKind::CommandExecution,
+            KnownThreadItem::FileChange { .. } => ItemKind::FileChange,
+            KnownThreadItem::McpToolCall { .. }
+            | KnownThreadItem::DynamicToolCall { .. }
+            | KnownThreadItem::WebSearch { .. } => ItemKind::ToolCall,
+        },
+        ThreadItem::Other(other) => match other.item_type.as_str() {
+            // Tool calls Relay has no fields for are still tool calls.
+            "collabAgentToolCall" => ItemKind::ToolCall,
+            name => ItemKind::Other(name.to_string()),
+        },
+    }
+}
+
+/// The text an `ItemCompleted` carries: what a person would want to see of the item.
+fn item_text(item: &ThreadItem) -> Option<String> {
+    let ThreadItem::Known(known) = item else {
+        return None;
+    };
+    let text = match known {
+        KnownThreadItem::UserMessage { content, .. } => content
+            .iter()
+            .filter_map(|c| match c {
+                wire::UserInput::Text { text } => Some(text.as_str()),
+                wire::UserInput::Other => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        KnownThreadItem::AgentMessage { text, .. } | KnownThreadItem::Plan { text, .. } => {
+            text.clone()
+        }
+        KnownThreadItem::Reasoning { summary, .. } => summary.join("\n"),
+        KnownThreadItem::CommandExecution { command, .. } => unwrap_shell(command).to_string(),
+        KnownThreadItem::FileChange { changes, .. } => changes
+            .iter()
+            .map(|c| format!("{} {}", c.kind_name(), c.path))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        KnownThreadItem::McpToolCall { server, tool, .. } => format!("{server}.{tool}"),
+        KnownThreadItem::DynamicToolCall { tool, .. } => tool.clone(),
+        KnownThreadItem::WebSearch { query, .. } => query.clone(),
+    };
+    Some(text)
+}
+
+fn plan_text(explanation: Option<&str>, steps: &[wire::TurnPlanStep]) -> String {
+    let mut lines = Vec::new();
+    if let Some(e) = explanation.filter(|e| !e.is_empty()) {
+        lines.push(e.to_string());
+    }
+    for step in steps {
+        let mark = match step.status.as_str() {
+            "completed" => "[x]",
+            "inProgress" => "[>]",
+            _ => "[ ]",
+        };
+        lines.push(format!("{mark} {}", step.step));
+    }
+    lines.join("\n")
+}
+
+fn command_approval_detail(
+    p: &wire::CommandExecutionRequestApprovalParams,
+) -> (ApprovalKind, String) {
+    if let Some(ctx) = &p.network_approval_context {
+        let host = ctx.get("host").and_then(Value::as_str).unwrap_or("?");
+        return (ApprovalKind::Other, format!("network access to {host}"));
+    }
+    match &p.command {
+        Some(command) => (ApprovalKind::Command, unwrap_shell(command).to_string()),
+        None => (
+            ApprovalKind::Other,
+            p.reason
+                .clone()
+                .unwrap_or_else(|| format!("item {}", p.item_id)),
+        ),
+    }
+}
+
+/// `/bin/bash -lc 'echo hi'` -> `echo hi`: Codex wraps the model's script in a login
+/// shell, and the script is what people (and prefix policies) reason about. Only the plain
+/// form is unwrapped (one single-quoted argument without inner quotes), so the result is
+/// always exactly the script the shell runs; anything else is returned whole.
+pub(crate) fn unwrap_shell(command: &str) -> &str {
+    for flag in [" -lc '", " -c '"] {
+        let Some((shell, rest)) = command.split_once(flag) else {
+            continue;
+        };
+        let is_shell = ["sh", "bash", "zsh"]
+            .iter()
+            .any(|name| shell == *name || shell.ends_with(&format!("/{name}")));
+        if let Some(script) = rest.strip_suffix('\'') {
+            if is_shell && !script.contains('\'') {
+                return script;
+            }
+        }
+    }
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn translator() -> (Translator, Arc<AtomicU64>) {
+        let counter = Arc::new(AtomicU64::new(0));
+        (Translator::new(counter.clone()), counter)
+    }
+
+    fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
+        actions
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn feed(t: &mut Translator, lines: &[Value]) -> Vec<HarnessEvent> {
+        lines
+            .iter()
+            .flat_map(|l| events(t.handle_line(&l.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn malformed_lines_and_unknown_notifications_are_tolerated() {
+        let (mut t, counter) = translator();
+        assert_eq!(t.handle_line("not json"), vec![]);
+        assert_eq!(t.handle_line("{\"garbage\": 1}"), vec![]);
+        assert_eq!(t.handle_line(""), vec![]);
+        // A known method with params of the wrong shape.
+        assert_eq!(
+            t.handle_line(r#"{"method":"turn/started","params":{"threadId":1}}"#),
+            vec![]
+        );
+        assert_eq!(counter.load(Ordering::Relaxed), 3);
+        assert_eq!(
+            t.handle_line(r#"{"method":"thread/someday/new","params":{"x":1},"emittedAtMs":5}"#),
+            vec![]
+        );
+        assert_eq!(counter.load(Ordering::Relaxed), 3);
+        // Still works afterwards.
+        assert_eq!(
+            t.handle_line(r#"{"method":"warning","params":{"message":"careful"}}"#),
+            vec![Action::Event(HarnessEvent::Warning {
+                message: "careful".into()
+            })]
+        );
+    }
+
+    #[test]
+    fn responses_and_errors_are_routed_by_id() {
+        let (mut t, _) = translator();
+        assert_eq!(
+            t.handle_line(r#"{"id":4,"result":{"turnId":"u"}}"#),
+            vec![Action::Response {
+                id: RequestId::Integer(4),
+                result: Ok(json!({"turnId": "u"}))
+            }]
+        );
+        assert_eq!(
+            t.handle_line(
+                r#"{"error":{"code":-32600,"message":"no active turn to steer"},"id":5}"#
+            ),
+            vec![Action::Response {
+                id: RequestId::Integer(5),
+                result: Err(wire::ErrorObject {
+                    code: -32600,
+                    message: "no active turn to steer".into(),
+                    data: None
+                })
+            }]
+        );
+    }
+
+    #[test]
+    fn a_turn_translates_in_order() {
+        let (mut t, _) = translator();
+        let tid = "th";
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"old","tokenUsage":{
+                    "total":{"inputTokens":100,"outputTokens":10},"last":{"inputTokens":100,"outputTokens":10}}}}),
+                json!({"method":"turn/started","params":{"threadId":tid,"turn":{"id":"t1","status":"inProgress","items":[]}}}),
+                json!({"method":"item/started","params":{"threadId":tid,"turnId":"t1","item":{"type":"agentMessage","id":"m","text":""}}}),
+                json!({"method":"item/agentMessage/delta","params":{"threadId":tid,"turnId":"t1","itemId":"m","delta":"he"}}),
+                json!({"method":"item/agentMessage/delta","params":{"threadId":tid,"turnId":"t1","itemId":"m","delta":"llo"}}),
+                json!({"method":"item/completed","params":{"threadId":tid,"turnId":"t1","item":{"type":"agentMessage","id":"m","text":"hello"}}}),
+                json!({"method":"turn/plan/updated","params":{"threadId":tid,"turnId":"t1","explanation":null,"plan":[
+                    {"step":"read","status":"completed"},{"step":"write","status":"inProgress"}]}}),
+                json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"t1","tokenUsage":{
+                    "total":{"inputTokens":150,"outputTokens":13},"last":{"inputTokens":50,"outputTokens":3}}}}),
+                json!({"method":"turn/completed","params":{"threadId":tid,"turn":{"id":"t1","status":"completed","items":[],"itemsView":"notLoaded"}}}),
+            ],
+        );
+        assert_eq!(
+            evs,
+            vec![
+                HarnessEvent::TurnStarted {
+                    turn_id: "t1".into()
+                },
+                HarnessEvent::ItemStarted {
+                    turn_id: "t1".into(),
+                    item_id: "m".into(),
+                    kind: ItemKind::AgentMessage
+                },
+                HarnessEvent::TextDelta {
+                    turn_id: "t1".into(),
+                    item_id: "m".into(),
+                    delta: "he".into()
+                },
+                HarnessEvent::TextDelta {
+                    turn_id: "t1".into(),
+                    item_id: "m".into(),
+                    delta: "llo".into()
+                },
+                HarnessEvent::ItemCompleted {
+                    turn_id: "t1".into(),
+                    item_id: "m".into(),
+                    kind: ItemKind::AgentMessage,
+                    text: Some("hello".into())
+                },
+                HarnessEvent::PlanUpdated {
+                    turn_id: "t1".into(),
+                    text: "[x] read\n[>] write".into()
+                },
+                HarnessEvent::TokenUsage {
+                    turn_id: "t1".into(),
+                    input_tokens: 50,
+                    output_tokens: 3
+                },
+                // No items on turn/completed: the last completed agent message is the answer.
+                HarnessEvent::TurnCompleted {
+                    turn_id: "t1".into(),
+                    outcome: TurnOutcome::Completed {
+                        text: "hello".into()
+                    }
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn failures_take_the_turn_error_or_the_last_error_notification() {
+        let (mut t, _) = translator();
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":true,"error":{"message":"retrying"}}}),
+                json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":false,"error":{"message":"boom"}}}),
+                json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t1","status":"failed","items":[]}}}),
+                json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t2","status":"failed","error":{"message":"own"}}}}),
+                json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t3","status":"interrupted"}}}),
+            ],
+        );
+        assert_eq!(
+            evs,
+            vec![
+                HarnessEvent::Warning {
+                    message: "retrying".into()
+                },
+                HarnessEvent::TurnCompleted {
+                    turn_id: "t1".into(),
+                    outcome: TurnOutcome::Failed {
+                        error: "boom".into()
+                    }
+                },
+                HarnessEvent::TurnCompleted {
+                    turn_id: "t2".into(),
+                    outcome: TurnOutcome::Failed {
+                        error: "own".into()
+                    }
+                },
+                HarnessEvent::TurnCompleted {
+                    turn_id: "t3".into(),
+                    outcome: TurnOutcome::Interrupted
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn approvals_are_surfaced_and_unsupported_requests_refused() {
+        let (mut t, _) = translator();
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"item/commandExecution/requestApproval","id":0,"params":{
+                    "kind":"command","threadId":"th","turnId":"t1","itemId":"call_1","startedAtMs":1,
+                    "reason":"needs net","command":"/bin/bash -lc 'echo relay-approved'","cwd":"/tmp"}}),
+                json!({"method":"item/started","params":{"threadId":"th","turnId":"t1","item":{
+                    "type":"fileChange","id":"fc","status":"inProgress","changes":[
+                        {"path":"a.rs","kind":{"type":"update","move_path":null},"diff":"@@"},
+                        {"path":"b.rs","kind":{"type":"add"},"diff":"+"}]}}}),
+                json!({"method":"item/fileChange/requestApproval","id":"s1","params":{
+                    "threadId":"th","turnId":"t1","itemId":"fc","startedAtMs":1,"grantRoot":"/w"}}),
+            ],
+        );
+        assert_eq!(
+            evs,
+            vec![
+                HarnessEvent::ApprovalRequested {
+                    turn_id: "t1".into(),
+                    request_id: "0".into(),
+                    kind: ApprovalKind::Command,
+                    detail: "echo relay-approved".into(),
+                    reason: Some("needs net".into())
+                },
+                HarnessEvent::ItemStarted {
+                    turn_id: "t1".into(),
+                    item_id: "fc".into(),
+                    kind: ItemKind::FileChange
+                },
+                HarnessEvent::ApprovalRequested {
+                    turn_id: "t1".into(),
+                    request_id: "s1".into(),
+                    kind: ApprovalKind::FileChange,
+                    detail: "update a.rs\nadd b.rs\nwrite access to /w".into(),
+                    reason: None
+                },
+            ]
+        );
+        assert_eq!(t.take_server_request("0"), Some(RequestId::Integer(0)));
+        assert_eq!(t.take_server_request("0"), None);
+        // Resolved by Codex itself: no longer answerable.
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"serverRequest/resolved","params":{"threadId":"th","requestId":"s1"}}),
+            ],
+        );
+        assert_eq!(
+            evs,
+            vec![HarnessEvent::ApprovalResolved {
+                request_id: "s1".into()
+            }]
+        );
+        assert_eq!(t.take_server_request("s1"), None);
+
+        let actions = t.handle_line(
+            r#"{"method":"item/tool/requestUserInput","id":7,"params":{"questions":[]}}"#,
+        );
+        assert!(
+            matches!(
+                &actions[..],
+                [Action::Send(Message::Error(wire::ErrorResponse { id: RequestId::Integer(7), error }))]
+                    if error.code == error_code::METHOD_NOT_FOUND
+            ),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn shell_wrappers_are_unwrapped_only_when_exact() {
+        assert_eq!(unwrap_shell("/bin/bash -lc 'echo hi'"), "echo hi");
+        assert_eq!(unwrap_shell("bash -c 'ls -la'"), "ls -la");
+        assert_eq!(
+            unwrap_shell("/bin/bash -lc 'echo '\\''x'\\'''"),
+            "/bin/bash -lc 'echo '\\''x'\\'''"
+        );
+        assert_eq!(unwrap_shell("python -c 'print(1)'"), "python -c 'print(1)'");
+        assert_eq!(unwrap_shell("ls"), "ls");
+    }
+}

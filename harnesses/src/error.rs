@@ -1,0 +1,72 @@
+//! The one error type of this crate. Callers match on variants, never on message text.
+
+use std::time::Duration;
+
+/// Why a harness operation failed.
+///
+/// Retryable (the same call may succeed later): [`Overloaded`](Self::Overloaded) and
+/// [`Timeout`](Self::Timeout) on the same session; [`ProcessExited`](Self::ProcessExited)
+/// and [`ChannelClosed`](Self::ChannelClosed) after spawning a new session. The others
+/// are answers, not accidents: retrying the same call gives the same error.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// The agent program could not be started (missing, not executable). Not retryable
+    /// until the configuration changes.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent process is gone; the request in flight died with it. Retryable with a new
+    /// session.
+    #[error(
+        "agent process exited (code {code:?}, signal {signal:?}); stderr tail:\n{stderr_tail}"
+    )]
+    ProcessExited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        stderr_tail: String,
+    },
+    /// The agent answered the request with a JSON-RPC error. Not retryable.
+    #[error("agent refused the request: {message} (code {code})")]
+    Rpc { code: i64, message: String },
+    /// The agent does not know this thread (never existed here, or its rollout file is
+    /// gone). Not retryable: start a new thread instead.
+    #[error("thread {thread_id} not found")]
+    ThreadNotFound { thread_id: String },
+    /// An approval answer named a request that is not pending (already answered, or
+    /// settled by the agent when its turn ended). Not retryable.
+    #[error("no pending agent request {request_id}")]
+    UnknownRequest { request_id: String },
+    /// No answer within the configured time. Retryable; the late answer is dropped.
+    #[error("{method} timed out after {after:?}")]
+    Timeout { method: String, after: Duration },
+    /// The session was shut down; its owner task no longer takes commands. Retryable with
+    /// a new session.
+    #[error("session closed")]
+    ChannelClosed,
+    /// The session's command queue is full: rejected rather than queued without bound.
+    /// Retryable after a short wait.
+    #[error("session overloaded: too many commands in flight")]
+    Overloaded,
+    /// Writing to or reading from the agent failed.
+    #[error("agent i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A message could not be encoded, or a result did not have the expected shape.
+    #[error("agent json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl HarnessError {
+    /// `true` for the variants documented as retryable on this or a new session.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            HarnessError::ProcessExited { .. }
+                | HarnessError::Timeout { .. }
+                | HarnessError::ChannelClosed
+                | HarnessError::Overloaded
+        )
+    }
+}

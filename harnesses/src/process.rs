@@ -1,0 +1,475 @@
+//! Child process supervision, shared by every adapter that drives a CLI over pipes.
+//!
+//! [`Supervised::spawn`] starts the program in its own process group (so the agent's own
+//! children, shells and tools, can be signalled together) with stdin and stdout piped
+//! for the protocol, and stderr drained by a task into a [`StderrTail`] ring of the last
+//! [`STDERR_TAIL_LINES`] lines for error reports. The adapter's owner task races its
+//! protocol loop against [`Supervised::wait`], then calls [`Supervised::finish`] or
+//! [`Supervised::terminate`] to get an [`ExitInfo`].
+//!
+//! No process is leaked: `terminate` sends SIGTERM to the whole group, waits a grace
+//! period, then SIGKILLs the group's tree; `finish` SIGKILLs whatever is left of the tree
+//! after the leader exited on its own; and dropping a [`Supervised`] that was not reaped
+//! this way SIGKILLs the tree synchronously (tokio's `kill_on_drop` alone would only reach
+//! the leader).
+//!
+//! "The tree" is the group plus every descendant of its members found through `/proc`
+//! parent links: agents start commands in sessions of their own (Codex runs each command
+//! under `setsid`), which a group signal does not reach. A descendant whose parent died
+//! before the sweep is reparented away and cannot be found; agents kill their own
+//! children when they exit normally, which covers the graceful path.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+
+use crate::error::HarnessError;
+
+/// How many stderr lines [`StderrTail`] keeps.
+pub const STDERR_TAIL_LINES: usize = 50;
+/// Longer stderr lines are cut to this many bytes (a stray binary dump must not bloat
+/// error reports).
+const STDERR_LINE_MAX: usize = 2000;
+/// After the leader exits, how long to wait for stderr to reach EOF before reporting
+/// (a grandchild may hold the pipe open).
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Added to the inherited environment.
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, or `None` when killed by a signal.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The last lines of stderr, oldest first.
+    pub stderr_tail: String,
+}
+
+impl ExitInfo {
+    pub fn to_error(&self) -> HarnessError {
+        HarnessError::ProcessExited {
+            code: self.code,
+            signal: self.signal,
+            stderr_tail: self.stderr_tail.clone(),
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL_LINES`] lines a child wrote on stderr. Cheap to clone; the
+/// drain task and the session handle share it.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, mut line: String) {
+        if line.len() > STDERR_LINE_MAX {
+            let mut cut = STDERR_LINE_MAX;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push('…');
+        }
+        let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if lines.len() == STDERR_TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The lines joined with `\n`.
+    pub fn snapshot(&self) -> String {
+        let lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lines
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The protocol pipes of a spawned child.
+pub struct Pipes {
+    pub stdin: ChildStdin,
+    pub stdout: ChildStdout,
+}
+
+/// A running child in its own process group. See the module docs.
+pub struct Supervised {
+    child: Child,
+    pid: u32,
+    program: String,
+    stderr: StderrTail,
+    stderr_task: Option<JoinHandle<()>>,
+    /// `false` once the group has been SIGKILLed after the leader was reaped: nothing is
+    /// left to kill, and the pgid may be reused by an unrelated process.
+    group_live: bool,
+}
+
+impl Supervised {
+    pub fn spawn(spec: &ProcessSpec) -> Result<(Supervised, Pipes), HarnessError> {
+        let program = spec.program.display().to_string();
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .envs(&spec.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group: the agent's children get signalled with it, and a Ctrl-C
+            // meant for Relay's terminal does not reach the agent directly.
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
+            child.id(),
+            child.stdin.take(),
+            child.stdout.take(),
+            child.stderr.take(),
+        ) else {
+            // Only possible if the child was already reaped, which nothing did yet.
+            return Err(HarnessError::Spawn {
+                program,
+                source: io::Error::other("child has no pid or pipes right after spawn"),
+            });
+        };
+        let tail = StderrTail::default();
+        let stderr_task = tokio::spawn(drain_stderr(stderr, tail.clone(), program.clone()));
+        tracing::debug!(pid, %program, "spawned child");
+        Ok((
+            Supervised {
+                child,
+                pid,
+                program,
+                stderr: tail,
+                stderr_task: Some(stderr_task),
+                group_live: true,
+            },
+            Pipes { stdin, stdout },
+        ))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn stderr_tail(&self) -> StderrTail {
+        self.stderr.clone()
+    }
+
+    /// Waits for the leader to exit. Cancel-safe: race it in a `select!`.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// After the leader exited with `status`: kills what is left of its group, waits
+    /// briefly for the stderr drain, and reports.
+    pub async fn finish(&mut self, status: ExitStatus) -> ExitInfo {
+        self.kill_group_remains();
+        if let Some(task) = self.stderr_task.take() {
+            // A grandchild holding stderr open must not stall the report.
+            let _ = tokio::time::timeout(STDERR_DRAIN, task).await;
+        }
+        let info = ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+            stderr_tail: self.stderr.snapshot(),
+        };
+        tracing::debug!(pid = self.pid, program = %self.program, ?info.code, ?info.signal, "child exited");
+        info
+    }
+
+    /// Stops the child: SIGTERM to the group, `grace` to exit, then SIGKILL to the group.
+    pub async fn terminate(&mut self, grace: Duration) -> ExitInfo {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return self.finish(status).await;
+        }
+        signal_group(self.pid, libc::SIGTERM);
+        let status = match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            Ok(Err(err)) => {
+                tracing::warn!(pid = self.pid, %err, "wait on child failed");
+                None
+            }
+            Err(_) => None,
+        };
+        let status = match status {
+            Some(status) => status,
+            None => {
+                tracing::warn!(pid = self.pid, program = %self.program, "child ignored SIGTERM; killing its group");
+                kill_tree(self.pid);
+                match self.child.wait().await {
+                    Ok(status) => status,
+                    // Reaped elsewhere or not waitable: report it as killed.
+                    Err(_) => ExitStatus::from_raw(libc::SIGKILL),
+                }
+            }
+        };
+        self.finish(status).await
+    }
+
+    /// The leader is gone; SIGKILL its tree in case children outlived it, once.
+    fn kill_group_remains(&mut self) {
+        if self.group_live {
+            kill_tree(self.pid);
+            self.group_live = false;
+        }
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        // Dropped without `finish`/`terminate` (a runtime shutting down, a panic): the
+        // leader may still run. SIGKILL the whole tree now; `kill_on_drop` then reaps.
+        if self.group_live {
+            kill_tree(self.pid);
+        }
+        if let Some(task) = self.stderr_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// SIGKILLs the descendants of group `pgid`'s members that live outside the group, then
+/// the group. Descendants are listed before anything is killed: once a parent dies, its
+/// children are reparented and can no longer be traced.
+fn kill_tree(pgid: u32) {
+    for pid in outside_descendants(pgid) {
+        signal(pid, libc::SIGKILL, false);
+    }
+    signal(pgid, libc::SIGKILL, true);
+}
+
+/// Sends `sig` to process `pid`, or to process group `pid` when `group`. Errors (ESRCH:
+/// already gone) are expected and ignored.
+#[allow(unsafe_code)]
+fn signal(pid: u32, sig: libc::c_int, group: bool) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // 0 and 1 would mean our own group, or every process: never.
+    if pid <= 1 {
+        return;
+    }
+    // SAFETY: kill and killpg take integers and touch no memory of ours.
+    let rc = unsafe {
+        if group {
+            libc::killpg(pid, sig)
+        } else {
+            libc::kill(pid, sig)
+        }
+    };
+    if rc != 0 {
+        tracing::trace!(pid, sig, group, err = %io::Error::last_os_error(), "signal");
+    }
+}
+
+fn signal_group(pgid: u32, sig: libc::c_int) {
+    signal(pgid, sig, true);
+}
+
+/// Live processes descending from members of group `pgid` but outside it, from `/proc`
+/// (empty where there is no `/proc`).
+fn outside_descendants(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    // (pid, ppid, pgrp) of every live process.
+    let mut procs = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(&state), Some(ppid), Some(pgrp)) = (
+            fields.first(),
+            fields.get(1).and_then(|f| f.parse::<u32>().ok()),
+            fields.get(2).and_then(|f| f.parse::<u32>().ok()),
+        ) else {
+            continue;
+        };
+        if state != "Z" {
+            procs.push((pid, ppid, pgrp));
+        }
+    }
+    let mut frontier: Vec<u32> = procs.iter().filter(|p| p.2 == pgid).map(|p| p.0).collect();
+    let mut found = Vec::new();
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid, pgrp) in &procs {
+            if ppid == parent && pgrp != pgid && !found.contains(&pid) {
+                found.push(pid);
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+async fn drain_stderr(stderr: ChildStderr, tail: StderrTail, program: String) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) => return,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end_matches(['\n', '\r']);
+                tracing::trace!(%program, "stderr: {line}");
+                tail.push(line.to_string());
+            }
+            Err(err) => {
+                tracing::debug!(%program, %err, "stderr read failed");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn sh(script: &str) -> ProcessSpec {
+        ProcessSpec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            ..Default::default()
+        }
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A zombie still has /proc/<pid>; count it as gone.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn stderr_tail_keeps_the_last_lines() {
+        let (mut p, _pipes) = Supervised::spawn(&sh(
+            "for i in $(seq 1 60); do echo line$i >&2; done; exit 3",
+        ))
+        .unwrap();
+        let status = p.wait().await.unwrap();
+        let info = p.finish(status).await;
+        assert_eq!(info.code, Some(3));
+        assert_eq!(info.signal, None);
+        let lines: Vec<&str> = info.stderr_tail.lines().collect();
+        assert_eq!(lines.len(), STDERR_TAIL_LINES);
+        assert_eq!(lines.first(), Some(&"line11"));
+        assert_eq!(lines.last(), Some(&"line60"));
+    }
+
+    #[tokio::test]
+    async fn terminate_kills_the_whole_group() {
+        // The leader ignores SIGTERM and has a child in the same group.
+        let (mut p, mut pipes) =
+            Supervised::spawn(&sh("trap '' TERM; sleep 30 & echo $!; wait")).unwrap();
+        let mut out = BufReader::new(&mut pipes.stdout);
+        let mut line = String::new();
+        out.read_line(&mut line).await.unwrap();
+        let grandchild: u32 = line.trim().parse().unwrap();
+        assert!(alive(grandchild));
+        let info = p.terminate(Duration::from_millis(200)).await;
+        assert_eq!(info.signal, Some(libc::SIGKILL));
+        // The grandchild was reparented; give init a moment to reap it.
+        for _ in 0..50 {
+            if !alive(grandchild) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(grandchild), "grandchild {grandchild} survived");
+        assert!(!alive(p.pid()));
+    }
+
+    #[tokio::test]
+    async fn descendants_in_their_own_session_are_killed_too() {
+        // leader -> helper (same group) -> sleeper (own session, via setsid). The leader
+        // dies first, as when an agent's launcher is killed from outside.
+        let (mut p, mut pipes) =
+            Supervised::spawn(&sh("sh -c 'setsid sleep 31.25 & echo $!; wait' & wait")).unwrap();
+        let mut out = BufReader::new(&mut pipes.stdout);
+        let mut line = String::new();
+        out.read_line(&mut line).await.unwrap();
+        let sleeper: u32 = line.trim().parse().unwrap();
+        assert!(alive(sleeper));
+        signal(p.pid(), libc::SIGKILL, false);
+        let status = p.wait().await.unwrap();
+        let info = p.finish(status).await;
+        assert_eq!(info.signal, Some(libc::SIGKILL));
+        for _ in 0..50 {
+            if !alive(sleeper) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(sleeper), "sleeper {sleeper} survived");
+    }
+
+    #[tokio::test]
+    async fn drop_kills_the_group() {
+        let (p, _pipes) = Supervised::spawn(&sh("sleep 30")).unwrap();
+        let pid = p.pid();
+        assert!(alive(pid));
+        drop(p);
+        for _ in 0..50 {
+            if !alive(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(pid));
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_a_spawn_error() {
+        let err = Supervised::spawn(&ProcessSpec {
+            program: "/nonexistent/relay-test".into(),
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(err, HarnessError::Spawn { .. }), "{err:?}");
+    }
+}

@@ -1,0 +1,84 @@
+//! What the broker and a runtime (the harness-session plane) say to each other. The
+//! embedded runtime gets these in-process; a remote `relay node` gets them over NATS.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{
+    Agent, AgentState, ApprovalDecision, ApprovalRequest, Endpoint, Flight, FlightChange,
+    Invocation,
+};
+
+/// Broker -> runtime: run this flight's task as a turn of the agent's session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub agent: Agent,
+    pub invocation: Invocation,
+    pub flight: Flight,
+}
+
+/// Broker -> runtime: act on a live turn, or forget an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "control", rename_all = "snake_case")]
+pub enum Control {
+    Steer {
+        agent: String,
+        flight: String,
+        text: String,
+    },
+    Interrupt {
+        agent: String,
+        flight: String,
+    },
+    Approval {
+        agent: String,
+        flight: String,
+        harness_request_id: String,
+        decision: ApprovalDecision,
+    },
+    /// The agent was removed: stop its session.
+    AgentRemoved {
+        agent: String,
+    },
+}
+
+impl Control {
+    pub fn agent(&self) -> &str {
+        match self {
+            Control::Steer { agent, .. }
+            | Control::Interrupt { agent, .. }
+            | Control::Approval { agent, .. }
+            | Control::AgentRemoved { agent } => agent,
+        }
+    }
+}
+
+/// Runtime -> broker: what happened. Reports of one agent arrive in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case")]
+pub enum Report {
+    Flight {
+        flight: String,
+        change: FlightChange,
+    },
+    Agent {
+        agent: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<AgentState>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thread_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<Endpoint>,
+    },
+    ThreadLost {
+        agent: String,
+        old_thread_id: String,
+        new_thread_id: String,
+        reason: String,
+    },
+    ApprovalRequested {
+        agent: String,
+        request: ApprovalRequest,
+    },
+    /// The turn ended: approvals of this flight still pending are closed as expired.
+    ApprovalsExpired { flight: String },
+}

@@ -1,0 +1,297 @@
+//! The mock over raw HTTP/1.1, as a client sees it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use relay_mock_model::{write_codex_home, MockModel, Reply};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Sends one request and reads the response to EOF: `(status line, headers, body)`, the
+/// body de-chunked.
+async fn call(addr: SocketAddr, head: &str, body: &[u8]) -> (String, String, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let (status, headers) = head.split_once("\r\n").unwrap();
+    let body = if headers.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status.to_string(), headers.to_string(), body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").unwrap();
+        let size = usize::from_str_radix(size, 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
+async fn post_json(addr: SocketAddr, body: &Value) -> (String, String, String) {
+    let body = body.to_string();
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    call(addr, &head, body.as_bytes()).await
+}
+
+/// `(event, data)` pairs of an SSE body.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let event = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap();
+            let data = block
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            (event.to_string(), serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+fn user(text: &str) -> Value {
+    json!({"model": "mock-model", "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    ]})
+}
+
+#[tokio::test]
+async fn text_reply_streams_deltas_then_completes() {
+    let mock = MockModel::start().await.unwrap();
+    mock.push(Reply::chunks(["a", "b", "c"]));
+    let (status, headers, body) = post_json(mock.addr(), &user("hi")).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(headers.contains("content-type: text/event-stream"));
+    let evs = events(&body);
+    let kinds: Vec<&str> = evs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let deltas: Vec<&str> = evs
+        .iter()
+        .filter_map(|(_, d)| d.get("delta").and_then(Value::as_str))
+        .collect();
+    assert_eq!(deltas, ["a", "b", "c"]);
+    assert_eq!(evs[5].1["item"]["content"][0]["text"], "abc");
+    assert_eq!(evs[6].1["response"]["id"], evs[0].1["response"]["id"]);
+    assert!(
+        evs[6].1["response"]["usage"]["input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/responses");
+    assert_eq!(requests[0].header("content-type"), Some("application/json"));
+    assert_eq!(requests[0].body, user("hi"));
+}
+
+#[tokio::test]
+async fn replies_come_from_the_queue_then_the_handler_then_the_echo() {
+    let mock = MockModel::start().await.unwrap();
+    let text_of = |body: &str| -> String {
+        events(body)
+            .into_iter()
+            .find(|(k, _)| k == "response.output_item.done")
+            .map(|(_, d)| {
+                d["item"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap()
+    };
+    let (_, _, body) = post_json(mock.addr(), &user("first")).await;
+    assert_eq!(text_of(&body), "ok: first");
+
+    mock.push(Reply::text("queued"));
+    mock.set_handler(|req| Reply::text(format!("handled {}", req.last_user_text().unwrap())));
+    let (_, _, body) = post_json(mock.addr(), &user("second")).await;
+    assert_eq!(text_of(&body), "queued");
+    let (_, _, body) = post_json(mock.addr(), &user("third")).await;
+    assert_eq!(text_of(&body), "handled third");
+    assert_eq!(mock.wait_for_requests(3, WAIT).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn function_calls_and_failures_have_their_events() {
+    let mock = MockModel::start().await.unwrap();
+    mock.push(Reply::exec_command_escalated(
+        "call_9", "echo hi", "because",
+    ));
+    mock.push(Reply::failed("nope"));
+    mock.push(Reply::HttpError {
+        status: 503,
+        body: "{}".into(),
+    });
+
+    let (_, _, body) = post_json(mock.addr(), &user("x")).await;
+    let evs = events(&body);
+    let item = &evs
+        .iter()
+        .find(|(k, _)| k == "response.output_item.done")
+        .unwrap()
+        .1["item"];
+    assert_eq!(item["type"], "function_call");
+    assert_eq!(item["call_id"], "call_9");
+    assert_eq!(item["name"], "exec_command");
+    let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        json!({"cmd": "echo hi", "sandbox_permissions": "require_escalated", "justification": "because"})
+    );
+    assert_eq!(evs.last().unwrap().0, "response.completed");
+
+    let (_, _, body) = post_json(mock.addr(), &user("x")).await;
+    let evs = events(&body);
+    assert_eq!(evs.last().unwrap().0, "response.failed");
+    assert_eq!(
+        evs.last().unwrap().1["response"]["error"]["message"],
+        "nope"
+    );
+
+    let (status, _, _) = post_json(mock.addr(), &user("x")).await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+}
+
+#[tokio::test]
+async fn chunked_request_bodies_are_read() {
+    let mock = MockModel::start().await.unwrap();
+    let body = user("chunky").to_string();
+    let (a, b) = body.split_at(10);
+    let chunked = format!(
+        "{:x};ext=1\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    let head = "POST /v1/responses HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n";
+    let (status, _, _) = call(mock.addr(), head, chunked.as_bytes()).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(
+        mock.requests()[0].last_user_text().as_deref(),
+        Some("chunky")
+    );
+}
+
+#[tokio::test]
+async fn models_and_unknown_paths() {
+    let mock = MockModel::start().await.unwrap();
+    let (status, _, body) = call(
+        mock.addr(),
+        "GET /v1/models?client_version=1 HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["data"][0]["id"], "mock-model");
+
+    let (status, _, _) = call(mock.addr(), "GET /nope HTTP/1.1\r\nhost: x\r\n\r\n", b"").await;
+    assert!(status.starts_with("HTTP/1.1 404"));
+
+    assert!(mock.requests().is_empty());
+    let all = mock.all_requests();
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        (all[0].path.as_str(), all[0].query.as_str()),
+        ("/v1/models", "client_version=1")
+    );
+}
+
+#[tokio::test]
+async fn a_hang_holds_the_stream_until_the_mock_is_dropped() {
+    let mock = MockModel::start().await.unwrap();
+    mock.push(Reply::hang());
+    let body = user("x").to_string();
+    let mut stream = TcpStream::connect(mock.addr()).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /v1/responses HTTP/1.1\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("response.created") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0);
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Nothing more arrives...
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf))
+            .await
+            .is_err()
+    );
+    // ...until the mock goes away and closes the connection.
+    drop(mock);
+    let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn codex_home_points_at_the_mock() {
+    let dir = tempfile::tempdir().unwrap();
+    write_codex_home(dir.path(), "http://127.0.0.1:9/v1").unwrap();
+    let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    for line in [
+        "model = \"mock-model\"",
+        "model_provider = \"mock\"",
+        "approval_policy = \"on-request\"",
+        "sandbox_mode = \"read-only\"",
+        "[model_providers.mock]",
+        "base_url = \"http://127.0.0.1:9/v1\"",
+        "wire_api = \"responses\"",
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        "supports_websockets = false",
+    ] {
+        assert!(config.lines().any(|l| l == line), "missing {line:?}");
+    }
+}

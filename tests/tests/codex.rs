@@ -1,0 +1,524 @@
+//! The codex plane end to end: a real `relay up`, the REAL pinned `codex app-server`, and
+//! the mock Responses server. Each test has its own data dir, CODEX_HOME and mock.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use relay_broker::client::Client;
+use relay_mock_model::{all_input_text, write_codex_home, MockModel, RecordedRequest, Reply};
+use relay_tests::{process_alive, signal, RelayProcess};
+use serde_json::{json, Value};
+
+/// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
+/// run the command escalated (then reports the outputs), `hang` never ends, anything else
+/// is echoed as `ok: <text>`.
+fn script(req: &RecordedRequest) -> Reply {
+    let text = req.last_user_text().unwrap_or_default();
+    if let Some(words) = text.strip_prefix("slow:") {
+        Reply::slow_chunks(
+            words.trim().split_inclusive(' ').map(str::to_string),
+            Duration::from_millis(250),
+        )
+    } else if let Some(cmd) = text.strip_prefix("exec:") {
+        // Only this turn's call counts: earlier turns of the thread had theirs.
+        match outputs_since_last_user(req) {
+            None => Reply::exec_command_escalated("call_1", cmd.trim(), "the test asks"),
+            Some(output) => Reply::text(format!("outputs: {output}")),
+        }
+    } else if text.starts_with("hang") {
+        Reply::hang()
+    } else {
+        Reply::text(format!("ok: {text}"))
+    }
+}
+
+/// The output of a function call made after the last user message, if any.
+fn outputs_since_last_user(req: &RecordedRequest) -> Option<String> {
+    let input = req.input();
+    let last_user = input
+        .iter()
+        .rposition(|i| i["type"] == "message" && i["role"] == "user")?;
+    input[last_user..]
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].to_string())
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    mock: MockModel,
+    codex_home: PathBuf,
+    work: PathBuf,
+    relay: RelayProcess,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let mock = MockModel::start().await.unwrap();
+        mock.set_handler(script);
+        let codex_home = tmp.path().join("codex-home");
+        write_codex_home(&codex_home, &mock.url()).unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+        Env {
+            _tmp: tmp,
+            mock,
+            codex_home,
+            work,
+            relay,
+        }
+    }
+
+    fn add_agent(&self, name: &str, extra: &[&str]) {
+        let env = format!("CODEX_HOME={}", self.codex_home.display());
+        let work = self.work.display().to_string();
+        let mut args = vec![
+            "agent",
+            "add",
+            name,
+            "--harness",
+            "codex_app_server",
+            "--cwd",
+            &work,
+            "--env",
+            &env,
+        ];
+        args.extend_from_slice(extra);
+        self.relay.cli_ok(&args);
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.relay.api.url, &self.relay.api.token)
+    }
+
+    fn ask_no_wait(&self, agent: &str, text: &str) -> String {
+        self.relay
+            .cli_ok(&["ask", agent, "--no-wait", text])
+            .trim()
+            .to_string()
+    }
+
+    async fn flight(&self, id: &str) -> Value {
+        let (code, f) = self.relay.http().get(&format!("/v1/flights/{id}")).await;
+        assert_eq!(code, 200, "{f}");
+        f
+    }
+
+    async fn updates(&self, id: &str) -> Vec<Value> {
+        let (_, u) = self
+            .relay
+            .http()
+            .get(&format!("/v1/flights/{id}/updates"))
+            .await;
+        u.as_array().unwrap().clone()
+    }
+
+    /// Polls the flight until `pred` holds (or fails after `secs`).
+    async fn wait_flight(&self, id: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let f = self.flight(id).await;
+            if pred(&f) {
+                return f;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "flight never got there: {f}\nlog:\n{}",
+                self.relay.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The approval (in any state) of a flight.
+    fn approval_of(&self, flight: &str) -> Value {
+        let all = self
+            .relay
+            .cli_json(&["approvals", "--state", "all", "--json"]);
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["flight"] == flight)
+            .cloned()
+            .unwrap_or_else(|| panic!("no approval for {flight}: {all}"))
+    }
+
+    /// Waits until the flight has streamed its first delta.
+    async fn wait_delta(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.updates(id).await.iter().any(|u| u["kind"] == "delta") {
+            assert!(Instant::now() < deadline, "no delta on {id}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn agent(&self, name: &str) -> Value {
+        self.relay.http().get(&format!("/v1/agents/{name}")).await.1
+    }
+
+    /// The pid of the agent's codex child, once its session is up.
+    async fn codex_pid(&self, name: &str) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(pid) = self.agent(name).await["endpoint"]["pid"].as_u64() {
+                return pid as u32;
+            }
+            assert!(Instant::now() < deadline, "no codex pid for {name}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn state(f: &Value) -> &str {
+    f["state"].as_str().unwrap_or("")
+}
+
+async fn wait_gone(pid: u32, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while process_alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_text_turn_streams_deltas_as_flight_updates_and_replies() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "slow: alpha beta gamma delta epsilon");
+
+    // Follow the flight live; when the first delta arrives the flight is still running.
+    let client = env.client();
+    let mut seen: Vec<Value> = Vec::new();
+    let mut state_at_first_delta = None;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stream_id = id.clone();
+    let follower = tokio::spawn(async move {
+        client
+            .sse(&format!("/v1/flights/{stream_id}/stream"), |_, data| {
+                tx.send(serde_json::from_str::<Value>(data).unwrap())
+                    .is_ok()
+            })
+            .await
+            .unwrap();
+    });
+    while let Some(u) = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+        .await
+        .expect("updates stopped")
+    {
+        if u["kind"] == "delta" && state_at_first_delta.is_none() {
+            state_at_first_delta = Some(state(&env.flight(&id).await).to_string());
+        }
+        seen.push(u);
+    }
+    follower.await.unwrap();
+    assert_eq!(state_at_first_delta.as_deref(), Some("running"));
+
+    // Every update, in order, gap-free; the stream ends with the completion.
+    let seqs: Vec<u64> = seen.iter().map(|u| u["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let deltas: Vec<&str> = seen
+        .iter()
+        .filter(|u| u["kind"] == "delta")
+        .map(|u| u["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deltas,
+        vec!["alpha ", "beta ", "gamma ", "delta ", "epsilon"]
+    );
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (last["kind"].as_str(), last["to"].as_str()),
+        (Some("state"), Some("completed"))
+    );
+    // The stored updates are the same as the streamed ones.
+    assert_eq!(env.updates(&id).await, seen);
+
+    let flight = env.flight(&id).await;
+    assert_eq!(state(&flight), "completed");
+    assert_eq!(flight["output"], "alpha beta gamma delta epsilon");
+    let thread = env.agent("codex-1").await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(flight["thread_id"], thread.as_str());
+
+    // The reply is in the conversation, linked to the request.
+    let msgs = env
+        .relay
+        .cli_json(&["read", "direct.codex-1.operator", "--json"]);
+    let msgs = msgs.as_array().unwrap();
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs[0]["body"], "slow: alpha beta gamma delta epsilon");
+    assert_eq!(msgs[1]["author"], "codex-1");
+    assert_eq!(msgs[1]["body"], "alpha beta gamma delta epsilon");
+    assert_eq!(msgs[1]["reply_to"], msgs[0]["id"]);
+    assert_eq!(msgs[1]["meta"]["flight"], id.as_str());
+    assert_eq!(msgs[1]["meta"]["invocation"], flight["invocation"]);
+    assert_eq!(msgs[1]["meta"]["harness"], "codex_app_server");
+    assert_eq!(msgs[1]["meta"]["thread_id"], thread.as_str());
+
+    // `relay ask` prints the reply and exits 0; --json prints the final flight.
+    let out = env.relay.cli(&["ask", "codex-1", "say hi"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok: say hi");
+    let f = env.relay.cli_json(&["ask", "codex-1", "--json", "again"]);
+    assert_eq!(
+        (f["state"].as_str(), f["agent"].as_str()),
+        (Some("completed"), Some("codex-1"))
+    );
+    assert_eq!(f["output"], "ok: again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_the_agent_continues_the_same_thread() {
+    let mut env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let out = env
+        .relay
+        .cli_ok(&["ask", "codex-1", "remember the word pelican"]);
+    assert_eq!(out.trim(), "ok: remember the word pelican");
+    let thread = env.agent("codex-1").await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let codex = env.codex_pid("codex-1").await;
+
+    env.relay.kill9();
+    // The orphaned codex sees its stdin close and exits: nothing is left running.
+    assert!(wait_gone(codex, 15).await, "codex {codex} outlived relay");
+    env.relay.restart().unwrap();
+    assert_eq!(env.agent("codex-1").await["thread_id"], thread.as_str());
+
+    let out = env.relay.cli_ok(&["ask", "codex-1", "which word?"]);
+    assert_eq!(out.trim(), "ok: which word?");
+    assert_eq!(env.agent("codex-1").await["thread_id"], thread.as_str());
+    let last = env.mock.requests().last().cloned().unwrap();
+    let input = all_input_text(&last);
+    assert!(input.contains("remember the word pelican"), "{input}");
+    assert!(input.contains("ok: remember the word pelican"), "{input}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_turn_leaves_no_flight_running() {
+    let mut env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "hang on");
+    env.wait_flight(&id, 60, |f| state(f) == "running").await;
+    let codex = env.codex_pid("codex-1").await;
+    env.relay.kill9();
+    assert!(wait_gone(codex, 15).await, "codex {codex} outlived relay");
+    env.relay.restart().unwrap();
+    let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
+    assert_eq!(state(&f), "failed");
+    let reason = f["error"].as_str().unwrap();
+    assert!(
+        reason.contains("relay stopped while this flight was running"),
+        "{reason}"
+    );
+    // The agent still works, on the same thread.
+    let out = env.relay.cli_ok(&["ask", "codex-1", "still there?"]);
+    assert_eq!(out.trim(), "ok: still there?");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_codex_fails_the_flight_and_the_next_ask_resumes_the_thread() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    env.relay.cli_ok(&["ask", "codex-1", "first words"]);
+    let thread = env.agent("codex-1").await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = env.ask_no_wait("codex-1", "hang here");
+    env.wait_flight(&id, 60, |f| state(f) == "running").await;
+    let codex = env.codex_pid("codex-1").await;
+    signal(codex, libc::SIGKILL);
+    let f = env.wait_flight(&id, 30, |f| state(f) == "failed").await;
+    let reason = f["error"].as_str().unwrap();
+    assert!(reason.contains("killed by signal 9"), "{reason}");
+    assert!(reason.contains("stderr"), "{reason}");
+
+    let out = env.relay.cli(&["ask", "codex-1", "after the crash"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok: after the crash"
+    );
+    let agent = env.agent("codex-1").await;
+    assert_eq!(agent["thread_id"], thread.as_str());
+    assert_ne!(agent["endpoint"]["pid"].as_u64(), Some(codex as u64));
+    let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
+    assert!(input.contains("first words"), "{input}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_cancels_and_steer_reaches_the_model() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    // Interrupt a slow stream.
+    let id = env.ask_no_wait("codex-1", "slow: one two three four five six seven eight");
+    env.wait_delta(&id).await;
+    env.relay.cli_ok(&["interrupt", &id]);
+    let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
+    assert_eq!(state(&f), "cancelled");
+    assert_eq!(f["error"], "interrupted");
+    let out = env.relay.cli(&["interrupt", &id]);
+    assert!(
+        !out.status.success(),
+        "interrupting an ended flight is an error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("flight_terminal"));
+
+    // Steer a slow stream: accepted, recorded, and the model gets the text.
+    let id = env.ask_no_wait("codex-1", "slow: a b c d e f");
+    env.wait_delta(&id).await;
+    env.relay.cli_ok(&["steer", &id, "also mention zebras"]);
+    let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    let updates = env.updates(&id).await;
+    assert!(updates
+        .iter()
+        .any(|u| u["kind"] == "note" && u["text"] == "steered: also mention zebras"));
+    assert!(
+        env.mock
+            .requests()
+            .iter()
+            .any(|r| all_input_text(r).contains("also mention zebras")),
+        "no model request carried the steer text; flight: {f}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approvals_accepted_declined_and_by_policy() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    env.add_agent("codex-2", &["--auto-accept", "echo policy"]);
+
+    // Accepted by a person: the command runs and its output goes back to the model.
+    let id = env.ask_no_wait("codex-1", "exec: echo relay-approved");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let a = env.approval_of(&id);
+    assert_eq!(
+        (a["kind"].as_str(), a["state"].as_str()),
+        (Some("command"), Some("pending"))
+    );
+    assert!(a["detail"]
+        .as_str()
+        .unwrap()
+        .contains("echo relay-approved"));
+    env.relay
+        .cli_ok(&["approve", a["id"].as_str().unwrap(), "accept"]);
+    let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    assert!(
+        f["output"].as_str().unwrap().contains("relay-approved"),
+        "{f}"
+    );
+    let d = env.approval_of(&id);
+    assert_eq!(
+        (d["decision"].as_str(), d["decided_by"].as_str()),
+        (Some("accept"), Some("operator"))
+    );
+    let out = env
+        .relay
+        .cli(&["approve", a["id"].as_str().unwrap(), "decline"]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("approval_closed")
+    );
+
+    // Declined: the command does not run; the model is told.
+    let id = env.ask_no_wait("codex-1", "exec: echo should-not-run > /dev/null; echo ran");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let a = env.approval_of(&id);
+    env.relay
+        .cli_ok(&["approve", a["id"].as_str().unwrap(), "decline"]);
+    let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    let output = f["output"].as_str().unwrap();
+    assert!(!output.contains("Process exited with code 0"), "{output}");
+
+    // Decided by the agent's policy, recorded as such.
+    let id = env.ask_no_wait("codex-2", "exec: echo policy-ok");
+    let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    assert!(f["output"].as_str().unwrap().contains("policy-ok"), "{f}");
+    let p = env.approval_of(&id);
+    assert_eq!(p["decided_by"], "policy:auto-accept:echo policy");
+    assert_eq!(p["decision"], "accept");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_pending_when_the_turn_ends_expires() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "exec: echo never-decided");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    env.relay.cli_ok(&["interrupt", &id]);
+    env.wait_flight(&id, 30, |f| state(f) == "cancelled").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = env
+            .relay
+            .cli_json(&["approvals", "--state", "all", "--json"]);
+        let a = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["flight"] == id.as_str())
+            .cloned()
+            .unwrap();
+        if a["state"] == "expired" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "approval not expired: {a}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_agents_in_parallel_each_with_its_own_thread() {
+    let mut env = Env::start().await;
+    let names: Vec<String> = (0..10).map(|i| format!("codex-{i}")).collect();
+    for n in &names {
+        env.add_agent(n, &[]);
+    }
+    let ids: Vec<String> = names
+        .iter()
+        .map(|n| env.ask_no_wait(n, &format!("hello from {n}")))
+        .collect();
+    for (n, id) in names.iter().zip(&ids) {
+        let f = env
+            .wait_flight(id, 120, |f| {
+                json!(["completed", "failed"])
+                    .as_array()
+                    .unwrap()
+                    .contains(&f["state"])
+            })
+            .await;
+        assert_eq!(state(&f), "completed", "{f}");
+        assert_eq!(f["output"], format!("ok: hello from {n}"));
+    }
+    let mut threads = std::collections::HashSet::new();
+    let mut pids = Vec::new();
+    for n in &names {
+        let a = env.agent(n).await;
+        threads.insert(a["thread_id"].as_str().unwrap().to_string());
+        pids.push(a["endpoint"]["pid"].as_u64().unwrap() as u32);
+    }
+    assert_eq!(threads.len(), 10, "every agent has its own thread");
+    let status = env.relay.terminate().unwrap();
+    assert!(status.success());
+    for pid in pids {
+        assert!(
+            !process_alive(pid),
+            "codex {pid} left running after shutdown"
+        );
+    }
+}

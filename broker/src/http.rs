@@ -360,35 +360,15 @@ async fn steer(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SteerRequest>,
 ) -> ApiResult<Flight> {
-    let (flight, control) = live_flight(&s, &id)?;
-    control.steer(flight.clone(), body.text).await?;
-    Ok(Json(flight))
+    Ok(Json(
+        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text).await?,
+    ))
 }
 
 async fn interrupt(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<Flight> {
-    let (flight, control) = live_flight(&s, &id)?;
-    control.interrupt(flight.clone()).await?;
-    Ok(Json(flight))
-}
-
-fn live_flight(s: &ApiState, id: &str) -> Result<(Flight, Arc<dyn FlightControl>), HttpError> {
-    let flight = s
-        .broker
-        .store()
-        .flight(id)?
-        .ok_or_else(|| BrokerError::UnknownFlight(id.into()))?;
-    if flight.state.is_terminal() {
-        return Err(BrokerError::FlightTerminal {
-            flight: flight.id,
-            state: flight.state,
-        }
-        .into());
-    }
-    let control = s
-        .control
-        .clone()
-        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
-    Ok((flight, control))
+    Ok(Json(
+        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -426,14 +406,16 @@ async fn decide_approval(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecideApproval>,
 ) -> ApiResult<Approval> {
-    let approval = s
-        .broker
-        .decide_approval(&id, body.decision, &body.decided_by)
-        .await?;
-    if let Some(control) = &s.control {
-        control.approval_decided(approval.clone()).await?;
-    }
-    Ok(Json(approval))
+    Ok(Json(
+        crate::ops::decide(
+            &s.broker,
+            s.control.as_ref(),
+            &id,
+            body.decision,
+            &body.decided_by,
+        )
+        .await?,
+    ))
 }
 
 async fn list_events(

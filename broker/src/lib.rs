@@ -16,6 +16,8 @@ pub mod client;
 pub mod error;
 pub mod feed;
 pub mod http;
+pub mod nats;
+pub mod ops;
 pub mod plane;
 pub mod server;
 pub mod store;

@@ -176,6 +176,58 @@ struct UpArgs {
     /// Deepest agent-to-agent invocation chain.
     #[arg(long, default_value_t = 4)]
     max_depth: u32,
+    #[command(flatten)]
+    nats: NatsArgs,
+}
+
+/// Connection to NATS (JetStream enabled), shared by `relay up` and `relay node`.
+#[derive(Args)]
+struct NatsArgs {
+    /// NATS server URL; enables the bus (invocations and flight updates on subjects).
+    #[arg(long, env = "RELAY_NATS_URL", value_name = "URL")]
+    nats: Option<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "RELAY_NATS_CREDS", value_name = "FILE", conflicts_with_all = ["nats_user", "nats_token"])]
+    nats_creds: Option<PathBuf>,
+    #[arg(
+        long,
+        env = "RELAY_NATS_USER",
+        requires = "nats_password",
+        conflicts_with = "nats_token"
+    )]
+    nats_user: Option<String>,
+    #[arg(long, env = "RELAY_NATS_PASSWORD", hide_env_values = true)]
+    nats_password: Option<String>,
+    #[arg(long, env = "RELAY_NATS_TOKEN", hide_env_values = true)]
+    nats_token: Option<String>,
+    /// How long the flight-update stream keeps updates, in seconds.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    nats_stream_max_age: u64,
+    /// Most bytes the flight-update stream keeps.
+    #[arg(long, default_value_t = 1 << 30)]
+    nats_stream_max_bytes: i64,
+}
+
+impl NatsArgs {
+    fn config(&self) -> Option<relay_broker::nats::NatsConfig> {
+        use relay_broker::nats::NatsAuth;
+        let url = self.nats.clone()?;
+        let auth = if let Some(c) = &self.nats_creds {
+            NatsAuth::Creds(c.clone())
+        } else if let (Some(u), Some(p)) = (&self.nats_user, &self.nats_password) {
+            NatsAuth::UserPassword(u.clone(), p.clone())
+        } else if let Some(t) = &self.nats_token {
+            NatsAuth::Token(t.clone())
+        } else {
+            NatsAuth::None
+        };
+        Some(relay_broker::nats::NatsConfig {
+            url,
+            auth,
+            stream_max_age: std::time::Duration::from_secs(self.nats_stream_max_age),
+            stream_max_bytes: self.nats_stream_max_bytes,
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -305,6 +357,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
             max_message_bytes: args.max_message_bytes,
             max_depth: args.max_depth,
         },
+        nats: args.nats.config(),
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)

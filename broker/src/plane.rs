@@ -44,6 +44,8 @@ enum Pending {
 pub struct Plane {
     broker: Broker,
     runtime: Runtime,
+    /// Set once NATS is connected: how agents of other nodes are reached.
+    nats: Arc<tokio::sync::OnceCell<async_nats::Client>>,
 }
 
 impl Plane {
@@ -54,7 +56,11 @@ impl Plane {
         runtime: Runtime,
         reports: mpsc::Receiver<Report>,
     ) -> Result<(Plane, JoinHandle<()>), BrokerError> {
-        let plane = Plane { broker, runtime };
+        let plane = Plane {
+            broker,
+            runtime,
+            nats: Arc::new(tokio::sync::OnceCell::new()),
+        };
         let from_seq = plane.broker.last_seq();
         plane.recover().await?;
         let (pending_tx, pending_rx) = mpsc::channel(PENDING_REPLIES);
@@ -66,6 +72,12 @@ impl Plane {
             let _ = drain.await;
         });
         Ok((plane, task))
+    }
+
+    /// Connects the plane to NATS: agents of other nodes become reachable.
+    pub async fn attach_nats(&self, client: async_nats::Client) -> Result<(), BrokerError> {
+        let _ = self.nats.set(client);
+        Ok(())
     }
 
     fn local(&self, agent: &Agent) -> bool {

@@ -21,6 +21,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub broker: BrokerConfig,
+    /// Connect to NATS and serve the bus (`None`: the embedded default, no NATS).
+    pub nats: Option<crate::nats::NatsConfig>,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -67,12 +69,43 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             pid: std::process::id(),
         },
     )?;
+    let mut nats_status: Option<crate::http::NatsStatusFn> = None;
+    let mut nats_tasks = Vec::new();
+    if let Some(nats) = &config.nats {
+        let (client, tracker) =
+            crate::nats::connect(nats, "relay-broker", std::time::Duration::from_secs(30)).await?;
+        crate::nats::ensure_flight_stream(&client, nats).await?;
+        let service = crate::nats::Service::new(
+            client.clone(),
+            broker.clone(),
+            Some(crate::plane::control(&plane)),
+        );
+        let counters = service.counters.clone();
+        nats_tasks.push(tokio::spawn({
+            let stop = shutdown.clone();
+            async move {
+                if let Err(e) = service.serve(stop).await {
+                    tracing::error!(error = %e, "NATS service stopped");
+                }
+            }
+        }));
+        nats_tasks.push(tokio::spawn(crate::nats::publish(
+            client.clone(),
+            broker.clone(),
+            config.data_dir.join("nats.cursor"),
+            counters,
+            writer_stop.clone(),
+        )));
+        plane.attach_nats(client).await?;
+        nats_status = Some(std::sync::Arc::new(move || tracker.status()));
+        tracing::info!(url = %nats.url, "serving the NATS bus");
+    }
     let state = ApiState {
         broker: broker.clone(),
         token: Arc::from(token.as_str()),
         data_dir: config.data_dir.display().to_string(),
         control: Some(crate::plane::control(&plane)),
-        nats: None,
+        nats: nats_status,
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");
@@ -96,6 +129,9 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     drop(plane);
     let _ = plane_task.await;
     writer_stop.cancel();
+    for t in nats_tasks {
+        let _ = t.await;
+    }
     if let Ok(Err(e)) = server.await {
         tracing::warn!(error = %e, "http server");
     }

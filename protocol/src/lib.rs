@@ -6,10 +6,12 @@
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
+//! - [`convert`]: domain types to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
 
 pub mod api;
 pub mod codex;
+pub mod convert;
 pub mod domain;
 pub mod event;
 pub mod harness;

@@ -4,6 +4,9 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 
+pub mod codex_env;
+pub mod nats;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

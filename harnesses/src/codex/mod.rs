@@ -1,7 +1,7 @@
 //! The Codex `app-server` adapter: JSON-RPC over the stdio of `codex app-server`.
 //!
 //! Parts:
-//! - [`CodexSession`]: a cheap `Clone` handle. Each method turns into a [`Command`] on a
+//! - [`CodexSession`]: a cheap `Clone` handle. Each method turns into a `Command` on a
 //!   bounded channel ([`COMMAND_CAPACITY`]; when full the call fails at once with
 //!   [`HarnessError::Overloaded`] instead of queueing without bound) and waits, with a
 //!   timeout, on a `oneshot` for the answer.
@@ -19,11 +19,21 @@
 //! [`CodexSession::spawn`]. An approval arrives as [`HarnessEvent::ApprovalRequested`]
 //! and is answered with [`CodexSession::respond_approval`].
 //!
-//! Observed with Codex 0.169.0: an unknown thread id on `thread/resume` is refused with
-//! code -32600 and `no rollout found for thread id <id>` (also when the rollout file was
-//! deleted), or `invalid session id: ...` when it is not a UUID; `turn/start` on a thread
-//! not loaded says `thread not found: <id>`. All of these become
-//! [`HarnessError::ThreadNotFound`].
+//! Observed with Codex 0.169.0 (and pinned by the tests in `tests/codex.rs`):
+//! - An unknown thread id on `thread/resume` is refused with code -32600 and `no rollout
+//!   found for thread id <id>` (also when the rollout file was deleted), or `invalid
+//!   session id: ...` when it is not a UUID; `turn/start` on a thread not loaded says
+//!   `thread not found: <id>`. All of these become [`HarnessError::ThreadNotFound`].
+//! - `turn/steer` answers `{turnId}` at once, drops the model request in flight (its
+//!   partial text is neither completed nor sent back), and samples again in the same turn
+//!   with the steered text as a second user message. With no active turn: -32600 `no
+//!   active turn to steer`; `turn/interrupt` likewise says `no active turn to interrupt`.
+//! - An approval is the server request `item/commandExecution/requestApproval` with an
+//!   integer id (from 0), after the `commandExecution` item has started; `command` is the
+//!   wrapped form (`/bin/bash -lc '<script>'`). Its `availableDecisions` does not list
+//!   `decline`, but `decline` works: the model gets `exec_command failed: ... rejected by
+//!   user`. Codex then sends `serverRequest/resolved`.
+//! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
 
 mod owner;
 mod translate;
@@ -271,6 +281,11 @@ impl CodexSession {
         self.inner.shared.malformed.load(Ordering::Relaxed)
     }
 
+    /// Commands refused with [`HarnessError::Overloaded`] so far.
+    pub fn overloaded_count(&self) -> u64 {
+        self.inner.shared.overloaded.load(Ordering::Relaxed)
+    }
+
     /// Starts a thread and returns its id.
     pub async fn start_thread(&self, options: &ThreadOptions) -> Result<String, HarnessError> {
         let params = ThreadStartParams {
@@ -435,6 +450,7 @@ impl CodexSession {
         match self.inner.commands.try_send(command) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
+                self.inner.shared.overloaded.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(pid = self.inner.pid, "codex: command queue full");
                 Err(HarnessError::Overloaded)
             }
@@ -547,6 +563,7 @@ mod tests {
             session.start_turn("t", "two").await,
             Err(HarnessError::Overloaded)
         ));
+        assert_eq!(session.overloaded_count(), 1);
         first.abort();
     }
 

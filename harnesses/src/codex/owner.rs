@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     /// Set once, when the owner task ends: later requests fail with it.
     pub exit: OnceLock<ExitInfo>,
     pub malformed: Arc<AtomicU64>,
+    /// Commands refused with `Overloaded`.
+    pub overloaded: AtomicU64,
 }
 
 struct Pending {
@@ -191,15 +193,17 @@ impl Owner {
                 Command::Notify { .. } => {}
             }
         }
-        self.emit(HarnessEvent::ProcessExited {
+        let last = HarnessEvent::ProcessExited {
             code: info.code,
             signal: info.signal,
             stderr_tail: info.stderr_tail.clone(),
-        })
-        .await;
+        };
+        // The caller of `shutdown` is answered first: a consumer that stopped draining
+        // events must not keep it waiting.
         if let Some(reply) = shutdown_reply {
             let _ = reply.send(info);
         }
+        self.emit(last).await;
     }
 
     async fn finish(&mut self, status: std::io::Result<ExitStatus>) -> ExitInfo {

@@ -515,8 +515,9 @@ async fn stream_reply(
                     }),
                 )
                 .await?;
-                if i < last && !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                if i < last && !delay.is_zero() && !sleep_unless_hangup(sse.conn(), delay).await? {
+                    // The client went away (an interrupted or steered turn).
+                    return Ok(());
                 }
             }
             let text = chunks.concat();
@@ -605,6 +606,19 @@ async fn stream_reply(
     )
     .await?;
     sse.finish().await
+}
+
+/// Sleeps for `delay`, or less if the client closes the connection first; `Ok(false)`
+/// then. The request is already read, so any read that returns means the client is gone.
+async fn sleep_unless_hangup(conn: &mut Conn, delay: Duration) -> std::io::Result<bool> {
+    let mut buf = [0u8; 256];
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => Ok(true),
+        read = conn.read(&mut buf) => {
+            read?;
+            Ok(false)
+        }
+    }
 }
 
 /// A stable, cheap token estimate (4 bytes a token), so usage numbers are deterministic.

@@ -1,0 +1,337 @@
+//! A real `nats-server` for tests: JetStream on, a random port on 127.0.0.1, its own
+//! temporary directory (config, JetStream store, log), killed and reaped on drop.
+//!
+//! [`NatsServer::restart`] brings it back on the same port with the same store, so a test
+//! can take the server away under a client and check that streams survive.
+//!
+//! The binary is `NATS_SERVER_BIN`, else `nats-server` on `PATH`, else
+//! `/usr/sbin/nats-server` (the Debian package).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// How long a start or restart may take before it is an error.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a restart keeps retrying while the old socket still holds the port.
+const REBIND_WINDOW: Duration = Duration::from_secs(5);
+/// How long a SIGTERM may take before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Client authentication the server requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    UserPassword { user: String, password: String },
+    Token(String),
+}
+
+/// A running `nats-server`; see the module docs.
+pub struct NatsServer {
+    child: Option<Child>,
+    pid: u32,
+    port: u16,
+    conf: PathBuf,
+    log: PathBuf,
+    store_dir: PathBuf,
+    // Last field: removed only after `Drop::drop` has killed the process.
+    dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// A server without authentication.
+    pub fn start() -> anyhow::Result<NatsServer> {
+        Self::launch(None)
+    }
+
+    /// A server that requires `auth` from every client.
+    pub fn start_with_auth(auth: Auth) -> anyhow::Result<NatsServer> {
+        Self::launch(Some(auth))
+    }
+
+    fn launch(auth: Option<Auth>) -> anyhow::Result<NatsServer> {
+        let dir = tempfile::Builder::new()
+            .prefix("relay-nats-")
+            .tempdir()
+            .context("creating the nats-server directory")?;
+        let port = free_port()?;
+        let store_dir = dir.path().join("js");
+        let conf = dir.path().join("nats.conf");
+        let log = dir.path().join("nats.log");
+        std::fs::write(&conf, config_text(port, &store_dir, auth.as_ref()))
+            .with_context(|| format!("writing {}", conf.display()))?;
+        let mut server = NatsServer {
+            child: None,
+            pid: 0,
+            port,
+            conf,
+            log,
+            store_dir,
+            dir,
+        };
+        // A fresh random port can only be busy if something raced us for it: no retries.
+        server.spawn_until_ready(Duration::ZERO)?;
+        Ok(server)
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The pid of the running server (of the last one after [`NatsServer::stop`]).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The JetStream store directory; it outlives restarts.
+    pub fn store_dir(&self) -> &Path {
+        &self.store_dir
+    }
+
+    /// Everything every incarnation of the server wrote to stdout and stderr.
+    pub fn log_text(&self) -> String {
+        read_lossy(&self.log, 0)
+    }
+
+    /// Stops the server (SIGTERM, SIGKILL after a grace period) and starts it again on the
+    /// same port with the same config and JetStream store; returns once it accepts
+    /// connections. Also starts a stopped server.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop();
+        self.spawn_until_ready(REBIND_WINDOW)
+    }
+
+    /// Stops the server and reaps it. Idempotent.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(None)) {
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + STOP_GRACE;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // Harmless if it already exited; `wait` below reaps it either way.
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+
+    /// Spawns the server and waits until its port accepts connections. While
+    /// `rebind_window` has not passed, a server that exits because the port is still
+    /// held is spawned again.
+    fn spawn_until_ready(&mut self, rebind_window: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+            self.spawn()?;
+            match self.wait_ready(started + READY_TIMEOUT) {
+                Ok(()) => return Ok(()),
+                Err(Exit::Exited(status)) => {
+                    let attempt_log = read_lossy(&self.log, log_start);
+                    if started.elapsed() < rebind_window && port_in_use(&attempt_log) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    bail!(
+                        "nats-server on port {} exited with {status} before accepting \
+                         connections; log:\n{}",
+                        self.port,
+                        self.log_text()
+                    );
+                }
+                Err(Exit::Timeout) => {
+                    self.stop();
+                    bail!(
+                        "nats-server did not accept connections on port {} within {:?}; log:\n{}",
+                        self.port,
+                        READY_TIMEOUT,
+                        self.log_text()
+                    );
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        let err = out.try_clone()?;
+        let bin = nats_server_bin();
+        let child = Command::new(&bin)
+            .arg("-c")
+            .arg(&self.conf)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        self.pid = child.id();
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn wait_ready(&mut self, deadline: Instant) -> Result<(), Exit> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        loop {
+            let Some(child) = self.child.as_mut() else {
+                return Err(Exit::Exited("no process".to_string()));
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(Exit::Exited(status.to_string()));
+            }
+            // A listener that greets with `INFO` is a NATS server, not a socket that still
+            // holds the port (whose backlog would accept the connect and stay silent).
+            if greets_with_info(&addr) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Exit::Timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for NatsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsServer")
+            .field("url", &self.url())
+            .field("pid", &self.pid)
+            .field("running", &self.child.is_some())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+enum Exit {
+    Exited(String),
+    Timeout,
+}
+
+/// `NATS_SERVER_BIN`, else `nats-server` on `PATH`, else the Debian location.
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NATS_SERVER_BIN") {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("nats-server"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nats-server"))
+}
+
+fn greets_with_info(addr: &SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    if stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    stream.read_exact(&mut head).is_ok() && &head == b"INFO "
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("binding 127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn config_text(port: u16, store_dir: &Path, auth: Option<&Auth>) -> String {
+    let store = quote(&store_dir.to_string_lossy());
+    // No `http`/`http_port`: the monitoring endpoint stays off.
+    let mut conf = format!(
+        "listen: 127.0.0.1:{port}\n\
+         jetstream {{\n  store_dir: {store}\n}}\n"
+    );
+    match auth {
+        None => {}
+        Some(Auth::UserPassword { user, password }) => conf.push_str(&format!(
+            "authorization {{\n  user: {}\n  password: {}\n}}\n",
+            quote(user),
+            quote(password)
+        )),
+        Some(Auth::Token(token)) => conf.push_str(&format!(
+            "authorization {{\n  token: {}\n}}\n",
+            quote(token)
+        )),
+    }
+    conf
+}
+
+/// A double-quoted config string; quoting also stops `$name` being read as a variable.
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn port_in_use(log: &str) -> bool {
+    log.contains("address already in use")
+}
+
+fn read_lossy(path: &Path, from: u64) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = File::open(path) {
+        let _ = f.seek(SeekFrom::Start(from));
+        let _ = f.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn signal(pid: u32, sig: i32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes no pointers; `pid` is our own unreaped child, so it cannot
+    // name a recycled process.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_quotes_secrets() {
+        let conf = config_text(
+            4222,
+            Path::new("/tmp/x/js"),
+            Some(&Auth::UserPassword {
+                user: "u".into(),
+                password: "p$\"\\".into(),
+            }),
+        );
+        assert_eq!(
+            conf,
+            "listen: 127.0.0.1:4222\njetstream {\n  store_dir: \"/tmp/x/js\"\n}\n\
+             authorization {\n  user: \"u\"\n  password: \"p$\\\"\\\\\"\n}\n"
+        );
+    }
+}

@@ -1,0 +1,466 @@
+//! The NATS bus end to end: a real nats-server (JetStream, random port), a real `relay up
+//! --nats`, the real pinned codex and the mock model. The client side here knows only the
+//! documented subjects and the `.proto` types (or JSON).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use futures::StreamExt;
+use prost::Message as _;
+use relay_protocol::pb;
+use relay_tests::codex_env::Env;
+use relay_tests::nats::{Auth, NatsServer};
+use relay_tests::RelayProcess;
+use serde_json::{json, Value};
+
+const STATE_COMPLETED: i32 = pb::FlightState::Completed as i32;
+
+async fn env_with_nats(nats: &NatsServer, extra: &[&str]) -> Env {
+    let url = nats.url();
+    let mut args = vec!["--nats", url.as_str()];
+    args.extend_from_slice(extra);
+    let env = Env::start_with(&args).await;
+    env.add_agent("codex-1", &[]);
+    env
+}
+
+fn pb_headers(type_name: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("Relay-Type", type_name);
+    h
+}
+
+fn json_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("Content-Type", "application/json");
+    h
+}
+
+/// Collects updates of `flight` from a subscription until the terminal one.
+async fn collect_pb(sub: &mut async_nats::Subscriber, flight: &str) -> Vec<pb::FlightUpdate> {
+    let mut out = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(60), sub.next())
+            .await
+            .expect("updates stopped")
+            .expect("subscription ended");
+        let h = msg.headers.as_ref().unwrap();
+        assert_eq!(
+            h.get("Relay-Type").unwrap().as_str(),
+            "relay.v1.FlightUpdate"
+        );
+        let u = pb::FlightUpdate::decode(msg.payload.as_ref()).unwrap();
+        if u.flight != flight {
+            continue;
+        }
+        let terminal = matches!(&u.change, Some(pb::flight_update::Change::State(s)) if s.to >= STATE_COMPLETED);
+        out.push(u);
+        if terminal {
+            return out;
+        }
+    }
+}
+
+fn deltas(updates: &[pb::FlightUpdate]) -> Vec<String> {
+    updates
+        .iter()
+        .filter_map(|u| match &u.change {
+            Some(pb::flight_update::Change::Delta(d)) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_gap_free(updates: &[pb::FlightUpdate]) {
+    let seqs: Vec<u64> = updates.iter().map(|u| u.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_protobuf_client_invokes_and_follows_every_delta() {
+    let nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut updates = client.subscribe("relay.v1.flight.codex-1.*").await.unwrap();
+    let mut convo = client.subscribe("relay.v1.conversation.>").await.unwrap();
+
+    let req = pb::InvokeRequest {
+        task: "slow: red green blue".into(),
+        requester: "pb-client".into(),
+        ..Default::default()
+    };
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.codex-1",
+            pb_headers("relay.v1.InvokeRequest"),
+            req.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    let reply = pb::InvokeReply::decode(reply.payload.as_ref()).unwrap();
+    let Some(pb::invoke_reply::Result::Accepted(acc)) = reply.result else {
+        panic!("not accepted: {reply:?}")
+    };
+    let got = collect_pb(&mut updates, &acc.flight_id).await;
+    assert_gap_free(&got);
+    assert_eq!(deltas(&got), vec!["red ", "green ", "blue"]);
+    let last = got.last().unwrap();
+    let after = last.flight_after.as_ref().unwrap();
+    assert_eq!(after.state, STATE_COMPLETED);
+    assert_eq!(after.output.as_deref(), Some("red green blue"));
+
+    // The request and the reply were published on the conversation's subject.
+    let mut bodies = Vec::new();
+    while bodies.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(10), convo.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m.subject.as_str(),
+            "relay.v1.conversation.direct.codex-1.pb-client"
+        );
+        bodies.push(pb::Message::decode(m.payload.as_ref()).unwrap().body);
+    }
+    assert_eq!(bodies, vec!["slow: red green blue", "red green blue"]);
+
+    // A client that joins late reads the whole flight from the JetStream stream.
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js.get_stream("RELAY_FLIGHTS").await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: format!("relay.v1.flight.codex-1.{}", acc.flight_id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut msgs = consumer.messages().await.unwrap();
+    let mut replayed = Vec::new();
+    while replayed.len() < got.len() {
+        let m = tokio::time::timeout(Duration::from_secs(10), msgs.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        replayed.push(pb::FlightUpdate::decode(m.payload.as_ref()).unwrap());
+    }
+    assert_eq!(replayed, got);
+    let status = env.relay.cli_json(&["status", "--json"]);
+    assert_eq!(status["nats"]["state"], "connected", "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_client_invokes_and_follows_every_delta() {
+    let nats = NatsServer::start().unwrap();
+    let _env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut updates = client
+        .subscribe("relay.v1.json.flight.codex-1.*")
+        .await
+        .unwrap();
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.codex-1",
+            json_headers(),
+            json!({"task": "slow: one two three", "requester": "json-client"})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let accepted: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let id = accepted["flight"]["id"].as_str().unwrap().to_string();
+    let mut got: Vec<Value> = Vec::new();
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(60), updates.next())
+            .await
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&m.payload).unwrap();
+        if v["update"]["flight"] != id.as_str() {
+            continue;
+        }
+        let done = v["update"]["kind"] == "state" && v["flight"]["state"] == "completed";
+        got.push(v);
+        if done {
+            break;
+        }
+    }
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|v| v["update"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let text: Vec<&str> = got
+        .iter()
+        .filter(|v| v["update"]["kind"] == "delta")
+        .map(|v| v["update"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, vec!["one ", "two ", "three"]);
+    assert_eq!(got.last().unwrap()["flight"]["output"], "one two three");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_on_every_request_subject_gets_an_error_reply() {
+    let nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &["--max-message-bytes", "1000"]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let last_seq = || async {
+        env.relay.http().get("/v1/status").await.1["last_seq"]
+            .as_u64()
+            .unwrap()
+    };
+    let seq0 = last_seq().await;
+    let subjects = [
+        ("relay.v1.invoke.codex-1", "relay.v1.InvokeRequest"),
+        ("relay.v1.cmd.post", "relay.v1.PostMessage"),
+        ("relay.v1.cmd.steer", "relay.v1.SteerRequest"),
+        ("relay.v1.cmd.interrupt", "relay.v1.InterruptRequest"),
+        ("relay.v1.cmd.approve", "relay.v1.ApproveRequest"),
+    ];
+    let error_of = |payload: &[u8], json: bool| -> pb::Error {
+        if json {
+            let v: Value = serde_json::from_slice(payload).unwrap();
+            pb::Error {
+                code: v["error"]["code"].as_str().unwrap().into(),
+                message: v["error"]["message"].as_str().unwrap().into(),
+            }
+        } else {
+            match pb::InvokeReply::decode(payload).unwrap().result {
+                Some(pb::invoke_reply::Result::Error(e)) => e,
+                other => panic!("not an error: {other:?}"),
+            }
+        }
+    };
+    for (subject, type_name) in subjects {
+        let cases: Vec<(&str, HeaderMap, Vec<u8>, &str, bool)> = vec![
+            (
+                "garbage bytes",
+                pb_headers(type_name),
+                vec![0xff, 0xfe, 0x07, 0x01],
+                "invalid_request",
+                false,
+            ),
+            (
+                "wrong type",
+                pb_headers("relay.v1.Flight"),
+                vec![],
+                "invalid_request",
+                false,
+            ),
+            (
+                "bad JSON",
+                json_headers(),
+                b"{nope".to_vec(),
+                "invalid_request",
+                true,
+            ),
+            (
+                "oversized",
+                pb_headers(type_name),
+                vec![b'x'; 200_000],
+                "payload_too_large",
+                false,
+            ),
+        ];
+        for (what, headers, payload, code, json) in cases {
+            let reply = client
+                .request_with_headers(subject, headers, payload.into())
+                .await
+                .unwrap_or_else(|e| panic!("{subject} {what}: no reply: {e}"));
+            let e = error_of(&reply.payload, json);
+            assert_eq!(e.code, code, "{subject} {what}: {e:?}");
+            assert!(!e.message.is_empty());
+        }
+    }
+    // Unknown agent, and an unknown flight for commands.
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.ghost",
+            pb_headers("relay.v1.InvokeRequest"),
+            pb::InvokeRequest {
+                task: "x".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(error_of(&reply.payload, false).code, "unknown_agent");
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.interrupt",
+            json_headers(),
+            json!({"flight": "flt_nope"}).to_string().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(error_of(&reply.payload, true).code, "unknown_flight");
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.post",
+            json_headers(),
+            json!({"conversation": "nope", "author": "a", "body": "b"})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(error_of(&reply.payload, true).code, "unknown_conversation");
+    assert_eq!(last_seq().await, seq0, "nothing was written");
+
+    // Still serving: a good post works.
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.post",
+            pb_headers("relay.v1.PostMessage"),
+            pb::PostMessage {
+                conversation: "channel.shared".into(),
+                author: "nats-user".into(),
+                body: "hello over nats".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    let r = pb::CommandReply::decode(reply.payload.as_ref()).unwrap();
+    assert!(
+        matches!(r.result, Some(pb::command_reply::Result::Message(m)) if m.body == "hello over nats")
+    );
+    assert_eq!(last_seq().await, seq0 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_nats_credentials_are_refused_and_right_ones_work() {
+    let nats = NatsServer::start_with_auth(Auth::UserPassword {
+        user: "relay".into(),
+        password: "s3cret".into(),
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let started = Instant::now();
+    let err = RelayProcess::start_with(
+        &tmp.path().join("bad"),
+        &[
+            "--nats",
+            &url,
+            "--nats-user",
+            "relay",
+            "--nats-password",
+            "wrong",
+        ],
+        &[],
+    )
+    .err()
+    .expect("wrong credentials must fail");
+    let text = format!("{err:#}");
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(20), "failed fast");
+
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("good"),
+        &[
+            "--nats",
+            &url,
+            "--nats-user",
+            "relay",
+            "--nats-password",
+            "s3cret",
+        ],
+        &[],
+    )
+    .unwrap();
+    let status = relay.cli_json(&["status", "--json"]);
+    assert_eq!(status["nats"]["state"], "connected", "{status}");
+    // The password never reaches the log.
+    assert!(!relay.log_text().contains("s3cret"));
+    let client =
+        async_nats::ConnectOptions::with_user_and_password("relay".into(), "s3cret".into())
+            .connect(url.as_str())
+            .await
+            .unwrap();
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.post",
+            json_headers(),
+            json!({"conversation": "channel.shared", "author": "a", "body": "authed"})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(v["message"]["body"], "authed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_mid_flight_still_delivers_the_end() {
+    let mut nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.codex-1",
+            json_headers(),
+            json!({"task": "slow: a b c d e f g h i j"})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let id = v["flight"]["id"].as_str().unwrap().to_string();
+    env.wait_delta(&id).await;
+    nats.restart().unwrap();
+    let f = env
+        .wait_flight(&id, 60, |f| f["state"] == "completed")
+        .await;
+    assert_eq!(f["output"], "a b c d e f g h i j");
+
+    // Every update, the terminal one included, is in the stream, in order.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stream = js.get_stream("RELAY_FLIGHTS").await.unwrap();
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+                filter_subject: format!("relay.v1.flight.codex-1.{id}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut msgs = consumer.messages().await.unwrap();
+        let mut got = Vec::new();
+        while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(2), msgs.next()).await
+        {
+            got.push(pb::FlightUpdate::decode(m.payload.as_ref()).unwrap());
+        }
+        let complete = got
+            .last()
+            .and_then(|u| u.flight_after.as_ref())
+            .is_some_and(|f| f.state == STATE_COMPLETED);
+        if complete {
+            assert_gap_free(&got);
+            assert_eq!(deltas(&got).concat(), "a b c d e f g h i j");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stream has {} updates, no terminal one",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The broker is connected again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.relay.cli_json(&["status", "--json"])["nats"]["state"] != "connected" {
+        assert!(Instant::now() < deadline, "broker did not reconnect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -17,6 +17,7 @@ pub mod error;
 pub mod feed;
 pub mod http;
 pub mod nats;
+pub mod node;
 pub mod ops;
 pub mod plane;
 pub mod server;

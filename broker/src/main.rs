@@ -39,6 +39,9 @@ struct Cli {
 enum Cmd {
     /// Run the broker with its embedded runtime until SIGINT/SIGTERM.
     Up(UpArgs),
+    /// Run only the harness-session plane for the agents registered on one node
+    /// (`relay agent add ... --node NAME`), connected to the broker through NATS.
+    Node(NodeArgs),
     /// Show the broker's state.
     Status(JsonFlag),
     /// Post a message to a conversation.
@@ -230,6 +233,15 @@ impl NatsArgs {
     }
 }
 
+#[derive(Args)]
+struct NodeArgs {
+    /// This node's name, as agents name it with `--node`.
+    #[arg(long)]
+    name: String,
+    #[command(flatten)]
+    nats: NatsArgs,
+}
+
 #[derive(Subcommand)]
 enum AgentCmd {
     /// Register an agent.
@@ -327,6 +339,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Cmd::Up(args) => up(cli.data_dir, args).await,
+            Cmd::Node(args) => node(cli.data_dir, args).await,
             other => client_command(cli.data_dir, other).await,
         }
     });
@@ -339,7 +352,32 @@ fn main() -> ExitCode {
     }
 }
 
-async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode> {
+async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitCode> {
+    init_logs();
+    let Some(nats) = args.nats.config() else {
+        anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");
+    };
+    // Its own directory by default, so it never shares the broker's sled files.
+    let data_dir = match data_dir.or_else(|| std::env::var_os("RELAY_DATA_DIR").map(PathBuf::from))
+    {
+        Some(d) => d,
+        None => default_data_dir(None).join("nodes").join(&args.name),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    relay_broker::node::run(
+        relay_broker::node::NodeConfig {
+            name: args.name,
+            data_dir,
+            nats,
+        },
+        shutdown,
+    )
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -348,6 +386,10 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode> {
+    init_logs();
     let shutdown = tokio_util::sync::CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     let config = relay_broker::server::ServerConfig {
@@ -409,7 +451,7 @@ fn actor(explicit: Option<String>) -> String {
 async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<ExitCode> {
     let client = Client::discover(data_dir)?;
     match cmd {
-        Cmd::Up(_) => unreachable_up(),
+        Cmd::Up(_) | Cmd::Node(_) => unreachable_up(),
         Cmd::Status(f) => {
             let s: Status = client.get("/v1/status").await?;
             if f.json {

@@ -74,10 +74,92 @@ impl Plane {
         Ok((plane, task))
     }
 
-    /// Connects the plane to NATS: agents of other nodes become reachable.
-    pub async fn attach_nats(&self, client: async_nats::Client) -> Result<(), BrokerError> {
+    /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
+    /// queued for them before this (at start) are sent now.
+    pub async fn attach_nats(&self, client: async_nats::Client) -> anyhow::Result<()> {
+        let js = async_nats::jetstream::new(client.clone());
+        crate::node::ensure_streams(&js).await?;
         let _ = self.nats.set(client);
+        tokio::spawn(self.clone().consume_node_reports(js));
+        // Flights of remote agents still queued (made while NATS was not attached, or
+        // before a restart): send them; JetStream and the node drop duplicates.
+        let flights: Vec<Flight> = self.broker.store().values(T::Flights)?;
+        for f in flights
+            .into_iter()
+            .filter(|f| f.state == FlightState::Queued)
+        {
+            let store = self.broker.store();
+            if let (Some(agent), Some(inv)) =
+                (store.agent(&f.agent)?, store.invocation(&f.invocation)?)
+            {
+                if !self.local(&agent) {
+                    self.dispatch(agent, inv, f).await;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Reports of remote nodes, from JetStream: each is acknowledged once committed.
+    async fn consume_node_reports(self, js: async_nats::jetstream::Context) {
+        use async_nats::jetstream::consumer;
+        let consumer: Result<consumer::PullConsumer, _> = async {
+            js.get_stream(crate::node::REPORT_STREAM)
+                .await?
+                .get_or_create_consumer(
+                    "relay-broker",
+                    consumer::pull::Config {
+                        durable_name: Some("relay-broker".into()),
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(async_nats::Error::from)
+        }
+        .await;
+        let mut messages = match consumer {
+            Ok(c) => match c.messages().await {
+                Ok(m) => m,
+                Err(e) => return tracing::error!(error = %e, "cannot read node reports"),
+            },
+            Err(e) => return tracing::error!(error = %e, "cannot read node reports"),
+        };
+        let (acks, mut acks_rx) =
+            mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Some((pending, msg)) = acks_rx.recv().await {
+                this.settle_pending(pending).await;
+                if let Err(e) = msg.ack().await {
+                    tracing::warn!(error = %e, "report ack failed");
+                }
+            }
+        });
+        while let Some(item) = futures::StreamExt::next(&mut messages).await {
+            let msg = match item {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "node report stream");
+                    continue;
+                }
+            };
+            let report: Report = match serde_json::from_slice(&msg.payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed node report dropped");
+                    let _ = msg.ack().await;
+                    continue;
+                }
+            };
+            match self.submit_report(report).await {
+                Ok(p) => {
+                    let _ = acks.send((p, msg)).await;
+                }
+                // Not acknowledged: JetStream delivers it again.
+                Err(e) => tracing::warn!(error = %e, "node report not recorded"),
+            }
+        }
     }
 
     fn local(&self, agent: &Agent) -> bool {
@@ -153,6 +235,30 @@ impl Plane {
         invocation: relay_protocol::domain::Invocation,
         flight: Flight,
     ) {
+        if let Some(node) = agent.spec.node.clone().filter(|_| !self.local(&agent)) {
+            let Some(client) = self.nats.get() else {
+                // At start NATS attaches after recovery; attach_nats sends it then.
+                tracing::debug!(flight = %flight.id, %node, "remote dispatch waits for NATS");
+                return;
+            };
+            let js = async_nats::jetstream::new(client.clone());
+            let d = Dispatch {
+                agent,
+                invocation,
+                flight,
+            };
+            if let Err(e) = crate::node::send_dispatch(
+                &js,
+                &node,
+                &d,
+                &tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+            {
+                tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
+            }
+            return;
+        }
         let id = flight.id.clone();
         if let Err(e) = self
             .runtime
@@ -187,6 +293,21 @@ impl Plane {
                     if self.local(&agent) {
                         self.dispatch(agent, invocation.clone(), flight.clone())
                             .await;
+                    } else if self.nats.get().is_none() {
+                        self.settle(
+                            &flight.id,
+                            FlightState::Failed,
+                            &format!(
+                                "agent {} is served by node {:?}, but this broker has no NATS connection (start relay up with --nats)",
+                                agent.spec.name,
+                                agent.spec.node.as_deref().unwrap_or("")
+                            ),
+                        )
+                        .await;
+                    } else {
+                        let this = self.clone();
+                        let (inv, f) = (invocation.clone(), flight.clone());
+                        tokio::spawn(async move { this.dispatch(agent, inv, f).await });
                     }
                 }
                 EventBody::AgentRemoved { name } => {
@@ -204,66 +325,73 @@ impl Plane {
 
     async fn consume(self, mut reports: mpsc::Receiver<Report>, pending: mpsc::Sender<Pending>) {
         while let Some(report) = reports.recv().await {
-            let (command, kind) = match report {
-                Report::Flight { flight, change } => {
-                    (Command::UpdateFlight { flight, change }, "flight update")
+            match self.submit_report(report).await {
+                Ok(p) => {
+                    let _ = pending.send(p).await;
                 }
-                Report::Agent {
-                    agent,
-                    state,
-                    thread_id,
-                    endpoint,
-                } => (
-                    Command::UpdateAgent {
-                        name: agent,
-                        state,
-                        thread_id,
-                        endpoint: endpoint.map(Some),
-                    },
-                    "agent update",
-                ),
-                Report::ThreadLost {
-                    agent,
-                    old_thread_id,
-                    new_thread_id,
-                    reason,
-                } => (
-                    Command::ThreadLost {
-                        agent,
-                        old_thread_id,
-                        new_thread_id,
-                        reason,
-                    },
-                    "thread lost",
-                ),
-                Report::ApprovalRequested { agent, request } => {
-                    match self
-                        .broker
-                        .submit(Command::RequestApproval { agent, request })
-                        .await
-                    {
-                        Ok(rx) => {
-                            let _ = pending.send(Pending::Approval(rx)).await;
-                        }
-                        Err(e) => tracing::warn!(error = %e, "approval not recorded"),
-                    }
-                    continue;
-                }
-                Report::ApprovalsExpired { flight } => {
-                    (Command::ExpireApprovals { flight }, "expire approvals")
-                }
-            };
-            match self.broker.submit(command).await {
-                Ok(rx) => {
-                    let _ = pending.send(Pending::Check(rx, kind)).await;
-                }
-                Err(e) => tracing::warn!(error = %e, "{kind} not recorded"),
+                Err(e) => tracing::warn!(error = %e, "report not recorded"),
             }
         }
     }
 
+    /// Enqueues the command a report stands for, in arrival order; the returned pending
+    /// reply says when it committed.
+    async fn submit_report(&self, report: Report) -> Result<Pending, BrokerError> {
+        let (command, kind) = match report {
+            Report::Flight { flight, change } => {
+                (Command::UpdateFlight { flight, change }, "flight update")
+            }
+            Report::Agent {
+                agent,
+                state,
+                thread_id,
+                endpoint,
+            } => (
+                Command::UpdateAgent {
+                    name: agent,
+                    state,
+                    thread_id,
+                    endpoint: endpoint.map(Some),
+                },
+                "agent update",
+            ),
+            Report::ThreadLost {
+                agent,
+                old_thread_id,
+                new_thread_id,
+                reason,
+            } => (
+                Command::ThreadLost {
+                    agent,
+                    old_thread_id,
+                    new_thread_id,
+                    reason,
+                },
+                "thread lost",
+            ),
+            Report::ApprovalRequested { agent, request } => {
+                let rx = self
+                    .broker
+                    .submit(Command::RequestApproval { agent, request })
+                    .await?;
+                return Ok(Pending::Approval(rx));
+            }
+            Report::ApprovalsExpired { flight } => {
+                (Command::ExpireApprovals { flight }, "expire approvals")
+            }
+        };
+        Ok(Pending::Check(self.broker.submit(command).await?, kind))
+    }
+
     async fn drain(self, mut pending: mpsc::Receiver<Pending>) {
         while let Some(p) = pending.recv().await {
+            self.settle_pending(p).await;
+        }
+    }
+
+    /// Waits for a submitted report's commit; applies the approval policy where due.
+    async fn settle_pending(&self, p: Pending) {
+        {
             match p {
                 Pending::Check(rx, kind) => match rx.await {
                     Ok(Ok(_)) => {}
@@ -349,49 +477,52 @@ fn runtime_error(e: RuntimeError) -> BrokerError {
     }
 }
 
+impl Plane {
+    /// Sends a control to the runtime that serves its agent: this one or a node's.
+    fn route(&self, control: Control) -> BoxFuture<'static, Result<(), BrokerError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let agent = this.broker.store().agent(control.agent())?;
+            match agent.filter(|a| !this.local(a)).and_then(|a| a.spec.node) {
+                Some(node) => {
+                    let client = this.nats.get().cloned().ok_or_else(|| {
+                        BrokerError::Unavailable(format!(
+                            "node {node:?} is only reachable over NATS, and this broker has none"
+                        ))
+                    })?;
+                    crate::node::send_control(&client, &node, &control).await
+                }
+                None => this.runtime.control(control).await.map_err(runtime_error),
+            }
+        })
+    }
+}
+
 impl FlightControl for Plane {
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {
-        let runtime = self.runtime.clone();
-        Box::pin(async move {
-            runtime
-                .control(Control::Steer {
-                    agent: flight.agent,
-                    flight: flight.id,
-                    text,
-                })
-                .await
-                .map_err(runtime_error)
+        self.route(Control::Steer {
+            agent: flight.agent,
+            flight: flight.id,
+            text,
         })
     }
 
     fn interrupt(&self, flight: Flight) -> BoxFuture<'static, Result<(), BrokerError>> {
-        let runtime = self.runtime.clone();
-        Box::pin(async move {
-            runtime
-                .control(Control::Interrupt {
-                    agent: flight.agent,
-                    flight: flight.id,
-                })
-                .await
-                .map_err(runtime_error)
+        self.route(Control::Interrupt {
+            agent: flight.agent,
+            flight: flight.id,
         })
     }
 
     fn approval_decided(&self, approval: Approval) -> BoxFuture<'static, Result<(), BrokerError>> {
-        let runtime = self.runtime.clone();
-        Box::pin(async move {
-            let Some(decision) = approval.decision else {
-                return Ok(());
-            };
-            runtime
-                .control(Control::Approval {
-                    agent: approval.agent,
-                    flight: approval.request.flight,
-                    harness_request_id: approval.request.harness_request_id,
-                    decision,
-                })
-                .await
-                .map_err(runtime_error)
+        let Some(decision) = approval.decision else {
+            return Box::pin(async { Ok(()) });
+        };
+        self.route(Control::Approval {
+            agent: approval.agent,
+            flight: approval.request.flight,
+            harness_request_id: approval.request.harness_request_id,
+            decision,
         })
     }
 }

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use threads::ThreadStore;
+pub use threads::{DispatchState, ThreadStore};
 
 /// Turns queued per agent before new dispatches are refused.
 pub const AGENT_QUEUE_CAPACITY: usize = 256;

@@ -296,3 +296,99 @@ impl Http {
         .await
     }
 }
+
+/// A `relay node` process (the harness-session plane only), killed on drop.
+pub struct NodeProcess {
+    pub name: String,
+    pub data_dir: PathBuf,
+    nats_url: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl NodeProcess {
+    pub fn start(name: &str, data_dir: &Path, nats_url: &str) -> anyhow::Result<NodeProcess> {
+        let mut n = NodeProcess {
+            name: name.to_string(),
+            data_dir: data_dir.to_path_buf(),
+            nats_url: nats_url.to_string(),
+            child: None,
+            log: data_dir.with_extension("log"),
+        };
+        n.spawn()?;
+        Ok(n)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.data_dir)?;
+        let _ = std::fs::remove_file(self.data_dir.join("node.json"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(relay_bin())
+            .args([
+                "node",
+                "--name",
+                &self.name,
+                "--nats",
+                &self.nats_url,
+                "--data-dir",
+            ])
+            .arg(&self.data_dir)
+            .env("RUST_LOG", "info,relay=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("spawning relay node")?;
+        let pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("relay node exited with {status}; log:\n{}", self.log_text());
+            }
+            if let Ok(text) = std::fs::read_to_string(self.data_dir.join("node.json")) {
+                if serde_json::from_str::<serde_json::Value>(&text)
+                    .is_ok_and(|v| v["pid"].as_u64() == Some(u64::from(pid)))
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "relay node did not start in 30 s; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

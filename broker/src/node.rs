@@ -1,0 +1,392 @@
+//! Runtimes on other hosts, over NATS JetStream.
+//!
+//! Broker -> node: a [`Dispatch`] is published to the `RELAY_DISPATCH` stream on
+//! `relay.v1.dispatch.<node>` with `Nats-Msg-Id` = the invocation id (JetStream drops a
+//! second publish of the same invocation). The node reads it with a durable consumer and
+//! acknowledges it once the turn has started (or the flight ended); the start is first
+//! recorded in the node's sled, so a redelivery (after a node crash, a NATS restart)
+//! never runs a turn twice, and a dispatch whose turn never started is delivered again.
+//!
+//! Node -> broker: every [`Report`] is published to the `RELAY_REPORTS` stream on
+//! `relay.v1.report.<node>` and waits for JetStream's acknowledgement (retried until it
+//! comes), so reports survive a NATS restart. The broker acknowledges a report once the
+//! command it stands for is committed.
+//!
+//! Broker -> node control (steer, interrupt, approvals): request/reply on
+//! `relay.v1.node.<node>.control`, JSON [`Control`] in, `{"ok":true}` or an error out.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream, AckKind};
+use futures::StreamExt;
+use relay_protocol::api::ErrorBody;
+use relay_protocol::domain::{FlightChange, FlightState};
+use relay_protocol::runtime::{Control, Dispatch, Report};
+use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BrokerError;
+use crate::nats::{NatsConfig, TYPE_HEADER};
+
+pub const DISPATCH_STREAM: &str = "RELAY_DISPATCH";
+pub const REPORT_STREAM: &str = "RELAY_REPORTS";
+/// A delivered dispatch not acknowledged within this is delivered again (the node sends
+/// "in progress" while a turn is waking).
+const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(10);
+
+pub fn dispatch_subject(node: &str) -> String {
+    format!("relay.v1.dispatch.{node}")
+}
+pub fn report_subject(node: &str) -> String {
+    format!("relay.v1.report.{node}")
+}
+pub fn control_subject(node: &str) -> String {
+    format!("relay.v1.node.{node}.control")
+}
+
+/// Creates the dispatch and report streams if missing (both sides call this).
+pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
+    for (name, subject) in [
+        (DISPATCH_STREAM, "relay.v1.dispatch.>"),
+        (REPORT_STREAM, "relay.v1.report.>"),
+    ] {
+        js.get_or_create_stream(stream::Config {
+            name: name.to_string(),
+            subjects: vec![subject.to_string()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(300),
+            ..Default::default()
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Publishes to JetStream and waits for its acknowledgement, retrying until it comes or
+/// `stop` fires.
+pub async fn publish_acked(
+    js: &jetstream::Context,
+    subject: String,
+    type_name: &str,
+    msg_id: &str,
+    payload: Vec<u8>,
+    stop: &CancellationToken,
+) -> Result<(), BrokerError> {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(TYPE_HEADER, type_name);
+        headers.insert("Nats-Msg-Id", msg_id);
+        headers.insert("Content-Type", "application/json");
+        let attempt = async {
+            js.publish_with_headers(subject.clone(), headers, payload.clone().into())
+                .await?
+                .await
+        };
+        match attempt.await {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return Err(BrokerError::ShuttingDown),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Broker side: sends a dispatch to its node.
+pub async fn send_dispatch(
+    js: &jetstream::Context,
+    node: &str,
+    dispatch: &Dispatch,
+    stop: &CancellationToken,
+) -> Result<(), BrokerError> {
+    publish_acked(
+        js,
+        dispatch_subject(node),
+        "relay.v1.Dispatch",
+        &dispatch.invocation.id,
+        serde_json::to_vec(dispatch)?,
+        stop,
+    )
+    .await
+}
+
+/// Broker side: a control request to a node.
+pub async fn send_control(
+    client: &async_nats::Client,
+    node: &str,
+    control: &Control,
+) -> Result<(), BrokerError> {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(control_subject(node), serde_json::to_vec(control)?.into()),
+    )
+    .await
+    .map_err(|_| BrokerError::Unavailable(format!("node {node:?} did not answer in 30 s")))?
+    .map_err(|e| BrokerError::Unavailable(format!("node {node:?} is not reachable: {e}")))?;
+    if let Ok(err) = serde_json::from_slice::<ErrorBody>(&reply.payload) {
+        return Err(BrokerError::Unavailable(err.error.message));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub nats: NatsConfig,
+}
+
+/// `relay node`: runs the harness-session plane for the agents of `config.name`.
+pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if !relay_protocol::domain::valid_agent_name(&config.name) {
+        anyhow::bail!(
+            "node name {:?} is not valid: use letters, digits, '-' or '_'",
+            config.name
+        );
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    let (client, _tracker) = crate::nats::connect(
+        &config.nats,
+        &format!("relay-node-{}", config.name),
+        Duration::from_secs(30),
+    )
+    .await?;
+    let js = jetstream::new(client.clone());
+    ensure_streams(&js).await?;
+
+    let runtime_stop = CancellationToken::new();
+    let (runtime, reports) = Runtime::start(
+        RuntimeConfig {
+            data_dir: config.data_dir.clone(),
+            node: Some(config.name.clone()),
+        },
+        runtime_stop.clone(),
+    )?;
+    let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+    let forward_stop = CancellationToken::new();
+    let forwarder = tokio::spawn(forward_reports(
+        js.clone(),
+        config.name.clone(),
+        runtime.clone(),
+        reports,
+        pending.clone(),
+        forward_stop.clone(),
+    ));
+
+    // Turns that were running when this node last stopped cannot be resumed: their
+    // harness process died with it. Fail them with a reason.
+    for (invocation, flight) in runtime.threads().unfinished_dispatches()? {
+        let report = Report::Flight {
+            flight: flight.clone(),
+            change: FlightChange::State {
+                to: FlightState::Failed,
+                reason: Some(format!(
+                    "node {} restarted while this flight was running (its harness process ended with it); ask again to continue",
+                    config.name
+                )),
+                output: None,
+            },
+        };
+        publish_report(&js, &config.name, &report, &forward_stop).await?;
+        runtime
+            .threads()
+            .set_dispatch_state(&invocation, DispatchState::Done, &flight)
+            .await?;
+    }
+
+    let consumer: consumer::PullConsumer = js
+        .get_stream(DISPATCH_STREAM)
+        .await?
+        .get_or_create_consumer(
+            &format!("node-{}", config.name),
+            consumer::pull::Config {
+                durable_name: Some(format!("node-{}", config.name)),
+                filter_subject: dispatch_subject(&config.name),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: DISPATCH_ACK_WAIT,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let mut dispatches = consumer.messages().await?;
+    let mut control = client.subscribe(control_subject(&config.name)).await?;
+    write_ready(&config)?;
+    tracing::info!(node = %config.name, "relay node up");
+    eprintln!("relay node {}: serving its agents over NATS", config.name);
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            m = dispatches.next() => {
+                let Some(m) = m else { break };
+                match m {
+                    Ok(msg) => on_dispatch(&runtime, &pending, msg).await,
+                    Err(e) => tracing::warn!(error = %e, "dispatch consumer"),
+                }
+            }
+            m = control.next() => {
+                let Some(msg) = m else { break };
+                let runtime = runtime.clone();
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let answer = match serde_json::from_slice::<Control>(&msg.payload) {
+                        Ok(c) => match runtime.control(c).await {
+                            Ok(()) => serde_json::json!({ "ok": true }),
+                            Err(e) => serde_json::json!({ "error": { "code": "unavailable", "message": e.to_string() } }),
+                        },
+                        Err(e) => serde_json::json!({ "error": { "code": "invalid_request", "message": e.to_string() } }),
+                    };
+                    if let Some(reply) = msg.reply {
+                        let _ = client.publish(reply, answer.to_string().into()).await;
+                    }
+                });
+            }
+        }
+    }
+    runtime_stop.cancel();
+    runtime.stopped().await;
+    drop(runtime);
+    // Let the last reports (turns failed by the shutdown) reach JetStream.
+    let _ = tokio::time::timeout(Duration::from_secs(10), forwarder).await;
+    forward_stop.cancel();
+    let _ = client.flush().await;
+    Ok(())
+}
+
+/// Dispatches delivered but whose turn has not started: flight id -> (invocation, message).
+type Pending = Arc<Mutex<HashMap<String, (String, jetstream::Message)>>>;
+
+async fn on_dispatch(runtime: &Runtime, pending: &Pending, msg: jetstream::Message) {
+    let dispatch: Dispatch = match serde_json::from_slice(&msg.payload) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed dispatch dropped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let inv = dispatch.invocation.id.clone();
+    let flight = dispatch.flight.id.clone();
+    let already_waiting = pending
+        .lock()
+        .map(|p| p.contains_key(&flight))
+        .unwrap_or(false);
+    if already_waiting {
+        // Redelivered while its session is still waking: tell JetStream to wait.
+        let _ = msg.ack_with(AckKind::Progress).await;
+        return;
+    }
+    match runtime.threads().dispatch_state(&inv) {
+        Ok(Some(_)) => {
+            tracing::info!(invocation = %inv, "dispatch already started here; not running it again");
+            let _ = msg.ack().await;
+            return;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read dispatch state; leaving it for redelivery");
+            return;
+        }
+    }
+    if let Ok(mut p) = pending.lock() {
+        p.insert(flight.clone(), (inv, msg));
+    }
+    if let Err(e) = runtime.dispatch(dispatch).await {
+        tracing::warn!(%flight, error = %e, "dispatch refused");
+    }
+}
+
+async fn publish_report(
+    js: &jetstream::Context,
+    node: &str,
+    report: &Report,
+    stop: &CancellationToken,
+) -> Result<(), BrokerError> {
+    publish_acked(
+        js,
+        report_subject(node),
+        "relay.v1.Report",
+        &format!("{node}:{}", uuid::Uuid::now_v7()),
+        serde_json::to_vec(report)?,
+        stop,
+    )
+    .await
+}
+
+/// Sends the runtime's reports to the broker in order; marks and acknowledges a dispatch
+/// once its turn starts or its flight ends.
+async fn forward_reports(
+    js: jetstream::Context,
+    node: String,
+    runtime: Runtime,
+    mut reports: mpsc::Receiver<Report>,
+    pending: Pending,
+    stop: CancellationToken,
+) {
+    while let Some(report) = reports.recv().await {
+        if let Report::Flight {
+            flight,
+            change: FlightChange::State { to, .. },
+        } = &report
+        {
+            let state = match to {
+                FlightState::Running => Some(DispatchState::Started),
+                t if t.is_terminal() => Some(DispatchState::Done),
+                _ => None,
+            };
+            if let Some(state) = state {
+                let taken = pending.lock().ok().and_then(|mut p| p.remove(flight));
+                let invocation = taken.as_ref().map(|(i, _)| i.clone());
+                if let Some(inv) = invocation.or_else(|| find_invocation(&runtime, flight)) {
+                    if let Err(e) = runtime
+                        .threads()
+                        .set_dispatch_state(&inv, state, flight)
+                        .await
+                    {
+                        tracing::error!(error = %e, "cannot record dispatch state");
+                    }
+                }
+                if let Some((_, msg)) = taken {
+                    if let Err(e) = msg.ack().await {
+                        tracing::warn!(error = %e, "dispatch ack failed");
+                    }
+                }
+            }
+        }
+        if publish_report(&js, &node, &report, &stop).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The invocation of a flight already marked started (for its terminal report).
+fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
+    runtime
+        .threads()
+        .unfinished_dispatches()
+        .ok()?
+        .into_iter()
+        .find(|(_, f)| f == flight)
+        .map(|(i, _)| i)
+}
+
+fn write_ready(config: &NodeConfig) -> anyhow::Result<()> {
+    let path = config.data_dir.join("node.json");
+    let tmp = config.data_dir.join("node.json.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::json!({ "name": config.name, "pid": std::process::id() }).to_string(),
+    )?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! Runtimes on other hosts: a broker (`relay up --nats`) and a `relay node` as separate
+//! processes, a real nats-server, the real pinned codex and the mock model.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use relay_mock_model::all_input_text;
+use relay_tests::codex_env::{state, Env};
+use relay_tests::nats::NatsServer;
+use relay_tests::NodeProcess;
+
+async fn setup(nats: &NatsServer, agent_extra: &[&str]) -> (Env, NodeProcess) {
+    let url = nats.url();
+    let env = Env::start_with(&["--nats", &url]).await;
+    let node = NodeProcess::start("n1", &env.tmp.path().join("node-n1"), &url).unwrap();
+    let mut extra = vec!["--node", "n1"];
+    extra.extend_from_slice(agent_extra);
+    env.add_agent("remote-1", &extra);
+    (env, node)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_serves_its_agent_through_nats() {
+    let nats = NatsServer::start().unwrap();
+    let (env, node) = setup(&nats, &[]).await;
+    let out = env.relay.cli(&["ask", "remote-1", "the word is heron"]);
+    assert!(
+        out.status.success(),
+        "{}\nnode log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        node.log_text()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok: the word is heron"
+    );
+    // The thread id lives in the node's sled and is reported to the broker.
+    let agent = env.agent("remote-1").await;
+    let thread = agent["thread_id"].as_str().unwrap().to_string();
+    assert_eq!(agent["endpoint"]["node"], "n1");
+    let out = env.relay.cli_ok(&["ask", "remote-1", "which word?"]);
+    assert_eq!(out.trim(), "ok: which word?");
+    assert_eq!(env.agent("remote-1").await["thread_id"], thread.as_str());
+    let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
+    assert!(input.contains("the word is heron"), "{input}");
+
+    // Control reaches the node: interrupt a slow stream.
+    let id = env.ask_no_wait("remote-1", "slow: one two three four five six seven eight");
+    env.wait_delta(&id).await;
+    env.relay.cli_ok(&["interrupt", &id]);
+    let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
+    assert_eq!(state(&f), "cancelled", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_of_the_node_mid_dispatch_runs_the_invocation_once() {
+    let nats = NatsServer::start().unwrap();
+    // A codex that takes 3 s to start: the node is killed while the turn is waking.
+    let tmp = tempfile::tempdir().unwrap();
+    let wrapper = tmp.path().join("slow-codex");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nsleep 3\nexec {} \"$@\"\n",
+            relay_harnesses::codex::codex_program(None).display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let wrapper = wrapper.display().to_string();
+    let (env, mut node) = setup(&nats, &["--command", &wrapper]).await;
+
+    let id = env.ask_no_wait("remote-1", "count me once");
+    env.wait_flight(&id, 30, |f| state(f) == "waking").await;
+    node.kill9();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    node.restart().unwrap();
+    let f = env
+        .wait_flight(&id, 90, |f| {
+            f["state"] != "waking" && f["state"] != "queued" && f["state"] != "running"
+        })
+        .await;
+    assert_eq!(
+        state(&f),
+        "completed",
+        "{f}\nnode log:\n{}",
+        node.log_text()
+    );
+    assert_eq!(f["output"], "ok: count me once");
+    let runs = env
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.last_user_text().as_deref() == Some("count me once"))
+        .count();
+    assert_eq!(runs, 1, "the invocation ran {runs} times");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_mid_flight_still_completes_through_the_node() {
+    let mut nats = NatsServer::start().unwrap();
+    let (env, _node) = setup(&nats, &[]).await;
+    let id = env.ask_no_wait("remote-1", "slow: a b c d e f g h");
+    env.wait_delta(&id).await;
+    nats.restart().unwrap();
+    let f = env.wait_flight(&id, 90, |f| state(f) == "completed").await;
+    assert_eq!(f["output"], "a b c d e f g h");
+    let msgs = env
+        .relay
+        .cli_json(&["read", "direct.operator.remote-1", "--json"]);
+    let last = msgs.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["author"], "remote-1");
+    assert_eq!(last["body"], "a b c d e f g h");
+    assert_eq!(last["meta"]["flight"], id.as_str());
+}

@@ -96,30 +96,10 @@ impl RelayProcess {
             cmd.env(k, v);
         }
         let child = cmd.spawn().context("spawning relay up")?;
-        let pid = child.id();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!("relay up exited with {status}; log:\n{}", self.log_text());
-            }
-            if let Ok(text) = std::fs::read_to_string(self.data_dir.join(API_FILE)) {
-                if let Ok(info) = serde_json::from_str::<ApiInfo>(&text) {
-                    if info.pid == pid {
-                        self.api = info;
-                        return Ok(());
-                    }
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("relay up did not start in 30 s; log:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.child.insert(child);
+        let text = wait_ready(child, &self.data_dir.join(API_FILE), "relay up", &self.log)?;
+        self.api = serde_json::from_str(&text)?;
+        Ok(())
     }
 
     pub fn pid(&self) -> u32 {
@@ -200,6 +180,31 @@ impl RelayProcess {
 impl Drop for RelayProcess {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Waits until `child` writes `file` naming its own pid (api.json, node.json): that is
+/// when it is ready. Returns the file's text. Fails, with the log, if it exits or takes
+/// more than 30 s.
+fn wait_ready(child: &mut Child, file: &Path, what: &str, log: &Path) -> anyhow::Result<String> {
+    let pid = u64::from(child.id());
+    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited with {status}; log:\n{}", log_text());
+        }
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if serde_json::from_str::<serde_json::Value>(&text)
+                .is_ok_and(|v| v["pid"].as_u64() == Some(pid))
+            {
+                return Ok(text);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not start in 30 s; log:\n{}", log_text());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -342,32 +347,14 @@ impl NodeProcess {
             .stderr(log)
             .spawn()
             .context("spawning relay node")?;
-        let pid = child.id();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!("relay node exited with {status}; log:\n{}", self.log_text());
-            }
-            if let Ok(text) = std::fs::read_to_string(self.data_dir.join("node.json")) {
-                if serde_json::from_str::<serde_json::Value>(&text)
-                    .is_ok_and(|v| v["pid"].as_u64() == Some(u64::from(pid)))
-                {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "relay node did not start in 30 s; log:\n{}",
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.child.insert(child);
+        wait_ready(
+            child,
+            &self.data_dir.join("node.json"),
+            "relay node",
+            &self.log,
+        )?;
+        Ok(())
     }
 
     pub fn log_text(&self) -> String {

@@ -15,7 +15,7 @@ use crate::{process_alive, RelayProcess};
 
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
 /// run the command escalated (then reports the outputs), `hang` never ends, anything else
-/// is echoed as `ok: <text>`.
+/// is echoed as `ok: <text>`; `fail` answers `response.failed`.
 pub fn script(req: &RecordedRequest) -> Reply {
     let text = req.last_user_text().unwrap_or_default();
     if let Some(words) = text.strip_prefix("slow:") {
@@ -29,6 +29,8 @@ pub fn script(req: &RecordedRequest) -> Reply {
             None => Reply::exec_command_escalated("call_1", cmd.trim(), "the test asks"),
             Some(output) => Reply::text(format!("outputs: {output}")),
         }
+    } else if text.starts_with("fail") {
+        Reply::failed("the mock model failed on purpose")
     } else if text.starts_with("hang") {
         Reply::hang()
     } else {

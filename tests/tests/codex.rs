@@ -344,3 +344,88 @@ async fn ten_agents_in_parallel_each_with_its_own_thread() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn turns_of_one_agent_run_one_at_a_time() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let first = env.ask_no_wait("codex-1", "slow: a b c d e");
+    let second = env.ask_no_wait("codex-1", "second in line");
+    env.wait_delta(&first).await;
+    // While the first turn streams, the second waits in the agent's queue.
+    assert_eq!(state(&env.flight(&second).await), "queued");
+    env.wait_flight(&first, 60, |f| state(f) == "completed")
+        .await;
+    let f = env
+        .wait_flight(&second, 60, |f| state(f) == "completed")
+        .await;
+    assert_eq!(f["output"], "ok: second in line");
+    // Both turns are on the same thread, in order.
+    let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
+    let (a, b) = (
+        input.find("slow: a b c d e").unwrap(),
+        input.find("second in line").unwrap(),
+    );
+    assert!(a < b, "{input}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_turn_fails_the_flight_with_the_harness_error() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let out = env.relay.cli(&["ask", "codex-1", "fail please"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("failed"), "{stderr}");
+    let f = env
+        .relay
+        .cli_json(&["flights", "--agent", "codex-1", "--json"]);
+    let f = f.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(state(&f), "failed");
+    assert!(
+        f["error"].as_str().unwrap().contains("failed on purpose"),
+        "{f}"
+    );
+    // The agent keeps working afterwards.
+    assert_eq!(
+        env.relay.cli_ok(&["ask", "codex-1", "and now?"]).trim(),
+        "ok: and now?"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_thread_is_replaced_and_recorded_as_an_event() {
+    let mut env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    env.relay.cli_ok(&["ask", "codex-1", "before the loss"]);
+    let old = env.agent("codex-1").await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.relay.terminate().unwrap();
+    // Codex forgets the thread: its rollout files are gone.
+    std::fs::remove_dir_all(env.codex_home.join("sessions")).unwrap();
+    env.relay.restart().unwrap();
+    assert_eq!(
+        env.relay
+            .cli_ok(&["ask", "codex-1", "after the loss"])
+            .trim(),
+        "ok: after the loss"
+    );
+    let new = env.agent("codex-1").await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new, old);
+    let events = env.relay.cli_json(&["events", "--json"]);
+    let lost: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "thread_lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{events}");
+    assert_eq!(lost[0]["old_thread_id"], old.as_str());
+    assert_eq!(lost[0]["new_thread_id"], new.as_str());
+    assert!(lost[0]["reason"].as_str().unwrap().contains(&old));
+}

@@ -155,6 +155,7 @@ impl Broker {
             store: broker.inner.store.clone(),
             config: broker.inner.config.clone(),
             next_seq: last_seq + 1,
+            failed: false,
         };
         let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
         broker.execute(Command::Bootstrap).await?;
@@ -340,6 +341,8 @@ struct Writer {
     store: Store,
     config: BrokerConfig,
     next_seq: u64,
+    /// Set when a flush failed: the writer stops.
+    failed: bool,
 }
 
 impl Writer {
@@ -369,6 +372,18 @@ impl Writer {
                 }
             }
             let results = self.commit(&batch).await;
+            if self.failed {
+                for pending in batch.drain(..) {
+                    let _ = pending.reply.send(Err(BrokerError::Internal(
+                        "the disk flush failed; nothing of this batch is known to be stored".into(),
+                    )));
+                }
+                rx.close();
+                while let Ok(p) = rx.try_recv() {
+                    let _ = p.reply.send(Err(BrokerError::ShuttingDown));
+                }
+                break;
+            }
             let inner = broker.upgrade();
             for (pending, result) in batch.drain(..).zip(results.outcomes) {
                 let _ = pending.reply.send(result);
@@ -413,12 +428,16 @@ impl Writer {
             Ok(r) => r,
             Err(e) => return BatchResult::all_failed(batch.len(), &e),
         };
+        // The transaction is applied in memory whatever the flush says, so its seqs are
+        // taken either way: never write other events under them.
+        self.next_seq = first_seq + result.events.len() as u64;
         if let Err(e) = self.store.flush().await {
-            // The commit may or may not be on disk; tell nobody it is.
-            tracing::error!(error = %e, "flush failed");
+            // The batch may or may not reach the disk: tell nobody it did, and stop
+            // taking commands (the store's state is no longer known).
+            tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
+            self.failed = true;
             return BatchResult::all_failed(batch.len(), &e);
         }
-        self.next_seq = first_seq + result.events.len() as u64;
         result
     }
 }

@@ -61,6 +61,8 @@ pub struct ApiState {
     pub data_dir: String,
     pub control: Option<Arc<dyn FlightControl>>,
     pub nats: Option<NatsStatusFn>,
+    /// Ends live streams, so a graceful shutdown does not wait on open SSE clients.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// An error as the API answers it.
@@ -352,6 +354,7 @@ async fn flight_stream(
             Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
         })
     });
+    let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
@@ -450,5 +453,6 @@ async fn event_stream(
             Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
         })
     });
+    let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Sse::new(stream).keep_alive(KeepAlive::default())
 }

@@ -574,7 +574,8 @@ pub async fn publish(
         let item = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
-                if last != saved {
+                // Only what NATS has taken counts as published.
+                if last != saved && client.flush().await.is_ok() {
                     save_cursor(&cursor_file, last);
                     saved = last;
                 }
@@ -583,7 +584,29 @@ pub async fn publish(
             i = feed.recv() => i,
         };
         let Some(Ok(event)) = item else { break };
+        let mut delay = Duration::from_millis(50);
+        while let Err(e) = publish_event(&client, &event).await {
+            tracing::warn!(seq = event.seq, error = %e, "NATS publish failed; retrying");
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        counters.published.fetch_add(1, Ordering::Relaxed);
         last = event.seq;
+    }
+    if client.flush().await.is_ok() {
+        save_cursor(&cursor_file, last);
+    }
+}
+
+/// Publishes one committed event on its subjects (nothing for most event types).
+async fn publish_event(
+    client: &async_nats::Client,
+    event: &relay_protocol::event::Event,
+) -> Result<(), async_nats::PublishError> {
+    {
         let mut headers = HeaderMap::new();
         headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
         let published = match &event.body {
@@ -631,15 +654,8 @@ pub async fn publish(
             }
             _ => Ok(()),
         };
-        match published {
-            Ok(()) => {
-                counters.published.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => tracing::warn!(seq = event.seq, error = %e, "NATS publish failed"),
-        }
+        published
     }
-    let _ = client.flush().await;
-    save_cursor(&cursor_file, last);
 }
 
 fn save_cursor(path: &std::path::Path, seq: u64) {

@@ -126,13 +126,11 @@ pub async fn send_control(
     node: &str,
     control: &Control,
 ) -> Result<(), BrokerError> {
-    let reply = tokio::time::timeout(
-        Duration::from_secs(30),
-        client.request(control_subject(node), serde_json::to_vec(control)?.into()),
-    )
-    .await
-    .map_err(|_| BrokerError::Unavailable(format!("node {node:?} did not answer in 30 s")))?
-    .map_err(|e| BrokerError::Unavailable(format!("node {node:?} is not reachable: {e}")))?;
+    // async-nats gives up on a request after its 10 s default; that is the limit here.
+    let reply = client
+        .request(control_subject(node), serde_json::to_vec(control)?.into())
+        .await
+        .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
     if let Ok(err) = serde_json::from_slice::<ErrorBody>(&reply.payload) {
         return Err(BrokerError::Unavailable(err.error.message));
     }
@@ -334,37 +332,41 @@ async fn forward_reports(
     stop: CancellationToken,
 ) {
     while let Some(report) = reports.recv().await {
+        // The runtime records a turn's start itself (before the harness sees the task);
+        // here the dispatch is acknowledged once started, and marked done only after the
+        // final report is safely in JetStream, so a crash in between re-reports it.
+        let mut done: Option<(String, String)> = None;
         if let Report::Flight {
             flight,
             change: FlightChange::State { to, .. },
         } = &report
         {
-            let state = match to {
-                FlightState::Running => Some(DispatchState::Started),
-                t if t.is_terminal() => Some(DispatchState::Done),
-                _ => None,
-            };
-            if let Some(state) = state {
+            if *to == FlightState::Running || to.is_terminal() {
                 let taken = pending.lock().ok().and_then(|mut p| p.remove(flight));
                 let invocation = taken.as_ref().map(|(i, _)| i.clone());
-                if let Some(inv) = invocation.or_else(|| find_invocation(&runtime, flight)) {
-                    if let Err(e) = runtime
-                        .threads()
-                        .set_dispatch_state(&inv, state, flight)
-                        .await
-                    {
-                        tracing::error!(error = %e, "cannot record dispatch state");
-                    }
-                }
                 if let Some((_, msg)) = taken {
                     if let Err(e) = msg.ack().await {
                         tracing::warn!(error = %e, "dispatch ack failed");
                     }
                 }
+                if to.is_terminal() {
+                    done = invocation
+                        .or_else(|| find_invocation(&runtime, flight))
+                        .map(|i| (i, flight.clone()));
+                }
             }
         }
         if publish_report(&js, &node, &report, &stop).await.is_err() {
             return;
+        }
+        if let Some((inv, flight)) = done {
+            if let Err(e) = runtime
+                .threads()
+                .set_dispatch_state(&inv, DispatchState::Done, &flight)
+                .await
+            {
+                tracing::error!(error = %e, "cannot record dispatch state");
+            }
         }
     }
 }

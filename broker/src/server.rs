@@ -59,22 +59,14 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             )
         })?;
     let addr = listener.local_addr()?;
-    let token = load_or_create_token(&config.data_dir)?;
-    let url = format!("http://{addr}");
-    write_api_info(
-        &config.data_dir,
-        &ApiInfo {
-            url: url.clone(),
-            token: token.clone(),
-            pid: std::process::id(),
-        },
-    )?;
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
     let mut nats_tasks = Vec::new();
     if let Some(nats) = &config.nats {
         let (client, tracker) =
             crate::nats::connect(nats, "relay-broker", std::time::Duration::from_secs(30)).await?;
         crate::nats::ensure_flight_stream(&client, nats).await?;
+        // Remote agents must be reachable before the first request can name one.
+        plane.attach_nats(client.clone()).await?;
         let service = crate::nats::Service::new(
             client.clone(),
             broker.clone(),
@@ -96,16 +88,27 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             counters,
             writer_stop.clone(),
         )));
-        plane.attach_nats(client).await?;
         nats_status = Some(std::sync::Arc::new(move || tracker.status()));
         tracing::info!(url = %nats.url, "serving the NATS bus");
     }
+    // api.json last: when it names this process, everything is up.
+    let token = load_or_create_token(&config.data_dir)?;
+    let url = format!("http://{addr}");
+    write_api_info(
+        &config.data_dir,
+        &ApiInfo {
+            url: url.clone(),
+            token: token.clone(),
+            pid: std::process::id(),
+        },
+    )?;
     let state = ApiState {
         broker: broker.clone(),
         token: Arc::from(token.as_str()),
         data_dir: config.data_dir.display().to_string(),
         control: Some(crate::plane::control(&plane)),
         nats: nats_status,
+        shutdown: shutdown.clone(),
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");

@@ -66,7 +66,7 @@ fn legal(from: FlightState, to: FlightState) -> bool {
         (Queued, Waking | Running | Failed | Cancelled)
             | (Waking, Running | Failed | Cancelled)
             | (Running, Waiting | Completed | Failed | Cancelled)
-            | (Waiting, Running | Failed | Cancelled)
+            | (Waiting, Running | Completed | Failed | Cancelled)
     )
 }
 

@@ -405,7 +405,7 @@ impl FlightState {
     }
 
     /// The state machine: `queued -> waking -> running <-> waiting -> completed | failed |
-    /// cancelled`. Any live state may fail or be cancelled; only a running flight
+    /// cancelled`. Any live state may fail or be cancelled; a running or waiting flight
     /// completes; waking may be skipped when the session is already up. Staying in the
     /// same state is not a transition (see [`Flight`] for how duplicates are skipped).
     pub fn can_transition(self, to: FlightState) -> bool {
@@ -418,7 +418,8 @@ impl FlightState {
             Waking => self == Queued,
             Running => matches!(self, Queued | Waking | Waiting),
             Waiting => self == Running,
-            Completed => self == Running,
+            // A turn may end while an approval is still open (codex settled it itself).
+            Completed => matches!(self, Running | Waiting),
             Failed | Cancelled => true,
         }
     }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::threads::{ThreadRecord, ThreadStore};
+use crate::threads::{DispatchState, ThreadRecord, ThreadStore};
 use crate::{RuntimeError, AGENT_QUEUE_CAPACITY};
 
 pub struct Deps {
@@ -328,6 +328,18 @@ impl Worker {
             return TurnEnd::Done;
         };
         let (session, thread_id) = (live.session.clone(), live.thread_id.clone());
+        // Recorded (on disk) before the harness sees the task: whatever happens next, a
+        // redelivery of this dispatch (a remote node) never starts the turn a second time.
+        if let Err(e) = self
+            .deps
+            .threads
+            .set_dispatch_state(&d.invocation.id, DispatchState::Started, &flight)
+            .await
+        {
+            self.fail(&flight, &format!("cannot record the turn's start: {e}"))
+                .await;
+            return TurnEnd::Done;
+        }
         let turn_id = match session.start_turn(&thread_id, &d.invocation.task).await {
             Ok(t) => t,
             Err(e) => {
@@ -372,7 +384,14 @@ impl Worker {
                     break TurnEnd::Done;
                 }
                 m = msgs.recv() => match m {
-                    None => break TurnEnd::Shutdown,
+                    None | Some(Msg::Control(Control::AgentRemoved { .. }, _)) => {
+                        let _ = session.interrupt(&thread_id, &turn.turn_id).await;
+                        self.fail(&turn.flight, "the agent was removed during the turn").await;
+                        if let Some(Msg::Control(_, reply)) = m {
+                            let _ = reply.send(Ok(()));
+                        }
+                        break TurnEnd::Shutdown;
+                    }
                     Some(Msg::Warm(_)) => {}
                     Some(Msg::Control(c, reply)) => {
                         let r = self.control(&session, &thread_id, &turn, c).await;

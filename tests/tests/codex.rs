@@ -224,7 +224,7 @@ async fn interrupt_cancels_and_steer_reaches_the_model() {
 async fn approvals_accepted_declined_and_by_policy() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);
-    env.add_agent("codex-2", &["--auto-accept", "echo policy"]);
+    env.add_agent("codex-2", &["--auto-accept", "echo"]);
 
     // Accepted by a person: the command runs and its output goes back to the model.
     let id = env.ask_no_wait("codex-1", "exec: echo relay-approved");
@@ -272,7 +272,7 @@ async fn approvals_accepted_declined_and_by_policy() {
     let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
     assert!(f["output"].as_str().unwrap().contains("policy-ok"), "{f}");
     let p = env.approval_of(&id);
-    assert_eq!(p["decided_by"], "policy:auto-accept:echo policy");
+    assert_eq!(p["decided_by"], "policy:auto-accept:echo");
     assert_eq!(p["decision"], "accept");
 }
 
@@ -428,4 +428,21 @@ async fn a_lost_thread_is_replaced_and_recorded_as_an_event() {
     assert_eq!(lost[0]["old_thread_id"], old.as_str());
     assert_eq!(lost[0]["new_thread_id"], new.as_str());
     assert!(lost[0]["reason"].as_str().unwrap().contains(&old));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_an_agent_mid_turn_fails_its_flight() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "hang around");
+    env.wait_flight(&id, 60, |f| state(f) == "running").await;
+    let codex = env.codex_pid("codex-1").await;
+    env.relay.cli_ok(&["agent", "remove", "codex-1"]);
+    let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
+    assert_eq!(state(&f), "failed");
+    assert!(f["error"].as_str().unwrap().contains("removed"), "{f}");
+    assert!(
+        wait_gone(codex, 15).await,
+        "codex {codex} outlived its agent"
+    );
 }

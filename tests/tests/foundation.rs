@@ -320,3 +320,24 @@ fn api_json_is_private_and_the_token_survives_a_restart() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
 }
+
+#[test]
+fn shutdown_is_not_held_up_by_an_open_event_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut relay = RelayProcess::start(&dir).unwrap();
+    let follower = std::process::Command::new(relay_tests::relay_bin())
+        .args(["events", "--follow"])
+        .env("RELAY_DATA_DIR", &dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    relay.cli_ok(&["send", "while someone follows"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // terminate() fails if relay takes more than 20 s to exit after SIGTERM.
+    let status = relay.terminate().unwrap();
+    assert!(status.success(), "{status}");
+    let out = follower.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("while someone follows"), "{text}");
+}

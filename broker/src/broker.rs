@@ -95,6 +95,13 @@ pub enum Command {
     },
     /// Creates what every broker starts with (the default conversation) if missing.
     Bootstrap,
+    /// A command carried by a node's report, with the report's JetStream stream seq:
+    /// applied at most once (a redelivered report is skipped).
+    FromNode {
+        node: String,
+        stream_seq: u64,
+        command: Box<Command>,
+    },
 }
 
 /// The result of a command.
@@ -556,6 +563,29 @@ impl Ctx<'_, '_> {
                     closed.push(a);
                 }
                 Ok(Outcome::Approvals(closed))
+            }
+            Command::FromNode {
+                node,
+                stream_seq,
+                command,
+            } => {
+                let applied: u64 = self
+                    .tx
+                    .read(T::ReportCursors, node.as_bytes())?
+                    .unwrap_or(0);
+                if *stream_seq <= applied {
+                    return Ok(Outcome::Done);
+                }
+                // Rules validate before they write, so a refused command wrote nothing;
+                // either way this report has been dealt with.
+                let result = self.run(command);
+                crate::store::Sink::put(
+                    self.tx,
+                    T::ReportCursors,
+                    node.as_bytes(),
+                    encode(stream_seq)?,
+                )?;
+                result
             }
             Command::Bootstrap => {
                 if !self

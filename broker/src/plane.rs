@@ -154,7 +154,20 @@ impl Plane {
                     continue;
                 }
             };
-            match self.submit_report(report).await {
+            let node = msg
+                .subject
+                .as_str()
+                .strip_prefix("relay.v1.report.")
+                .unwrap_or("")
+                .to_string();
+            let source = match msg.info() {
+                Ok(info) => Some((node, info.stream_sequence)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "node report without stream info");
+                    None
+                }
+            };
+            match self.submit_report_from(report, source).await {
                 Ok(p) => {
                     let _ = acks.send((p, msg)).await;
                 }
@@ -339,6 +352,23 @@ impl Plane {
     /// Enqueues the command a report stands for, in arrival order; the returned pending
     /// reply says when it committed.
     async fn submit_report(&self, report: Report) -> Result<Pending, BrokerError> {
+        self.submit_report_from(report, None).await
+    }
+
+    /// `source` (node, stream seq) makes the command apply at most once.
+    async fn submit_report_from(
+        &self,
+        report: Report,
+        source: Option<(String, u64)>,
+    ) -> Result<Pending, BrokerError> {
+        let wrap = |command: Command| match &source {
+            Some((node, seq)) => Command::FromNode {
+                node: node.clone(),
+                stream_seq: *seq,
+                command: Box::new(command),
+            },
+            None => command,
+        };
         let (command, kind) = match report {
             Report::Flight { flight, change } => {
                 (Command::UpdateFlight { flight, change }, "flight update")
@@ -374,7 +404,7 @@ impl Plane {
             Report::ApprovalRequested { agent, request } => {
                 let rx = self
                     .broker
-                    .submit(Command::RequestApproval { agent, request })
+                    .submit(wrap(Command::RequestApproval { agent, request }))
                     .await?;
                 return Ok(Pending::Approval(rx));
             }
@@ -382,7 +412,10 @@ impl Plane {
                 (Command::ExpireApprovals { flight }, "expire approvals")
             }
         };
-        Ok(Pending::Check(self.broker.submit(command).await?, kind))
+        Ok(Pending::Check(
+            self.broker.submit(wrap(command)).await?,
+            kind,
+        ))
     }
 
     async fn drain(self, mut pending: mpsc::Receiver<Pending>) {

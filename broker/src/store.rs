@@ -42,9 +42,12 @@ pub enum T {
     Bindings,
     /// flight id -> ids of its approvals, so a transaction can find them without a scan.
     FlightApprovals,
+    /// node name -> stream seq of the last report applied (not a projection: it
+    /// de-duplicates redelivered node reports, written with the command they carry).
+    ReportCursors,
 }
 
-const TREE_NAMES: [&str; 12] = [
+const TREE_NAMES: [&str; 13] = [
     "events",
     "agents",
     "conversations",
@@ -57,6 +60,7 @@ const TREE_NAMES: [&str; 12] = [
     "approvals",
     "bindings",
     "flight_approvals",
+    "report_cursors",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {

@@ -303,3 +303,65 @@ async fn mentions_plan_deterministic_deliveries_once() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_redelivered_node_report_is_applied_once() {
+    use relay_broker::{Command, Outcome};
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let f = b.invoke(invoke("a1")).await.unwrap().flight;
+    b.update_flight(&f.id, to(Running)).await.unwrap();
+    let report = |seq: u64, text: &str| Command::FromNode {
+        node: "n1".into(),
+        stream_seq: seq,
+        command: Box::new(Command::UpdateFlight {
+            flight: f.id.clone(),
+            change: FlightChange::Delta { text: text.into() },
+        }),
+    };
+    assert!(matches!(
+        b.execute(report(7, "a")).await.unwrap(),
+        Outcome::Flight(_)
+    ));
+    let seq = b.last_seq();
+    // The same report again (a redelivery after a crash), and an older one: skipped.
+    assert!(matches!(
+        b.execute(report(7, "a")).await.unwrap(),
+        Outcome::Done
+    ));
+    assert!(matches!(
+        b.execute(report(3, "old")).await.unwrap(),
+        Outcome::Done
+    ));
+    assert_eq!(b.last_seq(), seq, "nothing written for duplicates");
+    // A newer one applies; a refused one still moves the cursor past it.
+    assert!(matches!(
+        b.execute(report(8, "b")).await.unwrap(),
+        Outcome::Flight(_)
+    ));
+    let deltas: Vec<String> = b
+        .store()
+        .flight_updates(&f.id, 0)
+        .unwrap()
+        .into_iter()
+        .filter_map(|u| match u.change {
+            FlightChange::Delta { text } => Some(text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, vec!["a", "b"]);
+    let refused = Command::FromNode {
+        node: "n1".into(),
+        stream_seq: 9,
+        command: Box::new(Command::UpdateFlight {
+            flight: "flt_missing".into(),
+            change: FlightChange::Delta { text: "x".into() },
+        }),
+    };
+    assert!(b.execute(refused).await.is_err());
+    assert!(matches!(
+        b.execute(report(9, "again")).await.unwrap(),
+        Outcome::Done
+    ));
+    assert!(b.store().verify().unwrap().is_consistent());
+}

@@ -15,15 +15,19 @@
 //!
 //! "The tree" is the group plus every descendant of its members found through `/proc`
 //! parent links: agents start commands in sessions of their own (Codex runs each command
-//! under `setsid`), which a group signal does not reach. A descendant whose parent died
-//! before the sweep is reparented away and cannot be found; agents kill their own
-//! children when they exit normally, which covers the graceful path.
+//! under `setsid`), which a group signal does not reach. Every child also carries a
+//! marker in its environment ([`MARKER_ENV`]) that its descendants inherit, so one whose
+//! parent died first (reparented away, no longer traceable by parent links) is still
+//! found. The tree is frozen (SIGSTOP) before it is killed, so nothing forks or leaves
+//! the group mid-sweep. Only a descendant that both left the group and cleared its
+//! environment can escape, after its parent died.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -41,6 +45,10 @@ const STDERR_LINE_MAX: usize = 2000;
 /// After the leader exits, how long to wait for stderr to reach EOF before reporting
 /// (a grandchild may hold the pipe open).
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
+
+/// The environment variable that marks a supervised child and its descendants; its value
+/// names the child (`<relay pid>-<counter>`).
+pub const MARKER_ENV: &str = "RELAY_SUPERVISED";
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -118,6 +126,8 @@ pub struct Supervised {
     program: String,
     stderr: StderrTail,
     stderr_task: Option<JoinHandle<()>>,
+    /// `MARKER_ENV=<value>`, as it appears in `/proc/<pid>/environ` of the tree.
+    marker: Vec<u8>,
     /// `false` once the group has been SIGKILLed after the leader was reaped: nothing is
     /// left to kill, and the pgid may be reused by an unrelated process.
     group_live: bool,
@@ -125,10 +135,17 @@ pub struct Supervised {
 
 impl Supervised {
     pub fn spawn(spec: &ProcessSpec) -> Result<(Supervised, Pipes), HarnessError> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         let program = spec.program.display().to_string();
+        let marker = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .envs(&spec.env)
+            .env(MARKER_ENV, &marker)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -165,6 +182,7 @@ impl Supervised {
                 program,
                 stderr: tail,
                 stderr_task: Some(stderr_task),
+                marker: format!("{MARKER_ENV}={marker}").into_bytes(),
                 group_live: true,
             },
             Pipes { stdin, stdout },
@@ -219,7 +237,7 @@ impl Supervised {
             Some(status) => status,
             None => {
                 tracing::warn!(pid = self.pid, program = %self.program, "child ignored SIGTERM; killing its group");
-                kill_tree(self.pid);
+                kill_tree(self.pid, &self.marker);
                 match self.child.wait().await {
                     Ok(status) => status,
                     // Reaped elsewhere or not waitable: report it as killed.
@@ -233,7 +251,7 @@ impl Supervised {
     /// The leader is gone; SIGKILL its tree in case children outlived it, once.
     fn kill_group_remains(&mut self) {
         if self.group_live {
-            kill_tree(self.pid);
+            kill_tree(self.pid, &self.marker);
             self.group_live = false;
         }
     }
@@ -244,7 +262,7 @@ impl Drop for Supervised {
         // Dropped without `finish`/`terminate` (a runtime shutting down, a panic): the
         // leader may still run. SIGKILL the whole tree now; `kill_on_drop` then reaps.
         if self.group_live {
-            kill_tree(self.pid);
+            kill_tree(self.pid, &self.marker);
         }
         if let Some(task) = self.stderr_task.take() {
             task.abort();
@@ -252,11 +270,35 @@ impl Drop for Supervised {
     }
 }
 
-/// SIGKILLs the descendants of group `pgid`'s members that live outside the group, then
-/// the group. Descendants are listed before anything is killed: once a parent dies, its
-/// children are reparented and can no longer be traced.
-fn kill_tree(pgid: u32) {
-    for pid in outside_descendants(pgid) {
+/// How many times [`kill_tree`] rescans for processes forked while it froze the tree.
+const FREEZE_ROUNDS: usize = 8;
+
+/// SIGKILLs group `pgid` and every descendant of its members, wherever they live.
+///
+/// The tree is frozen first: SIGSTOP to the group, then to every member and descendant
+/// found through `/proc`, rescanning until a scan finds nothing new. A stopped process
+/// can neither fork nor call `setsid`, so nothing escapes between the scan and the kill
+/// (a child that left the group just after a single scan would otherwise survive both a
+/// group kill and a kill of the descendants listed before it left). Every process found
+/// is then SIGKILLed by pid, and the group as a whole. Descendants are listed while their
+/// parents still live: once a parent dies its children are reparented and untraceable.
+fn kill_tree(pgid: u32, marker: &[u8]) {
+    signal(pgid, libc::SIGSTOP, true);
+    let mut frozen: Vec<u32> = Vec::new();
+    for _ in 0..FREEZE_ROUNDS {
+        let fresh: Vec<u32> = tree(pgid, marker)
+            .into_iter()
+            .filter(|pid| !frozen.contains(pid))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for &pid in &fresh {
+            signal(pid, libc::SIGSTOP, false);
+        }
+        frozen.extend(fresh);
+    }
+    for &pid in &frozen {
         signal(pid, libc::SIGKILL, false);
     }
     signal(pgid, libc::SIGKILL, true);
@@ -290,9 +332,10 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     signal(pgid, sig, true);
 }
 
-/// Live processes descending from members of group `pgid` but outside it, from `/proc`
-/// (empty where there is no `/proc`).
-fn outside_descendants(pgid: u32) -> Vec<u32> {
+/// Live members of group `pgid`, every live descendant of theirs in or out of the group,
+/// and every live process whose environment holds `marker` (`MARKER_ENV=<value>`), from
+/// `/proc` (empty where there is no `/proc`).
+fn tree(pgid: u32, marker: &[u8]) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -325,11 +368,19 @@ fn outside_descendants(pgid: u32) -> Vec<u32> {
             procs.push((pid, ppid, pgrp));
         }
     }
-    let mut frontier: Vec<u32> = procs.iter().filter(|p| p.2 == pgid).map(|p| p.0).collect();
-    let mut found = Vec::new();
+    let marked = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == marker))
+    };
+    let mut found: Vec<u32> = procs
+        .iter()
+        .filter(|p| p.2 == pgid || marked(p.0))
+        .map(|p| p.0)
+        .collect();
+    let mut frontier = found.clone();
     while let Some(parent) = frontier.pop() {
-        for &(pid, ppid, pgrp) in &procs {
-            if ppid == parent && pgrp != pgid && !found.contains(&pid) {
+        for &(pid, ppid, _) in &procs {
+            if ppid == parent && !found.contains(&pid) {
                 found.push(pid);
                 frontier.push(pid);
             }
@@ -445,6 +496,46 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!alive(sleeper), "sleeper {sleeper} survived");
+    }
+
+    /// Live processes whose command line is exactly `argv`.
+    fn running(argv: &[&str]) -> Vec<u32> {
+        let want: Vec<u8> = argv
+            .iter()
+            .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+            .collect();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+            .filter(|&pid| alive(pid))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_tree_that_keeps_forking_into_new_sessions_is_killed_whole() {
+        // The leader forks sessions of their own as fast as it can while it is killed:
+        // whatever it started, before or during the sweep, must not survive.
+        let (mut p, mut pipes) = Supervised::spawn(&sh(
+            "i=0; while [ $i -lt 300 ]; do setsid sleep 31.75 & i=$((i+1)); [ $i = 20 ] && echo go; done; wait",
+        ))
+        .unwrap();
+        let mut out = BufReader::new(&mut pipes.stdout);
+        let mut line = String::new();
+        out.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "go\n");
+        let info = p.terminate(Duration::from_millis(0)).await;
+        assert!(info.signal.is_some(), "{info:?}");
+        let mut left = running(&["sleep", "31.75"]);
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = running(&["sleep", "31.75"]);
+        }
+        assert!(left.is_empty(), "survivors: {left:?}");
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use relay_harnesses::codex::{
     codex_program, CodexConfig, CodexSession, ResumedThread, ThreadOptions,
 };
 use relay_harnesses::HarnessError;
-use relay_mock_model::{all_input_text, write_codex_home, MockModel, Reply};
+use relay_mock_model::{all_input_text, codex_env, write_codex_home, MockModel, Reply};
 use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
 use serde_json::Value;
@@ -37,9 +37,7 @@ async fn setup() -> Setup {
 
 fn config(home: &Path) -> CodexConfig {
     let mut config = CodexConfig::new(codex_program(None));
-    config
-        .env
-        .insert("CODEX_HOME".into(), home.display().to_string());
+    config.env.extend(codex_env(home));
     config.cwd = Some(home.to_path_buf());
     config.request_timeout = WAIT;
     config.shutdown_grace = Duration::from_millis(500);
@@ -663,7 +661,8 @@ fn cmdline(pid: u32) -> Option<String> {
 }
 
 async fn wait_for_process_with(needle: &str) -> u32 {
-    for _ in 0..200 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             if let Some(pid) = entry
                 .file_name()

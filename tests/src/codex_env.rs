@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use relay_broker::client::Client;
-use relay_mock_model::{write_codex_home, MockModel, RecordedRequest, Reply};
+use relay_mock_model::{codex_env, write_codex_home, MockModel, RecordedRequest, Reply};
 use serde_json::Value;
 
 use crate::{process_alive, RelayProcess};
@@ -83,7 +83,10 @@ impl Env {
     }
 
     pub fn add_agent(&self, name: &str, extra: &[&str]) {
-        let env = format!("CODEX_HOME={}", self.codex_home.display());
+        let env: Vec<String> = codex_env(&self.codex_home)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let work = self.work.display().to_string();
         let mut args = vec![
             "agent",
@@ -93,9 +96,10 @@ impl Env {
             "codex_app_server",
             "--cwd",
             &work,
-            "--env",
-            &env,
         ];
+        for kv in &env {
+            args.extend(["--env", kv]);
+        }
         args.extend_from_slice(extra);
         self.relay.cli_ok(&args);
     }

@@ -59,6 +59,11 @@ pub(crate) struct Translator {
     /// Approval requests surfaced and not yet resolved, by the id handed out in
     /// `ApprovalRequested`: the wire id, and whether Relay already answered.
     server_requests: HashMap<String, (RequestId, bool)>,
+    /// `commandExecution` items in progress that streamed output: item id -> turn id. Codex does
+    /// not always stream a fast command's output (it may land only in the completed
+    /// item's `aggregatedOutput`); for an item absent here, that output is emitted as one
+    /// delta when the item completes, so clients always see it.
+    streamed_output: HashMap<String, String>,
 }
 
 impl Translator {
@@ -69,6 +74,7 @@ impl Translator {
             thread_usage: HashMap::new(),
             file_changes: HashMap::new(),
             server_requests: HashMap::new(),
+            streamed_output: HashMap::new(),
         }
     }
 
@@ -148,6 +154,8 @@ impl Translator {
                     return Vec::new();
                 };
                 let state = self.turns.remove(&n.turn.id).unwrap_or_default();
+                // Items the turn never completed (interrupted) are over too.
+                self.streamed_output.retain(|_, turn| *turn != n.turn.id);
                 let outcome = match n.turn.status {
                     TurnStatus::Completed => TurnOutcome::Completed {
                         text: last_agent_message(&n.turn.items)
@@ -191,18 +199,34 @@ impl Translator {
                     return Vec::new();
                 };
                 self.file_changes.remove(n.item.id());
-                if let ThreadItem::Known(KnownThreadItem::AgentMessage { text, .. }) = &n.item {
-                    self.turns
-                        .entry(n.turn_id.clone())
-                        .or_default()
-                        .last_agent_text = Some(text.clone());
+                let streamed = self.streamed_output.remove(n.item.id()).is_some();
+                let mut events = Vec::new();
+                match &n.item {
+                    ThreadItem::Known(KnownThreadItem::AgentMessage { text, .. }) => {
+                        self.turns
+                            .entry(n.turn_id.clone())
+                            .or_default()
+                            .last_agent_text = Some(text.clone());
+                    }
+                    ThreadItem::Known(KnownThreadItem::CommandExecution {
+                        aggregated_output: Some(output),
+                        ..
+                    }) if !streamed && !output.is_empty() => {
+                        events.push(Action::Event(HarnessEvent::CommandOutputDelta {
+                            turn_id: n.turn_id.clone(),
+                            item_id: n.item.id().to_string(),
+                            delta: output.clone(),
+                        }));
+                    }
+                    _ => {}
                 }
-                HarnessEvent::ItemCompleted {
+                events.push(Action::Event(HarnessEvent::ItemCompleted {
                     turn_id: n.turn_id,
                     item_id: n.item.id().to_string(),
                     kind: item_kind(&n.item),
                     text: item_text(&n.item),
-                }
+                }));
+                return events;
             }
             notification::AGENT_MESSAGE_DELTA => {
                 let Some(n) = self.parse::<wire::DeltaNotification>(params, line) else {
@@ -218,6 +242,8 @@ impl Translator {
                 let Some(n) = self.parse::<wire::DeltaNotification>(params, line) else {
                     return Vec::new();
                 };
+                self.streamed_output
+                    .insert(n.item_id.clone(), n.turn_id.clone());
                 HarnessEvent::CommandOutputDelta {
                     turn_id: n.turn_id,
                     item_id: n.item_id,
@@ -572,6 +598,51 @@ mod tests {
                 })
             }]
         );
+    }
+
+    #[test]
+    fn command_output_is_reported_once_whether_streamed_or_not() {
+        let (mut t, _) = translator();
+        let completed = |id: &str| {
+            json!({"method":"item/completed","params":{"threadId":"th","turnId":"t1","item":{
+                "type":"commandExecution","id":id,"command":"/bin/bash -lc 'echo hi'",
+                "status":"completed","aggregatedOutput":"hi\n","exitCode":0}}})
+        };
+        let output = |evs: &[HarnessEvent]| -> Vec<(String, String)> {
+            evs.iter()
+                .filter_map(|e| match e {
+                    HarnessEvent::CommandOutputDelta { item_id, delta, .. } => {
+                        Some((item_id.clone(), delta.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        // Streamed: the aggregated output is not repeated.
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"a","delta":"hi\n"}}),
+                completed("a"),
+            ],
+        );
+        assert_eq!(output(&evs), vec![("a".to_string(), "hi\n".to_string())]);
+        // Not streamed: the aggregated output arrives as one delta, before the item ends.
+        let evs = feed(&mut t, &[completed("b")]);
+        assert_eq!(output(&evs), vec![("b".to_string(), "hi\n".to_string())]);
+        assert!(matches!(
+            evs.last(),
+            Some(HarnessEvent::ItemCompleted { item_id, kind: ItemKind::CommandExecution, .. }) if item_id == "b"
+        ));
+        // A turn that ends forgets its items' streaming state.
+        feed(
+            &mut t,
+            &[
+                json!({"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"c","delta":"x"}}),
+                json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t1","status":"interrupted","items":[]}}}),
+            ],
+        );
+        assert!(t.streamed_output.is_empty());
     }
 
     #[test]

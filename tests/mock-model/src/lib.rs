@@ -630,6 +630,18 @@ fn approx_tokens(text: &str) -> u64 {
 ///
 /// Retries are off so a failed or dead mock fails a turn at once, and websockets are off
 /// because otherwise Codex tries a websocket first and retries for a long time.
+/// The environment a test codex runs with: its `CODEX_HOME`, and `HOME` set to the same
+/// folder. Codex runs commands in a login shell (`bash -lc`), which reads `~/.profile`;
+/// with the real `HOME` a test would depend on the machine's dotfiles (on ours, a pyenv
+/// hook that takes a global lock and stalls shells started in parallel).
+pub fn codex_env(codex_home: &Path) -> Vec<(String, String)> {
+    let home = codex_home.display().to_string();
+    vec![
+        ("CODEX_HOME".to_string(), home.clone()),
+        ("HOME".to_string(), home),
+    ]
+}
+
 pub fn write_codex_home(dir: &Path, base_url: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let config = format!(

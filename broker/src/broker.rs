@@ -9,17 +9,18 @@
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    parse_mentions, valid_agent_name, Agent, AgentSpec, AgentState, Approval, ApprovalDecision,
-    ApprovalRequest, ApprovalState, Conversation, ConversationKind, ConversationSpec, Delivery,
-    DeliveryReason, DeliveryState, Endpoint, Flight, FlightChange, FlightState, FlightUpdate,
-    Invocation, InvokeRequest, ItemPhase, Message, MessageClass, MessageMeta, PostMessage,
-    DEFAULT_CONVERSATION,
+    id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
+    AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
+    ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
+    FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemPhase, Message,
+    MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -136,6 +137,8 @@ struct Inner {
     last_seq: AtomicU64,
     config: BrokerConfig,
     started: Instant,
+    /// Cancelled when the writer stopped because the disk failed it.
+    failed: CancellationToken,
 }
 
 impl Broker {
@@ -156,6 +159,7 @@ impl Broker {
                 last_seq: AtomicU64::new(last_seq),
                 config,
                 started: Instant::now(),
+                failed: CancellationToken::new(),
             }),
         };
         let writer = Writer {
@@ -163,10 +167,17 @@ impl Broker {
             config: broker.inner.config.clone(),
             next_seq: last_seq + 1,
             failed: false,
+            failure: broker.inner.failed.clone(),
         };
         let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
         broker.execute(Command::Bootstrap).await?;
         Ok((broker, task))
+    }
+
+    /// Resolves if the writer stopped because a commit or flush failed: the broker takes
+    /// no more commands, and its process should stop rather than serve stale reads.
+    pub async fn failed(&self) {
+        self.inner.failed.cancelled().await
     }
 
     fn clone_weak(&self) -> std::sync::Weak<Inner> {
@@ -350,6 +361,8 @@ struct Writer {
     next_seq: u64,
     /// Set when a flush failed: the writer stops.
     failed: bool,
+    /// Cancelled when it does, for [`Broker::failed`].
+    failure: CancellationToken,
 }
 
 impl Writer {
@@ -389,13 +402,12 @@ impl Writer {
                 while let Ok(p) = rx.try_recv() {
                     let _ = p.reply.send(Err(BrokerError::ShuttingDown));
                 }
+                self.failure.cancel();
                 break;
             }
-            let inner = broker.upgrade();
-            for (pending, result) in batch.drain(..).zip(results.outcomes) {
-                let _ = pending.reply.send(result);
-            }
-            if let Some(inner) = inner {
+            // Published before the callers hear back, so a caller that reads the log or
+            // subscribes right after its answer sees its own events.
+            if let Some(inner) = broker.upgrade() {
                 if let Some(last) = results.events.last() {
                     inner.last_seq.store(last.seq, Ordering::Release);
                 }
@@ -403,6 +415,9 @@ impl Writer {
                     // No subscriber is fine: the log has it.
                     let _ = inner.events.send(Arc::new(event));
                 }
+            }
+            for (pending, result) in batch.drain(..).zip(results.outcomes) {
+                let _ = pending.reply.send(result);
             }
         }
         if let Err(e) = self.store.flush().await {
@@ -414,25 +429,62 @@ impl Writer {
     async fn commit(&mut self, batch: &[Pending]) -> BatchResult {
         let first_seq = self.next_seq;
         let config = &self.config;
-        let committed = self.store.transaction(|tx| {
-            let mut ctx = Ctx {
-                tx,
-                config,
-                next_seq: first_seq,
-                now: now_ms(),
-                events: Vec::new(),
-            };
-            let outcomes = batch
-                .iter()
-                .map(|p| ctx.run(&p.command))
-                .collect::<Vec<_>>();
-            Ok(BatchResult {
-                outcomes,
-                events: ctx.events,
-            })
-        });
+        // Commands that failed after emitting part of their events. Rules validate before
+        // they emit, so this is a bug in a rule; the batch is then run again without
+        // them, so that no command is ever half applied.
+        let mut left_out: Vec<Option<BrokerError>> = batch.iter().map(|_| None).collect();
+        let committed = loop {
+            let partial = RefCell::new(None);
+            let committed = self.store.transaction(|tx| {
+                let mut ctx = Ctx {
+                    tx,
+                    config,
+                    next_seq: first_seq,
+                    now: now_ms(),
+                    events: Vec::new(),
+                };
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for (i, pending) in batch.iter().enumerate() {
+                    if left_out[i].is_some() {
+                        outcomes.push(None);
+                        continue;
+                    }
+                    let emitted = ctx.events.len();
+                    match ctx.run(&pending.command) {
+                        // sled retries the batch on a conflict; a storage error fails it.
+                        Err(e @ (BrokerError::TxConflict | BrokerError::Storage(_))) => {
+                            return Err(e)
+                        }
+                        Err(e) if ctx.events.len() > emitted => {
+                            *partial.borrow_mut() = Some((i, e));
+                            return Err(BrokerError::Internal("a command was half applied".into()));
+                        }
+                        outcome => outcomes.push(Some(outcome)),
+                    }
+                }
+                Ok((outcomes, ctx.events))
+            });
+            match partial.into_inner() {
+                Some((i, e)) => {
+                    tracing::error!(command = ?batch[i].command, error = %e, "a command failed after writing; it is left out of its batch");
+                    left_out[i] = Some(e);
+                }
+                None => break committed,
+            }
+        };
         let result = match committed {
-            Ok(r) => r,
+            Ok((outcomes, events)) => BatchResult {
+                outcomes: outcomes
+                    .into_iter()
+                    .zip(left_out)
+                    .map(|(outcome, left_out)| match (outcome, left_out) {
+                        (Some(outcome), _) => outcome,
+                        (None, Some(e)) => Err(e),
+                        (None, None) => Err(BrokerError::Internal("command not run".into())),
+                    })
+                    .collect(),
+                events,
+            },
             Err(e) => return BatchResult::all_failed(batch.len(), &e),
         };
         // The transaction is applied in memory whatever the flush says, so its seqs are
@@ -477,6 +529,7 @@ struct Ctx<'a, 't> {
 impl Ctx<'_, '_> {
     fn emit(&mut self, body: EventBody) -> Result<(), BrokerError> {
         let event = Event {
+            v: relay_protocol::event::EVENT_VERSION,
             seq: self.next_seq,
             at: self.now,
             body,
@@ -658,10 +711,11 @@ impl Ctx<'_, '_> {
     }
 
     fn create_conversation(&mut self, spec: &ConversationSpec) -> Result<Outcome, BrokerError> {
-        if spec.id.trim().is_empty() || spec.id.len() > 200 {
-            return Err(BrokerError::Invalid(
-                "a conversation id is 1 to 200 characters".into(),
-            ));
+        if !valid_conversation_id(&spec.id) {
+            return Err(BrokerError::Invalid(format!(
+                "conversation id {:?}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)",
+                spec.id
+            )));
         }
         if self.tx.contains(T::Conversations, spec.id.as_bytes())? {
             return Err(BrokerError::ConversationExists(spec.id.clone()));
@@ -822,7 +876,7 @@ impl Ctx<'_, '_> {
                 } else {
                     (&req.target, &req.requester)
                 };
-                let id = format!("direct.{a}.{b}");
+                let id = format!("direct.{}.{}", id_token(a), id_token(b));
                 match self
                     .tx
                     .read::<Conversation>(T::Conversations, id.as_bytes())?

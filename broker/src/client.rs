@@ -69,10 +69,25 @@ impl Client {
         }
     }
 
-    /// `RELAY_URL` + `RELAY_TOKEN` when both are set, else the data dir's api.json.
+    /// The broker of an explicit `--data-dir` (its api.json); else `RELAY_URL` +
+    /// `RELAY_TOKEN`, which go together; else the api.json of `RELAY_DATA_DIR` or the
+    /// default data dir.
     pub fn discover(data_dir: Option<PathBuf>) -> Result<Client, ClientError> {
-        if let (Ok(url), Ok(token)) = (std::env::var("RELAY_URL"), std::env::var("RELAY_TOKEN")) {
-            return Ok(Client::new(&url, &token));
+        if data_dir.is_none() {
+            match (std::env::var("RELAY_URL"), std::env::var("RELAY_TOKEN")) {
+                (Ok(url), Ok(token)) => return Ok(Client::new(&url, &token)),
+                (Ok(_), Err(_)) => {
+                    return Err(ClientError::NotFound(
+                        "RELAY_URL is set but RELAY_TOKEN is not: set both, or neither to use the data dir's api.json".into(),
+                    ))
+                }
+                (Err(_), Ok(_)) => {
+                    return Err(ClientError::NotFound(
+                        "RELAY_TOKEN is set but RELAY_URL is not: set both, or neither to use the data dir's api.json".into(),
+                    ))
+                }
+                (Err(_), Err(_)) => {}
+            }
         }
         let dir = default_data_dir(data_dir);
         let path = dir.join(API_FILE);

@@ -45,6 +45,8 @@ pub enum BrokerError {
     DepthLimit { depth: u32, limit: u32 },
     #[error("cycle: agent {agent:?} is already working on an ancestor flight")]
     Cycle { agent: String },
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     #[error("the broker is overloaded: {0}")]
     Overloaded(String),
     #[error("the data directory {0} is in use by another relay process")]
@@ -83,6 +85,7 @@ impl BrokerError {
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
+            BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
             | BrokerError::Corrupt(_)

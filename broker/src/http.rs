@@ -147,10 +147,55 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/approvals/{id}", post(decide_approval))
         .route("/v1/events", get(list_events))
         .route("/v1/events/stream", get(event_stream))
-        .fallback(|| async { HttpError::new(ErrorCode::InvalidRequest, "no such route") })
+        .fallback(|| async {
+            HttpError::new(
+                ErrorCode::NotFound,
+                "no such route (the routes are listed in broker/README.md)",
+            )
+        })
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// Turns the errors axum answers in plain text (a bad query string or path parameter, a
+/// wrong method) into the API's `{"error":{"code","message"}}`, keeping their status.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).trim().to_string();
+    let code = match status.as_u16() {
+        401 => ErrorCode::Unauthorized,
+        404 => ErrorCode::NotFound,
+        413 => ErrorCode::PayloadTooLarge,
+        429 => ErrorCode::Overloaded,
+        503 => ErrorCode::Unavailable,
+        s if s >= 500 => ErrorCode::Internal,
+        _ => ErrorCode::InvalidRequest,
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    (
+        status,
+        Json(ErrorBody {
+            error: ApiError { code, message },
+        }),
+    )
+        .into_response()
 }
 
 async fn require_token(
@@ -162,7 +207,10 @@ async fn require_token(
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        // The scheme is case-insensitive (RFC 9110).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match given {
         Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
         Some(_) => {
@@ -176,7 +224,8 @@ async fn require_token(
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares secrets without an early exit that would leak how much of them matched.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

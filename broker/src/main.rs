@@ -52,33 +52,38 @@ enum Cmd {
         /// Who is speaking (else RELAY_ACTOR, else "operator").
         #[arg(long = "as", value_name = "ACTOR")]
         actor: Option<String>,
-        /// Message text; `@name` mentions an agent.
-        #[arg(required = true, num_args = 1..)]
+        /// Message text; `@name` mentions an agent. `-` (or nothing, with a pipe on
+        /// stdin) reads it from stdin.
         text: Vec<String>,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Print the last messages of a conversation.
     Read {
+        /// Conversation id.
         #[arg(default_value = DEFAULT_CONVERSATION)]
         conversation: String,
         /// How many messages.
         #[arg(short = 'n', default_value_t = 20)]
         n: usize,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Print the event log.
+    /// Print the event log: the last N events, or N events after --since SEQ.
     Events {
-        /// Only events after this global sequence number.
-        #[arg(long, default_value_t = 0)]
-        since: u64,
-        /// At most this many events.
-        #[arg(short = 'n', default_value_t = 1000)]
+        /// Only events after this global sequence number (0: from the start of the log).
+        /// Without it, the last N events.
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
+        /// At most this many events (before following, with --follow).
+        #[arg(short = 'n', default_value_t = 50)]
         n: usize,
         /// Keep following new events.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,24 +95,29 @@ enum Cmd {
     Conversation(ConversationCmd),
     /// List flights, newest last.
     Flights {
-        #[arg(long)]
+        /// Only this agent's flights.
+        #[arg(long, value_name = "AGENT")]
         agent: Option<String>,
+        /// Only flights in this state: queued, waking, running, waiting, completed,
+        /// failed or cancelled.
         #[arg(long)]
         state: Option<FlightState>,
         /// Only flights that have not ended.
         #[arg(long)]
         live: bool,
+        /// At most this many (the newest).
         #[arg(short = 'n', default_value_t = 50)]
         n: usize,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Ask an agent: prints the reply live as it streams; exits 0 when the flight
     /// completed, 1 when it failed or was cancelled.
     Ask {
+        /// The agent's name.
         agent: String,
-        /// The task.
-        #[arg(required = true, num_args = 1..)]
+        /// The task. `-` (or nothing, with a pipe on stdin) reads it from stdin.
         text: Vec<String>,
         /// Who is asking (else RELAY_ACTOR, else "operator").
         #[arg(long = "as", value_name = "ACTOR")]
@@ -125,38 +135,50 @@ enum Cmd {
         #[arg(long)]
         no_wait: bool,
         /// Print only the final flight record as JSON.
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Add instructions to the turn a flight is running.
     Steer {
+        /// The flight's id.
         flight: String,
+        /// What to add to the turn.
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
     },
     /// Interrupt the turn a flight is running (the flight ends cancelled).
-    Interrupt { flight: String },
+    Interrupt {
+        /// The flight's id.
+        flight: String,
+    },
     /// List approval requests (pending ones by default).
     Approvals {
         /// pending, decided, expired or all.
         #[arg(long, default_value = "pending")]
         state: String,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Decide an approval request: accept, accept_for_session, decline or cancel.
     Approve {
+        /// The approval's id (from `relay approvals`).
         id: String,
+        /// accept, accept_for_session, decline or cancel.
         decision: ApprovalDecision,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Show one flight and its updates.
     Flight {
+        /// The flight's id.
         id: String,
         /// Also print every update.
         #[arg(long)]
         updates: bool,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -164,6 +186,7 @@ enum Cmd {
 
 #[derive(Args)]
 struct JsonFlag {
+    /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -181,6 +204,8 @@ struct UpArgs {
     max_depth: u32,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    bus: BusArgs,
 }
 
 /// Connection to NATS (JetStream enabled), shared by `relay up` and `relay node`.
@@ -192,6 +217,7 @@ struct NatsArgs {
     /// NATS credentials file (.creds).
     #[arg(long, env = "RELAY_NATS_CREDS", value_name = "FILE", conflicts_with_all = ["nats_user", "nats_token"])]
     nats_creds: Option<PathBuf>,
+    /// NATS user (with --nats-password).
     #[arg(
         long,
         env = "RELAY_NATS_USER",
@@ -199,20 +225,50 @@ struct NatsArgs {
         conflicts_with = "nats_token"
     )]
     nats_user: Option<String>,
+    /// NATS password (with --nats-user).
     #[arg(long, env = "RELAY_NATS_PASSWORD", hide_env_values = true)]
     nats_password: Option<String>,
+    /// NATS authentication token.
     #[arg(long, env = "RELAY_NATS_TOKEN", hide_env_values = true)]
     nats_token: Option<String>,
-    /// How long the flight-update stream keeps updates, in seconds.
-    #[arg(long, default_value_t = 7 * 24 * 3600)]
+}
+
+/// The broker's side of the bus: what `relay up` serves on NATS.
+#[derive(Args)]
+struct BusArgs {
+    /// How long the flight-update stream (RELAY_FLIGHTS) keeps updates, in seconds; 0
+    /// keeps them until --nats-stream-max-bytes pushes them out.
+    #[arg(
+        long,
+        env = "RELAY_NATS_STREAM_MAX_AGE",
+        default_value_t = 7 * 24 * 3600,
+        value_name = "SECONDS"
+    )]
     nats_stream_max_age: u64,
-    /// Most bytes the flight-update stream keeps.
-    #[arg(long, default_value_t = 1 << 30)]
+    /// Most bytes the flight-update stream keeps (oldest updates go first); -1: no limit.
+    #[arg(
+        long,
+        env = "RELAY_NATS_STREAM_MAX_BYTES",
+        default_value_t = 1 << 30,
+        value_name = "BYTES",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(-1..)
+    )]
     nats_stream_max_bytes: i64,
+    /// A shared secret that every request on relay.v1.invoke.* and relay.v1.cmd.* must
+    /// carry in its `Relay-Token` header (else it is answered `unauthorized`). Without
+    /// it, NATS's own permissions decide who may publish there.
+    #[arg(
+        long,
+        env = "RELAY_NATS_REQUEST_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    nats_request_token: Option<String>,
 }
 
 impl NatsArgs {
-    fn config(&self) -> Option<relay_broker::nats::NatsConfig> {
+    fn config(&self, bus: Option<&BusArgs>) -> Option<relay_broker::nats::NatsConfig> {
         use relay_broker::nats::NatsAuth;
         let url = self.nats.clone()?;
         let auth = if let Some(c) = &self.nats_creds {
@@ -224,12 +280,13 @@ impl NatsArgs {
         } else {
             NatsAuth::None
         };
-        Some(relay_broker::nats::NatsConfig {
-            url,
-            auth,
-            stream_max_age: std::time::Duration::from_secs(self.nats_stream_max_age),
-            stream_max_bytes: self.nats_stream_max_bytes,
-        })
+        let mut config = relay_broker::nats::NatsConfig::new(url, auth);
+        if let Some(bus) = bus {
+            config.stream_max_age = std::time::Duration::from_secs(bus.nats_stream_max_age);
+            config.stream_max_bytes = bus.nats_stream_max_bytes;
+            config.request_token = bus.nats_request_token.clone();
+        }
+        Some(config)
     }
 }
 
@@ -246,6 +303,7 @@ struct NodeArgs {
 enum AgentCmd {
     /// Register an agent.
     Add {
+        /// The agent's name: letters, digits, `-` and `_` (it appears in NATS subjects).
         name: String,
         /// codex_app_server, claude_stream_json, pi_rpc or tmux.
         #[arg(long)]
@@ -262,6 +320,7 @@ enum AgentCmd {
         /// Environment variable for the program, K=V (repeatable).
         #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
         env: Vec<(String, String)>,
+        /// Model the agent's harness uses (else the harness's own default).
         #[arg(long)]
         model: Option<String>,
         /// Runtime node that serves the agent (default: the broker's embedded runtime).
@@ -276,6 +335,7 @@ enum AgentCmd {
         /// Decline approval requests for commands starting with this (repeatable).
         #[arg(long = "auto-decline", value_name = "PREFIX")]
         auto_decline: Vec<String>,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -283,13 +343,17 @@ enum AgentCmd {
     List(JsonFlag),
     /// Show one agent (with its harness `thread_id`).
     Show {
+        /// The agent's name.
         name: String,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Remove an agent.
     Remove {
+        /// The agent's name.
         name: String,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -299,17 +363,21 @@ enum AgentCmd {
 enum ConversationCmd {
     /// Create a conversation.
     Add {
+        /// The conversation's id: dot-separated words (like `team.backend`).
         id: String,
         /// channel, direct, group, thread or system.
         #[arg(long, default_value = "channel")]
         kind: ConversationKind,
+        /// A human title.
         #[arg(long)]
         title: Option<String>,
         /// A participant (repeatable).
         #[arg(long = "participant")]
         participants: Vec<String>,
+        /// The conversation this one branches from (threads).
         #[arg(long)]
         parent: Option<String>,
+        /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -354,7 +422,7 @@ fn main() -> ExitCode {
 
 async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitCode> {
     init_logs();
-    let Some(nats) = args.nats.config() else {
+    let Some(nats) = args.nats.config(None) else {
         anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");
     };
     // Its own directory by default, so it never shares the broker's sled files.
@@ -399,7 +467,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
             max_message_bytes: args.max_message_bytes,
             max_depth: args.max_depth,
         },
-        nats: args.nats.config(),
+        nats: args.nats.config(Some(&args.bus)),
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
@@ -448,6 +516,64 @@ fn actor(explicit: Option<String>) -> String {
         .unwrap_or_else(|| "operator".into())
 }
 
+/// The serde (wire) name of an enum value: `accept`, `idle`...
+fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
+    use relay_protocol::api::NatsStatus;
+    match nats {
+        NatsStatus::Disabled => "disabled (start with --nats URL)".into(),
+        NatsStatus::Connected { url } => format!("connected to {url}"),
+        NatsStatus::Disconnected {
+            url,
+            since_ms,
+            error,
+        } => {
+            let secs = relay_broker::broker::now_ms().saturating_sub(*since_ms) / 1000;
+            let mut line = format!("disconnected from {url} for {secs} s");
+            if let Some(e) = error {
+                line.push_str(&format!(" (last error: {e})"));
+            }
+            line
+        }
+    }
+}
+
+/// The words of a text argument joined by spaces; `-`, or no words with stdin not a
+/// terminal, reads the text from stdin (long or multi-line text, beyond argv's limits).
+fn text_arg(words: Vec<String>) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::io::{IsTerminal, Read};
+    let from_stdin = match words.as_slice() {
+        [dash] if dash == "-" => true,
+        [] => {
+            if std::io::stdin().is_terminal() {
+                anyhow::bail!("no text given: pass it as arguments, or `-` to read it from stdin");
+            }
+            true
+        }
+        _ => false,
+    };
+    if !from_stdin {
+        return Ok(words.join(" "));
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the text from stdin")?;
+    let text = text.trim_end_matches(['\n', '\r']).to_string();
+    if text.is_empty() {
+        anyhow::bail!("the text read from stdin is empty");
+    }
+    Ok(text)
+}
+
 async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<ExitCode> {
     let client = Client::discover(data_dir)?;
     match cmd {
@@ -462,7 +588,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 println!("events     {}", s.last_seq);
                 println!("agents     {}", s.agents);
                 println!("flights    {} ({} live)", s.flights, s.live_flights);
-                println!("nats       {}", serde_json::to_string(&s.nats)?);
+                println!("nats       {}", describe_nats(&s.nats));
                 println!("uptime     {} s", s.uptime_ms / 1000);
             }
         }
@@ -478,7 +604,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                     &PostMessage {
                         conversation: to,
                         author: actor(who),
-                        body: text.join(" "),
+                        body: text_arg(text)?,
                         class: MessageClass::Agent,
                         reply_to: None,
                         meta: Default::default(),
@@ -529,6 +655,13 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 }
                 Ok(())
             };
+            let since = match since {
+                Some(seq) => seq,
+                None => {
+                    let s: Status = client.get("/v1/status").await?;
+                    s.last_seq.saturating_sub(n as u64)
+                }
+            };
             if follow {
                 let mut failed = None;
                 client
@@ -554,6 +687,16 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 } else {
                     for e in &events {
                         print(e)?;
+                    }
+                }
+                if let Some(last) = events.last().filter(|_| events.len() == n) {
+                    let s: Status = client.get("/v1/status").await?;
+                    if s.last_seq > last.seq {
+                        eprintln!(
+                            "relay: {} more events; next page: relay events --since {} -n {n}",
+                            s.last_seq - last.seq,
+                            last.seq
+                        );
                     }
                 }
             }
@@ -645,7 +788,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 &client,
                 InvokeRequest {
                     target: agent,
-                    task: text.join(" "),
+                    task: text_arg(text)?,
                     requester: actor(who),
                     action: Default::default(),
                     conversation,
@@ -710,7 +853,12 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
             if json {
                 print_json(&a)?;
             } else {
-                println!("{} {:?}", a.id, decision);
+                println!(
+                    "{} {} by {}",
+                    a.id,
+                    wire_name(&decision),
+                    a.decided_by.as_deref().unwrap_or("?")
+                );
             }
         }
         Cmd::Flight { id, updates, json } => {
@@ -814,7 +962,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                         "{:<20} {:<20} {:<9} {}",
                         a.spec.name,
                         a.spec.harness,
-                        serde_json::to_value(a.state)?.as_str().unwrap_or("?"),
+                        wire_name(&a.state),
                         a.spec.cwd
                     );
                 }
@@ -828,7 +976,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                 println!("name      {}", a.spec.name);
                 println!("harness   {}", a.spec.harness);
                 println!("cwd       {}", a.spec.cwd);
-                println!("state     {}", serde_json::to_value(a.state)?);
+                println!("state     {}", wire_name(&a.state));
                 println!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
                 println!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
             }

@@ -33,6 +33,8 @@ use crate::http::FlightControl;
 
 /// Requests handled at once; more are answered `overloaded`.
 pub const MAX_INFLIGHT_REQUESTS: usize = 1024;
+/// How long the flight stream remembers `Nats-Msg-Id`s to drop a re-published update.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// Queue group of the broker's request subscriptions (several brokers would share load).
 const QUEUE_GROUP: &str = "relay-broker";
 
@@ -68,6 +70,8 @@ pub mod subjects {
 
 /// The header that names a payload's protobuf message.
 pub const TYPE_HEADER: &str = "Relay-Type";
+/// The header that carries the request token, when the broker wants one.
+pub const TOKEN_HEADER: &str = "Relay-Token";
 /// The header with the global event seq of a published event.
 pub const SEQ_HEADER: &str = "Relay-Seq";
 
@@ -87,105 +91,188 @@ pub struct NatsConfig {
     pub stream_max_age: Duration,
     /// Most bytes the flight stream keeps (oldest dropped first).
     pub stream_max_bytes: i64,
+    /// When set, every request must carry it in the [`TOKEN_HEADER`].
+    pub request_token: Option<String>,
 }
 
-/// The connection's state for `relay status`.
+impl NatsConfig {
+    /// A connection to `url`, with the default stream limits and no request token.
+    pub fn new(url: String, auth: NatsAuth) -> NatsConfig {
+        NatsConfig {
+            url,
+            auth,
+            stream_max_age: Duration::from_secs(7 * 24 * 3600),
+            stream_max_bytes: 1 << 30,
+            request_token: None,
+        }
+    }
+}
+
+/// The connection's state for `relay status`, kept current by the client's events.
 #[derive(Clone)]
 pub struct Tracker {
+    url: String,
     state: Arc<Mutex<NatsStatus>>,
 }
 
 impl Tracker {
+    /// Starts out disconnected from `url` (its credentials left out).
+    pub fn new(url: &str) -> Tracker {
+        let url = redact_url(url);
+        Tracker {
+            state: Arc::new(Mutex::new(NatsStatus::Disconnected {
+                url: url.clone(),
+                since_ms: crate::broker::now_ms(),
+                error: None,
+            })),
+            url,
+        }
+    }
+
     pub fn status(&self) -> NatsStatus {
         self.state
             .lock()
             .map(|s| s.clone())
             .unwrap_or(NatsStatus::Disabled)
     }
+
+    fn set_connected(&self) {
+        self.set(NatsStatus::Connected {
+            url: self.url.clone(),
+        });
+    }
+
+    fn set_disconnected(&self, error: Option<String>) {
+        let since_ms = match self.status() {
+            NatsStatus::Disconnected { since_ms, .. } => since_ms,
+            _ => crate::broker::now_ms(),
+        };
+        self.set(NatsStatus::Disconnected {
+            url: self.url.clone(),
+            since_ms,
+            error,
+        });
+    }
+
+    fn set(&self, next: NatsStatus) {
+        if let Ok(mut s) = self.state.lock() {
+            if *s != next {
+                tracing::info!(state = ?next, "nats connection");
+            }
+            *s = next;
+        }
+    }
 }
 
-/// Connects, failing at once on refused credentials (they will not get better) and
-/// retrying other failures for up to `patience`. Once connected, the client reconnects
-/// forever with backoff.
+/// `url` without the user and password it may carry (`nats://u:p@host` -> `nats://host`),
+/// for status and logs; each of a comma-separated list.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let (scheme, rest) = match one.split_once("://") {
+                Some((scheme, rest)) => (Some(scheme), rest),
+                None => (None, one),
+            };
+            let host_end = rest.find('/').unwrap_or(rest.len());
+            let rest = match rest[..host_end].rfind('@') {
+                Some(at) => &rest[at + 1..],
+                None => rest,
+            };
+            match scheme {
+                Some(scheme) => format!("{scheme}://{rest}"),
+                None => rest.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Why [`connect`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The server refused the credentials: retrying will not help.
+    #[error("NATS at {url} refused the credentials ({reason}); check --nats-creds, --nats-user/--nats-password or --nats-token")]
+    Refused { url: String, reason: String },
+    /// No connection within the patience given.
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// The credentials file or another option is unusable.
+    #[error("{0}")]
+    Config(String),
+    #[error("stopped before NATS was reachable")]
+    Stopped,
+}
+
+/// Connects, failing at once on refused credentials and retrying other failures with
+/// backoff for up to `patience` (`None`: until `stop` fires). Once connected, the client
+/// reconnects by itself forever, with backoff, and `tracker` follows its state.
 pub async fn connect(
     config: &NatsConfig,
     name: &str,
-    patience: Duration,
-) -> anyhow::Result<(async_nats::Client, Tracker)> {
-    let tracker = Tracker {
-        state: Arc::new(Mutex::new(NatsStatus::Disconnected {
-            url: config.url.clone(),
-            since_ms: crate::broker::now_ms(),
-        })),
-    };
-    let deadline = tokio::time::Instant::now() + patience;
+    tracker: &Tracker,
+    patience: Option<Duration>,
+    stop: &CancellationToken,
+) -> Result<async_nats::Client, ConnectError> {
+    let url = redact_url(&config.url);
+    let deadline = patience.map(|p| tokio::time::Instant::now() + p);
     let mut delay = Duration::from_millis(100);
     loop {
         let t = tracker.clone();
-        let url = config.url.clone();
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
             .max_reconnects(None)
             .event_callback(move |event| {
                 let t = t.clone();
-                let url = url.clone();
                 async move {
-                    let next = match event {
-                        async_nats::Event::Connected => Some(NatsStatus::Connected { url }),
-                        async_nats::Event::Disconnected => Some(NatsStatus::Disconnected {
-                            url,
-                            since_ms: crate::broker::now_ms(),
-                        }),
-                        other => {
-                            tracing::info!(event = %other, "nats");
-                            None
-                        }
-                    };
-                    if let Some(next) = next {
-                        tracing::info!(state = ?next, "nats connection");
-                        if let Ok(mut s) = t.state.lock() {
-                            *s = next;
-                        }
+                    match event {
+                        async_nats::Event::Connected => t.set_connected(),
+                        async_nats::Event::Disconnected => t.set_disconnected(None),
+                        other => tracing::info!(event = %other, "nats"),
                     }
                 }
             });
         options = match &config.auth {
             NatsAuth::None => options,
             NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
-                anyhow::anyhow!("cannot read NATS credentials {}: {e}", path.display())
+                ConnectError::Config(format!(
+                    "cannot read NATS credentials {}: {e}",
+                    path.display()
+                ))
             })?,
             NatsAuth::UserPassword(u, p) => options.user_and_password(u.clone(), p.clone()),
             NatsAuth::Token(t) => options.token(t.clone()),
         };
-        match options.connect(config.url.as_str()).await {
+        let error = match options.connect(config.url.as_str()).await {
             Ok(client) => {
-                if let Ok(mut s) = tracker.state.lock() {
-                    *s = NatsStatus::Connected {
-                        url: config.url.clone(),
-                    };
-                }
-                return Ok((client, tracker));
+                tracker.set_connected();
+                return Ok(client);
             }
-            Err(e) => {
-                let auth = matches!(
-                    e.kind(),
-                    async_nats::ConnectErrorKind::AuthorizationViolation
-                        | async_nats::ConnectErrorKind::Authentication
-                );
-                if auth {
-                    anyhow::bail!(
-                        "NATS at {} refused the credentials ({e}); check --nats-creds, --nats-user/--nats-password or --nats-token",
-                        config.url
-                    );
-                }
-                if tokio::time::Instant::now() + delay > deadline {
-                    anyhow::bail!("cannot connect to NATS at {}: {e}", config.url);
-                }
-                tracing::warn!(url = %config.url, error = %e, "NATS not reachable yet; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
+            Err(e) => e,
+        };
+        if matches!(
+            error.kind(),
+            async_nats::ConnectErrorKind::AuthorizationViolation
+                | async_nats::ConnectErrorKind::Authentication
+        ) {
+            tracker.set_disconnected(Some("credentials refused".into()));
+            return Err(ConnectError::Refused {
+                url,
+                reason: error.to_string(),
+            });
         }
+        tracker.set_disconnected(Some(error.to_string()));
+        if deadline.is_some_and(|d| tokio::time::Instant::now() + delay > d) {
+            return Err(ConnectError::Unreachable {
+                url,
+                reason: error.to_string(),
+            });
+        }
+        tracing::warn!(%url, %error, retry_in = ?delay, "NATS not reachable yet; retrying");
+        tokio::select! {
+            _ = stop.cancelled() => return Err(ConnectError::Stopped),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -201,7 +288,11 @@ pub async fn ensure_flight_stream(
         max_age: config.stream_max_age,
         max_bytes: config.stream_max_bytes,
         storage: async_nats::jetstream::stream::StorageType::File,
-        duplicate_window: Duration::from_secs(120),
+        // JetStream refuses a duplicate window longer than the age limit (0: no limit).
+        duplicate_window: match config.stream_max_age {
+            age if age.is_zero() => DUPLICATE_WINDOW,
+            age => age.min(DUPLICATE_WINDOW),
+        },
         ..Default::default()
     };
     match js.get_stream(subjects::FLIGHT_STREAM).await {
@@ -222,6 +313,8 @@ pub struct Counters {
     pub overloaded: AtomicU64,
     pub errors: AtomicU64,
     pub published: AtomicU64,
+    /// Events NATS could never take (skipped, still in the log).
+    pub unpublishable: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -229,6 +322,7 @@ pub struct Service {
     client: async_nats::Client,
     broker: Broker,
     control: Option<Arc<dyn FlightControl>>,
+    request_token: Option<Arc<str>>,
     permits: Arc<Semaphore>,
     pub counters: Arc<Counters>,
 }
@@ -238,11 +332,13 @@ impl Service {
         client: async_nats::Client,
         broker: Broker,
         control: Option<Arc<dyn FlightControl>>,
+        request_token: Option<String>,
     ) -> Service {
         Service {
             client,
             broker,
             control,
+            request_token: request_token.map(Arc::from),
             permits: Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS)),
             counters: Arc::new(Counters::default()),
         }
@@ -269,13 +365,16 @@ impl Service {
             let Some(reply) = msg.reply.clone() else {
                 continue; // a publish without a reply subject: nobody to answer
             };
-            let json = is_json(&msg);
+            let form = Form {
+                json: is_json(&msg),
+                invoke: msg.subject.starts_with("relay.v1.invoke."),
+            };
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
                     let this = self.clone();
                     tokio::spawn(async move {
-                        let answer = this.handle(&msg, json).await;
-                        this.respond(reply, answer, json).await;
+                        let answer = this.handle(&msg, form.json).await;
+                        this.respond(reply, answer, form).await;
                         drop(permit);
                     });
                 }
@@ -284,28 +383,34 @@ impl Service {
                     let e = BrokerError::Overloaded(format!(
                         "{MAX_INFLIGHT_REQUESTS} requests are in progress"
                     ));
-                    self.respond(reply, Answer::Error(e.to_api()), json).await;
+                    self.respond(reply, Answer::Error(e.to_api()), form).await;
                 }
             }
         }
         Ok(())
     }
 
-    async fn respond(&self, reply: async_nats::Subject, answer: Answer, json: bool) {
+    async fn respond(&self, reply: async_nats::Subject, answer: Answer, form: Form) {
         if let Answer::Error(e) = &answer {
             self.counters.errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(error = %e, "NATS request refused");
         }
-        let (type_name, payload) = if json {
-            ("json", answer.to_json())
+        // Every reply to an invoke subject is an InvokeReply, to a cmd subject a
+        // CommandReply, errors included; JSON replies say `<type>+json`.
+        let type_name = if form.invoke {
+            "relay.v1.InvokeReply"
         } else {
-            answer.to_pb()
+            "relay.v1.CommandReply"
         };
         let mut headers = HeaderMap::new();
-        headers.insert(TYPE_HEADER, type_name);
-        if json {
+        let payload = if form.json {
+            headers.insert(TYPE_HEADER, format!("{type_name}+json").as_str());
             headers.insert("Content-Type", "application/json");
-        }
+            answer.to_json()
+        } else {
+            headers.insert(TYPE_HEADER, type_name);
+            answer.to_pb(form.invoke)
+        };
         if let Err(e) = self
             .client
             .publish_with_headers(reply, headers, payload)
@@ -323,6 +428,23 @@ impl Service {
     }
 
     async fn dispatch(&self, msg: &NatsMessage, json: bool) -> Result<Answer, BrokerError> {
+        if let Some(want) = &self.request_token {
+            let given = msg.headers.as_ref().and_then(|h| h.get(TOKEN_HEADER));
+            match given {
+                Some(t)
+                    if crate::http::constant_time_eq(t.as_str().as_bytes(), want.as_bytes()) => {}
+                Some(_) => {
+                    return Err(BrokerError::Unauthorized(format!(
+                        "the {TOKEN_HEADER} header is wrong"
+                    )))
+                }
+                None => {
+                    return Err(BrokerError::Unauthorized(format!(
+                        "this broker wants a {TOKEN_HEADER} header on every request"
+                    )))
+                }
+            }
+        }
         let limit = self.broker.config().max_message_bytes + 64 * 1024;
         if msg.payload.len() > limit {
             return Err(BrokerError::TooLarge {
@@ -483,6 +605,13 @@ fn nats_actor() -> String {
     "nats".into()
 }
 
+/// How a request is answered: in JSON or protobuf, as an invoke or a command reply.
+#[derive(Clone, Copy)]
+struct Form {
+    json: bool,
+    invoke: bool,
+}
+
 enum Answer {
     Invoked(relay_protocol::api::InvokeAccepted),
     Message(relay_protocol::domain::Message),
@@ -503,58 +632,60 @@ impl Answer {
         Bytes::from(v.unwrap_or_default())
     }
 
-    fn to_pb(&self) -> (&'static str, Bytes) {
+    /// The protobuf reply: an `InvokeReply` to an invoke request, else a `CommandReply`.
+    fn to_pb(&self, invoke: bool) -> Bytes {
         use pb::command_reply::Result as C;
         use pb::invoke_reply::Result as I;
-        let (name, bytes) = match self {
-            Answer::Invoked(a) => (
-                "relay.v1.InvokeReply",
-                pb::InvokeReply {
-                    result: Some(I::Accepted(pb::InvokeAccepted {
-                        invocation_id: a.invocation.id.clone(),
-                        flight_id: a.flight.id.clone(),
-                        flight: Some(convert::flight_to_pb(&a.flight)),
-                    })),
-                }
-                .encode_to_vec(),
-            ),
-            Answer::Message(m) => (
-                "relay.v1.CommandReply",
-                pb::CommandReply {
-                    result: Some(C::Message(convert::message_to_pb(m))),
-                }
-                .encode_to_vec(),
-            ),
-            Answer::Flight(f) => (
-                "relay.v1.CommandReply",
-                pb::CommandReply {
-                    result: Some(C::Flight(convert::flight_to_pb(f))),
-                }
-                .encode_to_vec(),
-            ),
-            Answer::Approval(a) => (
-                "relay.v1.CommandReply",
-                pb::CommandReply {
-                    result: Some(C::Approval(convert::approval_to_pb(a))),
-                }
-                .encode_to_vec(),
-            ),
-            // An error answers both kinds of request; clients of either decode it from
-            // the oneof's `error` field (same field number in both replies).
-            Answer::Error(e) => (
-                "relay.v1.Error",
-                pb::InvokeReply {
-                    result: Some(I::Error(convert::error_to_pb(e))),
-                }
-                .encode_to_vec(),
-            ),
+        let bytes = match self {
+            Answer::Invoked(a) => pb::InvokeReply {
+                result: Some(I::Accepted(pb::InvokeAccepted {
+                    invocation_id: a.invocation.id.clone(),
+                    flight_id: a.flight.id.clone(),
+                    flight: Some(convert::flight_to_pb(&a.flight)),
+                })),
+            }
+            .encode_to_vec(),
+            Answer::Error(e) if invoke => pb::InvokeReply {
+                result: Some(I::Error(convert::error_to_pb(e))),
+            }
+            .encode_to_vec(),
+            Answer::Error(e) => pb::CommandReply {
+                result: Some(C::Error(convert::error_to_pb(e))),
+            }
+            .encode_to_vec(),
+            Answer::Message(m) => pb::CommandReply {
+                result: Some(C::Message(convert::message_to_pb(m))),
+            }
+            .encode_to_vec(),
+            Answer::Flight(f) => pb::CommandReply {
+                result: Some(C::Flight(convert::flight_to_pb(f))),
+            }
+            .encode_to_vec(),
+            Answer::Approval(a) => pb::CommandReply {
+                result: Some(C::Approval(convert::approval_to_pb(a))),
+            }
+            .encode_to_vec(),
         };
-        (name, Bytes::from(bytes))
+        Bytes::from(bytes)
     }
 }
 
+/// Flight updates published to the stream whose acknowledgement is outstanding, at most.
+const ACK_WINDOW: usize = 4096;
+/// How long to wait for the stream to acknowledge an update before publishing again.
+const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping publisher waits for NATS to take what it was given.
+const FINAL_FLUSH: Duration = Duration::from_secs(3);
+
 /// Publishes every committed flight update and message, from the seq saved in
 /// `cursor_file` (or the current end of the log), until `shutdown` fires.
+///
+/// Flight updates go to the `RELAY_FLIGHTS` stream (and its subscribers) with
+/// acknowledgement; the cursor only moves past an update once the stream has it, and an
+/// update not acknowledged is published again from there (`Nats-Msg-Id` makes the stream
+/// keep one copy; plain subscribers may see it twice and drop it by `seq`). An event that
+/// NATS can never take (a subject it refuses, a payload over its limit even trimmed) is
+/// logged, counted and skipped: one bad event must not stop the bus.
 pub async fn publish(
     client: async_nats::Client,
     broker: Broker,
@@ -562,99 +693,280 @@ pub async fn publish(
     counters: Arc<Counters>,
     shutdown: CancellationToken,
 ) {
+    let js = async_nats::jetstream::new(client.clone());
     let start = std::fs::read_to_string(&cursor_file)
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or_else(|| broker.last_seq());
-    let mut feed = crate::feed::follow(broker, start);
+    let mut publisher = Publisher {
+        client: client.clone(),
+        js,
+        counters,
+        acks: std::collections::VecDeque::new(),
+        handed: start,
+        done: start,
+    };
+    let mut feed = crate::feed::follow(broker.clone(), start);
     let mut saved = start;
-    let mut last = start;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
+        if publisher.acks.len() >= ACK_WINDOW {
+            if let Err(from) = publisher.settle().await {
+                feed = crate::feed::follow(broker.clone(), from);
+            }
+            continue;
+        }
         let item = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
-                // Only what NATS has taken counts as published.
-                if last != saved && client.flush().await.is_ok() {
-                    save_cursor(&cursor_file, last);
-                    saved = last;
+                match publisher.settle().await {
+                    Ok(()) => {
+                        if publisher.done != saved {
+                            save_cursor(&cursor_file, publisher.done);
+                            saved = publisher.done;
+                        }
+                    }
+                    Err(from) => feed = crate::feed::follow(broker.clone(), from),
                 }
                 continue;
             }
             i = feed.recv() => i,
         };
-        let Some(Ok(event)) = item else { break };
-        let mut delay = Duration::from_millis(50);
-        while let Err(e) = publish_event(&client, &event).await {
-            tracing::warn!(seq = event.seq, error = %e, "NATS publish failed; retrying");
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+        let event = match item {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "cannot read the event log; NATS publishing stopped");
+                break;
             }
-            delay = (delay * 2).min(Duration::from_secs(2));
+            None => break,
+        };
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match publisher.publish(&event).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(seq = event.seq, error = %e, "NATS publish failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
         }
-        counters.published.fetch_add(1, Ordering::Relaxed);
-        last = event.seq;
     }
-    if client.flush().await.is_ok() {
-        save_cursor(&cursor_file, last);
+    if tokio::time::timeout(FINAL_FLUSH, publisher.settle())
+        .await
+        .is_ok_and(|r| r.is_ok())
+    {
+        save_cursor(&cursor_file, publisher.done);
+    } else {
+        tracing::warn!("NATS did not take the last events before the stop; they are published again at the next start");
     }
 }
 
-/// Publishes one committed event on its subjects (nothing for most event types).
-async fn publish_event(
-    client: &async_nats::Client,
-    event: &relay_protocol::event::Event,
-) -> Result<(), async_nats::PublishError> {
-    {
-        let mut headers = HeaderMap::new();
-        headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
-        let published = match &event.body {
+struct Publisher {
+    client: async_nats::Client,
+    js: async_nats::jetstream::Context,
+    counters: Arc<Counters>,
+    /// Flight updates handed to the stream, oldest first, with their event seq.
+    acks: std::collections::VecDeque<(u64, async_nats::jetstream::context::PublishAckFuture)>,
+    /// The last event handed to NATS.
+    handed: u64,
+    /// Every event up to this one is with NATS (acknowledged by the stream where it
+    /// goes to the stream).
+    done: u64,
+}
+
+impl Publisher {
+    /// Publishes one committed event on its subjects (nothing for most event types). An
+    /// error is a connection problem worth retrying; what can never be published is
+    /// skipped here.
+    async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
+        match &event.body {
             EventBody::FlightUpdated { update, flight } => {
-                headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate");
-                // JetStream drops a re-publish of the same update (after a restart).
-                headers.insert(
-                    "Nats-Msg-Id",
-                    format!("{}:{}", update.flight, update.seq).as_str(),
-                );
-                let pb_bytes = convert::update_to_pb(update, flight).encode_to_vec();
-                let r1 = client
-                    .publish_with_headers(
-                        subjects::flight(&update.agent, &update.flight),
-                        headers.clone(),
-                        pb_bytes.into(),
-                    )
-                    .await;
-                let mut json_headers = headers.clone();
-                json_headers.insert(TYPE_HEADER, "json");
-                json_headers.insert("Content-Type", "application/json");
-                let json = serde_json::to_vec(&serde_json::json!({
-                    "update": update,
-                    "flight": flight,
-                }))
-                .unwrap_or_default();
-                let r2 = client
-                    .publish_with_headers(
-                        subjects::flight_json(&update.agent, &update.flight),
-                        json_headers,
-                        json.into(),
-                    )
-                    .await;
-                r1.and(r2)
+                let mut update = update.clone();
+                let mut flight = flight.clone();
+                let mut trimmed = false;
+                loop {
+                    match self.publish_update(event.seq, &update, &flight).await {
+                        Ok(()) => break,
+                        Err(Unpublishable::TooLarge) if !trimmed => {
+                            trim_texts(&mut update, &mut flight);
+                            trimmed = true;
+                        }
+                        Err(Unpublishable::Retry(e)) => return Err(e),
+                        Err(e) => {
+                            self.skip(event, &e);
+                            break;
+                        }
+                    }
+                }
             }
             EventBody::MessagePosted { message, .. } => {
+                let mut headers = HeaderMap::new();
+                headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
                 headers.insert(TYPE_HEADER, "relay.v1.Message");
-                client
+                let result = self
+                    .client
                     .publish_with_headers(
                         subjects::conversation(&message.conversation),
                         headers,
                         convert::message_to_pb(message).encode_to_vec().into(),
                     )
-                    .await
+                    .await;
+                if let Err(e) = result {
+                    match e.kind() {
+                        async_nats::client::PublishErrorKind::Send => return Err(e.to_string()),
+                        _ => self.skip(event, &Unpublishable::Refused(e.to_string())),
+                    }
+                }
             }
-            _ => Ok(()),
-        };
-        published
+            _ => {}
+        }
+        self.counters.published.fetch_add(1, Ordering::Relaxed);
+        self.handed = event.seq;
+        if self.acks.is_empty() {
+            self.done = self.handed;
+        }
+        Ok(())
+    }
+
+    async fn publish_update(
+        &mut self,
+        seq: u64,
+        update: &relay_protocol::domain::FlightUpdate,
+        flight: &relay_protocol::domain::Flight,
+    ) -> Result<(), Unpublishable> {
+        let max = self.client.server_info().max_payload;
+        let pb_bytes = convert::update_to_pb(update, flight).encode_to_vec();
+        let json = serde_json::to_vec(&serde_json::json!({ "update": update, "flight": flight }))
+            .map_err(|e| Unpublishable::Refused(e.to_string()))?;
+        // Room for the headers; the server's limit covers them too.
+        if max > 0 && pb_bytes.len().max(json.len()) + 1024 > max {
+            return Err(Unpublishable::TooLarge);
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(SEQ_HEADER, seq.to_string().as_str());
+        headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate");
+        // The stream drops a re-publish of the same update (after a restart, a lost ack).
+        headers.insert(
+            "Nats-Msg-Id",
+            format!("{}:{}", update.flight, update.seq).as_str(),
+        );
+        let ack = self
+            .js
+            .publish_with_headers(
+                subjects::flight(&update.agent, &update.flight),
+                headers.clone(),
+                pb_bytes.into(),
+            )
+            .await
+            .map_err(|e| match e.kind() {
+                async_nats::jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                    Unpublishable::TooLarge
+                }
+                _ => Unpublishable::Retry(e.to_string()),
+            })?;
+        self.acks.push_back((seq, ack));
+        let mut json_headers = headers;
+        json_headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate+json");
+        json_headers.insert("Content-Type", "application/json");
+        self.client
+            .publish_with_headers(
+                subjects::flight_json(&update.agent, &update.flight),
+                json_headers,
+                json.into(),
+            )
+            .await
+            .map_err(|e| match e.kind() {
+                async_nats::client::PublishErrorKind::Send => Unpublishable::Retry(e.to_string()),
+                _ => Unpublishable::Refused(e.to_string()),
+            })
+    }
+
+    fn skip(&self, event: &relay_protocol::event::Event, why: &Unpublishable) {
+        self.counters.unpublishable.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(seq = event.seq, event = event.body.type_name(), error = %why, "event not published on NATS; skipped (the log still has it)");
+    }
+
+    /// Waits for the stream's acknowledgements of everything handed so far. On a missing
+    /// one, returns the seq to publish again after.
+    async fn settle(&mut self) -> Result<(), u64> {
+        while let Some((seq, ack)) = self.acks.pop_front() {
+            match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+                Ok(Ok(_)) => {}
+                outcome => {
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "no acknowledgement in time".into(),
+                    };
+                    tracing::warn!(seq, error = %why, "the flight stream did not take an update; publishing again from it");
+                    self.acks.clear();
+                    let from = seq - 1;
+                    self.handed = from;
+                    self.done = from;
+                    return Err(from);
+                }
+            }
+        }
+        // Plain publishes count once NATS has them.
+        if self.done != self.handed {
+            if self.client.flush().await.is_err() {
+                return Ok(());
+            }
+            self.done = self.handed;
+        }
+        Ok(())
+    }
+}
+
+/// Why an event did not go out.
+#[derive(Debug, thiserror::Error)]
+enum Unpublishable {
+    #[error("over the NATS server's max_payload")]
+    TooLarge,
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Retry(String),
+}
+
+/// Longest text kept in a flight update that is too large for NATS.
+const TRIMMED_TEXT: usize = 16 * 1024;
+
+/// Cuts the long texts of an update and its flight (output, deltas) so it fits a NATS
+/// message; the full text stays in the log (`relay flight ID`).
+fn trim_texts(
+    update: &mut relay_protocol::domain::FlightUpdate,
+    flight: &mut relay_protocol::domain::Flight,
+) {
+    use relay_protocol::domain::FlightChange;
+    fn cut(text: &mut String) {
+        if relay_protocol::domain::truncate_bytes(text, TRIMMED_TEXT) {
+            text.push_str("\n[... cut for NATS; the whole text is in the log]");
+        }
+    }
+    for text in [&mut flight.output, &mut flight.error, &mut flight.summary]
+        .into_iter()
+        .flatten()
+    {
+        cut(text);
+    }
+    match &mut update.change {
+        FlightChange::State { reason, output, .. } => {
+            for text in [reason, output].into_iter().flatten() {
+                cut(text);
+            }
+        }
+        FlightChange::Delta { text }
+        | FlightChange::Plan { text }
+        | FlightChange::Diff { text }
+        | FlightChange::CommandOutput { text, .. }
+        | FlightChange::Item {
+            text: Some(text), ..
+        } => cut(text),
+        _ => {}
     }
 }
 

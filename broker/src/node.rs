@@ -153,12 +153,22 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         );
     }
     std::fs::create_dir_all(&config.data_dir)?;
-    let (client, _tracker) = crate::nats::connect(
+    // A node has nothing to do without NATS: it waits for it as long as it takes (but
+    // refused credentials end it at once).
+    let tracker = crate::nats::Tracker::new(&config.nats.url);
+    let client = match crate::nats::connect(
         &config.nats,
         &format!("relay-node-{}", config.name),
-        Duration::from_secs(30),
+        &tracker,
+        None,
+        &shutdown,
     )
-    .await?;
+    .await
+    {
+        Ok(client) => client,
+        Err(crate::nats::ConnectError::Stopped) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
     let js = jetstream::new(client.clone());
     ensure_streams(&js).await?;
 
@@ -344,7 +354,21 @@ async fn forward_reports(
             if *to == FlightState::Running || to.is_terminal() {
                 let taken = pending.lock().ok().and_then(|mut p| p.remove(flight));
                 let invocation = taken.as_ref().map(|(i, _)| i.clone());
-                if let Some((_, msg)) = taken {
+                if let Some((inv, msg)) = taken {
+                    // A dispatch that ends before its turn started (its session could not
+                    // start...) is recorded as taken before it is acknowledged, so a
+                    // redelivery never runs a turn for a flight already reported ended.
+                    if to.is_terminal()
+                        && matches!(runtime.threads().dispatch_state(&inv), Ok(None))
+                    {
+                        if let Err(e) = runtime
+                            .threads()
+                            .set_dispatch_state(&inv, DispatchState::Started, flight)
+                            .await
+                        {
+                            tracing::error!(error = %e, "cannot record dispatch state");
+                        }
+                    }
                     if let Err(e) = msg.ack().await {
                         tracing::warn!(error = %e, "dispatch ack failed");
                     }

@@ -27,6 +27,8 @@ use crate::error::BrokerError;
 use crate::http::FlightControl;
 use crate::store::T;
 
+/// Dispatches for other nodes waiting to be sent.
+const REMOTE_DISPATCHES: usize = 4096;
 /// Replies waiting to be checked by the drain task.
 const PENDING_REPLIES: usize = 8192;
 
@@ -46,6 +48,10 @@ pub struct Plane {
     runtime: Runtime,
     /// Set once NATS is connected: how agents of other nodes are reached.
     nats: Arc<tokio::sync::OnceCell<async_nats::Client>>,
+    /// Dispatches for other nodes, sent one after another in commit order.
+    remote: Arc<tokio::sync::OnceCell<mpsc::Sender<(String, Dispatch)>>>,
+    /// NATS is configured (if not yet reached): remote flights wait for it.
+    nats_expected: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Plane {
@@ -60,6 +66,8 @@ impl Plane {
             broker,
             runtime,
             nats: Arc::new(tokio::sync::OnceCell::new()),
+            remote: Arc::new(tokio::sync::OnceCell::new()),
+            nats_expected: Arc::default(),
         };
         let from_seq = plane.broker.last_seq();
         // Reports must flow before recovery dispatches anything, or a full report
@@ -76,11 +84,30 @@ impl Plane {
         Ok((plane, task))
     }
 
+    /// NATS is configured: until it is attached, flights of remote agents stay queued
+    /// (and are sent once it is) instead of failing.
+    pub fn expect_nats(&self) {
+        self.nats_expected
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
     /// queued for them before this (at start) are sent now.
     pub async fn attach_nats(&self, client: async_nats::Client) -> anyhow::Result<()> {
         let js = async_nats::jetstream::new(client.clone());
         crate::node::ensure_streams(&js).await?;
+        let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
+        let sender = js.clone();
+        tokio::spawn(async move {
+            // One at a time, so two invocations of an agent reach its node in order.
+            let never = tokio_util::sync::CancellationToken::new();
+            while let Some((node, d)) = outbox.recv().await {
+                if let Err(e) = crate::node::send_dispatch(&sender, &node, &d, &never).await {
+                    tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
+                }
+            }
+        });
+        let _ = self.remote.set(remote);
         let _ = self.nats.set(client);
         tokio::spawn(self.clone().consume_node_reports(js));
         // Flights of remote agents still queued (made while NATS was not attached, or
@@ -103,29 +130,24 @@ impl Plane {
     }
 
     /// Reports of remote nodes, from JetStream: each is acknowledged once committed.
+    ///
+    /// A report is applied at most once: the broker keeps, per node, the stream seq of
+    /// the last report it applied, in the same transaction, and skips any report at or
+    /// below it. That is only right if reports are applied in stream order, so: the
+    /// consumer is created anew at every start (delivery then begins at the oldest report
+    /// not acknowledged, in order, instead of redelivering old ones after newer ones), and
+    /// a report that cannot be submitted is retried in place, never left for redelivery.
     async fn consume_node_reports(self, js: async_nats::jetstream::Context) {
-        use async_nats::jetstream::consumer;
-        let consumer: Result<consumer::PullConsumer, _> = async {
-            js.get_stream(crate::node::REPORT_STREAM)
-                .await?
-                .get_or_create_consumer(
-                    "relay-broker",
-                    consumer::pull::Config {
-                        durable_name: Some("relay-broker".into()),
-                        ack_policy: consumer::AckPolicy::Explicit,
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(async_nats::Error::from)
-        }
-        .await;
-        let mut messages = match consumer {
-            Ok(c) => match c.messages().await {
-                Ok(m) => m,
-                Err(e) => return tracing::error!(error = %e, "cannot read node reports"),
-            },
-            Err(e) => return tracing::error!(error = %e, "cannot read node reports"),
+        let mut delay = std::time::Duration::from_millis(200);
+        let mut messages = loop {
+            match report_messages(&js).await {
+                Ok(m) => break m,
+                Err(e) => {
+                    tracing::error!(error = %e, retry_in = ?delay, "cannot read node reports yet");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
+                }
+            }
         };
         let (acks, mut acks_rx) =
             mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
@@ -167,12 +189,22 @@ impl Plane {
                     None
                 }
             };
-            match self.submit_report_from(report, source).await {
-                Ok(p) => {
-                    let _ = acks.send((p, msg)).await;
+            let pending = loop {
+                match self
+                    .submit_report_from(report.clone(), source.clone())
+                    .await
+                {
+                    Ok(p) => break Some(p),
+                    Err(BrokerError::ShuttingDown) => break None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "node report not recorded; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
                 }
-                // Not acknowledged: JetStream delivers it again.
-                Err(e) => tracing::warn!(error = %e, "node report not recorded"),
+            };
+            let Some(pending) = pending else { return };
+            if acks.send((pending, msg)).await.is_err() {
+                return;
             }
         }
     }
@@ -251,26 +283,19 @@ impl Plane {
         flight: Flight,
     ) {
         if let Some(node) = agent.spec.node.clone().filter(|_| !self.local(&agent)) {
-            let Some(client) = self.nats.get() else {
-                // At start NATS attaches after recovery; attach_nats sends it then.
+            let Some(remote) = self.remote.get() else {
+                // NATS attaches after recovery, or later when it was down; attach_nats
+                // sends every queued remote flight then.
                 tracing::debug!(flight = %flight.id, %node, "remote dispatch waits for NATS");
                 return;
             };
-            let js = async_nats::jetstream::new(client.clone());
             let d = Dispatch {
                 agent,
                 invocation,
                 flight,
             };
-            if let Err(e) = crate::node::send_dispatch(
-                &js,
-                &node,
-                &d,
-                &tokio_util::sync::CancellationToken::new(),
-            )
-            .await
-            {
-                tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
+            if remote.send((node, d)).await.is_err() {
+                tracing::warn!("remote dispatcher stopped");
             }
             return;
         }
@@ -308,7 +333,11 @@ impl Plane {
                     if self.local(&agent) {
                         self.dispatch(agent, invocation.clone(), flight.clone())
                             .await;
-                    } else if self.nats.get().is_none() {
+                    } else if self.nats.get().is_none()
+                        && !self
+                            .nats_expected
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                    {
                         self.settle(
                             &flight.id,
                             FlightState::Failed,
@@ -320,9 +349,10 @@ impl Plane {
                         )
                         .await;
                     } else {
-                        let this = self.clone();
-                        let (inv, f) = (invocation.clone(), flight.clone());
-                        tokio::spawn(async move { this.dispatch(agent, inv, f).await });
+                        // Queued for the remote dispatcher, in order; it waits for NATS
+                        // on its own, never holding up local agents.
+                        self.dispatch(agent, invocation.clone(), flight.clone())
+                            .await;
                     }
                 }
                 EventBody::AgentRemoved { name } => {
@@ -473,6 +503,36 @@ impl Plane {
         }
     }
 }
+
+/// The broker's consumer of node reports, created anew (see `consume_node_reports`).
+async fn report_messages(
+    js: &async_nats::jetstream::Context,
+) -> Result<async_nats::jetstream::consumer::pull::Stream, async_nats::Error> {
+    use async_nats::jetstream::consumer;
+    let stream = js.get_stream(crate::node::REPORT_STREAM).await?;
+    // Gone already is fine; any other failure would leave the old delivery order.
+    if let Err(e) = stream.delete_consumer(REPORT_CONSUMER).await {
+        let gone = matches!(
+            e.kind(),
+            async_nats::jetstream::stream::ConsumerErrorKind::JetStream(j)
+                if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND
+        );
+        if !gone {
+            return Err(e.into());
+        }
+    }
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(REPORT_CONSUMER.into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await?;
+    Ok(consumer.messages().await?)
+}
+
+/// The durable consumer the broker reads node reports with.
+const REPORT_CONSUMER: &str = "relay-broker";
 
 /// What an agent's policy says about an approval request, and who decided.
 ///

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio_util::sync::CancellationToken;
@@ -60,36 +61,47 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         })?;
     let addr = listener.local_addr()?;
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
-    let mut nats_tasks = Vec::new();
+    let mut bus = None;
     if let Some(nats) = &config.nats {
-        let (client, tracker) =
-            crate::nats::connect(nats, "relay-broker", std::time::Duration::from_secs(30)).await?;
-        crate::nats::ensure_flight_stream(&client, nats).await?;
-        // Remote agents must be reachable before the first request can name one.
-        plane.attach_nats(client.clone()).await?;
-        let service = crate::nats::Service::new(
-            client.clone(),
-            broker.clone(),
-            Some(crate::plane::control(&plane)),
-        );
-        let counters = service.counters.clone();
-        nats_tasks.push(tokio::spawn({
-            let stop = shutdown.clone();
-            async move {
-                if let Err(e) = service.serve(stop).await {
-                    tracing::error!(error = %e, "NATS service stopped");
-                }
+        // Remote agents' flights wait for NATS instead of failing while it is down.
+        plane.expect_nats();
+        let tracker = crate::nats::Tracker::new(&nats.url);
+        nats_status = Some({
+            let tracker = tracker.clone();
+            Arc::new(move || tracker.status())
+        });
+        // A short first try: refused credentials or a server without JetStream stop the
+        // start with a clear error. An unreachable server is retried in the background
+        // for as long as it takes, while the API and the local agents serve.
+        let first = crate::nats::connect(
+            nats,
+            "relay-broker",
+            &tracker,
+            Some(FIRST_NATS_TRY),
+            &shutdown,
+        )
+        .await;
+        let client = match first {
+            Ok(client) => {
+                attach_bus(&client, nats, &plane).await?;
+                Some(client)
             }
-        }));
-        nats_tasks.push(tokio::spawn(crate::nats::publish(
-            client.clone(),
-            broker.clone(),
-            config.data_dir.join("nats.cursor"),
-            counters,
-            writer_stop.clone(),
-        )));
-        nats_status = Some(std::sync::Arc::new(move || tracker.status()));
-        tracing::info!(url = %nats.url, "serving the NATS bus");
+            Err(e @ crate::nats::ConnectError::Unreachable { .. }) => {
+                tracing::warn!(error = %e, "NATS is not reachable; serving without it and retrying in the background");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        bus = Some(tokio::spawn(run_bus(Bus {
+            client,
+            config: nats.clone(),
+            tracker,
+            broker: broker.clone(),
+            plane: plane.clone(),
+            cursor: config.data_dir.join("nats.cursor"),
+            shutdown: shutdown.clone(),
+            writer_stop: writer_stop.clone(),
+        })));
     }
     // api.json last: when it names this process, everything is up.
     let token = load_or_create_token(&config.data_dir)?;
@@ -123,7 +135,14 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
             .into_future(),
     );
-    shutdown.cancelled().await;
+    let failed = tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = broker.failed() => {
+            tracing::error!("the broker can no longer write to its data dir; stopping");
+            shutdown.cancel();
+            true
+        }
+    };
     // Stop the harness sessions (children killed, live turns failed with a reason), let
     // their last reports commit, then stop the writer.
     runtime_stop.cancel();
@@ -132,16 +151,111 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     drop(plane);
     let _ = plane_task.await;
     writer_stop.cancel();
-    for t in nats_tasks {
-        let _ = t.await;
+    if let Some(bus) = bus {
+        let _ = bus.await;
     }
     if let Ok(Err(e)) = server.await {
         tracing::warn!(error = %e, "http server");
     }
     drop(broker);
     writer.await?;
+    if failed {
+        bail!(
+            "stopped: writing to {} failed (see the log above); nothing acknowledged was lost",
+            config.data_dir.display()
+        );
+    }
     tracing::info!("relay broker stopped");
     Ok(())
+}
+
+/// How long `relay up` tries NATS before it goes on without it (and keeps trying).
+const FIRST_NATS_TRY: Duration = Duration::from_secs(2);
+
+/// Makes sure the flight stream exists and connects the plane (remote agents) to NATS.
+async fn attach_bus(
+    client: &async_nats::Client,
+    config: &crate::nats::NatsConfig,
+    plane: &Plane,
+) -> anyhow::Result<()> {
+    crate::nats::ensure_flight_stream(client, config).await?;
+    // Remote agents must be reachable before the first request can name one.
+    plane.attach_nats(client.clone()).await?;
+    Ok(())
+}
+
+struct Bus {
+    /// Already connected and attached, or `None` to connect first.
+    client: Option<async_nats::Client>,
+    config: crate::nats::NatsConfig,
+    tracker: crate::nats::Tracker,
+    broker: Broker,
+    plane: Plane,
+    cursor: PathBuf,
+    shutdown: CancellationToken,
+    writer_stop: CancellationToken,
+}
+
+/// The broker on NATS: connects (for as long as it takes), then serves the request
+/// subjects until `shutdown` and publishes committed events until `writer_stop`.
+async fn run_bus(bus: Bus) {
+    let client = match bus.client {
+        Some(client) => client,
+        None => {
+            let mut delay = Duration::from_secs(1);
+            loop {
+                let attempt = async {
+                    let client = crate::nats::connect(
+                        &bus.config,
+                        "relay-broker",
+                        &bus.tracker,
+                        None,
+                        &bus.shutdown,
+                    )
+                    .await?;
+                    attach_bus(&client, &bus.config, &bus.plane).await?;
+                    anyhow::Ok(client)
+                };
+                match attempt.await {
+                    Ok(client) => {
+                        tracing::info!(url = %crate::nats::redact_url(&bus.config.url), "NATS reached; serving the bus");
+                        break client;
+                    }
+                    Err(e) => {
+                        if bus.shutdown.is_cancelled() {
+                            return;
+                        }
+                        tracing::error!(error = %e, retry_in = ?delay, "NATS bus not up");
+                        tokio::select! {
+                            _ = bus.shutdown.cancelled() => return,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                        delay = (delay * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+        }
+    };
+    let service = crate::nats::Service::new(
+        client.clone(),
+        bus.broker.clone(),
+        Some(crate::plane::control(&bus.plane)),
+        bus.config.request_token.clone(),
+    );
+    let counters = service.counters.clone();
+    let serve = async {
+        if let Err(e) = service.serve(bus.shutdown.clone()).await {
+            tracing::error!(error = %e, "NATS service stopped");
+        }
+    };
+    let publish = crate::nats::publish(
+        client.clone(),
+        bus.broker.clone(),
+        bus.cursor.clone(),
+        counters,
+        bus.writer_stop.clone(),
+    );
+    tokio::join!(serve, publish);
 }
 
 fn create_private_dir(dir: &Path) -> anyhow::Result<()> {

@@ -20,6 +20,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::BrokerError;
 
@@ -179,6 +181,8 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
 pub struct Store {
     db: sled::Db,
     trees: Vec<sled::Tree>,
+    /// Disk flushes so far (group commit makes this far smaller than the commands).
+    flushes: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -209,7 +213,11 @@ impl Store {
             .iter()
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Store { db, trees })
+        Ok(Store {
+            db,
+            trees,
+            flushes: Arc::default(),
+        })
     }
 
     pub fn tree(&self, t: T) -> &sled::Tree {
@@ -251,7 +259,13 @@ impl Store {
     /// Waits until everything written so far is on disk.
     pub async fn flush(&self) -> Result<(), BrokerError> {
         self.db.flush_async().await?;
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// How many flushes this store has made since it was opened.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Relaxed)
     }
 
     pub fn get<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {

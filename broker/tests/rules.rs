@@ -365,3 +365,39 @@ async fn a_redelivered_node_report_is_applied_once() {
     ));
     assert!(b.store().verify().unwrap().is_consistent());
 }
+
+#[tokio::test]
+async fn a_burst_of_commands_is_group_committed() {
+    let store = Store::temporary().unwrap();
+    let (b, _task) = Broker::start(store, BrokerConfig::default(), CancellationToken::new())
+        .await
+        .unwrap();
+    let before = b.store().flushes();
+    const N: usize = 500;
+    let mut replies = Vec::new();
+    for i in 0..N {
+        let command = relay_broker::Command::PostMessage(PostMessage {
+            conversation: DEFAULT_CONVERSATION.into(),
+            author: "me".into(),
+            body: format!("message {i}"),
+            class: Default::default(),
+            reply_to: None,
+            meta: Default::default(),
+        });
+        replies.push(b.submit(command).await.unwrap());
+    }
+    for reply in replies {
+        reply.await.unwrap().unwrap();
+    }
+    let flushes = b.store().flushes() - before;
+    // Every command was acknowledged after a flush, yet far fewer flushes than commands.
+    assert!(flushes >= 1, "no flush at all");
+    assert!(
+        flushes * 10 <= N as u64,
+        "{flushes} flushes for {N} commands"
+    );
+    assert_eq!(
+        b.store().messages(DEFAULT_CONVERSATION, N).unwrap().len(),
+        N
+    );
+}

@@ -87,12 +87,7 @@ pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
     fn push(&self, mut line: String) {
-        if line.len() > STDERR_LINE_MAX {
-            let mut cut = STDERR_LINE_MAX;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
+        if relay_protocol::domain::truncate_bytes(&mut line, STDERR_LINE_MAX) {
             line.push('…');
         }
         let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);

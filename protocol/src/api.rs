@@ -28,6 +28,8 @@ pub enum ErrorCode {
     Unavailable,
     DepthLimit,
     Cycle,
+    /// No such route (HTTP) or subject.
+    NotFound,
     Internal,
 }
 
@@ -51,6 +53,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::DepthLimit => "depth_limit",
             ErrorCode::Cycle => "cycle",
+            ErrorCode::NotFound => "not_found",
             ErrorCode::Internal => "internal",
         }
     }
@@ -64,7 +67,8 @@ impl ErrorCode {
             | ErrorCode::UnknownConversation
             | ErrorCode::UnknownFlight
             | ErrorCode::UnknownMessage
-            | ErrorCode::UnknownApproval => 404,
+            | ErrorCode::UnknownApproval
+            | ErrorCode::NotFound => 404,
             ErrorCode::AgentExists
             | ErrorCode::ConversationExists
             | ErrorCode::IllegalTransition
@@ -165,6 +169,14 @@ pub struct Status {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum NatsStatus {
     Disabled,
-    Connected { url: String },
-    Disconnected { url: String, since_ms: u64 },
+    Connected {
+        url: String,
+    },
+    Disconnected {
+        url: String,
+        since_ms: u64,
+        /// Why the last connection attempt failed, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }

@@ -320,6 +320,53 @@ pub fn valid_agent_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.
+pub fn truncate_bytes(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    true
+}
+
+/// `true` when `id` is a valid conversation id: 1..=200 bytes of dot-separated tokens,
+/// each one or more of `[A-Za-z0-9_-]` (`channel.shared`, `direct.operator.codex-1`).
+/// Ids are the tail of the conversation's NATS subject, so each token is a subject token.
+pub fn valid_conversation_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && id.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// `name` as one conversation-id token: every byte outside `[A-Za-z0-9_-]` becomes `_`
+/// (an actor named `ci bot` talks to agents in `direct.ci_bot.<agent>`).
+pub fn id_token(name: &str) -> String {
+    let token: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if token.is_empty() {
+        "_".to_string()
+    } else {
+        token
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
@@ -739,6 +786,44 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_ne!(a, d);
+    }
+
+    #[test]
+    fn truncation_keeps_whole_chars() {
+        let mut s = "héllo".to_string();
+        assert!(truncate_bytes(&mut s, 2));
+        assert_eq!(s, "h");
+        let mut s = "abc".to_string();
+        assert!(!truncate_bytes(&mut s, 3));
+        assert_eq!(s, "abc");
+    }
+
+    #[test]
+    fn conversation_ids_are_subject_tokens() {
+        for ok in ["channel.shared", "direct.operator.codex-1", "a", "x_y-z.1"] {
+            assert!(valid_conversation_id(ok), "{ok}");
+        }
+        let long = "a".repeat(201);
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a b",
+            "a*",
+            "a.>",
+            "a\0b",
+            "é",
+            long.as_str(),
+        ] {
+            assert!(!valid_conversation_id(bad), "{bad:?}");
+        }
+        assert_eq!(id_token("ci bot.v2"), "ci_bot_v2");
+        assert_eq!(id_token(""), "_");
+        assert!(valid_conversation_id(&format!(
+            "direct.{}.x",
+            id_token("wé ird*")
+        )));
     }
 
     #[test]

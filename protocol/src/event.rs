@@ -14,12 +14,20 @@ pub const EVENT_VERSION: u8 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// Version of the event's encoding ([`EVENT_VERSION`]); absent in the log's oldest
+    /// records, which are version 1. A reader refuses a version newer than it knows.
+    #[serde(default = "first_version")]
+    pub v: u8,
     /// Global, gap-free, starting at 1.
     pub seq: u64,
     /// Milliseconds since the Unix epoch.
     pub at: u64,
     #[serde(flatten)]
     pub body: EventBody,
+}
+
+fn first_version() -> u8 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

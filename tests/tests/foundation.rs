@@ -258,6 +258,35 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
             .await,
         ),
         (
+            "no such route",
+            404,
+            "not_found",
+            http.get("/v1/nothing-here").await,
+        ),
+        (
+            "bad query parameter",
+            400,
+            "invalid_request",
+            http.get("/v1/events?after=abc").await,
+        ),
+        (
+            "wrong method",
+            405,
+            "invalid_request",
+            http.request(reqwest::Method::PUT, "/v1/messages", None)
+                .await,
+        ),
+        (
+            "conversation id that is no subject token",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/conversations",
+                &json!({"id": "bad id", "kind": "channel"}),
+            )
+            .await,
+        ),
+        (
             "illegal transition on unknown flight",
             404,
             "unknown_flight",
@@ -279,6 +308,15 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
         );
     }
     assert_eq!(last_seq().await, seq0, "nothing was written");
+
+    // The auth scheme is case-insensitive.
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/agents", relay.api.url))
+        .header("authorization", format!("bearer {}", relay.api.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
 
     // The broker still serves, and a good request after all that works.
     let (code, body) = http.post("/v1/messages", &msg("still here".into())).await;

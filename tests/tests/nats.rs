@@ -62,6 +62,42 @@ async fn collect_pb(sub: &mut async_nats::Subscriber, flight: &str) -> Vec<pb::F
     }
 }
 
+/// The error of a reply, checking that it is the reply type its subject promises: an
+/// `InvokeReply` from `relay.v1.invoke.*`, a `CommandReply` from `relay.v1.cmd.*`.
+fn reply_error(reply: &async_nats::Message, json: bool) -> pb::Error {
+    let type_name = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Relay-Type"))
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_default();
+    if json {
+        assert!(type_name.ends_with("+json"), "{type_name}");
+        let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+        return pb::Error {
+            code: v["error"]["code"].as_str().unwrap().into(),
+            message: v["error"]["message"].as_str().unwrap().into(),
+        };
+    }
+    match type_name.as_str() {
+        "relay.v1.InvokeReply" => match pb::InvokeReply::decode(reply.payload.as_ref())
+            .unwrap()
+            .result
+        {
+            Some(pb::invoke_reply::Result::Error(e)) => e,
+            other => panic!("not an error: {other:?}"),
+        },
+        "relay.v1.CommandReply" => match pb::CommandReply::decode(reply.payload.as_ref())
+            .unwrap()
+            .result
+        {
+            Some(pb::command_reply::Result::Error(e)) => e,
+            other => panic!("not an error: {other:?}"),
+        },
+        other => panic!("unexpected reply type {other:?}"),
+    }
+}
+
 fn deltas(updates: &[pb::FlightUpdate]) -> Vec<String> {
     updates
         .iter()
@@ -219,20 +255,8 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
         ("relay.v1.cmd.interrupt", "relay.v1.InterruptRequest"),
         ("relay.v1.cmd.approve", "relay.v1.ApproveRequest"),
     ];
-    let error_of = |payload: &[u8], json: bool| -> pb::Error {
-        if json {
-            let v: Value = serde_json::from_slice(payload).unwrap();
-            pb::Error {
-                code: v["error"]["code"].as_str().unwrap().into(),
-                message: v["error"]["message"].as_str().unwrap().into(),
-            }
-        } else {
-            match pb::InvokeReply::decode(payload).unwrap().result {
-                Some(pb::invoke_reply::Result::Error(e)) => e,
-                other => panic!("not an error: {other:?}"),
-            }
-        }
-    };
+    let error_of =
+        |reply: &async_nats::Message, json: bool| -> pb::Error { reply_error(reply, json) };
     for (subject, type_name) in subjects {
         let cases: Vec<(&str, HeaderMap, Vec<u8>, &str, bool)> = vec![
             (
@@ -245,7 +269,12 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
             (
                 "wrong type",
                 pb_headers("relay.v1.Flight"),
-                vec![],
+                pb::Flight {
+                    id: "flt_x".into(),
+                    agent: "codex-1".into(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
                 "invalid_request",
                 false,
             ),
@@ -269,7 +298,7 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
                 .request_with_headers(subject, headers, payload.into())
                 .await
                 .unwrap_or_else(|e| panic!("{subject} {what}: no reply: {e}"));
-            let e = error_of(&reply.payload, json);
+            let e = error_of(&reply, json);
             assert_eq!(e.code, code, "{subject} {what}: {e:?}");
             assert!(!e.message.is_empty());
         }
@@ -288,7 +317,7 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
         )
         .await
         .unwrap();
-    assert_eq!(error_of(&reply.payload, false).code, "unknown_agent");
+    assert_eq!(error_of(&reply, false).code, "unknown_agent");
     let reply = client
         .request_with_headers(
             "relay.v1.cmd.interrupt",
@@ -297,7 +326,37 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
         )
         .await
         .unwrap();
-    assert_eq!(error_of(&reply.payload, true).code, "unknown_flight");
+    assert_eq!(error_of(&reply, true).code, "unknown_flight");
+    // The same in protobuf, on steer: a CommandReply whose error is set.
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.steer",
+            pb_headers("relay.v1.SteerRequest"),
+            pb::SteerRequest {
+                flight: "flt_nope".into(),
+                text: "x".into(),
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(error_of(&reply, false).code, "unknown_flight");
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.approve",
+            pb_headers("relay.v1.ApproveRequest"),
+            pb::ApproveRequest {
+                approval: "apr_nope".into(),
+                decision: pb::ApprovalDecision::Accept as i32,
+                ..Default::default()
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(error_of(&reply, false).code, "unknown_approval");
     let reply = client
         .request_with_headers(
             "relay.v1.cmd.post",
@@ -308,7 +367,7 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
         )
         .await
         .unwrap();
-    assert_eq!(error_of(&reply.payload, true).code, "unknown_conversation");
+    assert_eq!(error_of(&reply, true).code, "unknown_conversation");
     assert_eq!(last_seq().await, seq0, "nothing was written");
 
     // Still serving: a good post works.
@@ -463,4 +522,160 @@ async fn a_nats_restart_mid_flight_still_delivers_the_end() {
         assert!(Instant::now() < deadline, "broker did not reconnect");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_without_the_brokers_request_token_are_unauthorized() {
+    // NATS itself wants a token here too; the request token is Relay's own, on top.
+    let nats = NatsServer::start_with_auth(Auth::Token("nats-t0ken".into())).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &[
+            "--nats",
+            &url,
+            "--nats-token",
+            "nats-t0ken",
+            "--nats-request-token",
+            "req-s3cret",
+        ],
+        &[],
+    )
+    .unwrap();
+    let client = async_nats::ConnectOptions::with_token("nats-t0ken".into())
+        .connect(url.as_str())
+        .await
+        .unwrap();
+    let last_seq = || async {
+        relay.http().get("/v1/status").await.1["last_seq"]
+            .as_u64()
+            .unwrap()
+    };
+    let seq0 = last_seq().await;
+    let post = |token: Option<&str>, json: bool| {
+        let mut h = if json {
+            json_headers()
+        } else {
+            pb_headers("relay.v1.PostMessage")
+        };
+        if let Some(t) = token {
+            h.insert("Relay-Token", t);
+        }
+        let payload: Vec<u8> = if json {
+            json!({"conversation": "channel.shared", "author": "a", "body": "hi"})
+                .to_string()
+                .into_bytes()
+        } else {
+            pb::PostMessage {
+                conversation: "channel.shared".into(),
+                author: "a".into(),
+                body: "hi".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        client.request_with_headers("relay.v1.cmd.post", h, payload.into())
+    };
+    for (token, json) in [
+        (None, false),
+        (Some("wrong"), false),
+        (None, true),
+        (Some("nope"), true),
+    ] {
+        let reply = post(token, json).await.unwrap();
+        let e = reply_error(&reply, json);
+        assert_eq!(e.code, "unauthorized", "{token:?} {json}: {e:?}");
+    }
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.anyone",
+            json_headers(),
+            json!({"task": "x"}).to_string().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply_error(&reply, true).code, "unauthorized");
+    assert_eq!(last_seq().await, seq0, "nothing was written");
+
+    let reply = post(Some("req-s3cret"), true).await.unwrap();
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(v["message"]["body"], "hi", "{v}");
+    assert_eq!(last_seq().await, seq0 + 1);
+    // Neither secret reaches the log or the status.
+    let status = relay.cli_ok(&["status", "--json"]);
+    for secret in ["nats-t0ken", "req-s3cret"] {
+        assert!(!relay.log_text().contains(secret), "{secret} logged");
+        assert!(!status.contains(secret), "{secret} in status");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_started_while_nats_is_down_serves_and_joins_the_bus_later() {
+    let mut nats = NatsServer::start().unwrap();
+    nats.stop();
+    let tmp = tempfile::tempdir().unwrap();
+    // Credentials in the URL must not show in the status or the log.
+    let url = format!("nats://someone:urlpass@127.0.0.1:{}", nats.port());
+    let started = Instant::now();
+    let relay = RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &url], &[]).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the API waited for NATS"
+    );
+    let status = relay.cli_json(&["status", "--json"]);
+    assert_eq!(status["nats"]["state"], "disconnected", "{status}");
+    assert!(status["nats"]["error"].as_str().is_some(), "{status}");
+    assert_eq!(
+        status["nats"]["url"],
+        format!("nats://127.0.0.1:{}", nats.port())
+    );
+    // The embedded broker works meanwhile.
+    relay.cli_ok(&["send", "before nats"]);
+
+    nats.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = relay.cli_json(&["status", "--json"]);
+        if status["nats"]["state"] == "connected" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never connected: {status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The bus serves now: a post over NATS lands, and is published on its subject.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut convo = client.subscribe("relay.v1.conversation.>").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reply = loop {
+        let attempt = client
+            .request_with_headers(
+                "relay.v1.cmd.post",
+                json_headers(),
+                json!({"conversation": "channel.shared", "author": "a", "body": "over nats"})
+                    .to_string()
+                    .into(),
+            )
+            .await;
+        match attempt {
+            Ok(r) => break r,
+            // The broker's subscriptions may trail its connection by a moment.
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no reply: {e}"),
+        }
+    };
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(v["message"]["body"], "over nats", "{v}");
+    let m = tokio::time::timeout(Duration::from_secs(10), convo.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        pb::Message::decode(m.payload.as_ref()).unwrap().body,
+        "over nats"
+    );
+    assert!(!relay.log_text().contains("urlpass"), "password logged");
 }

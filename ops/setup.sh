@@ -33,7 +33,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # --- pinned agent CLIs -----------------------------------------------------------------
-# Versions are pinned here and in harnesses/src (CODEX_VERSION); see shared/HARNESSES.md.
+# Versions are pinned once, in the adapters' source (see shared/HARNESSES.md); read here.
+pinned() { # file constant
+  sed -n "s/^pub const $2: &str = \"\(.*\)\";/\1/p" "$1"
+}
+CODEX_VERSION=$(pinned harnesses/src/codex/mod.rs CODEX_VERSION)
+[ -n "$CODEX_VERSION" ] || { echo "setup: cannot read CODEX_VERSION from harnesses/src/codex/mod.rs" >&2; exit 1; }
 AGENTS_DIR="${RELAY_AGENTS_DIR:-$HOME/.cache/relay/agents}"
 install_npm() { # name version package binary
   local dir="$AGENTS_DIR/$1-$2"
@@ -47,7 +52,7 @@ install_npm() { # name version package binary
   mv "$dir.tmp" "$dir"
 }
 if [ "$want_agents" -eq 1 ]; then
-  install_npm codex 0.169.0 @openai/codex codex
+  install_npm codex "$CODEX_VERSION" @openai/codex codex
 fi
 
 # --- Rust build ------------------------------------------------------------------------

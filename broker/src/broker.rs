@@ -93,6 +93,8 @@ pub enum Command {
     /// Closes every approval of a flight still pending (its turn ended).
     ExpireApprovals {
         flight: String,
+        /// Recorded as who closed them.
+        by: String,
     },
     /// Creates what every broker starts with (the default conversation) if missing.
     Bootstrap,
@@ -546,7 +548,10 @@ impl Ctx<'_, '_> {
             Command::RegisterAgent(spec) => self.register_agent(spec),
             Command::RemoveAgent(name) => {
                 let agent = self.agent(name)?;
-                self.emit(EventBody::AgentRemoved { name: name.clone() })?;
+                self.emit(EventBody::AgentRemoved {
+                    name: name.clone(),
+                    node: agent.spec.node.clone(),
+                })?;
                 Ok(Outcome::Agent(agent))
             }
             Command::UpdateAgent {
@@ -604,11 +609,12 @@ impl Ctx<'_, '_> {
                 decision,
                 decided_by,
             } => self.decide_approval(id, *decision, decided_by),
-            Command::ExpireApprovals { flight } => {
+            Command::ExpireApprovals { flight, by } => {
                 let pending = self.pending_approvals(flight)?;
                 let mut closed = Vec::new();
                 for mut a in pending {
                     a.state = ApprovalState::Expired;
+                    a.decided_by = Some(by.clone());
                     a.decided_at = Some(self.now);
                     self.emit(EventBody::ApprovalDecided {
                         approval: a.clone(),
@@ -1184,7 +1190,7 @@ impl Ctx<'_, '_> {
                 &flight.id,
                 &FlightChange::State {
                     to: FlightState::Running,
-                    reason: Some(format!("approval {id}: {decision:?} by {decided_by}")),
+                    reason: Some(format!("approval {id}: {decision} by {decided_by}")),
                     output: None,
                 },
             )?;

@@ -49,6 +49,8 @@ pub trait FlightControl: Send + Sync + 'static {
         &self,
         approval: Approval,
     ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
+    /// Starts an agent's session now instead of at its first turn.
+    fn wake(&self, agent: Agent) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
 }
 
 /// Reports the NATS connection for `GET /v1/status`.
@@ -127,6 +129,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/agents", get(list_agents).post(add_agent))
         .route("/v1/agents/{name}", get(show_agent).delete(remove_agent))
+        .route("/v1/agents/{name}/wake", post(wake_agent))
         .route(
             "/v1/conversations",
             get(list_conversations).post(add_conversation),
@@ -242,6 +245,21 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
         nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
         uptime_ms: s.broker.uptime_ms(),
     }))
+}
+
+/// Starts the agent's session (a `manual` agent needs this before its first turn).
+async fn wake_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<Agent> {
+    let agent = s
+        .broker
+        .store()
+        .agent(&name)?
+        .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
+    let control = s
+        .control
+        .clone()
+        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
+    control.wake(agent.clone()).await?;
+    Ok(Json(agent))
 }
 
 async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agent>> {
@@ -465,6 +483,7 @@ async fn decide_approval(
             &id,
             body.decision,
             &body.decided_by,
+            false,
         )
         .await?,
     ))

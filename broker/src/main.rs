@@ -206,6 +206,29 @@ struct UpArgs {
     nats: NatsArgs,
     #[command(flatten)]
     bus: BusArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+/// The harness-session plane's settings, shared by `relay up` and `relay node`.
+#[derive(Args)]
+struct RuntimeArgs {
+    /// A running turn whose harness sends nothing for this many seconds is interrupted
+    /// and failed (a model that stopped answering); 0: never. Waiting for an approval
+    /// does not count.
+    #[arg(
+        long,
+        env = "RELAY_TURN_IDLE_TIMEOUT",
+        default_value_t = relay_runtime::DEFAULT_TURN_IDLE_TIMEOUT.as_secs(),
+        value_name = "SECONDS"
+    )]
+    turn_idle_timeout: u64,
+}
+
+impl RuntimeArgs {
+    fn turn_idle_timeout(&self) -> Option<std::time::Duration> {
+        (self.turn_idle_timeout > 0).then(|| std::time::Duration::from_secs(self.turn_idle_timeout))
+    }
 }
 
 /// Connection to NATS (JetStream enabled), shared by `relay up` and `relay node`.
@@ -297,6 +320,8 @@ struct NodeArgs {
     name: String,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
 
 #[derive(Subcommand)]
@@ -343,6 +368,15 @@ enum AgentCmd {
     List(JsonFlag),
     /// Show one agent (with its harness `thread_id`).
     Show {
+        /// The agent's name.
+        name: String,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start an agent's session now instead of at its first turn (an agent with wake
+    /// policy `manual` runs no turn until this).
+    Wake {
         /// The agent's name.
         name: String,
         /// Print JSON (machine-readable) instead of text.
@@ -438,6 +472,7 @@ async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitC
             name: args.name,
             data_dir,
             nats,
+            turn_idle_timeout: args.runtime.turn_idle_timeout(),
         },
         shutdown,
     )
@@ -468,6 +503,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
             max_depth: args.max_depth,
         },
         nats: args.nats.config(Some(&args.bus)),
+        turn_idle_timeout: args.runtime.turn_idle_timeout(),
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
@@ -989,6 +1025,22 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                 println!("removed {}", a.spec.name);
             }
         }
+        AgentCmd::Wake { name, json } => {
+            let a: Agent = client
+                .post(
+                    &format!("/v1/agents/{}/wake", enc(&name)),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                println!(
+                    "waking {} (see `relay agent show {}`)",
+                    a.spec.name, a.spec.name
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -997,7 +1049,7 @@ fn describe_event(e: &Event) -> String {
     use relay_protocol::event::EventBody as B;
     match &e.body {
         B::AgentRegistered { agent } | B::AgentUpdated { agent } => agent.spec.name.clone(),
-        B::AgentRemoved { name } => name.clone(),
+        B::AgentRemoved { name, .. } => name.clone(),
         B::ThreadLost { agent, reason, .. } => format!("{agent}: {reason}"),
         B::ConversationCreated { conversation } => conversation.spec.id.clone(),
         B::MessagePosted { message, .. } => format!(
@@ -1027,7 +1079,7 @@ async fn ask(
     no_wait: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    use std::io::{IsTerminal, Write};
+    use std::io::IsTerminal;
     let accepted: relay_protocol::api::InvokeAccepted =
         client.post("/v1/invocations", &req).await?;
     let id = accepted.flight.id.clone();
@@ -1040,11 +1092,7 @@ async fn ask(
         return Ok(ExitCode::SUCCESS);
     }
     let status_line = !json && std::io::stderr().is_terminal();
-    let shared = std::sync::Arc::new(std::sync::Mutex::new(AskView {
-        state: accepted.flight.state,
-        streamed: false,
-        last_print: std::time::Instant::now(),
-    }));
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(AskView::new(accepted.flight.state)));
     let spinner = status_line.then(|| {
         let shared = shared.clone();
         let agent = req.target.clone();
@@ -1052,15 +1100,12 @@ async fn ask(
             let frames = ['|', '/', '-', '\\'];
             for i in 0.. {
                 tokio::time::sleep(std::time::Duration::from_millis(120)).await;
-                let Ok(v) = shared.lock() else { return };
-                if v.last_print.elapsed() > std::time::Duration::from_millis(400) && !v.streamed {
-                    eprint!("\r{} {agent}: {}   ", frames[i % 4], v.state);
-                }
+                let Ok(mut v) = shared.lock() else { return };
+                v.draw_status(&agent, frames[i % 4]);
             }
         })
     });
     let mut failure = None;
-    let mut stdout = std::io::stdout();
     client
         .sse(&format!("/v1/flights/{}/stream", enc(&id)), |kind, data| {
             if kind != "update" {
@@ -1074,37 +1119,34 @@ async fn ask(
             let Ok(mut v) = shared.lock() else {
                 return false;
             };
-            match &u.change {
-                FlightChange::Delta { text } if !json => {
-                    if status_line && !v.streamed {
-                        eprint!("\r\x1b[K");
-                    }
-                    v.streamed = true;
-                    print!("{text}");
-                    let _ = stdout.flush();
-                }
-                FlightChange::State { to, .. } => v.state = *to,
-                _ => {}
-            }
-            v.last_print = std::time::Instant::now();
+            v.apply(&u.change, !json);
             true
         })
         .await?;
     if let Some(s) = spinner {
         s.abort();
-        eprint!("\r\x1b[K");
     }
+    let view = shared.lock().map(|mut v| {
+        v.clear_status();
+        v.finish()
+    });
     if let Some(f) = failure {
         anyhow::bail!("the flight stream failed: {f}");
     }
     let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
-    let streamed = shared.lock().map(|v| v.streamed).unwrap_or(false);
     if json {
         print_json(&flight)?;
-    } else if streamed {
-        println!();
-    } else if let Some(o) = &flight.output {
-        println!("{o}");
+    } else if let Some(output) = flight.output.as_deref().filter(|o| !o.trim().is_empty()) {
+        match view {
+            // Nothing streamed: the reply is all there is to show.
+            Ok(None) => println!("{output}"),
+            // What streamed last is not the final reply (a steered turn, several
+            // messages): say what the reply is.
+            Ok(Some(last)) if last.trim() != output.trim() => {
+                println!("\n[final reply]\n{output}")
+            }
+            _ => {}
+        }
     }
     if flight.state == FlightState::Completed {
         Ok(ExitCode::SUCCESS)
@@ -1121,8 +1163,197 @@ async fn ask(
     }
 }
 
+/// What `relay ask` shows: the reply as it streams on stdout, and on a terminal a
+/// status line on stderr whenever nothing has printed for a moment (what the agent is
+/// doing, and how to answer an approval it waits for).
 struct AskView {
     state: FlightState,
-    streamed: bool,
+    /// What the flight is doing, for the status line.
+    activity: String,
+    /// Anything printed on stdout yet, and whether its last line is unfinished.
+    printed: bool,
+    mid_line: bool,
+    /// The agent message being streamed.
+    message: String,
+    status_shown: bool,
     last_print: std::time::Instant,
+}
+
+impl AskView {
+    fn new(state: FlightState) -> AskView {
+        AskView {
+            state,
+            activity: "waiting for the agent".into(),
+            printed: false,
+            mid_line: false,
+            message: String::new(),
+            status_shown: false,
+            last_print: std::time::Instant::now(),
+        }
+    }
+
+    fn apply(&mut self, change: &FlightChange, print: bool) {
+        use relay_protocol::domain::ItemPhase;
+        match change {
+            FlightChange::Delta { text } => {
+                self.message.push_str(text);
+                if print {
+                    self.print(text);
+                }
+            }
+            FlightChange::Item {
+                item_kind, phase, ..
+            } => match (item_kind.as_str(), phase) {
+                ("agent_message", ItemPhase::Started) => {
+                    // A new message of the same turn starts on a paragraph of its own.
+                    if print && self.printed {
+                        self.print(if self.mid_line { "\n\n" } else { "\n" });
+                    }
+                    self.message.clear();
+                    self.activity = "writing".into();
+                }
+                ("command_execution", ItemPhase::Started) => {
+                    self.activity = "running a command".into()
+                }
+                ("file_change", ItemPhase::Started) => self.activity = "changing files".into(),
+                ("reasoning", ItemPhase::Started) => self.activity = "thinking".into(),
+                (_, ItemPhase::Completed) => self.activity = "working".into(),
+                (other, ItemPhase::Started) => self.activity = other.replace('_', " "),
+            },
+            FlightChange::State { to, reason, .. } => {
+                self.state = *to;
+                self.activity = match (to, reason) {
+                    (FlightState::Waiting, Some(reason)) => approval_hint(reason),
+                    (FlightState::Waking, _) => "starting the agent's session".into(),
+                    _ => "working".into(),
+                };
+            }
+            _ => {}
+        }
+    }
+
+    fn print(&mut self, text: &str) {
+        use std::io::Write;
+        self.clear_status();
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+        self.printed = true;
+        self.mid_line = !text.ends_with('\n');
+        self.last_print = std::time::Instant::now();
+    }
+
+    fn draw_status(&mut self, agent: &str, frame: char) {
+        if self.state.is_terminal()
+            || self.last_print.elapsed() < std::time::Duration::from_millis(400)
+        {
+            return;
+        }
+        if self.mid_line && !self.status_shown {
+            // Under the unfinished line, never over it.
+            println!();
+            self.mid_line = false;
+        }
+        eprint!(
+            "\r\x1b[K{frame} {agent}: {} ({})",
+            self.activity, self.state
+        );
+        self.status_shown = true;
+    }
+
+    fn clear_status(&mut self) {
+        if self.status_shown {
+            eprint!("\r\x1b[K");
+            self.status_shown = false;
+        }
+    }
+
+    /// Ends the streamed text; returns the last agent message if anything streamed.
+    fn finish(&mut self) -> Option<String> {
+        if !self.printed {
+            return None;
+        }
+        if self.mid_line {
+            println!();
+        }
+        Some(std::mem::take(&mut self.message))
+    }
+}
+
+/// The status line for a flight waiting on an approval, from its state reason
+/// (`approval apr_...: <command>`).
+fn approval_hint(reason: &str) -> String {
+    match reason
+        .strip_prefix("approval ")
+        .and_then(|r| r.split_once(": "))
+    {
+        Some((id, detail)) => format!(
+            "waiting for approval of `{}`: relay approve {id} accept|decline",
+            detail.lines().next().unwrap_or("")
+        ),
+        None => reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_status_line_says_how_to_answer_an_approval() {
+        assert_eq!(
+            approval_hint("approval apr_123: cargo test -p x\nmore"),
+            "waiting for approval of `cargo test -p x`: relay approve apr_123 accept|decline"
+        );
+        assert_eq!(approval_hint("something else"), "something else");
+    }
+
+    #[test]
+    fn the_ask_view_follows_the_flight() {
+        let mut v = AskView::new(FlightState::Queued);
+        v.apply(
+            &FlightChange::State {
+                to: FlightState::Waking,
+                reason: None,
+                output: None,
+            },
+            false,
+        );
+        assert_eq!(v.activity, "starting the agent's session");
+        v.apply(
+            &FlightChange::Delta {
+                text: "draft".into(),
+            },
+            false,
+        );
+        v.apply(
+            &FlightChange::Item {
+                item_id: "m2".into(),
+                item_kind: "agent_message".into(),
+                phase: relay_protocol::domain::ItemPhase::Started,
+                text: None,
+            },
+            false,
+        );
+        v.apply(
+            &FlightChange::Delta {
+                text: "final".into(),
+            },
+            false,
+        );
+        assert_eq!(v.message, "final", "a new message replaces the last one");
+        v.apply(
+            &FlightChange::State {
+                to: FlightState::Waiting,
+                reason: Some("approval apr_9: rm -rf x".into()),
+                output: None,
+            },
+            false,
+        );
+        assert_eq!(v.state, FlightState::Waiting);
+        assert!(v.activity.contains("relay approve apr_9"), "{}", v.activity);
+        // Nothing printed (print = false): nothing to finish.
+        assert_eq!(v.finish(), None);
+    }
 }

@@ -514,7 +514,7 @@ impl Service {
                     (r.approval, d, by)
                 };
                 Ok(Answer::Approval(
-                    crate::ops::decide(&self.broker, control, &id, decision, &by).await?,
+                    crate::ops::decide(&self.broker, control, &id, decision, &by, false).await?,
                 ))
             }
             other => Err(BrokerError::Invalid(format!(

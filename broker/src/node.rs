@@ -142,6 +142,8 @@ pub struct NodeConfig {
     pub name: String,
     pub data_dir: PathBuf,
     pub nats: NatsConfig,
+    /// See [`RuntimeConfig::turn_idle_timeout`].
+    pub turn_idle_timeout: Option<Duration>,
 }
 
 /// `relay node`: runs the harness-session plane for the agents of `config.name`.
@@ -177,6 +179,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         RuntimeConfig {
             data_dir: config.data_dir.clone(),
             node: Some(config.name.clone()),
+            turn_idle_timeout: config.turn_idle_timeout,
         },
         runtime_stop.clone(),
     )?;

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use relay_protocol::domain::{Approval, ApprovalDecision, Flight};
+use relay_protocol::domain::{
+    Approval, ApprovalDecision, ApprovalState, Flight, FlightChange, FlightState,
+};
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
@@ -45,28 +47,66 @@ pub async fn steer(
     Ok(flight)
 }
 
+/// Interrupts a flight's turn. A flight still `queued` has no turn yet: the broker
+/// cancels it at once, and the runtime is told to drop it (from its queue, or when its
+/// dispatch arrives), without waiting for that.
 pub async fn interrupt(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
     flight: &str,
 ) -> Result<Flight, BrokerError> {
     let (flight, control) = live_flight(broker, control, flight)?;
+    if flight.state == FlightState::Queued {
+        let cancelled = broker
+            .update_flight(
+                &flight.id,
+                FlightChange::State {
+                    to: FlightState::Cancelled,
+                    reason: Some("interrupted before its turn started".into()),
+                    output: None,
+                },
+            )
+            .await?
+            .flight;
+        tokio::spawn(async move {
+            if let Err(e) = control.interrupt(flight).await {
+                tracing::debug!(error = %e, "runtime told of a cancelled queued flight");
+            }
+        });
+        return Ok(cancelled);
+    }
     control.interrupt(flight.clone()).await?;
     Ok(flight)
 }
 
+/// Decides an approval: the harness gets the answer first, and only once it has it is
+/// the decision recorded, so the record never claims an answer the agent did not get.
+/// `internal`: Relay's own policies, which wait for room in the command queue.
 pub async fn decide(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
     approval: &str,
     decision: ApprovalDecision,
     decided_by: &str,
+    internal: bool,
 ) -> Result<Approval, BrokerError> {
-    let approval = broker
-        .decide_approval(approval, decision, decided_by)
-        .await?;
-    if let Some(control) = control {
-        control.approval_decided(approval.clone()).await?;
+    let pending = broker
+        .store()
+        .approval(approval)?
+        .ok_or_else(|| BrokerError::UnknownApproval(approval.into()))?;
+    if pending.state != ApprovalState::Pending {
+        return Err(BrokerError::ApprovalClosed(approval.into()));
     }
-    Ok(approval)
+    if let Some(control) = control {
+        let mut answer = pending;
+        answer.decision = Some(decision);
+        control.approval_decided(answer).await?;
+    }
+    if internal {
+        broker
+            .decide_approval_internal(approval, decision, decided_by)
+            .await
+    } else {
+        broker.decide_approval(approval, decision, decided_by).await
+    }
 }

@@ -225,7 +225,15 @@ impl Plane {
             if !self.local(&agent) {
                 continue;
             }
-            if f.state == FlightState::Queued {
+            // Queued, but its turn may have started just before the stop: the runtime
+            // records a start on disk before the harness sees the task, and such a task
+            // is not run twice.
+            let started = f.state == FlightState::Queued
+                && matches!(
+                    self.runtime.threads().dispatch_state(&f.invocation),
+                    Ok(Some(_))
+                );
+            if f.state == FlightState::Queued && !started {
                 if let Some(inv) = store.invocation(&f.invocation)? {
                     self.dispatch(agent, inv, f).await;
                 }
@@ -234,22 +242,40 @@ impl Plane {
                     .broker
                     .execute_internal(Command::ExpireApprovals {
                         flight: f.id.clone(),
+                        by: "relay:restart".into(),
                     })
                     .await;
-                self.settle(
-                    &f.id,
-                    FlightState::Failed,
-                    &format!(
+                let reason = if started {
+                    "relay stopped just as this flight's turn started, so it may have partly run; \
+                     it is not run twice: the agent's thread is kept, ask again to continue"
+                        .to_string()
+                } else {
+                    format!(
                         "relay stopped while this flight was {} (its harness process ended with it); \
                          the agent's thread is kept, ask again to continue",
                         f.state
-                    ),
-                )
-                .await;
+                    )
+                };
+                self.settle(&f.id, FlightState::Failed, &reason).await;
             }
         }
         let agents: Vec<Agent> = store.values(T::Agents)?;
         for a in agents.iter().filter(|a| self.local(a)) {
+            // Whatever the agent was doing, its session died with the previous process.
+            if a.state != relay_protocol::domain::AgentState::Offline || a.endpoint.is_some() {
+                let r = self
+                    .broker
+                    .execute_internal(Command::UpdateAgent {
+                        name: a.spec.name.clone(),
+                        state: Some(relay_protocol::domain::AgentState::Offline),
+                        thread_id: None,
+                        endpoint: Some(None),
+                    })
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!(agent = %a.spec.name, error = %e, "cannot reset the agent's state");
+                }
+            }
             if a.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm {
                 if let Err(e) = self.runtime.warm(a) {
                     tracing::warn!(agent = %a.spec.name, error = %e, "cannot warm");
@@ -355,13 +381,27 @@ impl Plane {
                             .await;
                     }
                 }
-                EventBody::AgentRemoved { name } => {
-                    let _ = self
-                        .runtime
-                        .control(Control::AgentRemoved {
+                EventBody::AgentRemoved { name, node } => {
+                    // Stopping its session may take a while: dispatch goes on meanwhile.
+                    let control = self.route_to(
+                        node.clone()
+                            .filter(|n| Some(n.as_str()) != self.runtime.node()),
+                        Control::AgentRemoved {
                             agent: name.clone(),
-                        })
-                        .await;
+                        },
+                    );
+                    tokio::spawn(async move {
+                        if let Err(e) = control.await {
+                            tracing::debug!(error = %e, "agent removal not delivered");
+                        }
+                    });
+                }
+                EventBody::AgentRegistered { agent }
+                    if agent.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm =>
+                {
+                    if let Err(e) = self.wake(agent.clone()).await {
+                        tracing::warn!(agent = %agent.spec.name, error = %e, "cannot warm");
+                    }
                 }
                 _ => {}
             }
@@ -438,9 +478,13 @@ impl Plane {
                     .await?;
                 return Ok(Pending::Approval(rx));
             }
-            Report::ApprovalsExpired { flight } => {
-                (Command::ExpireApprovals { flight }, "expire approvals")
-            }
+            Report::ApprovalsExpired { flight, by } => (
+                Command::ExpireApprovals {
+                    flight,
+                    by: by.unwrap_or_else(|| "relay:turn-ended".into()),
+                },
+                "expire approvals",
+            ),
         };
         Ok(Pending::Check(
             self.broker.submit(wrap(command)).await?,
@@ -487,19 +531,18 @@ impl Plane {
         let Some((decision, by)) = decision else {
             return;
         };
-        match self
-            .broker
-            .decide_approval_internal(&approval.id, decision, &by)
-            .await
-        {
-            Ok(decided) => {
-                if let Err(e) = self.approval_decided(decided).await {
-                    tracing::warn!(approval = %approval.id, error = %e, "policy decision not delivered");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(approval = %approval.id, error = %e, "policy decision refused")
-            }
+        let control = control(self);
+        let decided = crate::ops::decide(
+            &self.broker,
+            Some(&control),
+            &approval.id,
+            decision,
+            &by,
+            true,
+        )
+        .await;
+        if let Err(e) = decided {
+            tracing::warn!(approval = %approval.id, error = %e, "policy decision not applied");
         }
     }
 }
@@ -600,7 +643,20 @@ impl Plane {
         let this = self.clone();
         Box::pin(async move {
             let agent = this.broker.store().agent(control.agent())?;
-            match agent.filter(|a| !this.local(a)).and_then(|a| a.spec.node) {
+            let node = agent.filter(|a| !this.local(a)).and_then(|a| a.spec.node);
+            this.route_to(node, control).await
+        })
+    }
+
+    /// Sends a control to the runtime of `node` (`None`: this one).
+    fn route_to(
+        &self,
+        node: Option<String>,
+        control: Control,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            match node {
                 Some(node) => {
                     let client = this.nats.get().cloned().ok_or_else(|| {
                         BrokerError::Unavailable(format!(
@@ -615,7 +671,24 @@ impl Plane {
     }
 }
 
+impl Plane {
+    /// Starts an agent's session now, in whichever runtime serves it.
+    fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>> {
+        if self.local(&agent) {
+            let r = self.runtime.warm(&agent).map_err(runtime_error);
+            return Box::pin(async move { r });
+        }
+        self.route(Control::Wake {
+            spec: Box::new(agent),
+        })
+    }
+}
+
 impl FlightControl for Plane {
+    fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>> {
+        Plane::wake(self, agent)
+    }
+
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {
         self.route(Control::Steer {
             agent: flight.agent,

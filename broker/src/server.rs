@@ -24,6 +24,8 @@ pub struct ServerConfig {
     pub broker: BrokerConfig,
     /// Connect to NATS and serve the bus (`None`: the embedded default, no NATS).
     pub nats: Option<crate::nats::NatsConfig>,
+    /// See [`RuntimeConfig::turn_idle_timeout`].
+    pub turn_idle_timeout: Option<Duration>,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -46,6 +48,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         RuntimeConfig {
             data_dir: config.data_dir.clone(),
             node: None,
+            turn_idle_timeout: config.turn_idle_timeout,
         },
         runtime_stop.clone(),
     )?;

@@ -116,7 +116,7 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
         EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
             sink.put(T::Agents, agent.spec.name.as_bytes(), encode(agent)?)
         }
-        EventBody::AgentRemoved { name } => sink.del(T::Agents, name.as_bytes()),
+        EventBody::AgentRemoved { name, .. } => sink.del(T::Agents, name.as_bytes()),
         EventBody::ThreadLost { .. } => Ok(()),
         EventBody::ConversationCreated { conversation } => sink.put(
             T::Conversations,

@@ -85,8 +85,55 @@ impl ExitInfo {
 #[derive(Debug, Clone, Default)]
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
+/// `line` without terminal escape sequences (colours, cursor moves): error reports show
+/// what a person would have read.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            // CSI: parameters, then one final byte in @..~.
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            // OSC: up to BEL or ESC \.
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            // nF escapes (`ESC ( B`): intermediates in ' '..'/', then one final byte.
+            Some(c) if (' '..='/').contains(&c) => {
+                for c in chars.by_ref() {
+                    if !(' '..='/').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            // Any other escape is two characters long.
+            _ => {}
+        }
+    }
+    out
+}
+
 impl StderrTail {
-    fn push(&self, mut line: String) {
+    fn push(&self, line: String) {
+        let mut line = if line.contains('\x1b') {
+            strip_ansi(&line)
+        } else {
+            line
+        };
         if relay_protocol::domain::truncate_bytes(&mut line, STDERR_LINE_MAX) {
             line.push('…');
         }
@@ -428,6 +475,17 @@ mod tests {
                 .is_some_and(|rest| rest.trim_start().starts_with('Z')),
             Err(_) => false,
         }
+    }
+
+    #[test]
+    fn escape_sequences_are_stripped() {
+        assert_eq!(
+            strip_ansi("\x1b[2m2026-11-22\x1b[0m \x1b[31mERROR\x1b[0m codex: boom"),
+            "2026-11-22 ERROR codex: boom"
+        );
+        assert_eq!(strip_ansi("\x1b]0;title\x07plain \x1b(Bx"), "plain x");
+        assert_eq!(strip_ansi("no escapes"), "no escapes");
+        assert_eq!(strip_ansi("cut at the end \x1b["), "cut at the end ");
     }
 
     #[tokio::test]

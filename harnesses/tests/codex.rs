@@ -812,6 +812,26 @@ fn keys(value: &impl serde::Serialize) -> BTreeSet<String> {
         .collect()
 }
 
+/// `sample` with only the keys the schema `def` requires still parses as a `T`.
+fn parses_with_only_required<T: serde::de::DeserializeOwned>(
+    name: &str,
+    def: &Value,
+    sample: &impl serde::Serialize,
+) {
+    let required: BTreeSet<&str> = def["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut minimal = serde_json::to_value(sample).unwrap();
+    minimal
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| required.contains(k.as_str()));
+    if let Err(e) = serde_json::from_value::<T>(minimal.clone()) {
+        panic!("{name}: our type needs more than the schema requires ({required:?}): {e}; sent {minimal}");
+    }
+}
+
 #[tokio::test]
 async fn wire_names_exist_in_the_generated_schema() {
     use relay_protocol::codex::{self as wire, *};
@@ -858,6 +878,15 @@ async fn wire_names_exist_in_the_generated_schema() {
             "{name}: {missing:?} not in schema {theirs:?}"
         );
     };
+    // Types we read must also parse when Codex sends only what its schema requires: none
+    // of our fields may be required where Codex's is optional.
+    macro_rules! read_type {
+        ($name:expr, $ty:ty, $sample:expr) => {{
+            let sample: $ty = $sample;
+            check($name, keys(&sample));
+            parses_with_only_required::<$ty>($name, def($name), &sample);
+        }};
+    }
     let s = || Some("x".to_string());
     check(
         "InitializeParams",
@@ -886,13 +915,14 @@ async fn wire_names_exist_in_the_generated_schema() {
             opt_out_notification_methods: Some(vec![]),
         }),
     );
-    check(
+    read_type!(
         "InitializeResponse",
-        keys(&InitializeResponse {
+        InitializeResponse,
+        InitializeResponse {
             user_agent: "u".into(),
             codex_home: s(),
             platform_os: s(),
-        }),
+        }
     );
     check(
         "ThreadStartParams",
@@ -933,23 +963,25 @@ async fn wire_names_exist_in_the_generated_schema() {
         preview: s(),
         turns: vec![],
     };
-    check(
+    read_type!(
         "ThreadStartResponse",
-        keys(&ThreadStartResponse {
+        ThreadStartResponse,
+        ThreadStartResponse {
             thread: thread.clone(),
             model: s(),
-        }),
+        }
     );
-    check(
+    read_type!(
         "ThreadResumeResponse",
-        keys(&ThreadResumeResponse {
+        ThreadResumeResponse,
+        ThreadResumeResponse {
             thread: thread.clone(),
             model: s(),
-        }),
+        }
     );
-    check("Thread", keys(&thread));
-    check("Turn", keys(&turn));
-    check("TurnError", keys(turn.error.as_ref().unwrap()));
+    read_type!("Thread", Thread, thread.clone());
+    read_type!("Turn", Turn, turn.clone());
+    read_type!("TurnError", TurnError, turn.error.clone().unwrap());
     check(
         "TurnStartParams",
         keys(&TurnStartParams {
@@ -957,9 +989,10 @@ async fn wire_names_exist_in_the_generated_schema() {
             input: vec![],
         }),
     );
-    check(
+    read_type!(
         "TurnStartResponse",
-        keys(&TurnStartResponse { turn: turn.clone() }),
+        TurnStartResponse,
+        TurnStartResponse { turn: turn.clone() }
     );
     check(
         "TurnSteerParams",
@@ -969,11 +1002,12 @@ async fn wire_names_exist_in_the_generated_schema() {
             input: vec![],
         }),
     );
-    check(
+    read_type!(
         "TurnSteerResponse",
-        keys(&TurnSteerResponse {
+        TurnSteerResponse,
+        TurnSteerResponse {
             turn_id: "u".into(),
-        }),
+        }
     );
     check(
         "TurnInterruptParams",
@@ -982,25 +1016,28 @@ async fn wire_names_exist_in_the_generated_schema() {
             turn_id: "u".into(),
         }),
     );
-    check(
+    read_type!(
         "TurnStartedNotification",
-        keys(&TurnNotification {
+        TurnNotification,
+        TurnNotification {
             thread_id: "t".into(),
             turn: turn.clone(),
-        }),
+        }
     );
-    check(
+    read_type!(
         "TurnCompletedNotification",
-        keys(&TurnNotification {
+        TurnNotification,
+        TurnNotification {
             thread_id: "t".into(),
             turn: turn.clone(),
-        }),
+        }
     );
-    check(
+    read_type!(
         "ThreadStartedNotification",
-        keys(&ThreadStartedNotification {
+        ThreadStartedNotification,
+        ThreadStartedNotification {
             thread: thread.clone(),
-        }),
+        }
     );
     let item = ItemNotification {
         thread_id: "t".into(),
@@ -1010,16 +1047,24 @@ async fn wire_names_exist_in_the_generated_schema() {
             text: "p".into(),
         }),
     };
-    check("ItemStartedNotification", keys(&item));
-    check("ItemCompletedNotification", keys(&item));
+    read_type!("ItemStartedNotification", ItemNotification, item.clone());
+    read_type!("ItemCompletedNotification", ItemNotification, item.clone());
     let delta = DeltaNotification {
         thread_id: "t".into(),
         turn_id: "u".into(),
         item_id: "i".into(),
         delta: "d".into(),
     };
-    check("AgentMessageDeltaNotification", keys(&delta));
-    check("CommandExecutionOutputDeltaNotification", keys(&delta));
+    read_type!(
+        "AgentMessageDeltaNotification",
+        DeltaNotification,
+        delta.clone()
+    );
+    read_type!(
+        "CommandExecutionOutputDeltaNotification",
+        DeltaNotification,
+        delta.clone()
+    );
     let plan = TurnPlanUpdatedNotification {
         thread_id: "t".into(),
         turn_id: "u".into(),
@@ -1029,15 +1074,20 @@ async fn wire_names_exist_in_the_generated_schema() {
             status: "pending".into(),
         }],
     };
-    check("TurnPlanUpdatedNotification", keys(&plan));
-    check("TurnPlanStep", keys(&plan.plan[0]));
-    check(
+    read_type!(
+        "TurnPlanUpdatedNotification",
+        TurnPlanUpdatedNotification,
+        plan.clone()
+    );
+    read_type!("TurnPlanStep", TurnPlanStep, plan.plan[0].clone());
+    read_type!(
         "TurnDiffUpdatedNotification",
-        keys(&TurnDiffUpdatedNotification {
+        TurnDiffUpdatedNotification,
+        TurnDiffUpdatedNotification {
             thread_id: "t".into(),
             turn_id: "u".into(),
             diff: "d".into(),
-        }),
+        }
     );
     let usage = TokenUsageUpdatedNotification {
         thread_id: "t".into(),
@@ -1048,35 +1098,51 @@ async fn wire_names_exist_in_the_generated_schema() {
             model_context_window: Some(1),
         },
     };
-    check("ThreadTokenUsageUpdatedNotification", keys(&usage));
-    check("ThreadTokenUsage", keys(&usage.token_usage));
-    check("TokenUsageBreakdown", keys(&usage.token_usage.total));
-    check(
+    read_type!(
+        "ThreadTokenUsageUpdatedNotification",
+        TokenUsageUpdatedNotification,
+        usage.clone()
+    );
+    read_type!(
+        "ThreadTokenUsage",
+        ThreadTokenUsage,
+        usage.token_usage.clone()
+    );
+    read_type!(
+        "TokenUsageBreakdown",
+        TokenUsageBreakdown,
+        usage.token_usage.total
+    );
+    read_type!(
         "ErrorNotification",
-        keys(&ErrorNotification {
+        ErrorNotification,
+        ErrorNotification {
             thread_id: "t".into(),
             turn_id: "u".into(),
             error: turn.error.clone().unwrap(),
             will_retry: false,
-        }),
+        }
     );
-    check(
+    read_type!(
         "WarningNotification",
-        keys(&WarningNotification {
+        WarningNotification,
+        WarningNotification {
             thread_id: s(),
             message: "m".into(),
-        }),
+        }
     );
-    check(
+    read_type!(
         "ServerRequestResolvedNotification",
-        keys(&ServerRequestResolvedNotification {
+        ServerRequestResolvedNotification,
+        ServerRequestResolvedNotification {
             thread_id: "t".into(),
             request_id: RequestId::Integer(0),
-        }),
+        }
     );
-    check(
+    read_type!(
         "CommandExecutionRequestApprovalParams",
-        keys(&CommandExecutionRequestApprovalParams {
+        CommandExecutionRequestApprovalParams,
+        CommandExecutionRequestApprovalParams {
             thread_id: "t".into(),
             turn_id: "u".into(),
             item_id: "i".into(),
@@ -1085,17 +1151,18 @@ async fn wire_names_exist_in_the_generated_schema() {
             cwd: s(),
             kind: s(),
             network_approval_context: Some(Value::Null),
-        }),
+        }
     );
-    check(
+    read_type!(
         "FileChangeRequestApprovalParams",
-        keys(&FileChangeRequestApprovalParams {
+        FileChangeRequestApprovalParams,
+        FileChangeRequestApprovalParams {
             thread_id: "t".into(),
             turn_id: "u".into(),
             item_id: "i".into(),
             reason: s(),
             grant_root: s(),
-        }),
+        }
     );
     check(
         "CommandExecutionRequestApprovalResponse",
@@ -1109,13 +1176,14 @@ async fn wire_names_exist_in_the_generated_schema() {
             decision: wire::ApprovalDecision::Accept,
         }),
     );
-    check(
+    read_type!(
         "FileUpdateChange",
-        keys(&FileUpdateChange {
+        FileUpdateChange,
+        FileUpdateChange {
             path: "p".into(),
             kind: Value::Null,
             diff: "d".into(),
-        }),
+        }
     );
 
     // Item types and their fields: each known item is one `oneOf` variant of ThreadItem.

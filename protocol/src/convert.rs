@@ -851,9 +851,10 @@ pub fn event_to_proto(e: &Event) -> pb::Event {
         EventBody::AgentUpdated { agent } => Body::AgentUpdated(pb::AgentUpdated {
             agent: Some(agent_to_pb(agent)),
         }),
-        EventBody::AgentRemoved { name } => {
-            Body::AgentRemoved(pb::AgentRemoved { name: name.clone() })
-        }
+        EventBody::AgentRemoved { name, node } => Body::AgentRemoved(pb::AgentRemoved {
+            name: name.clone(),
+            node: node.clone(),
+        }),
         EventBody::ThreadLost {
             agent,
             old_thread_id,
@@ -937,6 +938,7 @@ pub fn event_from_proto(e: pb::Event) -> Result<Event, EventError> {
         },
         Body::AgentRemoved(b) => EventBody::AgentRemoved {
             name: b.name.clone(),
+            node: b.node.clone(),
         },
         Body::ThreadLost(b) => EventBody::ThreadLost {
             agent: b.agent.clone(),
@@ -1645,6 +1647,11 @@ mod tests {
         let mut out = vec![
             EventBody::AgentRemoved {
                 name: "codex-1".into(),
+                node: None,
+            },
+            EventBody::AgentRemoved {
+                name: "far-1".into(),
+                node: Some("gpu-box".into()),
             },
             EventBody::ThreadLost {
                 agent: "codex-1".into(),
@@ -1719,7 +1726,10 @@ mod tests {
             v: EVENT_VERSION,
             seq: 1,
             at: 2,
-            body: EventBody::AgentRemoved { name: "x".into() },
+            body: EventBody::AgentRemoved {
+                name: "x".into(),
+                node: None,
+            },
         }
     }
 

@@ -509,10 +509,12 @@ pub struct Flight {
     /// Live, one-line progress: the tail of the streamed text or the current item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    /// The final assistant text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The final assistant text (`null` until the flight completes: the field is always
+    /// there, so scripts can read `.output` and `.error` without guarding).
+    #[serde(default)]
     pub output: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why the flight failed or was cancelled (`null` otherwise).
+    #[serde(default)]
     pub error: Option<String>,
     /// Sequence number of the last update of this flight (1-based; 0 = none yet).
     pub update_seq: u64,
@@ -689,6 +691,23 @@ pub enum ApprovalDecision {
     AcceptForSession,
     Decline,
     Cancel,
+}
+
+impl ApprovalDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accept => "accept",
+            Self::AcceptForSession => "accept_for_session",
+            Self::Decline => "decline",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+impl std::fmt::Display for ApprovalDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl std::str::FromStr for ApprovalDecision {

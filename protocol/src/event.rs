@@ -42,6 +42,9 @@ pub enum EventBody {
     },
     AgentRemoved {
         name: String,
+        /// The node that served it (`None`: the broker's embedded runtime).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
     /// The harness thread stored for an agent could not be resumed and a new one was
     /// started: the earlier conversation is not in the new thread.

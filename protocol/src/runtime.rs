@@ -39,6 +39,11 @@ pub enum Control {
     AgentRemoved {
         agent: String,
     },
+    /// Start the agent's session now (`relay agent wake`, `keep_warm`), not at its first
+    /// turn.
+    Wake {
+        spec: Box<Agent>,
+    },
 }
 
 impl Control {
@@ -48,6 +53,7 @@ impl Control {
             | Control::Interrupt { agent, .. }
             | Control::Approval { agent, .. }
             | Control::AgentRemoved { agent } => agent,
+            Control::Wake { spec } => &spec.spec.name,
         }
     }
 }
@@ -79,6 +85,12 @@ pub enum Report {
         agent: String,
         request: ApprovalRequest,
     },
-    /// The turn ended: approvals of this flight still pending are closed as expired.
-    ApprovalsExpired { flight: String },
+    /// Approvals of this flight still pending are closed as expired: the turn ended, or
+    /// the harness withdrew its request. `by` is recorded as who closed them (default
+    /// `relay:turn-ended`).
+    ApprovalsExpired {
+        flight: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
 }

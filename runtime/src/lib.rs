@@ -14,7 +14,7 @@
 pub mod threads;
 mod worker;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -53,7 +53,17 @@ pub struct RuntimeConfig {
     pub data_dir: PathBuf,
     /// This runtime's node name; `None` for the broker's embedded runtime.
     pub node: Option<String>,
+    /// A running turn without a harness event for this long is interrupted and failed
+    /// (`None`: never). Waiting for an approval does not count.
+    pub turn_idle_timeout: Option<std::time::Duration>,
 }
+
+/// The default of [`RuntimeConfig::turn_idle_timeout`].
+pub const DEFAULT_TURN_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Flights interrupted before their dispatch reached this runtime are remembered, up to
+/// this many, so that the dispatch is dropped when it comes.
+const CANCELLED_MEMORY: usize = 4096;
 
 /// A handle to the runtime. Clone freely.
 #[derive(Clone)]
@@ -69,6 +79,9 @@ struct Inner {
     config: RuntimeConfig,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    /// Flights interrupted while not running here: their dispatch, if it comes, is
+    /// dropped. Oldest first, bounded by [`CANCELLED_MEMORY`].
+    cancelled: Mutex<VecDeque<String>>,
 }
 
 impl Runtime {
@@ -89,6 +102,7 @@ impl Runtime {
                     config,
                     shutdown,
                     tasks: TaskTracker::new(),
+                    cancelled: Mutex::new(VecDeque::new()),
                 }),
             },
             rx,
@@ -108,6 +122,10 @@ impl Runtime {
     pub async fn dispatch(&self, dispatch: Dispatch) -> Result<(), RuntimeError> {
         let name = dispatch.agent.spec.name.clone();
         let flight = dispatch.flight.id.clone();
+        if self.take_cancelled(&flight) {
+            tracing::info!(%flight, "dispatch of an interrupted flight dropped");
+            return Ok(());
+        }
         let handle = self.worker(&dispatch.agent)?;
         if let Err(e) = handle.dispatch(dispatch) {
             self.report(Report::Flight {
@@ -131,12 +149,56 @@ impl Runtime {
     }
 
     /// Steers, interrupts or answers an approval of a live turn; returns when the harness
-    /// has taken it.
+    /// has taken it. A flight still queued is cancelled (interrupt) or has the text
+    /// added to its task (steer) at once; an interrupted flight whose dispatch has not
+    /// come yet is dropped when it does.
     pub async fn control(&self, control: Control) -> Result<(), RuntimeError> {
         let handle = {
             let workers = self.inner.workers.lock().map_err(|_| poisoned())?;
             workers.get(control.agent()).cloned()
         };
+        match &control {
+            Control::Interrupt { flight, .. } => {
+                self.remember_cancelled(flight);
+                if let Some(d) = handle.as_ref().and_then(|h| h.queue.remove(flight)) {
+                    self.take_cancelled(flight);
+                    self.report(Report::Flight {
+                        flight: d.flight.id,
+                        change: FlightChange::State {
+                            to: FlightState::Cancelled,
+                            reason: Some("interrupted before its turn started".into()),
+                            output: None,
+                        },
+                    })
+                    .await;
+                    return Ok(());
+                }
+            }
+            Control::Steer { flight, text, .. } => {
+                if handle.as_ref().is_some_and(|h| h.queue.steer(flight, text)) {
+                    self.report(Report::Flight {
+                        flight: flight.clone(),
+                        change: FlightChange::Note {
+                            text: format!("steered while queued (added to the task): {text}"),
+                        },
+                    })
+                    .await;
+                    return Ok(());
+                }
+            }
+            Control::AgentRemoved { agent } => {
+                // Its thread goes too, live session or not: a new agent of the same
+                // name starts afresh.
+                if let Err(e) = self.inner.threads.forget(agent) {
+                    tracing::warn!(%agent, error = %e, "cannot forget the thread");
+                }
+                if let Ok(mut w) = self.inner.workers.lock() {
+                    w.remove(agent);
+                }
+            }
+            Control::Wake { spec } => return self.warm(spec),
+            Control::Approval { .. } => {}
+        }
         let Some(handle) = handle else {
             if matches!(control, Control::AgentRemoved { .. }) {
                 return Ok(());
@@ -146,12 +208,6 @@ impl Runtime {
                 control.agent()
             )));
         };
-        if let Control::AgentRemoved { agent } = &control {
-            if let Ok(mut w) = self.inner.workers.lock() {
-                w.remove(agent);
-            }
-            let _ = self.inner.threads.forget(agent);
-        }
         let (tx, rx) = oneshot::channel();
         handle.control(control, tx)?;
         rx.await.map_err(|_| RuntimeError::ShuttingDown)?
@@ -196,11 +252,35 @@ impl Runtime {
                 threads: self.inner.threads.clone(),
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),
+                turn_idle_timeout: self.inner.config.turn_idle_timeout,
             },
             &self.inner.tasks,
         );
         workers.insert(agent.spec.name.clone(), handle.clone());
         Ok(handle)
+    }
+
+    fn remember_cancelled(&self, flight: &str) {
+        if let Ok(mut c) = self.inner.cancelled.lock() {
+            if c.len() == CANCELLED_MEMORY {
+                c.pop_front();
+            }
+            c.push_back(flight.to_string());
+        }
+    }
+
+    /// Whether `flight` was interrupted before it got here (forgetting it).
+    fn take_cancelled(&self, flight: &str) -> bool {
+        let Ok(mut c) = self.inner.cancelled.lock() else {
+            return false;
+        };
+        match c.iter().position(|f| f == flight) {
+            Some(at) => {
+                c.remove(at);
+                true
+            }
+            None => false,
+        }
     }
 
     async fn report(&self, report: Report) {

@@ -105,6 +105,13 @@ impl ThreadStore {
         Ok(out)
     }
 
+    /// Drops an invocation's record (not flushed: losing it in a crash only keeps a
+    /// record that is harmless once its flight has ended).
+    pub fn forget_dispatch(&self, invocation: &str) -> Result<(), crate::RuntimeError> {
+        self.dispatches.remove(invocation.as_bytes())?;
+        Ok(())
+    }
+
     pub fn forget(&self, agent: &str) -> Result<(), crate::RuntimeError> {
         self.tree.remove(agent.as_bytes())?;
         Ok(())

@@ -1,33 +1,50 @@
 //! One agent's worker: its turn queue, its harness session and the turn in progress.
 //!
-//! The worker is the only owner of the agent's session. It waits on three things at
-//! once: the next queued turn (only when no turn runs), control messages (steer,
-//! interrupt, approvals), and the session's event stream (also between turns, to see
-//! the child die). A session that died is dropped and respawned by the next turn, which
-//! resumes the same thread.
+//! The worker is the only owner of the agent's session. It waits on four things at
+//! once: the session's event stream (also between turns, to see the child die), control
+//! messages (steer, interrupt, approvals), the next queued turn (only when no turn
+//! runs), and the shutdown. A session that died is dropped and respawned by the next
+//! turn, which resumes the same thread; a `keep_warm` session is respawned at once.
+//!
+//! The queue is shared with the agent's [`Handle`], so a flight still waiting in it can
+//! be cancelled or steered without disturbing the turn that runs. Controls of the
+//! running turn are carried out by tasks of their own, so the worker keeps draining the
+//! harness's events while Codex answers them (a full event buffer would otherwise stop
+//! Codex's stdout, and with it the very answer the control waits for).
 
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use relay_harnesses::codex::{codex_program, CodexConfig, CodexSession, ThreadOptions};
 use relay_harnesses::HarnessError;
 use relay_protocol::domain::{
     Agent, AgentState, ApprovalRequest, Endpoint, FlightChange, FlightState, Harness, ItemPhase,
+    WakePolicy,
 };
-use relay_protocol::harness::{HarnessEvent, TurnOutcome};
+use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use relay_protocol::runtime::{Control, Dispatch, Report};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::threads::{DispatchState, ThreadRecord, ThreadStore};
 use crate::{RuntimeError, AGENT_QUEUE_CAPACITY};
 
+/// The first wait before a `keep_warm` session that died is started again; it doubles
+/// up to [`REWARM_MAX`] while sessions keep dying young.
+const REWARM_FIRST: Duration = Duration::from_secs(1);
+const REWARM_MAX: Duration = Duration::from_secs(60);
+
 pub struct Deps {
     pub reports: mpsc::Sender<Report>,
     pub threads: ThreadStore,
     pub node: Option<String>,
     pub shutdown: CancellationToken,
+    /// A running turn without a harness event for this long is interrupted and failed
+    /// (`None`: never). Time spent waiting for an approval does not count.
+    pub turn_idle_timeout: Option<Duration>,
 }
 
 enum Msg {
@@ -35,19 +52,98 @@ enum Msg {
     Control(Control, oneshot::Sender<Result<(), RuntimeError>>),
 }
 
+/// The agent's queued turns. See the module docs.
+#[derive(Default)]
+pub struct TurnQueue {
+    state: Mutex<QueueState>,
+    ready: Notify,
+}
+
+#[derive(Default)]
+struct QueueState {
+    turns: VecDeque<Dispatch>,
+    closed: bool,
+}
+
+impl TurnQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(&self, d: Dispatch) -> Result<(), RuntimeError> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if q.turns.len() >= AGENT_QUEUE_CAPACITY {
+            return Err(RuntimeError::Overloaded(d.agent.spec.name));
+        }
+        q.turns.push_back(d);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The next turn, waiting for one; `None` once closed and empty. Cancel-safe.
+    async fn next(&self) -> Option<Dispatch> {
+        loop {
+            {
+                let mut q = self.lock();
+                if let Some(d) = q.turns.pop_front() {
+                    return Some(d);
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    /// Closes the queue and returns what was still in it.
+    fn close(&self) -> Vec<Dispatch> {
+        let mut q = self.lock();
+        q.closed = true;
+        q.turns.drain(..).collect()
+    }
+
+    /// Takes a flight out of the queue, if it waits there.
+    pub fn remove(&self, flight: &str) -> Option<Dispatch> {
+        let mut q = self.lock();
+        let at = q.turns.iter().position(|d| d.flight.id == flight)?;
+        q.turns.remove(at)
+    }
+
+    /// Adds `text` to the task of a flight waiting in the queue; `false` if it is not
+    /// there.
+    pub fn steer(&self, flight: &str, text: &str) -> bool {
+        let mut q = self.lock();
+        match q.turns.iter_mut().find(|d| d.flight.id == flight) {
+            Some(d) => {
+                d.invocation.task.push_str("\n\n");
+                d.invocation.task.push_str(text);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}
+
 #[derive(Clone)]
 pub struct Handle {
-    queue: mpsc::Sender<Dispatch>,
+    pub queue: Arc<TurnQueue>,
     msgs: mpsc::UnboundedSender<Msg>,
 }
 
 impl Handle {
     pub fn dispatch(&self, d: Dispatch) -> Result<(), RuntimeError> {
-        let agent = d.agent.spec.name.clone();
-        self.queue.try_send(d).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => RuntimeError::Overloaded(agent),
-            mpsc::error::TrySendError::Closed(_) => RuntimeError::ShuttingDown,
-        })
+        self.queue.push(d)
     }
 
     pub fn warm(&self, agent: Agent) -> Result<(), RuntimeError> {
@@ -67,19 +163,22 @@ impl Handle {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.queue.is_closed()
+        self.msgs.is_closed() || self.queue.is_closed()
     }
 }
 
 pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
-    let (queue, queue_rx) = mpsc::channel(AGENT_QUEUE_CAPACITY);
+    let queue = Arc::new(TurnQueue::default());
     let (msgs, msgs_rx) = mpsc::unbounded_channel();
     let worker = Worker {
         name,
         deps,
         session: None,
+        warm: None,
+        rewarm_delay: REWARM_FIRST,
+        rewarm_at: None,
     };
-    tasks.spawn(worker.run(queue_rx, msgs_rx));
+    tasks.spawn(worker.run(queue.clone(), msgs_rx));
     Handle { queue, msgs }
 }
 
@@ -87,52 +186,60 @@ struct Live {
     session: CodexSession,
     events: mpsc::Receiver<HarnessEvent>,
     thread_id: String,
+    started: tokio::time::Instant,
 }
 
 /// The turn in progress.
 struct Turn {
     flight: String,
+    invocation: String,
     turn_id: String,
-    /// Text of the agent message items so far, in case the harness's final event lacks it.
+    /// Text of the current agent message so far, in case the harness's final event
+    /// lacks it.
     text: String,
+    /// Approval requests surfaced and not answered by Relay yet.
+    approvals: HashSet<String>,
 }
 
 struct Worker {
     name: String,
     deps: Deps,
     session: Option<Live>,
+    /// The agent, while its wake policy is `keep_warm`: its session is kept running.
+    warm: Option<Agent>,
+    rewarm_delay: Duration,
+    /// When to start the `keep_warm` session again after it died.
+    rewarm_at: Option<tokio::time::Instant>,
 }
 
 enum TurnEnd {
     Done,
-    /// The runtime is stopping; the flight was failed with that reason.
+    /// The runtime is stopping (or the agent was removed); the flight was failed.
     Shutdown,
 }
 
 impl Worker {
-    async fn run(
-        mut self,
-        mut queue: mpsc::Receiver<Dispatch>,
-        mut msgs: mpsc::UnboundedReceiver<Msg>,
-    ) {
+    async fn run(mut self, queue: Arc<TurnQueue>, mut msgs: mpsc::UnboundedReceiver<Msg>) {
+        let mut stop_reason = "the runtime stopped before this turn started";
         loop {
             tokio::select! {
+                // The session's death is seen before a queued turn is taken, so that turn
+                // respawns the session instead of failing on a dead one.
+                biased;
                 _ = self.deps.shutdown.cancelled() => break,
-                d = queue.recv() => {
-                    let Some(d) = d else { break };
-                    if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
-                        break;
-                    }
-                }
+                ev = next_event(&mut self.session) => self.idle_event(ev).await,
                 m = msgs.recv() => match m {
                     None => break,
                     Some(Msg::Warm(agent)) => {
+                        self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then(|| (*agent).clone());
                         if let Err(e) = self.ensure_session(&agent).await {
-                            tracing::warn!(agent = %self.name, error = %e, "keep_warm start failed");
+                            tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
+                            self.schedule_rewarm();
                         }
                     }
                     Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
                         let _ = reply.send(Ok(()));
+                        stop_reason = "the agent was removed before this turn started";
                         break;
                     }
                     Some(Msg::Control(c, reply)) => {
@@ -142,16 +249,37 @@ impl Worker {
                         ))));
                     }
                 },
-                ev = next_event(&mut self.session) => self.idle_event(ev).await,
+                _ = rewarm(self.rewarm_at) => {
+                    self.rewarm_at = None;
+                    if let Some(agent) = self.warm.clone() {
+                        if let Err(e) = self.ensure_session(&agent).await {
+                            tracing::warn!(agent = %self.name, error = %e, "restarting the keep_warm session failed");
+                            self.schedule_rewarm();
+                        }
+                    }
+                }
+                d = queue.next() => {
+                    let Some(d) = d else { break };
+                    if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
+                        stop_reason = "the agent was removed, or the runtime stopped, before this turn started";
+                        break;
+                    }
+                }
             }
         }
         // Fail what is still queued: it will not run in this process.
-        queue.close();
-        while let Ok(d) = queue.try_recv() {
-            self.fail(&d.flight.id, "the runtime stopped before this turn started")
-                .await;
+        for d in queue.close() {
+            self.fail(&d.flight.id, stop_reason).await;
         }
         self.stop_session().await;
+    }
+
+    fn schedule_rewarm(&mut self) {
+        if self.warm.is_none() || self.deps.shutdown.is_cancelled() {
+            return;
+        }
+        self.rewarm_at = Some(tokio::time::Instant::now() + self.rewarm_delay);
+        self.rewarm_delay = (self.rewarm_delay * 2).min(REWARM_MAX);
     }
 
     async fn report(&self, r: Report) {
@@ -199,13 +327,30 @@ impl Worker {
         match ev {
             Some(HarnessEvent::ProcessExited { .. }) | None => {
                 tracing::info!(agent = %self.name, "session ended between turns");
-                self.session = None;
-                self.agent_state(AgentState::Offline).await;
+                self.session_ended().await;
             }
             Some(other) => {
                 tracing::debug!(agent = %self.name, event = ?other, "event between turns")
             }
         }
+    }
+
+    /// The session is gone: the agent is offline, and a `keep_warm` one starts again
+    /// (at once after a long life, with a growing pause while sessions die young).
+    async fn session_ended(&mut self) {
+        if let Some(live) = self.session.take() {
+            if live.started.elapsed() > REWARM_MAX {
+                self.rewarm_delay = REWARM_FIRST;
+            }
+        }
+        self.report(Report::Agent {
+            agent: self.name.clone(),
+            state: Some(AgentState::Offline),
+            thread_id: None,
+            endpoint: None,
+        })
+        .await;
+        self.schedule_rewarm();
     }
 
     async fn stop_session(&mut self) {
@@ -217,7 +362,8 @@ impl Worker {
         }
     }
 
-    /// Spawns the harness and resumes (or starts) the agent's thread.
+    /// Spawns the harness and resumes (or starts) the agent's thread. On failure the
+    /// agent is reported `failed`, never left `starting`.
     async fn ensure_session(&mut self, agent: &Agent) -> Result<(), String> {
         if self.session.is_some() {
             return Ok(());
@@ -229,18 +375,57 @@ impl Worker {
             ));
         }
         self.agent_state(AgentState::Starting).await;
+        match self.start_session(agent).await {
+            Ok(live) => {
+                self.report(Report::Agent {
+                    agent: self.name.clone(),
+                    state: Some(AgentState::Idle),
+                    thread_id: Some(live.thread_id.clone()),
+                    endpoint: Some(Endpoint {
+                        transport: Harness::CodexAppServer,
+                        node: self.deps.node.clone(),
+                        session_id: Some(live.thread_id.clone()),
+                        pid: Some(live.session.pid()),
+                        pane: None,
+                    }),
+                })
+                .await;
+                self.session = Some(live);
+                Ok(())
+            }
+            Err(e) => {
+                self.agent_state(AgentState::Failed).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_session(&self, agent: &Agent) -> Result<Live, String> {
         let mut config = CodexConfig::new(codex_program(agent.spec.command.as_deref()));
         config.args = agent.spec.args.clone();
         config.env = agent.spec.env.clone();
         config.cwd = Some(PathBuf::from(&agent.spec.cwd));
         config.model = agent.spec.model.clone();
-        let (session, events) = match CodexSession::spawn(config).await {
-            Ok(s) => s,
+        let (session, events) = CodexSession::spawn(config)
+            .await
+            .map_err(|e| format!("cannot start codex app-server: {e}"))?;
+        match self.open_thread(agent, &session).await {
+            Ok(thread_id) => Ok(Live {
+                session,
+                events,
+                thread_id,
+                started: tokio::time::Instant::now(),
+            }),
             Err(e) => {
-                self.agent_state(AgentState::Failed).await;
-                return Err(format!("cannot start codex app-server: {e}"));
+                let _ = session.shutdown().await;
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// Resumes the stored thread, or starts one (recording a lost thread as such), and
+    /// stores its id.
+    async fn open_thread(&self, agent: &Agent, session: &CodexSession) -> Result<String, String> {
         let stored = self
             .deps
             .threads
@@ -271,11 +456,7 @@ impl Worker {
                     .await;
                     new
                 }
-                Err(e) => {
-                    let _ = session.shutdown().await;
-                    self.agent_state(AgentState::Failed).await;
-                    return Err(format!("cannot resume codex thread {}: {e}", rec.thread_id));
-                }
+                Err(e) => return Err(format!("cannot resume codex thread {}: {e}", rec.thread_id)),
             },
             None => session
                 .start_thread(&options)
@@ -294,42 +475,52 @@ impl Worker {
             )
             .await
             .map_err(|e| format!("cannot record the thread id: {e}"))?;
-        self.report(Report::Agent {
-            agent: self.name.clone(),
-            state: Some(AgentState::Idle),
-            thread_id: Some(thread_id.clone()),
-            endpoint: Some(Endpoint {
-                transport: Harness::CodexAppServer,
-                node: self.deps.node.clone(),
-                session_id: Some(thread_id.clone()),
-                pid: Some(session.pid()),
-                pane: None,
-            }),
-        })
-        .await;
-        self.session = Some(Live {
-            session,
-            events,
-            thread_id,
-        });
-        Ok(())
+        Ok(thread_id)
+    }
+
+    /// Makes sure a session is up, racing the shutdown: a hung harness start must not
+    /// hold up a stopping runtime. `Err(None)` means shutdown.
+    async fn wake(&mut self, agent: &Agent) -> Result<(), Option<String>> {
+        let shutdown = self.deps.shutdown.clone();
+        tokio::select! {
+            _ = shutdown.cancelled() => Err(None),
+            r = self.ensure_session(agent) => r.map_err(Some),
+        }
     }
 
     async fn turn(&mut self, d: Dispatch, msgs: &mut mpsc::UnboundedReceiver<Msg>) -> TurnEnd {
         let flight = d.flight.id.clone();
         if self.session.is_none() {
-            self.state(&flight, FlightState::Waking, None).await;
-            if let Err(reason) = self.ensure_session(&d.agent).await {
-                self.fail(&flight, &reason).await;
+            if d.agent.spec.wake == WakePolicy::Manual {
+                self.fail(
+                    &flight,
+                    &format!(
+                        "agent {} has wake policy `manual` and no live session: start it with `relay agent wake {}`",
+                        self.name, self.name
+                    ),
+                )
+                .await;
                 return TurnEnd::Done;
             }
+            self.state(&flight, FlightState::Waking, None).await;
+            match self.wake(&d.agent).await {
+                Ok(()) => {}
+                Err(Some(reason)) => {
+                    self.fail(&flight, &reason).await;
+                    return TurnEnd::Done;
+                }
+                Err(None) => {
+                    self.fail(
+                        &flight,
+                        "the runtime was shut down while the session started",
+                    )
+                    .await;
+                    return TurnEnd::Shutdown;
+                }
+            }
         }
-        let Some(live) = self.session.as_ref() else {
-            return TurnEnd::Done;
-        };
-        let (session, thread_id) = (live.session.clone(), live.thread_id.clone());
         // Recorded (on disk) before the harness sees the task: whatever happens next, a
-        // redelivery of this dispatch (a remote node) never starts the turn a second time.
+        // redelivery of this dispatch, or a restart, never starts the turn a second time.
         if let Err(e) = self
             .deps
             .threads
@@ -340,11 +531,19 @@ impl Worker {
                 .await;
             return TurnEnd::Done;
         }
-        let turn_id = match session.start_turn(&thread_id, &d.invocation.task).await {
+        let shutdown = self.deps.shutdown.clone();
+        let started = tokio::select! {
+            _ = shutdown.cancelled() => {
+                self.fail(&flight, "the runtime was shut down as the turn started").await;
+                return TurnEnd::Shutdown;
+            }
+            r = self.start_turn(&d) => r,
+        };
+        let (session, thread_id, turn_id) = match started {
             Ok(t) => t,
-            Err(e) => {
-                let reason = self.session_error("cannot start the turn", &e);
+            Err(reason) => {
                 self.fail(&flight, &reason).await;
+                self.turn_over(&d.invocation.id).await;
                 return TurnEnd::Done;
             }
         };
@@ -360,8 +559,10 @@ impl Worker {
         self.state(&flight, FlightState::Running, None).await;
         let mut turn = Turn {
             flight,
+            invocation: d.invocation.id.clone(),
             turn_id,
             text: String::new(),
+            approvals: HashSet::new(),
         };
         let deadline = d.invocation.timeout_ms.map(Duration::from_millis);
         let timeout = async {
@@ -371,7 +572,19 @@ impl Worker {
             }
         };
         tokio::pin!(timeout);
+        let idle = tokio::time::sleep(self.deps.turn_idle_timeout.unwrap_or(Duration::MAX));
+        tokio::pin!(idle);
+        let (control_done, mut control_results) = mpsc::unbounded_channel::<()>();
+        let mut was_watching = true;
         let end = loop {
+            let watching = self.deps.turn_idle_timeout.is_some() && turn.approvals.is_empty();
+            if watching && !was_watching {
+                // Back from waiting on a person: the idle clock starts afresh.
+                if let Some(limit) = self.deps.turn_idle_timeout {
+                    idle.as_mut().reset(tokio::time::Instant::now() + limit);
+                }
+            }
+            was_watching = watching;
             tokio::select! {
                 _ = self.deps.shutdown.cancelled() => {
                     self.fail(&turn.flight, "the runtime was shut down during the turn").await;
@@ -383,6 +596,16 @@ impl Worker {
                     self.fail(&turn.flight, &format!("timed out after {} ms", after.as_millis())).await;
                     break TurnEnd::Done;
                 }
+                _ = &mut idle, if watching => {
+                    let _ = session.interrupt(&thread_id, &turn.turn_id).await;
+                    let secs = self.deps.turn_idle_timeout.unwrap_or_default().as_secs();
+                    self.fail(
+                        &turn.flight,
+                        &format!("codex sent nothing for {secs} s (is its model reachable?); the turn was interrupted"),
+                    )
+                    .await;
+                    break TurnEnd::Done;
+                }
                 m = msgs.recv() => match m {
                     None | Some(Msg::Control(Control::AgentRemoved { .. }, _)) => {
                         let _ = session.interrupt(&thread_id, &turn.turn_id).await;
@@ -392,27 +615,74 @@ impl Worker {
                         }
                         break TurnEnd::Shutdown;
                     }
-                    Some(Msg::Warm(_)) => {}
+                    Some(Msg::Warm(agent)) => {
+                        self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then_some(*agent);
+                    }
                     Some(Msg::Control(c, reply)) => {
-                        let r = self.control(&session, &thread_id, &turn, c).await;
-                        let _ = reply.send(r);
+                        if let Control::Approval { harness_request_id, .. } = &c {
+                            turn.approvals.remove(harness_request_id);
+                        }
+                        self.spawn_control(&session, &thread_id, &turn, c, reply, control_done.clone());
                     }
                 },
+                // A control finished: nothing to do but keep the channel drained.
+                Some(()) = control_results.recv() => {}
                 ev = next_event(&mut self.session) => {
+                    let activity = ev.as_ref().is_some_and(counts_as_activity);
                     if self.turn_event(&mut turn, ev).await {
                         break TurnEnd::Done;
+                    }
+                    if activity {
+                        if let Some(limit) = self.deps.turn_idle_timeout {
+                            idle.as_mut().reset(tokio::time::Instant::now() + limit);
+                        }
                     }
                 }
             }
         };
         self.report(Report::ApprovalsExpired {
             flight: turn.flight.clone(),
+            by: None,
         })
         .await;
+        self.turn_over(&turn.invocation).await;
         if self.session.is_some() {
             self.agent_state(AgentState::Idle).await;
         }
         end
+    }
+
+    /// Starts the turn. A thread that Codex lost since the session opened is replaced
+    /// (the session is restarted, which resumes or starts a thread and records a loss)
+    /// and the turn tried once more.
+    async fn start_turn(&mut self, d: &Dispatch) -> Result<(CodexSession, String, String), String> {
+        for attempt in 0..2 {
+            let Some(live) = self.session.as_ref() else {
+                return Err("the codex session is gone".into());
+            };
+            let (session, thread_id) = (live.session.clone(), live.thread_id.clone());
+            match session.start_turn(&thread_id, &d.invocation.task).await {
+                Ok(turn_id) => return Ok((session, thread_id, turn_id)),
+                Err(e @ HarnessError::ThreadNotFound { .. }) if attempt == 0 => {
+                    tracing::warn!(agent = %self.name, error = %e, "thread gone mid-session; restarting the session");
+                    self.stop_session().await;
+                    self.ensure_session(&d.agent).await?;
+                }
+                Err(e) => return Err(self.session_error("cannot start the turn", &e)),
+            }
+        }
+        Err("cannot start the turn".into())
+    }
+
+    /// The embedded runtime forgets a turn once it is over: the record only guards a
+    /// restart in the middle. A node keeps it (as done, written by its forwarder once
+    /// the end is safely reported), to refuse a late redelivery.
+    async fn turn_over(&self, invocation: &str) {
+        if self.deps.node.is_none() {
+            if let Err(e) = self.deps.threads.forget_dispatch(invocation) {
+                tracing::warn!(agent = %self.name, error = %e, "cannot forget the turn's record");
+            }
+        }
     }
 
     fn session_error(&self, what: &str, e: &HarnessError) -> String {
@@ -428,73 +698,66 @@ impl Worker {
         }
     }
 
-    async fn control(
+    /// Carries out a control of the running turn in a task of its own; see the module
+    /// docs.
+    fn spawn_control(
         &self,
         session: &CodexSession,
         thread_id: &str,
         turn: &Turn,
         c: Control,
-    ) -> Result<(), RuntimeError> {
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+        done: mpsc::UnboundedSender<()>,
+    ) {
         if control_flight(&c) != turn.flight {
-            return Err(RuntimeError::Unavailable(format!(
+            let _ = reply.send(Err(RuntimeError::Unavailable(format!(
                 "flight {} is not the turn running on agent {:?}",
                 control_flight(&c),
                 self.name
-            )));
+            ))));
+            return;
         }
-        match c {
-            Control::Steer { text, .. } => {
-                session.steer(thread_id, &turn.turn_id, &text).await?;
-                self.change(
-                    &turn.flight,
-                    FlightChange::Note {
-                        text: format!("steered: {text}"),
-                    },
-                )
-                .await;
-            }
-            Control::Interrupt { .. } => {
-                // Right after `turn/start` codex may not have made the turn active yet
-                // ("no active turn"); give it a moment rather than fail the request.
-                let mut tries = 0;
-                loop {
-                    match session.interrupt(thread_id, &turn.turn_id).await {
-                        Err(HarnessError::Rpc { message, .. })
-                            if message.contains("no active turn") && tries < 30 =>
-                        {
-                            tries += 1;
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        other => break other?,
-                    }
-                }
-            }
-            Control::Approval {
-                harness_request_id,
-                decision,
-                ..
-            } => {
-                session
-                    .respond_approval(&harness_request_id, decision)
-                    .await?
-            }
-            Control::AgentRemoved { .. } => {}
-        }
-        Ok(())
+        let session = session.clone();
+        let thread_id = thread_id.to_string();
+        let turn_id = turn.turn_id.clone();
+        let flight = turn.flight.clone();
+        let reports = self.deps.reports.clone();
+        tokio::spawn(async move {
+            let r = run_control(&session, &thread_id, &turn_id, &flight, &reports, c).await;
+            let _ = reply.send(r);
+            let _ = done.send(());
+        });
     }
 
     /// Handles one event of the running turn; true when the turn has ended.
     async fn turn_event(&mut self, turn: &mut Turn, ev: Option<HarnessEvent>) -> bool {
         let flight = turn.flight.clone();
         let Some(ev) = ev else {
-            self.session = None;
+            self.session_ended().await;
             self.fail(&flight, "the codex event stream ended mid-turn")
                 .await;
             return true;
         };
         let same_turn = |id: &str| id == turn.turn_id;
         match ev {
-            HarnessEvent::TurnStarted { .. } | HarnessEvent::ApprovalResolved { .. } => {}
+            HarnessEvent::TurnStarted { .. } => {}
+            HarnessEvent::ApprovalResolved { request_id } => {
+                // Settled by Codex itself (the request was withdrawn), not by an answer
+                // from Relay: close the record, and the turn goes on.
+                if turn.approvals.remove(&request_id) {
+                    self.report(Report::ApprovalsExpired {
+                        flight: flight.clone(),
+                        by: Some("codex:withdrawn".into()),
+                    })
+                    .await;
+                    self.state(
+                        &flight,
+                        FlightState::Running,
+                        Some("codex withdrew its approval request".into()),
+                    )
+                    .await;
+                }
+            }
             HarnessEvent::TextDelta { turn_id, delta, .. } if same_turn(&turn_id) => {
                 turn.text.push_str(&delta);
                 self.change(&flight, FlightChange::Delta { text: delta })
@@ -505,6 +768,9 @@ impl Worker {
                 item_id,
                 kind,
             } if same_turn(&turn_id) => {
+                if kind == ItemKind::AgentMessage {
+                    turn.text.clear();
+                }
                 self.change(
                     &flight,
                     FlightChange::Item {
@@ -575,6 +841,7 @@ impl Worker {
                 detail,
                 reason,
             } if same_turn(&turn_id) => {
+                turn.approvals.insert(request_id.clone());
                 self.report(Report::ApprovalRequested {
                     agent: self.name.clone(),
                     request: ApprovalRequest {
@@ -626,7 +893,6 @@ impl Worker {
                 signal,
                 stderr_tail,
             } => {
-                self.session = None;
                 let how = match (code, signal) {
                     (_, Some(s)) => format!("was killed by signal {s}"),
                     (Some(c), None) => format!("exited with code {c}"),
@@ -634,12 +900,12 @@ impl Worker {
                 };
                 let tail = stderr_tail.trim();
                 let reason = if tail.is_empty() {
-                    format!("codex app-server {how} mid-turn (no stderr)")
+                    format!("codex app-server {how} mid-turn (it wrote nothing on stderr)")
                 } else {
                     format!("codex app-server {how} mid-turn; stderr tail:\n{tail}")
                 };
                 self.fail(&flight, &reason).await;
-                self.agent_state(AgentState::Offline).await;
+                self.session_ended().await;
                 return true;
             }
             other => tracing::debug!(agent = %self.name, event = ?other, "event of another turn"),
@@ -648,12 +914,70 @@ impl Worker {
     }
 }
 
+/// Whether an event shows the turn is alive. Codex's own retry warnings ("Reconnecting...
+/// waiting for network") do not: a turn that only retries is stuck.
+fn counts_as_activity(ev: &HarnessEvent) -> bool {
+    !matches!(ev, HarnessEvent::Warning { .. })
+}
+
+/// Steers, interrupts or answers an approval of the running turn.
+async fn run_control(
+    session: &CodexSession,
+    thread_id: &str,
+    turn_id: &str,
+    flight: &str,
+    reports: &mpsc::Sender<Report>,
+    c: Control,
+) -> Result<(), RuntimeError> {
+    match c {
+        Control::Steer { text, .. } => {
+            session.steer(thread_id, turn_id, &text).await?;
+            let _ = reports
+                .send(Report::Flight {
+                    flight: flight.to_string(),
+                    change: FlightChange::Note {
+                        text: format!("steered: {text}"),
+                    },
+                })
+                .await;
+        }
+        Control::Interrupt { .. } => {
+            // Right after `turn/start` codex may not have made the turn active yet
+            // ("no active turn"); give it a moment rather than fail the request.
+            let mut tries = 0;
+            loop {
+                match session.interrupt(thread_id, turn_id).await {
+                    Err(HarnessError::Rpc { message, .. })
+                        if message.contains("no active turn") && tries < 30 =>
+                    {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => break other?,
+                }
+            }
+        }
+        Control::Approval {
+            harness_request_id,
+            decision,
+            ..
+        } => {
+            session
+                .respond_approval(&harness_request_id, decision)
+                .await?
+        }
+        // Handled by the runtime and the worker's loop, never sent here.
+        Control::AgentRemoved { .. } | Control::Wake { .. } => {}
+    }
+    Ok(())
+}
+
 fn control_flight(c: &Control) -> &str {
     match c {
         Control::Steer { flight, .. }
         | Control::Interrupt { flight, .. }
         | Control::Approval { flight, .. } => flight,
-        Control::AgentRemoved { .. } => "",
+        Control::AgentRemoved { .. } | Control::Wake { .. } => "",
     }
 }
 
@@ -661,6 +985,14 @@ fn control_flight(c: &Control) -> &str {
 async fn next_event(session: &mut Option<Live>) -> Option<HarnessEvent> {
     match session {
         Some(live) => live.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `at`, or never.
+async fn rewarm(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -239,6 +239,27 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Live (non-zombie) processes whose process group is `pgid`: a supervised agent child
+/// leads its own group, so this is the child and everything it started there.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map(|(_, rest)| rest.split_whitespace().collect())
+                    .unwrap_or_default();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
+            })
+        })
+        .collect()
+}
+
 /// A raw HTTP client for the API: status code and JSON body, nothing interpreted.
 pub struct Http {
     pub url: String,

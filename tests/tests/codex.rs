@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use relay_mock_model::all_input_text;
 use relay_tests::codex_env::{state, wait_gone, Env};
-use relay_tests::{process_alive, signal};
+use relay_tests::{group_members, process_alive, signal};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -116,7 +116,14 @@ async fn after_kill_9_the_agent_continues_the_same_thread() {
     // The orphaned codex sees its stdin close and exits: nothing is left running.
     assert!(wait_gone(codex, 15).await, "codex {codex} outlived relay");
     env.relay.restart().unwrap();
-    assert_eq!(env.agent("codex-1").await["thread_id"], thread.as_str());
+    let agent = env.agent("codex-1").await;
+    assert_eq!(agent["thread_id"], thread.as_str());
+    // Its session died with the old process: offline, no stale pid.
+    assert_eq!(
+        (agent["state"].as_str(), agent["endpoint"].is_null()),
+        (Some("offline"), true),
+        "{agent}"
+    );
 
     let out = env.relay.cli_ok(&["ask", "codex-1", "which word?"]);
     assert_eq!(out.trim(), "ok: which word?");
@@ -165,7 +172,9 @@ async fn a_killed_codex_fails_the_flight_and_the_next_ask_resumes_the_thread() {
     let f = env.wait_flight(&id, 30, |f| state(f) == "failed").await;
     let reason = f["error"].as_str().unwrap();
     assert!(reason.contains("killed by signal 9"), "{reason}");
-    assert!(reason.contains("stderr"), "{reason}");
+    // Codex always writes a few lines on stderr at start (its log, sandbox warnings).
+    assert!(reason.contains("stderr tail:\n"), "{reason}");
+    assert!(!reason.contains('\x1b'), "terminal escapes in {reason:?}");
 
     let out = env.relay.cli(&["ask", "codex-1", "after the crash"]);
     assert!(
@@ -266,6 +275,13 @@ async fn approvals_accepted_declined_and_by_policy() {
     let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
     let output = f["output"].as_str().unwrap();
     assert!(!output.contains("Process exited with code 0"), "{output}");
+    // The model was told the user refused (the mock reports the call's output).
+    assert!(output.contains("rejected by user"), "{output}");
+    let d = env.approval_of(&id);
+    assert_eq!(
+        (d["decision"].as_str(), d["decided_by"].as_str()),
+        (Some("decline"), Some("operator"))
+    );
 
     // Decided by the agent's policy, recorded as such.
     let id = env.ask_no_wait("codex-2", "exec: echo policy-ok");
@@ -297,6 +313,7 @@ async fn an_approval_pending_when_the_turn_ends_expires() {
             .cloned()
             .unwrap();
         if a["state"] == "expired" {
+            assert_eq!(a["decided_by"], "relay:turn-ended", "{a}");
             break;
         }
         assert!(Instant::now() < deadline, "approval not expired: {a}");
@@ -311,10 +328,31 @@ async fn ten_agents_in_parallel_each_with_its_own_thread() {
     for n in &names {
         env.add_agent(n, &[]);
     }
+    // Slow turns (about 2 s each): one after another they would never overlap.
     let ids: Vec<String> = names
         .iter()
-        .map(|n| env.ask_no_wait(n, &format!("hello from {n}")))
+        .map(|n| env.ask_no_wait(n, &format!("slow: hello from {n} a b c d e")))
         .collect();
+    let mut most_running = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let flights = env.relay.cli_json(&["flights", "--json", "-n", "100"]);
+        let states: Vec<&str> = flights
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["state"].as_str().unwrap_or(""))
+            .collect();
+        most_running = most_running.max(states.iter().filter(|s| **s == "running").count());
+        if states.iter().all(|s| *s == "completed" || *s == "failed") || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        most_running >= 3,
+        "at most {most_running} turns ran at once"
+    );
     for (n, id) in names.iter().zip(&ids) {
         let f = env
             .wait_flight(id, 120, |f| {
@@ -325,7 +363,7 @@ async fn ten_agents_in_parallel_each_with_its_own_thread() {
             })
             .await;
         assert_eq!(state(&f), "completed", "{f}");
-        assert_eq!(f["output"], format!("ok: hello from {n}"));
+        assert_eq!(f["output"], format!("hello from {n} a b c d e"));
     }
     let mut threads = std::collections::HashSet::new();
     let mut pids = Vec::new();
@@ -342,6 +380,8 @@ async fn ten_agents_in_parallel_each_with_its_own_thread() {
             !process_alive(pid),
             "codex {pid} left running after shutdown"
         );
+        // Nor anything it started in its group (the native codex under the launcher).
+        assert_eq!(group_members(pid), Vec::<u32>::new(), "left in group {pid}");
     }
 }
 
@@ -417,7 +457,9 @@ async fn a_lost_thread_is_replaced_and_recorded_as_an_event() {
         .unwrap()
         .to_string();
     assert_ne!(new, old);
-    let events = env.relay.cli_json(&["events", "--json"]);
+    let events = env
+        .relay
+        .cli_json(&["events", "--since", "0", "-n", "10000", "--json"]);
     let lost: Vec<&Value> = events
         .as_array()
         .unwrap()
@@ -444,5 +486,187 @@ async fn removing_an_agent_mid_turn_fails_its_flight() {
     assert!(
         wait_gone(codex, 15).await,
         "codex {codex} outlived its agent"
+    );
+    // An agent added again under the same name starts a thread of its own.
+    env.add_agent("codex-1", &[]);
+    env.relay.cli_ok(&["ask", "codex-1", "fresh start"]);
+    let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
+    assert!(!input.contains("hang around"), "{input}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn relay_ask_prints_the_reply_and_exits_by_how_the_flight_ended() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    // Streamed word by word, then the end of the line.
+    let out = env.relay.cli(&["ask", "codex-1", "slow: one two three"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one two three\n");
+
+    // A steered turn: what streamed first is not the reply; the reply is printed last.
+    let ask = std::process::Command::new(relay_tests::relay_bin())
+        .args(["ask", "codex-1", "slow: a b c d e f g h i j"])
+        .env("RELAY_DATA_DIR", &env.relay.data_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        let flights = env.relay.cli_json(&["flights", "--live", "--json"]);
+        if let Some(f) = flights.as_array().unwrap().first() {
+            break f["id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no live flight");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    env.wait_delta(&id).await;
+    env.relay.cli_ok(&["steer", &id, "about zebras"]);
+    let out = tokio::task::spawn_blocking(move || ask.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some("ok: about zebras"),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.starts_with("a "),
+        "the text streamed first: {stdout:?}"
+    );
+
+    // A failed flight: exit code 1, the reason on stderr; --json has every field.
+    let out = env.relay.cli(&["ask", "codex-1", "fail now"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("failed") && stderr.contains("failed on purpose"),
+        "{stderr}"
+    );
+    let out = env.relay.cli(&["ask", "codex-1", "--json", "fail again"]);
+    assert_eq!(out.status.code(), Some(1));
+    let f: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (f["state"].as_str(), f["agent"].as_str()),
+        (Some("failed"), Some("codex-1"))
+    );
+    assert!(f.get("output").is_some_and(Value::is_null), "{f}");
+    assert!(
+        f["error"].as_str().unwrap().contains("failed on purpose"),
+        "{f}"
+    );
+    assert!(f["id"].as_str().unwrap().starts_with("flt_"), "{f}");
+
+    // The task from stdin.
+    let mut ask = std::process::Command::new(relay_tests::relay_bin())
+        .args(["ask", "codex-1", "-"])
+        .env("RELAY_DATA_DIR", &env.relay.data_dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = ask.stdin.take().unwrap();
+        stdin.write_all(b"from stdin\n").unwrap();
+    }
+    let out = ask.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok: from stdin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_flight_can_be_interrupted_or_steered_before_its_turn() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let first = env.ask_no_wait("codex-1", "slow: a b c d e f");
+    let second = env.ask_no_wait("codex-1", "never to run");
+    let third = env.ask_no_wait("codex-1", "third task");
+    env.wait_delta(&first).await;
+    assert_eq!(state(&env.flight(&second).await), "queued");
+
+    env.relay.cli_ok(&["steer", &third, "plus this"]);
+    env.relay.cli_ok(&["interrupt", &second]);
+    let f = env.flight(&second).await;
+    assert_eq!(state(&f), "cancelled", "cancelled at once: {f}");
+    assert_eq!(f["error"], "interrupted before its turn started");
+
+    let f = env
+        .wait_flight(&third, 60, |f| state(f) == "completed")
+        .await;
+    assert_eq!(f["output"], "ok: third task\n\nplus this");
+    assert_eq!(state(&env.flight(&first).await), "completed");
+    assert_eq!(state(&env.flight(&second).await), "cancelled");
+    assert!(
+        !env.mock
+            .requests()
+            .iter()
+            .any(|r| all_input_text(r).contains("never to run")),
+        "the interrupted task reached the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_that_hears_nothing_is_failed_by_the_idle_watchdog() {
+    let env = Env::start_with(&["--turn-idle-timeout", "2"]).await;
+    env.add_agent("codex-1", &[]);
+    let started = Instant::now();
+    let id = env.ask_no_wait("codex-1", "hang forever");
+    let f = env.wait_flight(&id, 60, |f| state(f) == "failed").await;
+    let reason = f["error"].as_str().unwrap();
+    assert!(reason.contains("sent nothing for 2 s"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // The agent goes on: the stuck request was dropped with the turn.
+    assert_eq!(
+        env.relay.cli_ok(&["ask", "codex-1", "awake?"]).trim(),
+        "ok: awake?"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keep_warm_and_manual_agents_follow_their_wake_policy() {
+    let env = Env::start().await;
+    // keep_warm: its session starts without a turn, and comes back when it dies.
+    env.add_agent("warm-1", &["--wake", "keep_warm"]);
+    let pid = env.codex_pid("warm-1").await;
+    assert!(process_alive(pid));
+    signal(pid, libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let a = env.agent("warm-1").await;
+        if let Some(new) = a["endpoint"]["pid"].as_u64() {
+            if new as u32 != pid && a["state"] == "idle" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "not restarted: {a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        env.relay.cli_ok(&["ask", "warm-1", "warm?"]).trim(),
+        "ok: warm?"
+    );
+
+    // manual: no turn until someone wakes it.
+    env.add_agent("manual-1", &["--wake", "manual"]);
+    let out = env.relay.cli(&["ask", "manual-1", "anyone?"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("relay agent wake manual-1"), "{stderr}");
+    env.relay.cli_ok(&["agent", "wake", "manual-1"]);
+    env.codex_pid("manual-1").await;
+    assert_eq!(
+        env.relay.cli_ok(&["ask", "manual-1", "now?"]).trim(),
+        "ok: now?"
     );
 }

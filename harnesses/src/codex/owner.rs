@@ -27,6 +27,9 @@ use crate::process::{ExitInfo, Pipes, Supervised};
 
 /// After the child exits on its own, how long to keep reading stdout for its last lines.
 const STDOUT_DRAIN: Duration = Duration::from_secs(1);
+/// Longest stdout line taken from Codex; a longer one is skipped and counted as
+/// malformed, so a runaway child cannot make Relay buffer without bound.
+const MAX_LINE: usize = 64 * 1024 * 1024;
 /// After stdout closes, how long the child gets to exit before it is terminated.
 const EXIT_AFTER_EOF: Duration = Duration::from_secs(2);
 
@@ -66,6 +69,72 @@ struct Pending {
     reply: oneshot::Sender<Result<Value, HarnessError>>,
 }
 
+/// Codex's stdout, read line by line.
+struct LineReader<R> {
+    reader: R,
+    /// A partly read line survives a `select!` that another branch won.
+    line: Vec<u8>,
+    /// Longest line kept ([`MAX_LINE`]).
+    max: usize,
+    /// Skipping the rest of a line over `max` bytes.
+    skipping: bool,
+    malformed: Arc<AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
+    fn new(reader: R, max: usize, malformed: Arc<AtomicU64>) -> Self {
+        LineReader {
+            reader,
+            line: Vec::new(),
+            max,
+            skipping: false,
+            malformed,
+        }
+    }
+
+    /// Reads into `line` up to and including the next newline, like `read_until`, but
+    /// never holds more than `max` bytes: the rest of a longer line is skipped and
+    /// counted as malformed. Cancel-safe: what was read stays in `line` (and
+    /// `skipping`). 0 at EOF.
+    async fn read_line(&mut self) -> std::io::Result<usize> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                if self.skipping {
+                    // EOF inside an overlong line: it is dropped all the same.
+                    self.skipping = false;
+                    self.malformed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(self.line.len());
+            }
+            let (n, ends_line) = match available.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (available.len(), false),
+            };
+            if !self.skipping {
+                if self.line.len() + n > self.max {
+                    self.skipping = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(&available[..n]);
+                }
+            }
+            self.reader.consume(n);
+            if ends_line {
+                if self.skipping {
+                    self.skipping = false;
+                    self.malformed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(max = self.max, "codex: an overlong stdout line was skipped");
+                    continue;
+                }
+                return Ok(self.line.len());
+            }
+        }
+    }
+}
+
 /// Why the main loop ended.
 enum End {
     Exited(std::io::Result<ExitStatus>),
@@ -80,9 +149,7 @@ enum End {
 pub(crate) struct Owner {
     process: Supervised,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    /// A partly read line survives a `select!` that another branch won.
-    line: Vec<u8>,
+    stdout: LineReader<BufReader<ChildStdout>>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<HarnessEvent>,
     /// `false` once the event receiver is gone: stop trying to send.
@@ -108,8 +175,11 @@ impl Owner {
         Self {
             process,
             stdin: Some(pipes.stdin),
-            stdout: BufReader::new(pipes.stdout),
-            line: Vec::new(),
+            stdout: LineReader::new(
+                BufReader::new(pipes.stdout),
+                MAX_LINE,
+                shared.malformed.clone(),
+            ),
             commands,
             events,
             events_open: true,
@@ -128,7 +198,7 @@ impl Owner {
                 break End::StdoutClosed;
             }
             tokio::select! {
-                read = self.stdout.read_until(b'\n', &mut self.line) => match read {
+                read = self.stdout.read_line() => match read {
                     Ok(0) => break End::StdoutClosed,
                     Ok(_) => self.take_line().await,
                     Err(err) => {
@@ -223,7 +293,7 @@ impl Owner {
         let mut stdout_open = true;
         loop {
             tokio::select! {
-                read = self.stdout.read_until(b'\n', &mut self.line), if stdout_open => match read {
+                read = self.stdout.read_line(), if stdout_open => match read {
                     Ok(0) | Err(_) => stdout_open = false,
                     Ok(_) => self.take_line().await,
                 },
@@ -240,7 +310,7 @@ impl Owner {
     async fn drain_stdout(&mut self, limit: Duration) {
         let drain = async {
             loop {
-                match self.stdout.read_until(b'\n', &mut self.line).await {
+                match self.stdout.read_line().await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => self.take_line().await,
                 }
@@ -251,12 +321,12 @@ impl Owner {
     }
 
     async fn take_line(&mut self) {
-        if self.line.last() != Some(&b'\n') {
+        if self.stdout.line.last() != Some(&b'\n') {
             // EOF in the middle of a line: handle what there is.
             tracing::debug!("codex: last stdout line has no newline");
         }
-        let line = String::from_utf8_lossy(&self.line).into_owned();
-        self.line.clear();
+        let line = String::from_utf8_lossy(&self.stdout.line).into_owned();
+        self.stdout.line.clear();
         for action in self.translator.handle_line(&line) {
             match action {
                 Action::Event(event) => self.emit(event).await,
@@ -374,5 +444,41 @@ impl Owner {
             tracing::debug!("codex: event receiver dropped; events discarded from now on");
             self.events_open = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn overlong_lines_are_skipped_and_counted() {
+        let input: &[u8] = b"short\nway too long for the limit\nok\nend";
+        // A tiny buffer, so lines arrive in several pieces.
+        let reader = BufReader::with_capacity(4, input);
+        let malformed = Arc::new(AtomicU64::new(0));
+        let mut lines = LineReader::new(reader, 10, malformed.clone());
+        let mut got = Vec::new();
+        loop {
+            let n = lines.read_line().await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.push(String::from_utf8(std::mem::take(&mut lines.line)).unwrap());
+        }
+        assert_eq!(got, vec!["short\n", "ok\n", "end"]);
+        assert_eq!(malformed.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // An overlong last line without a newline is dropped and counted too.
+        let mut lines = LineReader::new(
+            BufReader::new(&b"a\nmuch too long at the end"[..]),
+            10,
+            malformed.clone(),
+        );
+        assert_eq!(lines.read_line().await.unwrap(), 2);
+        lines.line.clear();
+        assert_eq!(lines.read_line().await.unwrap(), 0);
+        assert_eq!(malformed.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }

@@ -1,0 +1,142 @@
+//! What a broker settles at start, over real sled files: flights and agents left by a
+//! process that died (`kill -9`) at awkward moments.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use relay_broker::plane::Plane;
+use relay_broker::store::Store;
+use relay_broker::{Broker, BrokerConfig, Command};
+use relay_protocol::domain::{
+    AgentSpec, AgentState, Endpoint, FlightState, Harness, InvokeRequest, WakePolicy,
+};
+use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
+use tokio_util::sync::CancellationToken;
+
+fn spec() -> AgentSpec {
+    AgentSpec {
+        name: "codex-1".into(),
+        harness: Harness::CodexAppServer,
+        cwd: "/tmp".into(),
+        model: None,
+        node: None,
+        wake: WakePolicy::OnDemand,
+        // Were the flight dispatched again, this would fail it with another reason.
+        command: Some("/nonexistent/codex".into()),
+        args: vec![],
+        env: Default::default(),
+        approval_policy: Default::default(),
+    }
+}
+
+/// The embedded runtime over `dir` (its sled lives in `dir/runtime`).
+fn runtime(
+    dir: &std::path::Path,
+) -> (
+    Runtime,
+    tokio::sync::mpsc::Receiver<relay_protocol::runtime::Report>,
+) {
+    Runtime::start(
+        RuntimeConfig {
+            data_dir: dir.to_path_buf(),
+            node: None,
+            turn_idle_timeout: None,
+        },
+        CancellationToken::new(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (flight, invocation) = {
+        // The first process: an agent, busy with a live session, and a flight still
+        // `queued` at the broker, whose turn the runtime had already recorded as started
+        // (on disk, just before handing the task to codex) when the process died.
+        let stop = CancellationToken::new();
+        let (broker, writer) = Broker::start(
+            Store::open(&dir.path().join("db")).unwrap(),
+            BrokerConfig::default(),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        broker
+            .execute(Command::RegisterAgent(spec()))
+            .await
+            .unwrap();
+        broker
+            .execute(Command::UpdateAgent {
+                name: "codex-1".into(),
+                state: Some(AgentState::Busy),
+                thread_id: Some("thr_1".into()),
+                endpoint: Some(Some(Endpoint {
+                    transport: Harness::CodexAppServer,
+                    node: None,
+                    session_id: Some("thr_1".into()),
+                    pid: Some(999_999),
+                    pane: None,
+                })),
+            })
+            .await
+            .unwrap();
+        let accepted = broker
+            .invoke(InvokeRequest {
+                target: "codex-1".into(),
+                task: "rm -rf the world, once".into(),
+                requester: "operator".into(),
+                action: Default::default(),
+                conversation: None,
+                parent_flight: None,
+                timeout_ms: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(accepted.flight.state, FlightState::Queued);
+        let (runtime, _reports) = runtime(dir.path());
+        runtime
+            .threads()
+            .set_dispatch_state(
+                &accepted.invocation.id,
+                DispatchState::Started,
+                &accepted.flight.id,
+            )
+            .await
+            .unwrap();
+        drop(runtime);
+        stop.cancel();
+        drop(broker);
+        writer.await.unwrap();
+        (accepted.flight.id, accepted.invocation.id)
+    };
+
+    // The next process settles it.
+    let (broker, _writer) = Broker::start(
+        Store::open(&dir.path().join("db")).unwrap(),
+        BrokerConfig::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let (runtime, reports) = runtime(dir.path());
+    assert_eq!(
+        runtime.threads().dispatch_state(&invocation).unwrap(),
+        Some(DispatchState::Started)
+    );
+    let (_plane, _task) = Plane::start(broker.clone(), runtime, reports)
+        .await
+        .unwrap();
+    let f = broker.store().flight(&flight).unwrap().unwrap();
+    assert_eq!(f.state, FlightState::Failed, "{f:?}");
+    let reason = f.error.unwrap_or_default();
+    assert!(reason.contains("relay stopped"), "{reason}");
+    // The agent's session died with the old process: it is offline, without endpoint.
+    let a = broker.store().agent("codex-1").unwrap().unwrap();
+    assert_eq!((a.state, a.endpoint), (AgentState::Offline, None));
+    assert_eq!(a.thread_id.as_deref(), Some("thr_1"), "the thread is kept");
+    // Nothing else happens to the flight afterwards (no dispatch, no second failure).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = broker.store().flight(&flight).unwrap().unwrap();
+    assert_eq!(again.update_seq, f.update_seq);
+}

@@ -982,6 +982,8 @@ impl Ctx<'_, '_> {
             });
         }
         let mut reply: Option<String> = None;
+        // The task reached the agent (its turn runs) or never will (ended before).
+        let mut delivered: Option<Result<(), String>> = None;
         match change {
             FlightChange::State { to, reason, output } => {
                 if !flight.state.can_transition(*to) {
@@ -990,6 +992,17 @@ impl Ctx<'_, '_> {
                         from: flight.state,
                         to: *to,
                     });
+                }
+                if matches!(flight.state, FlightState::Queued | FlightState::Waking) {
+                    delivered = match to {
+                        FlightState::Running | FlightState::Waiting | FlightState::Completed => {
+                            Some(Ok(()))
+                        }
+                        FlightState::Failed | FlightState::Cancelled => Some(Err(reason
+                            .clone()
+                            .unwrap_or_else(|| format!("the flight was {to} before its turn")))),
+                        FlightState::Queued | FlightState::Waking => None,
+                    };
                 }
                 flight.state = *to;
                 match to {
@@ -1103,10 +1116,64 @@ impl Ctx<'_, '_> {
             update,
             flight: flight.clone(),
         })?;
+        if let Some(outcome) = delivered {
+            self.attempt_deliveries(&flight, outcome)?;
+        }
         Ok(Outcome::Flight(UpdateResult {
             applied: true,
             flight,
         }))
+    }
+
+    /// Records the attempt on the pending deliveries of a flight's task (its request
+    /// message) to its agent: delivered once the turn runs, failed if the flight ended
+    /// before.
+    fn attempt_deliveries(
+        &mut self,
+        flight: &Flight,
+        outcome: Result<(), String>,
+    ) -> Result<(), BrokerError> {
+        let Some(invocation) = self
+            .tx
+            .read::<Invocation>(T::Invocations, flight.invocation.as_bytes())?
+        else {
+            return Ok(());
+        };
+        let Some(agent) = self.tx.read::<Agent>(T::Agents, flight.agent.as_bytes())? else {
+            return Ok(());
+        };
+        for reason in [
+            DeliveryReason::Invocation,
+            DeliveryReason::DirectMessage,
+            DeliveryReason::Mention,
+        ] {
+            let id = relay_protocol::domain::delivery_id(
+                &invocation.request_message,
+                &flight.agent,
+                reason,
+                agent.spec.harness,
+            );
+            let Some(mut delivery) = self.tx.read::<Delivery>(T::Deliveries, id.as_bytes())? else {
+                continue;
+            };
+            if delivery.state != DeliveryState::Pending {
+                continue;
+            }
+            delivery.state = if outcome.is_ok() {
+                DeliveryState::Delivered
+            } else {
+                DeliveryState::Failed
+            };
+            delivery
+                .attempts
+                .push(relay_protocol::domain::DeliveryAttempt {
+                    at: self.now,
+                    ok: outcome.is_ok(),
+                    error: outcome.clone().err(),
+                });
+            self.emit(EventBody::DeliveryAttempted { delivery })?;
+        }
+        Ok(())
     }
 
     fn pending_approvals(&self, flight: &str) -> Result<Vec<Approval>, BrokerError> {

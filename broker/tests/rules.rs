@@ -401,3 +401,51 @@ async fn a_burst_of_commands_is_group_committed() {
         N
     );
 }
+
+#[tokio::test]
+async fn a_tasks_delivery_is_settled_by_how_its_flight_starts() {
+    use relay_protocol::domain::{DeliveryReason, DeliveryState};
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let of = |message: &str| {
+        let mut d: Vec<_> = b
+            .store()
+            .deliveries()
+            .unwrap()
+            .into_iter()
+            .filter(|d| d.message == message)
+            .collect();
+        d.sort_by_key(|d| d.reason as u8);
+        d
+    };
+    // Runs: the task reached the agent.
+    let ran = b.invoke(invoke("a1")).await.unwrap();
+    let pending = of(&ran.invocation.request_message);
+    assert!(pending
+        .iter()
+        .any(|d| d.reason == DeliveryReason::Invocation && d.state == DeliveryState::Pending));
+    b.update_flight(&ran.flight.id, to(Waking)).await.unwrap();
+    b.update_flight(&ran.flight.id, to(Running)).await.unwrap();
+    let settled = of(&ran.invocation.request_message);
+    assert_eq!(settled.len(), pending.len());
+    for d in &settled {
+        assert_eq!(d.state, DeliveryState::Delivered, "{d:?}");
+        assert_eq!(d.attempts.len(), 1);
+        assert!(d.attempts[0].ok);
+    }
+    // A later change records nothing more.
+    b.update_flight(&ran.flight.id, to(Completed))
+        .await
+        .unwrap();
+    assert_eq!(of(&ran.invocation.request_message), settled);
+
+    // Fails before its turn: the delivery failed, with the flight's reason.
+    let failed = b.invoke(invoke("a1")).await.unwrap();
+    b.update_flight(&failed.flight.id, to(Failed))
+        .await
+        .unwrap();
+    for d in of(&failed.invocation.request_message) {
+        assert_eq!(d.state, DeliveryState::Failed, "{d:?}");
+        assert_eq!(d.attempts[0].error.as_deref(), Some("to failed"));
+    }
+}

@@ -110,6 +110,15 @@ impl NatsServer {
         self.spawn_until_ready(REBIND_WINDOW)
     }
 
+    /// Kills the server with SIGKILL (no chance to flush or say goodbye) and reaps it;
+    /// [`NatsServer::restart`] starts it again. Idempotent.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the server and reaps it. Idempotent.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {

@@ -475,6 +475,20 @@ async fn a_nats_restart_mid_flight_still_delivers_the_end() {
     let v: Value = serde_json::from_slice(&reply.payload).unwrap();
     let id = v["flight"]["id"].as_str().unwrap().to_string();
     env.wait_delta(&id).await;
+    // Killed outright, and down long enough for the broker to notice.
+    nats.kill9();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = env.relay.cli_json(&["status", "--json"]);
+        if status["nats"]["state"] == "disconnected" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never seen disconnected: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     nats.restart().unwrap();
     let f = env
         .wait_flight(&id, 60, |f| f["state"] == "completed")

@@ -19,8 +19,8 @@ use relay_protocol::domain::{
     id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
     AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
     ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
-    FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemPhase, Message,
-    MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
+    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase,
+    Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -95,6 +95,8 @@ pub enum Command {
         flight: String,
         /// Recorded as who closed them.
         by: String,
+        /// Only the approval of this harness request id (`None`: all).
+        request: Option<String>,
     },
     /// Creates what every broker starts with (the default conversation) if missing.
     Bootstrap,
@@ -609,10 +611,18 @@ impl Ctx<'_, '_> {
                 decision,
                 decided_by,
             } => self.decide_approval(id, *decision, decided_by),
-            Command::ExpireApprovals { flight, by } => {
+            Command::ExpireApprovals {
+                flight,
+                by,
+                request,
+            } => {
                 let pending = self.pending_approvals(flight)?;
                 let mut closed = Vec::new();
-                for mut a in pending {
+                for mut a in pending.into_iter().filter(|a| {
+                    request
+                        .as_ref()
+                        .is_none_or(|r| *r == a.request.harness_request_id)
+                }) {
                     a.state = ApprovalState::Expired;
                     a.decided_by = Some(by.clone());
                     a.decided_at = Some(self.now);
@@ -1139,19 +1149,22 @@ impl Ctx<'_, '_> {
         else {
             return Ok(());
         };
-        let Some(agent) = self.tx.read::<Agent>(T::Agents, flight.agent.as_bytes())? else {
-            return Ok(());
-        };
-        for reason in [
+        // Every transport: the agent may have been removed, or registered again with
+        // another harness, since the deliveries were planned.
+        let reasons = [
             DeliveryReason::Invocation,
             DeliveryReason::DirectMessage,
             DeliveryReason::Mention,
-        ] {
+        ];
+        for (reason, transport) in reasons
+            .into_iter()
+            .flat_map(|r| Harness::ALL.into_iter().map(move |h| (r, h)))
+        {
             let id = relay_protocol::domain::delivery_id(
                 &invocation.request_message,
                 &flight.agent,
                 reason,
-                agent.spec.harness,
+                transport,
             );
             let Some(mut delivery) = self.tx.read::<Delivery>(T::Deliveries, id.as_bytes())? else {
                 continue;

@@ -674,6 +674,8 @@ impl Answer {
 const ACK_WINDOW: usize = 4096;
 /// How long to wait for the stream to acknowledge an update before publishing again.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times in a row the stream may refuse one update before it is skipped.
+const STREAM_REFUSALS: u32 = 5;
 /// How long a stopping publisher waits for NATS to take what it was given.
 const FINAL_FLUSH: Duration = Duration::from_secs(3);
 
@@ -704,6 +706,7 @@ pub async fn publish(
         counters,
         acks: std::collections::VecDeque::new(),
         handed: start,
+        failing: (0, 0),
         done: start,
     };
     let mut feed = crate::feed::follow(broker.clone(), start);
@@ -773,6 +776,8 @@ struct Publisher {
     acks: std::collections::VecDeque<(u64, async_nats::jetstream::context::PublishAckFuture)>,
     /// The last event handed to NATS.
     handed: u64,
+    /// The update whose acknowledgement failed last, and how many times in a row.
+    failing: (u64, u32),
     /// Every event up to this one is with NATS (acknowledged by the stream where it
     /// goes to the stream).
     done: u64,
@@ -826,9 +831,6 @@ impl Publisher {
         }
         self.counters.published.fetch_add(1, Ordering::Relaxed);
         self.handed = event.seq;
-        if self.acks.is_empty() {
-            self.done = self.handed;
-        }
         Ok(())
     }
 
@@ -872,17 +874,20 @@ impl Publisher {
         let mut json_headers = headers;
         json_headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate+json");
         json_headers.insert("Content-Type", "application/json");
-        self.client
+        // The JSON mirror rides on the same connection: if it breaks, the stream's
+        // acknowledgement fails too and both are published again from there.
+        if let Err(e) = self
+            .client
             .publish_with_headers(
                 subjects::flight_json(&update.agent, &update.flight),
                 json_headers,
                 json.into(),
             )
             .await
-            .map_err(|e| match e.kind() {
-                async_nats::client::PublishErrorKind::Send => Unpublishable::Retry(e.to_string()),
-                _ => Unpublishable::Refused(e.to_string()),
-            })
+        {
+            tracing::debug!(error = %e, "JSON flight update not published");
+        }
+        Ok(())
     }
 
     fn skip(&self, event: &relay_protocol::event::Event, why: &Unpublishable) {
@@ -891,24 +896,31 @@ impl Publisher {
     }
 
     /// Waits for the stream's acknowledgements of everything handed so far. On a missing
-    /// one, returns the seq to publish again after.
+    /// one, returns the seq to publish again after. An update the stream keeps refusing
+    /// ([`STREAM_REFUSALS`] times in a row: a stream deleted or limited under it) is
+    /// skipped, so the publisher never loops on it.
     async fn settle(&mut self) -> Result<(), u64> {
         while let Some((seq, ack)) = self.acks.pop_front() {
-            match tokio::time::timeout(ACK_TIMEOUT, ack).await {
-                Ok(Ok(_)) => {}
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "no acknowledgement in time".into(),
-                    };
-                    tracing::warn!(seq, error = %why, "the flight stream did not take an update; publishing again from it");
-                    self.acks.clear();
-                    let from = seq - 1;
-                    self.handed = from;
-                    self.done = from;
-                    return Err(from);
-                }
+            let why = match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no acknowledgement in time".into(),
+            };
+            self.failing = match self.failing {
+                (s, n) if s == seq => (s, n + 1),
+                _ => (seq, 1),
+            };
+            if self.failing.1 >= STREAM_REFUSALS {
+                self.counters.unpublishable.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(seq, error = %why, "the flight stream keeps refusing an update; it is skipped (the log still has it)");
+                continue;
             }
+            tracing::warn!(seq, error = %why, "the flight stream did not take an update; publishing again from it");
+            self.acks.clear();
+            let from = seq - 1;
+            self.handed = from;
+            self.done = from;
+            return Err(from);
         }
         // Plain publishes count once NATS has them.
         if self.done != self.handed {

@@ -96,6 +96,10 @@ impl Plane {
     pub async fn attach_nats(&self, client: async_nats::Client) -> anyhow::Result<()> {
         let js = async_nats::jetstream::new(client.clone());
         crate::node::ensure_streams(&js).await?;
+        if self.nats.get().is_some() {
+            // Attached already (a retried bring-up): one dispatcher, one report reader.
+            return Ok(());
+        }
         let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
         let sender = js.clone();
         tokio::spawn(async move {
@@ -243,6 +247,7 @@ impl Plane {
                     .execute_internal(Command::ExpireApprovals {
                         flight: f.id.clone(),
                         by: "relay:restart".into(),
+                        request: None,
                     })
                     .await;
                 let reason = if started {
@@ -478,10 +483,15 @@ impl Plane {
                     .await?;
                 return Ok(Pending::Approval(rx));
             }
-            Report::ApprovalsExpired { flight, by } => (
+            Report::ApprovalsExpired {
+                flight,
+                by,
+                request,
+            } => (
                 Command::ExpireApprovals {
                     flight,
                     by: by.unwrap_or_else(|| "relay:turn-ended".into()),
+                    request,
                 },
                 "expire approvals",
             ),

@@ -93,6 +93,8 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
                 tracing::warn!(error = %e, "NATS is not reachable; serving without it and retrying in the background");
                 None
             }
+            // Asked to stop while trying: the bus task ends at once, the drain goes on.
+            Err(crate::nats::ConnectError::Stopped) => None,
             Err(e) => return Err(e.into()),
         };
         bus = Some(tokio::spawn(run_bus(Bus {

@@ -92,5 +92,8 @@ pub enum Report {
         flight: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// Only the approval of this harness request (default: all of the flight's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<String>,
     },
 }

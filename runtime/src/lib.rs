@@ -61,9 +61,49 @@ pub struct RuntimeConfig {
 /// The default of [`RuntimeConfig::turn_idle_timeout`].
 pub const DEFAULT_TURN_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Flights interrupted before their dispatch reached this runtime are remembered, up to
-/// this many, so that the dispatch is dropped when it comes.
+/// Flights interrupted before their turn started are remembered, up to this many, so
+/// that their dispatch is dropped whenever it comes (or the turn is not started).
 const CANCELLED_MEMORY: usize = 4096;
+
+/// The flights interrupted before their turn started, newest last. Shared by the runtime
+/// and its workers. Its lock is taken before a queue's: a dispatch is checked against it
+/// and queued (or an interrupt recorded and the flight taken out of the queue) in one
+/// step, so the two never cross.
+#[derive(Default)]
+pub(crate) struct Cancelled(Mutex<VecDeque<String>>);
+
+impl Cancelled {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn contains(&self, flight: &str) -> bool {
+        self.lock().iter().any(|f| f == flight)
+    }
+}
+
+fn remember(cancelled: &mut VecDeque<String>, flight: &str) {
+    if !cancelled.iter().any(|f| f == flight) {
+        if cancelled.len() == CANCELLED_MEMORY {
+            cancelled.pop_front();
+        }
+        cancelled.push_back(flight.to_string());
+    }
+}
+
+/// The report of a flight interrupted before its turn started.
+pub(crate) fn cancelled_report(flight: String) -> Report {
+    Report::Flight {
+        flight,
+        change: FlightChange::State {
+            to: FlightState::Cancelled,
+            reason: Some("interrupted before its turn started".into()),
+            output: None,
+        },
+    }
+}
 
 /// A handle to the runtime. Clone freely.
 #[derive(Clone)]
@@ -79,9 +119,7 @@ struct Inner {
     config: RuntimeConfig,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    /// Flights interrupted while not running here: their dispatch, if it comes, is
-    /// dropped. Oldest first, bounded by [`CANCELLED_MEMORY`].
-    cancelled: Mutex<VecDeque<String>>,
+    cancelled: Arc<Cancelled>,
 }
 
 impl Runtime {
@@ -102,7 +140,7 @@ impl Runtime {
                     config,
                     shutdown,
                     tasks: TaskTracker::new(),
-                    cancelled: Mutex::new(VecDeque::new()),
+                    cancelled: Arc::default(),
                 }),
             },
             rx,
@@ -118,16 +156,26 @@ impl Runtime {
     }
 
     /// Queues a flight on its agent's worker. A full queue fails the flight at once
-    /// (reported), rather than blocking the caller.
+    /// (reported), rather than blocking the caller. A flight interrupted before it came
+    /// is not queued: it is reported cancelled (again), which also settles it on a node.
     pub async fn dispatch(&self, dispatch: Dispatch) -> Result<(), RuntimeError> {
         let name = dispatch.agent.spec.name.clone();
         let flight = dispatch.flight.id.clone();
-        if self.take_cancelled(&flight) {
-            tracing::info!(%flight, "dispatch of an interrupted flight dropped");
-            return Ok(());
-        }
         let handle = self.worker(&dispatch.agent)?;
-        if let Err(e) = handle.dispatch(dispatch) {
+        let queued = {
+            let cancelled = self.inner.cancelled.lock();
+            if cancelled.iter().any(|f| *f == flight) {
+                None
+            } else {
+                Some(handle.dispatch(dispatch))
+            }
+        };
+        let Some(queued) = queued else {
+            tracing::info!(%flight, "dispatch of an interrupted flight dropped");
+            self.report(cancelled_report(flight)).await;
+            return Ok(());
+        };
+        if let Err(e) = queued {
             self.report(Report::Flight {
                 flight,
                 change: FlightChange::State {
@@ -159,18 +207,17 @@ impl Runtime {
         };
         match &control {
             Control::Interrupt { flight, .. } => {
-                self.remember_cancelled(flight);
-                if let Some(d) = handle.as_ref().and_then(|h| h.queue.remove(flight)) {
-                    self.take_cancelled(flight);
-                    self.report(Report::Flight {
-                        flight: d.flight.id,
-                        change: FlightChange::State {
-                            to: FlightState::Cancelled,
-                            reason: Some("interrupted before its turn started".into()),
-                            output: None,
-                        },
-                    })
-                    .await;
+                let removed = {
+                    let mut cancelled = self.inner.cancelled.lock();
+                    remember(&mut cancelled, flight);
+                    handle.as_ref().and_then(|h| h.queue.remove(flight))
+                };
+                if let Some(d) = removed {
+                    self.report(cancelled_report(d.flight.id)).await;
+                    return Ok(());
+                }
+                if handle.is_none() {
+                    // Nothing runs it here: it is dropped when its dispatch comes.
                     return Ok(());
                 }
             }
@@ -253,34 +300,12 @@ impl Runtime {
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),
                 turn_idle_timeout: self.inner.config.turn_idle_timeout,
+                cancelled: self.inner.cancelled.clone(),
             },
             &self.inner.tasks,
         );
         workers.insert(agent.spec.name.clone(), handle.clone());
         Ok(handle)
-    }
-
-    fn remember_cancelled(&self, flight: &str) {
-        if let Ok(mut c) = self.inner.cancelled.lock() {
-            if c.len() == CANCELLED_MEMORY {
-                c.pop_front();
-            }
-            c.push_back(flight.to_string());
-        }
-    }
-
-    /// Whether `flight` was interrupted before it got here (forgetting it).
-    fn take_cancelled(&self, flight: &str) -> bool {
-        let Ok(mut c) = self.inner.cancelled.lock() else {
-            return false;
-        };
-        match c.iter().position(|f| f == flight) {
-            Some(at) => {
-                c.remove(at);
-                true
-            }
-            None => false,
-        }
     }
 
     async fn report(&self, report: Report) {

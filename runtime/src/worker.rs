@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::threads::{DispatchState, ThreadRecord, ThreadStore};
-use crate::{RuntimeError, AGENT_QUEUE_CAPACITY};
+use crate::{cancelled_report, Cancelled, RuntimeError, AGENT_QUEUE_CAPACITY};
 
 /// The first wait before a `keep_warm` session that died is started again; it doubles
 /// up to [`REWARM_MAX`] while sessions keep dying young.
@@ -45,7 +45,13 @@ pub struct Deps {
     /// A running turn without a harness event for this long is interrupted and failed
     /// (`None`: never). Time spent waiting for an approval does not count.
     pub turn_idle_timeout: Option<Duration>,
+    /// Flights interrupted before their turn started: never started here.
+    pub cancelled: Arc<Cancelled>,
 }
+
+/// How long an interrupt the worker sends on its own (timeout, idle, removal) may take:
+/// the turn is over for Relay either way.
+const OWN_INTERRUPT: Duration = Duration::from_secs(5);
 
 enum Msg {
     Warm(Box<Agent>),
@@ -199,6 +205,8 @@ struct Turn {
     text: String,
     /// Approval requests surfaced and not answered by Relay yet.
     approvals: HashSet<String>,
+    /// Cancelled when the turn ends: controls still waiting on codex give up.
+    over: CancellationToken,
 }
 
 struct Worker {
@@ -232,9 +240,13 @@ impl Worker {
                     None => break,
                     Some(Msg::Warm(agent)) => {
                         self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then(|| (*agent).clone());
-                        if let Err(e) = self.ensure_session(&agent).await {
-                            tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
-                            self.schedule_rewarm();
+                        match self.wake(&agent).await {
+                            Ok(()) => {}
+                            Err(None) => break,
+                            Err(Some(e)) => {
+                                tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
+                                self.schedule_rewarm();
+                            }
                         }
                     }
                     Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
@@ -243,18 +255,19 @@ impl Worker {
                         break;
                     }
                     Some(Msg::Control(c, reply)) => {
-                        let _ = reply.send(Err(RuntimeError::Unavailable(format!(
-                            "flight {} is not running on agent {:?}",
-                            control_flight(&c), self.name
-                        ))));
+                        let _ = reply.send(self.not_running(&c));
                     }
                 },
                 _ = rewarm(self.rewarm_at) => {
                     self.rewarm_at = None;
                     if let Some(agent) = self.warm.clone() {
-                        if let Err(e) = self.ensure_session(&agent).await {
-                            tracing::warn!(agent = %self.name, error = %e, "restarting the keep_warm session failed");
-                            self.schedule_rewarm();
+                        match self.wake(&agent).await {
+                            Ok(()) => {}
+                            Err(None) => break,
+                            Err(Some(e)) => {
+                                tracing::warn!(agent = %self.name, error = %e, "restarting the keep_warm session failed");
+                                self.schedule_rewarm();
+                            }
                         }
                     }
                 }
@@ -272,6 +285,31 @@ impl Worker {
             self.fail(&d.flight.id, stop_reason).await;
         }
         self.stop_session().await;
+    }
+
+    /// The answer to a control of a flight that is not the running turn: an interrupt of
+    /// a flight cancelled before its turn is done already; anything else is refused.
+    fn not_running(&self, c: &Control) -> Result<(), RuntimeError> {
+        if matches!(c, Control::Interrupt { .. }) && self.deps.cancelled.contains(control_flight(c))
+        {
+            return Ok(());
+        }
+        Err(RuntimeError::Unavailable(format!(
+            "flight {} is not the turn running on agent {:?}",
+            control_flight(c),
+            self.name
+        )))
+    }
+
+    /// Whether `flight` was interrupted before its turn: then it is reported cancelled
+    /// (again: that settles it on a node too) and not started.
+    async fn skip_cancelled(&self, flight: &str) -> bool {
+        if !self.deps.cancelled.contains(flight) {
+            return false;
+        }
+        tracing::info!(agent = %self.name, %flight, "flight interrupted before its turn; not started");
+        self.report(cancelled_report(flight.to_string())).await;
+        true
     }
 
     fn schedule_rewarm(&mut self) {
@@ -490,6 +528,9 @@ impl Worker {
 
     async fn turn(&mut self, d: Dispatch, msgs: &mut mpsc::UnboundedReceiver<Msg>) -> TurnEnd {
         let flight = d.flight.id.clone();
+        if self.skip_cancelled(&flight).await {
+            return TurnEnd::Done;
+        }
         if self.session.is_none() {
             if d.agent.spec.wake == WakePolicy::Manual {
                 self.fail(
@@ -518,6 +559,10 @@ impl Worker {
                     return TurnEnd::Shutdown;
                 }
             }
+        }
+        // Interrupted while the session started?
+        if self.skip_cancelled(&flight).await {
+            return TurnEnd::Done;
         }
         // Recorded (on disk) before the harness sees the task: whatever happens next, a
         // redelivery of this dispatch, or a restart, never starts the turn a second time.
@@ -563,6 +608,7 @@ impl Worker {
             turn_id,
             text: String::new(),
             approvals: HashSet::new(),
+            over: CancellationToken::new(),
         };
         let deadline = d.invocation.timeout_ms.map(Duration::from_millis);
         let timeout = async {
@@ -574,7 +620,9 @@ impl Worker {
         tokio::pin!(timeout);
         let idle = tokio::time::sleep(self.deps.turn_idle_timeout.unwrap_or(Duration::MAX));
         tokio::pin!(idle);
-        let (control_done, mut control_results) = mpsc::unbounded_channel::<()>();
+        // Controls in progress, stopped when the turn ends (a late interrupt retry must
+        // never reach the next turn); each reports the approval it answered, if any.
+        let mut controls = tokio::task::JoinSet::new();
         let mut was_watching = true;
         let end = loop {
             let watching = self.deps.turn_idle_timeout.is_some() && turn.approvals.is_empty();
@@ -591,13 +639,13 @@ impl Worker {
                     break TurnEnd::Shutdown;
                 }
                 _ = &mut timeout => {
-                    let _ = session.interrupt(&thread_id, &turn.turn_id).await;
+                    let _ = tokio::time::timeout(OWN_INTERRUPT, session.interrupt(&thread_id, &turn.turn_id)).await;
                     let after = deadline.unwrap_or_default();
                     self.fail(&turn.flight, &format!("timed out after {} ms", after.as_millis())).await;
                     break TurnEnd::Done;
                 }
                 _ = &mut idle, if watching => {
-                    let _ = session.interrupt(&thread_id, &turn.turn_id).await;
+                    let _ = tokio::time::timeout(OWN_INTERRUPT, session.interrupt(&thread_id, &turn.turn_id)).await;
                     let secs = self.deps.turn_idle_timeout.unwrap_or_default().as_secs();
                     self.fail(
                         &turn.flight,
@@ -608,7 +656,7 @@ impl Worker {
                 }
                 m = msgs.recv() => match m {
                     None | Some(Msg::Control(Control::AgentRemoved { .. }, _)) => {
-                        let _ = session.interrupt(&thread_id, &turn.turn_id).await;
+                        let _ = tokio::time::timeout(OWN_INTERRUPT, session.interrupt(&thread_id, &turn.turn_id)).await;
                         self.fail(&turn.flight, "the agent was removed during the turn").await;
                         if let Some(Msg::Control(_, reply)) = m {
                             let _ = reply.send(Ok(()));
@@ -619,14 +667,15 @@ impl Worker {
                         self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then_some(*agent);
                     }
                     Some(Msg::Control(c, reply)) => {
-                        if let Control::Approval { harness_request_id, .. } = &c {
-                            turn.approvals.remove(harness_request_id);
-                        }
-                        self.spawn_control(&session, &thread_id, &turn, c, reply, control_done.clone());
+                        self.spawn_control(&session, &thread_id, &turn, c, reply, &mut controls);
                     }
                 },
-                // A control finished: nothing to do but keep the channel drained.
-                Some(()) = control_results.recv() => {}
+                // A control finished; an answered approval no longer holds the watchdog.
+                Some(done) = controls.join_next(), if !controls.is_empty() => {
+                    if let Ok(Some(answered)) = done {
+                        turn.approvals.remove(&answered);
+                    }
+                }
                 ev = next_event(&mut self.session) => {
                     let activity = ev.as_ref().is_some_and(counts_as_activity);
                     if self.turn_event(&mut turn, ev).await {
@@ -640,9 +689,14 @@ impl Worker {
                 }
             }
         };
+        // Controls still waiting on codex answer now: an interrupt is done (the turn is
+        // over), anything else came too late.
+        turn.over.cancel();
+        while controls.join_next().await.is_some() {}
         self.report(Report::ApprovalsExpired {
             flight: turn.flight.clone(),
             by: None,
+            request: None,
         })
         .await;
         self.turn_over(&turn.invocation).await;
@@ -707,25 +761,41 @@ impl Worker {
         turn: &Turn,
         c: Control,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
-        done: mpsc::UnboundedSender<()>,
+        controls: &mut tokio::task::JoinSet<Option<String>>,
     ) {
         if control_flight(&c) != turn.flight {
-            let _ = reply.send(Err(RuntimeError::Unavailable(format!(
-                "flight {} is not the turn running on agent {:?}",
-                control_flight(&c),
-                self.name
-            ))));
+            let _ = reply.send(self.not_running(&c));
             return;
         }
+        let answers = match &c {
+            Control::Approval {
+                harness_request_id, ..
+            } => Some(harness_request_id.clone()),
+            _ => None,
+        };
         let session = session.clone();
         let thread_id = thread_id.to_string();
         let turn_id = turn.turn_id.clone();
         let flight = turn.flight.clone();
         let reports = self.deps.reports.clone();
-        tokio::spawn(async move {
-            let r = run_control(&session, &thread_id, &turn_id, &flight, &reports, c).await;
+        let turn_over = turn.over.clone();
+        controls.spawn(async move {
+            let interrupt = matches!(c, Control::Interrupt { .. });
+            let r = tokio::select! {
+                r = run_control(&session, &thread_id, &turn_id, &flight, &reports, c) => r,
+                _ = turn_over.cancelled() => {
+                    if interrupt {
+                        Ok(())
+                    } else {
+                        Err(RuntimeError::Unavailable(format!(
+                            "the turn of flight {flight} ended before codex took this"
+                        )))
+                    }
+                }
+            };
+            let answered = answers.filter(|_| r.is_ok());
             let _ = reply.send(r);
-            let _ = done.send(());
+            answered
         });
     }
 
@@ -748,14 +818,17 @@ impl Worker {
                     self.report(Report::ApprovalsExpired {
                         flight: flight.clone(),
                         by: Some("codex:withdrawn".into()),
+                        request: Some(request_id),
                     })
                     .await;
-                    self.state(
-                        &flight,
-                        FlightState::Running,
-                        Some("codex withdrew its approval request".into()),
-                    )
-                    .await;
+                    if turn.approvals.is_empty() {
+                        self.state(
+                            &flight,
+                            FlightState::Running,
+                            Some("codex withdrew its approval request".into()),
+                        )
+                        .await;
+                    }
                 }
             }
             HarnessEvent::TextDelta { turn_id, delta, .. } if same_turn(&turn_id) => {

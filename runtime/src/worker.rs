@@ -240,13 +240,8 @@ impl Worker {
                     None => break,
                     Some(Msg::Warm(agent)) => {
                         self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then(|| (*agent).clone());
-                        match self.wake(&agent).await {
-                            Ok(()) => {}
-                            Err(None) => break,
-                            Err(Some(e)) => {
-                                tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
-                                self.schedule_rewarm();
-                            }
+                        if !self.warm_up(&agent).await {
+                            break;
                         }
                     }
                     Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
@@ -261,13 +256,8 @@ impl Worker {
                 _ = rewarm(self.rewarm_at) => {
                     self.rewarm_at = None;
                     if let Some(agent) = self.warm.clone() {
-                        match self.wake(&agent).await {
-                            Ok(()) => {}
-                            Err(None) => break,
-                            Err(Some(e)) => {
-                                tracing::warn!(agent = %self.name, error = %e, "restarting the keep_warm session failed");
-                                self.schedule_rewarm();
-                            }
+                        if !self.warm_up(&agent).await {
+                            break;
                         }
                     }
                 }
@@ -310,6 +300,20 @@ impl Worker {
         tracing::info!(agent = %self.name, %flight, "flight interrupted before its turn; not started");
         self.report(cancelled_report(flight.to_string())).await;
         true
+    }
+
+    /// Starts the session outside a turn (`relay agent wake`, `keep_warm`); a failure
+    /// schedules another try for a `keep_warm` agent. `false` when shutting down.
+    async fn warm_up(&mut self, agent: &Agent) -> bool {
+        match self.wake(agent).await {
+            Ok(()) => true,
+            Err(None) => false,
+            Err(Some(e)) => {
+                tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
+                self.schedule_rewarm();
+                true
+            }
+        }
     }
 
     fn schedule_rewarm(&mut self) {

@@ -76,22 +76,116 @@ impl From<ConvertError> for EventError {
 
 // ---- enums ----
 
-pub fn harness_to_pb(h: Harness) -> pb::Harness {
-    match h {
-        Harness::CodexAppServer => pb::Harness::CodexAppServer,
-        Harness::ClaudeStreamJson => pb::Harness::ClaudeStreamJson,
-        Harness::PiRpc => pb::Harness::PiRpc,
-        Harness::Tmux => pb::Harness::Tmux,
+/// A domain enum and its protobuf enum, mapped both ways: `to(domain) -> pb`, and
+/// `from(i32)`, where a value this build does not know (or the proto's `UNSPECIFIED`
+/// zero) is a typed error naming the field, never a panic. Variants are listed once,
+/// under the same name on both sides.
+macro_rules! pb_enum {
+    (
+        $to_vis:vis $to:ident / $from_vis:vis $from:ident: $what:literal,
+        $dom:ident <-> $pb:ident { $($variant:ident),+ $(,)? }
+    ) => {
+        $to_vis fn $to(v: $dom) -> pb::$pb {
+            match v {
+                $($dom::$variant => pb::$pb::$variant,)+
+            }
+        }
+
+        $from_vis fn $from(v: i32) -> Result<$dom, ConvertError> {
+            match pb::$pb::try_from(v) {
+                $(Ok(pb::$pb::$variant) => Ok($dom::$variant),)+
+                #[allow(unreachable_patterns)]
+                _ => Err(invalid($what, v)),
+            }
+        }
+    };
+}
+
+pb_enum! {
+    pub harness_to_pb / harness_from_pb: "harness",
+    Harness <-> Harness {
+        CodexAppServer,
+        ClaudeStreamJson,
+        PiRpc,
+        Tmux,
     }
 }
 
-fn harness_from_pb(v: i32) -> Result<Harness, ConvertError> {
-    match pb::Harness::try_from(v) {
-        Ok(pb::Harness::CodexAppServer) => Ok(Harness::CodexAppServer),
-        Ok(pb::Harness::ClaudeStreamJson) => Ok(Harness::ClaudeStreamJson),
-        Ok(pb::Harness::PiRpc) => Ok(Harness::PiRpc),
-        Ok(pb::Harness::Tmux) => Ok(Harness::Tmux),
-        Ok(pb::Harness::Unspecified) | Err(_) => Err(invalid("harness", v)),
+pb_enum! {
+    action_to_pb / action_from_pb: "action",
+    Action <-> Action {
+        Consult,
+        Execute,
+    }
+}
+
+pb_enum! {
+    class_to_pb / class_from_pb: "message class",
+    MessageClass <-> MessageClass {
+        Agent,
+        Status,
+        System,
+        Log,
+        Artifact,
+    }
+}
+
+pb_enum! {
+    pub decision_to_pb / pub decision_from_pb: "approval decision",
+    ApprovalDecision <-> ApprovalDecision {
+        Accept,
+        AcceptForSession,
+        Decline,
+        Cancel,
+    }
+}
+
+pb_enum! {
+    wake_to_pb / wake_from_pb: "wake policy",
+    WakePolicy <-> WakePolicy {
+        OnDemand,
+        KeepWarm,
+        Manual,
+    }
+}
+
+pb_enum! {
+    agent_state_to_pb / agent_state_from_pb: "agent state",
+    AgentState <-> AgentState {
+        Offline,
+        Starting,
+        Idle,
+        Busy,
+        Failed,
+    }
+}
+
+pb_enum! {
+    conversation_kind_to_pb / conversation_kind_from_pb: "conversation kind",
+    ConversationKind <-> ConversationKind {
+        Channel,
+        Direct,
+        Group,
+        Thread,
+        System,
+    }
+}
+
+pb_enum! {
+    delivery_reason_to_pb / delivery_reason_from_pb: "delivery reason",
+    DeliveryReason <-> DeliveryReason {
+        Mention,
+        DirectMessage,
+        Invocation,
+    }
+}
+
+pb_enum! {
+    delivery_state_to_pb / delivery_state_from_pb: "delivery state",
+    DeliveryState <-> DeliveryState {
+        Pending,
+        Delivered,
+        Failed,
     }
 }
 
@@ -125,61 +219,6 @@ fn flight_state_required(v: i32) -> Result<FlightState, ConvertError> {
     flight_state_from_pb(v).ok_or_else(|| invalid("flight state", v))
 }
 
-fn action_to_pb(a: Action) -> pb::Action {
-    match a {
-        Action::Consult => pb::Action::Consult,
-        Action::Execute => pb::Action::Execute,
-    }
-}
-
-fn action_from_pb(v: i32) -> Result<Action, ConvertError> {
-    match pb::Action::try_from(v) {
-        Ok(pb::Action::Consult) => Ok(Action::Consult),
-        Ok(pb::Action::Execute) => Ok(Action::Execute),
-        Err(_) => Err(invalid("action", v)),
-    }
-}
-
-fn class_to_pb(c: MessageClass) -> pb::MessageClass {
-    match c {
-        MessageClass::Agent => pb::MessageClass::Agent,
-        MessageClass::Status => pb::MessageClass::Status,
-        MessageClass::System => pb::MessageClass::System,
-        MessageClass::Log => pb::MessageClass::Log,
-        MessageClass::Artifact => pb::MessageClass::Artifact,
-    }
-}
-
-fn class_from_pb(v: i32) -> Result<MessageClass, ConvertError> {
-    match pb::MessageClass::try_from(v) {
-        Ok(pb::MessageClass::Agent) => Ok(MessageClass::Agent),
-        Ok(pb::MessageClass::Status) => Ok(MessageClass::Status),
-        Ok(pb::MessageClass::System) => Ok(MessageClass::System),
-        Ok(pb::MessageClass::Log) => Ok(MessageClass::Log),
-        Ok(pb::MessageClass::Artifact) => Ok(MessageClass::Artifact),
-        Err(_) => Err(invalid("message class", v)),
-    }
-}
-
-pub fn decision_to_pb(d: ApprovalDecision) -> pb::ApprovalDecision {
-    match d {
-        ApprovalDecision::Accept => pb::ApprovalDecision::Accept,
-        ApprovalDecision::AcceptForSession => pb::ApprovalDecision::AcceptForSession,
-        ApprovalDecision::Decline => pb::ApprovalDecision::Decline,
-        ApprovalDecision::Cancel => pb::ApprovalDecision::Cancel,
-    }
-}
-
-pub fn decision_from_pb(v: i32) -> Result<ApprovalDecision, ConvertError> {
-    match pb::ApprovalDecision::try_from(v) {
-        Ok(pb::ApprovalDecision::Accept) => Ok(ApprovalDecision::Accept),
-        Ok(pb::ApprovalDecision::AcceptForSession) => Ok(ApprovalDecision::AcceptForSession),
-        Ok(pb::ApprovalDecision::Decline) => Ok(ApprovalDecision::Decline),
-        Ok(pb::ApprovalDecision::Cancel) => Ok(ApprovalDecision::Cancel),
-        Ok(pb::ApprovalDecision::Unspecified) | Err(_) => Err(invalid("approval decision", v)),
-    }
-}
-
 fn phase_to_pb(p: ItemPhase) -> &'static str {
     match p {
         ItemPhase::Started => "started",
@@ -194,99 +233,6 @@ fn phase_from_pb(s: &str) -> Result<ItemPhase, ConvertError> {
         _ => Err(ConvertError(format!(
             "item phase {s:?} is not valid; expected \"started\" or \"completed\""
         ))),
-    }
-}
-
-fn wake_to_pb(w: WakePolicy) -> pb::WakePolicy {
-    match w {
-        WakePolicy::OnDemand => pb::WakePolicy::OnDemand,
-        WakePolicy::KeepWarm => pb::WakePolicy::KeepWarm,
-        WakePolicy::Manual => pb::WakePolicy::Manual,
-    }
-}
-
-fn wake_from_pb(v: i32) -> Result<WakePolicy, ConvertError> {
-    match pb::WakePolicy::try_from(v) {
-        Ok(pb::WakePolicy::OnDemand) => Ok(WakePolicy::OnDemand),
-        Ok(pb::WakePolicy::KeepWarm) => Ok(WakePolicy::KeepWarm),
-        Ok(pb::WakePolicy::Manual) => Ok(WakePolicy::Manual),
-        Err(_) => Err(invalid("wake policy", v)),
-    }
-}
-
-fn agent_state_to_pb(s: AgentState) -> pb::AgentState {
-    match s {
-        AgentState::Offline => pb::AgentState::Offline,
-        AgentState::Starting => pb::AgentState::Starting,
-        AgentState::Idle => pb::AgentState::Idle,
-        AgentState::Busy => pb::AgentState::Busy,
-        AgentState::Failed => pb::AgentState::Failed,
-    }
-}
-
-fn agent_state_from_pb(v: i32) -> Result<AgentState, ConvertError> {
-    match pb::AgentState::try_from(v) {
-        Ok(pb::AgentState::Offline) => Ok(AgentState::Offline),
-        Ok(pb::AgentState::Starting) => Ok(AgentState::Starting),
-        Ok(pb::AgentState::Idle) => Ok(AgentState::Idle),
-        Ok(pb::AgentState::Busy) => Ok(AgentState::Busy),
-        Ok(pb::AgentState::Failed) => Ok(AgentState::Failed),
-        Err(_) => Err(invalid("agent state", v)),
-    }
-}
-
-fn conversation_kind_to_pb(k: ConversationKind) -> pb::ConversationKind {
-    match k {
-        ConversationKind::Channel => pb::ConversationKind::Channel,
-        ConversationKind::Direct => pb::ConversationKind::Direct,
-        ConversationKind::Group => pb::ConversationKind::Group,
-        ConversationKind::Thread => pb::ConversationKind::Thread,
-        ConversationKind::System => pb::ConversationKind::System,
-    }
-}
-
-fn conversation_kind_from_pb(v: i32) -> Result<ConversationKind, ConvertError> {
-    match pb::ConversationKind::try_from(v) {
-        Ok(pb::ConversationKind::Channel) => Ok(ConversationKind::Channel),
-        Ok(pb::ConversationKind::Direct) => Ok(ConversationKind::Direct),
-        Ok(pb::ConversationKind::Group) => Ok(ConversationKind::Group),
-        Ok(pb::ConversationKind::Thread) => Ok(ConversationKind::Thread),
-        Ok(pb::ConversationKind::System) => Ok(ConversationKind::System),
-        Ok(pb::ConversationKind::Unspecified) | Err(_) => Err(invalid("conversation kind", v)),
-    }
-}
-
-fn delivery_reason_to_pb(r: DeliveryReason) -> pb::DeliveryReason {
-    match r {
-        DeliveryReason::Mention => pb::DeliveryReason::Mention,
-        DeliveryReason::DirectMessage => pb::DeliveryReason::DirectMessage,
-        DeliveryReason::Invocation => pb::DeliveryReason::Invocation,
-    }
-}
-
-fn delivery_reason_from_pb(v: i32) -> Result<DeliveryReason, ConvertError> {
-    match pb::DeliveryReason::try_from(v) {
-        Ok(pb::DeliveryReason::Mention) => Ok(DeliveryReason::Mention),
-        Ok(pb::DeliveryReason::DirectMessage) => Ok(DeliveryReason::DirectMessage),
-        Ok(pb::DeliveryReason::Invocation) => Ok(DeliveryReason::Invocation),
-        Ok(pb::DeliveryReason::Unspecified) | Err(_) => Err(invalid("delivery reason", v)),
-    }
-}
-
-fn delivery_state_to_pb(s: DeliveryState) -> pb::DeliveryState {
-    match s {
-        DeliveryState::Pending => pb::DeliveryState::Pending,
-        DeliveryState::Delivered => pb::DeliveryState::Delivered,
-        DeliveryState::Failed => pb::DeliveryState::Failed,
-    }
-}
-
-fn delivery_state_from_pb(v: i32) -> Result<DeliveryState, ConvertError> {
-    match pb::DeliveryState::try_from(v) {
-        Ok(pb::DeliveryState::Pending) => Ok(DeliveryState::Pending),
-        Ok(pb::DeliveryState::Delivered) => Ok(DeliveryState::Delivered),
-        Ok(pb::DeliveryState::Failed) => Ok(DeliveryState::Failed),
-        Ok(pb::DeliveryState::Unspecified) | Err(_) => Err(invalid("delivery state", v)),
     }
 }
 

@@ -8,24 +8,16 @@ use relay_broker::plane::Plane;
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, Command};
 use relay_protocol::domain::{
-    AgentSpec, AgentState, Endpoint, FlightState, Harness, InvokeRequest, WakePolicy,
+    AgentSpec, AgentState, Endpoint, FlightState, Harness, InvokeRequest,
 };
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio_util::sync::CancellationToken;
 
 fn spec() -> AgentSpec {
     AgentSpec {
-        name: "codex-1".into(),
-        harness: Harness::CodexAppServer,
-        cwd: "/tmp".into(),
-        model: None,
-        node: None,
-        wake: WakePolicy::OnDemand,
         // Were the flight dispatched again, this would fail it with another reason.
         command: Some("/nonexistent/codex".into()),
-        args: vec![],
-        env: Default::default(),
-        approval_policy: Default::default(),
+        ..AgentSpec::new("codex-1", Harness::CodexAppServer, "/tmp")
     }
 }
 

@@ -5,8 +5,7 @@
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, BrokerError};
 use relay_protocol::domain::{
-    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage, WakePolicy,
-    DEFAULT_CONVERSATION,
+    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage, DEFAULT_CONVERSATION,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -25,18 +24,7 @@ async fn broker() -> Broker {
 }
 
 fn spec(name: &str) -> AgentSpec {
-    AgentSpec {
-        name: name.into(),
-        harness: Harness::CodexAppServer,
-        cwd: "/tmp".into(),
-        model: None,
-        node: None,
-        wake: WakePolicy::OnDemand,
-        command: None,
-        args: vec![],
-        env: Default::default(),
-        approval_policy: Default::default(),
-    }
+    AgentSpec::new(name, Harness::CodexAppServer, "/tmp")
 }
 
 fn invoke(target: &str) -> InvokeRequest {

@@ -134,6 +134,25 @@ pub struct AgentSpec {
     pub approval_policy: ApprovalPolicy,
 }
 
+impl AgentSpec {
+    /// An agent with every option at its default: on-demand wake, the harness's own
+    /// program and model, the embedded runtime, no approval policy.
+    pub fn new(name: impl Into<String>, harness: Harness, cwd: impl Into<String>) -> AgentSpec {
+        AgentSpec {
+            name: name.into(),
+            harness,
+            cwd: cwd.into(),
+            model: None,
+            node: None,
+            wake: WakePolicy::default(),
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            approval_policy: ApprovalPolicy::default(),
+        }
+    }
+}
+
 /// A registered agent: its spec plus what Relay knows of its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Agent {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Flight, FlightChange, FlightState, Harness, Invocation,
-    WakePolicy,
 };
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use relay_runtime::{Runtime, RuntimeConfig};
@@ -18,16 +17,8 @@ use tokio_util::sync::CancellationToken;
 fn dispatch(flight: &str, task: &str) -> Dispatch {
     let agent = Agent {
         spec: AgentSpec {
-            name: "a1".into(),
-            harness: Harness::CodexAppServer,
-            cwd: "/tmp".into(),
-            model: None,
-            node: None,
-            wake: WakePolicy::OnDemand,
             command: Some("/nonexistent/codex".into()),
-            args: vec![],
-            env: Default::default(),
-            approval_policy: Default::default(),
+            ..AgentSpec::new("a1", Harness::CodexAppServer, "/tmp")
         },
         state: AgentState::Offline,
         thread_id: None,

@@ -4,7 +4,8 @@
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
 //! transaction (each rule emits events; each event gets the next global seq, goes into
 //! the log and is applied to the projections), flushes once, and only then answers the
-//! callers and publishes the events. So nothing is acknowledged or published before it
+//! callers and publishes the events. The transaction and the flush run on the process's
+//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is acknowledged or published before it
 //! is on disk, and a burst of N commands costs one disk flush, not N (group commit).
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
@@ -190,6 +191,18 @@ impl Broker {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// An agent, read off the async workers.
+    pub async fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
+        let name = name.to_string();
+        self.inner.store.read(move |s| s.agent(&name)).await
+    }
+
+    /// A flight, read off the async workers.
+    pub async fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        let id = id.to_string();
+        self.inner.store.read(move |s| s.flight(&id)).await
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -395,10 +408,12 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let results = self.commit(&batch).await;
+            let (commands, replies): (Vec<Command>, Vec<_>) =
+                batch.drain(..).map(|p| (p.command, p.reply)).unzip();
+            let results = self.commit(commands).await;
             if self.failed {
-                for pending in batch.drain(..) {
-                    let _ = pending.reply.send(Err(BrokerError::Internal(
+                for reply in replies {
+                    let _ = reply.send(Err(BrokerError::Internal(
                         "the disk flush failed; nothing of this batch is known to be stored".into(),
                     )));
                 }
@@ -420,8 +435,8 @@ impl Writer {
                     let _ = inner.events.send(Arc::new(event));
                 }
             }
-            for (pending, result) in batch.drain(..).zip(results.outcomes) {
-                let _ = pending.reply.send(result);
+            for (reply, result) in replies.into_iter().zip(results.outcomes) {
+                let _ = reply.send(result);
             }
         }
         if let Err(e) = self.store.flush().await {
@@ -430,79 +445,105 @@ impl Writer {
         tracing::debug!("broker writer stopped");
     }
 
-    async fn commit(&mut self, batch: &[Pending]) -> BatchResult {
+    /// Commits a batch: its transaction and its flush run as one job on the storage
+    /// thread (grouped with whatever else waits there), off the async workers.
+    async fn commit(&mut self, commands: Vec<Command>) -> BatchResult {
         let first_seq = self.next_seq;
-        let config = &self.config;
-        // Commands that failed after emitting part of their events. Rules validate before
-        // they emit, so this is a bug in a rule; the batch is then run again without
-        // them, so that no command is ever half applied.
-        let mut left_out: Vec<Option<BrokerError>> = batch.iter().map(|_| None).collect();
-        let committed = loop {
-            let partial = RefCell::new(None);
-            let committed = self.store.transaction(|tx| {
-                let mut ctx = Ctx {
-                    tx,
-                    config,
-                    next_seq: first_seq,
-                    now: now_ms(),
-                    events: Vec::new(),
-                };
-                let mut outcomes = Vec::with_capacity(batch.len());
-                for (i, pending) in batch.iter().enumerate() {
-                    if left_out[i].is_some() {
-                        outcomes.push(None);
-                        continue;
-                    }
-                    let emitted = ctx.events.len();
-                    match ctx.run(&pending.command) {
-                        // sled retries the batch on a conflict; a storage error fails it.
-                        Err(e @ (BrokerError::TxConflict | BrokerError::Storage(_))) => {
-                            return Err(e)
-                        }
-                        Err(e) if ctx.events.len() > emitted => {
-                            *partial.borrow_mut() = Some((i, e));
-                            return Err(BrokerError::Internal("a command was half applied".into()));
-                        }
-                        outcome => outcomes.push(Some(outcome)),
-                    }
-                }
-                Ok((outcomes, ctx.events))
-            });
-            match partial.into_inner() {
-                Some((i, e)) => {
-                    tracing::error!(command = ?batch[i].command, error = %e, "a command failed after writing; it is left out of its batch");
-                    left_out[i] = Some(e);
-                }
-                None => break committed,
+        let n = commands.len();
+        let (store, config) = (self.store.clone(), self.config.clone());
+        let ran = self
+            .store
+            .durable()
+            .write(move || transact(&store, &config, first_seq, &commands))
+            .await;
+        let (result, flushed) = match ran {
+            Ok(ran) => ran,
+            Err(e) => {
+                // The job did not run, or panicked inside the transaction (which sled then
+                // did not commit): nothing was written.
+                tracing::error!(error = %e, "a batch could not be committed");
+                return BatchResult::all_failed(n, &BrokerError::from(e));
             }
         };
-        let result = match committed {
-            Ok((outcomes, events)) => BatchResult {
-                outcomes: outcomes
-                    .into_iter()
-                    .zip(left_out)
-                    .map(|(outcome, left_out)| match (outcome, left_out) {
-                        (Some(outcome), _) => outcome,
-                        (None, Some(e)) => Err(e),
-                        (None, None) => Err(BrokerError::Internal("command not run".into())),
-                    })
-                    .collect(),
-                events,
-            },
-            Err(e) => return BatchResult::all_failed(batch.len(), &e),
+        let result = match result {
+            Ok(result) => result,
+            Err(e) => return BatchResult::all_failed(n, &e),
         };
         // The transaction is applied in memory whatever the flush says, so its seqs are
         // taken either way: never write other events under them.
         self.next_seq = first_seq + result.events.len() as u64;
-        if let Err(e) = self.store.flush().await {
+        if let Err(e) = flushed {
             // The batch may or may not reach the disk: tell nobody it did, and stop
             // taking commands (the store's state is no longer known).
             tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
             self.failed = true;
-            return BatchResult::all_failed(batch.len(), &e);
+            return BatchResult::all_failed(n, &BrokerError::from(e));
         }
         result
     }
+}
+
+/// Runs the rules of every command of a batch in ONE sled transaction (on the storage
+/// thread). A command that fails after emitting part of its events is a bug in a rule
+/// (rules validate before they emit); the batch is then run again without it, so that
+/// no command is ever half applied.
+fn transact(
+    store: &Store,
+    config: &BrokerConfig,
+    first_seq: u64,
+    commands: &[Command],
+) -> Result<BatchResult, BrokerError> {
+    let mut left_out: Vec<Option<BrokerError>> = commands.iter().map(|_| None).collect();
+    let committed = loop {
+        let partial = RefCell::new(None);
+        let committed = store.transaction(|tx| {
+            let mut ctx = Ctx {
+                tx,
+                config,
+                next_seq: first_seq,
+                now: now_ms(),
+                events: Vec::new(),
+            };
+            let mut outcomes = Vec::with_capacity(commands.len());
+            for (i, command) in commands.iter().enumerate() {
+                if left_out[i].is_some() {
+                    outcomes.push(None);
+                    continue;
+                }
+                let emitted = ctx.events.len();
+                match ctx.run(command) {
+                    // sled retries the batch on a conflict; a storage error fails it.
+                    Err(e @ (BrokerError::TxConflict | BrokerError::Storage(_))) => return Err(e),
+                    Err(e) if ctx.events.len() > emitted => {
+                        *partial.borrow_mut() = Some((i, e));
+                        return Err(BrokerError::Internal("a command was half applied".into()));
+                    }
+                    outcome => outcomes.push(Some(outcome)),
+                }
+            }
+            Ok((outcomes, ctx.events))
+        });
+        match partial.into_inner() {
+            Some((i, e)) => {
+                tracing::error!(command = ?commands[i], error = %e, "a command failed after writing; it is left out of its batch");
+                left_out[i] = Some(e);
+            }
+            None => break committed,
+        }
+    };
+    let (outcomes, events) = committed?;
+    Ok(BatchResult {
+        outcomes: outcomes
+            .into_iter()
+            .zip(left_out)
+            .map(|(outcome, left_out)| match (outcome, left_out) {
+                (Some(outcome), _) => outcome,
+                (None, Some(e)) => Err(e),
+                (None, None) => Err(BrokerError::Internal("command not run".into())),
+            })
+            .collect(),
+        events,
+    })
 }
 
 struct BatchResult {

@@ -55,6 +55,9 @@ pub enum BrokerError {
     ShuttingDown,
     #[error("storage: {0}")]
     Storage(#[from] sled::Error),
+    /// The storage thread failed a job (a flush failed, or it is gone).
+    #[error("storage: {0}")]
+    StorageThread(#[from] relay_runtime::storage::StorageError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("json: {0}")]
@@ -88,6 +91,7 @@ impl BrokerError {
             BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
+            | BrokerError::StorageThread(_)
             | BrokerError::Corrupt(_)
             | BrokerError::Internal(_)
             | BrokerError::TxConflict => ErrorCode::Internal,

@@ -25,7 +25,11 @@ pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, B
             // Catch up from the log, never past what has been published (flushed).
             let published = broker.last_seq();
             while cursor < published {
-                let page = match broker.store().events_after(cursor, CATCH_UP_PAGE) {
+                let page = match broker
+                    .store()
+                    .read(move |s| s.events_after(cursor, CATCH_UP_PAGE))
+                    .await
+                {
                     Ok(p) => p,
                     Err(e) => {
                         let _ = tx.send(Err(e)).await;
@@ -79,7 +83,12 @@ pub fn follow_flight(
         let published = broker.last_seq();
         let mut live = follow(broker.clone(), published);
         let mut last = after;
-        let stored = match broker.store().stored_updates(&flight.id, after) {
+        let id = flight.id.clone();
+        let stored = match broker
+            .store()
+            .read(move |s| s.stored_updates(&id, after))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Err(e)).await;

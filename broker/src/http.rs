@@ -233,15 +233,22 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
-    let store = s.broker.store();
-    let flights: Vec<Flight> = store.values(T::Flights)?;
+    let (agents, flights, live_flights) = s
+        .broker
+        .store()
+        .read(|store| {
+            let flights: Vec<Flight> = store.values(T::Flights)?;
+            let live = flights.iter().filter(|f| !f.state.is_terminal()).count();
+            Ok((store.tree(T::Agents).len(), flights.len(), live))
+        })
+        .await?;
     Ok(Json(relay_protocol::api::Status {
         version: env!("CARGO_PKG_VERSION").into(),
         data_dir: s.data_dir.clone(),
         last_seq: s.broker.last_seq(),
-        agents: store.tree(T::Agents).len() as u64,
-        flights: flights.len() as u64,
-        live_flights: flights.iter().filter(|f| !f.state.is_terminal()).count() as u64,
+        agents: agents as u64,
+        flights: flights as u64,
+        live_flights: live_flights as u64,
         nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
         uptime_ms: s.broker.uptime_ms(),
     }))
@@ -251,8 +258,8 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
 async fn wake_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<Agent> {
     let agent = s
         .broker
-        .store()
-        .agent(&name)?
+        .agent(&name)
+        .await?
         .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
     let control = s
         .control
@@ -263,7 +270,9 @@ async fn wake_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiR
 }
 
 async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agent>> {
-    Ok(Json(s.broker.store().values(T::Agents)?))
+    Ok(Json(
+        s.broker.store().read(|st| st.values(T::Agents)).await?,
+    ))
 }
 
 async fn add_agent(
@@ -276,8 +285,8 @@ async fn add_agent(
 async fn show_agent(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<Agent> {
     Ok(Json(
         s.broker
-            .store()
-            .agent(&name)?
+            .agent(&name)
+            .await?
             .ok_or(BrokerError::UnknownAgent(name))?,
     ))
 }
@@ -287,7 +296,12 @@ async fn remove_agent(State(s): State<ApiState>, Path(name): Path<String>) -> Ap
 }
 
 async fn list_conversations(State(s): State<ApiState>) -> ApiResult<Vec<Conversation>> {
-    Ok(Json(s.broker.store().values(T::Conversations)?))
+    Ok(Json(
+        s.broker
+            .store()
+            .read(|st| st.values(T::Conversations))
+            .await?,
+    ))
 }
 
 async fn add_conversation(
@@ -307,11 +321,18 @@ async fn read_messages(
     Path(id): Path<String>,
     Query(q): Query<ReadQuery>,
 ) -> ApiResult<Vec<relay_protocol::domain::Message>> {
-    let store = s.broker.store();
-    if store.conversation(&id)?.is_none() {
-        return Err(BrokerError::UnknownConversation(id).into());
-    }
-    Ok(Json(store.messages(&id, q.limit.unwrap_or(50))?))
+    let limit = q.limit.unwrap_or(50);
+    let messages = s
+        .broker
+        .store()
+        .read(move |store| {
+            if store.conversation(&id)?.is_none() {
+                return Err(BrokerError::UnknownConversation(id));
+            }
+            store.messages(&id, limit)
+        })
+        .await?;
+    Ok(Json(messages))
 }
 
 async fn post_message(
@@ -344,7 +365,7 @@ async fn list_flights(
     State(s): State<ApiState>,
     Query(q): Query<FlightQuery>,
 ) -> ApiResult<Vec<Flight>> {
-    let flights: Vec<Flight> = s.broker.store().values(T::Flights)?;
+    let flights: Vec<Flight> = s.broker.store().read(|st| st.values(T::Flights)).await?;
     // Flight ids are time-ordered; newest last, and `limit` keeps the newest.
     let mut out: Vec<Flight> = flights
         .into_iter()
@@ -362,8 +383,8 @@ async fn list_flights(
 async fn show_flight(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<Flight> {
     Ok(Json(
         s.broker
-            .store()
-            .flight(&id)?
+            .flight(&id)
+            .await?
             .ok_or(BrokerError::UnknownFlight(id))?,
     ))
 }
@@ -379,11 +400,18 @@ async fn flight_updates(
     Path(id): Path<String>,
     Query(q): Query<AfterQuery>,
 ) -> ApiResult<Vec<relay_protocol::domain::FlightUpdate>> {
-    let store = s.broker.store();
-    if store.flight(&id)?.is_none() {
-        return Err(BrokerError::UnknownFlight(id).into());
-    }
-    Ok(Json(store.flight_updates(&id, q.after.unwrap_or(0))?))
+    let after = q.after.unwrap_or(0);
+    let updates = s
+        .broker
+        .store()
+        .read(move |store| {
+            if store.flight(&id)?.is_none() {
+                return Err(BrokerError::UnknownFlight(id));
+            }
+            store.flight_updates(&id, after)
+        })
+        .await?;
+    Ok(Json(updates))
 }
 
 async fn update_flight(
@@ -411,8 +439,8 @@ async fn flight_stream(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let flight = s
         .broker
-        .store()
-        .flight(&id)?
+        .flight(&id)
+        .await?
         .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
     let rx = crate::feed::follow_flight(s.broker.clone(), flight, q.after.unwrap_or(0));
     let stream = ReceiverStream::new(rx).map(|item| {
@@ -451,7 +479,7 @@ async fn list_approvals(
     State(s): State<ApiState>,
     Query(q): Query<ApprovalQuery>,
 ) -> ApiResult<Vec<Approval>> {
-    let all: Vec<Approval> = s.broker.store().values(T::Approvals)?;
+    let all: Vec<Approval> = s.broker.store().read(|st| st.values(T::Approvals)).await?;
     let want = match q.state.as_deref().unwrap_or("pending") {
         "pending" => Some(ApprovalState::Pending),
         "decided" => Some(ApprovalState::Decided),
@@ -494,10 +522,12 @@ async fn list_events(
     Query(q): Query<AfterQuery>,
 ) -> ApiResult<Vec<relay_protocol::event::Event>> {
     let published = s.broker.last_seq();
+    let (after, limit) = (q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000));
     let mut events = s
         .broker
         .store()
-        .events_after(q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000))?;
+        .read(move |st| st.events_after(after, limit))
+        .await?;
     events.retain(|e| e.seq <= published);
     Ok(Json(events))
 }

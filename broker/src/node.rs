@@ -196,7 +196,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
 
     // Turns that were running when this node last stopped cannot be resumed: their
     // harness process died with it. Fail them with a reason.
-    for (invocation, flight) in runtime.threads().unfinished_dispatches()? {
+    for (invocation, flight) in runtime.threads().unfinished_dispatches().await? {
         let report = Report::Flight {
             flight: flight.clone(),
             change: FlightChange::State {
@@ -297,7 +297,7 @@ async fn on_dispatch(runtime: &Runtime, pending: &Pending, msg: jetstream::Messa
         let _ = msg.ack_with(AckKind::Progress).await;
         return;
     }
-    match runtime.threads().dispatch_state(&inv) {
+    match runtime.threads().dispatch_state(&inv).await {
         Ok(Some(_)) => {
             tracing::info!(invocation = %inv, "dispatch already started here; not running it again");
             let _ = msg.ack().await;
@@ -362,7 +362,7 @@ async fn forward_reports(
                     // start...) is recorded as taken before it is acknowledged, so a
                     // redelivery never runs a turn for a flight already reported ended.
                     if to.is_terminal()
-                        && matches!(runtime.threads().dispatch_state(&inv), Ok(None))
+                        && matches!(runtime.threads().dispatch_state(&inv).await, Ok(None))
                     {
                         if let Err(e) = runtime
                             .threads()
@@ -377,9 +377,11 @@ async fn forward_reports(
                     }
                 }
                 if to.is_terminal() {
-                    done = invocation
-                        .or_else(|| find_invocation(&runtime, flight))
-                        .map(|i| (i, flight.clone()));
+                    let invocation = match invocation {
+                        Some(i) => Some(i),
+                        None => find_invocation(&runtime, flight).await,
+                    };
+                    done = invocation.map(|i| (i, flight.clone()));
                 }
             }
         }
@@ -399,10 +401,11 @@ async fn forward_reports(
 }
 
 /// The invocation of a flight already marked started (for its terminal report).
-fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
+async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
     runtime
         .threads()
         .unfinished_dispatches()
+        .await
         .ok()?
         .into_iter()
         .find(|(_, f)| f == flight)

@@ -12,14 +12,14 @@ use crate::error::BrokerError;
 use crate::http::FlightControl;
 
 /// A live (non-terminal) flight and the runtime control that can act on it.
-fn live_flight(
+async fn live_flight(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
     id: &str,
 ) -> Result<(Flight, Arc<dyn FlightControl>), BrokerError> {
     let flight = broker
-        .store()
-        .flight(id)?
+        .flight(id)
+        .await?
         .ok_or_else(|| BrokerError::UnknownFlight(id.into()))?;
     if flight.state.is_terminal() {
         return Err(BrokerError::FlightTerminal {
@@ -42,7 +42,7 @@ pub async fn steer(
     if text.trim().is_empty() {
         return Err(BrokerError::Invalid("the steer text is empty".into()));
     }
-    let (flight, control) = live_flight(broker, control, flight)?;
+    let (flight, control) = live_flight(broker, control, flight).await?;
     control.steer(flight.clone(), text).await?;
     Ok(flight)
 }
@@ -55,7 +55,7 @@ pub async fn interrupt(
     control: Option<&Arc<dyn FlightControl>>,
     flight: &str,
 ) -> Result<Flight, BrokerError> {
-    let (flight, control) = live_flight(broker, control, flight)?;
+    let (flight, control) = live_flight(broker, control, flight).await?;
     if flight.state == FlightState::Queued {
         let cancelled = broker
             .update_flight(
@@ -90,9 +90,11 @@ pub async fn decide(
     decided_by: &str,
     internal: bool,
 ) -> Result<Approval, BrokerError> {
+    let id = approval.to_string();
     let pending = broker
         .store()
-        .approval(approval)?
+        .read(move |s| s.approval(&id))
+        .await?
         .ok_or_else(|| BrokerError::UnknownApproval(approval.into()))?;
     if pending.state != ApprovalState::Pending {
         return Err(BrokerError::ApprovalClosed(approval.into()));

@@ -116,18 +116,28 @@ impl Plane {
         tokio::spawn(self.clone().consume_node_reports(js));
         // Flights of remote agents still queued (made while NATS was not attached, or
         // before a restart): send them; JetStream and the node drop duplicates.
-        let flights: Vec<Flight> = self.broker.store().values(T::Flights)?;
-        for f in flights
-            .into_iter()
-            .filter(|f| f.state == FlightState::Queued)
-        {
-            let store = self.broker.store();
-            if let (Some(agent), Some(inv)) =
-                (store.agent(&f.agent)?, store.invocation(&f.invocation)?)
-            {
-                if !self.local(&agent) {
-                    self.dispatch(agent, inv, f).await;
+        let queued = self
+            .broker
+            .store()
+            .read(|store| {
+                let mut out = Vec::new();
+                let flights: Vec<Flight> = store.values(T::Flights)?;
+                for f in flights
+                    .into_iter()
+                    .filter(|f| f.state == FlightState::Queued)
+                {
+                    if let (Some(agent), Some(inv)) =
+                        (store.agent(&f.agent)?, store.invocation(&f.invocation)?)
+                    {
+                        out.push((f, agent, inv));
+                    }
                 }
+                Ok(out)
+            })
+            .await?;
+        for (f, agent, inv) in queued {
+            if !self.local(&agent) {
+                self.dispatch(agent, inv, f).await;
             }
         }
         Ok(())
@@ -218,10 +228,23 @@ impl Plane {
     }
 
     async fn recover(&self) -> Result<(), BrokerError> {
-        let store = self.broker.store();
-        let flights: Vec<Flight> = store.values(T::Flights)?;
-        for f in flights.into_iter().filter(|f| !f.state.is_terminal()) {
-            let Some(agent) = store.agent(&f.agent)? else {
+        let (live, agents) = self
+            .broker
+            .store()
+            .read(|store| {
+                let mut live = Vec::new();
+                let flights: Vec<Flight> = store.values(T::Flights)?;
+                for f in flights.into_iter().filter(|f| !f.state.is_terminal()) {
+                    let agent = store.agent(&f.agent)?;
+                    let invocation = store.invocation(&f.invocation)?;
+                    live.push((f, agent, invocation));
+                }
+                let agents: Vec<Agent> = store.values(T::Agents)?;
+                Ok((live, agents))
+            })
+            .await?;
+        for (f, agent, invocation) in live {
+            let Some(agent) = agent else {
                 self.settle(&f.id, FlightState::Failed, "its agent was removed")
                     .await;
                 continue;
@@ -234,11 +257,11 @@ impl Plane {
             // is not run twice.
             let started = f.state == FlightState::Queued
                 && matches!(
-                    self.runtime.threads().dispatch_state(&f.invocation),
+                    self.runtime.threads().dispatch_state(&f.invocation).await,
                     Ok(Some(_))
                 );
             if f.state == FlightState::Queued && !started {
-                if let Some(inv) = store.invocation(&f.invocation)? {
+                if let Some(inv) = invocation {
                     self.dispatch(agent, inv, f).await;
                 }
             } else {
@@ -264,7 +287,6 @@ impl Plane {
                 self.settle(&f.id, FlightState::Failed, &reason).await;
             }
         }
-        let agents: Vec<Agent> = store.values(T::Agents)?;
         for a in agents.iter().filter(|a| self.local(a)) {
             // Whatever the agent was doing, its session died with the previous process.
             if a.state != relay_protocol::domain::AgentState::Offline || a.endpoint.is_some() {
@@ -357,7 +379,7 @@ impl Plane {
             };
             match &event.body {
                 EventBody::InvocationCreated { invocation, flight } => {
-                    let agent = match self.broker.store().agent(&invocation.target) {
+                    let agent = match self.broker.agent(&invocation.target).await {
                         Ok(Some(a)) => a,
                         _ => continue,
                     };
@@ -534,7 +556,7 @@ impl Plane {
     }
 
     async fn apply_policy(&self, approval: Approval) {
-        let Ok(Some(agent)) = self.broker.store().agent(&approval.agent) else {
+        let Ok(Some(agent)) = self.broker.agent(&approval.agent).await else {
             return;
         };
         let decision = policy_decision(&agent.spec.approval_policy, &approval);
@@ -652,7 +674,7 @@ impl Plane {
     fn route(&self, control: Control) -> BoxFuture<'static, Result<(), BrokerError>> {
         let this = self.clone();
         Box::pin(async move {
-            let agent = this.broker.store().agent(control.agent())?;
+            let agent = this.broker.agent(control.agent()).await?;
             let node = agent.filter(|a| !this.local(a)).and_then(|a| a.spec.node);
             this.route_to(node, control).await
         })

@@ -38,7 +38,8 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         );
     }
     create_private_dir(&config.data_dir)?;
-    let store = Store::open(&config.data_dir.join("db"))?;
+    let path = config.data_dir.join("db");
+    let store = relay_runtime::storage::read(move || Store::open(&path)).await??;
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
     // must still be committed.
     let writer_stop = CancellationToken::new();

@@ -11,17 +11,22 @@
 //!
 //! Projections are written only by [`apply`], both when a batch commits and when
 //! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
+//!
+//! Who touches sled, and where (see [`relay_runtime::storage`] for why):
+//! - Transactions and flushes run only on the process's storage thread: the broker's
+//!   writer hands each batch over as one job ([`Store::durable`]).
+//! - Reads from async code go through [`Store::read`], on the blocking pool. The plain
+//!   getters below are for code already off the async workers.
 
 use relay_protocol::domain::{
     Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
 };
 use relay_protocol::event::{Event, EventBody};
+use relay_runtime::storage::{self, Durable};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crate::error::BrokerError;
 
@@ -179,15 +184,13 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
 /// The sled database and its trees. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
+    durable: Durable,
     trees: Vec<sled::Tree>,
-    /// Disk flushes so far (group commit makes this far smaller than the commands).
-    flushes: Arc<AtomicU64>,
 }
 
 impl Store {
     pub fn open(path: &std::path::Path) -> Result<Store, BrokerError> {
-        let db = sled::Config::new()
+        let db = storage::config()
             .path(path)
             .mode(sled::Mode::HighThroughput)
             .open()
@@ -205,7 +208,7 @@ impl Store {
 
     /// An in-memory store, for unit tests and rebuild checks.
     pub fn temporary() -> Result<Store, BrokerError> {
-        Self::with_db(sled::Config::new().temporary(true).open()?)
+        Self::with_db(storage::config().temporary(true).open()?)
     }
 
     fn with_db(db: sled::Db) -> Result<Store, BrokerError> {
@@ -214,9 +217,8 @@ impl Store {
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Store {
-            db,
+            durable: Durable::new(db),
             trees,
-            flushes: Arc::default(),
         })
     }
 
@@ -256,16 +258,29 @@ impl Store {
             })
     }
 
+    /// The database as the storage thread writes and flushes it.
+    pub fn durable(&self) -> &Durable {
+        &self.durable
+    }
+
     /// Waits until everything written so far is on disk.
     pub async fn flush(&self) -> Result<(), BrokerError> {
-        self.db.flush_async().await?;
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(self.durable.flush().await?)
     }
 
     /// How many flushes this store has made since it was opened.
     pub fn flushes(&self) -> u64 {
-        self.flushes.load(Ordering::Relaxed)
+        self.durable.flushes()
+    }
+
+    /// Runs reads (point reads, scans) on the blocking pool, off the async workers.
+    pub async fn read<R, F>(&self, f: F) -> Result<R, BrokerError>
+    where
+        F: FnOnce(&Store) -> Result<R, BrokerError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let store = self.clone();
+        storage::read(move || f(&store)).await?
     }
 
     pub fn get<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
@@ -384,6 +399,38 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+impl Store {
+    /// [`Store::verify`] with what a person checking a data dir wants to see.
+    pub fn doctor(&self) -> Result<DoctorReport, BrokerError> {
+        let verify = self.verify()?;
+        let flights: Vec<Flight> = self.values(T::Flights)?;
+        Ok(DoctorReport {
+            consistent: verify.is_consistent(),
+            events: verify.events,
+            last_seq: self.last_seq()?,
+            flights: flights.len() as u64,
+            live_flights: flights.iter().filter(|f| !f.state.is_terminal()).count() as u64,
+            gaps: verify.gaps,
+            mismatched_trees: verify.mismatched_trees,
+        })
+    }
+}
+
+/// What `relay doctor` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DoctorReport {
+    /// No gap in the log, and every projection equals a rebuild from it.
+    pub consistent: bool,
+    pub events: u64,
+    pub last_seq: u64,
+    pub flights: u64,
+    /// Flights not in a terminal state (a broker that starts resumes or fails them).
+    pub live_flights: u64,
+    /// (expected seq, found seq) wherever the log skips.
+    pub gaps: Vec<(u64, u64)>,
+    pub mismatched_trees: Vec<String>,
 }
 
 const TREES_PROJECTED: [T; 11] = [

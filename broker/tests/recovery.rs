@@ -113,7 +113,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
     .unwrap();
     let (runtime, reports) = runtime(dir.path());
     assert_eq!(
-        runtime.threads().dispatch_state(&invocation).unwrap(),
+        runtime.threads().dispatch_state(&invocation).await.unwrap(),
         Some(DispatchState::Started)
     );
     let (_plane, _task) = Plane::start(broker.clone(), runtime, reports)

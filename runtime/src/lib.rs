@@ -11,6 +11,7 @@
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
 
+pub mod storage;
 pub mod threads;
 mod worker;
 
@@ -45,6 +46,8 @@ pub enum RuntimeError {
     Storage(#[from] sled::Error),
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("storage: {0}")]
+    StorageThread(#[from] storage::StorageError),
 }
 
 #[derive(Debug, Clone)]
@@ -236,7 +239,7 @@ impl Runtime {
             Control::AgentRemoved { agent } => {
                 // Its thread goes too, live session or not: a new agent of the same
                 // name starts afresh.
-                if let Err(e) = self.inner.threads.forget(agent) {
+                if let Err(e) = self.inner.threads.forget(agent).await {
                     tracing::warn!(%agent, error = %e, "cannot forget the thread");
                 }
                 if let Ok(mut w) = self.inner.workers.lock() {

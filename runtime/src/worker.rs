@@ -472,6 +472,7 @@ impl Worker {
             .deps
             .threads
             .get(&self.name)
+            .await
             .map_err(|e| e.to_string())?;
         let options = ThreadOptions {
             cwd: Some(PathBuf::from(&agent.spec.cwd)),
@@ -737,7 +738,7 @@ impl Worker {
     /// the end is safely reported), to refuse a late redelivery.
     async fn turn_over(&self, invocation: &str) {
         if self.deps.node.is_none() {
-            if let Err(e) = self.deps.threads.forget_dispatch(invocation) {
+            if let Err(e) = self.deps.threads.forget_dispatch(invocation).await {
                 tracing::warn!(agent = %self.name, error = %e, "cannot forget the turn's record");
             }
         }

@@ -1,0 +1,353 @@
+//! The storage thread: the one owner of every sled write and flush in this process.
+//!
+//! # Why one thread for the whole process
+//! sled 0.34 guards every operation with ONE process-wide reader/writer lock
+//! (`concurrency_control`), shared by all databases the process opens. A flush holds it
+//! shared while it waits for its I/O buffers to be written; a transaction takes it
+//! exclusive; and a reader (or sled's own background flusher) that arrives while a
+//! transaction waits queues behind it. Seen in a wedged `relay up` (gdb): every sled I/O
+//! thread in `flush_async -> make_stable` holding the lock shared, the broker's
+//! transaction waiting for it exclusive on a tokio worker, the other worker's
+//! `Tree::get` and both `log flusher` threads waiting behind that, and the buffers the
+//! flushes waited for never written. Two tokio workers blocked in sled stop everything.
+//!
+//! So here:
+//! - Every transaction, durable write and flush of every database runs on this one
+//!   thread ([`Storage::run`]), never on the async runtime's workers, and never two at
+//!   once: a flush can no longer hold the lock while a transaction waits for it.
+//! - sled's periodic background flusher is off ([`config`]); the only flushes are ours.
+//! - Group commit: the thread takes every job that is waiting (up to [`MAX_GROUP`]),
+//!   runs them one after another, then flushes each database that a job asked to make
+//!   durable ONCE, and only then answers those jobs. N concurrent durable writes cost one
+//!   flush per database, not N.
+//! - Reads do not come here: they go to the blocking pool ([`read`]), where waiting for
+//!   a running transaction blocks no async worker.
+//!
+//! Jobs are closures; a job that panics is answered with [`StorageError::Panicked`] and
+//! the thread goes on.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+/// Jobs waiting for the storage thread; a caller past this waits for room.
+pub const JOB_QUEUE_CAPACITY: usize = 4096;
+/// Most jobs run before one round of flushes.
+pub const MAX_GROUP: usize = 1024;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StorageError {
+    /// The flush after the job failed: the job ran, but its writes may not be on disk.
+    #[error("disk flush failed: {0}")]
+    Flush(Arc<sled::Error>),
+    #[error("a storage job panicked: {0}")]
+    Panicked(String),
+    /// The storage thread is gone (the process is ending).
+    #[error("the storage thread has stopped")]
+    Stopped,
+}
+
+/// The sled settings every Relay database opens with: no background flusher (see the
+/// module header).
+pub fn config() -> sled::Config {
+    sled::Config::new().flush_every_ms(None)
+}
+
+/// A database whose writes can be made durable by the storage thread.
+#[derive(Clone)]
+pub struct Durable {
+    inner: Arc<DurableInner>,
+}
+
+struct DurableInner {
+    db: sled::Db,
+    flushes: AtomicU64,
+}
+
+impl Durable {
+    pub fn new(db: sled::Db) -> Durable {
+        Durable {
+            inner: Arc::new(DurableInner {
+                db,
+                flushes: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub fn db(&self) -> &sled::Db {
+        &self.inner.db
+    }
+
+    /// Flushes of this database so far (group commit keeps this far below the writes).
+    pub fn flushes(&self) -> u64 {
+        self.inner.flushes.load(Ordering::Relaxed)
+    }
+
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// Runs `work` on the storage thread, then makes this database durable (one flush
+    /// for the whole group) before answering. The outer error: the job did not run or
+    /// panicked; the inner one: it ran, and the flush after it failed.
+    pub async fn write<R, F>(&self, work: F) -> Result<(R, Result<(), StorageError>), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        Storage::global().submit(Some(self.clone()), work).await
+    }
+
+    /// [`Durable::write`] for callers that need the write on disk before going on.
+    pub async fn write_durably<R, F>(&self, work: F) -> Result<R, StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let (r, flushed) = self.write(work).await?;
+        flushed.map(|()| r)
+    }
+
+    /// Waits until everything written to this database so far is on disk.
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        self.write_durably(|| ()).await
+    }
+}
+
+/// Runs `work` (a point read or a scan) on the blocking pool, off the async workers.
+pub async fn read<R, F>(work: F) -> Result<R, StorageError>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        if e.is_panic() {
+            StorageError::Panicked(panic_text(e.into_panic().as_ref()))
+        } else {
+            StorageError::Stopped
+        }
+    })
+}
+
+type Finish = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
+
+struct Job {
+    flush: Option<Durable>,
+    run: Box<dyn FnOnce() -> Finish + Send>,
+}
+
+/// A handle to the process's storage thread.
+#[derive(Clone)]
+pub struct Storage {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Storage {
+    /// The process's storage thread, started on first use.
+    pub fn global() -> &'static Storage {
+        static STORAGE: OnceLock<Storage> = OnceLock::new();
+        STORAGE.get_or_init(|| {
+            let (jobs, rx) = mpsc::channel(JOB_QUEUE_CAPACITY);
+            let spawned = std::thread::Builder::new()
+                .name("relay-storage".into())
+                .spawn(move || run(rx));
+            if let Err(e) = spawned {
+                // Every job then fails with `Stopped` (its receiver is gone).
+                tracing::error!(error = %e, "cannot start the storage thread");
+            }
+            Storage { jobs }
+        })
+    }
+
+    /// Runs `work` on the storage thread, without a flush of its own (it is made durable
+    /// by the next flush of its database).
+    pub async fn run<R, F>(&self, work: F) -> Result<R, StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.submit(None, work).await.map(|(r, _)| r)
+    }
+
+    async fn submit<R, F>(
+        &self,
+        flush: Option<Durable>,
+        work: F,
+    ) -> Result<(R, Result<(), StorageError>), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let run = Box::new(move || -> Finish {
+            match catch_unwind(AssertUnwindSafe(work)) {
+                Ok(r) => Box::new(move |flushed| {
+                    let _ = tx.send(Ok((r, flushed)));
+                }),
+                Err(panic) => {
+                    let text = panic_text(panic.as_ref());
+                    Box::new(move |_| {
+                        let _ = tx.send(Err(StorageError::Panicked(text)));
+                    })
+                }
+            }
+        });
+        self.jobs
+            .send(Job { flush, run })
+            .await
+            .map_err(|_| StorageError::Stopped)?;
+        rx.await.map_err(|_| StorageError::Stopped)?
+    }
+}
+
+fn run(mut rx: mpsc::Receiver<Job>) {
+    let mut group: Vec<Job> = Vec::with_capacity(MAX_GROUP);
+    while let Some(first) = rx.blocking_recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut to_flush: Vec<Durable> = Vec::new();
+        let mut finishes: Vec<(Option<usize>, Finish)> = Vec::with_capacity(group.len());
+        for job in group.drain(..) {
+            let id = job.flush.as_ref().map(Durable::id);
+            if let Some(d) = job.flush {
+                if !to_flush.iter().any(|f| f.id() == d.id()) {
+                    to_flush.push(d);
+                }
+            }
+            finishes.push((id, (job.run)()));
+        }
+        let flushed: HashMap<usize, Result<(), StorageError>> = to_flush
+            .iter()
+            .map(|d| {
+                let r = d.inner.db.flush();
+                d.inner.flushes.fetch_add(1, Ordering::Relaxed);
+                (
+                    d.id(),
+                    r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e))),
+                )
+            })
+            .collect();
+        // Let go of the databases before answering: a caller that closes its database
+        // once answered must not find it still open here.
+        drop(to_flush);
+        for (id, finish) in finishes {
+            let result = match id {
+                Some(id) => flushed.get(&id).cloned().unwrap_or(Ok(())),
+                None => Ok(()),
+            };
+            finish(result);
+        }
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn temp_db() -> Durable {
+        Durable::new(config().temporary(true).open().unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_durable_writes_share_flushes() {
+        let d = temp_db();
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..512u32 {
+            let d = d.clone();
+            tasks.spawn(async move {
+                let db = d.db().clone();
+                d.write_durably(move || db.insert(i.to_be_bytes(), vec![1]).map(|_| ()))
+                    .await
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap().unwrap().unwrap();
+        }
+        assert_eq!(d.db().len(), 512);
+        // Each flush answered every write that was waiting for it.
+        assert!(d.flushes() >= 1);
+        assert!(d.flushes() < 512, "{} flushes for 512 writes", d.flushes());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_is_answered_and_the_thread_goes_on() {
+        let d = temp_db();
+        let r = d.write(|| -> () { panic!("boom") }).await;
+        assert!(
+            matches!(r, Err(StorageError::Panicked(ref t)) if t == "boom"),
+            "{r:?}"
+        );
+        let db = d.db().clone();
+        d.write_durably(move || db.insert(b"k", b"v".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.db().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn transactions_reads_and_flushes_of_two_databases_at_once_never_wedge() {
+        // The shape that wedged `relay up`: many writers flushing two databases while
+        // transactions run and async tasks read. All of it must finish.
+        let (a, b) = (temp_db(), temp_db());
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..2000u32 {
+            let (a, b) = (a.clone(), b.clone());
+            tasks.spawn(async move {
+                match i % 4 {
+                    0 => {
+                        let tree = a.db().open_tree("t").unwrap();
+                        a.write_durably(move || {
+                            use sled::Transactional;
+                            [&tree]
+                                .transaction(|trees| {
+                                    trees[0].insert(&i.to_be_bytes(), vec![0])?;
+                                    Ok(())
+                                })
+                                .map_err(|e: sled::transaction::TransactionError| e.to_string())
+                        })
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    }
+                    1 => {
+                        let db = b.db().clone();
+                        b.write_durably(move || db.insert(i.to_be_bytes(), vec![1]).map(|_| ()))
+                            .await
+                            .unwrap()
+                            .unwrap();
+                    }
+                    _ => {
+                        let db = a.db().clone();
+                        read(move || db.open_tree("t").unwrap().get(i.to_be_bytes()))
+                            .await
+                            .unwrap()
+                            .unwrap();
+                    }
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        assert_eq!(a.db().open_tree("t").unwrap().len(), 500);
+        assert_eq!(b.db().len(), 500);
+    }
+}

@@ -1,0 +1,431 @@
+//! Load against a real `relay up`: many HTTP clients and NATS invokers at once, agents
+//! served by `relay-instant-codex` (a stand-in `codex app-server` that answers at once),
+//! and a probe of `GET /v1/status` all along. Used by the load tests and by `relay-load`.
+//!
+//! Invocations are numbered; clients take the next number until all are sent. A request
+//! the broker refused with `overloaded`, or that could not reach it (a broker killed on
+//! purpose), is sent again: only the flights whose invocation was acknowledged count, and
+//! every one of them must end in a terminal state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use relay_broker::client::{ApiInfo, API_FILE};
+use serde_json::{json, Value};
+
+use crate::RelayProcess;
+
+/// The stand-in harness binary, next to `relay`.
+pub fn instant_codex_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RELAY_INSTANT_CODEX_BIN") {
+        return PathBuf::from(p);
+    }
+    crate::relay_bin().with_file_name("relay-instant-codex")
+}
+
+/// Registers `n` agents `load-0`.. served by the instant harness (on `node` if given).
+pub fn add_instant_agents(relay: &RelayProcess, n: usize, node: Option<&str>) -> Vec<String> {
+    let bin = instant_codex_bin().display().to_string();
+    let cwd = relay.data_dir.display().to_string();
+    (0..n)
+        .map(|i| {
+            let name = format!("load-{i}");
+            let mut args = vec![
+                "agent",
+                "add",
+                &name,
+                "--harness",
+                "codex_app_server",
+                "--cwd",
+                &cwd,
+                "--command",
+                &bin,
+            ];
+            if let Some(node) = node {
+                args.extend(["--node", node]);
+            }
+            relay.cli_ok(&args);
+            name
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub agents: Vec<String>,
+    pub http_clients: usize,
+    pub nats_clients: usize,
+    pub invocations: usize,
+    /// `None`: no NATS invokers.
+    pub nats_url: Option<String>,
+    /// Invocations acknowledged so far (to act at a point of the load).
+    pub acked: Arc<AtomicUsize>,
+    /// A deadline against a hang (the load fails past it), not a measure.
+    pub within: Duration,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct LoadReport {
+    /// Flights of acknowledged invocations.
+    pub flights: Vec<String>,
+    /// Requests answered `overloaded` (and sent again).
+    pub overloaded: u64,
+    /// Requests that could not reach the broker (and were sent again).
+    pub unreachable: u64,
+    /// Requests refused for another reason (a bug: nothing else should refuse them).
+    pub refused: Vec<String>,
+    /// From the first request to the last acknowledgement.
+    pub submit_time: Duration,
+    /// `GET /v1/status` probes made, and the longest one that answered.
+    pub status_probes: u64,
+    pub status_max: Duration,
+    /// Probes that got no answer within [`PROBE_TIMEOUT`] while the broker was up.
+    pub status_hangs: u64,
+}
+
+/// A status probe that takes longer than this counts as a hang.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one invocation request may take before it is given up (and sent again).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The broker's address and token, refreshed from `api.json`.
+#[derive(Clone)]
+pub struct Target {
+    data_dir: PathBuf,
+    api: Arc<RwLock<(String, String)>>,
+    /// False while the broker is down on purpose (probes that fail then are expected).
+    pub up: Arc<AtomicBool>,
+}
+
+impl Target {
+    pub fn new(data_dir: &Path) -> anyhow::Result<Target> {
+        let t = Target {
+            data_dir: data_dir.to_path_buf(),
+            api: Arc::new(RwLock::new((String::new(), String::new()))),
+            up: Arc::new(AtomicBool::new(true)),
+        };
+        t.refresh()?;
+        Ok(t)
+    }
+
+    pub fn refresh(&self) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(self.data_dir.join(API_FILE))
+            .with_context(|| format!("reading {}", self.data_dir.join(API_FILE).display()))?;
+        let api: ApiInfo = serde_json::from_str(&text)?;
+        if let Ok(mut a) = self.api.write() {
+            *a = (api.url, api.token);
+        }
+        Ok(())
+    }
+
+    fn get(&self) -> (String, String) {
+        self.api.read().map(|a| a.clone()).unwrap_or_default()
+    }
+}
+
+enum Sent {
+    Accepted(String),
+    Overloaded,
+    Unreachable,
+    Refused(String),
+}
+
+async fn http_invoke(client: &reqwest::Client, target: &Target, agent: &str, task: &str) -> Sent {
+    let (url, token) = target.get();
+    let resp = client
+        .post(format!("{url}/v1/invocations"))
+        .bearer_auth(token)
+        .json(&json!({ "target": agent, "task": task, "requester": "load" }))
+        .timeout(REQUEST_TIMEOUT)
+        .send()
+        .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(_) => return Sent::Unreachable,
+    };
+    let status = resp.status().as_u16();
+    let body: Value = match resp.json().await {
+        Ok(v) => v,
+        Err(_) => return Sent::Unreachable,
+    };
+    match status {
+        200 => match body["flight"]["id"].as_str() {
+            Some(id) => Sent::Accepted(id.to_string()),
+            None => Sent::Refused(format!("no flight id in {body}")),
+        },
+        429 => Sent::Overloaded,
+        // A broker stopping under the request.
+        503 => Sent::Unreachable,
+        _ => Sent::Refused(format!("HTTP {status}: {body}")),
+    }
+}
+
+async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Sent {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    let request = async_nats::Request::new()
+        .payload(
+            json!({ "task": task, "requester": "load" })
+                .to_string()
+                .into(),
+        )
+        .headers(headers)
+        .timeout(Some(REQUEST_TIMEOUT));
+    let reply = match client
+        .send_request(format!("relay.v1.invoke.{agent}"), request)
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => return Sent::Unreachable,
+    };
+    let body: Value = match serde_json::from_slice(&reply.payload) {
+        Ok(v) => v,
+        Err(e) => return Sent::Refused(format!("reply is not JSON: {e}")),
+    };
+    if let Some(id) = body["flight"]["id"].as_str() {
+        return Sent::Accepted(id.to_string());
+    }
+    match body["error"]["code"].as_str() {
+        Some("overloaded") => Sent::Overloaded,
+        Some("shutting_down") => Sent::Unreachable,
+        _ => Sent::Refused(body.to_string()),
+    }
+}
+
+struct Shared {
+    next: AtomicUsize,
+    flights: Mutex<Vec<String>>,
+    refused: Mutex<Vec<String>>,
+    overloaded: AtomicU64,
+    unreachable: AtomicU64,
+}
+
+impl Shared {
+    /// Sends invocation after invocation until all are taken; retries what did not land.
+    async fn client<F, Fut>(&self, load: &Load, send: F)
+    where
+        F: Fn(String, String) -> Fut,
+        Fut: std::future::Future<Output = Sent>,
+    {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= load.invocations {
+                return;
+            }
+            let agent = load.agents[i % load.agents.len()].clone();
+            let task = format!("load task {i}");
+            let mut backoff = Duration::from_millis(5);
+            loop {
+                match send(agent.clone(), task.clone()).await {
+                    Sent::Accepted(id) => {
+                        if let Ok(mut f) = self.flights.lock() {
+                            f.push(id);
+                        }
+                        load.acked.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Sent::Refused(why) => {
+                        if let Ok(mut r) = self.refused.lock() {
+                            r.push(why);
+                        }
+                        break;
+                    }
+                    Sent::Overloaded => {
+                        self.overloaded.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Sent::Unreachable => {
+                        self.unreachable.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                // Back off before sending again (the broker said it is busy, or is
+                // restarting).
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Runs the load to the end (every invocation acknowledged or refused), with a status
+/// probe alongside. Does not wait for the flights to end: see [`wait_all_terminal`].
+pub async fn run(load: &Load, target: &Target) -> anyhow::Result<LoadReport> {
+    let shared = Arc::new(Shared {
+        next: AtomicUsize::new(0),
+        flights: Mutex::new(Vec::new()),
+        refused: Mutex::new(Vec::new()),
+        overloaded: AtomicU64::new(0),
+        unreachable: AtomicU64::new(0),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = tokio::spawn(status_probe(target.clone(), stop.clone()));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..load.http_clients {
+        let (shared, load, target) = (shared.clone(), load.clone(), target.clone());
+        tasks.spawn(async move {
+            let client = reqwest::Client::new();
+            shared
+                .client(&load, |agent, task| {
+                    let (client, target) = (client.clone(), target.clone());
+                    async move {
+                        let sent = http_invoke(&client, &target, &agent, &task).await;
+                        if matches!(sent, Sent::Unreachable) {
+                            let _ = target.refresh();
+                        }
+                        sent
+                    }
+                })
+                .await
+        });
+    }
+    if let (Some(url), true) = (&load.nats_url, load.nats_clients > 0) {
+        let nats = async_nats::connect(url).await?;
+        for _ in 0..load.nats_clients {
+            let (shared, load, nats) = (shared.clone(), load.clone(), nats.clone());
+            tasks.spawn(async move {
+                shared
+                    .client(&load, |agent, task| {
+                        let nats = nats.clone();
+                        async move { nats_invoke(&nats, &agent, &task).await }
+                    })
+                    .await
+            });
+        }
+    }
+    let all_sent = async {
+        while let Some(r) = tasks.join_next().await {
+            r?;
+        }
+        anyhow::Ok(())
+    };
+    if tokio::time::timeout(load.within, all_sent).await.is_err() {
+        stop.store(true, Ordering::Relaxed);
+        let (probes, _, hangs) = probe.await?;
+        bail!(
+            "the load did not finish within {:?}: {} of {} invocations acknowledged, \
+             {} overloaded, {} unreachable; /v1/status answered {probes} times and hung {hangs} times",
+            load.within,
+            load.acked.load(Ordering::Relaxed),
+            load.invocations,
+            shared.overloaded.load(Ordering::Relaxed),
+            shared.unreachable.load(Ordering::Relaxed),
+        );
+    }
+    let submit_time = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (status_probes, status_max, status_hangs) = probe.await?;
+    let flights = shared.flights.lock().map(|f| f.clone()).unwrap_or_default();
+    let refused = shared.refused.lock().map(|r| r.clone()).unwrap_or_default();
+    Ok(LoadReport {
+        flights,
+        overloaded: shared.overloaded.load(Ordering::Relaxed),
+        unreachable: shared.unreachable.load(Ordering::Relaxed),
+        refused,
+        submit_time,
+        status_probes,
+        status_max,
+        status_hangs,
+    })
+}
+
+/// `GET /v1/status` again and again until `stop`: (probes, longest answer, hangs).
+async fn status_probe(target: Target, stop: Arc<AtomicBool>) -> (u64, Duration, u64) {
+    let client = reqwest::Client::new();
+    let (mut probes, mut max, mut hangs) = (0u64, Duration::ZERO, 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        let (url, token) = target.get();
+        let was_up = target.up.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let r = client
+            .get(format!("{url}/v1/status"))
+            .bearer_auth(token)
+            .timeout(PROBE_TIMEOUT)
+            .send()
+            .await;
+        let took = t.elapsed();
+        match r {
+            Ok(resp) if resp.status().is_success() => {
+                probes += 1;
+                max = max.max(took);
+            }
+            Err(e) if e.is_timeout() && was_up && target.up.load(Ordering::Relaxed) => {
+                hangs += 1;
+            }
+            _ => {
+                // The broker is down on purpose, or restarting: look for it again.
+                let _ = target.refresh();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (probes, max, hangs)
+}
+
+/// How a flight stands: its state and, if it failed, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlightEnd {
+    pub state: String,
+    pub error: Option<String>,
+}
+
+/// Every flight's state, by id (one listing).
+pub async fn flight_states(target: &Target) -> anyhow::Result<BTreeMap<String, FlightEnd>> {
+    let (url, token) = target.get();
+    let list: Value = reqwest::Client::new()
+        .get(format!("{url}/v1/flights?limit=100000000"))
+        .bearer_auth(token)
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let Some(list) = list.as_array() else {
+        bail!("/v1/flights is not a list: {list}")
+    };
+    Ok(list
+        .iter()
+        .filter_map(|f| {
+            let end = FlightEnd {
+                state: f["state"].as_str()?.to_string(),
+                error: f["error"].as_str().map(str::to_string),
+            };
+            Some((f["id"].as_str()?.to_string(), end))
+        })
+        .collect())
+}
+
+pub fn is_terminal(state: &str) -> bool {
+    matches!(state, "completed" | "failed" | "cancelled")
+}
+
+/// Waits until no flight of the broker is live (checked again and again; `within` is a
+/// deadline against a hang, not a measure), then returns every flight's state.
+pub async fn wait_all_terminal(
+    target: &Target,
+    within: Duration,
+) -> anyhow::Result<BTreeMap<String, FlightEnd>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let states = flight_states(target).await?;
+        if states.values().all(|s| is_terminal(&s.state)) {
+            return Ok(states);
+        }
+        if Instant::now() > deadline {
+            let live: Vec<_> = states
+                .iter()
+                .filter(|(_, s)| !is_terminal(&s.state))
+                .collect();
+            bail!(
+                "{} flights still live after {within:?}, e.g. {:?}",
+                live.len(),
+                live.iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,204 @@
+//! Load: a real `relay up` (and a real `relay node`), a real nats-server, 20 agents whose
+//! harness answers at once, 32 HTTP clients and 64 NATS invokers sending 2,000
+//! invocations together. Every acknowledged invocation must end, `GET /v1/status` must
+//! keep answering all along, and the store must equal a rebuild from its log, also when
+//! the broker is killed with SIGKILL three times during the load.
+//!
+//! Nothing here asserts a time: the figures are printed (`--nocapture`) for the record.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rand::Rng;
+use relay_tests::load::{self, Load, LoadReport, Target};
+use relay_tests::nats::NatsServer;
+use relay_tests::{relay_cmd, NodeProcess, RelayProcess};
+
+const AGENTS: usize = 20;
+const HTTP_CLIENTS: usize = 32;
+const NATS_CLIENTS: usize = 64;
+const INVOCATIONS: usize = 2000;
+/// A deadline against a hang, not a measure: the load takes seconds.
+const WITHIN: Duration = Duration::from_secs(300);
+
+fn load(nats: &NatsServer, agents: Vec<String>) -> Load {
+    Load {
+        agents,
+        http_clients: HTTP_CLIENTS,
+        nats_clients: NATS_CLIENTS,
+        invocations: INVOCATIONS,
+        nats_url: Some(nats.url()),
+        acked: Default::default(),
+        within: WITHIN,
+    }
+}
+
+fn print(what: &str, report: &LoadReport, done: Duration) {
+    eprintln!(
+        "{what}: {} flights acknowledged in {:.2}s ({:.0}/s), all ended after {:.2}s ({:.0} flights/s); \
+         {} overloaded, {} unreachable; /v1/status answered {} times, longest {:.1} ms",
+        report.flights.len(),
+        report.submit_time.as_secs_f64(),
+        report.flights.len() as f64 / report.submit_time.as_secs_f64(),
+        done.as_secs_f64(),
+        report.flights.len() as f64 / done.as_secs_f64(),
+        report.overloaded,
+        report.unreachable,
+        report.status_probes,
+        report.status_max.as_secs_f64() * 1000.0,
+    );
+}
+
+/// Every acknowledged flight is in the store and ended as `expected` says.
+fn check_flights(
+    report: &LoadReport,
+    states: &BTreeMap<String, load::FlightEnd>,
+    expected: impl Fn(&str) -> bool,
+) {
+    assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
+    let mut wrong = Vec::new();
+    for id in &report.flights {
+        let end = states
+            .get(id)
+            .unwrap_or_else(|| panic!("acknowledged flight {id} is not in the store"));
+        if !expected(&end.state) {
+            wrong.push((id, end));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} flights ended otherwise, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
+/// `relay doctor` on the stopped data dir: the log has no gap and every projection equals
+/// a rebuild from it.
+fn doctor(relay: &RelayProcess) -> serde_json::Value {
+    let out = relay_cmd(&relay.data_dir, &["doctor", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "relay doctor failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["consistent"], true, "{report}");
+    assert_eq!(report["gaps"], serde_json::json!([]), "{report}");
+    assert_eq!(
+        report["mismatched_trees"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    report
+}
+
+async fn run_and_check(relay: &mut RelayProcess, load: Load, what: &str) {
+    let target = Target::new(&relay.data_dir).unwrap();
+    let started = std::time::Instant::now();
+    let report = load::run(&load, &target)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nbroker log tail:\n{}", tail(&relay.log_text())));
+    let states = load::wait_all_terminal(&target, WITHIN)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nbroker log tail:\n{}", tail(&relay.log_text())));
+    print(what, &report, started.elapsed());
+    assert_eq!(report.flights.len(), INVOCATIONS);
+    assert_eq!(report.status_hangs, 0, "/v1/status stopped answering");
+    assert!(report.status_probes > 0);
+    check_flights(&report, &states, |s| s == "completed");
+    relay.terminate().unwrap();
+    let doc = doctor(relay);
+    assert!(
+        doc["events"].as_u64().unwrap() > INVOCATIONS as u64,
+        "{doc}"
+    );
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_broker_serves_32_http_clients_and_64_nats_invokers() {
+    let nats = NatsServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay =
+        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
+    let agents = load::add_instant_agents(&relay, AGENTS, None);
+    let load = load(&nats, agents);
+    run_and_check(&mut relay, load, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_serves_the_same_load() {
+    let nats = NatsServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay =
+        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
+    let node = NodeProcess::start("n1", &tmp.path().join("node-n1"), &nats.url()).unwrap();
+    let agents = load::add_instant_agents(&relay, AGENTS, Some("n1"));
+    let load = load(&nats, agents);
+    run_and_check(&mut relay, load, "node").await;
+    drop(node);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_of_the_broker_three_times_under_load_loses_nothing() {
+    let nats = NatsServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay =
+        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
+    let agents = load::add_instant_agents(&relay, AGENTS, None);
+    let load = load(&nats, agents);
+    let target = Target::new(&relay.data_dir).unwrap();
+    let started = std::time::Instant::now();
+    let runner = {
+        let (load, target) = (load.clone(), target.clone());
+        tokio::spawn(async move { load::run(&load, &target).await })
+    };
+    // Three kills at random points of the load, each once that many invocations were
+    // acknowledged (an event to wait for, not a time).
+    let mut marks: Vec<usize> = (0..3)
+        .map(|_| rand::rng().random_range(INVOCATIONS / 10..INVOCATIONS * 9 / 10))
+        .collect();
+    marks.sort_unstable();
+    let mut kills = 0;
+    for mark in marks {
+        while load.acked.load(Ordering::Relaxed) < mark && !runner.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if runner.is_finished() {
+            break;
+        }
+        target.up.store(false, Ordering::Relaxed);
+        tokio::task::block_in_place(|| {
+            relay.kill9();
+            relay.restart().unwrap();
+        });
+        target.refresh().unwrap();
+        target.up.store(true, Ordering::Relaxed);
+        kills += 1;
+    }
+    let report = runner.await.unwrap().unwrap();
+    let states = load::wait_all_terminal(&target, WITHIN)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nbroker log tail:\n{}", tail(&relay.log_text())));
+    print(&format!("kill -9 x{kills}"), &report, started.elapsed());
+    assert_eq!(kills, 3, "the load ended before the third kill");
+    assert_eq!(report.status_hangs, 0, "/v1/status stopped answering");
+    // A flight whose turn was cut by the kill may be failed with a reason; none stays
+    // live, none is lost.
+    check_flights(&report, &states, load::is_terminal);
+    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    for id in &report.flights {
+        *by_state.entry(states[id].state.as_str()).or_default() += 1;
+    }
+    eprintln!("acknowledged flights by state: {by_state:?}");
+    relay.terminate().unwrap();
+    doctor(&relay);
+}

@@ -29,8 +29,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
 use crate::store::{apply, encode, seq_key, Store, Tx, T};
+use relay_runtime::storage::Ran;
 
-/// Commands waiting for the writer. When full, external callers get `Overloaded`.
+/// Commands waiting for the writer, by default ([`BrokerConfig::command_queue`]). When
+/// full, external callers get `Overloaded` at once.
 pub const COMMAND_QUEUE_CAPACITY: usize = 4096;
 /// Most commands committed in one transaction and one flush.
 pub const MAX_BATCH: usize = 1024;
@@ -46,6 +48,9 @@ pub struct BrokerConfig {
     pub max_message_bytes: usize,
     /// Deepest agent-to-agent chain allowed (a root invocation has depth 0).
     pub max_depth: u32,
+    /// Commands that may wait for the writer; past that, clients get `Overloaded` at
+    /// once (HTTP 429, a NATS error reply) and Relay's own commands wait for room.
+    pub command_queue: usize,
 }
 
 impl Default for BrokerConfig {
@@ -53,6 +58,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             max_message_bytes: 256 * 1024,
             max_depth: 4,
+            command_queue: COMMAND_QUEUE_CAPACITY,
         }
     }
 }
@@ -144,6 +150,64 @@ struct Inner {
     started: Instant,
     /// Cancelled when the writer stopped because the disk failed it.
     failed: CancellationToken,
+    /// Kept as events are published, so `status` costs nothing however many flights.
+    counts: Counts,
+}
+
+/// What `relay status` counts, kept current from the published events.
+#[derive(Default)]
+struct Counts {
+    agents: AtomicU64,
+    flights: AtomicU64,
+    live_flights: AtomicU64,
+}
+
+impl Counts {
+    /// One scan of the store, at start (blocking).
+    fn scan(store: &Store) -> Result<Counts, BrokerError> {
+        let flights: Vec<Flight> = store.values(T::Flights)?;
+        Ok(Counts {
+            agents: AtomicU64::new(store.tree(T::Agents).len() as u64),
+            flights: AtomicU64::new(flights.len() as u64),
+            live_flights: AtomicU64::new(
+                flights.iter().filter(|f| !f.state.is_terminal()).count() as u64
+            ),
+        })
+    }
+
+    fn apply(&self, event: &Event) {
+        match &event.body {
+            EventBody::AgentRegistered { .. } => {
+                self.agents.fetch_add(1, Ordering::Relaxed);
+            }
+            EventBody::AgentRemoved { .. } => {
+                self.agents.fetch_sub(1, Ordering::Relaxed);
+            }
+            EventBody::InvocationCreated { flight, .. } => {
+                self.flights.fetch_add(1, Ordering::Relaxed);
+                if !flight.state.is_terminal() {
+                    self.live_flights.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // A flight reaches a terminal state once: its state never changes again.
+            EventBody::FlightUpdated { update, .. } => {
+                if let FlightChange::State { to, .. } = &update.change {
+                    if to.is_terminal() {
+                        self.live_flights.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Counts kept by the broker: (agents, flights, flights not yet ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusCounts {
+    pub agents: u64,
+    pub flights: u64,
+    pub live_flights: u64,
 }
 
 impl Broker {
@@ -153,8 +217,10 @@ impl Broker {
         config: BrokerConfig,
         shutdown: CancellationToken,
     ) -> Result<(Broker, tokio::task::JoinHandle<()>), BrokerError> {
-        let last_seq = store.last_seq()?;
-        let (commands, rx) = mpsc::channel(COMMAND_QUEUE_CAPACITY);
+        let (last_seq, counts) = store
+            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?)))
+            .await?;
+        let (commands, rx) = mpsc::channel(config.command_queue.max(1));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let broker = Broker {
             inner: Arc::new(Inner {
@@ -165,18 +231,28 @@ impl Broker {
                 config,
                 started: Instant::now(),
                 failed: CancellationToken::new(),
+                counts,
             }),
         };
         let writer = Writer {
             store: broker.inner.store.clone(),
             config: broker.inner.config.clone(),
             next_seq: last_seq + 1,
-            failed: false,
             failure: broker.inner.failed.clone(),
         };
         let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
         broker.execute(Command::Bootstrap).await?;
         Ok((broker, task))
+    }
+
+    /// Agents and flights, as of the last published event: no scan.
+    pub fn counts(&self) -> StatusCounts {
+        let c = &self.inner.counts;
+        StatusCounts {
+            agents: c.agents.load(Ordering::Relaxed),
+            flights: c.flights.load(Ordering::Relaxed),
+            live_flights: c.live_flights.load(Ordering::Relaxed),
+        }
     }
 
     /// Resolves if the writer stopped because a commit or flush failed: the broker takes
@@ -376,10 +452,18 @@ struct Writer {
     store: Store,
     config: BrokerConfig,
     next_seq: u64,
-    /// Set when a flush failed: the writer stops.
-    failed: bool,
-    /// Cancelled when it does, for [`Broker::failed`].
+    /// Cancelled when a flush failed and the writer stopped, for [`Broker::failed`].
     failure: CancellationToken,
+}
+
+type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
+
+/// What became of a batch, for the writer.
+struct Settled {
+    /// Seqs the batch's transaction took (taken even if the flush failed).
+    events: u64,
+    /// The flush failed: the writer stops.
+    failed: bool,
 }
 
 impl Writer {
@@ -408,35 +492,19 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let (commands, replies): (Vec<Command>, Vec<_>) =
+            let (commands, replies): (Vec<Command>, Vec<Reply>) =
                 batch.drain(..).map(|p| (p.command, p.reply)).unzip();
-            let results = self.commit(commands).await;
-            if self.failed {
-                for reply in replies {
-                    let _ = reply.send(Err(BrokerError::Internal(
-                        "the disk flush failed; nothing of this batch is known to be stored".into(),
-                    )));
-                }
+            let settled = self.commit(commands, replies, &broker).await;
+            // The transaction is applied in memory whatever the flush says, so its seqs
+            // are taken either way: never write other events under them.
+            self.next_seq += settled.events;
+            if settled.failed {
                 rx.close();
                 while let Ok(p) = rx.try_recv() {
                     let _ = p.reply.send(Err(BrokerError::ShuttingDown));
                 }
                 self.failure.cancel();
                 break;
-            }
-            // Published before the callers hear back, so a caller that reads the log or
-            // subscribes right after its answer sees its own events.
-            if let Some(inner) = broker.upgrade() {
-                if let Some(last) = results.events.last() {
-                    inner.last_seq.store(last.seq, Ordering::Release);
-                }
-                for event in results.events {
-                    // No subscriber is fine: the log has it.
-                    let _ = inner.events.send(Arc::new(event));
-                }
-            }
-            for (reply, result) in replies.into_iter().zip(results.outcomes) {
-                let _ = reply.send(result);
             }
         }
         if let Err(e) = self.store.flush().await {
@@ -446,40 +514,107 @@ impl Writer {
     }
 
     /// Commits a batch: its transaction and its flush run as one job on the storage
-    /// thread (grouped with whatever else waits there), off the async workers.
-    async fn commit(&mut self, commands: Vec<Command>) -> BatchResult {
+    /// thread (grouped with whatever else waits there), off the async workers. Right
+    /// after the flush, still on that thread, the events are published and the callers
+    /// answered; the writer then hears what became of the batch.
+    async fn commit(
+        &mut self,
+        commands: Vec<Command>,
+        replies: Vec<Reply>,
+        broker: &std::sync::Weak<Inner>,
+    ) -> Settled {
         let first_seq = self.next_seq;
-        let n = commands.len();
         let (store, config) = (self.store.clone(), self.config.clone());
-        let ran = self
+        let (done, settled) = oneshot::channel();
+        let broker = broker.clone();
+        let queued = self
             .store
             .durable()
-            .write(move || transact(&store, &config, first_seq, &commands))
+            .write_then(
+                move || transact(&store, &config, first_seq, &commands),
+                move |ran| {
+                    let _ = done.send(settle(ran, replies, &broker));
+                },
+            )
             .await;
-        let (result, flushed) = match ran {
-            Ok(ran) => ran,
-            Err(e) => {
-                // The job did not run, or panicked inside the transaction (which sled then
-                // did not commit): nothing was written.
-                tracing::error!(error = %e, "a batch could not be committed");
-                return BatchResult::all_failed(n, &BrokerError::from(e));
+        match (queued, settled.await) {
+            (Ok(()), Ok(settled)) => settled,
+            _ => {
+                // The storage thread is gone (its callers were told by their dropped
+                // answer): nothing more can be stored.
+                tracing::error!("the storage thread stopped; the broker stops accepting commands");
+                Settled {
+                    events: 0,
+                    failed: true,
+                }
             }
-        };
-        let result = match result {
-            Ok(result) => result,
-            Err(e) => return BatchResult::all_failed(n, &e),
-        };
-        // The transaction is applied in memory whatever the flush says, so its seqs are
-        // taken either way: never write other events under them.
-        self.next_seq = first_seq + result.events.len() as u64;
-        if let Err(e) = flushed {
-            // The batch may or may not reach the disk: tell nobody it did, and stop
-            // taking commands (the store's state is no longer known).
-            tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
-            self.failed = true;
-            return BatchResult::all_failed(n, &BrokerError::from(e));
         }
-        result
+    }
+}
+
+/// On the storage thread, after a batch's flush: publishes its events and answers its
+/// callers (or tells them it failed). Published before the callers hear back, so a
+/// caller that reads the log or subscribes right after its answer sees its own events.
+fn settle(
+    ran: Ran<Result<BatchResult, BrokerError>>,
+    replies: Vec<Reply>,
+    broker: &std::sync::Weak<Inner>,
+) -> Settled {
+    let fail_all = |replies: Vec<Reply>, e: &dyn std::fmt::Display| {
+        for reply in replies {
+            let _ = reply.send(Err(BrokerError::Internal(format!("commit failed: {e}"))));
+        }
+    };
+    let (result, flushed) = match ran {
+        Ok((Ok(result), flushed)) => (result, flushed),
+        // The transaction failed or panicked (sled did not commit it): nothing written.
+        Ok((Err(e), _)) => {
+            fail_all(replies, &e);
+            return Settled {
+                events: 0,
+                failed: false,
+            };
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "a batch could not be committed");
+            fail_all(replies, &e);
+            return Settled {
+                events: 0,
+                failed: false,
+            };
+        }
+    };
+    let events = result.events.len() as u64;
+    if let Err(e) = flushed {
+        // The batch may or may not reach the disk: tell nobody it did, and stop taking
+        // commands (the store's state is no longer known).
+        tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
+        for reply in replies {
+            let _ = reply.send(Err(BrokerError::Internal(
+                "the disk flush failed; nothing of this batch is known to be stored".into(),
+            )));
+        }
+        return Settled {
+            events,
+            failed: true,
+        };
+    }
+    if let Some(inner) = broker.upgrade() {
+        if let Some(last) = result.events.last() {
+            inner.last_seq.store(last.seq, Ordering::Release);
+        }
+        for event in result.events {
+            inner.counts.apply(&event);
+            // No subscriber is fine: the log has it.
+            let _ = inner.events.send(Arc::new(event));
+        }
+    }
+    for (reply, outcome) in replies.into_iter().zip(result.outcomes) {
+        let _ = reply.send(outcome);
+    }
+    Settled {
+        events,
+        failed: false,
     }
 }
 
@@ -549,17 +684,6 @@ fn transact(
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
     events: Vec<Event>,
-}
-
-impl BatchResult {
-    fn all_failed(n: usize, e: &BrokerError) -> BatchResult {
-        BatchResult {
-            outcomes: (0..n)
-                .map(|_| Err(BrokerError::Internal(format!("commit failed: {e}"))))
-                .collect(),
-            events: Vec::new(),
-        }
-    }
 }
 
 /// The domain rules, run inside the writer's transaction.

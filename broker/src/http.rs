@@ -233,22 +233,15 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
-    let (agents, flights, live_flights) = s
-        .broker
-        .store()
-        .read(|store| {
-            let flights: Vec<Flight> = store.values(T::Flights)?;
-            let live = flights.iter().filter(|f| !f.state.is_terminal()).count();
-            Ok((store.tree(T::Agents).len(), flights.len(), live))
-        })
-        .await?;
+    // Counters kept by the broker: status never scans, however many flights.
+    let counts = s.broker.counts();
     Ok(Json(relay_protocol::api::Status {
         version: env!("CARGO_PKG_VERSION").into(),
         data_dir: s.data_dir.clone(),
         last_seq: s.broker.last_seq(),
-        agents: agents as u64,
-        flights: flights as u64,
-        live_flights: live_flights as u64,
+        agents: counts.agents,
+        flights: counts.flights,
+        live_flights: counts.live_flights,
         nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
         uptime_ms: s.broker.uptime_ms(),
     }))

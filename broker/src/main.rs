@@ -209,6 +209,10 @@ struct UpArgs {
     /// Deepest agent-to-agent invocation chain.
     #[arg(long, default_value_t = 4)]
     max_depth: u32,
+    /// Commands that may wait to be committed; past that, clients are answered
+    /// `overloaded` at once (HTTP 429, a NATS error reply) instead of waiting.
+    #[arg(long, default_value_t = relay_broker::broker::COMMAND_QUEUE_CAPACITY, env = "RELAY_COMMAND_QUEUE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    command_queue: usize,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -564,6 +568,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
         broker: relay_broker::BrokerConfig {
             max_message_bytes: args.max_message_bytes,
             max_depth: args.max_depth,
+            command_queue: args.command_queue,
         },
         nats: args.nats.config(Some(&args.bus)),
         turn_idle_timeout: args.runtime.turn_idle_timeout(),

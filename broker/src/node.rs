@@ -175,14 +175,15 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     ensure_streams(&js).await?;
 
     let runtime_stop = CancellationToken::new();
-    let (runtime, reports) = Runtime::start(
-        RuntimeConfig {
-            data_dir: config.data_dir.clone(),
-            node: Some(config.name.clone()),
-            turn_idle_timeout: config.turn_idle_timeout,
-        },
-        runtime_stop.clone(),
-    )?;
+    let runtime_config = RuntimeConfig {
+        data_dir: config.data_dir.clone(),
+        shared_db: None,
+        node: Some(config.name.clone()),
+        turn_idle_timeout: config.turn_idle_timeout,
+    };
+    let stop = runtime_stop.clone();
+    let (runtime, reports) =
+        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
     let forward_stop = CancellationToken::new();
     let forwarder = tokio::spawn(forward_reports(

@@ -45,14 +45,17 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     let writer_stop = CancellationToken::new();
     let (broker, writer) = Broker::start(store, config.broker.clone(), writer_stop.clone()).await?;
     let runtime_stop = CancellationToken::new();
-    let (runtime, reports) = Runtime::start(
-        RuntimeConfig {
-            data_dir: config.data_dir.clone(),
-            node: None,
-            turn_idle_timeout: config.turn_idle_timeout,
-        },
-        runtime_stop.clone(),
-    )?;
+    // The embedded runtime keeps its records in the broker's database: one flush per
+    // group commit makes both durable.
+    let runtime_config = RuntimeConfig {
+        data_dir: config.data_dir.clone(),
+        shared_db: Some(broker.store().durable().clone()),
+        node: None,
+        turn_idle_timeout: config.turn_idle_timeout,
+    };
+    let stop = runtime_stop.clone();
+    let (runtime, reports) =
+        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let (plane, plane_task) = Plane::start(broker.clone(), runtime.clone(), reports).await?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)

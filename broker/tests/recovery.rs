@@ -31,6 +31,7 @@ fn runtime(
     Runtime::start(
         RuntimeConfig {
             data_dir: dir.to_path_buf(),
+            shared_db: None,
             node: None,
             turn_idle_timeout: None,
         },

@@ -16,6 +16,7 @@ async fn broker() -> Broker {
     let config = BrokerConfig {
         max_message_bytes: 1000,
         max_depth: 2,
+        ..BrokerConfig::default()
     };
     let (b, _task) = Broker::start(store, config, CancellationToken::new())
         .await
@@ -436,4 +437,69 @@ async fn a_tasks_delivery_is_settled_by_how_its_flight_starts() {
         assert_eq!(d.state, DeliveryState::Failed, "{d:?}");
         assert_eq!(d.attempts[0].error.as_deref(), Some("to failed"));
     }
+}
+
+#[tokio::test]
+async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let scan = |store: &Store| {
+        let flights: Vec<relay_protocol::domain::Flight> =
+            store.values(relay_broker::store::T::Flights).unwrap();
+        relay_broker::broker::StatusCounts {
+            agents: store.tree(relay_broker::store::T::Agents).len() as u64,
+            flights: flights.len() as u64,
+            live_flights: flights.iter().filter(|f| !f.state.is_terminal()).count() as u64,
+        }
+    };
+    let expected = {
+        let stop = CancellationToken::new();
+        let (b, writer) = Broker::start(
+            Store::open(&path).unwrap(),
+            BrokerConfig::default(),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        for name in ["a", "b", "c"] {
+            b.register_agent(spec(name)).await.unwrap();
+        }
+        b.remove_agent("c").await.unwrap();
+        b.register_agent(spec("c")).await.unwrap();
+        b.remove_agent("b").await.unwrap();
+        let mut flights = Vec::new();
+        for _ in 0..6 {
+            flights.push(b.invoke(invoke("a")).await.unwrap().flight.id);
+        }
+        for state in [Running, Completed] {
+            b.update_flight(&flights[0], to(state)).await.unwrap();
+        }
+        b.update_flight(&flights[1], to(Cancelled)).await.unwrap();
+        b.update_flight(&flights[2], to(Failed)).await.unwrap();
+        // Refused changes count nothing.
+        assert!(b.update_flight(&flights[2], to(Cancelled)).await.is_err());
+        b.update_flight(&flights[3], to(Running)).await.unwrap();
+        let counts = b.counts();
+        assert_eq!(
+            counts,
+            relay_broker::broker::StatusCounts {
+                agents: 2,
+                flights: 6,
+                live_flights: 3
+            }
+        );
+        assert_eq!(counts, scan(b.store()));
+        stop.cancel();
+        drop(b);
+        writer.await.unwrap();
+        counts
+    };
+    let (b, _writer) = Broker::start(
+        Store::open(&path).unwrap(),
+        BrokerConfig::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(b.counts(), expected);
 }

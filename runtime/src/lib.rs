@@ -52,8 +52,11 @@ pub enum RuntimeError {
 
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Where the runtime keeps its sled database (thread ids).
+    /// Where the runtime keeps its sled database (thread ids), unless `shared_db`.
     pub data_dir: PathBuf,
+    /// Keep the runtime's records in this database instead (the broker's, when the
+    /// runtime is embedded in `relay up`): one flush makes both durable.
+    pub shared_db: Option<storage::Durable>,
     /// This runtime's node name; `None` for the broker's embedded runtime.
     pub node: Option<String>,
     /// A running turn without a harness event for this long is interrupted and failed
@@ -132,7 +135,11 @@ impl Runtime {
         shutdown: CancellationToken,
     ) -> Result<(Runtime, mpsc::Receiver<Report>), RuntimeError> {
         std::fs::create_dir_all(&config.data_dir).map_err(sled::Error::Io)?;
-        let threads = ThreadStore::open(&config.data_dir.join("runtime"))?;
+        let own = config.data_dir.join("runtime");
+        let threads = match &config.shared_db {
+            Some(db) => ThreadStore::within(db, Some(&own))?,
+            None => ThreadStore::open(&own)?,
+        };
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
         Ok((
             Runtime {

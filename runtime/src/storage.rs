@@ -50,6 +50,10 @@ pub enum StorageError {
     Stopped,
 }
 
+/// What became of a job: it ran and returned `R`, with the outcome of the flush after
+/// it (`Ok` when it asked for none); or it did not run, or panicked (the outer error).
+pub type Ran<R> = Result<(R, Result<(), StorageError>), StorageError>;
+
 /// The sled settings every Relay database opens with: no background flusher (see the
 /// module header).
 pub fn config() -> sled::Config {
@@ -67,7 +71,27 @@ struct DurableInner {
     flushes: AtomicU64,
 }
 
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable")
+            .field("flushes", &self.flushes())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Durable {
+    /// [`Storage::submit_then`] with a flush of this database.
+    pub async fn write_then<R, F, T>(&self, work: F, then: T) -> Result<(), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+        T: FnOnce(Ran<R>) + Send + 'static,
+    {
+        Storage::global()
+            .submit_then(Some(self.clone()), work, then)
+            .await
+    }
+
     pub fn new(db: sled::Db) -> Durable {
         Durable {
             inner: Arc::new(DurableInner {
@@ -93,7 +117,7 @@ impl Durable {
     /// Runs `work` on the storage thread, then makes this database durable (one flush
     /// for the whole group) before answering. The outer error: the job did not run or
     /// panicked; the inner one: it ran, and the flush after it failed.
-    pub async fn write<R, F>(&self, work: F) -> Result<(R, Result<(), StorageError>), StorageError>
+    pub async fn write<R, F>(&self, work: F) -> Ran<R>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
@@ -172,34 +196,47 @@ impl Storage {
         self.submit(None, work).await.map(|(r, _)| r)
     }
 
-    async fn submit<R, F>(
-        &self,
-        flush: Option<Durable>,
-        work: F,
-    ) -> Result<(R, Result<(), StorageError>), StorageError>
+    async fn submit<R, F>(&self, flush: Option<Durable>, work: F) -> Ran<R>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
+        self.submit_then(flush, work, move |r| {
+            let _ = tx.send(r);
+        })
+        .await?;
+        rx.await.map_err(|_| StorageError::Stopped)?
+    }
+
+    /// Queues `work`; once it ran and (with `flush`) its database is flushed, `then`
+    /// gets the outcome ON THE STORAGE THREAD, so it can answer waiting callers without
+    /// another thread hop (keep it short: it holds up the next group). Returns once the
+    /// job is queued; `then` is not called if the storage thread is gone.
+    pub async fn submit_then<R, F, T>(
+        &self,
+        flush: Option<Durable>,
+        work: F,
+        then: T,
+    ) -> Result<(), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+        T: FnOnce(Ran<R>) + Send + 'static,
+    {
         let run = Box::new(move || -> Finish {
             match catch_unwind(AssertUnwindSafe(work)) {
-                Ok(r) => Box::new(move |flushed| {
-                    let _ = tx.send(Ok((r, flushed)));
-                }),
+                Ok(r) => Box::new(move |flushed| then(Ok((r, flushed)))),
                 Err(panic) => {
                     let text = panic_text(panic.as_ref());
-                    Box::new(move |_| {
-                        let _ = tx.send(Err(StorageError::Panicked(text)));
-                    })
+                    Box::new(move |_| then(Err(StorageError::Panicked(text))))
                 }
             }
         });
         self.jobs
             .send(Job { flush, run })
             .await
-            .map_err(|_| StorageError::Stopped)?;
-        rx.await.map_err(|_| StorageError::Stopped)?
+            .map_err(|_| StorageError::Stopped)
     }
 }
 
@@ -215,26 +252,25 @@ fn run(mut rx: mpsc::Receiver<Job>) {
         }
         let mut to_flush: Vec<Durable> = Vec::new();
         let mut finishes: Vec<(Option<usize>, Finish)> = Vec::with_capacity(group.len());
-        for job in group.drain(..) {
-            let id = job.flush.as_ref().map(Durable::id);
-            if let Some(d) = job.flush {
-                if !to_flush.iter().any(|f| f.id() == d.id()) {
-                    to_flush.push(d);
+        while !group.is_empty() {
+            for job in group.drain(..) {
+                let id = job.flush.as_ref().map(Durable::id);
+                if let Some(d) = job.flush {
+                    if !to_flush.iter().any(|f| f.id() == d.id()) {
+                        to_flush.push(d);
+                    }
+                }
+                finishes.push((id, (job.run)()));
+            }
+            // What arrived while those ran rides on the same flush.
+            while finishes.len() + group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
                 }
             }
-            finishes.push((id, (job.run)()));
         }
-        let flushed: HashMap<usize, Result<(), StorageError>> = to_flush
-            .iter()
-            .map(|d| {
-                let r = d.inner.db.flush();
-                d.inner.flushes.fetch_add(1, Ordering::Relaxed);
-                (
-                    d.id(),
-                    r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e))),
-                )
-            })
-            .collect();
+        let flushed = flush_all(&to_flush);
         // Let go of the databases before answering: a caller that closes its database
         // once answered must not find it still open here.
         drop(to_flush);
@@ -243,8 +279,42 @@ fn run(mut rx: mpsc::Receiver<Job>) {
                 Some(id) => flushed.get(&id).cloned().unwrap_or(Ok(())),
                 None => Ok(()),
             };
-            finish(result);
+            if catch_unwind(AssertUnwindSafe(|| finish(result))).is_err() {
+                tracing::error!("a storage job's answer panicked");
+            }
         }
+    }
+}
+
+/// Flushes each database once. Two databases are flushed at the same time (a broker and
+/// its embedded runtime): flushes only share sled's lock, and no transaction can be
+/// waiting for it, since this thread is the only one that runs them.
+fn flush_all(dbs: &[Durable]) -> HashMap<usize, Result<(), StorageError>> {
+    let flush = |d: &Durable| {
+        let r = d.inner.db.flush();
+        d.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        (
+            d.id(),
+            r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e))),
+        )
+    };
+    match dbs {
+        [] => HashMap::new(),
+        [one] => HashMap::from([flush(one)]),
+        [first, rest @ ..] => std::thread::scope(|scope| {
+            let others: Vec<_> = rest.iter().map(|d| scope.spawn(move || flush(d))).collect();
+            let mut out = HashMap::from([flush(first)]);
+            for (d, handle) in rest.iter().zip(others) {
+                let (id, r) = handle.join().unwrap_or_else(|panic| {
+                    (
+                        d.id(),
+                        Err(StorageError::Panicked(panic_text(panic.as_ref()))),
+                    )
+                });
+                out.insert(id, r);
+            }
+            out
+        }),
     }
 }
 

@@ -40,12 +40,45 @@ pub enum DispatchState {
 }
 
 impl ThreadStore {
+    /// A database of its own at `path` (a `relay node`).
     pub fn open(path: &Path) -> Result<ThreadStore, sled::Error> {
         let db = storage::config().path(path).open()?;
         let tree = db.open_tree("threads")?;
         let dispatches = db.open_tree("dispatches")?;
         Ok(ThreadStore {
             db: Durable::new(db),
+            tree,
+            dispatches,
+        })
+    }
+
+    /// Trees inside another database (the broker's, for its embedded runtime), so that
+    /// one flush makes both durable. Records left in a database of its own at `legacy`
+    /// by an earlier version are moved in first (that directory is then renamed
+    /// `<legacy>.migrated`). Blocking: call it off the async workers.
+    pub fn within(durable: &Durable, legacy: Option<&Path>) -> Result<ThreadStore, sled::Error> {
+        let db = durable.db();
+        let tree = db.open_tree("runtime.threads")?;
+        let dispatches = db.open_tree("runtime.dispatches")?;
+        if let Some(legacy) = legacy.filter(|p| p.join("conf").exists()) {
+            let old = storage::config().path(legacy).open()?;
+            for (name, into) in [("threads", &tree), ("dispatches", &dispatches)] {
+                for kv in old.open_tree(name)?.iter() {
+                    let (k, v) = kv?;
+                    if !into.contains_key(&k)? {
+                        into.insert(k, v)?;
+                    }
+                }
+            }
+            db.flush()?;
+            drop(old);
+            let mut moved = legacy.as_os_str().to_owned();
+            moved.push(".migrated");
+            std::fs::rename(legacy, &moved)?;
+            tracing::info!(from = %legacy.display(), "moved the runtime's records into the broker's database");
+        }
+        Ok(ThreadStore {
+            db: durable.clone(),
             tree,
             dispatches,
         })
@@ -130,13 +163,12 @@ impl ThreadStore {
         .map_err(RuntimeError::from)
     }
 
-    /// Drops an invocation's record (not flushed on its own: losing it in a crash only
-    /// keeps a record that is harmless once its flight has ended).
+    /// Drops an invocation's record. Not flushed (losing it in a crash only keeps a
+    /// record that is harmless once its flight has ended), so it needs neither the
+    /// storage thread nor its next flush: a plain write on the blocking pool.
     pub async fn forget_dispatch(&self, invocation: &str) -> Result<(), RuntimeError> {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
-        storage::Storage::global()
-            .run(move || tree.remove(invocation.as_bytes()))
-            .await??;
+        storage::read(move || tree.remove(invocation.as_bytes())).await??;
         Ok(())
     }
 
@@ -147,5 +179,52 @@ impl ThreadStore {
             .write_durably(move || tree.remove(agent.as_bytes()))
             .await??;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_embedded_runtime_moves_its_old_database_into_the_shared_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = dir.path().join("runtime");
+        let record = ThreadRecord {
+            harness: "codex_app_server".into(),
+            thread_id: "thr_1".into(),
+            updated_at: 7,
+        };
+        {
+            let old = ThreadStore::open(&legacy).unwrap();
+            old.put("codex-1", &record).await.unwrap();
+            old.set_dispatch_state("inv_1", DispatchState::Started, "flt_1")
+                .await
+                .unwrap();
+        }
+        let shared = Durable::new(
+            storage::config()
+                .path(dir.path().join("db"))
+                .open()
+                .unwrap(),
+        );
+        let store = ThreadStore::within(&shared, Some(&legacy)).unwrap();
+        assert_eq!(store.get("codex-1").await.unwrap(), Some(record.clone()));
+        assert_eq!(
+            store.unfinished_dispatches().await.unwrap(),
+            vec![("inv_1".to_string(), "flt_1".to_string())]
+        );
+        assert!(!legacy.exists());
+        assert!(dir.path().join("runtime.migrated").exists());
+        // Writes land in the shared database, made durable by its flushes.
+        let before = shared.flushes();
+        store.forget("codex-1").await.unwrap();
+        assert!(shared.flushes() > before);
+        assert_eq!(store.get("codex-1").await.unwrap(), None);
+        // Opening again finds nothing left to move, and keeps what it has.
+        drop(store);
+        let again = ThreadStore::within(&shared, Some(&legacy)).unwrap();
+        assert_eq!(again.unfinished_dispatches().await.unwrap().len(), 1);
     }
 }

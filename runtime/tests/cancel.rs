@@ -91,6 +91,7 @@ fn start() -> (tempfile::TempDir, Runtime, Receiver<Report>) {
     let (runtime, reports) = Runtime::start(
         RuntimeConfig {
             data_dir: dir.path().to_path_buf(),
+            shared_db: None,
             node: None,
             turn_idle_timeout: None,
         },

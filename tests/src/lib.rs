@@ -38,6 +38,8 @@ pub fn relay_bin() -> PathBuf {
 
 /// A `relay up` process on a data dir, listening on a free loopback port.
 pub struct RelayProcess {
+    /// The `relay` binary this process runs (and its CLI uses).
+    pub bin: PathBuf,
     pub data_dir: PathBuf,
     child: Option<Child>,
     pub api: ApiInfo,
@@ -57,7 +59,18 @@ impl RelayProcess {
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> anyhow::Result<RelayProcess> {
+        Self::start_bin(&relay_bin(), data_dir, extra, envs)
+    }
+
+    /// [`RelayProcess::start_with`] with another `relay` binary (a benchmark's baseline).
+    pub fn start_bin(
+        bin: &Path,
+        data_dir: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<RelayProcess> {
         let mut p = RelayProcess {
+            bin: bin.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             child: None,
             api: ApiInfo {
@@ -82,7 +95,7 @@ impl RelayProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut cmd = Command::new(relay_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("up")
             .arg("--data-dir")
             .arg(&self.data_dir)
@@ -146,7 +159,7 @@ impl RelayProcess {
 
     /// Runs the CLI against this broker.
     pub fn cli(&self, args: &[&str]) -> Output {
-        relay_cmd(&self.data_dir, args)
+        relay_cmd_with(&self.bin, &self.data_dir, args)
     }
 
     /// Runs the CLI, asserts success, returns stdout.
@@ -211,7 +224,12 @@ fn wait_ready(child: &mut Child, file: &Path, what: &str, log: &Path) -> anyhow:
 
 /// Runs `relay ARGS` with `RELAY_DATA_DIR` set.
 pub fn relay_cmd(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(relay_bin())
+    relay_cmd_with(&relay_bin(), data_dir, args)
+}
+
+/// [`relay_cmd`] with another `relay` binary.
+pub fn relay_cmd_with(bin: &Path, data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
         .args(args)
         .env("RELAY_DATA_DIR", data_dir)
         .env_remove("RELAY_URL")

@@ -19,10 +19,17 @@ use serde_json::{json, Value};
 
 use crate::RelayProcess;
 
-/// The stand-in harness binary, next to `relay`.
+/// The stand-in harness binary: `RELAY_INSTANT_CODEX_BIN`, else beside the running
+/// program (`relay-load`), else beside `relay`.
 pub fn instant_codex_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RELAY_INSTANT_CODEX_BIN") {
         return PathBuf::from(p);
+    }
+    if let Ok(me) = std::env::current_exe() {
+        let beside = me.with_file_name("relay-instant-codex");
+        if beside.exists() {
+            return beside;
+        }
     }
     crate::relay_bin().with_file_name("relay-instant-codex")
 }

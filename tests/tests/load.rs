@@ -123,38 +123,57 @@ fn tail(s: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_embedded_broker_serves_32_http_clients_and_64_nats_invokers() {
+/// A nats-server, `relay up --nats` and, with `node`, a `relay node` of that name serving
+/// the agents; 20 instant agents; the load ready to run.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    nats: NatsServer,
+    relay: RelayProcess,
+    /// Kept alive (serving its agents) as long as the setup.
+    _node: Option<NodeProcess>,
+    load: Load,
+}
+
+fn setup(node: Option<&str>) -> Setup {
     let nats = NatsServer::start().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let mut relay =
+    let relay =
         RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
-    let agents = load::add_instant_agents(&relay, AGENTS, None);
+    let node_process =
+        node.map(|n| NodeProcess::start(n, &tmp.path().join(n), &nats.url()).unwrap());
+    let agents = load::add_instant_agents(&relay, AGENTS, node);
     let load = load(&nats, agents);
-    run_and_check(&mut relay, load, "embedded").await;
+    Setup {
+        _tmp: tmp,
+        nats,
+        relay,
+        _node: node_process,
+        load,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_broker_serves_32_http_clients_and_64_nats_invokers() {
+    let mut s = setup(None);
+    run_and_check(&mut s.relay, s.load.clone(), "embedded").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_serves_the_same_load() {
-    let nats = NatsServer::start().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut relay =
-        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
-    let node = NodeProcess::start("n1", &tmp.path().join("node-n1"), &nats.url()).unwrap();
-    let agents = load::add_instant_agents(&relay, AGENTS, Some("n1"));
-    let load = load(&nats, agents);
-    run_and_check(&mut relay, load, "node").await;
-    drop(node);
+    let mut s = setup(Some("n1"));
+    // The node (in `s`) serves every agent until the end.
+    run_and_check(&mut s.relay, s.load.clone(), "node").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_of_the_broker_three_times_under_load_loses_nothing() {
-    let nats = NatsServer::start().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut relay =
-        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
-    let agents = load::add_instant_agents(&relay, AGENTS, None);
-    let load = load(&nats, agents);
+    let Setup {
+        _tmp,
+        nats: _nats,
+        mut relay,
+        _node: _,
+        load,
+    } = setup(None);
     let target = Target::new(&relay.data_dir).unwrap();
     let started = std::time::Instant::now();
     let runner = {

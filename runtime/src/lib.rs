@@ -5,6 +5,9 @@
 //! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
 //!   run one at a time; different agents run in parallel), the harness session (spawned
 //!   on demand, or at start for `keep_warm`), and the turn in progress.
+//! - [`storage`]: the process's one storage thread. Every sled transaction and flush of
+//!   the process (the broker's and the runtime's) runs there, group-committed; async
+//!   code never blocks on sled (see its header for the wedge this prevents).
 //! - [`threads::ThreadStore`] keeps each agent's harness thread id in sled. A session
 //!   resumes that thread; only when the harness says it is gone does it start a new one,
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.

@@ -37,6 +37,9 @@ use tokio::sync::{mpsc, oneshot};
 pub const JOB_QUEUE_CAPACITY: usize = 4096;
 /// Most jobs run before one round of flushes.
 pub const MAX_GROUP: usize = 1024;
+/// How many times the idle storage thread looks for a job (yielding the CPU between
+/// looks) before it parks.
+const SPIN_BEFORE_PARK: usize = 64;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
@@ -242,7 +245,23 @@ impl Storage {
 
 fn run(mut rx: mpsc::Receiver<Job>) {
     let mut group: Vec<Job> = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = rx.blocking_recv() {
+    loop {
+        // A job often follows the last one within microseconds (the rest of a turn's
+        // stream, the next request): look again a few times before parking the thread.
+        let mut first = None;
+        for _ in 0..SPIN_BEFORE_PARK {
+            match rx.try_recv() {
+                Ok(job) => {
+                    first = Some(job);
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
+            }
+        }
+        let Some(first) = first.or_else(|| rx.blocking_recv()) else {
+            return;
+        };
         group.push(first);
         while group.len() < MAX_GROUP {
             match rx.try_recv() {

@@ -227,4 +227,29 @@ mod tests {
         let again = ThreadStore::within(&shared, Some(&legacy)).unwrap();
         assert_eq!(again.unfinished_dispatches().await.unwrap().len(), 1);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_dispatch_marks_are_group_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ThreadStore::open(&dir.path().join("runtime")).unwrap();
+        let before = store.flushes();
+        const N: usize = 400;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..N {
+            let store = store.clone();
+            tasks.spawn(async move {
+                store
+                    .set_dispatch_state(&format!("inv_{i}"), DispatchState::Started, "flt")
+                    .await
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap().unwrap();
+        }
+        let flushes = store.flushes() - before;
+        // Each mark was on disk when its call returned, yet far fewer flushes than marks.
+        assert!(flushes >= 1);
+        assert!(flushes * 4 <= N as u64, "{flushes} flushes for {N} marks");
+        assert_eq!(store.unfinished_dispatches().await.unwrap().len(), N);
+    }
 }

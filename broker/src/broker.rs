@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
 use crate::store::{apply, encode, seq_key, Store, Tx, T};
-use relay_runtime::storage::Ran;
+use relay_runtime::storage::{Ran, StorageError};
 
 /// Commands waiting for the writer, by default ([`BrokerConfig::command_queue`]). When
 /// full, external callers get `Overloaded` at once.
@@ -567,20 +567,23 @@ fn settle(
     };
     let (result, flushed) = match ran {
         Ok((Ok(result), flushed)) => (result, flushed),
-        // The transaction failed or panicked (sled did not commit it): nothing written.
-        Ok((Err(e), _)) => {
+        // The transaction failed (sled did not commit it): nothing of it was written. A
+        // storage error, or a failed flush of the group, means the disk failed: stop.
+        Ok((Err(e), flushed)) => {
+            let failed = matches!(e, BrokerError::Storage(_)) || flushed.is_err();
+            if failed {
+                tracing::error!(error = %e, "storage failed; the broker stops accepting commands");
+            }
             fail_all(replies, &e);
-            return Settled {
-                events: 0,
-                failed: false,
-            };
+            return Settled { events: 0, failed };
         }
+        // The job panicked (sled did not commit it), or its group's flush failed.
         Err(e) => {
             tracing::error!(error = %e, "a batch could not be committed");
             fail_all(replies, &e);
             return Settled {
                 events: 0,
-                failed: false,
+                failed: matches!(e, StorageError::Flush(_)),
             };
         }
     };

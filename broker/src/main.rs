@@ -184,7 +184,8 @@ enum Cmd {
     },
     /// Check a STOPPED broker's data directory: rebuild every projection from the event
     /// log and compare it with the stored one, and check the log has no gap in its
-    /// sequence. Exits 0 when consistent, 1 when not (it changes nothing).
+    /// sequence. Exits 0 when consistent, 1 when not. It writes no record (opening the
+    /// database lets sled recover it, as `relay up` would).
     #[command(
         after_help = "Run it with the broker stopped (`relay up` holds the database lock).\n\nExamples:\n  relay doctor --data-dir ./.relay\n  relay doctor --json"
     )]

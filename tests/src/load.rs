@@ -87,9 +87,11 @@ pub struct LoadReport {
     pub refused: Vec<String>,
     /// From the first request to the last acknowledgement.
     pub submit_time: Duration,
-    /// `GET /v1/status` probes made, and the longest one that answered.
+    /// Probes made (`GET /v1/status`, which reads counters, then `GET /v1/agents`, which
+    /// reads the store), and the longest answer of each.
     pub status_probes: u64,
     pub status_max: Duration,
+    pub read_max: Duration,
     /// Probes that got no answer within [`PROBE_TIMEOUT`] while the broker was up.
     pub status_hangs: u64,
 }
@@ -311,7 +313,7 @@ pub async fn run(load: &Load, target: &Target) -> anyhow::Result<LoadReport> {
     };
     if tokio::time::timeout(load.within, all_sent).await.is_err() {
         stop.store(true, Ordering::Relaxed);
-        let (probes, _, hangs) = probe.await?;
+        let Probed { probes, hangs, .. } = probe.await?;
         bail!(
             "the load did not finish within {:?}: {} of {} invocations acknowledged, \
              {} overloaded, {} unreachable; /v1/status answered {probes} times and hung {hangs} times",
@@ -324,7 +326,7 @@ pub async fn run(load: &Load, target: &Target) -> anyhow::Result<LoadReport> {
     }
     let submit_time = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (status_probes, status_max, status_hangs) = probe.await?;
+    let probed = probe.await?;
     let flights = shared.flights.lock().map(|f| f.clone()).unwrap_or_default();
     let refused = shared.refused.lock().map(|r| r.clone()).unwrap_or_default();
     Ok(LoadReport {
@@ -333,43 +335,61 @@ pub async fn run(load: &Load, target: &Target) -> anyhow::Result<LoadReport> {
         unreachable: shared.unreachable.load(Ordering::Relaxed),
         refused,
         submit_time,
-        status_probes,
-        status_max,
-        status_hangs,
+        status_probes: probed.probes,
+        status_max: probed.status_max,
+        read_max: probed.read_max,
+        status_hangs: probed.hangs,
     })
 }
 
-/// `GET /v1/status` again and again until `stop`: (probes, longest answer, hangs).
-async fn status_probe(target: Target, stop: Arc<AtomicBool>) -> (u64, Duration, u64) {
+/// What the probe saw.
+#[derive(Debug, Default, Clone, Copy)]
+struct Probed {
+    probes: u64,
+    status_max: Duration,
+    read_max: Duration,
+    hangs: u64,
+}
+
+/// `GET /v1/status` and `GET /v1/agents` again and again until `stop`.
+async fn status_probe(target: Target, stop: Arc<AtomicBool>) -> Probed {
     let client = reqwest::Client::new();
-    let (mut probes, mut max, mut hangs) = (0u64, Duration::ZERO, 0u64);
+    let mut p = Probed::default();
     while !stop.load(Ordering::Relaxed) {
         let (url, token) = target.get();
         let was_up = target.up.load(Ordering::Relaxed);
-        let t = Instant::now();
-        let r = client
-            .get(format!("{url}/v1/status"))
-            .bearer_auth(token)
-            .timeout(PROBE_TIMEOUT)
-            .send()
-            .await;
-        let took = t.elapsed();
-        match r {
-            Ok(resp) if resp.status().is_success() => {
-                probes += 1;
-                max = max.max(took);
+        let mut answered = true;
+        for (path, max) in [
+            ("/v1/status", &mut p.status_max),
+            ("/v1/agents", &mut p.read_max),
+        ] {
+            let t = Instant::now();
+            let r = client
+                .get(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .timeout(PROBE_TIMEOUT)
+                .send()
+                .await;
+            let took = t.elapsed();
+            match r {
+                Ok(resp) if resp.status().is_success() => *max = (*max).max(took),
+                Err(e) if e.is_timeout() && was_up && target.up.load(Ordering::Relaxed) => {
+                    p.hangs += 1;
+                    answered = false;
+                }
+                _ => {
+                    // The broker is down on purpose, or restarting: look for it again.
+                    let _ = target.refresh();
+                    answered = false;
+                }
             }
-            Err(e) if e.is_timeout() && was_up && target.up.load(Ordering::Relaxed) => {
-                hangs += 1;
-            }
-            _ => {
-                // The broker is down on purpose, or restarting: look for it again.
-                let _ = target.refresh();
-            }
+        }
+        if answered {
+            p.probes += 1;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    (probes, max, hangs)
+    p
 }
 
 /// How a flight stands: its state and, if it failed, why.

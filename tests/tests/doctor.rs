@@ -53,7 +53,7 @@ async fn doctor_finds_damage_and_a_gap_and_refuses_a_running_broker() {
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("event log: no gaps"), "{out}");
     assert!(out.contains("projections: all equal a rebuild"), "{out}");
-    assert!(out.trim_end().ends_with("consistent"), "{out}");
+    assert_eq!(out.lines().last(), Some("consistent"), "{out}");
 
     // A message lost from its projection (but not from the log).
     damage(&data, |s| {
@@ -79,5 +79,5 @@ async fn doctor_finds_damage_and_a_gap_and_refuses_a_running_broker() {
         out.contains("event log: GAP, expected seq 2, found 3"),
         "{out}"
     );
-    assert!(out.trim_end().ends_with("NOT consistent"), "{out}");
+    assert_eq!(out.lines().last(), Some("NOT consistent"), "{out}");
 }

@@ -62,7 +62,25 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
     let api = wait_api(&data).await;
     let http = reqwest::Client::new();
     let nats_client = async_nats::connect(nats.url()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    let nats_post = |body: &str| {
+        nats_client.request_with_headers(
+            "relay.v1.cmd.post",
+            headers.clone(),
+            json!({ "conversation": "channel.shared", "author": "nats", "body": body })
+                .to_string()
+                .into(),
+        )
+    };
     // The bus answers before the test holds storage (its subscriptions are up).
+    tokio::time::timeout(AT_ONCE, async {
+        while nats_post("ready?").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the bus never answered");
     let post = |body: &str| {
         let (http, api) = (http.clone(), api.clone());
         let body = json!({ "conversation": "channel.shared", "author": "load", "body": body });
@@ -80,13 +98,7 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
     assert_eq!(post("before").await, 200);
 
     // Hold the storage thread: from here nothing commits until it is released.
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = tokio::spawn(Storage::global().run(move || {
-        let _ = held_tx.send(());
-        let _ = release_rx.recv();
-    }));
-    held_rx.await.unwrap();
+    let paused = Storage::global().pause().await;
 
     let mut posts = tokio::task::JoinSet::new();
     for i in 0..CLIENTS {
@@ -106,21 +118,10 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
         refused += 1;
     }
     // NATS: refused at once too, with a typed error.
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Content-Type", "application/json");
-    let reply = tokio::time::timeout(
-        AT_ONCE,
-        nats_client.request_with_headers(
-            "relay.v1.cmd.post",
-            headers,
-            json!({ "conversation": "channel.shared", "author": "nats", "body": "hi" })
-                .to_string()
-                .into(),
-        ),
-    )
-    .await
-    .expect("the bus waited instead of refusing")
-    .unwrap();
+    let reply = tokio::time::timeout(AT_ONCE, nats_post("hi"))
+        .await
+        .expect("the bus waited instead of refusing")
+        .unwrap();
     let body: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
     assert_eq!(body["error"]["code"], "overloaded", "{body}");
     // Reads still answer.
@@ -136,10 +137,14 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
     assert_eq!(status.status().as_u16(), 200);
 
     // Storage moves again: everything still waiting is accepted.
-    release_tx.send(()).unwrap();
-    holder.await.unwrap().unwrap();
+    tokio::time::timeout(AT_ONCE, paused.resume())
+        .await
+        .expect("the storage thread did not resume");
     let mut accepted = 0;
-    while let Some(status) = posts.join_next().await {
+    while let Some(status) = tokio::time::timeout(AT_ONCE, posts.join_next())
+        .await
+        .expect("a queued request was never answered")
+    {
         match status.unwrap() {
             200 => accepted += 1,
             429 => refused += 1,
@@ -151,5 +156,9 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
     assert_eq!(post("after").await, 200);
 
     shutdown.cancel();
-    server.await.unwrap().unwrap();
+    tokio::time::timeout(AT_ONCE, server)
+        .await
+        .expect("the broker did not stop")
+        .unwrap()
+        .unwrap();
 }

@@ -10,6 +10,7 @@
 //! - Approvals: a requested approval is persisted; the agent's policy may decide it at
 //!   once (recorded as `policy:...`), otherwise a person does through the API.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -367,7 +368,23 @@ impl Plane {
     }
 
     /// Dispatches every invocation committed after `from_seq` to a local agent.
+    ///
+    /// The agents are kept here, from one read of the store (taken after `from_seq`)
+    /// and then the agent events of the feed, applied in order: an invocation finds its
+    /// agent without a read of the store on the way to its turn.
     async fn dispatch_new(self, from_seq: u64) {
+        let mut agents: HashMap<String, Agent> = match self
+            .broker
+            .store()
+            .read(|s| s.values::<Agent>(T::Agents))
+            .await
+        {
+            Ok(list) => list.into_iter().map(|a| (a.spec.name.clone(), a)).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the agents; dispatch stopped");
+                return;
+            }
+        };
         let mut feed = crate::feed::follow(self.broker.clone(), from_seq);
         while let Some(item) = feed.recv().await {
             let event = match item {
@@ -378,10 +395,18 @@ impl Plane {
                 }
             };
             match &event.body {
+                EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
+                    agents.insert(agent.spec.name.clone(), agent.clone());
+                }
+                EventBody::AgentRemoved { name, .. } => {
+                    agents.remove(name);
+                }
+                _ => {}
+            }
+            match &event.body {
                 EventBody::InvocationCreated { invocation, flight } => {
-                    let agent = match self.broker.agent(&invocation.target).await {
-                        Ok(Some(a)) => a,
-                        _ => continue,
+                    let Some(agent) = agents.get(&invocation.target).cloned() else {
+                        continue;
                     };
                     if self.local(&agent) {
                         self.dispatch(agent, invocation.clone(), flight.clone())

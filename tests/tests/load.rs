@@ -217,9 +217,10 @@ async fn kill_9_of_the_broker_three_times_under_load_loses_nothing() {
         report.status_hangs, 0,
         "/v1/status or /v1/agents stopped answering"
     );
-    // None stays live, none is lost; a flight fails only because a kill cut its turn
-    // (a queued one is dispatched again after the restart), so at most one per agent
-    // per kill, with the reason.
+    // None stays live, none is lost. A flight fails only because a kill cut a turn that
+    // had started (it is not run twice); one still queued is dispatched again after
+    // the restart and completes. (Several flights of one agent can be cut by one kill:
+    // a turn's start is on disk at once, its reports a little later.)
     check_flights(&report, &states, |s| s == "completed" || s == "failed");
     let failed: Vec<_> = report
         .flights
@@ -228,11 +229,17 @@ async fn kill_9_of_the_broker_three_times_under_load_loses_nothing() {
         .collect();
     for id in &failed {
         let error = states[*id].error.clone().unwrap_or_default();
-        assert!(error.contains("relay stopped"), "{id} failed: {error}");
+        let cut_turn = error.starts_with("relay stopped just as this flight's turn started")
+            || ["waking", "running", "waiting"]
+                .iter()
+                .any(|s| error.starts_with(&format!("relay stopped while this flight was {s}")));
+        assert!(cut_turn, "{id} failed: {error}");
     }
+    // (A queued flight failed at restart would read "... was queued" and fail the check
+    // above.) A sanity bound on top: cut turns are a small part of the load.
     assert!(
-        failed.len() <= kills * AGENTS,
-        "{} flights failed for {kills} kills of a broker with {AGENTS} agents",
+        failed.len() <= INVOCATIONS / 10,
+        "{} flights failed for {kills} kills",
         failed.len()
     );
     eprintln!(

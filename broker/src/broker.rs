@@ -5,8 +5,9 @@
 //! transaction (each rule emits events; each event gets the next global seq, goes into
 //! the log and is applied to the projections), flushes once, and only then answers the
 //! callers and publishes the events. The transaction and the flush run on the process's
-//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is acknowledged or published before it
-//! is on disk, and a burst of N commands costs one disk flush, not N (group commit).
+//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is
+//! acknowledged or published before it is on disk, and a burst of N commands costs one
+//! disk flush, not N (group commit).
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
@@ -165,13 +166,11 @@ struct Counts {
 impl Counts {
     /// One scan of the store, at start (blocking).
     fn scan(store: &Store) -> Result<Counts, BrokerError> {
-        let flights: Vec<Flight> = store.values(T::Flights)?;
+        let (flights, live_flights) = store.flight_counts()?;
         Ok(Counts {
             agents: AtomicU64::new(store.tree(T::Agents).len() as u64),
-            flights: AtomicU64::new(flights.len() as u64),
-            live_flights: AtomicU64::new(
-                flights.iter().filter(|f| !f.state.is_terminal()).count() as u64
-            ),
+            flights: AtomicU64::new(flights),
+            live_flights: AtomicU64::new(live_flights),
         })
     }
 
@@ -560,9 +559,9 @@ fn settle(
     replies: Vec<Reply>,
     broker: &std::sync::Weak<Inner>,
 ) -> Settled {
-    let fail_all = |replies: Vec<Reply>, e: &dyn std::fmt::Display| {
+    let fail_all = |replies: Vec<Reply>, message: String| {
         for reply in replies {
-            let _ = reply.send(Err(BrokerError::Internal(format!("commit failed: {e}"))));
+            let _ = reply.send(Err(BrokerError::Internal(message.clone())));
         }
     };
     let (result, flushed) = match ran {
@@ -574,13 +573,13 @@ fn settle(
             if failed {
                 tracing::error!(error = %e, "storage failed; the broker stops accepting commands");
             }
-            fail_all(replies, &e);
+            fail_all(replies, format!("commit failed: {e}"));
             return Settled { events: 0, failed };
         }
         // The job panicked (sled did not commit it), or its group's flush failed.
         Err(e) => {
             tracing::error!(error = %e, "a batch could not be committed");
-            fail_all(replies, &e);
+            fail_all(replies, format!("commit failed: {e}"));
             return Settled {
                 events: 0,
                 failed: matches!(e, StorageError::Flush(_)),
@@ -592,11 +591,10 @@ fn settle(
         // The batch may or may not reach the disk: tell nobody it did, and stop taking
         // commands (the store's state is no longer known).
         tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
-        for reply in replies {
-            let _ = reply.send(Err(BrokerError::Internal(
-                "the disk flush failed; nothing of this batch is known to be stored".into(),
-            )));
-        }
+        fail_all(
+            replies,
+            "the disk flush failed; nothing of this batch is known to be stored".into(),
+        );
         return Settled {
             events,
             failed: true,

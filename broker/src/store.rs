@@ -405,16 +405,23 @@ impl Store {
     /// [`Store::verify`] with what a person checking a data dir wants to see.
     pub fn doctor(&self) -> Result<DoctorReport, BrokerError> {
         let verify = self.verify()?;
-        let flights: Vec<Flight> = self.values(T::Flights)?;
+        let (flights, live_flights) = self.flight_counts()?;
         Ok(DoctorReport {
             consistent: verify.is_consistent(),
             events: verify.events,
             last_seq: self.last_seq()?,
-            flights: flights.len() as u64,
-            live_flights: flights.iter().filter(|f| !f.state.is_terminal()).count() as u64,
+            flights,
+            live_flights,
             gaps: verify.gaps,
             mismatched_trees: verify.mismatched_trees,
         })
+    }
+
+    /// (flights, flights not in a terminal state), by a scan.
+    pub fn flight_counts(&self) -> Result<(u64, u64), BrokerError> {
+        let flights: Vec<Flight> = self.values(T::Flights)?;
+        let live = flights.iter().filter(|f| !f.state.is_terminal()).count();
+        Ok((flights.len() as u64, live as u64))
     }
 }
 

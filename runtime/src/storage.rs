@@ -26,7 +26,6 @@
 //! Jobs are closures; a job that panics is answered with [`StorageError::Panicked`] and
 //! the thread goes on.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -115,6 +114,13 @@ impl Durable {
 
     fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// Flushes now, on the calling thread (the storage thread).
+    fn flush_now(&self) -> Result<(), StorageError> {
+        let r = self.inner.db.flush();
+        self.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e)))
     }
 
     /// Runs `work` on the storage thread, then makes this database durable (one flush
@@ -292,60 +298,39 @@ impl Storage {
 }
 
 fn run(mut rx: mpsc::Receiver<Job>) {
-    let mut group: Vec<Job> = Vec::with_capacity(MAX_GROUP);
     loop {
-        // A job often follows the last one within microseconds (the rest of a turn's
-        // stream, the next request): look again a few times before parking the thread.
-        let mut first = None;
-        for _ in 0..SPIN_BEFORE_PARK {
-            match rx.try_recv() {
-                Ok(job) => {
-                    first = Some(job);
-                    break;
-                }
-                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
-                Err(mpsc::error::TryRecvError::Disconnected) => return,
-            }
-        }
-        let Some(first) = first.or_else(|| rx.blocking_recv()) else {
+        let Some(first) = next_job(&mut rx) else {
             return;
         };
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
+        // Run this job and every one waiting or arriving meanwhile (up to MAX_GROUP),
+        // then flush each database they asked for once, then answer them all.
         let mut to_flush: Vec<Durable> = Vec::new();
-        let mut finishes: Vec<(Option<usize>, Finish)> = Vec::with_capacity(group.len());
-        while !group.is_empty() {
-            for job in group.drain(..) {
-                let id = job.flush.as_ref().map(Durable::id);
-                if let Some(d) = job.flush {
-                    if !to_flush.iter().any(|f| f.id() == d.id()) {
-                        to_flush.push(d);
-                    }
-                }
-                finishes.push((id, (job.run)()));
-            }
-            // What arrived while those ran rides on the same flush.
-            while finishes.len() + group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
+        let mut finishes: Vec<(Option<usize>, Finish)> = Vec::new();
+        let mut next = Some(first);
+        while let Some(job) = next {
+            let id = job.flush.as_ref().map(Durable::id);
+            if let Some(d) = job.flush {
+                if !to_flush.iter().any(|f| f.id() == d.id()) {
+                    to_flush.push(d);
                 }
             }
+            finishes.push((id, (job.run)()));
+            next = if finishes.len() < MAX_GROUP {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
         }
-        let flushed = flush_all(&to_flush);
+        let flushed: Vec<(usize, Result<(), StorageError>)> =
+            to_flush.iter().map(|d| (d.id(), d.flush_now())).collect();
         // Let go of the databases before answering: a caller that closes its database
         // once answered must not find it still open here.
         drop(to_flush);
         for (id, finish) in finishes {
-            let result = match id {
-                Some(id) => flushed.get(&id).cloned().unwrap_or(Ok(())),
-                None => Ok(()),
-            };
+            let result = flushed
+                .iter()
+                .find(|(f, _)| Some(*f) == id)
+                .map_or(Ok(()), |(_, r)| r.clone());
             if catch_unwind(AssertUnwindSafe(|| finish(result))).is_err() {
                 tracing::error!("a storage job's answer panicked");
             }
@@ -353,36 +338,18 @@ fn run(mut rx: mpsc::Receiver<Job>) {
     }
 }
 
-/// Flushes each database once. Two databases are flushed at the same time (a broker and
-/// its embedded runtime): flushes only share sled's lock, and no transaction can be
-/// waiting for it, since this thread is the only one that runs them.
-fn flush_all(dbs: &[Durable]) -> HashMap<usize, Result<(), StorageError>> {
-    let flush = |d: &Durable| {
-        let r = d.inner.db.flush();
-        d.inner.flushes.fetch_add(1, Ordering::Relaxed);
-        (
-            d.id(),
-            r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e))),
-        )
-    };
-    match dbs {
-        [] => HashMap::new(),
-        [one] => HashMap::from([flush(one)]),
-        [first, rest @ ..] => std::thread::scope(|scope| {
-            let others: Vec<_> = rest.iter().map(|d| scope.spawn(move || flush(d))).collect();
-            let mut out = HashMap::from([flush(first)]);
-            for (d, handle) in rest.iter().zip(others) {
-                let (id, r) = handle.join().unwrap_or_else(|panic| {
-                    (
-                        d.id(),
-                        Err(StorageError::Panicked(panic_text(panic.as_ref()))),
-                    )
-                });
-                out.insert(id, r);
-            }
-            out
-        }),
+/// The next job; when none waits, looks again a few times (a job often follows the last
+/// within microseconds: the rest of a turn's stream, the next request) before parking.
+/// `None` once every sender is gone.
+fn next_job(rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
+    for _ in 0..SPIN_BEFORE_PARK {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+        }
     }
+    rx.blocking_recv()
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

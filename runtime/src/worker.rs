@@ -205,6 +205,9 @@ struct Turn {
     text: String,
     /// Approval requests surfaced and not answered by Relay yet.
     approvals: HashSet<String>,
+    /// Approval requests Relay is answering right now: codex's `serverRequest/resolved`
+    /// for one of them is that answer taking effect, not a withdrawal.
+    answering: HashSet<String>,
     /// Cancelled when the turn ends: controls still waiting on codex give up.
     over: CancellationToken,
 }
@@ -613,6 +616,7 @@ impl Worker {
             turn_id,
             text: String::new(),
             approvals: HashSet::new(),
+            answering: HashSet::new(),
             over: CancellationToken::new(),
         };
         let deadline = d.invocation.timeout_ms.map(Duration::from_millis);
@@ -672,13 +676,16 @@ impl Worker {
                         self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then_some(*agent);
                     }
                     Some(Msg::Control(c, reply)) => {
-                        self.spawn_control(&session, &thread_id, &turn, c, reply, &mut controls);
+                        self.spawn_control(&session, &thread_id, &mut turn, c, reply, &mut controls);
                     }
                 },
                 // A control finished; an answered approval no longer holds the watchdog.
                 Some(done) = controls.join_next(), if !controls.is_empty() => {
-                    if let Ok(Some(answered)) = done {
-                        turn.approvals.remove(&answered);
+                    if let Ok(Some((request, answered))) = done {
+                        turn.answering.remove(&request);
+                        if answered {
+                            turn.approvals.remove(&request);
+                        }
                     }
                 }
                 ev = next_event(&mut self.session) => {
@@ -763,10 +770,10 @@ impl Worker {
         &self,
         session: &CodexSession,
         thread_id: &str,
-        turn: &Turn,
+        turn: &mut Turn,
         c: Control,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
-        controls: &mut tokio::task::JoinSet<Option<String>>,
+        controls: &mut tokio::task::JoinSet<Option<(String, bool)>>,
     ) {
         if control_flight(&c) != turn.flight {
             let _ = reply.send(self.not_running(&c));
@@ -778,6 +785,9 @@ impl Worker {
             } => Some(harness_request_id.clone()),
             _ => None,
         };
+        if let Some(request) = &answers {
+            turn.answering.insert(request.clone());
+        }
         let session = session.clone();
         let thread_id = thread_id.to_string();
         let turn_id = turn.turn_id.clone();
@@ -798,7 +808,7 @@ impl Worker {
                     }
                 }
             };
-            let answered = answers.filter(|_| r.is_ok());
+            let answered = answers.map(|request| (request, r.is_ok()));
             let _ = reply.send(r);
             answered
         });
@@ -816,6 +826,13 @@ impl Worker {
         let same_turn = |id: &str| id == turn.turn_id;
         match ev {
             HarnessEvent::TurnStarted { .. } => {}
+            HarnessEvent::ApprovalResolved { request_id }
+                if turn.answering.contains(&request_id) =>
+            {
+                // Relay's own answer taking effect (it may come before the answer's call
+                // returns): the decision is recorded by whoever answered.
+                turn.approvals.remove(&request_id);
+            }
             HarnessEvent::ApprovalResolved { request_id } => {
                 // Settled by Codex itself (the request was withdrawn), not by an answer
                 // from Relay: close the record, and the turn goes on.

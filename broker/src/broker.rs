@@ -875,6 +875,7 @@ impl Ctx<'_, '_> {
         if spec.cwd.trim().is_empty() {
             return Err(BrokerError::Invalid("the agent's cwd is empty".into()));
         }
+        crate::policy::validate(&spec.approval_policy).map_err(BrokerError::Invalid)?;
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }

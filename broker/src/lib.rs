@@ -22,6 +22,7 @@ pub mod nats;
 pub mod node;
 pub mod ops;
 pub mod plane;
+pub mod policy;
 pub mod server;
 pub mod store;
 

@@ -366,11 +366,17 @@ enum AgentCmd {
         /// on_demand, keep_warm or manual.
         #[arg(long, default_value = "on_demand")]
         wake: WakePolicy,
-        /// Accept approval requests for commands starting with this (repeatable).
-        #[arg(long = "auto-accept", value_name = "PREFIX")]
+        /// Accept approval requests for exactly this command (repeatable). A rule is
+        /// shell-quoted words: the program, then literal arguments; `*` stands for one
+        /// argument that is not an option, `**` (last) for any number of them. `cargo
+        /// test` accepts `cargo test` and nothing longer; `cargo test *` also accepts
+        /// `cargo test parser`, never `cargo test --config ...`. A command is matched as
+        /// it will run: a shell's `-c` script only when it is a plain list of words.
+        #[arg(long = "auto-accept", value_name = "RULE")]
         auto_accept: Vec<String>,
-        /// Decline approval requests for commands starting with this (repeatable).
-        #[arg(long = "auto-decline", value_name = "PREFIX")]
+        /// Decline approval requests for commands that start with this rule's words
+        /// (repeatable; same syntax as --auto-accept).
+        #[arg(long = "auto-decline", value_name = "RULE")]
         auto_decline: Vec<String>,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
@@ -1044,8 +1050,8 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                         args,
                         env: env.into_iter().collect::<BTreeMap<_, _>>(),
                         approval_policy: ApprovalPolicy {
-                            accept_command_prefixes: auto_accept,
-                            decline_command_prefixes: auto_decline,
+                            accept_commands: auto_accept,
+                            decline_commands: auto_decline,
                             accept_file_changes: false,
                         },
                     },

@@ -317,8 +317,8 @@ pub fn agent_to_pb(a: &Agent) -> pb::Agent {
         args: s.args.clone(),
         env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         approval_policy: (policy != &ApprovalPolicy::default()).then(|| pb::ApprovalPolicy {
-            accept_command_prefixes: policy.accept_command_prefixes.clone(),
-            decline_command_prefixes: policy.decline_command_prefixes.clone(),
+            accept_commands: policy.accept_commands.clone(),
+            decline_commands: policy.decline_commands.clone(),
             accept_file_changes: policy.accept_file_changes,
         }),
     }
@@ -329,8 +329,8 @@ pub fn agent_from_pb(a: &pb::Agent) -> Result<Agent, ConvertError> {
         .approval_policy
         .as_ref()
         .map(|p| ApprovalPolicy {
-            accept_command_prefixes: p.accept_command_prefixes.clone(),
-            decline_command_prefixes: p.decline_command_prefixes.clone(),
+            accept_commands: p.accept_commands.clone(),
+            decline_commands: p.decline_commands.clone(),
             accept_file_changes: p.accept_file_changes,
         })
         .unwrap_or_default();
@@ -1424,8 +1424,8 @@ mod tests {
                     ("B".to_string(), String::new()),
                 ]),
                 approval_policy: ApprovalPolicy {
-                    accept_command_prefixes: vec!["ls".into(), "git status".into()],
-                    decline_command_prefixes: vec!["rm".into()],
+                    accept_commands: vec!["ls".into(), "git status".into()],
+                    decline_commands: vec!["rm".into()],
                     accept_file_changes: true,
                 },
             },
@@ -1556,7 +1556,7 @@ mod tests {
             },
             state: ApprovalState::Decided,
             decision: Some(ApprovalDecision::Decline),
-            decided_by: Some("policy:decline_command_prefixes".into()),
+            decided_by: Some("policy:decline_commands".into()),
             decided_at: Some(6),
             ..approval_pending()
         }

@@ -99,12 +99,21 @@ pub enum AgentState {
 /// How an approval request is decided when no person answers.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ApprovalPolicy {
-    /// Commands whose text starts with one of these are accepted automatically.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub accept_command_prefixes: Vec<String>,
-    /// Commands whose text starts with one of these are declined automatically.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub decline_command_prefixes: Vec<String>,
+    /// Rules (see `relay_broker::policy`): a command one of them matches whole is
+    /// accepted automatically.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        alias = "accept_command_prefixes"
+    )]
+    pub accept_commands: Vec<String>,
+    /// Rules: a command that starts with one of them is declined automatically.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        alias = "decline_command_prefixes"
+    )]
+    pub decline_commands: Vec<String>,
     /// Accept every file change automatically.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_file_changes: bool,
@@ -774,7 +783,7 @@ pub struct Approval {
     pub state: ApprovalState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ApprovalDecision>,
-    /// Who or what decided: `operator`, `policy:accept_command_prefixes`, an agent name...
+    /// Who or what decided: `operator`, `policy:auto-accept:<rule>`, an agent name...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
     pub created_at: u64,

@@ -233,7 +233,7 @@ async fn interrupt_cancels_and_steer_reaches_the_model() {
 async fn approvals_accepted_declined_and_by_policy() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);
-    env.add_agent("codex-2", &["--auto-accept", "echo"]);
+    env.add_agent("codex-2", &["--auto-accept", "echo *"]);
 
     // Accepted by a person: the command runs and its output goes back to the model.
     let id = env.ask_no_wait("codex-1", "exec: echo relay-approved");
@@ -288,8 +288,29 @@ async fn approvals_accepted_declined_and_by_policy() {
     let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
     assert!(f["output"].as_str().unwrap().contains("policy-ok"), "{f}");
     let p = env.approval_of(&id);
-    assert_eq!(p["decided_by"], "policy:auto-accept:echo");
+    assert_eq!(p["decided_by"], "policy:auto-accept:echo *");
     assert_eq!(p["decision"], "accept");
+
+    // What only looks like an allowed command waits for a person: the policy sees the
+    // whole command codex will run, not the part that looks harmless.
+    for smuggled in [
+        "echo ok; touch pwned",
+        "env BASH_ENV=/tmp/evil.sh /bin/bash -c 'echo ok'",
+        "echo --help",
+    ] {
+        let id = env.ask_no_wait("codex-2", &format!("exec: {smuggled}"));
+        env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+        let a = env.approval_of(&id);
+        assert_eq!(a["state"], "pending", "{smuggled}: {a}");
+        assert!(
+            a["detail"].as_str().unwrap().starts_with("/bin/bash -lc "),
+            "the approval shows the whole command: {a}"
+        );
+        env.relay
+            .cli_ok(&["approve", a["id"].as_str().unwrap(), "decline"]);
+        env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    }
+    assert!(!env.work.join("pwned").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -451,7 +451,7 @@ fn item_text(item: &ThreadItem) -> Option<String> {
             text.clone()
         }
         KnownThreadItem::Reasoning { summary, .. } => summary.join("\n"),
-        KnownThreadItem::CommandExecution { command, .. } => unwrap_shell(command).to_string(),
+        KnownThreadItem::CommandExecution { command, .. } => command.clone(),
         KnownThreadItem::FileChange { changes, .. } => changes
             .iter()
             .map(|c| format!("{} {}", c.kind_name(), c.path))
@@ -488,7 +488,8 @@ fn command_approval_detail(
         return (ApprovalKind::Other, format!("network access to {host}"));
     }
     match &p.command {
-        Some(command) => (ApprovalKind::Command, unwrap_shell(command).to_string()),
+        // The whole command, as it will run: policies and people decide on that.
+        Some(command) => (ApprovalKind::Command, command.clone()),
         None => (
             ApprovalKind::Other,
             p.reason
@@ -496,27 +497,6 @@ fn command_approval_detail(
                 .unwrap_or_else(|| format!("item {}", p.item_id)),
         ),
     }
-}
-
-/// `/bin/bash -lc 'echo hi'` -> `echo hi`: Codex wraps the model's script in a login
-/// shell, and the script is what people (and prefix policies) reason about. Only the plain
-/// form is unwrapped (one single-quoted argument without inner quotes), so the result is
-/// always exactly the script the shell runs; anything else is returned whole.
-pub(crate) fn unwrap_shell(command: &str) -> &str {
-    for flag in [" -lc '", " -c '"] {
-        let Some((shell, rest)) = command.split_once(flag) else {
-            continue;
-        };
-        let is_shell = ["sh", "bash", "zsh"]
-            .iter()
-            .any(|name| shell == *name || shell.ends_with(&format!("/{name}")));
-        if let Some(script) = rest.strip_suffix('\'') {
-            if is_shell && !script.contains('\'') {
-                return script;
-            }
-        }
-    }
-    command
 }
 
 #[cfg(test)]
@@ -821,17 +801,5 @@ mod tests {
             ),
             "{actions:?}"
         );
-    }
-
-    #[test]
-    fn shell_wrappers_are_unwrapped_only_when_exact() {
-        assert_eq!(unwrap_shell("/bin/bash -lc 'echo hi'"), "echo hi");
-        assert_eq!(unwrap_shell("bash -c 'ls -la'"), "ls -la");
-        assert_eq!(
-            unwrap_shell("/bin/bash -lc 'echo '\\''x'\\'''"),
-            "/bin/bash -lc 'echo '\\''x'\\'''"
-        );
-        assert_eq!(unwrap_shell("python -c 'print(1)'"), "python -c 'print(1)'");
-        assert_eq!(unwrap_shell("ls"), "ls");
     }
 }

@@ -17,12 +17,14 @@ pub mod broker;
 pub mod client;
 pub mod error;
 pub mod feed;
+pub mod files;
 pub mod http;
 pub mod nats;
 pub mod node;
 pub mod ops;
 pub mod plane;
 pub mod policy;
+pub mod seal;
 pub mod server;
 pub mod store;
 

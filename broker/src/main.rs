@@ -42,6 +42,16 @@ enum Cmd {
     /// Run only the harness-session plane for the agents registered on one node
     /// (`relay agent add ... --node NAME`), connected to the broker through NATS.
     Node(NodeArgs),
+    /// Write a node's key, derived from this broker's bus key (made if missing): copy it
+    /// to the node's host and pass it to `relay node --key-file`. Run it where the
+    /// broker's data dir is.
+    NodeKey {
+        /// The node's name.
+        name: String,
+        /// Write the key to this file (mode 0600) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Show the broker's state.
     Status(JsonFlag),
     /// Post a message to a conversation.
@@ -250,22 +260,45 @@ struct NatsArgs {
     #[arg(long, env = "RELAY_NATS_URL", value_name = "URL")]
     nats: Option<String>,
     /// NATS credentials file (.creds).
-    #[arg(long, env = "RELAY_NATS_CREDS", value_name = "FILE", conflicts_with_all = ["nats_user", "nats_token"])]
+    #[arg(long, env = "RELAY_NATS_CREDS", value_name = "FILE", conflicts_with_all = ["nats_user", "nats_token_file"])]
     nats_creds: Option<PathBuf>,
-    /// NATS user (with --nats-password).
-    #[arg(
-        long,
-        env = "RELAY_NATS_USER",
-        requires = "nats_password",
-        conflicts_with = "nats_token"
-    )]
+    /// NATS user; its password comes from RELAY_NATS_PASSWORD or --nats-password-file.
+    #[arg(long, env = "RELAY_NATS_USER", conflicts_with = "nats_token_file")]
     nats_user: Option<String>,
-    /// NATS password (with --nats-user).
-    #[arg(long, env = "RELAY_NATS_PASSWORD", hide_env_values = true)]
+    /// File holding the NATS password (or set RELAY_NATS_PASSWORD). Secrets are never
+    /// taken on the command line: `ps` shows it to every user.
+    #[arg(long, env = "RELAY_NATS_PASSWORD_FILE", value_name = "FILE")]
+    nats_password_file: Option<PathBuf>,
+    /// File holding the NATS authentication token (or set RELAY_NATS_TOKEN).
+    #[arg(long, env = "RELAY_NATS_TOKEN_FILE", value_name = "FILE")]
+    nats_token_file: Option<PathBuf>,
+    /// Refused: see --nats-password-file.
+    #[arg(long, hide = true, value_name = "SECRET")]
     nats_password: Option<String>,
-    /// NATS authentication token.
-    #[arg(long, env = "RELAY_NATS_TOKEN", hide_env_values = true)]
+    /// Refused: see --nats-token-file.
+    #[arg(long, hide = true, value_name = "SECRET")]
     nats_token: Option<String>,
+}
+
+/// A secret from the environment variable `var` or from a file (trailing newline
+/// dropped); secrets given on the command line are refused, since `ps` shows them.
+fn secret(
+    var: &str,
+    file: Option<&PathBuf>,
+    on_command_line: Option<&String>,
+    flag: &str,
+) -> anyhow::Result<Option<String>> {
+    if on_command_line.is_some() {
+        anyhow::bail!(
+            "--{flag} is not taken on the command line (every user can read it with ps): set {var}, or put it in a file and pass --{flag}-file"
+        );
+    }
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read --{flag}-file {}: {e}", path.display()))?;
+        return Ok(Some(text.trim_end_matches(['\n', '\r']).to_string()));
+    }
+    Ok(std::env::var(var).ok().filter(|v| !v.is_empty()))
 }
 
 /// The broker's side of the bus: what `relay up` serves on NATS.
@@ -290,28 +323,58 @@ struct BusArgs {
         value_parser = clap::value_parser!(i64).range(-1..)
     )]
     nats_stream_max_bytes: i64,
-    /// A shared secret that every request on relay.v1.invoke.* and relay.v1.cmd.* must
-    /// carry in its `Relay-Token` header (else it is answered `unauthorized`). Without
-    /// it, NATS's own permissions decide who may publish there.
-    #[arg(
-        long,
-        env = "RELAY_NATS_REQUEST_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+    /// A file holding a shared secret that every request on relay.v1.invoke.* and
+    /// relay.v1.cmd.* must carry in its `Relay-Token` header (else it is answered
+    /// `unauthorized`); or set RELAY_NATS_REQUEST_TOKEN. Without it, NATS's own
+    /// permissions decide who may publish there.
+    #[arg(long, env = "RELAY_NATS_REQUEST_TOKEN_FILE", value_name = "FILE")]
+    nats_request_token_file: Option<PathBuf>,
+    /// Refused: see --nats-request-token-file.
+    #[arg(long, hide = true, value_name = "SECRET")]
     nats_request_token: Option<String>,
 }
 
 impl NatsArgs {
-    fn config(&self, bus: Option<&BusArgs>) -> Option<relay_broker::nats::NatsConfig> {
+    fn config(
+        &self,
+        bus: Option<&BusArgs>,
+    ) -> anyhow::Result<Option<relay_broker::nats::NatsConfig>> {
         use relay_broker::nats::NatsAuth;
-        let url = self.nats.clone()?;
+        let password = secret(
+            "RELAY_NATS_PASSWORD",
+            self.nats_password_file.as_ref(),
+            self.nats_password.as_ref(),
+            "nats-password",
+        )?;
+        let token = secret(
+            "RELAY_NATS_TOKEN",
+            self.nats_token_file.as_ref(),
+            self.nats_token.as_ref(),
+            "nats-token",
+        )?;
+        let request_token = match bus {
+            Some(bus) => secret(
+                "RELAY_NATS_REQUEST_TOKEN",
+                bus.nats_request_token_file.as_ref(),
+                bus.nats_request_token.as_ref(),
+                "nats-request-token",
+            )?,
+            None => None,
+        };
+        let Some(url) = self.nats.clone() else {
+            return Ok(None);
+        };
         let auth = if let Some(c) = &self.nats_creds {
             NatsAuth::Creds(c.clone())
-        } else if let (Some(u), Some(p)) = (&self.nats_user, &self.nats_password) {
-            NatsAuth::UserPassword(u.clone(), p.clone())
-        } else if let Some(t) = &self.nats_token {
-            NatsAuth::Token(t.clone())
+        } else if let Some(u) = &self.nats_user {
+            let Some(p) = password else {
+                anyhow::bail!(
+                    "--nats-user needs a password: set RELAY_NATS_PASSWORD or pass --nats-password-file"
+                );
+            };
+            NatsAuth::UserPassword(u.clone(), p)
+        } else if let Some(t) = token {
+            NatsAuth::Token(t)
         } else {
             NatsAuth::None
         };
@@ -319,9 +382,9 @@ impl NatsArgs {
         if let Some(bus) = bus {
             config.stream_max_age = std::time::Duration::from_secs(bus.nats_stream_max_age);
             config.stream_max_bytes = bus.nats_stream_max_bytes;
-            config.request_token = bus.nats_request_token.clone();
+            config.request_token = request_token;
         }
-        Some(config)
+        Ok(Some(config))
     }
 }
 
@@ -330,6 +393,10 @@ struct NodeArgs {
     /// This node's name, as agents name it with `--node`.
     #[arg(long)]
     name: String,
+    /// This node's key, written by `relay node-key NAME --out FILE` on the broker's host
+    /// (default: <data-dir>/node.key). The node opens only messages sealed with it.
+    #[arg(long, env = "RELAY_NODE_KEY_FILE", value_name = "FILE")]
+    key_file: Option<PathBuf>,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -460,6 +527,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Up(args) => up(cli.data_dir, args).await,
             Cmd::Node(args) => node(cli.data_dir, args).await,
+            Cmd::NodeKey { name, out } => node_key(cli.data_dir, name, out).await,
             Cmd::Doctor(f) => doctor(cli.data_dir, f.json).await,
             other => client_command(cli.data_dir, other).await,
         }
@@ -475,7 +543,7 @@ fn main() -> ExitCode {
 
 async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitCode> {
     init_logs();
-    let Some(nats) = args.nats.config(None) else {
+    let Some(nats) = args.nats.config(None)? else {
         anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");
     };
     // Its own directory by default, so it never shares the broker's sled files.
@@ -484,6 +552,18 @@ async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitC
         Some(d) => d,
         None => default_data_dir(None).join("nodes").join(&args.name),
     };
+    let key_file = args.key_file.unwrap_or_else(|| data_dir.join("node.key"));
+    let key = {
+        let path = key_file.clone();
+        relay_runtime::storage::read(move || relay_broker::files::read_key(&path)).await??
+    };
+    let Some(key) = key else {
+        anyhow::bail!(
+            "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
+            key_file.display(),
+            args.name
+        );
+    };
     let shutdown = tokio_util::sync::CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     relay_broker::node::run(
@@ -491,11 +571,46 @@ async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitC
             name: args.name,
             data_dir,
             nats,
+            key: relay_broker::seal::NodeKey::new(key),
             turn_idle_timeout: args.runtime.turn_idle_timeout(),
         },
         shutdown,
     )
     .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `relay node-key NAME`: the node's key, from the broker's bus key.
+async fn node_key(
+    data_dir: Option<PathBuf>,
+    name: String,
+    out: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if !relay_protocol::domain::valid_agent_name(&name) {
+        anyhow::bail!("node name {name:?} is not valid: use letters, digits, '-' or '_'");
+    }
+    let dir = default_data_dir(data_dir);
+    let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
+        relay_broker::files::private_dir(&dir)?;
+        let bus =
+            relay_broker::files::read_or_create_key(&dir.join(relay_broker::server::BUS_KEY_FILE))?;
+        let key = relay_broker::seal::BusKey::new(bus).node(&name);
+        let text = relay_broker::files::key_text(key.bytes());
+        match out {
+            Some(path) => {
+                relay_broker::files::write_private(&path, text.as_bytes())?;
+                Ok(Some(path))
+            }
+            None => {
+                print!("{text}");
+                Ok(None)
+            }
+        }
+    })
+    .await??;
+    if let Some(path) = wrote {
+        eprintln!("relay: wrote the node key to {}", path.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -577,7 +692,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
             max_depth: args.max_depth,
             command_queue: args.command_queue,
         },
-        nats: args.nats.config(Some(&args.bus)),
+        nats: args.nats.config(Some(&args.bus))?,
         turn_idle_timeout: args.runtime.turn_idle_timeout(),
     };
     relay_broker::server::run(config, shutdown).await?;
@@ -688,7 +803,7 @@ fn text_arg(words: Vec<String>) -> anyhow::Result<String> {
 async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<ExitCode> {
     let client = Client::discover(data_dir)?;
     match cmd {
-        Cmd::Up(_) | Cmd::Node(_) | Cmd::Doctor(_) => unreachable_up(),
+        Cmd::Up(_) | Cmd::Node(_) | Cmd::NodeKey { .. } | Cmd::Doctor(_) => unreachable_up(),
         Cmd::Status(f) => {
             let s: Status = client.get("/v1/status").await?;
             if f.json {

@@ -13,7 +13,11 @@
 //! command it stands for is committed.
 //!
 //! Broker -> node control (steer, interrupt, approvals): request/reply on
-//! `relay.v1.node.<node>.control`, JSON [`Control`] in, `{"ok":true}` or an error out.
+//! `relay.v1.node.<node>.control`, a [`Control`] in, `{"ok":true}` or an error out.
+//!
+//! Dispatches, reports and controls are JSON sealed with the node's key
+//! ([`crate::seal`]): a node drops (and answers `unauthorized` to) anything it cannot
+//! open, so no NATS client but its broker can make it run anything.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,12 +35,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
 use crate::nats::{NatsConfig, TYPE_HEADER};
+use crate::seal::{BusKey, NodeKey};
 
 pub const DISPATCH_STREAM: &str = "RELAY_DISPATCH";
 pub const REPORT_STREAM: &str = "RELAY_REPORTS";
 /// A delivered dispatch not acknowledged within this is delivered again (the node sends
 /// "in progress" while a turn is waking).
 const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// What dispatches, reports and node controls are: JSON sealed with the node's key
+/// ([`crate::seal`]).
+pub const SEALED_CONTENT_TYPE: &str = "application/vnd.relay.sealed";
 
 pub fn dispatch_subject(node: &str) -> String {
     format!("relay.v1.dispatch.{node}")
@@ -82,7 +91,7 @@ pub async fn publish_acked(
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(TYPE_HEADER, type_name);
         headers.insert("Nats-Msg-Id", msg_id);
-        headers.insert("Content-Type", "application/json");
+        headers.insert("Content-Type", SEALED_CONTENT_TYPE);
         let attempt = async {
             js.publish_with_headers(subject.clone(), headers, payload.clone().into())
                 .await?
@@ -102,33 +111,41 @@ pub async fn publish_acked(
     }
 }
 
-/// Broker side: sends a dispatch to its node.
+/// Broker side: sends a dispatch to its node, sealed with the node's key.
 pub async fn send_dispatch(
     js: &jetstream::Context,
+    key: &BusKey,
     node: &str,
     dispatch: &Dispatch,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
+    let subject = dispatch_subject(node);
+    let payload = key
+        .node(node)
+        .seal(&subject, &serde_json::to_vec(dispatch)?);
     publish_acked(
         js,
-        dispatch_subject(node),
+        subject,
         "relay.v1.Dispatch",
         &dispatch.invocation.id,
-        serde_json::to_vec(dispatch)?,
+        payload,
         stop,
     )
     .await
 }
 
-/// Broker side: a control request to a node.
+/// Broker side: a control request to a node, sealed with the node's key.
 pub async fn send_control(
     client: &async_nats::Client,
+    key: &BusKey,
     node: &str,
     control: &Control,
 ) -> Result<(), BrokerError> {
+    let subject = control_subject(node);
+    let payload = key.node(node).seal(&subject, &serde_json::to_vec(control)?);
     // async-nats gives up on a request after its 10 s default; that is the limit here.
     let reply = client
-        .request(control_subject(node), serde_json::to_vec(control)?.into())
+        .request(subject, payload.into())
         .await
         .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
     if let Ok(err) = serde_json::from_slice::<ErrorBody>(&reply.payload) {
@@ -142,6 +159,8 @@ pub struct NodeConfig {
     pub name: String,
     pub data_dir: PathBuf,
     pub nats: NatsConfig,
+    /// This node's key (`relay node-key`): what it opens and seals its messages with.
+    pub key: NodeKey,
     /// See [`RuntimeConfig::turn_idle_timeout`].
     pub turn_idle_timeout: Option<Duration>,
 }
@@ -154,7 +173,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
             config.name
         );
     }
-    std::fs::create_dir_all(&config.data_dir)?;
+    crate::files::private_dir(&config.data_dir)?;
     // A node has nothing to do without NATS: it waits for it as long as it takes (but
     // refused credentials end it at once).
     let tracker = crate::nats::Tracker::new(&config.nats.url);
@@ -188,6 +207,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     let forward_stop = CancellationToken::new();
     let forwarder = tokio::spawn(forward_reports(
         js.clone(),
+        config.key.clone(),
         config.name.clone(),
         runtime.clone(),
         reports,
@@ -209,7 +229,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                 output: None,
             },
         };
-        publish_report(&js, &config.name, &report, &forward_stop).await?;
+        publish_report(&js, &config.key, &config.name, &report, &forward_stop).await?;
         runtime
             .threads()
             .set_dispatch_state(&invocation, DispatchState::Done, &flight)
@@ -242,7 +262,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
             m = dispatches.next() => {
                 let Some(m) = m else { break };
                 match m {
-                    Ok(msg) => on_dispatch(&runtime, &pending, msg).await,
+                    Ok(msg) => on_dispatch(&runtime, &config.key, &pending, msg).await,
                     Err(e) => tracing::warn!(error = %e, "dispatch consumer"),
                 }
             }
@@ -250,13 +270,24 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                 let Some(msg) = m else { break };
                 let runtime = runtime.clone();
                 let client = client.clone();
+                let key = config.key.clone();
                 tokio::spawn(async move {
-                    let answer = match serde_json::from_slice::<Control>(&msg.payload) {
+                    let control = key
+                        .open(msg.subject.as_str(), &msg.payload)
+                        .map_err(|e| {
+                            tracing::warn!(subject = %msg.subject, "node control refused: {e}");
+                            ("unauthorized", e.to_string())
+                        })
+                        .and_then(|plain| {
+                            serde_json::from_slice::<Control>(&plain)
+                                .map_err(|e| ("invalid_request", e.to_string()))
+                        });
+                    let answer = match control {
                         Ok(c) => match runtime.control(c).await {
                             Ok(()) => serde_json::json!({ "ok": true }),
                             Err(e) => serde_json::json!({ "error": { "code": "unavailable", "message": e.to_string() } }),
                         },
-                        Err(e) => serde_json::json!({ "error": { "code": "invalid_request", "message": e.to_string() } }),
+                        Err((code, message)) => serde_json::json!({ "error": { "code": code, "message": message } }),
                     };
                     if let Some(reply) = msg.reply {
                         let _ = client.publish(reply, answer.to_string().into()).await;
@@ -278,8 +309,16 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
 /// Dispatches delivered but whose turn has not started: flight id -> (invocation, message).
 type Pending = Arc<Mutex<HashMap<String, (String, jetstream::Message)>>>;
 
-async fn on_dispatch(runtime: &Runtime, pending: &Pending, msg: jetstream::Message) {
-    let dispatch: Dispatch = match serde_json::from_slice(&msg.payload) {
+async fn on_dispatch(runtime: &Runtime, key: &NodeKey, pending: &Pending, msg: jetstream::Message) {
+    let plain = match key.open(msg.subject.as_str(), &msg.payload) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(subject = %msg.subject, "dispatch dropped: {e}");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let dispatch: Dispatch = match serde_json::from_slice(&plain) {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "malformed dispatch dropped");
@@ -320,16 +359,19 @@ async fn on_dispatch(runtime: &Runtime, pending: &Pending, msg: jetstream::Messa
 
 async fn publish_report(
     js: &jetstream::Context,
+    key: &NodeKey,
     node: &str,
     report: &Report,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
+    let subject = report_subject(node);
+    let payload = key.seal(&subject, &serde_json::to_vec(report)?);
     publish_acked(
         js,
-        report_subject(node),
+        subject,
         "relay.v1.Report",
         &format!("{node}:{}", uuid::Uuid::now_v7()),
-        serde_json::to_vec(report)?,
+        payload,
         stop,
     )
     .await
@@ -339,6 +381,7 @@ async fn publish_report(
 /// once its turn starts or its flight ends.
 async fn forward_reports(
     js: jetstream::Context,
+    key: NodeKey,
     node: String,
     runtime: Runtime,
     mut reports: mpsc::Receiver<Report>,
@@ -386,7 +429,10 @@ async fn forward_reports(
                 }
             }
         }
-        if publish_report(&js, &node, &report, &stop).await.is_err() {
+        if publish_report(&js, &key, &node, &report, &stop)
+            .await
+            .is_err()
+        {
             return;
         }
         if let Some((inv, flight)) = done {
@@ -414,12 +460,10 @@ async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
 }
 
 fn write_ready(config: &NodeConfig) -> anyhow::Result<()> {
-    let path = config.data_dir.join("node.json");
-    let tmp = config.data_dir.join("node.json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::json!({ "name": config.name, "pid": std::process::id() }).to_string(),
-    )?;
-    std::fs::rename(tmp, path)?;
-    Ok(())
+    crate::files::write_private(
+        &config.data_dir.join("node.json"),
+        serde_json::json!({ "name": config.name, "pid": std::process::id() })
+            .to_string()
+            .as_bytes(),
+    )
 }

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::broker::{Broker, Command, Outcome};
 use crate::error::BrokerError;
 use crate::http::FlightControl;
+use crate::seal::BusKey;
 use crate::store::T;
 
 /// Dispatches for other nodes waiting to be sent.
@@ -46,7 +47,7 @@ pub struct Plane {
     broker: Broker,
     runtime: Runtime,
     /// Set once NATS is connected: how agents of other nodes are reached.
-    nats: Arc<tokio::sync::OnceCell<async_nats::Client>>,
+    nats: Arc<tokio::sync::OnceCell<(async_nats::Client, BusKey)>>,
     /// Dispatches for other nodes, sent one after another in commit order.
     remote: Arc<tokio::sync::OnceCell<mpsc::Sender<(String, Dispatch)>>>,
     /// NATS is configured (if not yet reached): remote flights wait for it.
@@ -92,7 +93,7 @@ impl Plane {
 
     /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
     /// queued for them before this (at start) are sent now.
-    pub async fn attach_nats(&self, client: async_nats::Client) -> anyhow::Result<()> {
+    pub async fn attach_nats(&self, client: async_nats::Client, key: BusKey) -> anyhow::Result<()> {
         let js = async_nats::jetstream::new(client.clone());
         crate::node::ensure_streams(&js).await?;
         if self.nats.get().is_some() {
@@ -101,18 +102,21 @@ impl Plane {
         }
         let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
         let sender = js.clone();
+        let sealing = key.clone();
         tokio::spawn(async move {
             // One at a time, so two invocations of an agent reach its node in order.
             let never = tokio_util::sync::CancellationToken::new();
             while let Some((node, d)) = outbox.recv().await {
-                if let Err(e) = crate::node::send_dispatch(&sender, &node, &d, &never).await {
+                if let Err(e) =
+                    crate::node::send_dispatch(&sender, &sealing, &node, &d, &never).await
+                {
                     tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
                 }
             }
         });
         let _ = self.remote.set(remote);
-        let _ = self.nats.set(client);
-        tokio::spawn(self.clone().consume_node_reports(js));
+        let _ = self.nats.set((client, key.clone()));
+        tokio::spawn(self.clone().consume_node_reports(js, key));
         // Flights of remote agents still queued (made while NATS was not attached, or
         // before a restart): send them; JetStream and the node drop duplicates.
         let queued = self
@@ -150,7 +154,7 @@ impl Plane {
     /// consumer is created anew at every start (delivery then begins at the oldest report
     /// not acknowledged, in order, instead of redelivering old ones after newer ones), and
     /// a report that cannot be submitted is retried in place, never left for redelivery.
-    async fn consume_node_reports(self, js: async_nats::jetstream::Context) {
+    async fn consume_node_reports(self, js: async_nats::jetstream::Context, key: BusKey) {
         let mut delay = std::time::Duration::from_millis(200);
         let mut messages = loop {
             match report_messages(&js).await {
@@ -181,20 +185,26 @@ impl Plane {
                     continue;
                 }
             };
-            let report: Report = match serde_json::from_slice(&msg.payload) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "malformed node report dropped");
-                    let _ = msg.ack().await;
-                    continue;
-                }
-            };
             let node = msg
                 .subject
                 .as_str()
                 .strip_prefix("relay.v1.report.")
                 .unwrap_or("")
                 .to_string();
+            // Only the node itself holds the key its reports are sealed with.
+            let report: Report = match key
+                .node(&node)
+                .open(msg.subject.as_str(), &msg.payload)
+                .map_err(|e| e.to_string())
+                .and_then(|plain| serde_json::from_slice(&plain).map_err(|e| e.to_string()))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(subject = %msg.subject, "node report dropped: {e}");
+                    let _ = msg.ack().await;
+                    continue;
+                }
+            };
             let source = match msg.info() {
                 Ok(info) => Some((node, info.stream_sequence)),
                 Err(e) => {
@@ -663,12 +673,12 @@ impl Plane {
         Box::pin(async move {
             match node {
                 Some(node) => {
-                    let client = this.nats.get().cloned().ok_or_else(|| {
+                    let (client, key) = this.nats.get().cloned().ok_or_else(|| {
                         BrokerError::Unavailable(format!(
                             "node {node:?} is only reachable over NATS, and this broker has none"
                         ))
                     })?;
-                    crate::node::send_control(&client, &node, &control).await
+                    crate::node::send_control(&client, &key, &node, &control).await
                 }
                 None => this.runtime.control(control).await.map_err(runtime_error),
             }

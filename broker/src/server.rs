@@ -13,6 +13,7 @@ use crate::broker::{Broker, BrokerConfig};
 use crate::client::{ApiInfo, API_FILE};
 use crate::http::{router, ApiState};
 use crate::plane::Plane;
+use crate::seal::BusKey;
 use crate::store::Store;
 use relay_runtime::{Runtime, RuntimeConfig};
 use std::future::IntoFuture;
@@ -37,7 +38,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             config.listen
         );
     }
-    create_private_dir(&config.data_dir)?;
+    crate::files::private_dir(&config.data_dir)?;
     let path = config.data_dir.join("db");
     let store = relay_runtime::storage::read(move || Store::open(&path)).await??;
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
@@ -72,6 +73,11 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(nats) = &config.nats {
         // Remote agents' flights wait for NATS instead of failing while it is down.
         plane.expect_nats();
+        let key_path = config.data_dir.join(BUS_KEY_FILE);
+        let bus_key = BusKey::new(
+            relay_runtime::storage::read(move || crate::files::read_or_create_key(&key_path))
+                .await??,
+        );
         let tracker = crate::nats::Tracker::new(&nats.url);
         nats_status = Some({
             let tracker = tracker.clone();
@@ -90,7 +96,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         .await;
         let client = match first {
             Ok(client) => {
-                attach_bus(&client, nats, &plane).await?;
+                attach_bus(&client, nats, &plane, &bus_key).await?;
                 Some(client)
             }
             Err(e @ crate::nats::ConnectError::Unreachable { .. }) => {
@@ -103,6 +109,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         };
         bus = Some(tokio::spawn(run_bus(Bus {
             client,
+            key: bus_key,
             config: nats.clone(),
             tracker,
             broker: broker.clone(),
@@ -178,6 +185,9 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     Ok(())
 }
 
+/// The broker's bus key in its data dir ([`crate::seal`]).
+pub const BUS_KEY_FILE: &str = "bus.key";
+
 /// How long `relay up` tries NATS before it goes on without it (and keeps trying).
 const FIRST_NATS_TRY: Duration = Duration::from_secs(2);
 
@@ -186,16 +196,19 @@ async fn attach_bus(
     client: &async_nats::Client,
     config: &crate::nats::NatsConfig,
     plane: &Plane,
+    key: &BusKey,
 ) -> anyhow::Result<()> {
     crate::nats::ensure_flight_stream(client, config).await?;
     // Remote agents must be reachable before the first request can name one.
-    plane.attach_nats(client.clone()).await?;
+    plane.attach_nats(client.clone(), key.clone()).await?;
     Ok(())
 }
 
 struct Bus {
     /// Already connected and attached, or `None` to connect first.
     client: Option<async_nats::Client>,
+    /// What the broker seals its nodes' messages with.
+    key: BusKey,
     config: crate::nats::NatsConfig,
     tracker: crate::nats::Tracker,
     broker: Broker,
@@ -222,7 +235,7 @@ async fn run_bus(bus: Bus) {
                         &bus.shutdown,
                     )
                     .await?;
-                    attach_bus(&client, &bus.config, &bus.plane).await?;
+                    attach_bus(&client, &bus.config, &bus.plane, &bus.key).await?;
                     anyhow::Ok(client)
                 };
                 match attempt.await {
@@ -267,15 +280,6 @@ async fn run_bus(bus: Bus) {
     tokio::join!(serve, publish);
 }
 
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create data dir {}", dir.display()))
-}
-
 /// The token made at first start is kept in api.json and reused after a restart, so
 /// clients configured with it keep working.
 fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
@@ -291,17 +295,8 @@ fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
 }
 
 fn write_api_info(dir: &Path, info: &ApiInfo) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = dir.join(format!("{API_FILE}.tmp"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(serde_json::to_string_pretty(info)?.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(API_FILE))?;
-    Ok(())
+    crate::files::write_private(
+        &dir.join(API_FILE),
+        serde_json::to_string_pretty(info)?.as_bytes(),
+    )
 }

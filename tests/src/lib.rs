@@ -352,7 +352,26 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    pub fn start(name: &str, data_dir: &Path, nats_url: &str) -> anyhow::Result<NodeProcess> {
+    /// Starts `relay node NAME` with the node key of `broker`'s data dir (written as
+    /// an operator would, with `relay node-key NAME --out <data_dir>/node.key`).
+    pub fn start(
+        name: &str,
+        data_dir: &Path,
+        nats_url: &str,
+        broker: &RelayProcess,
+    ) -> anyhow::Result<NodeProcess> {
+        std::fs::create_dir_all(data_dir)?;
+        let key = data_dir.join("node.key");
+        let out = relay_cmd_with(
+            &broker.bin,
+            &broker.data_dir,
+            &["node-key", name, "--out", &key.to_string_lossy()],
+        );
+        anyhow::ensure!(
+            out.status.success(),
+            "relay node-key: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut n = NodeProcess {
             name: name.to_string(),
             data_dir: data_dir.to_path_buf(),

@@ -144,7 +144,7 @@ fn setup(node: Option<&str>) -> Setup {
     let relay =
         RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
     let node_process =
-        node.map(|n| NodeProcess::start(n, &tmp.path().join(n), &nats.url()).unwrap());
+        node.map(|n| NodeProcess::start(n, &tmp.path().join(n), &nats.url(), &relay).unwrap());
     let agents = load::add_instant_agents(&relay, AGENTS, node);
     let load = load(&nats, agents);
     Setup {

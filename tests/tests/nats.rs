@@ -11,7 +11,7 @@ use prost::Message as _;
 use relay_protocol::pb;
 use relay_tests::codex_env::Env;
 use relay_tests::nats::{Auth, NatsServer};
-use relay_tests::RelayProcess;
+use relay_tests::{relay_bin, relay_cmd_with, RelayProcess};
 use serde_json::{json, Value};
 
 const STATE_COMPLETED: i32 = pb::FlightState::Completed as i32;
@@ -403,17 +403,31 @@ async fn wrong_nats_credentials_are_refused_and_right_ones_work() {
     let tmp = tempfile::tempdir().unwrap();
     let url = nats.url();
     let started = Instant::now();
-    let err = RelayProcess::start_with(
-        &tmp.path().join("bad"),
+    // Secrets are never taken on the command line, where `ps` shows them.
+    let out = relay_cmd_with(
+        &relay_bin(),
+        &tmp.path().join("cli"),
         &[
+            "up",
             "--nats",
             &url,
             "--nats-user",
             "relay",
             "--nats-password",
-            "wrong",
+            "s3cret",
         ],
-        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("RELAY_NATS_PASSWORD") && stderr.contains("ps"),
+        "{stderr}"
+    );
+
+    let err = RelayProcess::start_with(
+        &tmp.path().join("bad"),
+        &["--nats", &url, "--nats-user", "relay"],
+        &[("RELAY_NATS_PASSWORD", "wrong")],
     )
     .err()
     .expect("wrong credentials must fail");
@@ -421,6 +435,8 @@ async fn wrong_nats_credentials_are_refused_and_right_ones_work() {
     assert!(text.contains("refused the credentials"), "{text}");
     assert!(started.elapsed() < Duration::from_secs(20), "failed fast");
 
+    let password_file = tmp.path().join("password");
+    std::fs::write(&password_file, "s3cret\n").unwrap();
     let relay = RelayProcess::start_with(
         &tmp.path().join("good"),
         &[
@@ -428,8 +444,8 @@ async fn wrong_nats_credentials_are_refused_and_right_ones_work() {
             &url,
             "--nats-user",
             "relay",
-            "--nats-password",
-            "s3cret",
+            "--nats-password-file",
+            password_file.to_str().unwrap(),
         ],
         &[],
     )
@@ -544,17 +560,17 @@ async fn requests_without_the_brokers_request_token_are_unauthorized() {
     let nats = NatsServer::start_with_auth(Auth::Token("nats-t0ken".into())).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let url = nats.url();
+    let request_token = tmp.path().join("request-token");
+    std::fs::write(&request_token, "req-s3cret").unwrap();
     let relay = RelayProcess::start_with(
         &tmp.path().join("data"),
         &[
             "--nats",
             &url,
-            "--nats-token",
-            "nats-t0ken",
-            "--nats-request-token",
-            "req-s3cret",
+            "--nats-request-token-file",
+            request_token.to_str().unwrap(),
         ],
-        &[],
+        &[("RELAY_NATS_TOKEN", "nats-t0ken")],
     )
     .unwrap();
     let client = async_nats::ConnectOptions::with_token("nats-t0ken".into())

@@ -12,7 +12,7 @@ use relay_tests::NodeProcess;
 async fn setup(nats: &NatsServer, agent_extra: &[&str]) -> (Env, NodeProcess) {
     let url = nats.url();
     let env = Env::start_with(&["--nats", &url]).await;
-    let node = NodeProcess::start("n1", &env.tmp.path().join("node-n1"), &url).unwrap();
+    let node = NodeProcess::start("n1", &env.tmp.path().join("node-n1"), &url, &env.relay).unwrap();
     let mut extra = vec!["--node", "n1"];
     extra.extend_from_slice(agent_extra);
     env.add_agent("remote-1", &extra);

@@ -1,0 +1,147 @@
+//! Files that hold secrets, made safe whatever was there before.
+//!
+//! A data dir is made 0700 at every start (a pre-made 0755 one would leave the event log
+//! readable), and a private file is written through a fresh temporary file: whatever was
+//! planted at the temporary path (a file, a symlink) is unlinked first, the new one is
+//! created with `O_EXCL | O_NOFOLLOW` and mode 0600, and renamed over the target.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Creates `dir` (and its parents) if missing and makes it 0700, even if it existed.
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create data dir {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).with_context(|| {
+        format!(
+            "cannot make data dir {} private (mode 0700): is it yours?",
+            dir.display()
+        )
+    })
+}
+
+/// Writes `bytes` to `path` with mode 0600, atomically (see the module docs).
+pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", tmp.display())),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} into place", tmp.display()))?;
+    Ok(())
+}
+
+/// Reads a 32-byte key written as hex; `None` if the file does not exist.
+pub fn read_key(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let text = text.trim();
+    let mut key = [0u8; 32];
+    let valid = text.len() == 64
+        && key.iter_mut().enumerate().all(|(i, b)| {
+            text.get(2 * i..2 * i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .map(|v| *b = v)
+                .is_some()
+        });
+    if !valid {
+        anyhow::bail!("{} does not hold a key (64 hex digits)", path.display());
+    }
+    Ok(Some(key))
+}
+
+/// `key` as the hex text [`read_key`] reads.
+pub fn key_text(key: &[u8; 32]) -> String {
+    let mut s: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    s.push('\n');
+    s
+}
+
+/// The key at `path`, made (random, 0600) if missing.
+pub fn read_or_create_key(path: &Path) -> anyhow::Result<[u8; 32]> {
+    if let Some(key) = read_key(path)? {
+        return Ok(key);
+    }
+    let key: [u8; 32] = rand::random();
+    write_private(path, key_text(&key).as_bytes())?;
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn an_existing_open_dir_is_made_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_planted_temporary_file_or_symlink_is_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("api.json");
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::write(&elsewhere, "theirs").unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, tmp.path().join("api.json.tmp")).unwrap();
+        write_private(&target, b"secret").unwrap();
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "theirs");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret");
+        let meta = std::fs::symlink_metadata(&target).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+
+        // A planted world-readable regular file is replaced, not reused.
+        std::fs::write(tmp.path().join("api.json.tmp"), "planted").unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("api.json.tmp"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        write_private(&target, b"again").unwrap();
+        assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn keys_round_trip_and_bad_ones_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("k");
+        assert_eq!(read_key(&path).unwrap(), None);
+        let key = read_or_create_key(&path).unwrap();
+        assert_eq!(read_or_create_key(&path).unwrap(), key);
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        std::fs::write(&path, "zz").unwrap();
+        assert!(read_key(&path).is_err());
+    }
+}

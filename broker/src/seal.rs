@@ -1,0 +1,156 @@
+//! Sealed messages between the broker and its nodes: the bus obeys only them.
+//!
+//! Every dispatch, node control and node report travels sealed with its node's key
+//! (ChaCha20-Poly1305, the subject as associated data): a NATS client without the key can
+//! neither read one (the agent specs they carry hold secrets) nor forge or alter one, nor
+//! move one to another node's subject. A node opens nothing it cannot authenticate, so it
+//! never runs a command that did not come from its broker.
+//!
+//! Keys: the broker keeps one random bus key (`<data>/bus.key`, 0600); each node's key is
+//! derived from it and the node's name (HKDF-SHA256), so a node's key speaks for that
+//! node only. `relay node-key NAME --out FILE` writes it for `relay node --key-file`.
+//!
+//! Not covered: a captured sealed message can be replayed by someone who can publish on
+//! its subject. The node and the broker ignore replays by id (a dispatch runs a flight
+//! once; a report for a finished flight changes nothing), and the NATS permissions in
+//! `ops/nats/` keep strangers off these subjects altogether.
+
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use hkdf::Hkdf;
+use sha2::Sha256;
+
+/// What every sealed message starts with.
+const MAGIC: &[u8] = b"RLY1";
+const NONCE_LEN: usize = 12;
+
+/// The broker's bus key, from which every node's key is derived.
+#[derive(Clone)]
+pub struct BusKey([u8; 32]);
+
+impl BusKey {
+    pub fn new(key: [u8; 32]) -> BusKey {
+        BusKey(key)
+    }
+
+    /// The key of node `name`.
+    pub fn node(&self, name: &str) -> NodeKey {
+        let mut okm = [0u8; 32];
+        // 32 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
+        let _ = Hkdf::<Sha256>::new(Some(b"relay bus v1"), &self.0)
+            .expand(format!("node:{name}").as_bytes(), &mut okm);
+        NodeKey(okm)
+    }
+}
+
+impl std::fmt::Debug for BusKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BusKey(***)")
+    }
+}
+
+/// One node's key: seals and opens that node's messages.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeKey([u8; 32]);
+
+impl std::fmt::Debug for NodeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeKey(***)")
+    }
+}
+
+/// A message that is not sealed with the expected key for its subject.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("not sealed by this node's broker (or altered, or meant for another subject)")]
+pub struct Unsealed;
+
+impl NodeKey {
+    pub fn new(key: [u8; 32]) -> NodeKey {
+        NodeKey(key)
+    }
+
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    fn cipher(&self) -> ChaCha20Poly1305 {
+        ChaCha20Poly1305::new(Key::from_slice(&self.0))
+    }
+
+    /// `plaintext`, sealed for `subject`.
+    pub fn seal(&self, subject: &str, plaintext: &[u8]) -> Vec<u8> {
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        let sealed = self
+            .cipher()
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: plaintext,
+                    aad: subject.as_bytes(),
+                },
+            )
+            // Encryption fails only for messages over 256 GiB.
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(MAGIC.len() + NONCE_LEN + sealed.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// The plaintext of a message sealed for `subject` with this key.
+    pub fn open(&self, subject: &str, message: &[u8]) -> Result<Vec<u8>, Unsealed> {
+        let rest = message.strip_prefix(MAGIC).ok_or(Unsealed)?;
+        if rest.len() < NONCE_LEN {
+            return Err(Unsealed);
+        }
+        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        self.cipher()
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: subject.as_bytes(),
+                },
+            )
+            .map_err(|_| Unsealed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_the_right_key_and_subject_open_a_message() {
+        let bus = BusKey::new([7; 32]);
+        let n1 = bus.node("n1");
+        let sealed = n1.seal("relay.v1.dispatch.n1", b"{\"run\":1}");
+        assert!(!sealed.windows(7).any(|w| w == b"\"run\":1"), "readable");
+        assert_eq!(
+            n1.open("relay.v1.dispatch.n1", &sealed).unwrap(),
+            b"{\"run\":1}"
+        );
+        // Another node, another subject, another bus, a tampered or a plain message.
+        assert_eq!(
+            bus.node("n2").open("relay.v1.dispatch.n1", &sealed),
+            Err(Unsealed)
+        );
+        assert_eq!(n1.open("relay.v1.dispatch.n2", &sealed), Err(Unsealed));
+        let other = BusKey::new([8; 32]).node("n1");
+        assert_eq!(other.open("relay.v1.dispatch.n1", &sealed), Err(Unsealed));
+        let mut tampered = sealed.clone();
+        *tampered.last_mut().unwrap() ^= 1;
+        assert_eq!(n1.open("relay.v1.dispatch.n1", &tampered), Err(Unsealed));
+        assert_eq!(
+            n1.open("relay.v1.dispatch.n1", b"{\"run\":1}"),
+            Err(Unsealed)
+        );
+        assert_eq!(n1.open("relay.v1.dispatch.n1", b"RLY1"), Err(Unsealed));
+        // The same key derives the same node key.
+        assert_eq!(BusKey::new([7; 32]).node("n1"), n1);
+        assert_ne!(bus.node("n1"), bus.node("n2"));
+    }
+}

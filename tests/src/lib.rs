@@ -347,6 +347,7 @@ pub struct NodeProcess {
     pub name: String,
     pub data_dir: PathBuf,
     nats_url: String,
+    extra: Vec<String>,
     child: Option<Child>,
     pub log: PathBuf,
 }
@@ -359,6 +360,17 @@ impl NodeProcess {
         data_dir: &Path,
         nats_url: &str,
         broker: &RelayProcess,
+    ) -> anyhow::Result<NodeProcess> {
+        Self::start_with(name, data_dir, nats_url, broker, &[])
+    }
+
+    /// With extra `relay node` arguments (`--nats-user`...).
+    pub fn start_with(
+        name: &str,
+        data_dir: &Path,
+        nats_url: &str,
+        broker: &RelayProcess,
+        extra: &[&str],
     ) -> anyhow::Result<NodeProcess> {
         std::fs::create_dir_all(data_dir)?;
         let key = data_dir.join("node.key");
@@ -376,6 +388,7 @@ impl NodeProcess {
             name: name.to_string(),
             data_dir: data_dir.to_path_buf(),
             nats_url: nats_url.to_string(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             log: data_dir.with_extension("log"),
         };
@@ -400,6 +413,7 @@ impl NodeProcess {
                 "--data-dir",
             ])
             .arg(&self.data_dir)
+            .args(&self.extra)
             .env("RUST_LOG", "info,relay=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

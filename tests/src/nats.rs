@@ -26,8 +26,18 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Client authentication the server requires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
-    UserPassword { user: String, password: String },
+    UserPassword {
+        user: String,
+        password: String,
+    },
     Token(String),
+    /// The users of `ops/nats/relay-users.conf` (a broker, node n1, a client), with
+    /// these passwords.
+    RelayUsers {
+        broker: String,
+        node: String,
+        client: String,
+    },
 }
 
 /// A running `nats-server`; see the module docs.
@@ -38,6 +48,8 @@ pub struct NatsServer {
     conf: PathBuf,
     log: PathBuf,
     store_dir: PathBuf,
+    /// The environment the config's `$VAR`s read.
+    envs: Vec<(String, String)>,
     // Last field: removed only after `Drop::drop` has killed the process.
     dir: tempfile::TempDir,
 }
@@ -64,6 +76,25 @@ impl NatsServer {
         let log = dir.path().join("nats.log");
         std::fs::write(&conf, config_text(port, &store_dir, auth.as_ref()))
             .with_context(|| format!("writing {}", conf.display()))?;
+        let mut envs = Vec::new();
+        if let Some(Auth::RelayUsers {
+            broker,
+            node,
+            client,
+        }) = &auth
+        {
+            let shipped =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/nats/relay-users.conf");
+            std::fs::copy(&shipped, dir.path().join("relay-users.conf"))
+                .with_context(|| format!("copying {}", shipped.display()))?;
+            for (var, value) in [
+                ("RELAY_NATS_BROKER_PASSWORD", broker),
+                ("RELAY_NATS_NODE_PASSWORD", node),
+                ("RELAY_NATS_CLIENT_PASSWORD", client),
+            ] {
+                envs.push((var.to_string(), value.clone()));
+            }
+        }
         let mut server = NatsServer {
             child: None,
             pid: 0,
@@ -71,6 +102,7 @@ impl NatsServer {
             conf,
             log,
             store_dir,
+            envs,
             dir,
         };
         // A fresh random port can only be busy if something raced us for it: no retries.
@@ -184,6 +216,7 @@ impl NatsServer {
             .arg("-c")
             .arg(&self.conf)
             .current_dir(self.dir.path())
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -289,6 +322,7 @@ fn config_text(port: u16, store_dir: &Path, auth: Option<&Auth>) -> String {
             "authorization {{\n  token: {}\n}}\n",
             quote(token)
         )),
+        Some(Auth::RelayUsers { .. }) => conf.push_str("include \"relay-users.conf\"\n"),
     }
     conf
 }

@@ -21,8 +21,14 @@
 //! found. The tree is frozen (SIGSTOP) before it is killed, so nothing forks or leaves
 //! the group mid-sweep. Only a descendant that both left the group and cleared its
 //! environment can escape, after its parent died.
+//!
+//! A child does not inherit Relay's environment, which holds the broker's secrets (API
+//! and NATS tokens, cloud keys, the data dir that leads to the operator token): it starts
+//! from an empty one, gets the few variables of [`INHERITED_ENV`] (and `LC_*`) that are
+//! set in Relay's, then the agent's own [`ProcessSpec::env`], then [`MARKER_ENV`].
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsStr;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -50,12 +56,45 @@ const STDERR_DRAIN: Duration = Duration::from_millis(500);
 /// names the child (`<relay pid>-<counter>`).
 pub const MARKER_ENV: &str = "RELAY_SUPERVISED";
 
+/// The variables of Relay's own environment that a child inherits, when set, besides
+/// every `LC_*`: what a CLI (and the shells and tools it runs) needs to find programs,
+/// its home and config dirs, the user, locale, terminal, time zone, a temp dir and TLS
+/// roots. Nothing else passes: no `RELAY_*` (tokens, URL, data dir), no cloud or model
+/// keys, no proxies (their URLs may carry credentials). An agent that needs more gets it
+/// from its own [`ProcessSpec::env`].
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// Whether a child inherits Relay's variable `name`; see [`INHERITED_ENV`].
+fn inherited(name: &OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|name| name.starts_with("LC_") || INHERITED_ENV.contains(&name))
+}
+
 /// What to run.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
-    /// Added to the inherited environment.
+    /// The agent's own variables: set after the few inherited from Relay
+    /// ([`INHERITED_ENV`]), which they override.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
 }
@@ -186,6 +225,8 @@ impl Supervised {
         );
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(name, _)| inherited(name)))
             .envs(&spec.env)
             .env(MARKER_ENV, &marker)
             .stdin(Stdio::piped())
@@ -486,6 +527,36 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07plain \x1b(Bx"), "plain x");
         assert_eq!(strip_ansi("no escapes"), "no escapes");
         assert_eq!(strip_ansi("cut at the end \x1b["), "cut at the end ");
+    }
+
+    #[test]
+    fn only_allow_listed_variables_are_inherited() {
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "LC_CTYPE",
+            "TMPDIR",
+            "SSL_CERT_FILE",
+        ] {
+            assert!(inherited(OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "RELAY_TOKEN",
+            "RELAY_URL",
+            "RELAY_DATA_DIR",
+            "RELAY_NATS_REQUEST_TOKEN",
+            MARKER_ENV,
+            "AWS_SECRET_ACCESS_KEY",
+            "OPENAI_API_KEY",
+            "HTTPS_PROXY",
+            "LD_PRELOAD",
+            "path",
+            "PATHX",
+        ] {
+            assert!(!inherited(OsStr::new(name)), "{name}");
+        }
     }
 
     #[tokio::test]

@@ -124,51 +124,34 @@ impl ExitInfo {
 #[derive(Debug, Clone, Default)]
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
-/// `line` without terminal escape sequences (colours, cursor moves): error reports show
-/// what a person would have read.
+/// `line` as a person would have read it on a terminal, and inert: escape sequences
+/// (CSI, OSC, DCS and the other strings, with their payloads) are removed by
+/// `strip-ansi-escapes` (a `vte` parser), and so is every control character left, tabs
+/// excepted (they become spaces).
 fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            // CSI: parameters, then one final byte in @..~.
-            Some('[') => {
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
-                    }
-                }
+    // The parser knows the 7-bit forms of escape sequences; a C1 control (U+0080..U+009F)
+    // is the same control as ESC followed by it minus 0x40 (ECMA-48), so `\u{9b}` opens a
+    // CSI like `ESC [`. The parser drops tabs; they separate words, so keep a space.
+    let mut seven_bit = String::with_capacity(line.len());
+    for c in line.chars() {
+        match u32::from(c) {
+            c1 @ 0x80..=0x9f => {
+                seven_bit.push('\x1b');
+                seven_bit.extend(char::from_u32(c1 - 0x40));
             }
-            // OSC: up to BEL or ESC \.
-            Some(']') => {
-                while let Some(c) = chars.next() {
-                    if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
-                        break;
-                    }
-                }
-            }
-            // nF escapes (`ESC ( B`): intermediates in ' '..'/', then one final byte.
-            Some(c) if (' '..='/').contains(&c) => {
-                for c in chars.by_ref() {
-                    if !(' '..='/').contains(&c) {
-                        break;
-                    }
-                }
-            }
-            // Any other escape is two characters long.
-            _ => {}
+            0x09 => seven_bit.push(' '),
+            _ => seven_bit.push(c),
         }
     }
-    out
+    strip_ansi_escapes::strip_str(&seven_bit)
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect()
 }
 
 impl StderrTail {
     fn push(&self, line: String) {
-        let mut line = if line.contains('\x1b') {
+        let mut line = if line.contains(char::is_control) {
             strip_ansi(&line)
         } else {
             line
@@ -527,6 +510,28 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07plain \x1b(Bx"), "plain x");
         assert_eq!(strip_ansi("no escapes"), "no escapes");
         assert_eq!(strip_ansi("cut at the end \x1b["), "cut at the end ");
+        // DCS (sixel here), with its payload, up to ST.
+        assert_eq!(
+            strip_ansi("before \x1bPq#0;2;0;0;0#1!14@\x1b\\after"),
+            "before after"
+        );
+        assert_eq!(strip_ansi("a\x1bP1$rpayload\x1b\\b"), "ab");
+        // OSC ended by ST (a hyperlink) rather than BEL.
+        assert_eq!(
+            strip_ansi("\x1b]8;;http://example.invalid\x1b\\link\x1b]8;;\x1b\\ text"),
+            "link text"
+        );
+        // APC, PM and SOS strings.
+        assert_eq!(
+            strip_ansi("1\x1b_apc\x1b\\2\x1b^pm\x1b\\3\x1bXsos\x1b\\4"),
+            "1234"
+        );
+        // 8-bit C1 controls: CSI, DCS ... ST, NEL.
+        assert_eq!(strip_ansi("\u{9b}31mred\u{9b}0m plain"), "red plain");
+        assert_eq!(strip_ansi("\u{90}payload\u{9c}after\u{85}"), "after");
+        // Whatever control is left (CR, BEL, BS, DEL) is dropped; a tab becomes a space.
+        assert_eq!(strip_ansi("a\rb\x07c\x08d\x7fe\tf"), "abcde f");
+        assert_eq!(strip_ansi("é ü 日本"), "é ü 日本");
     }
 
     #[test]

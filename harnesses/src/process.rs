@@ -3,7 +3,8 @@
 //! [`Supervised::spawn`] starts the program in its own process group (so the agent's own
 //! children, shells and tools, can be signalled together) with stdin and stdout piped
 //! for the protocol, and stderr drained by a task into a [`StderrTail`] ring of the last
-//! [`STDERR_TAIL_LINES`] lines for error reports. The adapter's owner task races its
+//! [`STDERR_TAIL_LINES`] lines for error reports (read by a [`crate::lines::LineReader`]
+//! that cuts a long line as it arrives, and stripped of terminal escapes). The adapter's owner task races its
 //! protocol loop against [`Supervised::wait`], then calls [`Supervised::finish`] or
 //! [`Supervised::terminate`] to get an [`ExitInfo`].
 //!
@@ -37,16 +38,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncRead, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::error::HarnessError;
+use crate::lines::{LineReader, Overflow};
 
 /// How many stderr lines [`StderrTail`] keeps.
 pub const STDERR_TAIL_LINES: usize = 50;
-/// Longer stderr lines are cut to this many bytes (a stray binary dump must not bloat
-/// error reports).
+/// Longer stderr lines are cut to this many bytes as they arrive, the rest discarded (a
+/// stray binary dump must neither bloat error reports nor Relay's memory).
 const STDERR_LINE_MAX: usize = 2000;
 /// After the leader exits, how long to wait for stderr to reach EOF before reporting
 /// (a grandchild may hold the pipe open).
@@ -150,13 +152,14 @@ fn strip_ansi(line: &str) -> String {
 }
 
 impl StderrTail {
-    fn push(&self, line: String) {
+    /// Adds a line, marked `…` when it was `cut`.
+    fn push(&self, line: String, cut: bool) {
         let mut line = if line.contains(char::is_control) {
             strip_ansi(&line)
         } else {
             line
         };
-        if relay_protocol::domain::truncate_bytes(&mut line, STDERR_LINE_MAX) {
+        if cut {
             line.push('…');
         }
         let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -455,18 +458,22 @@ fn tree(pgid: u32, marker: &[u8]) -> Vec<u32> {
     found
 }
 
-async fn drain_stderr(stderr: ChildStderr, tail: StderrTail, program: String) {
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
+async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, tail: StderrTail, program: String) {
+    let mut lines = LineReader::new(BufReader::new(stderr), STDERR_LINE_MAX, Overflow::Truncate);
     loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) => return,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf);
-                let line = line.trim_end_matches(['\n', '\r']);
+        match lines.read_line().await {
+            Ok(false) => return,
+            Ok(true) => {
+                let line = lines.line();
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let line = if lines.truncated() {
+                    whole_chars(line)
+                } else {
+                    line
+                };
+                let line = String::from_utf8_lossy(line);
                 tracing::trace!(%program, "stderr: {line}");
-                tail.push(line.to_string());
+                tail.push(line.into_owned(), lines.truncated());
             }
             Err(err) => {
                 tracing::debug!(%program, %err, "stderr read failed");
@@ -476,9 +483,20 @@ async fn drain_stderr(stderr: ChildStderr, tail: StderrTail, program: String) {
     }
 }
 
+/// `bytes` without the start of a UTF-8 character that a cut left at its end.
+fn whole_chars(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        // `error_len() == None`: the input ended inside a character.
+        Err(err) if err.error_len().is_none() => &bytes[..err.valid_up_to()],
+        _ => bytes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
     use super::*;
 
@@ -578,6 +596,56 @@ mod tests {
         assert_eq!(lines.len(), STDERR_TAIL_LINES);
         assert_eq!(lines.first(), Some(&"line11"));
         assert_eq!(lines.last(), Some(&"line60"));
+    }
+
+    #[tokio::test]
+    async fn an_endless_stderr_line_is_kept_cut_as_it_arrives() {
+        let (mut child, stderr) = tokio::io::duplex(64 * 1024);
+        let tail = StderrTail::default();
+        let drain = tokio::spawn(drain_stderr(stderr, tail.clone(), "test".into()));
+        // 64 MiB and no newline. Each write returns once the drain has taken all but the
+        // pipe's 64 KiB: by the last, the drain has gone far past the bound.
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..64 {
+            child.write_all(&chunk).await.unwrap();
+        }
+        let cut = format!("{}…", "x".repeat(STDERR_LINE_MAX));
+        let now = tail.snapshot();
+        assert!(now == cut, "the tail holds {} bytes", now.len());
+        child.write_all(b"\nshort\n").await.unwrap();
+        drop(child);
+        drain.await.unwrap();
+        assert_eq!(tail.snapshot(), format!("{cut}\nshort"));
+    }
+
+    #[tokio::test]
+    async fn a_64_mib_stderr_line_is_cut_and_the_next_line_kept() {
+        let (mut p, _pipes) = Supervised::spawn(&sh(
+            "head -c 67108864 /dev/zero | tr '\\0' x >&2; printf '\\nshort\\n' >&2",
+        ))
+        .unwrap();
+        let status = p.wait().await.unwrap();
+        let info = p.finish(status).await;
+        assert_eq!(info.code, Some(0));
+        let tail = info.stderr_tail;
+        let expected = format!("{}…\nshort", "x".repeat(STDERR_LINE_MAX));
+        assert!(tail == expected, "the tail holds {} bytes", tail.len());
+    }
+
+    #[tokio::test]
+    async fn a_cut_inside_a_character_keeps_whole_characters() {
+        let (mut child, stderr) = tokio::io::duplex(64 * 1024);
+        let tail = StderrTail::default();
+        let drain = tokio::spawn(drain_stderr(stderr, tail.clone(), "test".into()));
+        // 'é' is two bytes: the bound falls between them.
+        let line = format!("{}{}\n", "a".repeat(STDERR_LINE_MAX - 1), "é".repeat(10));
+        child.write_all(line.as_bytes()).await.unwrap();
+        drop(child);
+        drain.await.unwrap();
+        assert_eq!(
+            tail.snapshot(),
+            format!("{}…", "a".repeat(STDERR_LINE_MAX - 1))
+        );
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 //!
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
+//! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
+//!   through.
 //! - [`codex`]: Codex `app-server` (JSON-RPC over stdio): [`codex::CodexSession`].
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
 //!
@@ -13,6 +15,7 @@
 
 pub mod codex;
 pub mod error;
+pub mod lines;
 pub mod process;
 
 pub use error::HarnessError;

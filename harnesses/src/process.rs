@@ -3,7 +3,8 @@
 //! [`Supervised::spawn`] starts the program in its own process group (so the agent's own
 //! children, shells and tools, can be signalled together) with stdin and stdout piped
 //! for the protocol, and stderr drained by a task into a [`StderrTail`] ring of the last
-//! [`STDERR_TAIL_LINES`] lines for error reports. The adapter's owner task races its
+//! [`STDERR_TAIL_LINES`] lines for error reports (read by a [`crate::lines::LineReader`]
+//! that cuts a long line as it arrives, and stripped of terminal escapes). The adapter's owner task races its
 //! protocol loop against [`Supervised::wait`], then calls [`Supervised::finish`] or
 //! [`Supervised::terminate`] to get an [`ExitInfo`].
 //!
@@ -21,8 +22,14 @@
 //! found. The tree is frozen (SIGSTOP) before it is killed, so nothing forks or leaves
 //! the group mid-sweep. Only a descendant that both left the group and cleared its
 //! environment can escape, after its parent died.
+//!
+//! A child does not inherit Relay's environment, which holds the broker's secrets (API
+//! and NATS tokens, cloud keys, the data dir that leads to the operator token): it starts
+//! from an empty one, gets the few variables of [`INHERITED_ENV`] (and `LC_*`) that are
+//! set in Relay's, then the agent's own [`ProcessSpec::env`], then [`MARKER_ENV`].
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsStr;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -31,16 +38,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncRead, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::error::HarnessError;
+use crate::lines::{LineReader, Overflow};
 
 /// How many stderr lines [`StderrTail`] keeps.
 pub const STDERR_TAIL_LINES: usize = 50;
-/// Longer stderr lines are cut to this many bytes (a stray binary dump must not bloat
-/// error reports).
+/// Longer stderr lines are cut to this many bytes as they arrive, the rest discarded (a
+/// stray binary dump must neither bloat error reports nor Relay's memory).
 const STDERR_LINE_MAX: usize = 2000;
 /// After the leader exits, how long to wait for stderr to reach EOF before reporting
 /// (a grandchild may hold the pipe open).
@@ -50,12 +58,45 @@ const STDERR_DRAIN: Duration = Duration::from_millis(500);
 /// names the child (`<relay pid>-<counter>`).
 pub const MARKER_ENV: &str = "RELAY_SUPERVISED";
 
+/// The variables of Relay's own environment that a child inherits, when set, besides
+/// every `LC_*`: what a CLI (and the shells and tools it runs) needs to find programs,
+/// its home and config dirs, the user, locale, terminal, time zone, a temp dir and TLS
+/// roots. Nothing else passes: no `RELAY_*` (tokens, URL, data dir), no cloud or model
+/// keys, no proxies (their URLs may carry credentials). An agent that needs more gets it
+/// from its own [`ProcessSpec::env`].
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// Whether a child inherits Relay's variable `name`; see [`INHERITED_ENV`].
+fn inherited(name: &OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|name| name.starts_with("LC_") || INHERITED_ENV.contains(&name))
+}
+
 /// What to run.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
-    /// Added to the inherited environment.
+    /// The agent's own variables: set after the few inherited from Relay
+    /// ([`INHERITED_ENV`]), which they override.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
 }
@@ -85,56 +126,40 @@ impl ExitInfo {
 #[derive(Debug, Clone, Default)]
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
-/// `line` without terminal escape sequences (colours, cursor moves): error reports show
-/// what a person would have read.
+/// `line` as a person would have read it on a terminal, and inert: escape sequences
+/// (CSI, OSC, DCS and the other strings, with their payloads) are removed by
+/// `strip-ansi-escapes` (a `vte` parser), and so is every control character left, tabs
+/// excepted (they become spaces).
 fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            // CSI: parameters, then one final byte in @..~.
-            Some('[') => {
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
-                    }
-                }
+    // The parser knows the 7-bit forms of escape sequences; a C1 control (U+0080..U+009F)
+    // is the same control as ESC followed by it minus 0x40 (ECMA-48), so `\u{9b}` opens a
+    // CSI like `ESC [`. The parser drops tabs; they separate words, so keep a space.
+    let mut seven_bit = String::with_capacity(line.len());
+    for c in line.chars() {
+        match u32::from(c) {
+            c1 @ 0x80..=0x9f => {
+                seven_bit.push('\x1b');
+                seven_bit.extend(char::from_u32(c1 - 0x40));
             }
-            // OSC: up to BEL or ESC \.
-            Some(']') => {
-                while let Some(c) = chars.next() {
-                    if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
-                        break;
-                    }
-                }
-            }
-            // nF escapes (`ESC ( B`): intermediates in ' '..'/', then one final byte.
-            Some(c) if (' '..='/').contains(&c) => {
-                for c in chars.by_ref() {
-                    if !(' '..='/').contains(&c) {
-                        break;
-                    }
-                }
-            }
-            // Any other escape is two characters long.
-            _ => {}
+            0x09 => seven_bit.push(' '),
+            _ => seven_bit.push(c),
         }
     }
-    out
+    strip_ansi_escapes::strip_str(&seven_bit)
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect()
 }
 
 impl StderrTail {
-    fn push(&self, line: String) {
-        let mut line = if line.contains('\x1b') {
+    /// Adds a line, marked `…` when it was `cut`.
+    fn push(&self, line: String, cut: bool) {
+        let mut line = if line.contains(char::is_control) {
             strip_ansi(&line)
         } else {
             line
         };
-        if relay_protocol::domain::truncate_bytes(&mut line, STDERR_LINE_MAX) {
+        if cut {
             line.push('…');
         }
         let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -186,6 +211,8 @@ impl Supervised {
         );
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(name, _)| inherited(name)))
             .envs(&spec.env)
             .env(MARKER_ENV, &marker)
             .stdin(Stdio::piped())
@@ -431,18 +458,22 @@ fn tree(pgid: u32, marker: &[u8]) -> Vec<u32> {
     found
 }
 
-async fn drain_stderr(stderr: ChildStderr, tail: StderrTail, program: String) {
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
+async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, tail: StderrTail, program: String) {
+    let mut lines = LineReader::new(BufReader::new(stderr), STDERR_LINE_MAX, Overflow::Truncate);
     loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) => return,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf);
-                let line = line.trim_end_matches(['\n', '\r']);
+        match lines.read_line().await {
+            Ok(false) => return,
+            Ok(true) => {
+                let line = lines.line();
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let line = if lines.truncated() {
+                    whole_chars(line)
+                } else {
+                    line
+                };
+                let line = String::from_utf8_lossy(line);
                 tracing::trace!(%program, "stderr: {line}");
-                tail.push(line.to_string());
+                tail.push(line.into_owned(), lines.truncated());
             }
             Err(err) => {
                 tracing::debug!(%program, %err, "stderr read failed");
@@ -452,9 +483,20 @@ async fn drain_stderr(stderr: ChildStderr, tail: StderrTail, program: String) {
     }
 }
 
+/// `bytes` without the start of a UTF-8 character that a cut left at its end.
+fn whole_chars(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        // `error_len() == None`: the input ended inside a character.
+        Err(err) if err.error_len().is_none() => &bytes[..err.valid_up_to()],
+        _ => bytes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
     use super::*;
 
@@ -486,6 +528,58 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07plain \x1b(Bx"), "plain x");
         assert_eq!(strip_ansi("no escapes"), "no escapes");
         assert_eq!(strip_ansi("cut at the end \x1b["), "cut at the end ");
+        // DCS (sixel here), with its payload, up to ST.
+        assert_eq!(
+            strip_ansi("before \x1bPq#0;2;0;0;0#1!14@\x1b\\after"),
+            "before after"
+        );
+        assert_eq!(strip_ansi("a\x1bP1$rpayload\x1b\\b"), "ab");
+        // OSC ended by ST (a hyperlink) rather than BEL.
+        assert_eq!(
+            strip_ansi("\x1b]8;;http://example.invalid\x1b\\link\x1b]8;;\x1b\\ text"),
+            "link text"
+        );
+        // APC, PM and SOS strings.
+        assert_eq!(
+            strip_ansi("1\x1b_apc\x1b\\2\x1b^pm\x1b\\3\x1bXsos\x1b\\4"),
+            "1234"
+        );
+        // 8-bit C1 controls: CSI, DCS ... ST, NEL.
+        assert_eq!(strip_ansi("\u{9b}31mred\u{9b}0m plain"), "red plain");
+        assert_eq!(strip_ansi("\u{90}payload\u{9c}after\u{85}"), "after");
+        // Whatever control is left (CR, BEL, BS, DEL) is dropped; a tab becomes a space.
+        assert_eq!(strip_ansi("a\rb\x07c\x08d\x7fe\tf"), "abcde f");
+        assert_eq!(strip_ansi("é ü 日本"), "é ü 日本");
+    }
+
+    #[test]
+    fn only_allow_listed_variables_are_inherited() {
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "LC_CTYPE",
+            "TMPDIR",
+            "SSL_CERT_FILE",
+        ] {
+            assert!(inherited(OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "RELAY_TOKEN",
+            "RELAY_URL",
+            "RELAY_DATA_DIR",
+            "RELAY_NATS_REQUEST_TOKEN",
+            MARKER_ENV,
+            "AWS_SECRET_ACCESS_KEY",
+            "OPENAI_API_KEY",
+            "HTTPS_PROXY",
+            "LD_PRELOAD",
+            "path",
+            "PATHX",
+        ] {
+            assert!(!inherited(OsStr::new(name)), "{name}");
+        }
     }
 
     #[tokio::test]
@@ -502,6 +596,56 @@ mod tests {
         assert_eq!(lines.len(), STDERR_TAIL_LINES);
         assert_eq!(lines.first(), Some(&"line11"));
         assert_eq!(lines.last(), Some(&"line60"));
+    }
+
+    #[tokio::test]
+    async fn an_endless_stderr_line_is_kept_cut_as_it_arrives() {
+        let (mut child, stderr) = tokio::io::duplex(64 * 1024);
+        let tail = StderrTail::default();
+        let drain = tokio::spawn(drain_stderr(stderr, tail.clone(), "test".into()));
+        // 64 MiB and no newline. Each write returns once the drain has taken all but the
+        // pipe's 64 KiB: by the last, the drain has gone far past the bound.
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..64 {
+            child.write_all(&chunk).await.unwrap();
+        }
+        let cut = format!("{}…", "x".repeat(STDERR_LINE_MAX));
+        let now = tail.snapshot();
+        assert!(now == cut, "the tail holds {} bytes", now.len());
+        child.write_all(b"\nshort\n").await.unwrap();
+        drop(child);
+        drain.await.unwrap();
+        assert_eq!(tail.snapshot(), format!("{cut}\nshort"));
+    }
+
+    #[tokio::test]
+    async fn a_64_mib_stderr_line_is_cut_and_the_next_line_kept() {
+        let (mut p, _pipes) = Supervised::spawn(&sh(
+            "head -c 67108864 /dev/zero | tr '\\0' x >&2; printf '\\nshort\\n' >&2",
+        ))
+        .unwrap();
+        let status = p.wait().await.unwrap();
+        let info = p.finish(status).await;
+        assert_eq!(info.code, Some(0));
+        let tail = info.stderr_tail;
+        let expected = format!("{}…\nshort", "x".repeat(STDERR_LINE_MAX));
+        assert!(tail == expected, "the tail holds {} bytes", tail.len());
+    }
+
+    #[tokio::test]
+    async fn a_cut_inside_a_character_keeps_whole_characters() {
+        let (mut child, stderr) = tokio::io::duplex(64 * 1024);
+        let tail = StderrTail::default();
+        let drain = tokio::spawn(drain_stderr(stderr, tail.clone(), "test".into()));
+        // 'é' is two bytes: the bound falls between them.
+        let line = format!("{}{}\n", "a".repeat(STDERR_LINE_MAX - 1), "é".repeat(10));
+        child.write_all(line.as_bytes()).await.unwrap();
+        drop(child);
+        drain.await.unwrap();
+        assert_eq!(
+            tail.snapshot(),
+            format!("{}…", "a".repeat(STDERR_LINE_MAX - 1))
+        );
     }
 
     #[tokio::test]

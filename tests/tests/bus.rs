@@ -252,12 +252,12 @@ async fn the_shipped_nats_users_keep_a_client_off_the_node_subjects() {
     js.set_timeout(Duration::from_secs(2));
     let published = match js.publish("relay.v1.dispatch.n1", "{}".into()).await {
         Ok(ack) => ack.await.map(|_| ()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     };
     assert!(published.is_err(), "a client queued a dispatch");
     let published = match js.publish("relay.v1.report.n1", "{}".into()).await {
         Ok(ack) => ack.await.map(|_| ()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     };
     assert!(published.is_err(), "a client queued a report");
     for subject in [

@@ -102,7 +102,8 @@ pub struct CodexConfig {
     pub program: PathBuf,
     /// Extra arguments after `app-server`.
     pub args: Vec<String>,
-    /// Added to the inherited environment (e.g. `CODEX_HOME`).
+    /// The agent's own variables (e.g. `CODEX_HOME`), on top of the few inherited from
+    /// Relay ([`crate::process::INHERITED_ENV`]).
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
     /// The model for threads whose [`ThreadOptions::model`] is `None`; `None` leaves it to

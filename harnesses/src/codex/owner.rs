@@ -17,12 +17,13 @@ use std::time::Duration;
 use relay_protocol::codex::{self as wire, ApprovalResponse, Message, RequestId};
 use relay_protocol::harness::HarnessEvent;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
 use super::translate::{Action, Translator};
 use crate::error::HarnessError;
+use crate::lines::{LineReader, Overflow};
 use crate::process::{ExitInfo, Pipes, Supervised};
 
 /// After the child exits on its own, how long to keep reading stdout for its last lines.
@@ -69,72 +70,6 @@ struct Pending {
     reply: oneshot::Sender<Result<Value, HarnessError>>,
 }
 
-/// Codex's stdout, read line by line.
-struct LineReader<R> {
-    reader: R,
-    /// A partly read line survives a `select!` that another branch won.
-    line: Vec<u8>,
-    /// Longest line kept ([`MAX_LINE`]).
-    max: usize,
-    /// Skipping the rest of a line over `max` bytes.
-    skipping: bool,
-    malformed: Arc<AtomicU64>,
-}
-
-impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
-    fn new(reader: R, max: usize, malformed: Arc<AtomicU64>) -> Self {
-        LineReader {
-            reader,
-            line: Vec::new(),
-            max,
-            skipping: false,
-            malformed,
-        }
-    }
-
-    /// Reads into `line` up to and including the next newline, like `read_until`, but
-    /// never holds more than `max` bytes: the rest of a longer line is skipped and
-    /// counted as malformed. Cancel-safe: what was read stays in `line` (and
-    /// `skipping`). 0 at EOF.
-    async fn read_line(&mut self) -> std::io::Result<usize> {
-        loop {
-            let available = self.reader.fill_buf().await?;
-            if available.is_empty() {
-                if self.skipping {
-                    // EOF inside an overlong line: it is dropped all the same.
-                    self.skipping = false;
-                    self.malformed
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                return Ok(self.line.len());
-            }
-            let (n, ends_line) = match available.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (available.len(), false),
-            };
-            if !self.skipping {
-                if self.line.len() + n > self.max {
-                    self.skipping = true;
-                    self.line = Vec::new();
-                } else {
-                    self.line.extend_from_slice(&available[..n]);
-                }
-            }
-            self.reader.consume(n);
-            if ends_line {
-                if self.skipping {
-                    self.skipping = false;
-                    self.malformed
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(max = self.max, "codex: an overlong stdout line was skipped");
-                    continue;
-                }
-                return Ok(self.line.len());
-            }
-        }
-    }
-}
-
 /// Why the main loop ended.
 enum End {
     Exited(std::io::Result<ExitStatus>),
@@ -178,7 +113,7 @@ impl Owner {
             stdout: LineReader::new(
                 BufReader::new(pipes.stdout),
                 MAX_LINE,
-                shared.malformed.clone(),
+                Overflow::Skip(shared.malformed.clone()),
             ),
             commands,
             events,
@@ -199,8 +134,8 @@ impl Owner {
             }
             tokio::select! {
                 read = self.stdout.read_line() => match read {
-                    Ok(0) => break End::StdoutClosed,
-                    Ok(_) => self.take_line().await,
+                    Ok(false) => break End::StdoutClosed,
+                    Ok(true) => self.take_line().await,
                     Err(err) => {
                         tracing::warn!(%err, "codex: stdout read failed");
                         break End::StdoutClosed;
@@ -294,8 +229,8 @@ impl Owner {
         loop {
             tokio::select! {
                 read = self.stdout.read_line(), if stdout_open => match read {
-                    Ok(0) | Err(_) => stdout_open = false,
-                    Ok(_) => self.take_line().await,
+                    Ok(false) | Err(_) => stdout_open = false,
+                    Ok(true) => self.take_line().await,
                 },
                 status = self.process.wait() => {
                     self.drain_stdout(STDOUT_DRAIN).await;
@@ -311,8 +246,8 @@ impl Owner {
         let drain = async {
             loop {
                 match self.stdout.read_line().await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => self.take_line().await,
+                    Ok(false) | Err(_) => break,
+                    Ok(true) => self.take_line().await,
                 }
             }
         };
@@ -320,13 +255,9 @@ impl Owner {
         let _ = tokio::time::timeout(limit, drain).await;
     }
 
+    /// Handles the line just read.
     async fn take_line(&mut self) {
-        if self.stdout.line.last() != Some(&b'\n') {
-            // EOF in the middle of a line: handle what there is.
-            tracing::debug!("codex: last stdout line has no newline");
-        }
-        let line = String::from_utf8_lossy(&self.stdout.line).into_owned();
-        self.stdout.line.clear();
+        let line = String::from_utf8_lossy(self.stdout.line()).into_owned();
         for action in self.translator.handle_line(&line) {
             match action {
                 Action::Event(event) => self.emit(event).await,
@@ -444,41 +375,5 @@ impl Owner {
             tracing::debug!("codex: event receiver dropped; events discarded from now on");
             self.events_open = false;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    #[tokio::test]
-    async fn overlong_lines_are_skipped_and_counted() {
-        let input: &[u8] = b"short\nway too long for the limit\nok\nend";
-        // A tiny buffer, so lines arrive in several pieces.
-        let reader = BufReader::with_capacity(4, input);
-        let malformed = Arc::new(AtomicU64::new(0));
-        let mut lines = LineReader::new(reader, 10, malformed.clone());
-        let mut got = Vec::new();
-        loop {
-            let n = lines.read_line().await.unwrap();
-            if n == 0 {
-                break;
-            }
-            got.push(String::from_utf8(std::mem::take(&mut lines.line)).unwrap());
-        }
-        assert_eq!(got, vec!["short\n", "ok\n", "end"]);
-        assert_eq!(malformed.load(std::sync::atomic::Ordering::Relaxed), 1);
-        // An overlong last line without a newline is dropped and counted too.
-        let mut lines = LineReader::new(
-            BufReader::new(&b"a\nmuch too long at the end"[..]),
-            10,
-            malformed.clone(),
-        );
-        assert_eq!(lines.read_line().await.unwrap(), 2);
-        lines.line.clear();
-        assert_eq!(lines.read_line().await.unwrap(), 0);
-        assert_eq!(malformed.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }

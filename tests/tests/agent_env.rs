@@ -1,0 +1,104 @@
+//! What an agent process inherits: a real `relay up` started with secrets in its own
+//! environment runs an agent (a wrapper script that records its environment, then execs
+//! `relay-instant-codex`); none of the broker's secrets may reach the agent.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+
+use relay_tests::codex_env::wait_gone;
+use relay_tests::load::instant_codex_bin;
+use relay_tests::RelayProcess;
+
+/// Variables set in the broker's environment that no agent may see.
+const SECRETS: &[(&str, &str)] = &[
+    ("RELAY_NATS_REQUEST_TOKEN", "nats-request-secret-4f1c"),
+    ("AWS_SECRET_ACCESS_KEY", "aws-secret-9b2e"),
+    ("RELAY_TOKEN", "relay-operator-secret-77a0"),
+    ("RELAY_URL", "http://127.0.0.1:9/relay-url-secret"),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_do_not_inherit_the_brokers_secrets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let dump = tmp.path().join("agent.environ");
+    // The wrapper keeps its pid through `exec`, so the agent's endpoint pid is its pid.
+    let wrapper = tmp.path().join("agent.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncat /proc/$$/environ > '{dump}.part' && mv '{dump}.part' '{dump}'\nexec '{bin}' \"$@\"\n",
+            dump = dump.display(),
+            bin = instant_codex_bin().display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let data_str = data.display().to_string();
+    let mut envs: Vec<(&str, &str)> = SECRETS.to_vec();
+    envs.push(("RELAY_DATA_DIR", &data_str));
+    let mut relay = RelayProcess::start_with(&data, &[], &envs).unwrap();
+    let cwd = tmp.path().display().to_string();
+    let wrapper_str = wrapper.display().to_string();
+    relay.cli_ok(&[
+        "agent",
+        "add",
+        "envy",
+        "--harness",
+        "codex_app_server",
+        "--cwd",
+        &cwd,
+        "--command",
+        &wrapper_str,
+        "--env",
+        "AGENT_OWN=from-the-agent-spec",
+    ]);
+    // `relay ask` returns when the flight has ended; it succeeds only if it completed.
+    let reply = relay.cli_ok(&["ask", "envy", "hello"]);
+    assert!(reply.contains("ok: hello"), "{reply}");
+    let pid = relay.cli_json(&["agent", "show", "envy", "--json"])["endpoint"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+
+    // The wrapper wrote the file before it exec'd the harness that answered.
+    let environ = std::fs::read(&dump).unwrap();
+    let vars: BTreeMap<String, String> = environ
+        .split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = String::from_utf8_lossy(v);
+            let (k, v) = v.split_once('=').unwrap_or((&v, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    for (name, value) in SECRETS {
+        assert!(!vars.contains_key(*name), "{name} leaked: {vars:?}");
+        assert!(
+            !vars.values().any(|v| v.contains(value)),
+            "the value of {name} leaked: {vars:?}"
+        );
+    }
+    assert!(!vars.contains_key("RELAY_DATA_DIR"), "{vars:?}");
+    assert!(
+        !vars.values().any(|v| v.contains(&data_str)),
+        "the data dir leaked: {vars:?}"
+    );
+    // Relay's own marker is the only RELAY_* variable.
+    let relay_vars: Vec<&String> = vars.keys().filter(|k| k.starts_with("RELAY_")).collect();
+    assert_eq!(relay_vars, vec!["RELAY_SUPERVISED"], "{vars:?}");
+    assert_eq!(
+        vars.get("AGENT_OWN").map(String::as_str),
+        Some("from-the-agent-spec")
+    );
+    assert_eq!(
+        vars.get("PATH"),
+        std::env::var("PATH").ok().as_ref(),
+        "PATH is passed through"
+    );
+
+    // Stopping the broker stops its agent.
+    assert!(relay.terminate().unwrap().success());
+    assert!(wait_gone(pid, 30).await, "agent {pid} outlived the broker");
+}

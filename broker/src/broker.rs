@@ -12,17 +12,18 @@
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
-    AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
-    ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
-    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase,
-    Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
+    id_token, looks_secret, parse_mentions, valid_agent_name, valid_conversation_id, Agent,
+    AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState,
+    Conversation, ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState,
+    Endpoint, Flight, FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest,
+    ItemPhase, Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION, SECRET_SHOWN,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -716,6 +717,7 @@ impl Ctx<'_, '_> {
             Command::RegisterAgent(spec) => self.register_agent(spec),
             Command::RemoveAgent(name) => {
                 let agent = self.agent(name)?;
+                crate::store::Sink::del(self.tx, T::Secrets, name.as_bytes())?;
                 self.emit(EventBody::AgentRemoved {
                     name: name.clone(),
                     node: agent.spec.node.clone(),
@@ -879,8 +881,12 @@ impl Ctx<'_, '_> {
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }
+        let (spec, secrets) = split_secrets(spec)?;
+        if !secrets.is_empty() {
+            crate::store::Sink::put(self.tx, T::Secrets, spec.name.as_bytes(), encode(&secrets)?)?;
+        }
         let agent = Agent {
-            spec: spec.clone(),
+            spec,
             state: AgentState::Offline,
             thread_id: None,
             endpoint: None,
@@ -1460,4 +1466,28 @@ fn tail(s: &str, n: usize) -> String {
     let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
     let count = flat.chars().count();
     flat.chars().skip(count.saturating_sub(n)).collect()
+}
+
+/// A registration's spec as it is stored and published, and its secret variables: the
+/// values of `secrets` and of every `env` variable whose name looks secret, each left
+/// in `env` as [`SECRET_SHOWN`].
+fn split_secrets(spec: &AgentSpec) -> Result<(AgentSpec, BTreeMap<String, String>), BrokerError> {
+    let mut spec = spec.clone();
+    let mut secrets = std::mem::take(&mut spec.secrets).0;
+    for (name, value) in spec.env.iter_mut() {
+        if looks_secret(name) || secrets.contains_key(name) {
+            let value = std::mem::replace(value, SECRET_SHOWN.to_string());
+            secrets.entry(name.clone()).or_insert(value);
+        }
+    }
+    for name in secrets.keys() {
+        if name.is_empty() || name.len() > 256 || name.contains(['=', '\0']) {
+            let shown: String = name.chars().take(64).collect();
+            return Err(BrokerError::Invalid(format!(
+                "secret variable name {shown:?} is not valid: 1 to 256 bytes, no '=' or NUL"
+            )));
+        }
+        spec.env.insert(name.clone(), SECRET_SHOWN.to_string());
+    }
+    Ok((spec, secrets))
 }

@@ -421,9 +421,17 @@ enum AgentCmd {
         /// Extra argument for the program (repeatable).
         #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
         args: Vec<String>,
-        /// Environment variable for the program, K=V (repeatable).
+        /// Environment variable for the program, K=V (repeatable). One whose name looks
+        /// like a secret (…KEY, …TOKEN, …SECRET, …PASSWORD…) is kept as a secret, like
+        /// --secret.
         #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
         env: Vec<(String, String)>,
+        /// A secret variable for the program, its value taken from this command's own
+        /// environment (`OPENAI_API_KEY=... relay agent add a --secret OPENAI_API_KEY`),
+        /// so it never shows in `ps`. Secrets are stored apart from the event log, never
+        /// published or listed (shown as ***), and deleted with the agent (repeatable).
+        #[arg(long = "secret", value_name = "NAME")]
+        secret: Vec<String>,
         /// Model the agent's harness uses (else the harness's own default).
         #[arg(long)]
         model: Option<String>,
@@ -1143,6 +1151,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             command,
             args,
             env,
+            secret,
             model,
             node,
             wake,
@@ -1151,6 +1160,15 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            let mut secrets = BTreeMap::new();
+            for name in secret {
+                let value = std::env::var(&name).map_err(|_| {
+                    anyhow::anyhow!(
+                        "--secret {name}: {name} is not set in this command's environment (run `{name}=... relay agent add ... --secret {name}`)"
+                    )
+                })?;
+                secrets.insert(name, value);
+            }
             let agent: Agent = client
                 .post(
                     "/v1/agents",
@@ -1164,6 +1182,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                         command,
                         args,
                         env: env.into_iter().collect::<BTreeMap<_, _>>(),
+                        secrets: relay_protocol::domain::Secrets(secrets),
                         approval_policy: ApprovalPolicy {
                             accept_commands: auto_accept,
                             decline_commands: auto_decline,

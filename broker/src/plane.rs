@@ -313,7 +313,7 @@ impl Plane {
                 }
             }
             if a.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm {
-                if let Err(e) = self.runtime.warm(a) {
+                if let Err(e) = self.runtime.warm(&self.with_secrets(a.clone()).await) {
                     tracing::warn!(agent = %a.spec.name, error = %e, "cannot warm");
                 }
             }
@@ -338,12 +338,41 @@ impl Plane {
         }
     }
 
+    /// The agent with its secret variables filled in, for the runtime that starts it
+    /// (the one place they leave the broker's store; to a node, only sealed).
+    async fn with_secrets(&self, mut agent: Agent) -> Agent {
+        use relay_protocol::domain::{Secrets, SECRET_SHOWN};
+        if !agent.spec.env.values().any(|v| v == SECRET_SHOWN) {
+            return agent;
+        }
+        let name = agent.spec.name.clone();
+        let read = self
+            .broker
+            .store()
+            .read(move |store| {
+                store.get::<std::collections::BTreeMap<String, String>>(
+                    crate::store::T::Secrets,
+                    name.as_bytes(),
+                )
+            })
+            .await;
+        match read {
+            Ok(Some(secrets)) => agent.spec.secrets = Secrets(secrets),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(agent = %agent.spec.name, error = %e, "cannot read the agent's secrets")
+            }
+        }
+        agent
+    }
+
     async fn dispatch(
         &self,
         agent: Agent,
         invocation: relay_protocol::domain::Invocation,
         flight: Flight,
     ) {
+        let agent = self.with_secrets(agent).await;
         if let Some(node) = agent.spec.node.clone().filter(|_| !self.local(&agent)) {
             let Some(remote) = self.remote.get() else {
                 // NATS attaches after recovery, or later when it was down; attach_nats
@@ -689,12 +718,16 @@ impl Plane {
 impl Plane {
     /// Starts an agent's session now, in whichever runtime serves it.
     fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>> {
-        if self.local(&agent) {
-            let r = self.runtime.warm(&agent).map_err(runtime_error);
-            return Box::pin(async move { r });
-        }
-        self.route(Control::Wake {
-            spec: Box::new(agent),
+        let this = self.clone();
+        Box::pin(async move {
+            let agent = this.with_secrets(agent).await;
+            if this.local(&agent) {
+                return this.runtime.warm(&agent).map_err(runtime_error);
+            }
+            this.route(Control::Wake {
+                spec: Box::new(agent),
+            })
+            .await
         })
     }
 }

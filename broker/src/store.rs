@@ -52,9 +52,12 @@ pub enum T {
     /// node name -> stream seq of the last report applied (not a projection: it
     /// de-duplicates redelivered node reports, written with the command they carry).
     ReportCursors,
+    /// agent name -> its secret variables (not a projection: never in an event, so
+    /// never published nor replayed; deleted with the agent).
+    Secrets,
 }
 
-const TREE_NAMES: [&str; 13] = [
+const TREE_NAMES: [&str; 14] = [
     "events",
     "agents",
     "conversations",
@@ -68,6 +71,7 @@ const TREE_NAMES: [&str; 13] = [
     "bindings",
     "flight_approvals",
     "report_cursors",
+    "agent_secrets",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {

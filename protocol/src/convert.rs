@@ -345,6 +345,8 @@ pub fn agent_from_pb(a: &pb::Agent) -> Result<Agent, ConvertError> {
             command: a.command.clone(),
             args: a.args.clone(),
             env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            // Secret values never travel in protobuf (the bus publishes these).
+            secrets: Default::default(),
             approval_policy,
         },
         state: agent_state_from_pb(a.state)?,
@@ -1423,6 +1425,7 @@ mod tests {
                     ("A".to_string(), "1".to_string()),
                     ("B".to_string(), String::new()),
                 ]),
+                secrets: Default::default(),
                 approval_policy: ApprovalPolicy {
                     accept_commands: vec!["ls".into(), "git status".into()],
                     decline_commands: vec!["rm".into()],
@@ -1455,6 +1458,7 @@ mod tests {
                 command: None,
                 args: vec![],
                 env: BTreeMap::new(),
+                secrets: Default::default(),
                 approval_policy: ApprovalPolicy::default(),
             },
             state: AgentState::Offline,

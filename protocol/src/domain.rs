@@ -137,10 +137,60 @@ pub struct AgentSpec {
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Variables for the program. A secret one (see [`Secrets`]) is kept here as
+    /// [`SECRET_SHOWN`], its name only.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Secret variables' values: taken from a registration, then kept apart from the
+    /// event log; filled in only for the runtime that starts the agent.
+    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
+    pub secrets: Secrets,
     #[serde(default)]
     pub approval_policy: ApprovalPolicy,
+}
+
+/// What a secret variable's value is shown as, everywhere.
+pub const SECRET_SHOWN: &str = "***";
+
+/// Secret environment variables, name -> value. Never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secrets(pub BTreeMap<String, String>);
+
+impl Secrets {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set()
+            .entries(self.0.keys().map(|k| format!("{k}={SECRET_SHOWN}")))
+            .finish()
+    }
+}
+
+/// Whether a variable's name says it holds a secret (`OPENAI_API_KEY`, `GH_TOKEN`,
+/// `DB_PASSWORD`...): such `--env` values are kept as secrets without being asked.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+        "SIGNATURE",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
 }
 
 impl AgentSpec {
@@ -157,6 +207,7 @@ impl AgentSpec {
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),
+            secrets: Secrets::default(),
             approval_policy: ApprovalPolicy::default(),
         }
     }
@@ -895,6 +946,7 @@ mod tests {
                 command: None,
                 args: vec![],
                 env: BTreeMap::new(),
+                secrets: Default::default(),
                 approval_policy: ApprovalPolicy::default(),
             },
             state: AgentState::Idle,

@@ -449,6 +449,15 @@ impl Worker {
         let mut config = CodexConfig::new(codex_program(agent.spec.command.as_deref()));
         config.args = agent.spec.args.clone();
         config.env = agent.spec.env.clone();
+        // Secret variables (shown as *** in `env`) with their values.
+        config.env.extend(
+            agent
+                .spec
+                .secrets
+                .0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         config.cwd = Some(PathBuf::from(&agent.spec.cwd));
         config.model = agent.spec.model.clone();
         let (session, events) = CodexSession::spawn(config)

@@ -403,6 +403,8 @@ struct NodeArgs {
     runtime: RuntimeArgs,
 }
 
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum AgentCmd {
     /// Register an agent.

@@ -27,6 +27,7 @@ pub mod policy;
 pub mod seal;
 pub mod server;
 pub mod store;
+pub mod terminal;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};
 pub use error::BrokerError;

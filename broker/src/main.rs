@@ -16,6 +16,20 @@ use relay_protocol::domain::{
 use relay_protocol::event::Event;
 use serde::Serialize;
 
+/// `println!` for text that may hold agent or model output: made inert first.
+macro_rules! outln {
+    () => { println!() };
+    ($($t:tt)*) => { println!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+}
+/// `print!`, inert (see [`outln`]).
+macro_rules! out {
+    ($($t:tt)*) => { print!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+}
+/// `eprintln!`, inert (see [`outln`]).
+macro_rules! errln {
+    ($($t:tt)*) => { eprintln!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+}
+
 #[derive(Parser)]
 #[command(
     name = "relay",
@@ -529,7 +543,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("relay: cannot start the async runtime: {e}");
+            errln!("relay: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -545,7 +559,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("relay: {e:#}");
+            errln!("relay: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -612,14 +626,14 @@ async fn node_key(
                 Ok(Some(path))
             }
             None => {
-                print!("{text}");
+                out!("{text}");
                 Ok(None)
             }
         }
     })
     .await??;
     if let Some(path) = wrote {
-        eprintln!("relay: wrote the node key to {}", path.display());
+        errln!("relay: wrote the node key to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -643,27 +657,27 @@ async fn doctor(data_dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCod
     if json {
         print_json(&report)?;
     } else {
-        println!("data dir: {}", dir.display());
-        println!(
+        outln!("data dir: {}", dir.display());
+        outln!(
             "events: {} (last seq {}); flights: {} ({} not ended: `relay up` resumes or fails them)",
             report.events, report.last_seq, report.flights, report.live_flights
         );
         if report.gaps.is_empty() {
-            println!("event log: no gaps");
+            outln!("event log: no gaps");
         } else {
             for (expected, found) in &report.gaps {
-                println!("event log: GAP, expected seq {expected}, found {found}");
+                outln!("event log: GAP, expected seq {expected}, found {found}");
             }
         }
         if report.mismatched_trees.is_empty() {
-            println!("projections: all equal a rebuild from the log");
+            outln!("projections: all equal a rebuild from the log");
         } else {
-            println!(
+            outln!(
                 "projections: DIFFER from a rebuild from the log: {}",
                 report.mismatched_trees.join(", ")
             );
         }
-        println!(
+        outln!(
             "{}",
             if report.consistent {
                 "consistent"
@@ -724,13 +738,13 @@ fn spawn_signal_handler(shutdown: tokio_util::sync::CancellationToken) {
         tracing::info!("shutting down (send the signal again to force)");
         shutdown.cancel();
         tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-        eprintln!("relay: forced exit");
+        errln!("relay: forced exit");
         std::process::exit(130);
     });
 }
 
 fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
@@ -819,13 +833,13 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
             if f.json {
                 print_json(&s)?;
             } else {
-                println!("relay {} at {}", s.version, client.url());
-                println!("data dir   {}", s.data_dir);
-                println!("events     {}", s.last_seq);
-                println!("agents     {}", s.agents);
-                println!("flights    {} ({} live)", s.flights, s.live_flights);
-                println!("nats       {}", describe_nats(&s.nats));
-                println!("uptime     {} s", s.uptime_ms / 1000);
+                outln!("relay {} at {}", s.version, client.url());
+                outln!("data dir   {}", s.data_dir);
+                outln!("events     {}", s.last_seq);
+                outln!("agents     {}", s.agents);
+                outln!("flights    {} ({} live)", s.flights, s.live_flights);
+                outln!("nats       {}", describe_nats(&s.nats));
+                outln!("uptime     {} s", s.uptime_ms / 1000);
             }
         }
         Cmd::Send {
@@ -850,7 +864,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
             if json {
                 print_json(&posted.message)?;
             } else {
-                println!("{}", posted.message.id);
+                outln!("{}", posted.message.id);
             }
         }
         Cmd::Read {
@@ -873,7 +887,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                         .as_deref()
                         .map(|r| format!(" (reply to {r})"))
                         .unwrap_or_default();
-                    println!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+                    outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
                 }
             }
         }
@@ -885,9 +899,9 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
         } => {
             let print = |e: &Event| -> anyhow::Result<()> {
                 if json {
-                    println!("{}", serde_json::to_string(e)?);
+                    outln!("{}", serde_json::to_string(e)?);
                 } else {
-                    println!("{:>8} {} {}", e.seq, e.body.type_name(), describe_event(e));
+                    outln!("{:>8} {} {}", e.seq, e.body.type_name(), describe_event(e));
                 }
                 Ok(())
             };
@@ -928,7 +942,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 if let Some(last) = events.last().filter(|_| events.len() == n) {
                     let s: Status = client.get("/v1/status").await?;
                     if s.last_seq > last.seq {
-                        eprintln!(
+                        errln!(
                             "relay: {} more events; next page: relay events --since {} -n {n}",
                             s.last_seq - last.seq,
                             last.seq
@@ -962,7 +976,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 if json {
                     print_json(&c)?;
                 } else {
-                    println!("{}", c.spec.id);
+                    outln!("{}", c.spec.id);
                 }
             }
             ConversationCmd::List(f) => {
@@ -971,7 +985,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                     print_json(&list)?;
                 } else {
                     for c in list {
-                        println!(
+                        outln!(
                             "{:<32} {:<8} {:>6} messages",
                             c.spec.id,
                             serde_json::to_value(c.spec.kind)?.as_str().unwrap_or("?"),
@@ -1000,7 +1014,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                 print_json(&flights)?;
             } else {
                 for f in flights {
-                    println!(
+                    outln!(
                         "{}  {:<10} {:<16} {}",
                         f.id,
                         f.state,
@@ -1043,7 +1057,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                     &serde_json::json!({ "text": text.join(" ") }),
                 )
                 .await?;
-            println!("steered {}", f.id);
+            outln!("steered {}", f.id);
         }
         Cmd::Interrupt { flight } => {
             let f: Flight = client
@@ -1052,7 +1066,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                     &serde_json::json!({}),
                 )
                 .await?;
-            println!("interrupting {}", f.id);
+            outln!("interrupting {}", f.id);
         }
         Cmd::Approvals { state, json } => {
             let list: Vec<Approval> = client
@@ -1061,10 +1075,10 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
             if json {
                 print_json(&list)?;
             } else if list.is_empty() {
-                eprintln!("no {state} approvals");
+                errln!("no {state} approvals");
             } else {
                 for a in list {
-                    println!(
+                    outln!(
                         "{}  {:<12} {:<10} {}  {}",
                         a.id,
                         a.agent,
@@ -1089,7 +1103,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
             if json {
                 print_json(&a)?;
             } else {
-                println!(
+                outln!(
                     "{} {} by {}",
                     a.id,
                     wire_name(&decision),
@@ -1113,24 +1127,24 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                     print_json(&flight)?;
                 }
             } else {
-                println!("flight     {}", flight.id);
-                println!("agent      {}", flight.agent);
-                println!("state      {}", flight.state);
-                println!("invocation {}", flight.invocation);
+                outln!("flight     {}", flight.id);
+                outln!("agent      {}", flight.agent);
+                outln!("state      {}", flight.state);
+                outln!("invocation {}", flight.invocation);
                 if let Some(t) = &flight.thread_id {
-                    println!("thread     {t}");
+                    outln!("thread     {t}");
                 }
                 if let Some(s) = &flight.summary {
-                    println!("summary    {s}");
+                    outln!("summary    {s}");
                 }
                 if let Some(e) = &flight.error {
-                    println!("error      {e}");
+                    outln!("error      {e}");
                 }
                 if let Some(o) = &flight.output {
-                    println!("output\n{o}");
+                    outln!("output\n{o}");
                 }
                 for u in ups {
-                    println!("{:>6} {}", u.seq, serde_json::to_string(&u.change)?);
+                    outln!("{:>6} {}", u.seq, serde_json::to_string(&u.change)?);
                 }
             }
         }
@@ -1140,7 +1154,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
 
 fn unreachable_up() -> ! {
     // `up` is dispatched before client commands; keep the match total without panicking.
-    eprintln!("relay: internal error: `up` reached the client path");
+    errln!("relay: internal error: `up` reached the client path");
     std::process::exit(2)
 }
 
@@ -1196,7 +1210,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             if json {
                 print_json(&agent)?;
             } else {
-                println!("{} ({})", agent.spec.name, agent.spec.harness);
+                outln!("{} ({})", agent.spec.name, agent.spec.harness);
             }
         }
         AgentCmd::List(f) => {
@@ -1205,7 +1219,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
                 print_json(&agents)?;
             } else {
                 for a in agents {
-                    println!(
+                    outln!(
                         "{:<20} {:<20} {:<9} {}",
                         a.spec.name,
                         a.spec.harness,
@@ -1220,12 +1234,12 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             if json {
                 print_json(&a)?;
             } else {
-                println!("name      {}", a.spec.name);
-                println!("harness   {}", a.spec.harness);
-                println!("cwd       {}", a.spec.cwd);
-                println!("state     {}", wire_name(&a.state));
-                println!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
-                println!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
+                outln!("name      {}", a.spec.name);
+                outln!("harness   {}", a.spec.harness);
+                outln!("cwd       {}", a.spec.cwd);
+                outln!("state     {}", wire_name(&a.state));
+                outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
+                outln!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
             }
         }
         AgentCmd::Remove { name, json } => {
@@ -1233,7 +1247,7 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             if json {
                 print_json(&a)?;
             } else {
-                println!("removed {}", a.spec.name);
+                outln!("removed {}", a.spec.name);
             }
         }
         AgentCmd::Wake { name, json } => {
@@ -1246,9 +1260,10 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             if json {
                 print_json(&a)?;
             } else {
-                println!(
+                outln!(
                     "waking {} (see `relay agent show {}`)",
-                    a.spec.name, a.spec.name
+                    a.spec.name,
+                    a.spec.name
                 );
             }
         }
@@ -1298,7 +1313,7 @@ async fn ask(
         if json {
             print_json(&accepted.flight)?;
         } else {
-            println!("{id}");
+            outln!("{id}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -1350,11 +1365,11 @@ async fn ask(
     } else if let Some(output) = flight.output.as_deref().filter(|o| !o.trim().is_empty()) {
         match view {
             // Nothing streamed: the reply is all there is to show.
-            Ok(None) => println!("{output}"),
+            Ok(None) => outln!("{output}"),
             // What streamed last is not the final reply (a steered turn, several
             // messages): say what the reply is.
             Ok(Some(last)) if last.trim() != output.trim() => {
-                println!("\n[final reply]\n{output}")
+                outln!("\n[final reply]\n{output}")
             }
             _ => {}
         }
@@ -1363,7 +1378,7 @@ async fn ask(
         Ok(ExitCode::SUCCESS)
     } else {
         if !json {
-            eprintln!(
+            errln!(
                 "relay: flight {} {}: {}",
                 flight.id,
                 flight.state,
@@ -1446,7 +1461,7 @@ impl AskView {
     fn print(&mut self, text: &str) {
         use std::io::Write;
         self.clear_status();
-        print!("{text}");
+        out!("{text}");
         let _ = std::io::stdout().flush();
         self.printed = true;
         self.mid_line = !text.ends_with('\n');
@@ -1461,12 +1476,15 @@ impl AskView {
         }
         if self.mid_line && !self.status_shown {
             // Under the unfinished line, never over it.
-            println!();
+            outln!();
             self.mid_line = false;
         }
         eprint!(
-            "\r\x1b[K{frame} {agent}: {} ({})",
-            self.activity, self.state
+            "\r\x1b[K{}",
+            relay_broker::terminal::inert(&format!(
+                "{frame} {agent}: {} ({})",
+                self.activity, self.state
+            ))
         );
         self.status_shown = true;
     }
@@ -1484,7 +1502,7 @@ impl AskView {
             return None;
         }
         if self.mid_line {
-            println!();
+            outln!();
         }
         Some(std::mem::take(&mut self.message))
     }

@@ -691,3 +691,29 @@ async fn keep_warm_and_manual_agents_follow_their_wake_policy() {
         "ok: now?"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminal_escapes_from_the_model_are_shown_escaped() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    // What a terminal would show as `echo harmless`, the rest erased.
+    let id = env.ask_no_wait("codex-1", "exec: rm -rf ~/x\r\x1b[2Kecho harmless");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    for args in [&["approvals"][..], &["flights"][..], &["flight", &id][..]] {
+        let out = env.relay.cli_ok(args);
+        assert!(
+            !out.contains('\x1b') && !out.contains('\r'),
+            "relay {args:?} printed raw escapes: {out:?}"
+        );
+        if args[0] == "approvals" {
+            assert!(
+                out.contains("rm -rf ~/x\\x0d\\x1b[2Kecho harmless"),
+                "{out:?}"
+            );
+        }
+    }
+    let a = env.approval_of(&id);
+    env.relay
+        .cli_ok(&["approve", a["id"].as_str().unwrap(), "decline"]);
+    env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+}

@@ -1,0 +1,49 @@
+//! Text from agents and models made inert before a terminal shows it.
+//!
+//! An agent controls what it writes: a command awaiting approval holding `\r\x1b[2K`
+//! would show as a harmless one with the dangerous part erased. Every control character
+//! (C0 but newline and tab, DEL, C1) and every bidirectional override is shown escaped
+//! (`\x1b`, `\u{202e}`), so the screen shows exactly what the text holds.
+
+use std::borrow::Cow;
+
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every control character and bidi override escaped (see the module docs).
+pub fn inert(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !needs_escape(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_are_shown_not_obeyed() {
+        assert_eq!(
+            inert("rm -rf ~\r\x1b[2Kcargo test"),
+            "rm -rf ~\\x0d\\x1b[2Kcargo test"
+        );
+        assert_eq!(inert("a\x1bP1;2q\x1b\\b"), "a\\x1bP1;2q\\x1b\\b");
+        assert_eq!(inert("\u{9b}31m\x07\x08\x7f"), "\\u{9b}31m\\x07\\x08\\x7f");
+        assert_eq!(inert("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
+        assert_eq!(inert("two\nlines\tand tabs, é"), "two\nlines\tand tabs, é");
+        assert!(matches!(inert("plain"), Cow::Borrowed(_)));
+    }
+}

@@ -451,7 +451,8 @@ async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(S
     };
     assert_eq!(turn_id, turn);
     assert_eq!(kind, ApprovalKind::Command);
-    assert_eq!(detail, "echo relay-approved");
+    // The whole command, as codex will run it (policies and people decide on that).
+    assert_eq!(detail, "/bin/bash -lc 'echo relay-approved'");
     assert_eq!(reason.as_deref(), Some("needs to run outside the sandbox"));
 
     session
@@ -493,7 +494,7 @@ async fn approved_command_runs() {
     assert_eq!(output, "relay-approved\n");
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::ItemCompleted { kind: relay_protocol::harness::ItemKind::CommandExecution, text: Some(t), .. }
-            if t == "echo relay-approved")));
+            if t == "/bin/bash -lc 'echo relay-approved'")));
     assert_eq!(outputs.len(), 1);
     assert_eq!(outputs[0].0, "call_1");
     assert!(outputs[0].1.contains("relay-approved"), "{outputs:?}");

@@ -756,7 +756,7 @@ mod tests {
                     turn_id: "t1".into(),
                     request_id: "0".into(),
                     kind: ApprovalKind::Command,
-                    detail: "echo relay-approved".into(),
+                    detail: "/bin/bash -lc 'echo relay-approved'".into(),
                     reason: Some("needs net".into())
                 },
                 HarnessEvent::ItemStarted {

@@ -26,6 +26,7 @@ use relay_protocol::domain::{
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use subtle::ConstantTimeEq;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -215,7 +216,7 @@ async fn require_token(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match given {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
+        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
         Some(_) => {
             HttpError::new(ErrorCode::Unauthorized, "the bearer token is wrong").into_response()
         }
@@ -227,9 +228,11 @@ async fn require_token(
     }
 }
 
-/// Compares secrets without an early exit that would leak how much of them matched.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a client's token is the secret, compared in constant time (`subtle`): how
+/// much of a wrong token matched does not show in how long the answer takes. Only a
+/// wrong length answers early, and the length of the token is no secret.
+pub(crate) fn token_matches(given: &[u8], secret: &[u8]) -> bool {
+    bool::from(given.ct_eq(secret))
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
@@ -546,4 +549,22 @@ async fn event_stream(
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_token_matches() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        assert!(token_matches(secret, secret));
+        assert!(!token_matches(b"0123456789abcdef0123456789abcdee", secret));
+        assert!(!token_matches(b"0123456789abcdef", secret), "a prefix");
+        assert!(!token_matches(b"", secret));
+        assert!(
+            !token_matches(b"0123456789abcdef0123456789abcdef0", secret),
+            "longer"
+        );
+    }
 }

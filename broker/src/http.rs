@@ -31,7 +31,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::broker::Broker;
-use crate::error::BrokerError;
+use crate::error::{clip, quote, BrokerError, MAX_ERROR_MESSAGE};
 use crate::store::T;
 
 /// What the runtime offers the API: live control of a flight's turn.
@@ -81,10 +81,12 @@ impl From<BrokerError> for HttpError {
 }
 
 impl HttpError {
+    /// An error; a message longer than [`MAX_ERROR_MESSAGE`] (one that quotes input on
+    /// its own, like a JSON parser's) is cut.
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         HttpError(ApiError {
             code,
-            message: message.into(),
+            message: clip(&message.into(), MAX_ERROR_MESSAGE),
         })
     }
 }
@@ -193,13 +195,7 @@ async fn json_errors(req: Request, next: Next) -> Response {
     } else {
         text
     };
-    (
-        status,
-        Json(ErrorBody {
-            error: ApiError { code, message },
-        }),
-    )
-        .into_response()
+    (status, HttpError::new(code, message)).into_response()
 }
 
 async fn require_token(
@@ -484,7 +480,10 @@ async fn list_approvals(
         other => {
             return Err(HttpError::new(
                 ErrorCode::InvalidRequest,
-                format!("unknown approval state {other:?}; use pending, decided, expired or all"),
+                format!(
+                    "unknown approval state {}; use pending, decided, expired or all",
+                    quote(other)
+                ),
             ))
         }
     };

@@ -379,3 +379,124 @@ fn shutdown_is_not_held_up_by_an_open_event_stream() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("while someone follows"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_quotes_at_most_the_start_of_a_huge_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+    let http = relay.http();
+    // 100 KB in a body; a path holds less (hyper refuses a URI over 64 KB).
+    let huge = "a".repeat(100_000);
+    let long = "a".repeat(60_000);
+    // (what, status, code, the size of the input the message quotes (0: none of ours),
+    // answer)
+    type Case = (&'static str, u16, &'static str, usize, (u16, Value));
+    let cases: Vec<Case> = vec![
+        (
+            "unknown agent",
+            404,
+            "unknown_agent",
+            60_000,
+            http.get(&format!("/v1/agents/{long}")).await,
+        ),
+        (
+            "invalid agent name",
+            400,
+            "invalid_request",
+            100_000,
+            http.post(
+                "/v1/agents",
+                &json!({"name": huge, "harness": "codex_app_server", "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "unknown harness (the JSON parser's own message)",
+            400,
+            "invalid_request",
+            0,
+            http.post(
+                "/v1/agents",
+                &json!({"name": "a1", "harness": huge, "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "unknown flight",
+            404,
+            "unknown_flight",
+            60_000,
+            http.get(&format!("/v1/flights/{long}")).await,
+        ),
+        (
+            "steer of an unknown flight",
+            404,
+            "unknown_flight",
+            60_000,
+            http.post(&format!("/v1/flights/{long}/steer"), &json!({"text": "x"}))
+                .await,
+        ),
+        (
+            "unknown approval",
+            404,
+            "unknown_approval",
+            60_000,
+            http.post(
+                &format!("/v1/approvals/{long}"),
+                &json!({"decision": "accept"}),
+            )
+            .await,
+        ),
+        (
+            "unknown conversation",
+            404,
+            "unknown_conversation",
+            60_000,
+            http.get(&format!("/v1/conversations/{long}/messages")).await,
+        ),
+        (
+            "invalid conversation id",
+            400,
+            "invalid_request",
+            100_000,
+            http.post("/v1/conversations", &json!({"id": huge, "kind": "channel"}))
+                .await,
+        ),
+        (
+            "unknown reply_to",
+            404,
+            "unknown_message",
+            100_000,
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "me", "body": "x", "reply_to": huge}),
+            )
+            .await,
+        ),
+        (
+            "unknown approval state",
+            400,
+            "invalid_request",
+            60_000,
+            http.get(&format!("/v1/approvals?state={long}")).await,
+        ),
+    ];
+    for (what, status, code, quoted, (got_status, body)) in cases {
+        let text = body.to_string();
+        let start: String = text.chars().take(300).collect();
+        assert_eq!(got_status, status, "{what}: {start}");
+        assert_eq!(body["error"]["code"], code, "{what}: {start}");
+        assert!(
+            text.len() < 2048,
+            "{what}: a {}-byte error: {start}",
+            text.len()
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        if quoted > 0 {
+            assert!(
+                message.contains(&format!("\"{}\"…({quoted} bytes)", "a".repeat(100))),
+                "{what}: {message}"
+            );
+        }
+    }
+}

@@ -293,6 +293,47 @@ async fn approvals_accepted_declined_and_by_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_client_cannot_decide_as_a_policy_or_as_relay() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "exec: echo decided-by-a-person");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let a = env.approval_of(&id);
+    let path = format!("/v1/approvals/{}", a["id"].as_str().unwrap());
+    let http = env.relay.http();
+    for claimed in [
+        "policy:auto-accept:echo",
+        "relay:turn-ended",
+        "Policy:anything",
+        "codex:withdrawn",
+    ] {
+        let (code, body) = http
+            .post(&path, &json!({"decision": "accept", "decided_by": claimed}))
+            .await;
+        assert_eq!(code, 400, "{claimed}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("not allowed") && message.contains("your own name"),
+            "{message}"
+        );
+    }
+    // Nothing was decided: the approval is pending and the turn still waits for it.
+    assert_eq!(env.approval_of(&id)["state"], "pending");
+    assert_eq!(state(&env.flight(&id).await), "waiting");
+
+    // A person's decision without a name is recorded as the operator's, as before.
+    let (code, body) = http.post(&path, &json!({"decision": "accept"})).await;
+    assert_eq!(code, 200, "{body}");
+    env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    let d = env.approval_of(&id);
+    assert_eq!(
+        (d["decision"].as_str(), d["decided_by"].as_str()),
+        (Some("accept"), Some("operator"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_approval_pending_when_the_turn_ends_expires() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);

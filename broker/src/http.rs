@@ -533,11 +533,8 @@ async fn event_stream(
     State(s): State<ApiState>,
     headers: HeaderMap,
     Query(q): Query<AfterQuery>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let last_id = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let last_id = last_event_id(&headers)?;
     let after = q.after.or(last_id).unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
     let stream = ReceiverStream::new(rx).map(|item| {
@@ -547,7 +544,36 @@ async fn event_stream(
         })
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The `Last-Event-ID` a reconnecting client sends: the seq of the last event it got.
+/// An empty one is no position (SSE clients send none after an empty `id:`); anything
+/// else that is not a seq is refused, not taken as "from the start", which would replay
+/// the whole log to a client that meant to continue.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            "the Last-Event-ID header is not text; it is the seq of the last event received (a whole number)",
+        )
+    })?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "the Last-Event-ID header {} is not an event seq; it is the seq of the last event received (a whole number), or leave it out to start from `after` (default 0)",
+                quote(text)
+            ),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -500,3 +500,67 @@ async fn an_error_quotes_at_most_the_start_of_a_huge_input() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_garbage_resume_position_on_the_event_stream_is_refused_not_replayed_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+    let http = relay.http();
+    for body in ["one", "two"] {
+        let (code, b) = http
+            .post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "me", "body": body}),
+            )
+            .await;
+        assert_eq!(code, 200, "{b}");
+    }
+    let last_seq = http.get("/v1/status").await.1["last_seq"].as_u64().unwrap();
+    assert!(last_seq >= 2);
+    let client = reqwest::Client::new();
+    let stream = |query: &str, last_event_id: Option<&str>| {
+        let mut req = client
+            .get(format!("{}/v1/events/stream{query}", relay.api.url))
+            .bearer_auth(&relay.api.token);
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        req.send()
+    };
+    let too_big = "9".repeat(30);
+    let refused: Vec<(&str, &str, Option<&str>, &str)> = vec![
+        ("a word", "", Some("abc"), "Last-Event-ID"),
+        ("a negative seq", "", Some("-1"), "Last-Event-ID"),
+        ("a seq past u64", "", Some(&too_big), "Last-Event-ID"),
+        (
+            "a garbage header beside a good after",
+            "?after=1",
+            Some("x1"),
+            "Last-Event-ID",
+        ),
+        ("a garbage after", "?after=abc", None, "after"),
+        ("an empty after", "?after=", None, "after"),
+    ];
+    for (what, query, header, names) in refused {
+        let resp = stream(query, header).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{what}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request", "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{what}: {message}");
+    }
+
+    // A good one resumes right after it: the first event is the next one, not seq 1.
+    let mut resp = stream("", Some(&(last_seq - 1).to_string())).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = resp.chunk().await.unwrap().expect("the stream ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let first_id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .map(|id| id.trim().parse::<u64>().unwrap());
+    assert_eq!(first_id, Some(last_seq), "{text}");
+}

@@ -67,6 +67,10 @@ pub enum BrokerError {
     Json(#[from] serde_json::Error),
     #[error("internal: {0}")]
     Internal(String),
+    /// What a runtime node answered a control with, with the code it gave
+    /// (`unavailable` from a node that gives no other).
+    #[error("{}", .0.message)]
+    Node(ApiError),
     /// A sled transaction conflict; the transaction is retried, callers never see it.
     #[error("transaction conflict")]
     TxConflict,
@@ -92,6 +96,7 @@ impl BrokerError {
             BrokerError::Cycle { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
             BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
+            BrokerError::Node(e) => e.code,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
             | BrokerError::StorageThread(_)

@@ -42,6 +42,16 @@ pub async fn steer(
     if text.trim().is_empty() {
         return Err(BrokerError::Invalid("the steer text is empty".into()));
     }
+    // The message limit, like a message or a task; a queued flight's task with its
+    // steers is held to it too, where the steers are added (the runtime's queue).
+    let limit = broker.config().max_message_bytes;
+    if text.len() > limit {
+        return Err(BrokerError::TooLarge {
+            what: "steer text",
+            size: text.len(),
+            limit,
+        });
+    }
     let (flight, control) = live_flight(broker, control, flight).await?;
     control.steer(flight.clone(), text).await?;
     Ok(flight)

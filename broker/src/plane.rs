@@ -684,11 +684,17 @@ pub fn policy_decision(
     }
 }
 
-fn runtime_error(e: RuntimeError) -> BrokerError {
+/// A runtime's error as the broker answers it (also what a node answers the broker).
+pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
     match e {
         RuntimeError::Overloaded(a) => {
             BrokerError::Overloaded(format!("agent {a:?} queue is full"))
         }
+        RuntimeError::TooLarge { size, limit, .. } => BrokerError::TooLarge {
+            what: "the queued flight's task with its steers",
+            size,
+            limit,
+        },
         RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
         other => BrokerError::Unavailable(other.to_string()),
     }
@@ -751,6 +757,8 @@ impl FlightControl for Plane {
             agent: flight.agent,
             flight: flight.id,
             text,
+            // A task with the steers added to it obeys the message limit, like the task.
+            max_task_bytes: Some(self.broker.config().max_message_bytes),
         })
     }
 

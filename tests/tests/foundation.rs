@@ -564,3 +564,55 @@ async fn a_garbage_resume_position_on_the_event_stream_is_refused_not_replayed_f
         .map(|id| id.trim().parse::<u64>().unwrap());
     assert_eq!(first_id, Some(last_seq), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_over_the_limit_is_answered_413_and_never_reset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-message-bytes", "1024"],
+        &[],
+    )
+    .unwrap();
+    let http = relay.http();
+    let seq0 = http.get("/v1/status").await.1["last_seq"].as_u64().unwrap();
+    // Over the HTTP body limit (the message limit + 64 KB) by a little and by a lot: the
+    // larger one outgrows the socket buffers, so the client is still sending when the
+    // broker decides; the broker reads it to its end before it answers.
+    for size in [200_000, 3_000_000] {
+        for attempt in 0..20 {
+            let body =
+                json!({"conversation": "channel.shared", "author": "me", "body": "x".repeat(size)});
+            let answer = http
+                .try_request(
+                    reqwest::Method::POST,
+                    "/v1/messages",
+                    Some(body.to_string().into_bytes()),
+                )
+                .await;
+            let (status, body) =
+                answer.unwrap_or_else(|e| panic!("{size} bytes, attempt {attempt}: {e:?}"));
+            assert_eq!(status, 413, "{size} bytes: {body}");
+            assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+        }
+    }
+    // The same without a declared length (chunked).
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..48).map(|_| Ok(vec![b'x'; 64 * 1024])).collect();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages", relay.api.url))
+        .bearer_auth(&relay.api.token)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+    assert_eq!(
+        http.get("/v1/status").await.1["last_seq"].as_u64().unwrap(),
+        seq0,
+        "nothing was written"
+    );
+}

@@ -616,3 +616,114 @@ async fn a_body_over_the_limit_is_answered_413_and_never_reset() {
         "nothing was written"
     );
 }
+
+/// How long a test waits for the broker to close a connection before it fails (it
+/// never waits that long when the broker does its job).
+const GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--header-timeout-ms", "300"],
+        &[],
+    )
+    .unwrap();
+    let addr = relay.api.url.trim_start_matches("http://").to_string();
+    // A live stream, open before and during all that follows: only request heads are
+    // timed, so it is not cut.
+    let mut events = reqwest::Client::new()
+        .get(format!("{}/v1/events/stream", relay.api.url))
+        .bearer_auth(&relay.api.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+
+    let partial_heads = [
+        "",
+        "GET /v1/status HTTP/1.1\r\n",
+        "POST /v1/messages HTTP/1.1\r\nhost: relay\r\nauthorization: Bearer x\r\ncontent-le",
+    ];
+    for head in partial_heads {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(GUARD, conn.read_to_end(&mut answer))
+            .await
+            .unwrap_or_else(|_| panic!("the broker kept {head:?} open"));
+        // The broker closed it: the read reached the end of the stream.
+        assert!(read.is_ok(), "{head:?}: {read:?}");
+        assert!(
+            !String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 2"),
+            "{head:?} was answered as a request"
+        );
+    }
+
+    // The stream is still live: a message posted now arrives on it.
+    let (code, body) = relay
+        .http()
+        .post(
+            "/v1/messages",
+            &json!({"conversation": "channel.shared", "author": "me", "body": "after the timeouts"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let mut text = String::new();
+    while !text.contains("after the timeouts") {
+        let chunk = tokio::time::timeout(GUARD, events.chunk())
+            .await
+            .expect("the stream went quiet")
+            .unwrap()
+            .expect("the stream ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_over_the_cap_are_answered_overloaded_until_one_closes() {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-connections", "2", "--header-timeout-ms", "600000"],
+        &[],
+    )
+    .unwrap();
+    let addr = relay.api.url.trim_start_matches("http://").to_string();
+    // Two connections that send nothing hold both places (accepted in the order they
+    // came, before the third).
+    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GUARD, third.read_to_end(&mut answer))
+        .await
+        .expect("the connection over the cap was held open")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+
+    // Once one closes, requests are served again.
+    drop(first);
+    let http = relay.http();
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        match http
+            .try_request(reqwest::Method::GET, "/v1/status", None)
+            .await
+        {
+            Ok((200, _)) => break,
+            // Refused while the broker has not yet seen the first one close.
+            Ok((429, _)) | Err(_) => {}
+            Ok(other) => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "no place freed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

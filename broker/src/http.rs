@@ -1,6 +1,10 @@
 //! The local HTTP API: JSON over HTTP/1.1 on loopback, every route behind a bearer token,
 //! live streams over SSE. Routes are listed in `broker/README.md`.
 //!
+//! [`serve`] accepts the connections under [`HttpLimits`] (a deadline for each request
+//! head, a cap on connections); [`router`] reads each request's body up to the limit
+//! before its route runs, and answers every route.
+//!
 //! Every error is `{"error":{"code","message"}}` with the status of its code, including
 //! the ones axum itself would answer in plain text (bad JSON, body too large).
 
@@ -320,7 +324,7 @@ async fn read_body(State(limit): State<BodyLimit>, req: Request, next: Next) -> 
         header(axum::http::header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
     let mut data = body.into_data_stream();
     if let Some(size) = declared.filter(|size| *size > limit) {
-        if waits_to_send || size > limit + DRAIN_BYTES {
+        if waits_to_send || size > limit.saturating_add(DRAIN_BYTES) {
             // Unread, the body ends the connection: say so, or a client that pools
             // connections would send its next request on one that is closing.
             let mut response = too_large();
@@ -347,7 +351,7 @@ async fn read_body(State(limit): State<BodyLimit>, req: Request, next: Next) -> 
         };
         if read.len() + chunk.len() > limit {
             let mut size = read.len() + chunk.len();
-            while size <= limit + DRAIN_BYTES {
+            while size <= limit.saturating_add(DRAIN_BYTES) {
                 match data.next().await {
                     Some(Ok(chunk)) => size += chunk.len(),
                     _ => break,

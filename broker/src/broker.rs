@@ -29,7 +29,7 @@ use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::BrokerError;
+use crate::error::{quote, BrokerError};
 use crate::store::{apply, encode, seq_key, Store, Tx, T};
 use relay_runtime::storage::{Ran, StorageError};
 
@@ -863,14 +863,15 @@ impl Ctx<'_, '_> {
     fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
         if !valid_agent_name(&spec.name) {
             return Err(BrokerError::Invalid(format!(
-                "agent name {:?} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
-                spec.name
+                "agent name {} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
+                quote(&spec.name)
             )));
         }
         if let Some(node) = &spec.node {
             if !valid_agent_name(node) {
                 return Err(BrokerError::Invalid(format!(
-                    "node name {node:?} is not valid: use letters, digits, '-' or '_'"
+                    "node name {} is not valid: use letters, digits, '-' or '_'",
+                    quote(node)
                 )));
             }
         }
@@ -902,8 +903,8 @@ impl Ctx<'_, '_> {
     fn create_conversation(&mut self, spec: &ConversationSpec) -> Result<Outcome, BrokerError> {
         if !valid_conversation_id(&spec.id) {
             return Err(BrokerError::Invalid(format!(
-                "conversation id {:?}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)",
-                spec.id
+                "conversation id {}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)",
+                quote(&spec.id)
             )));
         }
         if self.tx.contains(T::Conversations, spec.id.as_bytes())? {

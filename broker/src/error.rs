@@ -15,19 +15,19 @@ pub enum BrokerError {
         size: usize,
         limit: usize,
     },
-    #[error("unknown agent {0:?}")]
+    #[error("unknown agent {}", quote(.0))]
     UnknownAgent(String),
-    #[error("unknown conversation {0:?}")]
+    #[error("unknown conversation {}", quote(.0))]
     UnknownConversation(String),
-    #[error("unknown flight {0:?}")]
+    #[error("unknown flight {}", quote(.0))]
     UnknownFlight(String),
-    #[error("unknown message {0:?}")]
+    #[error("unknown message {}", quote(.0))]
     UnknownMessage(String),
-    #[error("unknown approval {0:?}")]
+    #[error("unknown approval {}", quote(.0))]
     UnknownApproval(String),
-    #[error("agent {0:?} is already registered")]
+    #[error("agent {} is already registered", quote(.0))]
     AgentExists(String),
-    #[error("conversation {0:?} already exists")]
+    #[error("conversation {} already exists", quote(.0))]
     ConversationExists(String),
     #[error("flight {flight}: illegal transition {from} -> {to}")]
     IllegalTransition {
@@ -37,13 +37,16 @@ pub enum BrokerError {
     },
     #[error("flight {flight} is {state}, a terminal state; it does not change any more")]
     FlightTerminal { flight: String, state: FlightState },
-    #[error("approval {0} is already closed")]
+    #[error("approval {} is already closed", quote(.0))]
     ApprovalClosed(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("invocation depth {depth} exceeds the limit of {limit}")]
     DepthLimit { depth: u32, limit: u32 },
-    #[error("cycle: agent {agent:?} is already working on an ancestor flight")]
+    #[error(
+        "cycle: agent {} is already working on an ancestor flight",
+        quote(agent)
+    )]
     Cycle { agent: String },
     #[error("unauthorized: {0}")]
     Unauthorized(String),
@@ -64,6 +67,10 @@ pub enum BrokerError {
     Json(#[from] serde_json::Error),
     #[error("internal: {0}")]
     Internal(String),
+    /// What a runtime node answered a control with, with the code it gave
+    /// (`unavailable` from a node that gives no other).
+    #[error("{}", .0.message)]
+    Node(ApiError),
     /// A sled transaction conflict; the transaction is retried, callers never see it.
     #[error("transaction conflict")]
     TxConflict,
@@ -89,6 +96,7 @@ impl BrokerError {
             BrokerError::Cycle { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
             BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
+            BrokerError::Node(e) => e.code,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
             | BrokerError::StorageThread(_)
@@ -101,7 +109,85 @@ impl BrokerError {
     pub fn to_api(&self) -> ApiError {
         ApiError {
             code: self.code(),
-            message: self.to_string(),
+            message: clip(&self.to_string(), MAX_ERROR_MESSAGE),
         }
+    }
+}
+
+/// The longest piece of a client's input an error message quotes.
+pub const QUOTE_BYTES: usize = 100;
+
+/// The longest error message an interface answers. Ours quote input with [`quote`] and
+/// stay far below it; this bounds the ones that quote input on their own (a JSON
+/// parser's "unknown variant `...`").
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Client input as an error message quotes it: `"name"`, or when it is longer than
+/// [`QUOTE_BYTES`], its start and its size: `"aaaa…"…(102400 bytes)`. An error never
+/// echoes a client's 100 KB back to it (or into a log).
+pub fn quote(input: &str) -> String {
+    if input.len() <= QUOTE_BYTES {
+        return format!("{input:?}");
+    }
+    format!(
+        "{:?}…({} bytes)",
+        &input[..floor_char_boundary(input, QUOTE_BYTES)],
+        input.len()
+    )
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), with `…(N bytes)` saying
+/// how long it was when cut.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    format!(
+        "{}…({} bytes)",
+        &text[..floor_char_boundary(text, max)],
+        text.len()
+    )
+}
+
+/// The largest char boundary of `s` at or below `i` (`str::floor_char_boundary` is not
+/// stable yet).
+fn floor_char_boundary(s: &str, i: usize) -> usize {
+    let mut i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_input_is_quoted_whole_and_long_input_by_its_start_and_size() {
+        assert_eq!(quote("codex-1"), "\"codex-1\"");
+        let long = "a".repeat(100_000);
+        assert_eq!(
+            quote(&long),
+            format!("\"{}\"…(100000 bytes)", "a".repeat(QUOTE_BYTES))
+        );
+        // Cut at a character boundary, never inside one.
+        let wide = "é".repeat(QUOTE_BYTES);
+        let q = quote(&wide);
+        assert!(
+            q.starts_with(&format!("\"{}\"", "é".repeat(QUOTE_BYTES / 2))),
+            "{q}"
+        );
+        assert!(q.ends_with(&format!("…({} bytes)", wide.len())), "{q}");
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("abcdef", 3), "abc…(6 bytes)");
+    }
+
+    #[test]
+    fn an_unknown_id_of_100_kb_makes_a_short_error() {
+        let e = BrokerError::UnknownAgent("x".repeat(100_000));
+        let api = e.to_api();
+        assert!(api.message.len() < 200, "{}", api.message);
+        assert!(api.message.ends_with("…(100000 bytes)"), "{}", api.message);
     }
 }

@@ -1,11 +1,16 @@
 //! The local HTTP API: JSON over HTTP/1.1 on loopback, every route behind a bearer token,
 //! live streams over SSE. Routes are listed in `broker/README.md`.
 //!
+//! [`serve`] accepts the connections under [`HttpLimits`] (a deadline for each request
+//! head, a cap on connections); [`router`] reads each request's body up to the limit
+//! before its route runs, and answers every route.
+//!
 //! Every error is `{"error":{"code","message"}}` with the status of its code, including
 //! the ones axum itself would answer in plain text (bad JSON, body too large).
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
@@ -26,11 +31,12 @@ use relay_protocol::domain::{
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use subtle::ConstantTimeEq;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::broker::Broker;
-use crate::error::BrokerError;
+use crate::error::{clip, quote, BrokerError, MAX_ERROR_MESSAGE};
 use crate::store::T;
 
 /// What the runtime offers the API: live control of a flight's turn.
@@ -80,10 +86,12 @@ impl From<BrokerError> for HttpError {
 }
 
 impl HttpError {
+    /// An error; a message longer than [`MAX_ERROR_MESSAGE`] (one that quotes input on
+    /// its own, like a JSON parser's) is cut.
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         HttpError(ApiError {
             code,
-            message: message.into(),
+            message: clip(&message.into(), MAX_ERROR_MESSAGE),
         })
     }
 }
@@ -123,6 +131,128 @@ fn json_rejection(r: JsonRejection) -> HttpError {
     }
 }
 
+/// Limits on the API's connections, against clients that open many and finish none.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// A connection that has not sent a whole request head (request line and headers)
+    /// this long after it opened, or after its last answer, is closed. Only the head:
+    /// a live stream, or a long request in progress, is not cut.
+    pub header_read_timeout: Duration,
+    /// Connections served at once; one more is answered `overloaded` and closed.
+    pub max_connections: usize,
+}
+
+/// See [`HttpLimits::header_read_timeout`].
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// See [`HttpLimits::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Serves `app` on `listener` (HTTP/1.1) until `shutdown` fires, then stops accepting,
+/// lets each open connection finish the request it is on (live streams end on
+/// `shutdown` too) and returns once every connection is closed. A connection that does
+/// not send its request head in time is closed, and one over the cap is refused.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(hyper_util::rt::TokioTimer::new())
+        // Capped at a day: a deadline past what `Instant` holds would panic.
+        .header_read_timeout(limits.header_read_timeout.min(Duration::from_secs(86_400)));
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        limits
+            .max_connections
+            .min(tokio::sync::Semaphore::MAX_PERMITS),
+    ));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut full = false;
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::ConnectionRefused
+                    ) {
+                        // Out of file descriptors, say: wait for some to close rather
+                        // than spin.
+                        tracing::error!(error = %e, "cannot accept a connection");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !full {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "connection limit reached; refusing new connections until some close"
+                );
+                full = true;
+            }
+            refuse(&stream, limits.max_connections);
+            continue;
+        };
+        full = false;
+        let conn = http1.serve_connection(
+            hyper_util::rt::TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// Answers a connection over the cap `overloaded` (then it is closed), without reading
+/// from it or waiting on it: a new connection's send buffer is empty, so the short
+/// answer goes out at once or not at all.
+fn refuse(stream: &tokio::net::TcpStream, max: usize) {
+    let code = ErrorCode::Overloaded;
+    let body = serde_json::to_string(&ErrorBody {
+        error: ApiError {
+            code,
+            message: format!(
+                "the broker serves at most {max} connections at once; retry when one has closed"
+            ),
+        },
+    })
+    .unwrap_or_default();
+    let status =
+        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(response.as_bytes());
+}
+
 /// The router, with the token guard and the body limit applied to every route.
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     Router::new()
@@ -156,10 +286,86 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
                 "no such route (the routes are listed in broker/README.md)",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            BodyLimit(max_body_bytes),
+            read_body,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// How much more of a body over the limit is read (and dropped) before it is refused.
+const DRAIN_BYTES: usize = 4 * 1024 * 1024;
+
+#[derive(Clone, Copy)]
+struct BodyLimit(usize);
+
+/// Reads the request body, up to the limit, before the route runs. A body over the limit
+/// is refused with 413 only once it has been read to its end (up to [`DRAIN_BYTES`]
+/// more, dropped as it comes): a connection closed with bytes still unread is reset,
+/// and a client still sending its body would get the reset instead of the answer. A
+/// client waiting for `100 Continue`, or one that declares a body too large to drain,
+/// is answered at once.
+async fn read_body(State(limit): State<BodyLimit>, req: Request, next: Next) -> Response {
+    let BodyLimit(limit) = limit;
+    let too_large = || {
+        HttpError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is over the broker's limit of {limit} bytes"),
+        )
+        .into_response()
+    };
+    let (parts, body) = req.into_parts();
+    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let declared = header(axum::http::header::CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok());
+    let waits_to_send =
+        header(axum::http::header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    let mut data = body.into_data_stream();
+    if let Some(size) = declared.filter(|size| *size > limit) {
+        if waits_to_send || size > limit.saturating_add(DRAIN_BYTES) {
+            // Unread, the body ends the connection: say so, or a client that pools
+            // connections would send its next request on one that is closing.
+            let mut response = too_large();
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
+        }
+        while data.next().await.is_some_and(|chunk| chunk.is_ok()) {}
+        return too_large();
+    }
+    let mut read = bytes::BytesMut::new();
+    while let Some(chunk) = data.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                return HttpError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("the request body could not be read: {e}"),
+                )
+                .into_response()
+            }
+        };
+        if read.len() + chunk.len() > limit {
+            let mut size = read.len() + chunk.len();
+            while size <= limit.saturating_add(DRAIN_BYTES) {
+                match data.next().await {
+                    Some(Ok(chunk)) => size += chunk.len(),
+                    _ => break,
+                }
+            }
+            return too_large();
+        }
+        read.extend_from_slice(&chunk);
+    }
+    next.run(Request::from_parts(
+        parts,
+        axum::body::Body::from(read.freeze()),
+    ))
+    .await
 }
 
 /// Turns the errors axum answers in plain text (a bad query string or path parameter, a
@@ -192,13 +398,7 @@ async fn json_errors(req: Request, next: Next) -> Response {
     } else {
         text
     };
-    (
-        status,
-        Json(ErrorBody {
-            error: ApiError { code, message },
-        }),
-    )
-        .into_response()
+    (status, HttpError::new(code, message)).into_response()
 }
 
 async fn require_token(
@@ -215,7 +415,7 @@ async fn require_token(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match given {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
+        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
         Some(_) => {
             HttpError::new(ErrorCode::Unauthorized, "the bearer token is wrong").into_response()
         }
@@ -227,9 +427,11 @@ async fn require_token(
     }
 }
 
-/// Compares secrets without an early exit that would leak how much of them matched.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a client's token is the secret, compared in constant time (`subtle`): how
+/// much of a wrong token matched does not show in how long the answer takes. Only a
+/// wrong length answers early, and the length of the token is no secret.
+pub(crate) fn token_matches(given: &[u8], secret: &[u8]) -> bool {
+    bool::from(given.ct_eq(secret))
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
@@ -481,7 +683,10 @@ async fn list_approvals(
         other => {
             return Err(HttpError::new(
                 ErrorCode::InvalidRequest,
-                format!("unknown approval state {other:?}; use pending, decided, expired or all"),
+                format!(
+                    "unknown approval state {}; use pending, decided, expired or all",
+                    quote(other)
+                ),
             ))
         }
     };
@@ -531,11 +736,8 @@ async fn event_stream(
     State(s): State<ApiState>,
     headers: HeaderMap,
     Query(q): Query<AfterQuery>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let last_id = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let last_id = last_event_id(&headers)?;
     let after = q.after.or(last_id).unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
     let stream = ReceiverStream::new(rx).map(|item| {
@@ -545,5 +747,52 @@ async fn event_stream(
         })
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The `Last-Event-ID` a reconnecting client sends: the seq of the last event it got.
+/// An empty one is no position (SSE clients send none after an empty `id:`); anything
+/// else that is not a seq is refused, not taken as "from the start", which would replay
+/// the whole log to a client that meant to continue.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            "the Last-Event-ID header is not text; it is the seq of the last event received (a whole number)",
+        )
+    })?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "the Last-Event-ID header {} is not an event seq; it is the seq of the last event received (a whole number), or leave it out to start from `after` (default 0)",
+                quote(text)
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_token_matches() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        assert!(token_matches(secret, secret));
+        assert!(!token_matches(b"0123456789abcdef0123456789abcdee", secret));
+        assert!(!token_matches(b"0123456789abcdef", secret), "a prefix");
+        assert!(!token_matches(b"", secret));
+        assert!(
+            !token_matches(b"0123456789abcdef0123456789abcdef0", secret),
+            "longer"
+        );
+    }
 }

@@ -238,6 +238,14 @@ struct UpArgs {
     /// `overloaded` at once (HTTP 429, a NATS error reply) instead of waiting.
     #[arg(long, default_value_t = relay_broker::broker::COMMAND_QUEUE_CAPACITY, env = "RELAY_COMMAND_QUEUE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     command_queue: usize,
+    /// Milliseconds a connection has to send its request head (request line and
+    /// headers) before it is closed. Hidden: tests shorten it.
+    #[arg(long, hide = true, env = "RELAY_HEADER_TIMEOUT_MS", default_value_t = relay_broker::http::DEFAULT_HEADER_READ_TIMEOUT.as_millis() as u64, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
+    header_timeout_ms: u64,
+    /// Connections the API serves at once; more are answered `overloaded` and closed.
+    /// Hidden: tests lower it.
+    #[arg(long, hide = true, env = "RELAY_MAX_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_connections: usize,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -718,6 +726,10 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
         },
         nats: args.nats.config(Some(&args.bus))?,
         turn_idle_timeout: args.runtime.turn_idle_timeout(),
+        http: relay_broker::http::HttpLimits {
+            header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms),
+            max_connections: args.max_connections,
+        },
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)

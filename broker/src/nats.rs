@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-use crate::error::BrokerError;
+use crate::error::{quote, BrokerError};
 use crate::http::FlightControl;
 
 /// Requests handled at once; more are answered `overloaded`.
@@ -431,8 +431,7 @@ impl Service {
         if let Some(want) = &self.request_token {
             let given = msg.headers.as_ref().and_then(|h| h.get(TOKEN_HEADER));
             match given {
-                Some(t)
-                    if crate::http::constant_time_eq(t.as_str().as_bytes(), want.as_bytes()) => {}
+                Some(t) if crate::http::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
                 Some(_) => {
                     return Err(BrokerError::Unauthorized(format!(
                         "the {TOKEN_HEADER} header is wrong"
@@ -518,7 +517,8 @@ impl Service {
                 ))
             }
             other => Err(BrokerError::Invalid(format!(
-                "no such request subject {other:?}"
+                "no such request subject {}",
+                quote(other)
             ))),
         }
     }
@@ -545,7 +545,7 @@ fn from_pb<T: prost::Message + Default>(
         if t.as_str() != expected {
             return Err(BrokerError::Invalid(format!(
                 "this subject takes {expected}, the {TYPE_HEADER} header says {}",
-                t.as_str()
+                quote(t.as_str())
             )));
         }
     }

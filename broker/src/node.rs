@@ -149,7 +149,7 @@ pub async fn send_control(
         .await
         .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
     if let Ok(err) = serde_json::from_slice::<ErrorBody>(&reply.payload) {
-        return Err(BrokerError::Unavailable(err.error.message));
+        return Err(BrokerError::Node(err.error));
     }
     Ok(())
 }
@@ -285,7 +285,11 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                     let answer = match control {
                         Ok(c) => match runtime.control(c).await {
                             Ok(()) => serde_json::json!({ "ok": true }),
-                            Err(e) => serde_json::json!({ "error": { "code": "unavailable", "message": e.to_string() } }),
+                            // With its own code: a steer over the limit is
+                            // payload_too_large on the node as it is locally.
+                            Err(e) => serde_json::json!({
+                                "error": crate::plane::runtime_error(e).to_api()
+                            }),
                         },
                         Err((code, message)) => serde_json::json!({ "error": { "code": code, "message": message } }),
                     };

@@ -8,7 +8,7 @@ use relay_protocol::domain::{
 };
 
 use crate::broker::Broker;
-use crate::error::BrokerError;
+use crate::error::{quote, BrokerError};
 use crate::http::FlightControl;
 
 /// A live (non-terminal) flight and the runtime control that can act on it.
@@ -41,6 +41,16 @@ pub async fn steer(
 ) -> Result<Flight, BrokerError> {
     if text.trim().is_empty() {
         return Err(BrokerError::Invalid("the steer text is empty".into()));
+    }
+    // The message limit, like a message or a task; a queued flight's task with its
+    // steers is held to it too, where the steers are added (the runtime's queue).
+    let limit = broker.config().max_message_bytes;
+    if text.len() > limit {
+        return Err(BrokerError::TooLarge {
+            what: "steer text",
+            size: text.len(),
+            limit,
+        });
     }
     let (flight, control) = live_flight(broker, control, flight).await?;
     control.steer(flight.clone(), text).await?;
@@ -79,9 +89,36 @@ pub async fn interrupt(
     Ok(flight)
 }
 
+/// Identities only Relay records as deciders: its approval policies (`policy:...`),
+/// Relay itself (`relay:restart`, `relay:turn-ended`) and a harness settling its own
+/// request (`codex:withdrawn`). A client may not claim them, so the record always tells
+/// a person's decision from an automatic one.
+const RESERVED_DECIDERS: [&str; 3] = ["policy:", "relay:", "codex:"];
+
+/// Checks the `decided_by` a client (HTTP, NATS) gives: 1 to 128 bytes, and not one of
+/// Relay's own identities ([`RESERVED_DECIDERS`], in any case).
+pub fn check_client_decider(decided_by: &str) -> Result<(), BrokerError> {
+    if decided_by.trim().is_empty() || decided_by.len() > 128 {
+        return Err(BrokerError::Invalid(format!(
+            "decided_by {} is not valid: name who decides in 1 to 128 characters",
+            quote(decided_by)
+        )));
+    }
+    let lower = decided_by.trim_start().to_ascii_lowercase();
+    if let Some(prefix) = RESERVED_DECIDERS.iter().find(|p| lower.starts_with(**p)) {
+        return Err(BrokerError::Invalid(format!(
+            "decided_by {} is not allowed: `{prefix}` names a decision Relay made on its own (`policy:` an agent's approval policy, `relay:` Relay, `codex:` the harness); decide under your own name, or leave decided_by out",
+            quote(decided_by)
+        )));
+    }
+    Ok(())
+}
+
 /// Decides an approval: the harness gets the answer first, and only once it has it is
 /// the decision recorded, so the record never claims an answer the agent did not get.
-/// `internal`: Relay's own policies, which wait for room in the command queue.
+/// `internal`: Relay's own policies, which wait for room in the command queue and may
+/// record a reserved identity; a client's `decided_by` is checked first
+/// ([`check_client_decider`]).
 pub async fn decide(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
@@ -90,6 +127,9 @@ pub async fn decide(
     decided_by: &str,
     internal: bool,
 ) -> Result<Approval, BrokerError> {
+    if !internal {
+        check_client_decider(decided_by)?;
+    }
     let id = approval.to_string();
     let pending = broker
         .store()
@@ -110,5 +150,32 @@ pub async fn decide(
             .await
     } else {
         broker.decide_approval(approval, decision, decided_by).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_decides_under_its_own_name_only() {
+        for ok in ["operator", "nats", "alice", "ci-bot", "policy", "relayer:x"] {
+            assert!(check_client_decider(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "policy:auto-accept:echo",
+            "relay:turn-ended",
+            "codex:withdrawn",
+            "Policy:x",
+            " RELAY:restart",
+            "",
+            "  ",
+            &"a".repeat(129),
+        ] {
+            assert!(
+                matches!(check_client_decider(refused), Err(BrokerError::Invalid(_))),
+                "{refused:?}"
+            );
+        }
     }
 }

@@ -671,11 +671,17 @@ async fn report_messages(
 /// The durable consumer the broker reads node reports with.
 const REPORT_CONSUMER: &str = "relay-broker";
 
-fn runtime_error(e: RuntimeError) -> BrokerError {
+/// A runtime's error as the broker answers it (also what a node answers the broker).
+pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
     match e {
         RuntimeError::Overloaded(a) => {
             BrokerError::Overloaded(format!("agent {a:?} queue is full"))
         }
+        RuntimeError::TooLarge { size, limit, .. } => BrokerError::TooLarge {
+            what: "the queued flight's task with its steers",
+            size,
+            limit,
+        },
         RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
         other => BrokerError::Unavailable(other.to_string()),
     }
@@ -742,6 +748,8 @@ impl FlightControl for Plane {
             agent: flight.agent,
             flight: flight.id,
             text,
+            // A task with the steers added to it obeys the message limit, like the task.
+            max_task_bytes: Some(self.broker.config().max_message_bytes),
         })
     }
 

@@ -11,12 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, BrokerConfig};
 use crate::client::{ApiInfo, API_FILE};
-use crate::http::{router, ApiState};
+use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::BusKey;
 use crate::store::Store;
 use relay_runtime::{Runtime, RuntimeConfig};
-use std::future::IntoFuture;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -27,6 +26,8 @@ pub struct ServerConfig {
     pub nats: Option<crate::nats::NatsConfig>,
     /// See [`RuntimeConfig::turn_idle_timeout`].
     pub turn_idle_timeout: Option<Duration>,
+    /// Limits on the API's connections.
+    pub http: HttpLimits,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -146,11 +147,12 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     );
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
-            .into_future(),
-    );
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        app,
+        config.http.clone(),
+        http_shutdown,
+    ));
     let failed = tokio::select! {
         _ = shutdown.cancelled() => false,
         _ = broker.failed() => {
@@ -170,7 +172,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(bus) = bus {
         let _ = bus.await;
     }
-    if let Ok(Err(e)) = server.await {
+    if let Err(e) = server.await {
         tracing::warn!(error = %e, "http server");
     }
     drop(broker);

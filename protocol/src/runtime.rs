@@ -24,6 +24,10 @@ pub enum Control {
         agent: String,
         flight: String,
         text: String,
+        /// Largest the task of a flight still queued may grow to with `text` added (the
+        /// broker's message limit); `None`: no limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_task_bytes: Option<usize>,
     },
     Interrupt {
         agent: String,

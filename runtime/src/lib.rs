@@ -41,6 +41,13 @@ pub enum RuntimeError {
     Overloaded(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A steer would grow a queued flight's task over the limit it came with.
+    #[error("flight {flight}: its task would be {size} bytes with this steer, over the limit of {limit} bytes")]
+    TooLarge {
+        flight: String,
+        size: usize,
+        limit: usize,
+    },
     #[error("the runtime is shutting down")]
     ShuttingDown,
     #[error("harness: {0}")]
@@ -234,8 +241,17 @@ impl Runtime {
                     return Ok(());
                 }
             }
-            Control::Steer { flight, text, .. } => {
-                if handle.as_ref().is_some_and(|h| h.queue.steer(flight, text)) {
+            Control::Steer {
+                flight,
+                text,
+                max_task_bytes,
+                ..
+            } => {
+                let queued = match &handle {
+                    Some(h) => h.queue.steer(flight, text, *max_task_bytes)?,
+                    None => false,
+                };
+                if queued {
                     self.report(Report::Flight {
                         flight: flight.clone(),
                         change: FlightChange::Note {

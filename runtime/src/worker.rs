@@ -58,6 +58,9 @@ enum Msg {
     Control(Control, oneshot::Sender<Result<(), RuntimeError>>),
 }
 
+/// Between a queued flight's task and a steer added to it.
+const STEER_SEPARATOR: &str = "\n\n";
+
 /// The agent's queued turns. See the module docs.
 #[derive(Default)]
 pub struct TurnQueue {
@@ -123,17 +126,29 @@ impl TurnQueue {
     }
 
     /// Adds `text` to the task of a flight waiting in the queue; `false` if it is not
-    /// there.
-    pub fn steer(&self, flight: &str, text: &str) -> bool {
+    /// there. A task that would grow over `max_task_bytes` is left as it is and the steer
+    /// refused: steers must not make a task no client could have sent.
+    pub fn steer(
+        &self,
+        flight: &str,
+        text: &str,
+        max_task_bytes: Option<usize>,
+    ) -> Result<bool, RuntimeError> {
         let mut q = self.lock();
-        match q.turns.iter_mut().find(|d| d.flight.id == flight) {
-            Some(d) => {
-                d.invocation.task.push_str("\n\n");
-                d.invocation.task.push_str(text);
-                true
-            }
-            None => false,
+        let Some(d) = q.turns.iter_mut().find(|d| d.flight.id == flight) else {
+            return Ok(false);
+        };
+        let size = d.invocation.task.len() + STEER_SEPARATOR.len() + text.len();
+        if let Some(limit) = max_task_bytes.filter(|limit| size > *limit) {
+            return Err(RuntimeError::TooLarge {
+                flight: flight.to_string(),
+                size,
+                limit,
+            });
         }
+        d.invocation.task.push_str(STEER_SEPARATOR);
+        d.invocation.task.push_str(text);
+        Ok(true)
     }
 
     fn is_closed(&self) -> bool {
@@ -1106,4 +1121,83 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::domain::{AgentSpec, Flight, Invocation};
+
+    fn dispatch(flight: &str, task: &str) -> Dispatch {
+        let invocation = Invocation {
+            id: format!("inv_{flight}"),
+            requester: "operator".into(),
+            target: "a1".into(),
+            action: Default::default(),
+            task: task.into(),
+            conversation: "direct.a1.operator".into(),
+            request_message: format!("msg_{flight}"),
+            parent_flight: None,
+            depth: 0,
+            timeout_ms: None,
+            created_at: 0,
+        };
+        Dispatch {
+            agent: Agent {
+                spec: AgentSpec::new(
+                    "a1",
+                    relay_protocol::domain::Harness::CodexAppServer,
+                    "/tmp",
+                ),
+                state: AgentState::Offline,
+                thread_id: None,
+                endpoint: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            flight: Flight {
+                id: flight.into(),
+                invocation: invocation.id.clone(),
+                agent: "a1".into(),
+                state: FlightState::Queued,
+                summary: None,
+                output: None,
+                error: None,
+                update_seq: 0,
+                thread_id: None,
+                turn_id: None,
+                parent_flight: None,
+                conversation: invocation.conversation.clone(),
+                reply_message: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            invocation,
+        }
+    }
+
+    #[test]
+    fn steers_of_a_queued_flight_keep_its_task_within_the_limit() {
+        let queue = TurnQueue::default();
+        queue.push(dispatch("f1", "0123456789")).unwrap();
+        // 10 + 2 + 8 = 20 bytes: exactly the limit.
+        assert!(queue.steer("f1", "abcdefgh", Some(20)).unwrap());
+        // One byte more is refused, and the task stays as it was.
+        let err = queue.steer("f1", "x", Some(22)).unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::TooLarge { ref flight, size: 23, limit: 22 } if flight == "f1"),
+            "{err:?}"
+        );
+        assert!(queue.steer("f1", "", Some(22)).unwrap(), "22 bytes fit");
+        assert!(!queue.steer("f2", "x", Some(100)).unwrap(), "not queued");
+        assert!(
+            queue.steer("f1", &"y".repeat(1000), None).unwrap(),
+            "no limit"
+        );
+        let d = queue.remove("f1").unwrap();
+        assert_eq!(
+            d.invocation.task,
+            format!("0123456789\n\nabcdefgh\n\n\n\n{}", "y".repeat(1000))
+        );
+    }
 }

@@ -155,6 +155,7 @@ async fn an_interrupt_of_a_queued_flight_takes_it_out_of_the_queue() {
             agent: "a1".into(),
             flight: "f3".into(),
             text: "and more".into(),
+            max_task_bytes: None,
         })
         .await
         .unwrap();

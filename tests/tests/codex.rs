@@ -314,6 +314,47 @@ async fn approvals_accepted_declined_and_by_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_client_cannot_decide_as_a_policy_or_as_relay() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "exec: echo decided-by-a-person");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let a = env.approval_of(&id);
+    let path = format!("/v1/approvals/{}", a["id"].as_str().unwrap());
+    let http = env.relay.http();
+    for claimed in [
+        "policy:auto-accept:echo",
+        "relay:turn-ended",
+        "Policy:anything",
+        "codex:withdrawn",
+    ] {
+        let (code, body) = http
+            .post(&path, &json!({"decision": "accept", "decided_by": claimed}))
+            .await;
+        assert_eq!(code, 400, "{claimed}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("not allowed") && message.contains("your own name"),
+            "{message}"
+        );
+    }
+    // Nothing was decided: the approval is pending and the turn still waits for it.
+    assert_eq!(env.approval_of(&id)["state"], "pending");
+    assert_eq!(state(&env.flight(&id).await), "waiting");
+
+    // A person's decision without a name is recorded as the operator's, as before.
+    let (code, body) = http.post(&path, &json!({"decision": "accept"})).await;
+    assert_eq!(code, 200, "{body}");
+    env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    let d = env.approval_of(&id);
+    assert_eq!(
+        (d["decision"].as_str(), d["decided_by"].as_str()),
+        (Some("accept"), Some("operator"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_approval_pending_when_the_turn_ends_expires() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);
@@ -635,6 +676,68 @@ async fn a_queued_flight_can_be_interrupted_or_steered_before_its_turn() {
             .any(|r| all_input_text(r).contains("never to run")),
         "the interrupted task reached the model"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steers_obey_the_message_limit_and_so_does_a_queued_task_with_its_steers() {
+    let env = Env::start_with(&["--max-message-bytes", "1024"]).await;
+    env.add_agent("codex-1", &[]);
+    let first = env.ask_no_wait("codex-1", "hang until interrupted");
+    let second = env.ask_no_wait("codex-1", "queued task");
+    env.wait_flight(&first, 60, |f| state(f) == "running").await;
+    assert_eq!(state(&env.flight(&second).await), "queued");
+    let http = env.relay.http();
+    let steer = |id: &str, text: String| {
+        let path = format!("/v1/flights/{id}/steer");
+        let http = &http;
+        async move { http.post(&path, &json!({ "text": text })).await }
+    };
+
+    // A steer over the message limit is refused as a message over it would be, on the
+    // running flight and on the queued one.
+    for id in [&first, &second] {
+        let (code, body) = steer(id, "x".repeat(1025)).await;
+        assert_eq!(code, 413, "{body}");
+        assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("steer text is 1025 bytes"),
+            "{body}"
+        );
+    }
+
+    // Steers that fit one by one are added to the queued task until it would grow over
+    // the limit: "queued task" (11) + 2 + 500 + 2 + 400 = 915 bytes; 200 more are
+    // refused, 100 more (1017) fit.
+    let (a, b, c, d) = (
+        "a".repeat(500),
+        "b".repeat(400),
+        "c".repeat(200),
+        "d".repeat(100),
+    );
+    for text in [&a, &b] {
+        let (code, body) = steer(&second, text.clone()).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    let (code, body) = steer(&second, c).await;
+    assert_eq!(code, 413, "{body}");
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("task with its steers is 1117 bytes, over the limit of 1024"),
+        "{message}"
+    );
+    let (code, body) = steer(&second, d.clone()).await;
+    assert_eq!(code, 200, "{body}");
+
+    // The queued flight runs with its task and the steers that were accepted.
+    env.relay.cli_ok(&["interrupt", &first]);
+    let f = env
+        .wait_flight(&second, 60, |f| state(f) == "completed")
+        .await;
+    assert_eq!(f["output"], format!("ok: queued task\n\n{a}\n\n{b}\n\n{d}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -379,3 +379,351 @@ fn shutdown_is_not_held_up_by_an_open_event_stream() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("while someone follows"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_quotes_at_most_the_start_of_a_huge_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+    let http = relay.http();
+    // 100 KB in a body; a path holds less (hyper refuses a URI over 64 KB).
+    let huge = "a".repeat(100_000);
+    let long = "a".repeat(60_000);
+    // (what, status, code, the size of the input the message quotes (0: none of ours),
+    // answer)
+    type Case = (&'static str, u16, &'static str, usize, (u16, Value));
+    let cases: Vec<Case> = vec![
+        (
+            "unknown agent",
+            404,
+            "unknown_agent",
+            60_000,
+            http.get(&format!("/v1/agents/{long}")).await,
+        ),
+        (
+            "invalid agent name",
+            400,
+            "invalid_request",
+            100_000,
+            http.post(
+                "/v1/agents",
+                &json!({"name": huge, "harness": "codex_app_server", "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "unknown harness (the JSON parser's own message)",
+            400,
+            "invalid_request",
+            0,
+            http.post(
+                "/v1/agents",
+                &json!({"name": "a1", "harness": huge, "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "unknown flight",
+            404,
+            "unknown_flight",
+            60_000,
+            http.get(&format!("/v1/flights/{long}")).await,
+        ),
+        (
+            "steer of an unknown flight",
+            404,
+            "unknown_flight",
+            60_000,
+            http.post(&format!("/v1/flights/{long}/steer"), &json!({"text": "x"}))
+                .await,
+        ),
+        (
+            "unknown approval",
+            404,
+            "unknown_approval",
+            60_000,
+            http.post(
+                &format!("/v1/approvals/{long}"),
+                &json!({"decision": "accept"}),
+            )
+            .await,
+        ),
+        (
+            "unknown conversation",
+            404,
+            "unknown_conversation",
+            60_000,
+            http.get(&format!("/v1/conversations/{long}/messages")).await,
+        ),
+        (
+            "invalid conversation id",
+            400,
+            "invalid_request",
+            100_000,
+            http.post("/v1/conversations", &json!({"id": huge, "kind": "channel"}))
+                .await,
+        ),
+        (
+            "unknown reply_to",
+            404,
+            "unknown_message",
+            100_000,
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "me", "body": "x", "reply_to": huge}),
+            )
+            .await,
+        ),
+        (
+            "unknown approval state",
+            400,
+            "invalid_request",
+            60_000,
+            http.get(&format!("/v1/approvals?state={long}")).await,
+        ),
+    ];
+    for (what, status, code, quoted, (got_status, body)) in cases {
+        let text = body.to_string();
+        let start: String = text.chars().take(300).collect();
+        assert_eq!(got_status, status, "{what}: {start}");
+        assert_eq!(body["error"]["code"], code, "{what}: {start}");
+        assert!(
+            text.len() < 2048,
+            "{what}: a {}-byte error: {start}",
+            text.len()
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        if quoted > 0 {
+            assert!(
+                message.contains(&format!("\"{}\"…({quoted} bytes)", "a".repeat(100))),
+                "{what}: {message}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_garbage_resume_position_on_the_event_stream_is_refused_not_replayed_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+    let http = relay.http();
+    for body in ["one", "two"] {
+        let (code, b) = http
+            .post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "me", "body": body}),
+            )
+            .await;
+        assert_eq!(code, 200, "{b}");
+    }
+    let last_seq = http.get("/v1/status").await.1["last_seq"].as_u64().unwrap();
+    assert!(last_seq >= 2);
+    let client = reqwest::Client::new();
+    let stream = |query: &str, last_event_id: Option<&str>| {
+        let mut req = client
+            .get(format!("{}/v1/events/stream{query}", relay.api.url))
+            .bearer_auth(&relay.api.token);
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        req.send()
+    };
+    let too_big = "9".repeat(30);
+    let refused: Vec<(&str, &str, Option<&str>, &str)> = vec![
+        ("a word", "", Some("abc"), "Last-Event-ID"),
+        ("a negative seq", "", Some("-1"), "Last-Event-ID"),
+        ("a seq past u64", "", Some(&too_big), "Last-Event-ID"),
+        (
+            "a garbage header beside a good after",
+            "?after=1",
+            Some("x1"),
+            "Last-Event-ID",
+        ),
+        ("a garbage after", "?after=abc", None, "after"),
+        ("an empty after", "?after=", None, "after"),
+    ];
+    for (what, query, header, names) in refused {
+        let resp = stream(query, header).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{what}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request", "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{what}: {message}");
+    }
+
+    // A good one resumes right after it: the first event is the next one, not seq 1.
+    let mut resp = stream("", Some(&(last_seq - 1).to_string())).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = resp.chunk().await.unwrap().expect("the stream ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let first_id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .map(|id| id.trim().parse::<u64>().unwrap());
+    assert_eq!(first_id, Some(last_seq), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_over_the_limit_is_answered_413_and_never_reset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-message-bytes", "1024"],
+        &[],
+    )
+    .unwrap();
+    let http = relay.http();
+    let seq0 = http.get("/v1/status").await.1["last_seq"].as_u64().unwrap();
+    // Over the HTTP body limit (the message limit + 64 KB) by a little and by a lot: the
+    // larger one outgrows the socket buffers, so the client is still sending when the
+    // broker decides; the broker reads it to its end before it answers.
+    for size in [200_000, 3_000_000] {
+        for attempt in 0..20 {
+            let body =
+                json!({"conversation": "channel.shared", "author": "me", "body": "x".repeat(size)});
+            let answer = http
+                .try_request(
+                    reqwest::Method::POST,
+                    "/v1/messages",
+                    Some(body.to_string().into_bytes()),
+                )
+                .await;
+            let (status, body) =
+                answer.unwrap_or_else(|e| panic!("{size} bytes, attempt {attempt}: {e:?}"));
+            assert_eq!(status, 413, "{size} bytes: {body}");
+            assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+        }
+    }
+    // The same without a declared length (chunked).
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..48).map(|_| Ok(vec![b'x'; 64 * 1024])).collect();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages", relay.api.url))
+        .bearer_auth(&relay.api.token)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+    assert_eq!(
+        http.get("/v1/status").await.1["last_seq"].as_u64().unwrap(),
+        seq0,
+        "nothing was written"
+    );
+}
+
+/// How long a test waits for the broker to close a connection before it fails (it
+/// never waits that long when the broker does its job).
+const GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--header-timeout-ms", "300"],
+        &[],
+    )
+    .unwrap();
+    let addr = relay.api.url.trim_start_matches("http://").to_string();
+    // A live stream, open before and during all that follows: only request heads are
+    // timed, so it is not cut.
+    let mut events = reqwest::Client::new()
+        .get(format!("{}/v1/events/stream", relay.api.url))
+        .bearer_auth(&relay.api.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+
+    let partial_heads = [
+        "",
+        "GET /v1/status HTTP/1.1\r\n",
+        "POST /v1/messages HTTP/1.1\r\nhost: relay\r\nauthorization: Bearer x\r\ncontent-le",
+    ];
+    for head in partial_heads {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(GUARD, conn.read_to_end(&mut answer))
+            .await
+            .unwrap_or_else(|_| panic!("the broker kept {head:?} open"));
+        // The broker closed it: the read reached the end of the stream.
+        assert!(read.is_ok(), "{head:?}: {read:?}");
+        assert!(
+            !String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 2"),
+            "{head:?} was answered as a request"
+        );
+    }
+
+    // The stream is still live: a message posted now arrives on it.
+    let (code, body) = relay
+        .http()
+        .post(
+            "/v1/messages",
+            &json!({"conversation": "channel.shared", "author": "me", "body": "after the timeouts"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let mut text = String::new();
+    while !text.contains("after the timeouts") {
+        let chunk = tokio::time::timeout(GUARD, events.chunk())
+            .await
+            .expect("the stream went quiet")
+            .unwrap()
+            .expect("the stream ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_over_the_cap_are_answered_overloaded_until_one_closes() {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-connections", "2", "--header-timeout-ms", "600000"],
+        &[],
+    )
+    .unwrap();
+    let addr = relay.api.url.trim_start_matches("http://").to_string();
+    // Two connections that send nothing hold both places (accepted in the order they
+    // came, before the third).
+    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GUARD, third.read_to_end(&mut answer))
+        .await
+        .expect("the connection over the cap was held open")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+
+    // Once one closes, requests are served again.
+    drop(first);
+    let http = relay.http();
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        match http
+            .try_request(reqwest::Method::GET, "/v1/status", None)
+            .await
+        {
+            Ok((200, _)) => break,
+            // Refused while the broker has not yet seen the first one close.
+            Ok((429, _)) | Err(_) => {}
+            Ok(other) => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "no place freed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

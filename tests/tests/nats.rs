@@ -9,7 +9,7 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::pb;
-use relay_tests::codex_env::Env;
+use relay_tests::codex_env::{state, Env};
 use relay_tests::nats::{Auth, NatsServer};
 use relay_tests::{relay_bin, relay_cmd_with, RelayProcess};
 use serde_json::{json, Value};
@@ -391,6 +391,66 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
         matches!(r.result, Some(pb::command_reply::Result::Message(m)) if m.body == "hello over nats")
     );
     assert_eq!(last_seq().await, seq0 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_client_cannot_decide_as_a_policy_or_as_relay() {
+    let nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let id = env.ask_no_wait("codex-1", "exec: echo decided-over-nats");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let approval = env.approval_of(&id)["id"].as_str().unwrap().to_string();
+
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.approve",
+            json_headers(),
+            json!({"approval": approval, "decision": "accept", "decided_by": "policy:auto-accept:echo"})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let e = reply_error(&reply, true);
+    assert_eq!(e.code, "invalid_request", "{e:?}");
+    assert!(e.message.contains("not allowed"), "{e:?}");
+    let approve_pb = |decided_by: &str| {
+        pb::ApproveRequest {
+            approval: approval.clone(),
+            decision: pb::ApprovalDecision::Accept as i32,
+            decided_by: decided_by.into(),
+        }
+        .encode_to_vec()
+    };
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.approve",
+            pb_headers("relay.v1.ApproveRequest"),
+            approve_pb("relay:restart").into(),
+        )
+        .await
+        .unwrap();
+    let e = reply_error(&reply, false);
+    assert_eq!(e.code, "invalid_request", "{e:?}");
+    assert_eq!(env.approval_of(&id)["state"], "pending");
+
+    // Without a name, the decision is recorded as the bus's, as before.
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.approve",
+            pb_headers("relay.v1.ApproveRequest"),
+            approve_pb("").into(),
+        )
+        .await
+        .unwrap();
+    let r = pb::CommandReply::decode(reply.payload.as_ref()).unwrap();
+    assert!(
+        matches!(&r.result, Some(pb::command_reply::Result::Approval(a)) if a.decided_by.as_deref() == Some("nats")),
+        "{r:?}"
+    );
+    env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    assert_eq!(env.approval_of(&id)["decided_by"], "nats");
 }
 
 #[tokio::test(flavor = "multi_thread")]

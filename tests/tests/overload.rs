@@ -56,6 +56,7 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
             },
             nats: Some(NatsConfig::new(nats.url(), NatsAuth::None)),
             turn_idle_timeout: None,
+            http: Default::default(),
         },
         shutdown.clone(),
     ));

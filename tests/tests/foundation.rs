@@ -727,3 +727,29 @@ async fn connections_over_the_cap_are_answered_overloaded_until_one_closes() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[test]
+fn a_data_dir_made_by_someone_else_is_made_private_and_planted_files_are_not_followed() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // What another local user could plant in a world-writable dir before the start.
+    let elsewhere = tmp.path().join("attacker-readable");
+    std::fs::write(&elsewhere, "").unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, data.join("api.json.tmp")).unwrap();
+
+    let relay = RelayProcess::start(&data).unwrap();
+    assert_eq!(std::fs::metadata(&data).unwrap().mode() & 0o777, 0o700);
+    let api = std::fs::symlink_metadata(data.join("api.json")).unwrap();
+    assert!(api.is_file(), "api.json is a regular file, not a link");
+    assert_eq!(api.mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(&elsewhere).unwrap(),
+        "",
+        "the token was written through the planted link"
+    );
+    assert!(!relay.api.token.is_empty());
+}

@@ -5,6 +5,7 @@
 //! nothing behind.
 
 pub mod codex_env;
+pub mod environ;
 pub mod load;
 pub mod nats;
 

@@ -3,11 +3,8 @@
 //! `relay-instant-codex`); none of the broker's secrets may reach the agent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-
 use relay_tests::codex_env::wait_gone;
-use relay_tests::load::instant_codex_bin;
+use relay_tests::environ::{recorded, recording_harness};
 use relay_tests::RelayProcess;
 
 /// Variables set in the broker's environment that no agent may see.
@@ -22,19 +19,7 @@ const SECRETS: &[(&str, &str)] = &[
 async fn agents_do_not_inherit_the_brokers_secrets() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let dump = tmp.path().join("agent.environ");
-    // The wrapper keeps its pid through `exec`, so the agent's endpoint pid is its pid.
-    let wrapper = tmp.path().join("agent.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\ncat /proc/$$/environ > '{dump}.part' && mv '{dump}.part' '{dump}'\nexec '{bin}' \"$@\"\n",
-            dump = dump.display(),
-            bin = instant_codex_bin().display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (wrapper, dump) = recording_harness(tmp.path(), "agent");
 
     let data_str = data.display().to_string();
     let mut envs: Vec<(&str, &str)> = SECRETS.to_vec();
@@ -63,16 +48,7 @@ async fn agents_do_not_inherit_the_brokers_secrets() {
         .unwrap() as u32;
 
     // The wrapper wrote the file before it exec'd the harness that answered.
-    let environ = std::fs::read(&dump).unwrap();
-    let vars: BTreeMap<String, String> = environ
-        .split(|&b| b == 0)
-        .filter(|v| !v.is_empty())
-        .map(|v| {
-            let v = String::from_utf8_lossy(v);
-            let (k, v) = v.split_once('=').unwrap_or((&v, ""));
-            (k.to_string(), v.to_string())
-        })
-        .collect();
+    let vars = recorded(&dump);
     for (name, value) in SECRETS {
         assert!(!vars.contains_key(*name), "{name} leaked: {vars:?}");
         assert!(

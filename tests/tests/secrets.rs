@@ -5,44 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use futures::StreamExt;
-use relay_tests::load::instant_codex_bin;
+use relay_tests::environ::{recorded, recording_harness};
 use relay_tests::nats::NatsServer;
 use relay_tests::{NodeProcess, RelayProcess};
-
-/// A harness that records its environment in `dump`, then execs the stand-in codex.
-fn env_recording_harness(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let dump = dir.join(format!("{name}.environ"));
-    let wrapper = dir.join(format!("{name}.sh"));
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\ncat /proc/$$/environ > '{dump}.part' && mv '{dump}.part' '{dump}'\nexec '{bin}' \"$@\"\n",
-            dump = dump.display(),
-            bin = instant_codex_bin().display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (wrapper, dump)
-}
-
-fn environ(dump: &Path) -> BTreeMap<String, String> {
-    std::fs::read(dump)
-        .unwrap()
-        .split(|&b| b == 0)
-        .filter(|v| !v.is_empty())
-        .map(|v| {
-            let v = String::from_utf8_lossy(v);
-            let (k, v) = v.split_once('=').unwrap_or((&v, ""));
-            (k.to_string(), v.to_string())
-        })
-        .collect()
-}
 
 /// `relay agent add` with `extra` arguments and `envs` in the CLI's own environment.
 fn add_agent(relay: &RelayProcess, args: &[&str], envs: &[(&str, &str)]) {
@@ -77,8 +45,8 @@ async fn secrets_reach_the_agent_and_nothing_else() {
         RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &url], &[]).unwrap();
     let _node = NodeProcess::start("n1", &tmp.path().join("n1"), &url, &relay).unwrap();
     let cwd = tmp.path().display().to_string();
-    let (local_cmd, local_dump) = env_recording_harness(tmp.path(), "local");
-    let (remote_cmd, remote_dump) = env_recording_harness(tmp.path(), "remote");
+    let (local_cmd, local_dump) = recording_harness(tmp.path(), "local");
+    let (remote_cmd, remote_dump) = recording_harness(tmp.path(), "remote");
     add_agent(
         &relay,
         &[
@@ -120,11 +88,11 @@ async fn secrets_reach_the_agent_and_nothing_else() {
     relay.cli_ok(&["ask", "remote", "hello"]);
 
     // The agents got them.
-    let local = environ(&local_dump);
+    let local = recorded(&local_dump);
     assert_eq!(local["OPENAI_API_KEY"], "sk-local-5e1f");
     assert_eq!(local["GH_TOKEN"], "ghp-local-93ab");
     assert_eq!(local["PLAIN"], "visible");
-    assert_eq!(environ(&remote_dump)["SERVICE"], "tok-remote-c0de");
+    assert_eq!(recorded(&remote_dump)["SERVICE"], "tok-remote-c0de");
 
     // Nothing else did: listings show ***, the event log holds no value.
     let shown = relay.cli_json(&["agent", "show", "local", "--json"]);

@@ -815,7 +815,9 @@ impl Ctx<'_, '_> {
                 }
                 // Rules validate before they write, so a refused command wrote nothing;
                 // either way this report has been dealt with.
-                let result = self.run(command);
+                let result = self
+                    .node_may(node, command)
+                    .and_then(|()| self.run(command));
                 crate::store::Sink::put(
                     self.tx,
                     T::ReportCursors,
@@ -840,6 +842,32 @@ impl Ctx<'_, '_> {
                 Ok(Outcome::Done)
             }
         }
+    }
+
+    /// Whether node `node` may report `command`: only on its own agents and their
+    /// flights (its key speaks for it alone, and so do its reports).
+    fn node_may(&self, node: &str, command: &Command) -> Result<(), BrokerError> {
+        let agent = match command {
+            Command::UpdateFlight { flight, .. } | Command::ExpireApprovals { flight, .. } => {
+                self.flight(flight)?.agent
+            }
+            Command::UpdateAgent { name, .. } => name.clone(),
+            Command::ThreadLost { agent, .. } | Command::RequestApproval { agent, .. } => {
+                agent.clone()
+            }
+            _ => {
+                return Err(BrokerError::Invalid(format!(
+                    "node {node:?} reported a command nodes do not send"
+                )))
+            }
+        };
+        if self.agent(&agent)?.spec.node.as_deref() != Some(node) {
+            tracing::warn!(%node, %agent, "a node reported on an agent that is not its own; refused");
+            return Err(BrokerError::Invalid(format!(
+                "node {node:?} may only report on its own agents, not {agent:?}"
+            )));
+        }
+        Ok(())
     }
 
     fn agent(&self, name: &str) -> Result<Agent, BrokerError> {
@@ -1386,6 +1414,12 @@ impl Ctx<'_, '_> {
     ) -> Result<Outcome, BrokerError> {
         self.agent(agent)?;
         let flight = self.flight(&request.flight)?;
+        if flight.agent != agent {
+            return Err(BrokerError::Invalid(format!(
+                "flight {} is not agent {agent:?}'s: an approval is asked by the agent running the flight",
+                flight.id
+            )));
+        }
         if flight.state.is_terminal() {
             return Err(BrokerError::FlightTerminal {
                 flight: flight.id,

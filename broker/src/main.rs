@@ -467,7 +467,8 @@ enum AgentCmd {
         wake: WakePolicy,
         /// Accept approval requests for exactly this command (repeatable). A rule is
         /// shell-quoted words: the program, then literal arguments; `*` stands for one
-        /// argument that is not an option, `**` (last) for any number of them. `cargo
+        /// plain argument (no leading `-`, `+` or `@`, no `=`), `**` (last) for any number
+        /// of them. `cargo
         /// test` accepts `cargo test` and nothing longer; `cargo test *` also accepts
         /// `cargo test parser`, never `cargo test --config ...`. A command is matched as
         /// it will run: a shell's `-c` script only when it is a plain list of words.
@@ -1031,7 +1032,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                         f.id,
                         f.state,
                         f.agent,
-                        f.summary.as_deref().unwrap_or("")
+                        relay_broker::terminal::one_line(f.summary.as_deref().unwrap_or(""))
                     );
                 }
             }
@@ -1097,9 +1098,12 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                         serde_json::to_value(a.request.kind)?
                             .as_str()
                             .unwrap_or("?"),
-                        a.request.detail,
+                        relay_broker::terminal::one_line(&a.request.detail),
                         a.decided_by
-                            .map(|d| format!("(decided by {d})"))
+                            .map(|d| format!(
+                                "(decided by {})",
+                                relay_broker::terminal::one_line(&d)
+                            ))
                             .unwrap_or_default()
                     );
                 }
@@ -1527,9 +1531,10 @@ fn approval_hint(reason: &str) -> String {
         .strip_prefix("approval ")
         .and_then(|r| r.split_once(": "))
     {
+        // The whole command on one line: a second line must not hide.
         Some((id, detail)) => format!(
             "waiting for approval of `{}`: relay approve {id} accept|decline",
-            detail.lines().next().unwrap_or("")
+            relay_broker::terminal::one_line(detail)
         ),
         None => reason.to_string(),
     }
@@ -1545,7 +1550,7 @@ mod tests {
     fn the_status_line_says_how_to_answer_an_approval() {
         assert_eq!(
             approval_hint("approval apr_123: cargo test -p x\nmore"),
-            "waiting for approval of `cargo test -p x`: relay approve apr_123 accept|decline"
+            "waiting for approval of `cargo test -p x\\nmore`: relay approve apr_123 accept|decline"
         );
         assert_eq!(approval_hint("something else"), "something else");
     }

@@ -16,8 +16,10 @@
 //!
 //! A rule is a shell-quoted word list. The first word names the program, literally
 //! (`cargo` matches `cargo`, not `/tmp/cargo`). Each other word is a literal that matches
-//! one identical argument, or a pattern: `*` matches one argument that does not start
-//! with `-`, and `**` (last word only) matches any number of them. An accept rule must
+//! one identical argument, or a pattern: `*` matches one plain argument (not starting
+//! with `-`, `+` or `@`, without `=`: nothing a program may read as an option, a
+//! toolchain, a response file or a variable), and `**` (last word only) matches any
+//! number of them. An accept rule must
 //! match the whole list (`cargo test` accepts `cargo test` and nothing longer); a decline
 //! rule matches a list that starts with it (`rm` declines `rm -rf x`).
 //!
@@ -89,7 +91,7 @@ impl Rule {
 
     /// Whether the rule matches all of `argv` (`whole`) or a start of it.
     fn matches(&self, argv: &[String], whole: bool) -> bool {
-        let positional = |a: &String| !a.starts_with('-');
+        let positional = |a: &String| plain_argument(a);
         let mut rest = argv;
         for word in &self.words {
             match word {
@@ -106,6 +108,13 @@ impl Rule {
         }
         !whole || rest.is_empty()
     }
+}
+
+/// What `*` and `**` take: an argument that is not an option or anything a program may
+/// read as one (`-x`, `--x`, `+toolchain`, `@response-file`, `NAME=value` for make, dd,
+/// env...).
+fn plain_argument(a: &str) -> bool {
+    !a.is_empty() && !a.starts_with(['-', '+', '@']) && !a.contains('=')
 }
 
 /// Checks every rule of a policy, for an agent's registration.
@@ -128,10 +137,12 @@ fn canonical_words(text: &str) -> Option<Vec<String>> {
 pub fn command_argv(text: &str) -> Option<Vec<String>> {
     let argv = canonical_words(text)?;
     match argv.as_slice() {
+        // Only ASCII scripts: in a Big5/GBK/SJIS locale a multibyte character can end
+        // in a byte the shell reads as `\`, and the quoting would mean something else.
         [shell, flag, script]
             if SHELLS.contains(&shell.as_str()) && (flag == "-c" || flag == "-lc") =>
         {
-            canonical_words(script)
+            script.is_ascii().then(|| canonical_words(script)).flatten()
         }
         _ => Some(argv),
     }
@@ -282,6 +293,16 @@ mod tests {
         assert!(!accepted(&p, "cargo test a b"));
         assert!(!accepted(&p, "cargo test --config=x"));
         assert!(!accepted(&p, "cargo test -p"));
+        assert!(!accepted(&p, "cargo test +nightly"));
+        assert!(!accepted(&p, "cargo test @/tmp/args"));
+        assert!(!accepted(&p, "cargo test SHELL=/tmp/evil.sh"));
+        // A shell's script is looked into only when it is ASCII (see command_argv).
+        let wrapped = shlex::try_join(["/bin/bash", "-lc", "cargo test \u{4e29}"]).unwrap();
+        assert_eq!(command_argv(&wrapped), None);
+        assert_eq!(
+            command_argv("/bin/bash -lc 'cargo test x'"),
+            Some(vec!["cargo".into(), "test".into(), "x".into()])
+        );
         assert!(accepted(&p, "git log"));
         assert!(accepted(&p, "git log main origin/main"));
         assert!(!accepted(&p, "git log --output=/etc/passwd"));
@@ -370,7 +391,7 @@ mod tests {
                 let argv = command_argv(&text).unwrap();
                 prop_assert_eq!(argv.len(), 3);
                 prop_assert_eq!(&argv[..2], &["cargo".to_string(), "test".to_string()]);
-                prop_assert!(!argv[2].starts_with('-'));
+                prop_assert!(plain_argument(&argv[2]), "{:?}", argv);
                 let direct = words.len() == 3 && words[..2] == ["cargo", "test"];
                 let wrapped = words.len() == 3
                     && SHELLS.contains(&words[0].as_str())

@@ -9,7 +9,12 @@ use std::borrow::Cow;
 
 fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c,
+            // Invisible format characters: zero-width spaces and joiners, direction
+            // marks and overrides, line/paragraph separators, word joiner, BOM.
+            '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}'
+            | '\u{feff}')
 }
 
 /// `text` with every control character and bidi override escaped (see the module docs).
@@ -30,6 +35,12 @@ pub fn inert(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`inert`] for a field shown on one line (an approval's command, a summary): newlines
+/// and tabs are escaped too, so a second line can never pass for another row.
+pub fn one_line(text: &str) -> String {
+    inert(text).replace('\n', "\\n").replace('\t', "\\t")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +56,10 @@ mod tests {
         assert_eq!(inert("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
         assert_eq!(inert("two\nlines\tand tabs, é"), "two\nlines\tand tabs, é");
         assert!(matches!(inert("plain"), Cow::Borrowed(_)));
+        assert_eq!(inert("\u{feff}policy\u{200b}"), "\\u{feff}policy\\u{200b}");
+        assert_eq!(
+            one_line("cargo test\ncurl x|sh\t"),
+            "cargo test\\ncurl x|sh\\t"
+        );
     }
 }

@@ -137,6 +137,25 @@ async fn a_stranger_on_an_open_bus_cannot_make_a_node_run_anything() {
     .await
     .unwrap();
 
+    // Even a node, with a key of its own (n2's, derived from the broker's bus key), may
+    // report only on its own agents.
+    let bus_key = relay_broker::files::read_key(&env.relay.data_dir.join("bus.key"))
+        .unwrap()
+        .unwrap();
+    let n2 = relay_broker::seal::BusKey::new(bus_key).node("n2");
+    js.publish(
+        "relay.v1.report.n2",
+        n2.seal(
+            "relay.v1.report.n2",
+            &serde_json::to_vec(&forged_end).unwrap(),
+        )
+        .into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+
     // The node goes on serving its broker: the dispatch queued after the forged one ran,
     // so the forged one was handled (dropped) first; the broker's flight ends as the
     // node says, not as the forgery did.
@@ -153,10 +172,11 @@ async fn a_stranger_on_an_open_bus_cannot_make_a_node_run_anything() {
     let log = node.log_text();
     assert!(log.contains("dispatch dropped"), "{log}");
     assert!(log.contains("node control refused"), "{log}");
+    let broker_log = env.relay.log_text();
+    assert!(broker_log.contains("node report dropped"), "{broker_log}");
     assert!(
-        env.relay.log_text().contains("node report dropped"),
-        "{}",
-        env.relay.log_text()
+        broker_log.contains("a node reported on an agent that is not its own"),
+        "{broker_log}"
     );
 }
 

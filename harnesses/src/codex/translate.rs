@@ -343,7 +343,13 @@ impl Translator {
                 .parse::<wire::FileChangeRequestApprovalParams>(params, line)
                 .map(|p| {
                     let detail = self.file_change_detail(&p);
-                    (p.turn_id, ApprovalKind::FileChange, detail, p.reason)
+                    // Wider write access for the session is a grant, not a file change:
+                    // a person decides it, never `accept_file_changes`.
+                    let kind = match p.grant_root {
+                        Some(_) => ApprovalKind::Other,
+                        None => ApprovalKind::FileChange,
+                    };
+                    (p.turn_id, kind, detail, p.reason)
                 }),
             other => {
                 tracing::warn!(method = other, id = %req.id, "codex: unsupported server request refused");
@@ -487,10 +493,15 @@ fn command_approval_detail(
         let host = ctx.get("host").and_then(Value::as_str).unwrap_or("?");
         return (ApprovalKind::Other, format!("network access to {host}"));
     }
-    match &p.command {
+    match (&p.command, p.kind.as_deref()) {
+        // Input to a running process, or a command shown rather than run: what a rule
+        // names is a command line, so these go to a person.
+        (Some(command), Some(kind)) if kind != "command" => {
+            (ApprovalKind::Other, format!("{kind}: {command}"))
+        }
         // The whole command, as it will run: policies and people decide on that.
-        Some(command) => (ApprovalKind::Command, command.clone()),
-        None => (
+        (Some(command), _) => (ApprovalKind::Command, command.clone()),
+        (None, _) => (
             ApprovalKind::Other,
             p.reason
                 .clone()
@@ -733,6 +744,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_command_to_run_is_a_command_approval() {
+        let (mut t, _) = translator();
+        let evs = feed(
+            &mut t,
+            &[
+                json!({"method":"item/commandExecution/requestApproval","id":7,"params":{
+                "threadId":"th","turnId":"t1","itemId":"c1",
+                "command":"cargo test","kind":"writeStdin"}}),
+            ],
+        );
+        assert_eq!(
+            evs,
+            vec![HarnessEvent::ApprovalRequested {
+                turn_id: "t1".into(),
+                request_id: "7".into(),
+                kind: ApprovalKind::Other,
+                detail: "writeStdin: cargo test".into(),
+                reason: None
+            }]
+        );
+    }
+
+    #[test]
     fn approvals_are_surfaced_and_unsupported_requests_refused() {
         let (mut t, _) = translator();
         let evs = feed(
@@ -767,7 +801,8 @@ mod tests {
                 HarnessEvent::ApprovalRequested {
                     turn_id: "t1".into(),
                     request_id: "s1".into(),
-                    kind: ApprovalKind::FileChange,
+                    // A grant of wider access: never an auto-accepted file change.
+                    kind: ApprovalKind::Other,
                     detail: "update a.rs\nadd b.rs\nwrite access to /w".into(),
                     reason: None
                 },

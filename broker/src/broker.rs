@@ -19,11 +19,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    id_token, looks_secret, parse_mentions, valid_agent_name, valid_conversation_id, Agent,
-    AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState,
-    Conversation, ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState,
-    Endpoint, Flight, FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest,
-    ItemPhase, Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION, SECRET_SHOWN,
+    id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
+    AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
+    ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
+    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase,
+    Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -355,7 +355,9 @@ macro_rules! expect_outcome {
 }
 
 impl Broker {
-    pub async fn register_agent(&self, spec: AgentSpec) -> Result<Agent, BrokerError> {
+    pub async fn register_agent(&self, mut spec: AgentSpec) -> Result<Agent, BrokerError> {
+        // Secrets apart from here on: the command's `Debug` (logs) shows names only.
+        spec.move_secrets();
         expect_outcome!(self.execute(Command::RegisterAgent(spec)), Agent)
     }
 
@@ -1505,16 +1507,11 @@ fn tail(s: &str, n: usize) -> String {
 
 /// A registration's spec as it is stored and published, and its secret variables: the
 /// values of `secrets` and of every `env` variable whose name looks secret, each left
-/// in `env` as [`SECRET_SHOWN`].
+/// in `env` as [`relay_protocol::domain::SECRET_SHOWN`].
 fn split_secrets(spec: &AgentSpec) -> Result<(AgentSpec, BTreeMap<String, String>), BrokerError> {
     let mut spec = spec.clone();
-    let mut secrets = std::mem::take(&mut spec.secrets).0;
-    for (name, value) in spec.env.iter_mut() {
-        if looks_secret(name) || secrets.contains_key(name) {
-            let value = std::mem::replace(value, SECRET_SHOWN.to_string());
-            secrets.entry(name.clone()).or_insert(value);
-        }
-    }
+    spec.move_secrets();
+    let secrets = std::mem::take(&mut spec.secrets).0;
     for name in secrets.keys() {
         if name.is_empty() || name.len() > 256 || name.contains(['=', '\0']) {
             let shown: String = name.chars().take(64).collect();
@@ -1522,7 +1519,6 @@ fn split_secrets(spec: &AgentSpec) -> Result<(AgentSpec, BTreeMap<String, String
                 "secret variable name {shown:?} is not valid: 1 to 256 bytes, no '=' or NUL"
             )));
         }
-        spec.env.insert(name.clone(), SECRET_SHOWN.to_string());
     }
     Ok((spec, secrets))
 }

@@ -414,8 +414,10 @@ async fn require_token(
         // The scheme is case-insensitive (RFC 9110).
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    match given {
-        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
+    let mut refused = match given {
+        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => {
+            return next.run(req).await
+        }
         Some(_) => {
             HttpError::new(ErrorCode::Unauthorized, "the bearer token is wrong").into_response()
         }
@@ -424,7 +426,13 @@ async fn require_token(
             "a bearer token is required (Authorization: Bearer <token from api.json>)",
         )
         .into_response(),
-    }
+    };
+    // A client without the token gets no kept-alive connection to hold a slot with.
+    refused.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    refused
 }
 
 /// Whether a client's token is the secret, compared in constant time (`subtle`): how

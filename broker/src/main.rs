@@ -624,6 +624,13 @@ async fn node_key(
     }
     let dir = default_data_dir(data_dir);
     let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
+        // A key made anywhere else would open nothing the broker seals.
+        if !dir.join("db").exists() && !dir.join(relay_broker::server::BUS_KEY_FILE).exists() {
+            anyhow::bail!(
+                "{} is not a broker's data dir (no db/ or bus.key): run this with the --data-dir of `relay up`",
+                dir.display()
+            );
+        }
         relay_broker::files::private_dir(&dir)?;
         let bus =
             relay_broker::files::read_or_create_key(&dir.join(relay_broker::server::BUS_KEY_FILE))?;
@@ -1192,6 +1199,15 @@ async fn agent_command(client: &Client, cmd: AgentCmd) -> Result<(), anyhow::Err
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            for (name, value) in &env {
+                if relay_protocol::domain::looks_secret(name)
+                    || relay_protocol::domain::looks_secret_value(value)
+                {
+                    errln!(
+                        "relay: note: {name} is kept as a secret, but its value was on this command line (ps and shell history show it); next time: {name}=... relay agent add ... --secret {name}"
+                    );
+                }
+            }
             let mut secrets = BTreeMap::new();
             for name in secret {
                 let value = std::env::var(&name).map_err(|_| {

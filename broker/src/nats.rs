@@ -93,6 +93,9 @@ pub struct NatsConfig {
     pub stream_max_bytes: i64,
     /// When set, every request must carry it in the [`TOKEN_HEADER`].
     pub request_token: Option<String>,
+    /// Where replies to this connection go instead of `_INBOX.>` (a node uses its own,
+    /// so NATS permissions can give it only its replies).
+    pub inbox_prefix: Option<String>,
 }
 
 impl NatsConfig {
@@ -104,6 +107,7 @@ impl NatsConfig {
             stream_max_age: Duration::from_secs(7 * 24 * 3600),
             stream_max_bytes: 1 << 30,
             request_token: None,
+            inbox_prefix: None,
         }
     }
 }
@@ -231,6 +235,9 @@ pub async fn connect(
                     }
                 }
             });
+        if let Some(prefix) = &config.inbox_prefix {
+            options = options.custom_inbox_prefix(prefix.as_str());
+        }
         options = match &config.auth {
             NatsAuth::None => options,
             NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {

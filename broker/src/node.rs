@@ -53,6 +53,12 @@ pub fn dispatch_subject(node: &str) -> String {
 pub fn report_subject(node: &str) -> String {
     format!("relay.v1.report.{node}")
 }
+/// Where a node's replies go: its own inbox, so NATS permissions can give it only its
+/// replies (`ops/nats/relay-users.conf`).
+pub fn inbox_prefix(node: &str) -> String {
+    format!("_INBOX_relay_node_{node}")
+}
+
 pub fn control_subject(node: &str) -> String {
     format!("relay.v1.node.{node}.control")
 }
@@ -174,11 +180,13 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         );
     }
     crate::files::private_dir(&config.data_dir)?;
+    let mut nats = config.nats.clone();
+    nats.inbox_prefix = Some(inbox_prefix(&config.name));
     // A node has nothing to do without NATS: it waits for it as long as it takes (but
     // refused credentials end it at once).
     let tracker = crate::nats::Tracker::new(&config.nats.url);
     let client = match crate::nats::connect(
-        &config.nats,
+        &nats,
         &format!("relay-node-{}", config.name),
         &tracker,
         None,
@@ -317,7 +325,7 @@ async fn on_dispatch(runtime: &Runtime, key: &NodeKey, pending: &Pending, msg: j
     let plain = match key.open(msg.subject.as_str(), &msg.payload) {
         Ok(p) => p,
         Err(e) => {
-            tracing::warn!(subject = %msg.subject, "dispatch dropped: {e}");
+            tracing::error!(subject = %msg.subject, "dispatch dropped: {e}; if it came from this node's broker, this node's key is not the one `relay node-key` derives from the broker's bus key");
             let _ = msg.ack_with(AckKind::Term).await;
             return;
         }

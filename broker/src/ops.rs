@@ -98,9 +98,14 @@ const RESERVED_DECIDERS: [&str; 3] = ["policy:", "relay:", "codex:"];
 /// Checks the `decided_by` a client (HTTP, NATS) gives: 1 to 128 bytes, and not one of
 /// Relay's own identities ([`RESERVED_DECIDERS`], in any case).
 pub fn check_client_decider(decided_by: &str) -> Result<(), BrokerError> {
-    if decided_by.trim().is_empty() || decided_by.len() > 128 {
+    // Printable ASCII names only: an invisible or look-alike character must not make
+    // a reserved identity pass for another.
+    let printable = decided_by
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._@:+-/".contains(c));
+    if decided_by.is_empty() || decided_by.len() > 128 || !printable {
         return Err(BrokerError::Invalid(format!(
-            "decided_by {} is not valid: name who decides in 1 to 128 characters",
+            "decided_by {} is not valid: name who decides in 1 to 128 letters, digits or ._@:+-/",
             quote(decided_by)
         )));
     }

@@ -82,6 +82,13 @@ pub const INHERITED_ENV: &[&str] = &[
     "XDG_RUNTIME_DIR",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
+    // Where the Rust toolchain lives when not under HOME (the official Docker images).
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    // Hosts that bypass a proxy (no credentials; the proxies themselves may hold some,
+    // so they come only from an agent's own `--env`).
+    "NO_PROXY",
+    "no_proxy",
 ];
 
 /// Whether a child inherits Relay's variable `name`; see [`INHERITED_ENV`].
@@ -90,8 +97,9 @@ fn inherited(name: &OsStr) -> bool {
         .is_some_and(|name| name.starts_with("LC_") || INHERITED_ENV.contains(&name))
 }
 
-/// What to run.
-#[derive(Debug, Clone, Default)]
+/// What to run. Its `Debug` names the variables but never shows their values (an
+/// agent's secrets are among them).
+#[derive(Clone, Default)]
 pub struct ProcessSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -99,6 +107,17 @@ pub struct ProcessSpec {
     /// ([`INHERITED_ENV`]), which they override.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ProcessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .finish()
+    }
 }
 
 /// How a child ended.

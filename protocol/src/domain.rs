@@ -191,9 +191,40 @@ pub fn looks_secret(name: &str) -> bool {
     ]
     .iter()
     .any(|w| upper.contains(w))
+        || ["PWD", "DSN", "PAT", "CRED"]
+            .iter()
+            .any(|w| upper.ends_with(w) || upper.contains(&format!("{w}_")))
+}
+
+/// Whether a variable's value says it holds a secret: a URL with credentials in it
+/// (`postgres://user:password@host/db`).
+pub fn looks_secret_value(value: &str) -> bool {
+    value
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+        .is_some_and(|authority| authority.contains('@'))
 }
 
 impl AgentSpec {
+    /// Moves every secret variable of `env` (by [`looks_secret`] name or
+    /// [`looks_secret_value`] value, or already named in `secrets`) into `secrets`,
+    /// leaving [`SECRET_SHOWN`] in `env`; names given only in `secrets` are added to
+    /// `env` the same way. Idempotent.
+    pub fn move_secrets(&mut self) {
+        for (name, value) in self.env.iter_mut() {
+            let secret = looks_secret(name)
+                || looks_secret_value(value)
+                || self.secrets.0.contains_key(name);
+            if secret && value != SECRET_SHOWN {
+                let value = std::mem::replace(value, SECRET_SHOWN.to_string());
+                self.secrets.0.entry(name.clone()).or_insert(value);
+            }
+        }
+        for name in self.secrets.0.keys() {
+            self.env.insert(name.clone(), SECRET_SHOWN.to_string());
+        }
+    }
+
     /// An agent with every option at its default: on-demand wake, the harness's own
     /// program and model, the embedded runtime, no approval policy.
     pub fn new(name: impl Into<String>, harness: Harness, cwd: impl Into<String>) -> AgentSpec {
@@ -845,6 +876,44 @@ pub struct Approval {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_variables_are_found_by_name_or_by_value_and_moved_apart() {
+        for name in [
+            "OPENAI_API_KEY",
+            "GH_TOKEN",
+            "DB_PASSWORD",
+            "MYSQL_PWD",
+            "SENTRY_DSN",
+            "GITHUB_PAT",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in ["PATH", "RUST_LOG", "LANG", "CODEX_HOME", "PATH_INFO"] {
+            assert!(!looks_secret(name), "{name}");
+        }
+        assert!(looks_secret_value("postgres://u:pw@db:5432/x"));
+        assert!(!looks_secret_value("http://127.0.0.1:9/x@y"));
+        let mut spec = AgentSpec::new("a", Harness::CodexAppServer, "/w");
+        spec.env.insert("OPENAI_API_KEY".into(), "sk-1".into());
+        spec.env
+            .insert("DATABASE_URL".into(), "postgres://u:pw@h/db".into());
+        spec.env.insert("PLAIN".into(), "x".into());
+        spec.secrets.0.insert("GIVEN".into(), "g".into());
+        spec.move_secrets();
+        spec.move_secrets();
+        assert_eq!(spec.env["OPENAI_API_KEY"], SECRET_SHOWN);
+        assert_eq!(spec.env["DATABASE_URL"], SECRET_SHOWN);
+        assert_eq!(spec.env["GIVEN"], SECRET_SHOWN);
+        assert_eq!(spec.env["PLAIN"], "x");
+        assert_eq!(spec.secrets.0["OPENAI_API_KEY"], "sk-1");
+        assert_eq!(spec.secrets.0["DATABASE_URL"], "postgres://u:pw@h/db");
+        assert!(
+            !format!("{spec:?}").contains("sk-1"),
+            "Debug shows no value"
+        );
+    }
 
     #[test]
     fn mentions_are_parsed_in_order_without_duplicates() {

@@ -92,6 +92,19 @@ async fn a_stranger_on_an_open_bus_cannot_make_a_node_run_anything() {
     let marker: PathBuf = env.tmp.path().join("pwned");
     let evil = evil_agent(env.tmp.path(), &marker);
     let stranger = async_nats::connect(url.as_str()).await.unwrap();
+    // A node key is only made from a broker's own data dir (one made anywhere else
+    // would open nothing the broker seals).
+    let out = relay_tests::relay_cmd_with(
+        &env.relay.bin,
+        &env.tmp.path().join("not-a-broker"),
+        &["node-key", "n1"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a broker's data dir"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A wake control with the stranger's program: refused, as unauthenticated.
     let wake = Control::Wake {

@@ -5,7 +5,8 @@
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, BrokerError};
 use relay_protocol::domain::{
-    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage, DEFAULT_CONVERSATION,
+    AgentSpec, ApprovalKind, ApprovalRequest, FlightChange, FlightState, Harness, InvokeRequest,
+    PostMessage, DEFAULT_CONVERSATION,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -297,7 +298,9 @@ async fn mentions_plan_deterministic_deliveries_once() {
 async fn a_redelivered_node_report_is_applied_once() {
     use relay_broker::{Command, Outcome};
     let b = broker().await;
-    b.register_agent(spec("a1")).await.unwrap();
+    let mut remote = spec("a1");
+    remote.node = Some("n1".into());
+    b.register_agent(remote).await.unwrap();
     let f = b.invoke(invoke("a1")).await.unwrap().flight;
     b.update_flight(&f.id, to(Running)).await.unwrap();
     let report = |seq: u64, text: &str| Command::FromNode {
@@ -352,7 +355,65 @@ async fn a_redelivered_node_report_is_applied_once() {
         b.execute(report(9, "again")).await.unwrap(),
         Outcome::Done
     ));
+    // Another node may not report on n1's agent, nor ask approvals for its flights.
+    let seq = b.last_seq();
+    for (stream_seq, command) in [
+        Command::UpdateFlight {
+            flight: f.id.clone(),
+            change: to(Failed),
+        },
+        Command::RequestApproval {
+            agent: "a1".into(),
+            request: ApprovalRequest {
+                flight: f.id.clone(),
+                kind: ApprovalKind::Command,
+                detail: "cargo test".into(),
+                reason: None,
+                harness_request_id: "3".into(),
+            },
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let err = b
+            .execute(Command::FromNode {
+                node: "n2".into(),
+                stream_seq: stream_seq as u64 + 1,
+                command: Box::new(command),
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("its own agents"), "{err}");
+    }
+    assert_eq!(
+        b.last_seq(),
+        seq,
+        "nothing written for another node's reports"
+    );
     assert!(b.store().verify().unwrap().is_consistent());
+}
+
+#[tokio::test]
+async fn an_approval_is_asked_for_the_asking_agents_flight_only() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    b.register_agent(spec("a2")).await.unwrap();
+    let f = b.invoke(invoke("a1")).await.unwrap().flight;
+    let err = b
+        .execute(relay_broker::Command::RequestApproval {
+            agent: "a2".into(),
+            request: ApprovalRequest {
+                flight: f.id.clone(),
+                kind: ApprovalKind::Command,
+                detail: "cargo test".into(),
+                reason: None,
+                harness_request_id: "0".into(),
+            },
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not agent"), "{err}");
 }
 
 #[tokio::test]

@@ -1147,23 +1147,7 @@ impl Ctx<'_, '_> {
             timeout_ms: req.timeout_ms,
             created_at: self.now,
         };
-        let flight = Flight {
-            id: flight_id,
-            invocation: invocation.id.clone(),
-            agent: req.target.clone(),
-            state: FlightState::Queued,
-            summary: None,
-            output: None,
-            error: None,
-            update_seq: 0,
-            thread_id: None,
-            turn_id: None,
-            parent_flight: req.parent_flight.clone(),
-            conversation: conversation.spec.id.clone(),
-            reply_message: None,
-            created_at: self.now,
-            updated_at: self.now,
-        };
+        let flight = Flight::queued(flight_id, &invocation);
         self.emit(EventBody::InvocationCreated {
             invocation: invocation.clone(),
             flight: flight.clone(),

@@ -641,6 +641,29 @@ pub struct Flight {
     pub updated_at: u64,
 }
 
+impl Flight {
+    /// The flight of a new invocation: queued, for its target, in its conversation.
+    pub fn queued(id: impl Into<String>, invocation: &Invocation) -> Flight {
+        Flight {
+            id: id.into(),
+            invocation: invocation.id.clone(),
+            agent: invocation.target.clone(),
+            state: FlightState::Queued,
+            summary: None,
+            output: None,
+            error: None,
+            update_seq: 0,
+            thread_id: None,
+            turn_id: None,
+            parent_flight: invocation.parent_flight.clone(),
+            conversation: invocation.conversation.clone(),
+            reply_message: None,
+            created_at: invocation.created_at,
+            updated_at: invocation.created_at,
+        }
+    }
+}
+
 /// One change to a flight, as a client reports it to the broker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

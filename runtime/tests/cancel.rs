@@ -39,23 +39,7 @@ fn dispatch(flight: &str, task: &str) -> Dispatch {
         timeout_ms: None,
         created_at: 0,
     };
-    let flight = Flight {
-        id: flight.into(),
-        invocation: invocation.id.clone(),
-        agent: "a1".into(),
-        state: FlightState::Queued,
-        summary: None,
-        output: None,
-        error: None,
-        update_seq: 0,
-        thread_id: None,
-        turn_id: None,
-        parent_flight: None,
-        conversation: invocation.conversation.clone(),
-        reply_message: None,
-        created_at: 0,
-        updated_at: 0,
-    };
+    let flight = Flight::queued(flight, &invocation);
     Dispatch {
         agent,
         invocation,

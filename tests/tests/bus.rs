@@ -53,23 +53,7 @@ fn forged_dispatch(agent: Agent) -> Dispatch {
         timeout_ms: None,
         created_at: 0,
     };
-    let flight = Flight {
-        id: "flt_forged".into(),
-        invocation: invocation.id.clone(),
-        agent: agent.spec.name.clone(),
-        state: FlightState::Queued,
-        summary: None,
-        output: None,
-        error: None,
-        update_seq: 0,
-        thread_id: None,
-        turn_id: None,
-        parent_flight: None,
-        conversation: "channel.shared".into(),
-        reply_message: None,
-        created_at: 0,
-        updated_at: 0,
-    };
+    let flight = Flight::queued("flt_forged", &invocation);
     Dispatch {
         agent,
         invocation,

@@ -202,6 +202,11 @@ pub async fn serve(
                 }
             },
         };
+        // Small writes (an SSE event, a delta) go out at once instead of waiting for
+        // the client's delayed ACK (Nagle: ~40 ms on the first delta of `relay ask`).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if !full {
                 tracing::warn!(

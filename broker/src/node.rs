@@ -154,7 +154,16 @@ pub async fn send_control(
         .request(subject, payload.into())
         .await
         .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
-    if let Ok(err) = serde_json::from_slice::<ErrorBody>(&reply.payload) {
+    // Only the node can seal its answer: a plain one is a refusal (or not the node's).
+    let Ok(answer) = key.node(node).open(reply.subject.as_str(), &reply.payload) else {
+        let why = serde_json::from_slice::<ErrorBody>(&reply.payload)
+            .map(|e| e.error.message)
+            .unwrap_or_else(|_| "an answer not sealed by the node".into());
+        return Err(BrokerError::Unavailable(format!(
+            "node {node:?} refused the control: {why} (is its key the one `relay node-key` derives from this broker's bus key?)"
+        )));
+    };
+    if let Ok(err) = serde_json::from_slice::<ErrorBody>(&answer) {
         return Err(BrokerError::Node(err.error));
     }
     Ok(())
@@ -290,19 +299,29 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                             serde_json::from_slice::<Control>(&plain)
                                 .map_err(|e| ("invalid_request", e.to_string()))
                         });
-                    let answer = match control {
-                        Ok(c) => match runtime.control(c).await {
-                            Ok(()) => serde_json::json!({ "ok": true }),
-                            // With its own code: a steer over the limit is
-                            // payload_too_large on the node as it is locally.
-                            Err(e) => serde_json::json!({
-                                "error": crate::plane::runtime_error(e).to_api()
-                            }),
-                        },
-                        Err((code, message)) => serde_json::json!({ "error": { "code": code, "message": message } }),
+                    // The broker's requests are answered sealed (for the reply subject),
+                    // so nobody else can answer for this node; a refusal is plain.
+                    let (answer, sealed) = match control {
+                        Ok(c) => (
+                            match runtime.control(c).await {
+                                Ok(()) => serde_json::json!({ "ok": true }),
+                                // With its own code: a steer over the limit is
+                                // payload_too_large on the node as it is locally.
+                                Err(e) => serde_json::json!({
+                                    "error": crate::plane::runtime_error(e).to_api()
+                                }),
+                            },
+                            true,
+                        ),
+                        Err((code, message)) => (
+                            serde_json::json!({ "error": { "code": code, "message": message } }),
+                            false,
+                        ),
                     };
                     if let Some(reply) = msg.reply {
-                        let _ = client.publish(reply, answer.to_string().into()).await;
+                        let body = answer.to_string().into_bytes();
+                        let body = if sealed { key.seal(reply.as_str(), &body) } else { body };
+                        let _ = client.publish(reply, body.into()).await;
                     }
                 });
             }

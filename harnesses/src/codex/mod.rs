@@ -95,8 +95,9 @@ pub fn codex_program(explicit: Option<&str>) -> PathBuf {
     PathBuf::from("codex")
 }
 
-/// How to start `codex app-server`.
-#[derive(Debug, Clone)]
+/// How to start `codex app-server`. Its `Debug` names the variables of `env` but never
+/// shows their values (an agent's secrets are among them).
+#[derive(Clone)]
 pub struct CodexConfig {
     /// The `codex` program; see [`codex_program`].
     pub program: PathBuf,
@@ -116,6 +117,22 @@ pub struct CodexConfig {
     /// On shutdown, how long Codex gets to exit after stdin closes, and again after
     /// SIGTERM, before its process group is killed.
     pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for CodexConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodexConfig")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("model", &self.model)
+            .field("client_name", &self.client_name)
+            .field("client_version", &self.client_version)
+            .field("request_timeout", &self.request_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
 }
 
 impl CodexConfig {

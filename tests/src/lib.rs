@@ -4,6 +4,7 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 
+pub mod bench;
 pub mod codex_env;
 pub mod environ;
 pub mod load;
@@ -219,7 +220,7 @@ fn wait_ready(child: &mut Child, file: &Path, what: &str, log: &Path) -> anyhow:
         if Instant::now() > deadline {
             bail!("{what} did not start in 30 s; log:\n{}", log_text());
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

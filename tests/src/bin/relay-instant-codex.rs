@@ -9,9 +9,18 @@
 //! `turn/interrupt` are refused as "no active turn": a turn is over before either can
 //! arrive.
 //!
+//! A task `stream:N:SIZE[:RATE]` (for the benchmarks, `relay-bench`) streams instead N
+//! `item/agentMessage/delta` notifications of SIZE bytes each, at RATE per second if given
+//! (else as fast as the pipe takes them), then `item/completed` with the whole text and a
+//! `turn/completed` without items, as the real app-server sends it. Each delta starts with
+//! the time it was written, in nanoseconds since the UNIX epoch (20 digits, then `.`s up
+//! to SIZE; a SIZE under 20 cuts the timestamp), so that a subscriber on the same machine
+//! can measure the latency of every delta. Nothing else is read while a stream runs.
+//!
 //! Invoked as the agent's `--command`; the `app-server` argument is ignored.
 
 use std::io::{BufRead, BufWriter, Write};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use relay_protocol::codex::{
     error_code, method, notification, ErrorObject, ErrorResponse, InitializeResponse,
@@ -86,6 +95,11 @@ fn main() -> std::io::Result<()> {
                     turn_note(TurnStatus::InProgress, vec![]),
                 )?;
                 let item_id = format!("msg-{next_turn}");
+                if let Some(stream) = Stream::parse(&task) {
+                    stream.run(&mut out, &thread_id, &turn_id, &item_id)?;
+                    out.flush()?;
+                    continue;
+                }
                 let text = format!("ok: {task}");
                 let item = |text: &str| {
                     ThreadItem::Known(KnownThreadItem::AgentMessage {
@@ -162,4 +176,177 @@ fn notify(out: &mut impl Write, method: &str, params: Value) -> std::io::Result<
 fn write(out: &mut impl Write, msg: &Message) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, msg)?;
     out.write_all(b"\n")
+}
+
+/// A `stream:N:SIZE[:RATE]` task (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stream {
+    deltas: u64,
+    size: usize,
+    /// Deltas per second; `None`: as fast as possible.
+    rate: Option<f64>,
+}
+
+impl Stream {
+    fn parse(task: &str) -> Option<Stream> {
+        let mut parts = task.trim().strip_prefix("stream:")?.split(':');
+        let deltas = parts.next()?.parse().ok()?;
+        let size = parts.next()?.parse().ok()?;
+        let rate = match parts.next() {
+            Some(r) => Some(r.parse::<f64>().ok().filter(|r| *r > 0.0)?),
+            None => None,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Stream { deltas, size, rate })
+    }
+
+    /// Everything after `item/started`: the deltas, `item/completed` with their whole
+    /// text, `turn/completed`.
+    fn run(
+        &self,
+        out: &mut impl Write,
+        thread_id: &str,
+        turn_id: &str,
+        item_id: &str,
+    ) -> std::io::Result<()> {
+        let started = Instant::now();
+        let mut all =
+            String::with_capacity(self.size.saturating_mul(self.deltas as usize).min(1 << 26));
+        for i in 0..self.deltas {
+            if let Some(rate) = self.rate {
+                // An absolute schedule: a late delta does not delay the ones after it.
+                let due = started + Duration::from_secs_f64(i as f64 / rate);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            let text = delta_text(self.size);
+            notify(
+                out,
+                notification::AGENT_MESSAGE_DELTA,
+                json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item_id, "delta": text }),
+            )?;
+            all.push_str(&text);
+            if self.rate.is_some() {
+                // Paced deltas are timed one by one: none may wait in the buffer.
+                out.flush()?;
+            }
+        }
+        let item = ThreadItem::Known(KnownThreadItem::AgentMessage {
+            id: item_id.to_string(),
+            text: all,
+        });
+        notify(
+            out,
+            notification::ITEM_COMPLETED,
+            json!({ "threadId": thread_id, "turnId": turn_id, "item": to_value(&item) }),
+        )?;
+        let turn = Turn {
+            id: turn_id.to_string(),
+            status: TurnStatus::Completed,
+            items: Vec::new(),
+            error: None,
+        };
+        notify(
+            out,
+            notification::TURN_COMPLETED,
+            json!({ "threadId": thread_id, "turn": to_value(&turn) }),
+        )
+    }
+}
+
+/// SIZE bytes: the time now (nanoseconds since the UNIX epoch, 20 digits), then `.`s.
+fn delta_text(size: usize) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut text = format!("{nanos:020}");
+    text.truncate(size);
+    while text.len() < size {
+        text.push('.');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn stream_tasks_parse_and_anything_else_is_a_plain_task() {
+        assert_eq!(
+            Stream::parse("stream:1000:32"),
+            Some(Stream {
+                deltas: 1000,
+                size: 32,
+                rate: None
+            })
+        );
+        assert_eq!(
+            Stream::parse("stream:10:64:1000"),
+            Some(Stream {
+                deltas: 10,
+                size: 64,
+                rate: Some(1000.0)
+            })
+        );
+        for plain in [
+            "load task 1",
+            "stream:",
+            "stream:x:32",
+            "stream:1:2:0",
+            "stream:1:2:3:4",
+        ] {
+            assert_eq!(Stream::parse(plain), None, "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_delta_is_its_size_and_starts_with_the_time() {
+        let text = delta_text(32);
+        assert_eq!(text.len(), 32);
+        let nanos: u128 = text[..20].parse().unwrap();
+        assert!(nanos > 1_600_000_000_000_000_000);
+        assert!(text[20..].chars().all(|c| c == '.'));
+        assert_eq!(delta_text(8).len(), 8);
+    }
+
+    #[test]
+    fn a_stream_sends_its_deltas_then_the_whole_text_and_the_end_of_the_turn() {
+        let mut out = Vec::new();
+        Stream::parse("stream:3:25")
+            .unwrap()
+            .run(&mut out, "th", "t1", "m1")
+            .unwrap();
+        let lines: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let methods: Vec<&str> = lines
+            .iter()
+            .map(|l| l["method"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                notification::AGENT_MESSAGE_DELTA,
+                notification::AGENT_MESSAGE_DELTA,
+                notification::AGENT_MESSAGE_DELTA,
+                notification::ITEM_COMPLETED,
+                notification::TURN_COMPLETED,
+            ]
+        );
+        let deltas: String = lines[..3]
+            .iter()
+            .map(|l| l["params"]["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(deltas.len(), 75);
+        assert_eq!(lines[3]["params"]["item"]["text"], deltas);
+        assert_eq!(lines[4]["params"]["turn"]["status"], "completed");
+    }
 }

@@ -573,18 +573,28 @@ async fn list_flights(
     State(s): State<ApiState>,
     Query(q): Query<FlightQuery>,
 ) -> ApiResult<Vec<Flight>> {
-    let flights: Vec<Flight> = s.broker.store().read(|st| st.values(T::Flights)).await?;
-    // Flight ids are time-ordered; newest last, and `limit` keeps the newest.
-    let mut out: Vec<Flight> = flights
-        .into_iter()
-        .filter(|f| q.agent.as_ref().is_none_or(|a| &f.agent == a))
-        .filter(|f| q.state.is_none_or(|st| f.state == st))
-        .filter(|f| !q.live || !f.state.is_terminal())
-        .collect();
+    // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
+    // flights come from their index; others from the newest back, up to `limit`.
     let limit = q.limit.unwrap_or(100);
-    if out.len() > limit {
-        out.drain(..out.len() - limit);
-    }
+    let keep = move |f: &Flight| {
+        q.agent.as_ref().is_none_or(|a| &f.agent == a)
+            && q.state.is_none_or(|st| f.state == st)
+            && (!q.live || !f.state.is_terminal())
+    };
+    let live = q.live;
+    let out = s
+        .broker
+        .store()
+        .read(move |st| {
+            if live {
+                let mut out: Vec<Flight> = st.live_flights()?.into_iter().filter(keep).collect();
+                out.drain(..out.len().saturating_sub(limit));
+                Ok(out)
+            } else {
+                st.recent_flights(limit, keep)
+            }
+        })
+        .await?;
     Ok(Json(out))
 }
 

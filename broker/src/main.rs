@@ -267,9 +267,25 @@ struct RuntimeArgs {
         value_name = "SECONDS"
     )]
     turn_idle_timeout: u64,
+    /// Memory each sled database may use as cache, in MiB: bounds the process's
+    /// memory whatever the history's size (reads past it go to disk).
+    #[arg(
+        long,
+        env = "RELAY_CACHE_MB",
+        default_value_t = relay_runtime::storage::DEFAULT_CACHE_CAPACITY >> 20,
+        value_name = "MIB",
+        value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=1 << 20)
+    )]
+    cache_mb: u64,
 }
 
 impl RuntimeArgs {
+    /// Applies the settings that are process-wide (the sled cache), before any
+    /// database opens.
+    fn apply(&self) {
+        relay_runtime::storage::set_cache_capacity(self.cache_mb << 20);
+    }
+
     fn turn_idle_timeout(&self) -> Option<std::time::Duration> {
         (self.turn_idle_timeout > 0).then(|| std::time::Duration::from_secs(self.turn_idle_timeout))
     }
@@ -576,6 +592,7 @@ fn main() -> ExitCode {
 
 async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitCode> {
     init_logs();
+    args.runtime.apply();
     let Some(nats) = args.nats.config(None)? else {
         anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");
     };
@@ -722,6 +739,7 @@ fn init_logs() {
 
 async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode> {
     init_logs();
+    args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     let config = relay_broker::server::ServerConfig {

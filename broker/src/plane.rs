@@ -124,8 +124,8 @@ impl Plane {
             .store()
             .read(|store| {
                 let mut out = Vec::new();
-                let flights: Vec<Flight> = store.values(T::Flights)?;
-                for f in flights
+                for f in store
+                    .live_flights()?
                     .into_iter()
                     .filter(|f| f.state == FlightState::Queued)
                 {
@@ -242,8 +242,7 @@ impl Plane {
             .store()
             .read(|store| {
                 let mut live = Vec::new();
-                let flights: Vec<Flight> = store.values(T::Flights)?;
-                for f in flights.into_iter().filter(|f| !f.state.is_terminal()) {
+                for f in store.live_flights()? {
                     let agent = store.agent(&f.agent)?;
                     let invocation = store.invocation(&f.invocation)?;
                     live.push((f, agent, invocation));

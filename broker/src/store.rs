@@ -55,9 +55,14 @@ pub enum T {
     /// agent name -> its secret variables (not a projection: never in an event, so
     /// never published nor replayed; deleted with the agent).
     Secrets,
+    /// ids of the flights not yet ended (an index: live listings read it instead of
+    /// every flight ever).
+    LiveFlights,
+    /// Markers of one-time work done on this database (not a projection).
+    Meta,
 }
 
-const TREE_NAMES: [&str; 14] = [
+const TREE_NAMES: [&str; 16] = [
     "events",
     "agents",
     "conversations",
@@ -72,6 +77,8 @@ const TREE_NAMES: [&str; 14] = [
     "flight_approvals",
     "report_cursors",
     "agent_secrets",
+    "live_flights",
+    "meta",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
@@ -154,6 +161,9 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
                 invocation.id.as_bytes(),
                 encode(invocation)?,
             )?;
+            if !flight.state.is_terminal() {
+                sink.put(T::LiveFlights, flight.id.as_bytes(), Vec::new())?;
+            }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
         EventBody::FlightUpdated { update, flight } => {
@@ -165,6 +175,14 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
                     update: update.clone(),
                 })?,
             )?;
+            // Only the change that ends a flight touches the index (never a delta).
+            if matches!(
+                update.change,
+                relay_protocol::domain::FlightChange::State { .. }
+            ) && flight.state.is_terminal()
+            {
+                sink.del(T::LiveFlights, flight.id.as_bytes())?;
+            }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
         EventBody::BindingCreated { binding } => {
@@ -220,10 +238,62 @@ impl Store {
             .iter()
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Store {
+        let store = Store {
             durable: Durable::new(db),
             trees,
-        })
+        };
+        store.index_live_flights()?;
+        Ok(store)
+    }
+
+    /// Builds the live-flight index of a database made before it existed, once (the
+    /// marker is made durable by the next flush; until then it is simply built again).
+    fn index_live_flights(&self) -> Result<(), BrokerError> {
+        const MARKER: &[u8] = b"live_flights_indexed";
+        if self.tree(T::Meta).contains_key(MARKER)? {
+            return Ok(());
+        }
+        for value in self.tree(T::Flights).iter().values() {
+            let flight: Flight = decode(&value?)?;
+            if !flight.state.is_terminal() {
+                self.tree(T::LiveFlights)
+                    .insert(flight.id.as_bytes(), Vec::<u8>::new())?;
+            }
+        }
+        self.tree(T::Meta).insert(MARKER, Vec::<u8>::new())?;
+        Ok(())
+    }
+
+    /// The flights not yet ended, oldest first (from the index, not a scan).
+    pub fn live_flights(&self) -> Result<Vec<Flight>, BrokerError> {
+        let mut out = Vec::new();
+        for key in self.tree(T::LiveFlights).iter().keys() {
+            if let Some(flight) = self.get::<Flight>(T::Flights, &key?)? {
+                out.push(flight);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` flights that `keep` accepts, oldest first: flight ids are
+    /// time-ordered, so this reads from the newest and stops at `limit`.
+    pub fn recent_flights(
+        &self,
+        limit: usize,
+        keep: impl Fn(&Flight) -> bool,
+    ) -> Result<Vec<Flight>, BrokerError> {
+        let mut out = Vec::new();
+        for value in self.tree(T::Flights).iter().values().rev() {
+            if out.len() >= limit {
+                break;
+            }
+            let flight: Flight = decode(&value?)?;
+            if keep(&flight) {
+                out.push(flight);
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 
     pub fn tree(&self, t: T) -> &sled::Tree {
@@ -423,9 +493,11 @@ impl Store {
 
     /// (flights, flights not in a terminal state), by a scan.
     pub fn flight_counts(&self) -> Result<(u64, u64), BrokerError> {
-        let flights: Vec<Flight> = self.values(T::Flights)?;
-        let live = flights.iter().filter(|f| !f.state.is_terminal()).count();
-        Ok((flights.len() as u64, live as u64))
+        // Counted by keys: nothing is decoded.
+        Ok((
+            self.tree(T::Flights).len() as u64,
+            self.tree(T::LiveFlights).len() as u64,
+        ))
     }
 }
 
@@ -444,7 +516,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 11] = [
+const TREES_PROJECTED: [T; 12] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -456,6 +528,7 @@ const TREES_PROJECTED: [T; 11] = [
     T::Approvals,
     T::Bindings,
     T::FlightApprovals,
+    T::LiveFlights,
 ];
 
 /// A flight update as stored: with the global seq of the event that made it.

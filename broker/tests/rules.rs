@@ -555,12 +555,53 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
         writer.await.unwrap();
         counts
     };
-    let (b, _writer) = Broker::start(
+    let stop = CancellationToken::new();
+    let (b, writer) = Broker::start(
         Store::open(&path).unwrap(),
         BrokerConfig::default(),
-        CancellationToken::new(),
+        stop.clone(),
     )
     .await
     .unwrap();
     assert_eq!(b.counts(), expected);
+
+    // Live listings read an index that follows the flights (and is checked by doctor).
+    let live_ids = |store: &Store| -> Vec<String> {
+        store
+            .live_flights()
+            .unwrap()
+            .into_iter()
+            .map(|f| f.id)
+            .collect()
+    };
+    let scanned: Vec<String> = store_scan_live(b.store());
+    assert_eq!(live_ids(b.store()), scanned);
+    assert!(b.store().verify().unwrap().is_consistent());
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+
+    // A database from before the index: built at the first open.
+    {
+        let store = Store::open(&path).unwrap();
+        store
+            .tree(relay_broker::store::T::LiveFlights)
+            .clear()
+            .unwrap();
+        store.tree(relay_broker::store::T::Meta).clear().unwrap();
+        store.durable().db().flush().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(live_ids(&store), scanned);
+    assert!(store.verify().unwrap().is_consistent());
+}
+
+fn store_scan_live(store: &Store) -> Vec<String> {
+    let flights: Vec<relay_protocol::domain::Flight> =
+        store.values(relay_broker::store::T::Flights).unwrap();
+    flights
+        .into_iter()
+        .filter(|f| !f.state.is_terminal())
+        .map(|f| f.id)
+        .collect()
 }

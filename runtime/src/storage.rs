@@ -56,10 +56,24 @@ pub enum StorageError {
 /// it (`Ok` when it asked for none); or it did not run, or panicked (the outer error).
 pub type Ran<R> = Result<(R, Result<(), StorageError>), StorageError>;
 
+/// The cache each database of the process gets, in bytes, unless
+/// [`set_cache_capacity`] said otherwise: sled's own default (1 GiB) made a broker's
+/// memory grow with its history.
+pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
+
+static CACHE_CAPACITY: AtomicU64 = AtomicU64::new(DEFAULT_CACHE_CAPACITY);
+
+/// Sets the cache of databases opened from now on (`relay up --cache-mb`).
+pub fn set_cache_capacity(bytes: u64) {
+    CACHE_CAPACITY.store(bytes, Ordering::Relaxed);
+}
+
 /// The sled settings every Relay database opens with: no background flusher (see the
-/// module header).
+/// module header), and a bounded cache ([`set_cache_capacity`]).
 pub fn config() -> sled::Config {
-    sled::Config::new().flush_every_ms(None)
+    sled::Config::new()
+        .flush_every_ms(None)
+        .cache_capacity(CACHE_CAPACITY.load(Ordering::Relaxed))
 }
 
 /// A database whose writes can be made durable by the storage thread.

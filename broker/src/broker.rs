@@ -12,7 +12,7 @@
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -460,6 +460,49 @@ struct Writer {
 
 type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
 
+/// The callers of one command of a batch: several when deltas were merged.
+type Replies = Vec<Reply>;
+
+/// A batch's commands, with streamed text merged: consecutive deltas of one flight
+/// (no other kind of command between them) become one delta with their texts joined,
+/// answered to each of their callers. A flight streaming faster than commits complete
+/// thus writes one update per commit instead of one per delta, with nothing of its text
+/// lost or reordered; at a slower pace each delta stays its own update. Node reports
+/// (`FromNode`, each with its stream seq) are never merged.
+fn coalesce_deltas(batch: impl Iterator<Item = Pending>) -> (Vec<Command>, Vec<Replies>) {
+    let mut commands: Vec<Command> = Vec::new();
+    let mut replies: Vec<Replies> = Vec::new();
+    // flight id -> index of its last command in `commands`, while that is a delta.
+    let mut open: HashMap<String, usize> = HashMap::new();
+    for p in batch {
+        if let Command::UpdateFlight {
+            flight,
+            change: FlightChange::Delta { text },
+        } = &p.command
+        {
+            if let Some(&i) = open.get(flight) {
+                if let Command::UpdateFlight {
+                    change: FlightChange::Delta { text: merged },
+                    ..
+                } = &mut commands[i]
+                {
+                    merged.push_str(text);
+                    replies[i].push(p.reply);
+                    continue;
+                }
+            }
+            open.insert(flight.clone(), commands.len());
+        } else {
+            // Anything else may concern a flight with an open run of deltas: later
+            // deltas must come after it, so every run ends here.
+            open.clear();
+        }
+        commands.push(p.command);
+        replies.push(vec![p.reply]);
+    }
+    (commands, replies)
+}
+
 /// What became of a batch, for the writer.
 struct Settled {
     /// Seqs the batch's transaction took (taken even if the flush failed).
@@ -494,8 +537,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let (commands, replies): (Vec<Command>, Vec<Reply>) =
-                batch.drain(..).map(|p| (p.command, p.reply)).unzip();
+            let (commands, replies) = coalesce_deltas(batch.drain(..));
             let settled = self.commit(commands, replies, &broker).await;
             // The transaction is applied in memory whatever the flush says, so its seqs
             // are taken either way: never write other events under them.
@@ -522,7 +564,7 @@ impl Writer {
     async fn commit(
         &mut self,
         commands: Vec<Command>,
-        replies: Vec<Reply>,
+        replies: Vec<Replies>,
         broker: &std::sync::Weak<Inner>,
     ) -> Settled {
         let first_seq = self.next_seq;
@@ -559,11 +601,11 @@ impl Writer {
 /// caller that reads the log or subscribes right after its answer sees its own events.
 fn settle(
     ran: Ran<Result<BatchResult, BrokerError>>,
-    replies: Vec<Reply>,
+    replies: Vec<Replies>,
     broker: &std::sync::Weak<Inner>,
 ) -> Settled {
-    let fail_all = |replies: Vec<Reply>, message: String| {
-        for reply in replies {
+    let fail_all = |replies: Vec<Replies>, message: String| {
+        for reply in replies.into_iter().flatten() {
             let _ = reply.send(Err(BrokerError::Internal(message.clone())));
         }
     };
@@ -613,8 +655,19 @@ fn settle(
             let _ = inner.events.send(Arc::new(event));
         }
     }
-    for (reply, outcome) in replies.into_iter().zip(result.outcomes) {
-        let _ = reply.send(outcome);
+    for (replies, outcome) in replies.into_iter().zip(result.outcomes) {
+        // Merged deltas: every caller hears the one outcome.
+        let mut replies = replies.into_iter();
+        let first = replies.next();
+        for reply in replies {
+            let _ = reply.send(match &outcome {
+                Ok(o) => Ok(o.clone()),
+                Err(e) => Err(e.duplicate()),
+            });
+        }
+        if let Some(reply) = first {
+            let _ = reply.send(outcome);
+        }
     }
     Settled {
         events,

@@ -77,6 +77,26 @@ pub enum BrokerError {
 }
 
 impl BrokerError {
+    /// The same error for another caller (merged deltas share one outcome): the
+    /// variants a flight update fails with are copied, any other keeps its code and
+    /// message.
+    pub fn duplicate(&self) -> BrokerError {
+        match self {
+            BrokerError::UnknownFlight(f) => BrokerError::UnknownFlight(f.clone()),
+            BrokerError::FlightTerminal { flight, state } => BrokerError::FlightTerminal {
+                flight: flight.clone(),
+                state: *state,
+            },
+            BrokerError::IllegalTransition { flight, from, to } => BrokerError::IllegalTransition {
+                flight: flight.clone(),
+                from: *from,
+                to: *to,
+            },
+            BrokerError::ShuttingDown => BrokerError::ShuttingDown,
+            other => BrokerError::Node(other.to_api()),
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
             BrokerError::Invalid(_) | BrokerError::Json(_) => ErrorCode::InvalidRequest,

@@ -605,3 +605,64 @@ fn store_scan_live(store: &Store) -> Vec<String> {
         .map(|f| f.id)
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answered() {
+    use relay_broker::{Command, Outcome};
+    use relay_runtime::storage::Storage;
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let f = b.invoke(invoke("a1")).await.unwrap().flight;
+    b.update_flight(&f.id, to(Running)).await.unwrap();
+    let delta = |text: String| Command::UpdateFlight {
+        flight: f.id.clone(),
+        change: FlightChange::Delta { text },
+    };
+    // Hold storage so the commands queue up behind one commit.
+    let paused = Storage::global().pause().await;
+    let mut replies = Vec::new();
+    for i in 0..50 {
+        if i == 25 {
+            let note = Command::UpdateFlight {
+                flight: f.id.clone(),
+                change: FlightChange::Note {
+                    text: "halfway".into(),
+                },
+            };
+            replies.push(b.submit(note).await.unwrap());
+        }
+        replies.push(b.submit(delta(format!("d{i} "))).await.unwrap());
+    }
+    paused.resume().await;
+    for r in replies {
+        assert!(matches!(r.await.unwrap().unwrap(), Outcome::Flight(_)));
+    }
+    let updates = b.store().flight_updates(&f.id, 0).unwrap();
+    let texts: Vec<String> = updates
+        .iter()
+        .filter_map(|u| match &u.change {
+            FlightChange::Delta { text } => Some(text.clone()),
+            FlightChange::Note { text } => Some(format!("[{text}]")),
+            _ => None,
+        })
+        .collect();
+    let expected: String = (0..50)
+        .map(|i| {
+            if i == 25 {
+                format!("[halfway]d{i} ")
+            } else {
+                format!("d{i} ")
+            }
+        })
+        .collect();
+    assert_eq!(texts.concat(), expected, "nothing lost or reordered");
+    let deltas = texts.iter().filter(|t| !t.starts_with('[')).count();
+    assert!(
+        deltas < 50,
+        "queued deltas were merged: {deltas} updates for 50"
+    );
+    // Update seqs stay gap-free.
+    let seqs: Vec<u64> = updates.iter().map(|u| u.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert!(b.store().verify().unwrap().is_consistent());
+}

@@ -444,10 +444,15 @@ impl Seen {
 }
 
 /// Reads `sub` (the flight updates of an agent, protobuf) until flight `id` ends.
+///
+/// Deltas that waited for the same commit arrive merged into one update (their texts
+/// joined), so deltas are counted by text: each is `size` bytes and starts with its
+/// emit time.
 async fn follow_flight(
     sub: &mut async_nats::Subscriber,
     id: &str,
     ages: bool,
+    size: usize,
 ) -> anyhow::Result<Seen> {
     let mut seen = Seen {
         deltas: 0,
@@ -475,10 +480,13 @@ async fn follow_flight(
                 let now = Instant::now();
                 seen.first.get_or_insert(now);
                 seen.last = Some(now);
-                seen.deltas += 1;
+                let size = size.max(1);
+                seen.deltas += (d.text.len() / size).max(1) as u64;
                 if ages {
-                    if let Some(a) = age_ms(&d.text) {
-                        seen.ages_ms.push(a);
+                    for start in (0..d.text.len()).step_by(size) {
+                        if let Some(a) = d.text.get(start..).and_then(age_ms) {
+                            seen.ages_ms.push(a);
+                        }
                     }
                 }
             }
@@ -509,7 +517,13 @@ async fn stream_flight(
     let mut sub = nats.subscribe(format!("relay.v1.flight.{agent}.*")).await?;
     nats.flush().await?;
     let id = invoke(nats, "relay.v1.invoke", agent, task).await?;
-    let seen = follow_flight(&mut sub, &id, ages).await?;
+    // `stream:N:SIZE[:RATE]`: deltas of SIZE bytes; anything else counts per update.
+    let size = task
+        .split(':')
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(usize::MAX);
+    let seen = follow_flight(&mut sub, &id, ages, size).await?;
     if seen.state != Some(pb::FlightState::Completed) {
         bail!("flight {id} ended {:?}", seen.state);
     }

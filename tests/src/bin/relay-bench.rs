@@ -630,17 +630,28 @@ async fn part_a(b: &Bench) -> Vec<Row> {
     }
 }
 
-async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
-    let s = &b.sizes;
+/// A streaming part's set-up: a nats-server, `relay up`, one agent whose session a first
+/// short turn has started (so that what follows measures the stream), a NATS client, and
+/// the broker's RSS before any of it.
+async fn streaming_part(
+    b: &Bench,
+    part: &str,
+    agent: &str,
+) -> anyhow::Result<(NatsServer, RelayProcess, async_nats::Client, f64)> {
     let nats = blocking(NatsServer::start)?;
-    let mut relay = b.start_relay("a", &nats)?;
+    let relay = b.start_relay(part, &nats)?;
     let idle = settled_rss_mb(&relay).await?;
-    let agent = "stream-1".to_string();
-    b.add_agents(&relay, std::slice::from_ref(&agent), "on_demand", 1)
+    b.add_agents(&relay, &[agent.to_string()], "on_demand", 1)
         .await?;
     let client = connect(&nats.url()).await?;
-    // A first turn starts the session, so that the stream measures the stream.
-    stream_flight(&client, &agent, "stream:10:32", false).await?;
+    stream_flight(&client, agent, "stream:10:32", false).await?;
+    Ok((nats, relay, client, idle))
+}
+
+async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
+    let s = &b.sizes;
+    let agent = "stream-1".to_string();
+    let (nats, mut relay, client, idle) = streaming_part(b, "a", &agent).await?;
     say(&format!(
         "1: streaming {} deltas through relay",
         bench::number(s.deltas as f64)
@@ -760,13 +771,8 @@ async fn part_b(b: &Bench) -> Vec<Row> {
 
 async fn part_b_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     let s = &b.sizes;
-    let nats = blocking(NatsServer::start)?;
-    let mut relay = b.start_relay("b", &nats)?;
     let agent = "latency-1".to_string();
-    b.add_agents(&relay, std::slice::from_ref(&agent), "on_demand", 1)
-        .await?;
-    let client = connect(&nats.url()).await?;
-    stream_flight(&client, &agent, "stream:10:32", false).await?;
+    let (nats, mut relay, client, _) = streaming_part(b, "b", &agent).await?;
     say(&format!(
         "2: {} deltas at {}/s through relay",
         bench::number(s.latency_deltas as f64),

@@ -514,14 +514,7 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
         }
     };
     let expected = {
-        let stop = CancellationToken::new();
-        let (b, writer) = Broker::start(
-            Store::open(&path).unwrap(),
-            BrokerConfig::default(),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
+        let (b, stop, writer) = start_on(&path).await;
         for name in ["a", "b", "c"] {
             b.register_agent(spec(name)).await.unwrap();
         }
@@ -555,14 +548,7 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
         writer.await.unwrap();
         counts
     };
-    let stop = CancellationToken::new();
-    let (b, writer) = Broker::start(
-        Store::open(&path).unwrap(),
-        BrokerConfig::default(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let (b, stop, writer) = start_on(&path).await;
     assert_eq!(b.counts(), expected);
 
     // Live listings read an index that follows the flights (and is checked by doctor).
@@ -594,6 +580,21 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
     let store = Store::open(&path).unwrap();
     assert_eq!(live_ids(&store), scanned);
     assert!(store.verify().unwrap().is_consistent());
+}
+
+/// A broker on the database at `path`, with what stops it and its writer task.
+async fn start_on(
+    path: &std::path::Path,
+) -> (Broker, CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let (b, writer) = Broker::start(
+        Store::open(path).unwrap(),
+        BrokerConfig::default(),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    (b, stop, writer)
 }
 
 fn store_scan_live(store: &Store) -> Vec<String> {

@@ -828,19 +828,12 @@ async fn part_b_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         false,
     )
     .await?;
-    let http = reqwest::Client::new();
+    let http = api(&relay);
     let mut times = Vec::new();
     let mut count = 0;
     for _ in 0..6 {
         let t = Instant::now();
-        let updates: Vec<Value> = http
-            .get(format!("{}/v1/flights/{id}/updates", relay.api.url))
-            .bearer_auth(&relay.api.token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let updates: Vec<Value> = http.get(&format!("/v1/flights/{id}/updates")).await?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         count = updates.len();
     }
@@ -1211,19 +1204,14 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         bench::number(flights as f64),
         bench::number(events as f64)
     ));
-    let http = reqwest::Client::new();
     let (mut up, mut live, mut stat, mut firsts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut live_count = 0;
     for _ in 0..3 {
         let t = Instant::now();
         blocking(|| relay.restart())?;
+        let http = api(&relay);
         loop {
-            let r = http
-                .get(format!("{}/v1/status", relay.api.url))
-                .bearer_auth(&relay.api.token)
-                .send()
-                .await;
-            if r.is_ok_and(|r| r.status().is_success()) {
+            if http.get::<Value>("/v1/status").await.is_ok() {
                 break;
             }
             if t.elapsed() > Duration::from_secs(120) {
@@ -1234,14 +1222,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         up.push(t.elapsed().as_secs_f64());
         for i in 0..6 {
             let t = Instant::now();
-            let list: Vec<Value> = http
-                .get(format!("{}/v1/flights?live=true", relay.api.url))
-                .bearer_auth(&relay.api.token)
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
+            let list: Vec<Value> = http.get("/v1/flights?live=true").await?;
             let ms = t.elapsed().as_secs_f64() * 1000.0;
             live_count = list.len();
             if i == 0 {
@@ -1250,13 +1231,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
                 live.push(ms);
             }
             let t = Instant::now();
-            http.get(format!("{}/v1/status", relay.api.url))
-                .bearer_auth(&relay.api.token)
-                .send()
-                .await?
-                .error_for_status()?
-                .bytes()
-                .await?;
+            http.get::<Value>("/v1/status").await?;
             stat.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         blocking(|| relay.terminate())?;

@@ -40,7 +40,12 @@ pub const COMMAND_QUEUE_CAPACITY: usize = 4096;
 pub const MAX_BATCH: usize = 1024;
 /// Committed events buffered for slow subscribers; a subscriber that falls further
 /// behind reads the gap back from the log.
-pub const EVENT_BUFFER: usize = 16384;
+pub const EVENT_BUFFER: usize = 4096;
+/// Largest event (stored bytes) handed to subscribers in memory. A larger one (a long
+/// answer: its item, the completing update, the reply) goes out as [`Live::InLog`] and
+/// each subscriber reads it from the log, so the buffer never holds big texts after
+/// everyone has seen them: at most [`EVENT_BUFFER`] x this (64 MiB) stays buffered.
+pub const LIVE_EVENT_MAX: usize = 16 * 1024;
 /// Longest live summary kept on a flight.
 const SUMMARY_CHARS: usize = 160;
 
@@ -146,7 +151,7 @@ pub struct Broker {
 struct Inner {
     store: Store,
     commands: mpsc::Sender<Pending>,
-    events: broadcast::Sender<Arc<Event>>,
+    events: broadcast::Sender<Live>,
     last_seq: AtomicU64,
     config: BrokerConfig,
     started: Instant,
@@ -198,6 +203,24 @@ impl Counts {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// A committed event as subscribers get it live.
+#[derive(Debug, Clone)]
+pub enum Live {
+    Event(Arc<Event>),
+    /// This event is too large to keep in memory for subscribers: read it from the log
+    /// (it is there: events are published only after their flush).
+    InLog(u64),
+}
+
+impl Live {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Live::Event(e) => e.seq,
+            Live::InLog(seq) => *seq,
         }
     }
 }
@@ -289,6 +312,12 @@ impl Broker {
         self.inner.started.elapsed().as_millis() as u64
     }
 
+    /// Durable flushes of the database since the broker opened it (group commit keeps
+    /// this far below the writes; `relay-bench` reads it as flushes per flight).
+    pub fn flushes(&self) -> u64 {
+        self.inner.store.flushes()
+    }
+
     /// Seq of the last committed (flushed and published) event.
     pub fn last_seq(&self) -> u64 {
         self.inner.last_seq.load(Ordering::Acquire)
@@ -296,7 +325,7 @@ impl Broker {
 
     /// Committed events as they are published. Pair with [`crate::feed`] to start from a
     /// seq without gaps.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Live> {
         self.inner.events.subscribe()
     }
 
@@ -576,6 +605,9 @@ impl Writer {
             .durable()
             .write_then(
                 move || transact(&store, &config, first_seq, &commands),
+                // A batch refused whole wrote nothing (and a failed transaction is
+                // rolled back): no flush for it.
+                |result| matches!(result, Ok(r) if r.wrote),
                 move |ran| {
                     let _ = done.send(settle(ran, replies, &broker));
                 },
@@ -647,12 +679,17 @@ fn settle(
     }
     if let Some(inner) = broker.upgrade() {
         if let Some(last) = result.events.last() {
-            inner.last_seq.store(last.seq, Ordering::Release);
+            inner.last_seq.store(last.0.seq, Ordering::Release);
         }
-        for event in result.events {
+        for (event, size) in result.events {
             inner.counts.apply(&event);
+            let live = if size > LIVE_EVENT_MAX {
+                Live::InLog(event.seq)
+            } else {
+                Live::Event(Arc::new(event))
+            };
             // No subscriber is fine: the log has it.
-            let _ = inner.events.send(Arc::new(event));
+            let _ = inner.events.send(live);
         }
     }
     for (replies, outcome) in replies.into_iter().zip(result.outcomes) {
@@ -724,7 +761,13 @@ fn transact(
         }
     };
     let (outcomes, events) = committed?;
+    // Node reports move their node's cursor even when refused.
+    let wrote = !events.is_empty()
+        || commands
+            .iter()
+            .any(|c| matches!(c, Command::FromNode { .. }));
     Ok(BatchResult {
+        wrote,
         outcomes: outcomes
             .into_iter()
             .zip(left_out)
@@ -740,7 +783,10 @@ fn transact(
 
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
-    events: Vec<Event>,
+    /// With the size each takes in the log.
+    events: Vec<(Event, usize)>,
+    /// Whether the batch wrote anything (events, or a node's report cursor).
+    wrote: bool,
 }
 
 /// The domain rules, run inside the writer's transaction.
@@ -749,7 +795,8 @@ struct Ctx<'a, 't> {
     config: &'a BrokerConfig,
     next_seq: u64,
     now: u64,
-    events: Vec<Event>,
+    /// With the size each takes in the log.
+    events: Vec<(Event, usize)>,
 }
 
 impl Ctx<'_, '_> {
@@ -760,10 +807,12 @@ impl Ctx<'_, '_> {
             at: self.now,
             body,
         };
-        crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), encode(&event)?)?;
+        let stored = encode(&event)?;
+        let size = stored.len();
+        crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), stored)?;
         apply(self.tx, &event)?;
         self.next_seq += 1;
-        self.events.push(event);
+        self.events.push((event, size));
         Ok(())
     }
 

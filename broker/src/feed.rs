@@ -7,7 +7,7 @@ use std::sync::Arc;
 use relay_protocol::event::Event;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Live};
 use crate::error::BrokerError;
 
 /// Events read from the log per step while catching up.
@@ -52,14 +52,15 @@ pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, B
             // Follow live events until we lag behind the broadcast buffer.
             loop {
                 match live.recv().await {
-                    Ok(event) if event.seq <= cursor => continue,
-                    Ok(event) if event.seq == cursor + 1 => {
+                    Ok(live) if live.seq() <= cursor => continue,
+                    Ok(Live::Event(event)) if event.seq == cursor + 1 => {
                         cursor = event.seq;
                         if tx.send(Ok(event)).await.is_err() {
                             return;
                         }
                     }
-                    // A gap (we subscribed while the catch-up raced a commit): read it back.
+                    // A gap (we subscribed while the catch-up raced a commit), or an
+                    // event too large to be kept in memory: read it back from the log.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => return,
                 }

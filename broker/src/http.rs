@@ -459,6 +459,7 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
         live_flights: counts.live_flights,
         nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
         uptime_ms: s.broker.uptime_ms(),
+        flushes: s.broker.flushes(),
     }))
 }
 

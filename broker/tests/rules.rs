@@ -667,3 +667,50 @@ async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answ
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     assert!(b.store().verify().unwrap().is_consistent());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_events_reach_followers_whole_from_the_log_and_are_not_kept_in_memory() {
+    use relay_broker::broker::{Live, LIVE_EVENT_MAX};
+    use relay_protocol::event::EventBody;
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let f = b.invoke(invoke("a1")).await.unwrap().flight;
+    let from = b.last_seq();
+    let mut live = b.subscribe();
+    let mut followed = relay_broker::feed::follow(b.clone(), from);
+    b.update_flight(&f.id, to(Running)).await.unwrap();
+    let big = "x".repeat(LIVE_EVENT_MAX * 4);
+    b.update_flight(&f.id, FlightChange::Delta { text: big.clone() })
+        .await
+        .unwrap();
+    b.update_flight(
+        &f.id,
+        FlightChange::Delta {
+            text: "tail".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let last = b.last_seq();
+    // The live buffer holds a marker for the large event, the small ones themselves.
+    let mut markers = 0;
+    for _ in from..last {
+        match live.recv().await.unwrap() {
+            Live::InLog(_) => markers += 1,
+            Live::Event(e) => assert!(e.seq > from),
+        }
+    }
+    assert_eq!(markers, 1, "one event was too large to keep in memory");
+    // A follower gets every event, in order, the large one whole.
+    let mut texts = Vec::new();
+    for seq in from + 1..=last {
+        let event = followed.recv().await.unwrap().unwrap();
+        assert_eq!(event.seq, seq, "no gap, no duplicate");
+        if let EventBody::FlightUpdated { update, .. } = &event.body {
+            if let FlightChange::Delta { text } = &update.change {
+                texts.push(text.clone());
+            }
+        }
+    }
+    assert_eq!(texts, vec![big, "tail".to_string()]);
+}

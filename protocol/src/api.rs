@@ -163,6 +163,9 @@ pub struct Status {
     pub live_flights: u64,
     pub nats: NatsStatus,
     pub uptime_ms: u64,
+    /// Durable flushes of the database since this broker started.
+    #[serde(default)]
+    pub flushes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -96,15 +96,23 @@ impl std::fmt::Debug for Durable {
 }
 
 impl Durable {
-    /// [`Storage::submit_then`] with a flush of this database.
-    pub async fn write_then<R, F, T>(&self, work: F, then: T) -> Result<(), StorageError>
+    /// [`Storage::submit_then`] with a flush of this database, unless `wrote` says the
+    /// work's outcome wrote nothing (a batch of commands that were all refused): then
+    /// the job needs no flush of its own and costs none.
+    pub async fn write_then<R, F, W, T>(
+        &self,
+        work: F,
+        wrote: W,
+        then: T,
+    ) -> Result<(), StorageError>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
+        W: FnOnce(&R) -> bool + Send + 'static,
         T: FnOnce(Ran<R>) + Send + 'static,
     {
         Storage::global()
-            .submit_then(Some(self.clone()), work, then)
+            .queue(Some(self.clone()), work, wrote, then)
             .await
     }
 
@@ -206,7 +214,8 @@ type Finish = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
 struct Job {
     flush: Option<Durable>,
-    run: Box<dyn FnOnce() -> Finish + Send>,
+    /// Runs the work; says whether it wrote (a job that wrote nothing needs no flush).
+    run: Box<dyn FnOnce() -> (Finish, bool) + Send>,
 }
 
 /// A handle to the process's storage thread.
@@ -292,15 +301,35 @@ impl Storage {
         R: Send + 'static,
         T: FnOnce(Ran<R>) + Send + 'static,
     {
-        let run = Box::new(move || -> Finish {
+        self.queue(flush, work, |_| true, then).await
+    }
+
+    async fn queue<R, F, W, T>(
+        &self,
+        flush: Option<Durable>,
+        work: F,
+        wrote: W,
+        then: T,
+    ) -> Result<(), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+        W: FnOnce(&R) -> bool + Send + 'static,
+        T: FnOnce(Ran<R>) + Send + 'static,
+    {
+        let run = Box::new(move || -> (Finish, bool) {
             match catch_unwind(AssertUnwindSafe(work)) {
-                Ok(r) => Box::new(move |flushed| then(Ok((r, flushed)))),
+                Ok(r) => {
+                    let wrote = wrote(&r);
+                    (Box::new(move |flushed| then(Ok((r, flushed)))), wrote)
+                }
                 Err(panic) => {
                     let text = panic_text(panic.as_ref());
                     // A failed flush of the group matters more than the panic: say it.
-                    Box::new(move |flushed: Result<(), StorageError>| {
+                    let finish: Finish = Box::new(move |flushed: Result<(), StorageError>| {
                         then(Err(flushed.err().unwrap_or(StorageError::Panicked(text))))
-                    })
+                    });
+                    (finish, true)
                 }
             }
         });
@@ -322,13 +351,15 @@ fn run(mut rx: mpsc::Receiver<Job>) {
         let mut finishes: Vec<(Option<usize>, Finish)> = Vec::new();
         let mut next = Some(first);
         while let Some(job) = next {
-            let id = job.flush.as_ref().map(Durable::id);
-            if let Some(d) = job.flush {
+            let (finish, wrote) = (job.run)();
+            let flush = job.flush.filter(|_| wrote);
+            let id = flush.as_ref().map(Durable::id);
+            if let Some(d) = flush {
                 if !to_flush.iter().any(|f| f.id() == d.id()) {
                     to_flush.push(d);
                 }
             }
-            finishes.push((id, (job.run)()));
+            finishes.push((id, finish));
             next = if finishes.len() < MAX_GROUP {
                 rx.try_recv().ok()
             } else {
@@ -438,6 +469,39 @@ mod tests {
         // Every write was on disk when it was answered; they waited together, so one
         // flush served them all.
         assert_eq!(d.flushes() - before, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_that_wrote_nothing_costs_no_flush() {
+        let _serial = exclusive().await;
+        let d = temp_db();
+        // Runs a job that says whether it wrote; answers with that and the flushes made
+        // by the time it was answered.
+        let job = |d: &Durable, wrote: bool| {
+            let (tx, rx) = oneshot::channel();
+            let counter = d.clone();
+            let db = d.db().clone();
+            let d = d.clone();
+            async move {
+                d.write_then(
+                    move || wrote && db.insert(b"k", b"v".to_vec()).is_ok(),
+                    |w| *w,
+                    move |ran: Ran<bool>| {
+                        let (w, flushed) = ran.unwrap();
+                        let _ = tx.send((w, flushed.is_ok(), counter.flushes()));
+                    },
+                )
+                .await
+                .unwrap();
+                rx.await.unwrap()
+            }
+        };
+        let before = d.flushes();
+        // Refused work: nothing written, nothing flushed.
+        assert_eq!(job(&d, false).await, (false, true, before));
+        // Work that wrote is flushed before it is answered.
+        assert_eq!(job(&d, true).await, (true, true, before + 1));
+        assert_eq!(d.db().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,7 +143,13 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
             .as_u64()
             .unwrap()
     };
+    let flushes = || async {
+        relay.http().get("/v1/status").await.1["flushes"]
+            .as_u64()
+            .unwrap()
+    };
     let seq0 = last_seq().await;
+    let flushes0 = flushes().await;
     let msg =
         |body: String| json!({"conversation": "channel.shared", "author": "me", "body": body});
 
@@ -308,6 +314,7 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
         );
     }
     assert_eq!(last_seq().await, seq0, "nothing was written");
+    assert_eq!(flushes().await, flushes0, "nothing was flushed");
 
     // The auth scheme is case-insensitive.
     let resp = reqwest::Client::new()
@@ -322,6 +329,7 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
     let (code, body) = http.post("/v1/messages", &msg("still here".into())).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(last_seq().await, seq0 + 1);
+    assert!(flushes().await > flushes0, "the message was flushed");
 
     // The CLI reports errors on stderr with a non-zero exit code.
     let out = relay.cli(&["send", "--to", "nope", "hello"]);

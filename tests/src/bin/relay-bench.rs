@@ -1021,6 +1021,12 @@ where
     })
 }
 
+/// The broker's durable flushes so far (`GET /v1/status`).
+async fn flushes(relay: &RelayProcess) -> anyhow::Result<u64> {
+    let status: relay_protocol::api::Status = api(relay).get("/v1/status").await?;
+    Ok(status.flushes)
+}
+
 /// A raw NATS stand-in for the broker: answers every invocation at once with a flight id
 /// and publishes that flight's terminal update.
 async fn raw_responder(client: async_nats::Client) -> anyhow::Result<tokio::task::JoinHandle<()>> {
@@ -1122,8 +1128,10 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &k in &s.in_flight {
         say(&format!("3: {k} in flight"));
+        let flushes_before = flushes(&relay).await?;
         let relay_run =
             closed_loop(s.invocations, k, budget, &agents, &ends, via_relay.clone()).await?;
+        let flushed = flushes(&relay).await? - flushes_before;
         let raw_run = closed_loop(
             s.invocations,
             k,
@@ -1137,12 +1145,14 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
             .baseline("raw NATS request + update", Some(raw_run.rate()))
             .detail(format!(
                 "{} flights in {:.1} s ({} failed); raw: {} in {:.1} s; durable flushes per \
-                 flight: n/a (the broker exposes no flush counter)",
+                 flight: {:.2} ({} flushes)",
                 bench::number(relay_run.flights as f64),
                 relay_run.took.as_secs_f64(),
                 relay_run.failed,
                 bench::number(raw_run.flights as f64),
                 raw_run.took.as_secs_f64(),
+                flushed as f64 / relay_run.flights.max(1) as f64,
+                bench::number(flushed as f64),
             ));
         if relay_run.failed == 0 {
             r = r.value(relay_run.rate());

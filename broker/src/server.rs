@@ -10,12 +10,22 @@ use anyhow::{bail, Context};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, BrokerConfig};
-use crate::client::{ApiInfo, API_FILE};
 use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::BusKey;
 use crate::store::Store;
 use relay_runtime::{Runtime, RuntimeConfig};
+use serde::{Deserialize, Serialize};
+
+/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+pub const API_FILE: &str = "api.json";
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use relay_broker::client::{default_data_dir, Client};
+use relay_cli::client::{default_data_dir, Client};
 use relay_protocol::api::{MessagePosted, Status};
 use relay_protocol::domain::{
     Agent, AgentSpec, Approval, ApprovalDecision, ApprovalPolicy, Conversation, ConversationKind,
@@ -19,15 +19,15 @@ use serde::Serialize;
 /// `println!` for text that may hold agent or model output: made inert first.
 macro_rules! outln {
     () => { println!() };
-    ($($t:tt)*) => { println!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+    ($($t:tt)*) => { println!("{}", relay_cli::terminal::inert(&format!($($t)*))) };
 }
 /// `print!`, inert (see [`outln`]).
 macro_rules! out {
-    ($($t:tt)*) => { print!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+    ($($t:tt)*) => { print!("{}", relay_cli::terminal::inert(&format!($($t)*))) };
 }
 /// `eprintln!`, inert (see [`outln`]).
 macro_rules! errln {
-    ($($t:tt)*) => { eprintln!("{}", relay_broker::terminal::inert(&format!($($t)*))) };
+    ($($t:tt)*) => { eprintln!("{}", relay_cli::terminal::inert(&format!($($t)*))) };
 }
 
 #[derive(Parser)]
@@ -1057,7 +1057,7 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                         f.id,
                         f.state,
                         f.agent,
-                        relay_broker::terminal::one_line(f.summary.as_deref().unwrap_or(""))
+                        relay_cli::terminal::one_line(f.summary.as_deref().unwrap_or(""))
                     );
                 }
             }
@@ -1123,12 +1123,9 @@ async fn client_command(data_dir: Option<PathBuf>, cmd: Cmd) -> anyhow::Result<E
                         serde_json::to_value(a.request.kind)?
                             .as_str()
                             .unwrap_or("?"),
-                        relay_broker::terminal::one_line(&a.request.detail),
+                        relay_cli::terminal::one_line(&a.request.detail),
                         a.decided_by
-                            .map(|d| format!(
-                                "(decided by {})",
-                                relay_broker::terminal::one_line(&d)
-                            ))
+                            .map(|d| format!("(decided by {})", relay_cli::terminal::one_line(&d)))
                             .unwrap_or_default()
                     );
                 }
@@ -1531,7 +1528,7 @@ impl AskView {
         }
         eprint!(
             "\r\x1b[K{}",
-            relay_broker::terminal::inert(&format!(
+            relay_cli::terminal::inert(&format!(
                 "{frame} {agent}: {} ({})",
                 self.activity, self.state
             ))
@@ -1568,7 +1565,7 @@ fn approval_hint(reason: &str) -> String {
         // The whole command on one line: a second line must not hide.
         Some((id, detail)) => format!(
             "waiting for approval of `{}`: relay approve {id} accept|decline",
-            relay_broker::terminal::one_line(detail)
+            relay_cli::terminal::one_line(detail)
         ),
         None => reason.to_string(),
     }

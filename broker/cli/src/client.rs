@@ -4,19 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
+use relay_broker::server::{ApiInfo, API_FILE};
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-
-/// What `relay up` writes to `<data-dir>/api.json` (mode 0600).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ApiInfo {
-    pub url: String,
-    pub token: String,
-    pub pid: u32,
-}
-
-pub const API_FILE: &str = "api.json";
+use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

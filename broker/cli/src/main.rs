@@ -603,25 +603,15 @@ async fn node(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitC
         None => default_data_dir(None).join("nodes").join(&args.name),
     };
     let key_file = args.key_file.unwrap_or_else(|| data_dir.join("node.key"));
-    let key = {
-        let path = key_file.clone();
-        relay_runtime::storage::read(move || relay_broker::files::read_key(&path)).await??
-    };
-    let Some(key) = key else {
-        anyhow::bail!(
-            "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
-            key_file.display(),
-            args.name
-        );
-    };
+    let key = relay_broker::node::read_key(&key_file, &args.name).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
-    spawn_signal_handler(shutdown.clone());
+    relay_broker::shutdown::on_signals(shutdown.clone());
     relay_broker::node::run(
         relay_broker::node::NodeConfig {
             name: args.name,
             data_dir,
             nats,
-            key: relay_broker::seal::NodeKey::new(key),
+            key,
             turn_idle_timeout: args.runtime.turn_idle_timeout(),
         },
         shutdown,
@@ -636,22 +626,9 @@ async fn node_key(
     name: String,
     out: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    if !relay_protocol::domain::valid_agent_name(&name) {
-        anyhow::bail!("node name {name:?} is not valid: use letters, digits, '-' or '_'");
-    }
     let dir = default_data_dir(data_dir);
     let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
-        // A key made anywhere else would open nothing the broker seals.
-        if !dir.join("db").exists() && !dir.join(relay_broker::server::BUS_KEY_FILE).exists() {
-            anyhow::bail!(
-                "{} is not a broker's data dir (no db/ or bus.key): run this with the --data-dir of `relay up`",
-                dir.display()
-            );
-        }
-        relay_broker::files::private_dir(&dir)?;
-        let bus =
-            relay_broker::files::read_or_create_key(&dir.join(relay_broker::server::BUS_KEY_FILE))?;
-        let key = relay_broker::seal::BusKey::new(bus).node(&name);
+        let key = relay_broker::server::node_key(&dir, &name)?;
         let text = relay_broker::files::key_text(key.bytes());
         match out {
             Some(path) => {
@@ -741,7 +718,7 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
     init_logs();
     args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    spawn_signal_handler(shutdown.clone());
+    relay_broker::shutdown::on_signals(shutdown.clone());
     let config = relay_broker::server::ServerConfig {
         data_dir: default_data_dir(data_dir),
         listen: args.listen,
@@ -759,26 +736,6 @@ async fn up(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode>
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The first SIGINT/SIGTERM drains in-flight work; a second one exits at once.
-fn spawn_signal_handler(shutdown: tokio_util::sync::CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            tracing::error!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-        tracing::info!("shutting down (send the signal again to force)");
-        shutdown.cancel();
-        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-        errln!("relay: forced exit");
-        std::process::exit(130);
-    });
 }
 
 fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {

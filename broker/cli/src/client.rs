@@ -203,3 +203,16 @@ fn error_from(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
         }
     }
 }
+
+/// `s` as one path segment of a URL, percent-encoded.
+pub fn enc(s: &str) -> String {
+    // Path segments: ids and names are restricted, but be safe with anything else.
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,13 +1,13 @@
 //! The HTTP client behind the CLI's client commands. It finds the broker through
-//! `RELAY_URL` + `RELAY_TOKEN`, or through `<data-dir>/api.json`.
-
-use std::path::{Path, PathBuf};
+//! `<data-dir>/api.json`, or `RELAY_URL` + `RELAY_TOKEN` ([`Client::discover`]).
 
 use futures::StreamExt;
 use relay_broker::server::{ApiInfo, API_FILE};
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::data_dir::DataDir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -34,16 +34,6 @@ impl ClientError {
     }
 }
 
-/// `--data-dir`, else `RELAY_DATA_DIR`, else `~/.local/share/relay`.
-pub fn default_data_dir(explicit: Option<PathBuf>) -> PathBuf {
-    explicit
-        .or_else(|| std::env::var_os("RELAY_DATA_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
-            Path::new(&home).join(".local/share/relay")
-        })
-}
-
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -60,27 +50,31 @@ impl Client {
         }
     }
 
-    /// The broker of an explicit `--data-dir` (its api.json); else `RELAY_URL` +
-    /// `RELAY_TOKEN`, which go together; else the api.json of `RELAY_DATA_DIR` or the
-    /// default data dir.
-    pub fn discover(data_dir: Option<PathBuf>) -> Result<Client, ClientError> {
-        if data_dir.is_none() {
-            match (std::env::var("RELAY_URL"), std::env::var("RELAY_TOKEN")) {
-                (Ok(url), Ok(token)) => return Ok(Client::new(&url, &token)),
-                (Ok(_), Err(_)) => {
+    /// The broker of a `--data-dir` given on the command line (its api.json); else
+    /// `url` + `token` (`RELAY_URL` + `RELAY_TOKEN`), which go together; else the
+    /// api.json of `RELAY_DATA_DIR` or the default data dir.
+    pub fn discover(
+        data_dir: DataDir,
+        url: Option<String>,
+        token: Option<String>,
+    ) -> Result<Client, ClientError> {
+        if !matches!(data_dir, DataDir::Given(_)) {
+            match (url, token) {
+                (Some(url), Some(token)) => return Ok(Client::new(&url, &token)),
+                (Some(_), None) => {
                     return Err(ClientError::NotFound(
                         "RELAY_URL is set but RELAY_TOKEN is not: set both, or neither to use the data dir's api.json".into(),
                     ))
                 }
-                (Err(_), Ok(_)) => {
+                (None, Some(_)) => {
                     return Err(ClientError::NotFound(
                         "RELAY_TOKEN is set but RELAY_URL is not: set both, or neither to use the data dir's api.json".into(),
                     ))
                 }
-                (Err(_), Err(_)) => {}
+                (None, None) => {}
             }
         }
-        let dir = default_data_dir(data_dir);
+        let dir = data_dir.path();
         let path = dir.join(API_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| {
             ClientError::NotFound(format!(

@@ -13,17 +13,25 @@
 //!   summaries, the live view of `relay ask`).
 //!
 //! Whatever they print of agent or model text goes through [`terminal`] first.
+//!
+//! Every setting is a flag and, where it has one, its environment variable, both read by
+//! clap, so `--help` names them all ([`data_dir`]: where `--data-dir` came from matters
+//! to client commands). A secret's variable is named but its value never shown, and a
+//! secret on the command line is refused (`ps` shows it to every user).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod client;
 mod commands;
+pub mod data_dir;
 pub mod terminal;
 mod views;
 
+use data_dir::DataDir;
 use terminal::errln;
 
 #[derive(Parser)]
@@ -38,9 +46,22 @@ Start a broker with `relay up`. Client commands find it through RELAY_DATA_DIR (
     after_help = "Examples:\n  relay up --data-dir ./.relay\n  relay send \"hello @codex-1\"\n  relay read -n 20\n  relay agent add codex-1 --harness codex_app_server --cwd .\n  relay flights --json"
 )]
 struct Cli {
-    /// Data directory of the broker (else RELAY_DATA_DIR, else ~/.local/share/relay).
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Data directory of the broker (else ~/.local/share/relay).
+    #[arg(long, global = true, value_name = "DIR", env = "RELAY_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// URL of the broker's API, for client commands: with RELAY_TOKEN, used instead of
+    /// the api.json of RELAY_DATA_DIR (but not of --data-dir).
+    #[arg(long, value_name = "URL", env = "RELAY_URL")]
+    url: Option<String>,
+    /// The token that goes with --url: refused on the command line (every user can read
+    /// it with ps), set RELAY_TOKEN.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "RELAY_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -66,7 +87,12 @@ enum Cmd {
 /// `relay`: parses the command line, runs the command, and turns its error into a
 /// message on stderr and exit code 1.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut Cli::command()).exit(),
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -77,13 +103,8 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(async move {
-        match cli.command {
-            Cmd::Serve(cmd) => commands::serve::run(cli.data_dir, cmd).await,
-            Cmd::Client(cmd) => commands::run(cli.data_dir, cmd).await,
-            Cmd::Doctor(f) => commands::doctor::run(cli.data_dir, f.json).await,
-        }
-    });
+    let result = refuse_secrets_on_command_line(&command, &matches)
+        .and_then(|()| rt.block_on(run(cli, &matches)));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -91,4 +112,51 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    let data_dir = match (cli.data_dir, matches.value_source("data_dir")) {
+        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(dir),
+        (Some(dir), _) => DataDir::FromEnv(dir),
+        (None, _) => DataDir::Default,
+    };
+    match cli.command {
+        Cmd::Serve(cmd) => commands::serve::run(data_dir, cmd).await,
+        Cmd::Client(cmd) => {
+            let client = client::Client::discover(data_dir, cli.url, cli.token)?;
+            commands::run(&client, cmd).await
+        }
+        Cmd::Doctor(f) => commands::doctor::run(data_dir, f.json).await,
+    }
+}
+
+/// Secrets (arguments whose environment values `--help` hides) come from the environment
+/// or a file, never the command line, where `ps` shows them to every user.
+fn refuse_secrets_on_command_line(command: &Command, matches: &ArgMatches) -> anyhow::Result<()> {
+    for arg in command
+        .get_arguments()
+        .filter(|a| a.is_hide_env_values_set())
+    {
+        if matches.value_source(arg.get_id().as_str()) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        let flag = arg.get_long().unwrap_or_default();
+        let var = arg.get_env().unwrap_or_default().to_string_lossy();
+        let file = format!("{flag}-file");
+        if command
+            .get_arguments()
+            .any(|a| a.get_long() == Some(file.as_str()))
+        {
+            anyhow::bail!("--{flag} is not taken on the command line (every user can read it with ps): set {var}, or put it in a file and pass --{file}");
+        }
+        anyhow::bail!(
+            "--{flag} is not taken on the command line (every user can read it with ps): set {var}"
+        );
+    }
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(subcommand) = command.find_subcommand(name) {
+            return refuse_secrets_on_command_line(subcommand, sub);
+        }
+    }
+    Ok(())
 }

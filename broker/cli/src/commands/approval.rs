@@ -3,7 +3,7 @@
 use clap::Args;
 use relay_protocol::domain::{Approval, ApprovalDecision};
 
-use super::actor;
+use super::Actor;
 use crate::client::{enc, Client};
 use crate::terminal::{errln, one_line, outln};
 use crate::views::{print_json, wire_name};
@@ -24,6 +24,8 @@ pub struct ApproveArgs {
     id: String,
     /// accept, accept_for_session, decline or cancel.
     decision: ApprovalDecision,
+    #[command(flatten)]
+    actor: Actor,
     /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
     json: bool,
@@ -60,11 +62,16 @@ pub async fn list(client: &Client, args: ApprovalsArgs) -> anyhow::Result<()> {
 
 /// `relay approve`.
 pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
-    let ApproveArgs { id, decision, json } = args;
+    let ApproveArgs {
+        id,
+        decision,
+        actor,
+        json,
+    } = args;
     let a: Approval = client
         .post(
             &format!("/v1/approvals/{}", enc(&id)),
-            &serde_json::json!({ "decision": decision, "decided_by": actor(None) }),
+            &serde_json::json!({ "decision": decision, "decided_by": actor.name }),
         )
         .await?;
     if json {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate, InvokeRequest};
 
-use super::{actor, text_arg};
+use super::{text_arg, Actor};
 use crate::client::{enc, Client};
 use crate::terminal::{errln, outln};
 use crate::views::ask::AskView;
@@ -17,14 +17,13 @@ pub struct AskArgs {
     agent: String,
     /// The task. `-` (or nothing, with a pipe on stdin) reads it from stdin.
     text: Vec<String>,
-    /// Who is asking (else RELAY_ACTOR, else "operator").
-    #[arg(long = "as", value_name = "ACTOR")]
-    actor: Option<String>,
+    #[command(flatten)]
+    actor: Actor,
     /// Conversation to post in (default: a direct one with the agent).
     #[arg(long)]
     conversation: Option<String>,
-    /// The flight this ask is made from (agent-to-agent; else RELAY_FLIGHT).
-    #[arg(long)]
+    /// The flight this ask is made from (agent-to-agent).
+    #[arg(long, env = "RELAY_FLIGHT")]
     parent_flight: Option<String>,
     /// Fail the flight after this many seconds.
     #[arg(long)]
@@ -44,7 +43,7 @@ pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
     let AskArgs {
         agent,
         text,
-        actor: who,
+        actor,
         conversation,
         parent_flight,
         timeout,
@@ -56,10 +55,10 @@ pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
         InvokeRequest {
             target: agent,
             task: text_arg(text)?,
-            requester: actor(who),
+            requester: actor.name,
             action: Default::default(),
             conversation,
-            parent_flight: parent_flight.or_else(|| std::env::var("RELAY_FLIGHT").ok()),
+            parent_flight,
             timeout_ms: timeout.map(|s| s * 1000),
         },
         no_wait,

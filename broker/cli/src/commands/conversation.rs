@@ -7,7 +7,7 @@ use relay_protocol::domain::{
     DEFAULT_CONVERSATION,
 };
 
-use super::{actor, text_arg, JsonFlag};
+use super::{text_arg, Actor, JsonFlag};
 use crate::client::{enc, Client};
 use crate::terminal::outln;
 use crate::views::print_json;
@@ -17,9 +17,8 @@ pub struct SendArgs {
     /// Conversation id.
     #[arg(long, default_value = DEFAULT_CONVERSATION)]
     to: String,
-    /// Who is speaking (else RELAY_ACTOR, else "operator").
-    #[arg(long = "as", value_name = "ACTOR")]
-    actor: Option<String>,
+    #[command(flatten)]
+    actor: Actor,
     /// Message text; `@name` mentions an agent. `-` (or nothing, with a pipe on
     /// stdin) reads it from stdin.
     text: Vec<String>,
@@ -71,7 +70,7 @@ pub enum ConversationCmd {
 pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
     let SendArgs {
         to,
-        actor: who,
+        actor,
         text,
         json,
     } = args;
@@ -80,7 +79,7 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
             "/v1/messages",
             &PostMessage {
                 conversation: to,
-                author: actor(who),
+                author: actor.name,
                 body: text_arg(text)?,
                 class: MessageClass::Agent,
                 reply_to: None,

@@ -1,16 +1,15 @@
 //! `relay doctor`: the rebuild-and-compare check of a stopped broker's data dir
 //! ([`relay_broker::Store::doctor`]).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::client::default_data_dir;
+use crate::data_dir::DataDir;
 use crate::terminal::outln;
 use crate::views::print_json;
 
 /// `relay doctor`: the rebuild-and-compare check of a stopped data dir.
-pub async fn run(data_dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let dir = default_data_dir(data_dir);
+pub async fn run(data_dir: DataDir, json: bool) -> anyhow::Result<ExitCode> {
+    let dir = data_dir.path();
     let db = dir.join("db");
     if !db.exists() {
         anyhow::bail!(

@@ -1,8 +1,7 @@
 //! The commands, one module per family: each holds its clap arguments and what it
 //! does. [`serve`] (`up`, `node`, `node-key`) and [`doctor`] run without a broker; the
-//! client commands ([`ClientCmd`]) find one ([`Client::discover`]) and call its API.
+//! client commands ([`ClientCmd`]) find one ([`Client::discover`](crate::client::Client::discover)) and call its API.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -24,6 +23,20 @@ pub struct JsonFlag {
     /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Who a client command acts as: a message's author, an ask's requester, an approval's
+/// decider.
+#[derive(Args)]
+pub struct Actor {
+    /// Who is speaking, asking or deciding.
+    #[arg(
+        long = "as",
+        value_name = "ACTOR",
+        env = "RELAY_ACTOR",
+        default_value = "operator"
+    )]
+    pub name: String,
 }
 
 /// The commands that talk to a running broker.
@@ -60,31 +73,24 @@ pub enum ClientCmd {
     Flight(flight::FlightArgs),
 }
 
-/// Finds the broker, then runs `cmd` on it.
-pub async fn run(data_dir: Option<PathBuf>, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
-    let client = Client::discover(data_dir)?;
+/// Runs `cmd` on the broker `client` talks to.
+pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        ClientCmd::Status(f) => status::run(&client, f.json).await?,
-        ClientCmd::Send(args) => conversation::send(&client, args).await?,
-        ClientCmd::Read(args) => conversation::read(&client, args).await?,
-        ClientCmd::Events(args) => events::run(&client, args).await?,
-        ClientCmd::Agent(cmd) => agent::run(&client, cmd).await?,
-        ClientCmd::Conversation(cmd) => conversation::run(&client, cmd).await?,
-        ClientCmd::Flights(args) => flight::list(&client, args).await?,
-        ClientCmd::Ask(args) => return ask::run(&client, args).await,
-        ClientCmd::Steer(args) => flight::steer(&client, args).await?,
-        ClientCmd::Interrupt(args) => flight::interrupt(&client, args).await?,
-        ClientCmd::Approvals(args) => approval::list(&client, args).await?,
-        ClientCmd::Approve(args) => approval::approve(&client, args).await?,
-        ClientCmd::Flight(args) => flight::show(&client, args).await?,
+        ClientCmd::Status(f) => status::run(client, f.json).await?,
+        ClientCmd::Send(args) => conversation::send(client, args).await?,
+        ClientCmd::Read(args) => conversation::read(client, args).await?,
+        ClientCmd::Events(args) => events::run(client, args).await?,
+        ClientCmd::Agent(cmd) => agent::run(client, cmd).await?,
+        ClientCmd::Conversation(cmd) => conversation::run(client, cmd).await?,
+        ClientCmd::Flights(args) => flight::list(client, args).await?,
+        ClientCmd::Ask(args) => return ask::run(client, args).await,
+        ClientCmd::Steer(args) => flight::steer(client, args).await?,
+        ClientCmd::Interrupt(args) => flight::interrupt(client, args).await?,
+        ClientCmd::Approvals(args) => approval::list(client, args).await?,
+        ClientCmd::Approve(args) => approval::approve(client, args).await?,
+        ClientCmd::Flight(args) => flight::show(client, args).await?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn actor(explicit: Option<String>) -> String {
-    explicit
-        .or_else(|| std::env::var("RELAY_ACTOR").ok())
-        .unwrap_or_else(|| "operator".into())
 }
 
 /// The words of a text argument joined by spaces; `-`, or no words with stdin not a

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use crate::data_dir::DataDir;
+
 pub mod node;
 pub mod settings;
 pub mod up;
@@ -30,7 +32,7 @@ pub enum ServeCmd {
 }
 
 /// Runs `cmd` until it ends (the processes: until SIGINT/SIGTERM).
-pub async fn run(data_dir: Option<PathBuf>, cmd: ServeCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, cmd: ServeCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         ServeCmd::Up(args) => up::run(data_dir, args).await,
         ServeCmd::Node(args) => node::run(data_dir, args).await,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::settings::{init_logs, NatsArgs, RuntimeArgs};
-use crate::client::default_data_dir;
+use crate::data_dir::DataDir;
 use crate::terminal::{errln, out};
 
 #[derive(Args)]
@@ -26,17 +26,18 @@ pub struct NodeArgs {
 }
 
 /// `relay node`: runs the node until SIGINT/SIGTERM.
-pub async fn run(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<ExitCode> {
     init_logs();
     args.runtime.apply();
     let Some(nats) = args.nats.config(None)? else {
         anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");
     };
     // Its own directory by default, so it never shares the broker's sled files.
-    let data_dir = match data_dir.or_else(|| std::env::var_os("RELAY_DATA_DIR").map(PathBuf::from))
-    {
-        Some(d) => d,
-        None => default_data_dir(None).join("nodes").join(&args.name),
+    let data_dir = match data_dir {
+        DataDir::Given(dir) | DataDir::FromEnv(dir) => dir,
+        DataDir::Default => crate::data_dir::default_path()
+            .join("nodes")
+            .join(&args.name),
     };
     let key_file = args.key_file.unwrap_or_else(|| data_dir.join("node.key"));
     let key = relay_broker::node::read_key(&key_file, &args.name).await?;
@@ -58,11 +59,11 @@ pub async fn run(data_dir: Option<PathBuf>, args: NodeArgs) -> anyhow::Result<Ex
 
 /// `relay node-key NAME`: the node's key, from the broker's bus key.
 pub async fn write_key(
-    data_dir: Option<PathBuf>,
+    data_dir: DataDir,
     name: String,
     out: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let dir = default_data_dir(data_dir);
+    let dir = data_dir.path();
     let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
         let key = relay_broker::server::node_key(&dir, &name)?;
         let text = relay_broker::files::key_text(key.bytes());

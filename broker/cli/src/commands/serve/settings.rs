@@ -61,11 +61,23 @@ pub struct NatsArgs {
     /// File holding the NATS authentication token (or set RELAY_NATS_TOKEN).
     #[arg(long, env = "RELAY_NATS_TOKEN_FILE", value_name = "FILE")]
     nats_token_file: Option<PathBuf>,
-    /// Refused: see --nats-password-file.
-    #[arg(long, hide = true, value_name = "SECRET")]
+    /// The NATS password: refused on the command line (every user can read it with
+    /// ps), set RELAY_NATS_PASSWORD or pass --nats-password-file.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "RELAY_NATS_PASSWORD",
+        hide_env_values = true
+    )]
     nats_password: Option<String>,
-    /// Refused: see --nats-token-file.
-    #[arg(long, hide = true, value_name = "SECRET")]
+    /// The NATS authentication token: refused on the command line, set RELAY_NATS_TOKEN
+    /// or pass --nats-token-file.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "RELAY_NATS_TOKEN",
+        hide_env_values = true
+    )]
     nats_token: Option<String>,
 }
 
@@ -76,20 +88,17 @@ impl NatsArgs {
     ) -> anyhow::Result<Option<relay_broker::nats::NatsConfig>> {
         use relay_broker::nats::NatsAuth;
         let password = secret(
-            "RELAY_NATS_PASSWORD",
             self.nats_password_file.as_ref(),
             self.nats_password.as_ref(),
             "nats-password",
         )?;
         let token = secret(
-            "RELAY_NATS_TOKEN",
             self.nats_token_file.as_ref(),
             self.nats_token.as_ref(),
             "nats-token",
         )?;
         let request_token = match bus {
             Some(bus) => secret(
-                "RELAY_NATS_REQUEST_TOKEN",
                 bus.nats_request_token_file.as_ref(),
                 bus.nats_request_token.as_ref(),
                 "nats-request-token",
@@ -151,30 +160,31 @@ pub struct BusArgs {
     /// permissions decide who may publish there.
     #[arg(long, env = "RELAY_NATS_REQUEST_TOKEN_FILE", value_name = "FILE")]
     nats_request_token_file: Option<PathBuf>,
-    /// Refused: see --nats-request-token-file.
-    #[arg(long, hide = true, value_name = "SECRET")]
+    /// The request token: refused on the command line, set RELAY_NATS_REQUEST_TOKEN or
+    /// pass --nats-request-token-file.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "RELAY_NATS_REQUEST_TOKEN",
+        hide_env_values = true
+    )]
     nats_request_token: Option<String>,
 }
 
-/// A secret from the environment variable `var` or from a file (trailing newline
-/// dropped); secrets given on the command line are refused, since `ps` shows them.
+/// A secret from `--FLAG-file` (trailing newline dropped), else from its environment
+/// variable (empty: unset). Never from the command line:
+/// `refuse_secrets_on_command_line` turned that down before any command ran.
 fn secret(
-    var: &str,
     file: Option<&PathBuf>,
-    on_command_line: Option<&String>,
+    from_env: Option<&String>,
     flag: &str,
 ) -> anyhow::Result<Option<String>> {
-    if on_command_line.is_some() {
-        anyhow::bail!(
-            "--{flag} is not taken on the command line (every user can read it with ps): set {var}, or put it in a file and pass --{flag}-file"
-        );
-    }
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read --{flag}-file {}: {e}", path.display()))?;
         return Ok(Some(text.trim_end_matches(['\n', '\r']).to_string()));
     }
-    Ok(std::env::var(var).ok().filter(|v| !v.is_empty()))
+    Ok(from_env.filter(|v| !v.is_empty()).cloned())
 }
 
 /// Logs on stderr, filtered by `RUST_LOG` (default `info`).

@@ -1,10 +1,11 @@
 //! `relay up`: the broker with its embedded runtime ([`relay_broker::server::run`]).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+
+use crate::data_dir::DataDir;
 
 use super::settings::{init_logs, BusArgs, NatsArgs, RuntimeArgs};
 
@@ -40,13 +41,13 @@ pub struct UpArgs {
 }
 
 /// `relay up`: runs the broker until SIGINT/SIGTERM.
-pub async fn run(data_dir: Option<PathBuf>, args: UpArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
     init_logs();
     args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
     relay_broker::shutdown::on_signals(shutdown.clone());
     let config = relay_broker::server::ServerConfig {
-        data_dir: crate::client::default_data_dir(data_dir),
+        data_dir: data_dir.path(),
         listen: args.listen,
         broker: relay_broker::BrokerConfig {
             max_message_bytes: args.max_message_bytes,

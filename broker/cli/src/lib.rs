@@ -115,11 +115,7 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
-    let data_dir = match (cli.data_dir, matches.value_source("data_dir")) {
-        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(dir),
-        (Some(dir), _) => DataDir::FromEnv(dir),
-        (None, _) => DataDir::Default,
-    };
+    let data_dir = data_dir(cli.data_dir, matches);
     match cli.command {
         Cmd::Serve(cmd) => commands::serve::run(data_dir, cmd).await,
         Cmd::Client(cmd) => {
@@ -127,6 +123,16 @@ async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
             commands::run(&client, cmd).await
         }
         Cmd::Doctor(f) => commands::doctor::run(data_dir, f.json).await,
+    }
+}
+
+/// `--data-dir` (clap gives the global argument's value and source to the top level,
+/// wherever it stood).
+fn data_dir(dir: Option<PathBuf>, matches: &ArgMatches) -> DataDir {
+    match (dir, matches.value_source("data_dir")) {
+        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(dir),
+        (Some(dir), _) => DataDir::FromEnv(dir),
+        (None, _) => DataDir::Default,
     }
 }
 
@@ -159,4 +165,66 @@ fn refuse_secrets_on_command_line(command: &Command, matches: &ArgMatches) -> an
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn matches(args: &[&str]) -> ArgMatches {
+        Cli::command().try_get_matches_from(args).unwrap()
+    }
+
+    fn refused(args: &[&str]) -> Option<String> {
+        refuse_secrets_on_command_line(&Cli::command(), &matches(args))
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn secrets_on_the_command_line_are_refused() {
+        let ps = "is not taken on the command line (every user can read it with ps)";
+        assert_eq!(
+            refused(&["relay", "up", "--nats-user", "u", "--nats-password", "x"]),
+            Some(format!("--nats-password {ps}: set RELAY_NATS_PASSWORD, or put it in a file and pass --nats-password-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "node", "--name", "n", "--nats-token", "x"]),
+            Some(format!("--nats-token {ps}: set RELAY_NATS_TOKEN, or put it in a file and pass --nats-token-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "up", "--nats-request-token", "x"]),
+            Some(format!("--nats-request-token {ps}: set RELAY_NATS_REQUEST_TOKEN, or put it in a file and pass --nats-request-token-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "--token", "x", "status"]),
+            Some(format!("--token {ps}: set RELAY_TOKEN"))
+        );
+        assert_eq!(refused(&["relay", "up", "--nats-password-file", "f"]), None);
+        assert_eq!(refused(&["relay", "status"]), None);
+    }
+
+    #[test]
+    fn a_data_dir_on_the_command_line_is_told_apart_wherever_it_stands() {
+        for args in [
+            &["relay", "--data-dir", "d", "status"][..],
+            &["relay", "status", "--data-dir", "d"],
+            &["relay", "agent", "list", "--data-dir", "d"],
+        ] {
+            let m = matches(args);
+            let cli = Cli::from_arg_matches(&m).unwrap();
+            assert_eq!(
+                data_dir(cli.data_dir, &m),
+                DataDir::Given("d".into()),
+                "{args:?}"
+            );
+        }
+    }
 }

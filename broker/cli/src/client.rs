@@ -92,18 +92,22 @@ impl Client {
         &self.url
     }
 
-    async fn send<T: DeserializeOwned>(
-        &self,
-        req: reqwest::RequestBuilder,
-    ) -> Result<T, ClientError> {
-        let resp = req
-            .bearer_auth(&self.token)
+    /// `req` sent with the token; no answer at all is [`ClientError::Unreachable`].
+    async fn call(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        req.bearer_auth(&self.token)
             .send()
             .await
             .map_err(|source| ClientError::Unreachable {
                 url: self.url.clone(),
                 source,
-            })?;
+            })
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let resp = self.call(req).await?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -143,16 +147,12 @@ impl Client {
         mut on_event: impl FnMut(&str, &str) -> bool,
     ) -> Result<(), ClientError> {
         let resp = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: self.url.clone(),
-                source,
-            })?;
+            .call(
+                self.http
+                    .get(format!("{}{path}", self.url))
+                    .header("accept", "text/event-stream"),
+            )
+            .await?;
         if !resp.status().is_success() {
             let status = resp.status();
             let bytes = resp.bytes().await.unwrap_or_default();

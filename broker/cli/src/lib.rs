@@ -55,12 +55,7 @@ struct Cli {
     url: Option<String>,
     /// The token that goes with --url: refused on the command line (every user can read
     /// it with ps), set RELAY_TOKEN.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "RELAY_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
     token: Option<String>,
     #[command(subcommand)]
     command: Cmd,

@@ -63,21 +63,11 @@ pub struct NatsArgs {
     nats_token_file: Option<PathBuf>,
     /// The NATS password: refused on the command line (every user can read it with
     /// ps), set RELAY_NATS_PASSWORD or pass --nats-password-file.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "RELAY_NATS_PASSWORD",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RELAY_NATS_PASSWORD", hide_env_values = true)]
     nats_password: Option<String>,
     /// The NATS authentication token: refused on the command line, set RELAY_NATS_TOKEN
     /// or pass --nats-token-file.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "RELAY_NATS_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RELAY_NATS_TOKEN", hide_env_values = true)]
     nats_token: Option<String>,
 }
 
@@ -162,12 +152,7 @@ pub struct BusArgs {
     nats_request_token_file: Option<PathBuf>,
     /// The request token: refused on the command line, set RELAY_NATS_REQUEST_TOKEN or
     /// pass --nats-request-token-file.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "RELAY_NATS_REQUEST_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RELAY_NATS_REQUEST_TOKEN", hide_env_values = true)]
     nats_request_token: Option<String>,
 }
 

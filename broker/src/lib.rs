@@ -5,7 +5,9 @@
 //! - [`broker`]: the domain rules and the single writer that group-commits them.
 //! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS).
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token.
-//! - [`client`]: the HTTP client the CLI uses.
+//! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
+//!   and drained; [`node`]: `relay node`, a runtime on another host; [`shutdown`]: the
+//!   signals that stop them.
 //!
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
 //! applies the rules, writes events and projections in one transaction, flushes, and
@@ -14,7 +16,6 @@
 //! ([`Store::read`]), so no async worker ever waits on sled.
 
 pub mod broker;
-pub mod client;
 pub mod error;
 pub mod feed;
 pub mod files;
@@ -26,8 +27,8 @@ pub mod plane;
 pub mod policy;
 pub mod seal;
 pub mod server;
+pub mod shutdown;
 pub mod store;
-pub mod terminal;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};
 pub use error::BrokerError;

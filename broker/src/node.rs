@@ -20,7 +20,7 @@
 //! open, so no NATS client but its broker can make it run anything.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -178,6 +178,21 @@ pub struct NodeConfig {
     pub key: NodeKey,
     /// See [`RuntimeConfig::turn_idle_timeout`].
     pub turn_idle_timeout: Option<Duration>,
+}
+
+/// The key of node `name` in `key_file`, where `relay node-key NAME --out FILE` wrote it
+/// on the broker's host.
+pub async fn read_key(key_file: &Path, name: &str) -> anyhow::Result<NodeKey> {
+    let path = key_file.to_path_buf();
+    let key = relay_runtime::storage::read(move || crate::files::read_key(&path)).await??;
+    let Some(key) = key else {
+        anyhow::bail!(
+            "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
+            key_file.display(),
+            name
+        );
+    };
+    Ok(NodeKey::new(key))
 }
 
 /// `relay node`: runs the harness-session plane for the agents of `config.name`.

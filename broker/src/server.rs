@@ -10,12 +10,22 @@ use anyhow::{bail, Context};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, BrokerConfig};
-use crate::client::{ApiInfo, API_FILE};
 use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
-use crate::seal::BusKey;
+use crate::seal::{BusKey, NodeKey};
 use crate::store::Store;
 use relay_runtime::{Runtime, RuntimeConfig};
+use serde::{Deserialize, Serialize};
+
+/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+pub const API_FILE: &str = "api.json";
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -189,6 +199,25 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
 
 /// The broker's bus key in its data dir ([`crate::seal`]).
 pub const BUS_KEY_FILE: &str = "bus.key";
+
+/// `relay node-key NAME`: the key of node `name`, derived from the bus key of the broker
+/// whose data dir is `data_dir` (the bus key is made if missing). Blocking: call it on
+/// the storage thread.
+pub fn node_key(data_dir: &Path, name: &str) -> anyhow::Result<NodeKey> {
+    if !relay_protocol::domain::valid_agent_name(name) {
+        bail!("node name {name:?} is not valid: use letters, digits, '-' or '_'");
+    }
+    // A key made anywhere else would open nothing the broker seals.
+    if !data_dir.join("db").exists() && !data_dir.join(BUS_KEY_FILE).exists() {
+        bail!(
+            "{} is not a broker's data dir (no db/ or bus.key): run this with the --data-dir of `relay up`",
+            data_dir.display()
+        );
+    }
+    crate::files::private_dir(data_dir)?;
+    let bus = crate::files::read_or_create_key(&data_dir.join(BUS_KEY_FILE))?;
+    Ok(BusKey::new(bus).node(name))
+}
 
 /// How long `relay up` tries NATS before it goes on without it (and keeps trying).
 const FIRST_NATS_TRY: Duration = Duration::from_secs(2);

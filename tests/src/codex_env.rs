@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use relay_broker::client::Client;
+use relay_cli::client::Client;
 use relay_mock_model::{codex_env, write_codex_home, MockModel, RecordedRequest, Reply};
 use serde_json::Value;
 

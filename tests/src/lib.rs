@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use relay_broker::client::{ApiInfo, API_FILE};
+use relay_broker::server::{ApiInfo, API_FILE};
 
 /// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
 pub fn relay_bin() -> PathBuf {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use relay_broker::client::{ApiInfo, API_FILE};
+use relay_broker::server::{ApiInfo, API_FILE};
 use serde_json::{json, Value};
 
 use crate::RelayProcess;

@@ -10,9 +10,8 @@
 use std::time::Duration;
 
 use relay_broker::broker::BrokerConfig;
-use relay_broker::client::{ApiInfo, API_FILE};
 use relay_broker::nats::{NatsAuth, NatsConfig};
-use relay_broker::server::ServerConfig;
+use relay_broker::server::{ApiInfo, ServerConfig, API_FILE};
 use relay_runtime::storage::Storage;
 use relay_tests::nats::NatsServer;
 use serde_json::json;

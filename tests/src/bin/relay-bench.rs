@@ -353,8 +353,8 @@ impl Bench {
     }
 }
 
-fn api(relay: &RelayProcess) -> relay_broker::client::Client {
-    relay_broker::client::Client::new(&relay.api.url, &relay.api.token)
+fn api(relay: &RelayProcess) -> relay_cli::client::Client {
+    relay_cli::client::Client::new(&relay.api.url, &relay.api.token)
 }
 
 /// A NATS client whose subscriptions hold up to 2M messages (the default 64K drops the

@@ -7,6 +7,21 @@
 
 use std::borrow::Cow;
 
+/// `println!` for text that may hold agent or model output: made inert first.
+macro_rules! outln {
+    () => { println!() };
+    ($($t:tt)*) => { println!("{}", $crate::terminal::inert(&format!($($t)*))) };
+}
+/// `print!`, inert (see [`outln`]).
+macro_rules! out {
+    ($($t:tt)*) => { print!("{}", $crate::terminal::inert(&format!($($t)*))) };
+}
+/// `eprintln!`, inert (see [`outln`]).
+macro_rules! errln {
+    ($($t:tt)*) => { eprintln!("{}", $crate::terminal::inert(&format!($($t)*))) };
+}
+pub(crate) use {errln, out, outln};
+
 fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
         || matches!(c,

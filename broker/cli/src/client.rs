@@ -1,22 +1,13 @@
 //! The HTTP client behind the CLI's client commands. It finds the broker through
-//! `RELAY_URL` + `RELAY_TOKEN`, or through `<data-dir>/api.json`.
-
-use std::path::{Path, PathBuf};
+//! `<data-dir>/api.json`, or `RELAY_URL` + `RELAY_TOKEN` ([`Client::discover`]).
 
 use futures::StreamExt;
+use relay_broker::server::{ApiInfo, API_FILE};
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// What `relay up` writes to `<data-dir>/api.json` (mode 0600).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ApiInfo {
-    pub url: String,
-    pub token: String,
-    pub pid: u32,
-}
-
-pub const API_FILE: &str = "api.json";
+use crate::data_dir::DataDir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -43,16 +34,6 @@ impl ClientError {
     }
 }
 
-/// `--data-dir`, else `RELAY_DATA_DIR`, else `~/.local/share/relay`.
-pub fn default_data_dir(explicit: Option<PathBuf>) -> PathBuf {
-    explicit
-        .or_else(|| std::env::var_os("RELAY_DATA_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
-            Path::new(&home).join(".local/share/relay")
-        })
-}
-
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -69,27 +50,31 @@ impl Client {
         }
     }
 
-    /// The broker of an explicit `--data-dir` (its api.json); else `RELAY_URL` +
-    /// `RELAY_TOKEN`, which go together; else the api.json of `RELAY_DATA_DIR` or the
-    /// default data dir.
-    pub fn discover(data_dir: Option<PathBuf>) -> Result<Client, ClientError> {
-        if data_dir.is_none() {
-            match (std::env::var("RELAY_URL"), std::env::var("RELAY_TOKEN")) {
-                (Ok(url), Ok(token)) => return Ok(Client::new(&url, &token)),
-                (Ok(_), Err(_)) => {
+    /// The broker of a `--data-dir` given on the command line (its api.json); else
+    /// `url` + `token` (`RELAY_URL` + `RELAY_TOKEN`), which go together; else the
+    /// api.json of `RELAY_DATA_DIR` or the default data dir.
+    pub fn discover(
+        data_dir: DataDir,
+        url: Option<String>,
+        token: Option<String>,
+    ) -> Result<Client, ClientError> {
+        if !matches!(data_dir, DataDir::Given(_)) {
+            match (url, token) {
+                (Some(url), Some(token)) => return Ok(Client::new(&url, &token)),
+                (Some(_), None) => {
                     return Err(ClientError::NotFound(
                         "RELAY_URL is set but RELAY_TOKEN is not: set both, or neither to use the data dir's api.json".into(),
                     ))
                 }
-                (Err(_), Ok(_)) => {
+                (None, Some(_)) => {
                     return Err(ClientError::NotFound(
                         "RELAY_TOKEN is set but RELAY_URL is not: set both, or neither to use the data dir's api.json".into(),
                     ))
                 }
-                (Err(_), Err(_)) => {}
+                (None, None) => {}
             }
         }
-        let dir = default_data_dir(data_dir);
+        let dir = data_dir.path();
         let path = dir.join(API_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| {
             ClientError::NotFound(format!(
@@ -107,18 +92,22 @@ impl Client {
         &self.url
     }
 
-    async fn send<T: DeserializeOwned>(
-        &self,
-        req: reqwest::RequestBuilder,
-    ) -> Result<T, ClientError> {
-        let resp = req
-            .bearer_auth(&self.token)
+    /// `req` sent with the token; no answer at all is [`ClientError::Unreachable`].
+    async fn call(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        req.bearer_auth(&self.token)
             .send()
             .await
             .map_err(|source| ClientError::Unreachable {
                 url: self.url.clone(),
                 source,
-            })?;
+            })
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let resp = self.call(req).await?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -158,16 +147,12 @@ impl Client {
         mut on_event: impl FnMut(&str, &str) -> bool,
     ) -> Result<(), ClientError> {
         let resp = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: self.url.clone(),
-                source,
-            })?;
+            .call(
+                self.http
+                    .get(format!("{}{path}", self.url))
+                    .header("accept", "text/event-stream"),
+            )
+            .await?;
         if !resp.status().is_success() {
             let status = resp.status();
             let bytes = resp.bytes().await.unwrap_or_default();
@@ -211,4 +196,17 @@ fn error_from(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
             ClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
         }
     }
+}
+
+/// `s` as one path segment of a URL, percent-encoded.
+pub fn enc(s: &str) -> String {
+    // Path segments: ids and names are restricted, but be safe with anything else.
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

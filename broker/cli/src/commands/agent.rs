@@ -1,0 +1,228 @@
+//! Agents: `relay agent add|list|show|wake|remove`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalPolicy, Harness, WakePolicy};
+
+use super::JsonFlag;
+use crate::client::{enc, Client};
+use crate::terminal::{errln, outln};
+use crate::views::{print_json, wire_name};
+
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+pub enum AgentCmd {
+    /// Register an agent.
+    Add {
+        /// The agent's name: letters, digits, `-` and `_` (it appears in NATS subjects).
+        name: String,
+        /// codex_app_server, claude_stream_json, pi_rpc or tmux.
+        #[arg(long)]
+        harness: Harness,
+        /// Working directory of the agent.
+        #[arg(long)]
+        cwd: PathBuf,
+        /// Program to run instead of the harness's default binary.
+        #[arg(long)]
+        command: Option<String>,
+        /// Extra argument for the program (repeatable).
+        #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// Environment variable for the program, K=V (repeatable). One whose name looks
+        /// like a secret (…KEY, …TOKEN, …SECRET, …PASSWORD…) is kept as a secret, like
+        /// --secret.
+        #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
+        env: Vec<(String, String)>,
+        /// A secret variable for the program, its value taken from this command's own
+        /// environment (`OPENAI_API_KEY=... relay agent add a --secret OPENAI_API_KEY`),
+        /// so it never shows in `ps`. Secrets are stored apart from the event log, never
+        /// published or listed (shown as ***), and deleted with the agent (repeatable).
+        #[arg(long = "secret", value_name = "NAME")]
+        secret: Vec<String>,
+        /// Model the agent's harness uses (else the harness's own default).
+        #[arg(long)]
+        model: Option<String>,
+        /// Runtime node that serves the agent (default: the broker's embedded runtime).
+        #[arg(long)]
+        node: Option<String>,
+        /// on_demand, keep_warm or manual.
+        #[arg(long, default_value = "on_demand")]
+        wake: WakePolicy,
+        /// Accept approval requests for exactly this command (repeatable). A rule is
+        /// shell-quoted words: the program, then literal arguments; `*` stands for one
+        /// plain argument (no leading `-`, `+` or `@`, no `=`), `**` (last) for any number
+        /// of them. `cargo
+        /// test` accepts `cargo test` and nothing longer; `cargo test *` also accepts
+        /// `cargo test parser`, never `cargo test --config ...`. A command is matched as
+        /// it will run: a shell's `-c` script only when it is a plain list of words.
+        #[arg(long = "auto-accept", value_name = "RULE")]
+        auto_accept: Vec<String>,
+        /// Decline approval requests for commands that start with this rule's words
+        /// (repeatable; same syntax as --auto-accept).
+        #[arg(long = "auto-decline", value_name = "RULE")]
+        auto_decline: Vec<String>,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List agents.
+    List(JsonFlag),
+    /// Show one agent (with its harness `thread_id`).
+    Show {
+        /// The agent's name.
+        name: String,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start an agent's session now instead of at its first turn (an agent with wake
+    /// policy `manual` runs no turn until this).
+    Wake {
+        /// The agent's name.
+        name: String,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an agent.
+    Remove {
+        /// The agent's name.
+        name: String,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `relay agent add|list|show|wake|remove`.
+pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
+    match cmd {
+        AgentCmd::Add {
+            name,
+            harness,
+            cwd,
+            command,
+            args,
+            env,
+            secret,
+            model,
+            node,
+            wake,
+            auto_accept,
+            auto_decline,
+            json,
+        } => {
+            let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            for (name, value) in &env {
+                if relay_protocol::domain::looks_secret(name)
+                    || relay_protocol::domain::looks_secret_value(value)
+                {
+                    errln!(
+                        "relay: note: {name} is kept as a secret, but its value was on this command line (ps and shell history show it); next time: {name}=... relay agent add ... --secret {name}"
+                    );
+                }
+            }
+            let mut secrets = BTreeMap::new();
+            for name in secret {
+                let value = std::env::var(&name).map_err(|_| {
+                    anyhow::anyhow!(
+                        "--secret {name}: {name} is not set in this command's environment (run `{name}=... relay agent add ... --secret {name}`)"
+                    )
+                })?;
+                secrets.insert(name, value);
+            }
+            let agent: Agent = client
+                .post(
+                    "/v1/agents",
+                    &AgentSpec {
+                        name,
+                        harness,
+                        cwd: cwd.display().to_string(),
+                        model,
+                        node,
+                        wake,
+                        command,
+                        args,
+                        env: env.into_iter().collect::<BTreeMap<_, _>>(),
+                        secrets: relay_protocol::domain::Secrets(secrets),
+                        approval_policy: ApprovalPolicy {
+                            accept_commands: auto_accept,
+                            decline_commands: auto_decline,
+                            accept_file_changes: false,
+                        },
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&agent)?;
+            } else {
+                outln!("{} ({})", agent.spec.name, agent.spec.harness);
+            }
+        }
+        AgentCmd::List(f) => {
+            let agents: Vec<Agent> = client.get("/v1/agents").await?;
+            if f.json {
+                print_json(&agents)?;
+            } else {
+                for a in agents {
+                    outln!(
+                        "{:<20} {:<20} {:<9} {}",
+                        a.spec.name,
+                        a.spec.harness,
+                        wire_name(&a.state),
+                        a.spec.cwd
+                    );
+                }
+            }
+        }
+        AgentCmd::Show { name, json } => {
+            let a: Agent = client.get(&format!("/v1/agents/{}", enc(&name))).await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                outln!("name      {}", a.spec.name);
+                outln!("harness   {}", a.spec.harness);
+                outln!("cwd       {}", a.spec.cwd);
+                outln!("state     {}", wire_name(&a.state));
+                outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
+                outln!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
+            }
+        }
+        AgentCmd::Remove { name, json } => {
+            let a: Agent = client.delete(&format!("/v1/agents/{}", enc(&name))).await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                outln!("removed {}", a.spec.name);
+            }
+        }
+        AgentCmd::Wake { name, json } => {
+            let a: Agent = client
+                .post(
+                    &format!("/v1/agents/{}/wake", enc(&name)),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            if json {
+                print_json(&a)?;
+            } else {
+                outln!(
+                    "waking {} (see `relay agent show {}`)",
+                    a.spec.name,
+                    a.spec.name
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected K=V, got {s:?}"))
+}

@@ -1,0 +1,172 @@
+//! Messages and conversations: `relay send`, `relay read`, `relay conversation`.
+
+use clap::{Args, Subcommand};
+use relay_protocol::api::MessagePosted;
+use relay_protocol::domain::{
+    Conversation, ConversationKind, ConversationSpec, Message, MessageClass, PostMessage,
+    DEFAULT_CONVERSATION,
+};
+
+use super::{text_arg, Actor, JsonFlag};
+use crate::client::{enc, Client};
+use crate::terminal::outln;
+use crate::views::print_json;
+
+#[derive(Args)]
+pub struct SendArgs {
+    /// Conversation id.
+    #[arg(long, default_value = DEFAULT_CONVERSATION)]
+    to: String,
+    #[command(flatten)]
+    actor: Actor,
+    /// Message text; `@name` mentions an agent. `-` (or nothing, with a pipe on
+    /// stdin) reads it from stdin.
+    text: Vec<String>,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    /// Conversation id.
+    #[arg(default_value = DEFAULT_CONVERSATION)]
+    conversation: String,
+    /// How many messages.
+    #[arg(short = 'n', default_value_t = 20)]
+    n: usize,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum ConversationCmd {
+    /// Create a conversation.
+    Add {
+        /// The conversation's id: dot-separated words (like `team.backend`).
+        id: String,
+        /// channel, direct, group, thread or system.
+        #[arg(long, default_value = "channel")]
+        kind: ConversationKind,
+        /// A human title.
+        #[arg(long)]
+        title: Option<String>,
+        /// A participant (repeatable).
+        #[arg(long = "participant")]
+        participants: Vec<String>,
+        /// The conversation this one branches from (threads).
+        #[arg(long)]
+        parent: Option<String>,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List conversations.
+    List(JsonFlag),
+}
+
+/// `relay send`.
+pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
+    let SendArgs {
+        to,
+        actor,
+        text,
+        json,
+    } = args;
+    let posted: MessagePosted = client
+        .post(
+            "/v1/messages",
+            &PostMessage {
+                conversation: to,
+                author: actor.name,
+                body: text_arg(text)?,
+                class: MessageClass::Agent,
+                reply_to: None,
+                meta: Default::default(),
+            },
+        )
+        .await?;
+    if json {
+        print_json(&posted.message)?;
+    } else {
+        outln!("{}", posted.message.id);
+    }
+    Ok(())
+}
+
+/// `relay read`.
+pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
+    let ReadArgs {
+        conversation,
+        n,
+        json,
+    } = args;
+    let msgs: Vec<Message> = client
+        .get(&format!(
+            "/v1/conversations/{}/messages?limit={n}",
+            enc(&conversation)
+        ))
+        .await?;
+    if json {
+        print_json(&msgs)?;
+    } else {
+        for m in msgs {
+            let reply = m
+                .reply_to
+                .as_deref()
+                .map(|r| format!(" (reply to {r})"))
+                .unwrap_or_default();
+            outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+        }
+    }
+    Ok(())
+}
+
+/// `relay conversation add|list`.
+pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
+    match cmd {
+        ConversationCmd::Add {
+            id,
+            kind,
+            title,
+            participants,
+            parent,
+            json,
+        } => {
+            let c: Conversation = client
+                .post(
+                    "/v1/conversations",
+                    &ConversationSpec {
+                        id,
+                        kind,
+                        title,
+                        participants,
+                        parent,
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&c)?;
+            } else {
+                outln!("{}", c.spec.id);
+            }
+        }
+        ConversationCmd::List(f) => {
+            let list: Vec<Conversation> = client.get("/v1/conversations").await?;
+            if f.json {
+                print_json(&list)?;
+            } else {
+                for c in list {
+                    outln!(
+                        "{:<32} {:<8} {:>6} messages",
+                        c.spec.id,
+                        serde_json::to_value(c.spec.kind)?.as_str().unwrap_or("?"),
+                        c.message_count
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

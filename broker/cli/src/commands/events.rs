@@ -1,0 +1,91 @@
+//! `relay events`: the event log, a page of it or followed live.
+
+use clap::Args;
+use relay_protocol::api::Status;
+use relay_protocol::event::Event;
+
+use crate::client::Client;
+use crate::terminal::{errln, outln};
+use crate::views::{describe_event, print_json};
+
+#[derive(Args)]
+pub struct EventsArgs {
+    /// Only events after this global sequence number (0: from the start of the log).
+    /// Without it, the last N events.
+    #[arg(long, value_name = "SEQ")]
+    since: Option<u64>,
+    /// At most this many events (before following, with --follow).
+    #[arg(short = 'n', default_value_t = 50)]
+    n: usize,
+    /// Keep following new events.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `relay events`.
+pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
+    let EventsArgs {
+        since,
+        n,
+        follow,
+        json,
+    } = args;
+    let print = |e: &Event| -> anyhow::Result<()> {
+        if json {
+            outln!("{}", serde_json::to_string(e)?);
+        } else {
+            outln!("{:>8} {} {}", e.seq, e.body.type_name(), describe_event(e));
+        }
+        Ok(())
+    };
+    let since = match since {
+        Some(seq) => seq,
+        None => {
+            let s: Status = client.get("/v1/status").await?;
+            s.last_seq.saturating_sub(n as u64)
+        }
+    };
+    if follow {
+        let mut failed = None;
+        client
+            .sse(
+                &format!("/v1/events/stream?after={since}"),
+                |_, data| match serde_json::from_str::<Event>(data) {
+                    Ok(e) => print(&e).is_ok(),
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                },
+            )
+            .await?;
+        if let Some(e) = failed {
+            anyhow::bail!("bad event from the broker: {e}");
+        }
+    } else {
+        let events: Vec<Event> = client
+            .get(&format!("/v1/events?after={since}&limit={n}"))
+            .await?;
+        if json {
+            print_json(&events)?;
+        } else {
+            for e in &events {
+                print(e)?;
+            }
+        }
+        if let Some(last) = events.last().filter(|_| events.len() == n) {
+            let s: Status = client.get("/v1/status").await?;
+            if s.last_seq > last.seq {
+                errln!(
+                    "relay: {} more events; next page: relay events --since {} -n {n}",
+                    s.last_seq - last.seq,
+                    last.seq
+                );
+            }
+        }
+    }
+    Ok(())
+}

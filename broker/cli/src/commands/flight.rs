@@ -1,0 +1,156 @@
+//! Flights: `relay flights`, `relay flight`, `relay steer`, `relay interrupt` (and `relay
+//! ask`, which starts one, in [`super::ask`]).
+
+use clap::Args;
+use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
+
+use crate::client::{enc, Client};
+use crate::terminal::{one_line, outln};
+use crate::views::print_json;
+
+#[derive(Args)]
+pub struct FlightsArgs {
+    /// Only this agent's flights.
+    #[arg(long, value_name = "AGENT")]
+    agent: Option<String>,
+    /// Only flights in this state: queued, waking, running, waiting, completed,
+    /// failed or cancelled.
+    #[arg(long)]
+    state: Option<FlightState>,
+    /// Only flights that have not ended.
+    #[arg(long)]
+    live: bool,
+    /// At most this many (the newest).
+    #[arg(short = 'n', default_value_t = 50)]
+    n: usize,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct SteerArgs {
+    /// The flight's id.
+    flight: String,
+    /// What to add to the turn.
+    #[arg(required = true, num_args = 1..)]
+    text: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct InterruptArgs {
+    /// The flight's id.
+    flight: String,
+}
+
+#[derive(Args)]
+pub struct FlightArgs {
+    /// The flight's id.
+    id: String,
+    /// Also print every update.
+    #[arg(long)]
+    updates: bool,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `relay flights`.
+pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
+    let FlightsArgs {
+        agent,
+        state,
+        live,
+        n,
+        json,
+    } = args;
+    let mut q = format!("/v1/flights?limit={n}&live={live}");
+    if let Some(a) = agent {
+        q.push_str(&format!("&agent={}", enc(&a)));
+    }
+    if let Some(s) = state {
+        q.push_str(&format!("&state={s}"));
+    }
+    let flights: Vec<Flight> = client.get(&q).await?;
+    if json {
+        print_json(&flights)?;
+    } else {
+        for f in flights {
+            outln!(
+                "{}  {:<10} {:<16} {}",
+                f.id,
+                f.state,
+                f.agent,
+                one_line(f.summary.as_deref().unwrap_or(""))
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `relay flight`.
+pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
+    let FlightArgs { id, updates, json } = args;
+    let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
+    let ups: Vec<FlightUpdate> = if updates {
+        client
+            .get(&format!("/v1/flights/{}/updates", enc(&id)))
+            .await?
+    } else {
+        Vec::new()
+    };
+    if json {
+        if updates {
+            print_json(&serde_json::json!({ "flight": flight, "updates": ups }))?;
+        } else {
+            print_json(&flight)?;
+        }
+    } else {
+        outln!("flight     {}", flight.id);
+        outln!("agent      {}", flight.agent);
+        outln!("state      {}", flight.state);
+        outln!("invocation {}", flight.invocation);
+        if let Some(t) = &flight.thread_id {
+            outln!("thread     {t}");
+        }
+        if let Some(s) = &flight.summary {
+            outln!("summary    {s}");
+        }
+        if let Some(e) = &flight.error {
+            outln!("error      {e}");
+        }
+        if let Some(o) = &flight.output {
+            outln!("output\n{o}");
+        }
+        for u in ups {
+            outln!("{:>6} {}", u.seq, serde_json::to_string(&u.change)?);
+        }
+    }
+    Ok(())
+}
+
+/// `relay steer`.
+pub async fn steer(client: &Client, args: SteerArgs) -> anyhow::Result<()> {
+    let SteerArgs { flight, text } = args;
+    let f: Flight = client
+        .post(
+            &format!("/v1/flights/{}/steer", enc(&flight)),
+            &serde_json::json!({ "text": text.join(" ") }),
+        )
+        .await?;
+    outln!("steered {}", f.id);
+    Ok(())
+}
+
+/// `relay interrupt`.
+pub async fn interrupt(client: &Client, args: InterruptArgs) -> anyhow::Result<()> {
+    let InterruptArgs { flight } = args;
+    let f: Flight = client
+        .post(
+            &format!("/v1/flights/{}/interrupt", enc(&flight)),
+            &serde_json::json!({}),
+        )
+        .await?;
+    outln!("interrupting {}", f.id);
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! The processes: `relay up` ([`up`]), `relay node` and `relay node-key` ([`node`]),
+//! with the settings `up` and `node` share ([`settings`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::data_dir::DataDir;
+
+pub mod node;
+pub mod settings;
+pub mod up;
+
+#[derive(Subcommand)]
+pub enum ServeCmd {
+    /// Run the broker with its embedded runtime until SIGINT/SIGTERM.
+    Up(up::UpArgs),
+    /// Run only the harness-session plane for the agents registered on one node
+    /// (`relay agent add ... --node NAME`), connected to the broker through NATS.
+    Node(node::NodeArgs),
+    /// Write a node's key, derived from this broker's bus key (made if missing): copy it
+    /// to the node's host and pass it to `relay node --key-file`. Run it where the
+    /// broker's data dir is.
+    NodeKey {
+        /// The node's name.
+        name: String,
+        /// Write the key to this file (mode 0600) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Runs `cmd` until it ends (the processes: until SIGINT/SIGTERM).
+pub async fn run(data_dir: DataDir, cmd: ServeCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ServeCmd::Up(args) => up::run(data_dir, args).await,
+        ServeCmd::Node(args) => node::run(data_dir, args).await,
+        ServeCmd::NodeKey { name, out } => node::write_key(data_dir, name, out).await,
+    }
+}

@@ -1,0 +1,66 @@
+//! `relay up`: the broker with its embedded runtime ([`relay_broker::server::run`]).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::data_dir::DataDir;
+
+use super::settings::{init_logs, BusArgs, NatsArgs, RuntimeArgs};
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Address of the local HTTP API; loopback only. Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:7450", env = "RELAY_LISTEN")]
+    listen: SocketAddr,
+    /// Largest message body or task accepted, in bytes (413 above it).
+    #[arg(long, default_value_t = 256 * 1024, env = "RELAY_MAX_MESSAGE_BYTES")]
+    max_message_bytes: usize,
+    /// Deepest agent-to-agent invocation chain.
+    #[arg(long, default_value_t = 4)]
+    max_depth: u32,
+    /// Commands that may wait to be committed; past that, clients are answered
+    /// `overloaded` at once (HTTP 429, a NATS error reply) instead of waiting.
+    #[arg(long, default_value_t = relay_broker::broker::COMMAND_QUEUE_CAPACITY, env = "RELAY_COMMAND_QUEUE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    command_queue: usize,
+    /// Milliseconds a connection has to send its request head (request line and
+    /// headers) before it is closed. Hidden: tests shorten it.
+    #[arg(long, hide = true, env = "RELAY_HEADER_TIMEOUT_MS", default_value_t = relay_broker::http::DEFAULT_HEADER_READ_TIMEOUT.as_millis() as u64, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
+    header_timeout_ms: u64,
+    /// Connections the API serves at once; more are answered `overloaded` and closed.
+    /// Hidden: tests lower it.
+    #[arg(long, hide = true, env = "RELAY_MAX_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_connections: usize,
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    bus: BusArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+/// `relay up`: runs the broker until SIGINT/SIGTERM.
+pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
+    init_logs();
+    args.runtime.apply();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    relay_broker::shutdown::on_signals(shutdown.clone());
+    let config = relay_broker::server::ServerConfig {
+        data_dir: data_dir.path(),
+        listen: args.listen,
+        broker: relay_broker::BrokerConfig {
+            max_message_bytes: args.max_message_bytes,
+            max_depth: args.max_depth,
+            command_queue: args.command_queue,
+        },
+        nats: args.nats.config(Some(&args.bus))?,
+        turn_idle_timeout: args.runtime.turn_idle_timeout(),
+        http: relay_broker::http::HttpLimits {
+            header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms),
+            max_connections: args.max_connections,
+        },
+    };
+    relay_broker::server::run(config, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,24 @@
+//! `relay status`: the broker's state.
+
+use relay_protocol::api::Status;
+
+use crate::client::Client;
+use crate::terminal::outln;
+use crate::views::{describe_nats, print_json};
+
+/// `relay status`.
+pub async fn run(client: &Client, json: bool) -> anyhow::Result<()> {
+    let s: Status = client.get("/v1/status").await?;
+    if json {
+        print_json(&s)?;
+    } else {
+        outln!("relay {} at {}", s.version, client.url());
+        outln!("data dir   {}", s.data_dir);
+        outln!("events     {}", s.last_seq);
+        outln!("agents     {}", s.agents);
+        outln!("flights    {} ({} live)", s.flights, s.live_flights);
+        outln!("nats       {}", describe_nats(&s.nats));
+        outln!("uptime     {} s", s.uptime_ms / 1000);
+    }
+    Ok(())
+}

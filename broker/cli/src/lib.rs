@@ -1,0 +1,225 @@
+//! Relay's command line, the `relay` binary.
+//!
+//! [`main`] parses the command line (`Cli` below; each command family defines its own
+//! arguments in its module) and runs one command of three kinds:
+//!
+//! - the processes: `relay up` (the broker, [`relay_broker::server::run`]) and `relay
+//!   node` (a runtime on another host, [`relay_broker::node::run`]), and `relay node-key`
+//!   (`commands::serve`);
+//! - `relay doctor`, the check of a stopped broker's data dir (`commands::doctor`);
+//! - the client commands (`commands`: status, messages and conversations, events,
+//!   agents, flights and `ask`, approvals), which find a running broker and talk to it
+//!   through [`client`], its HTTP API, and print through `views` (JSON, one-line
+//!   summaries, the live view of `relay ask`).
+//!
+//! Whatever they print of agent or model text goes through [`terminal`] first.
+//!
+//! Every setting is a flag and, where it has one, its environment variable, both read by
+//! clap, so `--help` names them all ([`data_dir`]: where `--data-dir` came from matters
+//! to client commands). A secret's variable is named but its value never shown, and a
+//! secret on the command line is refused (`ps` shows it to every user).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+pub mod client;
+mod commands;
+pub mod data_dir;
+pub mod terminal;
+mod views;
+
+use data_dir::DataDir;
+use terminal::errln;
+
+#[derive(Parser)]
+#[command(
+    name = "relay",
+    version,
+    about = "Relay: a message broker for coding agents",
+    long_about = "Relay is the source of truth for conversations, messages, invocations and \
+flights between people and coding agents (Codex, Claude Code, Pi, tmux panes).\n\n\
+Start a broker with `relay up`. Client commands find it through RELAY_DATA_DIR (reading \
+<data-dir>/api.json), or RELAY_URL + RELAY_TOKEN.",
+    after_help = "Examples:\n  relay up --data-dir ./.relay\n  relay send \"hello @codex-1\"\n  relay read -n 20\n  relay agent add codex-1 --harness codex_app_server --cwd .\n  relay flights --json"
+)]
+struct Cli {
+    /// Data directory of the broker (else ~/.local/share/relay).
+    #[arg(long, global = true, value_name = "DIR", env = "RELAY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// URL of the broker's API, for client commands: with RELAY_TOKEN, used instead of
+    /// the api.json of RELAY_DATA_DIR (but not of --data-dir).
+    #[arg(long, value_name = "URL", env = "RELAY_URL")]
+    url: Option<String>,
+    /// The token that goes with --url: refused on the command line (every user can read
+    /// it with ps), set RELAY_TOKEN.
+    #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// One command line: the families are flattened, so `relay up` and `relay send` stand
+/// side by side.
+#[derive(Subcommand)]
+enum Cmd {
+    #[command(flatten)]
+    Serve(commands::serve::ServeCmd),
+    #[command(flatten)]
+    Client(commands::ClientCmd),
+    /// Check a STOPPED broker's data directory: rebuild every projection from the event
+    /// log and compare it with the stored one, and check the log has no gap in its
+    /// sequence. Exits 0 when consistent, 1 when not. It writes no record (opening the
+    /// database lets sled recover it, as `relay up` would).
+    #[command(
+        after_help = "Run it with the broker stopped (`relay up` holds the database lock).\n\nExamples:\n  relay doctor --data-dir ./.relay\n  relay doctor --json"
+    )]
+    Doctor(commands::JsonFlag),
+}
+
+/// `relay`: parses the command line, runs the command, and turns its error into a
+/// message on stderr and exit code 1.
+pub fn main() -> ExitCode {
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut Cli::command()).exit(),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("relay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = refuse_secrets_on_command_line(&command, &matches)
+        .and_then(|()| rt.block_on(run(cli, &matches)));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            errln!("relay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    let data_dir = data_dir(cli.data_dir, matches);
+    match cli.command {
+        Cmd::Serve(cmd) => commands::serve::run(data_dir, cmd).await,
+        Cmd::Client(cmd) => {
+            let client = client::Client::discover(data_dir, cli.url, cli.token)?;
+            commands::run(&client, cmd).await
+        }
+        Cmd::Doctor(f) => commands::doctor::run(data_dir, f.json).await,
+    }
+}
+
+/// `--data-dir` (clap gives the global argument's value and source to the top level,
+/// wherever it stood).
+fn data_dir(dir: Option<PathBuf>, matches: &ArgMatches) -> DataDir {
+    match (dir, matches.value_source("data_dir")) {
+        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(dir),
+        (Some(dir), _) => DataDir::FromEnv(dir),
+        (None, _) => DataDir::Default,
+    }
+}
+
+/// Secrets (arguments whose environment values `--help` hides) come from the environment
+/// or a file, never the command line, where `ps` shows them to every user.
+fn refuse_secrets_on_command_line(command: &Command, matches: &ArgMatches) -> anyhow::Result<()> {
+    for arg in command
+        .get_arguments()
+        .filter(|a| a.is_hide_env_values_set())
+    {
+        if matches.value_source(arg.get_id().as_str()) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        let flag = arg.get_long().unwrap_or_default();
+        let var = arg.get_env().unwrap_or_default().to_string_lossy();
+        let file = format!("{flag}-file");
+        if command
+            .get_arguments()
+            .any(|a| a.get_long() == Some(file.as_str()))
+        {
+            anyhow::bail!("--{flag} is not taken on the command line (every user can read it with ps): set {var}, or put it in a file and pass --{file}");
+        }
+        anyhow::bail!(
+            "--{flag} is not taken on the command line (every user can read it with ps): set {var}"
+        );
+    }
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(subcommand) = command.find_subcommand(name) {
+            return refuse_secrets_on_command_line(subcommand, sub);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn matches(args: &[&str]) -> ArgMatches {
+        Cli::command().try_get_matches_from(args).unwrap()
+    }
+
+    fn refused(args: &[&str]) -> Option<String> {
+        refuse_secrets_on_command_line(&Cli::command(), &matches(args))
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn secrets_on_the_command_line_are_refused() {
+        let ps = "is not taken on the command line (every user can read it with ps)";
+        assert_eq!(
+            refused(&["relay", "up", "--nats-user", "u", "--nats-password", "x"]),
+            Some(format!("--nats-password {ps}: set RELAY_NATS_PASSWORD, or put it in a file and pass --nats-password-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "node", "--name", "n", "--nats-token", "x"]),
+            Some(format!("--nats-token {ps}: set RELAY_NATS_TOKEN, or put it in a file and pass --nats-token-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "up", "--nats-request-token", "x"]),
+            Some(format!("--nats-request-token {ps}: set RELAY_NATS_REQUEST_TOKEN, or put it in a file and pass --nats-request-token-file"))
+        );
+        assert_eq!(
+            refused(&["relay", "--token", "x", "status"]),
+            Some(format!("--token {ps}: set RELAY_TOKEN"))
+        );
+        assert_eq!(refused(&["relay", "up", "--nats-password-file", "f"]), None);
+        assert_eq!(refused(&["relay", "status"]), None);
+    }
+
+    #[test]
+    fn a_data_dir_on_the_command_line_is_told_apart_wherever_it_stands() {
+        for args in [
+            &["relay", "--data-dir", "d", "status"][..],
+            &["relay", "status", "--data-dir", "d"],
+            &["relay", "agent", "list", "--data-dir", "d"],
+        ] {
+            let m = matches(args);
+            let cli = Cli::from_arg_matches(&m).unwrap();
+            assert_eq!(
+                data_dir(cli.data_dir, &m),
+                DataDir::Given("d".into()),
+                "{args:?}"
+            );
+        }
+    }
+}

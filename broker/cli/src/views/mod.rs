@@ -1,0 +1,73 @@
+//! How the client commands show what the broker answers: JSON, wire names, one-line
+//! summaries; and the live view of `relay ask` ([`ask`]).
+
+use relay_protocol::event::Event;
+use serde::Serialize;
+
+use crate::terminal::outln;
+
+pub mod ask;
+
+/// `v` as pretty JSON on stdout.
+pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// The serde (wire) name of an enum value: `accept`, `idle`...
+pub fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// A one-line description of the NATS connection (`relay status`).
+pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
+    use relay_protocol::api::NatsStatus;
+    match nats {
+        NatsStatus::Disabled => "disabled (start with --nats URL)".into(),
+        NatsStatus::Connected { url } => format!("connected to {url}"),
+        NatsStatus::Disconnected {
+            url,
+            since_ms,
+            error,
+        } => {
+            let secs = relay_broker::broker::now_ms().saturating_sub(*since_ms) / 1000;
+            let mut line = format!("disconnected from {url} for {secs} s");
+            if let Some(e) = error {
+                line.push_str(&format!(" (last error: {e})"));
+            }
+            line
+        }
+    }
+}
+
+/// What an event is about, on one line (`relay events`).
+pub fn describe_event(e: &Event) -> String {
+    use relay_protocol::event::EventBody as B;
+    match &e.body {
+        B::AgentRegistered { agent } | B::AgentUpdated { agent } => agent.spec.name.clone(),
+        B::AgentRemoved { name, .. } => name.clone(),
+        B::ThreadLost { agent, reason, .. } => format!("{agent}: {reason}"),
+        B::ConversationCreated { conversation } => conversation.spec.id.clone(),
+        B::MessagePosted { message, .. } => format!(
+            "{} {}: {}",
+            message.conversation,
+            message.author,
+            message.body.lines().next().unwrap_or("")
+        ),
+        B::DeliveryPlanned { delivery } | B::DeliveryAttempted { delivery } => {
+            format!("{} -> {}", delivery.message, delivery.target)
+        }
+        B::InvocationCreated { flight, .. } => format!("{} {}", flight.id, flight.agent),
+        B::FlightUpdated { update, flight } => {
+            format!("{} #{} {}", flight.id, update.seq, flight.state)
+        }
+        B::BindingCreated { binding } => format!("{} {}", binding.conversation, binding.target),
+        B::ApprovalRequested { approval } | B::ApprovalDecided { approval } => {
+            format!("{} {}", approval.id, approval.request.detail)
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod codex_env;
+pub mod codex_turns;
 pub mod environ;
 pub mod load;
 pub mod nats;

@@ -11,6 +11,8 @@
 //! - The translator (`translate.rs`): Codex notifications and server requests ->
 //!   [`HarnessEvent`]s, without I/O.
 //! - [`crate::process`]: the child in its own process group, stderr tail, no leaks.
+//! - [`CodexLauncher`] (`launcher.rs`): Codex behind the harness seam
+//!   ([`crate::seam`]), built on [`CodexSession`]; the runtime uses only that.
 //!
 //! Data flow: `CodexSession::start_turn` -> `Command::Request` -> owner writes
 //! `{"id":N,"method":"turn/start",...}` -> Codex answers `{"id":N,"result":...}` -> the
@@ -35,8 +37,11 @@
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
 
+mod launcher;
 mod owner;
 mod translate;
+
+pub use launcher::{CodexLauncher, CODEX_INFO};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -164,18 +164,10 @@ async fn queued_turns_run_in_order_and_can_be_interrupted_or_steered_while_they_
 /// flight is cancelled when the harness ends the turn as interrupted.
 #[tokio::test(start_paused = true)]
 async fn an_interrupt_of_the_running_turn_is_retried_while_the_harness_has_no_active_turn() {
-    let (launcher, mut script) = full();
-    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
-    runtime.dispatch(dispatch(H, "f1", "long")).await.unwrap();
-    let events = script.session_up(None, "c1").await;
-    script.turn_started("t1").await;
-    reports.take(1 + 2 + 3).await;
+    let mut r = running("long", None).await;
 
-    let control = tokio::spawn({
-        let runtime = runtime.clone();
-        async move { runtime.control(interrupt("f1")).await }
-    });
-    let first = expect_call!(script, Call::Interrupt { conversation, turn_id, reply } => {
+    let control = control_soon(&r.runtime, interrupt("f1"));
+    let first = expect_call!(r.script, Call::Interrupt { conversation, turn_id, reply } => {
         assert_eq!((conversation.as_str(), turn_id.as_str()), ("c1", "t1"));
         reply
             .send(Err(HarnessError::NoActiveTurn {
@@ -184,11 +176,11 @@ async fn an_interrupt_of_the_running_turn_is_retried_while_the_harness_has_no_ac
             .unwrap();
         tokio::time::Instant::now()
     });
-    expect_call!(script, Call::Interrupt { reply, .. } => reply.send(Ok(())).unwrap());
+    expect_call!(r.script, Call::Interrupt { reply, .. } => reply.send(Ok(())).unwrap());
     assert_eq!(first.elapsed(), Duration::from_millis(100));
     control.await.unwrap().unwrap();
 
-    events
+    r.events
         .send(HarnessEvent::TurnCompleted {
             turn_id: "t1".into(),
             outcome: TurnOutcome::Interrupted,
@@ -197,25 +189,17 @@ async fn an_interrupt_of_the_running_turn_is_retried_while_the_harness_has_no_ac
         .unwrap();
     let mut want = vec![state("f1", FlightState::Cancelled, Some("interrupted"))];
     want.extend(turn_closed("f1"));
-    assert_eq!(reports.take(want.len()).await, want);
+    assert_eq!(r.reports.take(want.len()).await, want);
 }
 
 /// A steer of the running turn reaches the harness with its conversation and turn, and
 /// is noted on the flight; a control naming a flight that is not running is refused.
 #[tokio::test(start_paused = true)]
 async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_refused() {
-    let (launcher, mut script) = full();
-    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
-    runtime.dispatch(dispatch(H, "f1", "poem")).await.unwrap();
-    let _events = script.session_up(None, "c1").await;
-    script.turn_started("t1").await;
-    reports.take(1 + 2 + 3).await;
+    let mut r = running("poem", None).await;
 
-    let control = tokio::spawn({
-        let runtime = runtime.clone();
-        async move { runtime.control(steer("f1", "about rust")).await }
-    });
-    expect_call!(script, Call::Steer { conversation, turn_id, text, reply } => {
+    let control = control_soon(&r.runtime, steer("f1", "about rust"));
+    expect_call!(r.script, Call::Steer { conversation, turn_id, text, reply } => {
         assert_eq!(
             (conversation.as_str(), turn_id.as_str(), text.as_str()),
             ("c1", "t1", "about rust")
@@ -224,7 +208,7 @@ async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_ref
     });
     control.await.unwrap().unwrap();
     assert_eq!(
-        reports.next().await,
+        r.reports.next().await,
         flight(
             "f1",
             FlightChange::Note {
@@ -233,7 +217,7 @@ async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_ref
         )
     );
 
-    let err = runtime.control(steer("f9", "x")).await.unwrap_err();
+    let err = r.runtime.control(steer("f9", "x")).await.unwrap_err();
     assert!(
         matches!(&err, RuntimeError::NotRunning { flight, agent } if flight == "f9" && agent == "a1"),
         "{err:?}"
@@ -242,7 +226,7 @@ async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_ref
         err.to_string(),
         "flight f9 is not the turn running on agent \"a1\""
     );
-    assert!(script.quiet());
+    assert!(r.script.quiet());
 }
 
 /// An approval request becomes a report; Relay's answer reaches the harness, and the
@@ -251,12 +235,7 @@ async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_ref
 /// flight runs again. Whatever is still open expires when the turn ends.
 #[tokio::test(start_paused = true)]
 async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart() {
-    let (launcher, mut script) = full();
-    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
-    runtime.dispatch(dispatch(H, "f1", "run it")).await.unwrap();
-    let events = script.session_up(None, "c1").await;
-    script.turn_started("t1").await;
-    reports.take(1 + 2 + 3).await;
+    let mut r = running("run it", None).await;
 
     let ask = |request: &str| HarnessEvent::ApprovalRequested {
         turn_id: "t1".into(),
@@ -275,47 +254,43 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
             harness_request_id: request.into(),
         },
     };
-    events.send(ask("r1")).await.unwrap();
-    assert_eq!(reports.next().await, asked("r1"));
+    r.events.send(ask("r1")).await.unwrap();
+    assert_eq!(r.reports.next().await, asked("r1"));
 
-    let control = tokio::spawn({
-        let runtime = runtime.clone();
-        async move {
-            runtime
-                .control(Control::Approval {
-                    agent: "a1".into(),
-                    flight: "f1".into(),
-                    harness_request_id: "r1".into(),
-                    decision: ApprovalDecision::Accept,
-                })
-                .await
-        }
-    });
-    expect_call!(script, Call::Approve { request_id, decision, reply } => {
+    let control = control_soon(
+        &r.runtime,
+        Control::Approval {
+            agent: "a1".into(),
+            flight: "f1".into(),
+            harness_request_id: "r1".into(),
+            decision: ApprovalDecision::Accept,
+        },
+    );
+    expect_call!(r.script, Call::Approve { request_id, decision, reply } => {
         assert_eq!((request_id.as_str(), decision), ("r1", ApprovalDecision::Accept));
         // The harness settles it before the answer's call returns.
-        events
+        r.events
             .send(HarnessEvent::ApprovalResolved { request_id: "r1".into() })
             .await
             .unwrap();
-        events.send(delta("t1", "ran")).await.unwrap();
+        r.events.send(delta("t1", "ran")).await.unwrap();
         reply.send(Ok(())).unwrap();
     });
     control.await.unwrap().unwrap();
     // No expiry for r1: the delta is the next report.
     assert_eq!(
-        reports.next().await,
+        r.reports.next().await,
         flight("f1", FlightChange::Delta { text: "ran".into() })
     );
 
-    events.send(ask("r2")).await.unwrap();
-    events
+    r.events.send(ask("r2")).await.unwrap();
+    r.events
         .send(HarnessEvent::ApprovalResolved {
             request_id: "r2".into(),
         })
         .await
         .unwrap();
-    events.send(done("t1", "ran")).await.unwrap();
+    r.events.send(done("t1", "ran")).await.unwrap();
     let mut want = vec![
         asked("r2"),
         Report::ApprovalsExpired {
@@ -331,7 +306,7 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
         completed("f1", "ran"),
     ];
     want.extend(turn_closed("f1"));
-    assert_eq!(reports.take(want.len()).await, want);
+    assert_eq!(r.reports.take(want.len()).await, want);
 }
 
 /// A harness declares what it cannot do: the worker refuses such a control with the
@@ -406,20 +381,15 @@ async fn what_a_harness_cannot_do_is_refused_with_a_reason_not_attempted() {
 /// warning does not count), the worker interrupts the turn itself and fails the flight.
 #[tokio::test(start_paused = true)]
 async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
-    let (launcher, mut script) = full();
-    let (_dir, runtime, mut reports, _stop) = runtime(launcher, Some(Duration::from_secs(600)));
-    runtime.dispatch(dispatch(H, "f1", "hang")).await.unwrap();
-    let events = script.session_up(None, "c1").await;
-    script.turn_started("t1").await;
-    reports.take(1 + 2 + 3).await;
+    let mut r = running("hang", Some(Duration::from_secs(600))).await;
     let started = tokio::time::Instant::now();
-    events
+    r.events
         .send(HarnessEvent::Warning {
             message: "reconnecting".into(),
         })
         .await
         .unwrap();
-    expect_call!(script, Call::Interrupt { turn_id, reply, .. } => {
+    expect_call!(r.script, Call::Interrupt { turn_id, reply, .. } => {
         assert_eq!(turn_id, "t1");
         reply.send(Ok(())).unwrap();
     });
@@ -438,7 +408,7 @@ async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
         ),
     ];
     want.extend(turn_closed("f1"));
-    assert_eq!(reports.take(want.len()).await, want);
+    assert_eq!(r.reports.take(want.len()).await, want);
 }
 
 /// The harness dies mid-turn: the flight fails with how it died and its stderr tail, a
@@ -446,20 +416,12 @@ async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
 /// a new session that resumes the same conversation.
 #[tokio::test(start_paused = true)]
 async fn a_harness_dying_mid_turn_fails_the_flight_and_the_next_turn_resumes() {
-    let (launcher, mut script) = full();
-    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
-    runtime.dispatch(dispatch(H, "f1", "work")).await.unwrap();
-    let events = script.session_up(None, "c1").await;
-    script.turn_started("t1").await;
-    reports.take(1 + 2 + 3).await;
+    let mut r = running("work", None).await;
 
-    let control = tokio::spawn({
-        let runtime = runtime.clone();
-        async move { runtime.control(steer("f1", "faster")).await }
-    });
+    let control = control_soon(&r.runtime, steer("f1", "faster"));
     // The steer waits on the harness, which dies instead of answering.
-    let unanswered = expect_call!(script, Call::Steer { reply, .. } => reply);
-    events
+    let unanswered = expect_call!(r.script, Call::Steer { reply, .. } => reply);
+    r.events
         .send(HarnessEvent::ProcessExited {
             code: None,
             signal: Some(9),
@@ -490,18 +452,21 @@ async fn a_harness_dying_mid_turn_fails_the_flight_and_the_next_turn_resumes() {
             request: None,
         },
     ];
-    assert_eq!(reports.take(want.len()).await, want);
+    assert_eq!(r.reports.take(want.len()).await, want);
 
-    runtime.dispatch(dispatch(H, "f2", "again")).await.unwrap();
-    let events = script.session_up(Some("c1"), "c1").await;
-    script.turn_started("t2").await;
+    r.runtime
+        .dispatch(dispatch(H, "f2", "again"))
+        .await
+        .unwrap();
+    let events = r.script.session_up(Some("c1"), "c1").await;
+    r.script.turn_started("t2").await;
     events.send(done("t2", "back")).await.unwrap();
     let mut want = vec![state("f2", FlightState::Waking, None)];
     want.extend(came_up(H, "c1", &Endpoint::Process { pid: PID }));
     want.extend(turn_began("f2", "c1", "t2"));
     want.push(completed("f2", "back"));
     want.extend(turn_closed("f2"));
-    assert_eq!(reports.take(want.len()).await, want);
+    assert_eq!(r.reports.take(want.len()).await, want);
 }
 
 /// A session that cannot start fails the flight with the harness's error and the agent

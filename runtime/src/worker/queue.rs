@@ -108,39 +108,20 @@ impl TurnQueue {
     }
 }
 
+/// The runtime tests' dispatch builder, shared by path so it is written once.
+#[cfg(test)]
+#[path = "../../tests/support/dispatch.rs"]
+mod test_dispatch;
+
 #[cfg(test)]
 mod tests {
+    use super::test_dispatch::dispatch as dispatch_to;
     use super::*;
-    use relay_protocol::domain::{Agent, AgentSpec, AgentState, Flight, Harness, Invocation};
+    use relay_protocol::domain::Harness;
 
     fn dispatch(flight: &str, task: &str) -> Dispatch {
-        let invocation = Invocation {
-            id: format!("inv_{flight}"),
-            requester: "operator".into(),
-            target: "a1".into(),
-            action: Default::default(),
-            task: task.into(),
-            conversation: "direct.a1.operator".into(),
-            request_message: format!("msg_{flight}"),
-            parent_flight: None,
-            depth: 0,
-            timeout_ms: None,
-            created_at: 0,
-        };
-        Dispatch {
-            agent: Agent {
-                spec: AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"),
-                state: AgentState::Offline,
-                thread_id: None,
-                endpoint: None,
-                created_at: 0,
-                updated_at: 0,
-            },
-            flight: Flight::queued(flight, &invocation),
-            invocation,
-        }
+        dispatch_to(Harness::CodexAppServer, flight, task)
     }
-
     #[test]
     fn steers_of_a_queued_flight_keep_its_task_within_the_limit() {
         let queue = TurnQueue::default();

@@ -15,14 +15,17 @@ use relay_harnesses::seam::{
 };
 use relay_harnesses::{HarnessError, Harnesses};
 use relay_protocol::domain::{
-    Agent, AgentSpec, AgentState, ApprovalDecision, Flight, FlightChange, FlightState, Harness,
-    Invocation,
+    AgentSpec, AgentState, ApprovalDecision, FlightChange, FlightState, Harness,
 };
 use relay_protocol::harness::HarnessEvent;
-use relay_protocol::runtime::{Dispatch, Report};
-use relay_runtime::{Runtime, RuntimeConfig};
+use relay_protocol::runtime::{Control, Report};
+use relay_runtime::{Runtime, RuntimeConfig, RuntimeError};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+mod dispatch;
+pub use dispatch::dispatch;
 
 /// The answer a call waits for.
 pub type Reply<T> = oneshot::Sender<Result<T, HarnessError>>;
@@ -338,35 +341,6 @@ pub fn runtime_in(
     (runtime, Reports(reports), stop)
 }
 
-/// A dispatch of `flight` to agent `a1` on `harness`.
-pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
-    let invocation = Invocation {
-        id: format!("inv_{flight}"),
-        requester: "operator".into(),
-        target: "a1".into(),
-        action: Default::default(),
-        task: task.into(),
-        conversation: "direct.a1.operator".into(),
-        request_message: format!("msg_{flight}"),
-        parent_flight: None,
-        depth: 0,
-        timeout_ms: None,
-        created_at: 0,
-    };
-    Dispatch {
-        agent: Agent {
-            spec: AgentSpec::new("a1", harness, "/work"),
-            state: AgentState::Offline,
-            thread_id: None,
-            endpoint: None,
-            created_at: 0,
-            updated_at: 0,
-        },
-        flight: Flight::queued(flight, &invocation),
-        invocation,
-    }
-}
-
 pub fn flight(flight: &str, change: FlightChange) -> Report {
     Report::Flight {
         flight: flight.into(),
@@ -450,4 +424,49 @@ pub fn completed(f: &str, output: &str) -> Report {
             output: Some(output.into()),
         },
     )
+}
+
+/// A runtime on the [`full`] fake whose agent `a1` runs flight `f1`'s turn `t1` in
+/// conversation `c1`; the reports of getting there are checked and taken.
+pub struct Running {
+    pub dir: tempfile::TempDir,
+    pub runtime: Runtime,
+    pub script: Script,
+    pub reports: Reports,
+    pub events: mpsc::Sender<HarnessEvent>,
+    pub stop: CancellationToken,
+}
+
+pub async fn running(task: &str, idle: Option<std::time::Duration>) -> Running {
+    let (launcher, mut script) = full();
+    let (dir, runtime, mut reports, stop) = runtime(launcher, idle);
+    runtime
+        .dispatch(dispatch(Harness::ClaudeStreamJson, "f1", task))
+        .await
+        .unwrap();
+    let events = script.session_up(None, "c1").await;
+    assert_eq!(script.turn_started("t1").await, task);
+    let mut want = vec![state("f1", FlightState::Waking, None)];
+    want.extend(came_up(
+        Harness::ClaudeStreamJson,
+        "c1",
+        &Endpoint::Process { pid: PID },
+    ));
+    want.extend(turn_began("f1", "c1", "t1"));
+    assert_eq!(reports.take(want.len()).await, want);
+    Running {
+        dir,
+        runtime,
+        script,
+        reports,
+        events,
+        stop,
+    }
+}
+
+/// Sends `control` from a task of its own: it returns only once the harness has
+/// taken it, which the test is the one to answer.
+pub fn control_soon(runtime: &Runtime, control: Control) -> JoinHandle<Result<(), RuntimeError>> {
+    let runtime = runtime.clone();
+    tokio::spawn(async move { runtime.control(control).await })
 }

@@ -3,6 +3,9 @@
 //! harness lacks, the harness dying mid-turn, the idle watchdog, and a restart whose
 //! conversation was lost. Every test runs on paused time and waits for calls and
 //! reports, never for time to pass; each asserts whole reports.
+//!
+//! About 600 lines: one test per behaviour of the worker, each spelling out the whole
+//! sequence of reports it expects; the fake and the shared set-up are in `support`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -36,6 +36,10 @@
 //!   `decline`, but `decline` works: the model gets `exec_command failed: ... rejected by
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
+//!
+//! Over 600 lines on purpose: the handle's API is one concern with the Codex behaviour
+//! each method pins (above) and its unit tests (the last ~150 lines); the wire work is
+//! in `owner.rs` and `translate.rs`, the seam in `launcher.rs`.
 
 mod launcher;
 mod owner;

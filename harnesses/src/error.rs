@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
+use relay_protocol::domain::Harness;
+
 /// Why a harness operation failed.
 ///
-/// Retryable (the same call may succeed later): [`Overloaded`](Self::Overloaded) and
-/// [`Timeout`](Self::Timeout) on the same session; [`ProcessExited`](Self::ProcessExited)
+/// Retryable (the same call may succeed later): [`Overloaded`](Self::Overloaded),
+/// [`Timeout`](Self::Timeout) and [`NoActiveTurn`](Self::NoActiveTurn) on the same
+/// session; [`ProcessExited`](Self::ProcessExited)
 /// and [`ChannelClosed`](Self::ChannelClosed) after spawning a new session. The others
 /// are answers, not accidents: retrying the same call gives the same error.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +38,22 @@ pub enum HarnessError {
     /// gone). Not retryable: start a new thread instead.
     #[error("thread {thread_id} not found")]
     ThreadNotFound { thread_id: String },
+    /// Opening the agent's conversation failed; `action` says which step (resuming the
+    /// stored one, starting one). Retryable as its `source` is.
+    #[error("{action}: {source}")]
+    Conversation {
+        action: String,
+        #[source]
+        source: Box<HarnessError>,
+    },
+    /// No turn is running to steer or interrupt. Right after a turn start, Codex may not
+    /// have made the turn active yet: retryable for a moment. `detail` is the agent's own
+    /// refusal.
+    #[error("{detail}")]
+    NoActiveTurn { detail: String },
+    /// This runtime has no adapter for the harness. Not retryable.
+    #[error("harness {harness} is not supported by this runtime yet (only {supported})")]
+    Unsupported { harness: Harness, supported: String },
     /// An approval answer named a request that is not pending (already answered, or
     /// settled by the agent when its turn ended). Not retryable.
     #[error("no pending agent request {request_id}")]
@@ -61,12 +80,16 @@ pub enum HarnessError {
 impl HarnessError {
     /// `true` for the variants documented as retryable on this or a new session.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            HarnessError::ProcessExited { .. }
-                | HarnessError::Timeout { .. }
-                | HarnessError::ChannelClosed
-                | HarnessError::Overloaded
-        )
+        match self {
+            HarnessError::Conversation { source, .. } => source.is_retryable(),
+            other => matches!(
+                other,
+                HarnessError::ProcessExited { .. }
+                    | HarnessError::Timeout { .. }
+                    | HarnessError::ChannelClosed
+                    | HarnessError::Overloaded
+                    | HarnessError::NoActiveTurn { .. }
+            ),
+        }
     }
 }

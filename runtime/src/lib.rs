@@ -4,7 +4,10 @@
 //!   worker; [`Runtime::control`] steers, interrupts or answers an approval.
 //! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
 //!   run one at a time; different agents run in parallel), the harness session (spawned
-//!   on demand, or at start for `keep_warm`), and the turn in progress.
+//!   on demand, or at start for `keep_warm`), and the turn in progress. It drives the
+//!   harness only through the seam of `relay_harnesses` (a [`Harnesses`] registry keyed
+//!   by the agent's harness; [`Runtime::start_with`] takes another, as the tests do), so
+//!   a new agent CLI is a new launcher there, not a change here.
 //! - [`storage`]: the process's one storage thread. Every sled transaction and flush of
 //!   the process (the broker's and the runtime's) runs there, group-committed; async
 //!   code never blocks on sled (see its header for the wedge this prevents).
@@ -13,6 +16,10 @@
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
+//! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
+//!
+//! Layering, one way: [`Runtime`] -> `worker` -> [`threads`] -> [`storage`]; `worker` ->
+//! `relay_harnesses::seam`. Nothing here names a particular harness.
 
 pub mod storage;
 pub mod threads;
@@ -22,7 +29,8 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use relay_protocol::domain::{Agent, FlightChange, FlightState};
+use relay_harnesses::Harnesses;
+use relay_protocol::domain::{Agent, FlightChange, FlightState, Harness};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -35,12 +43,41 @@ pub const AGENT_QUEUE_CAPACITY: usize = 256;
 /// Reports buffered towards the broker; a full buffer slows the harness down.
 pub const REPORT_BUFFER: usize = 4096;
 
+/// Why the runtime refused or failed a call. The broker maps these to wire codes in one
+/// place (`runtime_error` in its plane): [`Overloaded`](Self::Overloaded),
+/// [`TooLarge`](Self::TooLarge) and [`ShuttingDown`](Self::ShuttingDown) have codes of
+/// their own; everything else is answered `unavailable` with its text.
+///
+/// Retryable: `Overloaded` (after a while), and a control refused with `NotRunning` or
+/// `TurnEnded` once the flight is the running turn (or never, if it ended). The others
+/// are answers: the same call gets the same error.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("agent {0:?} has {AGENT_QUEUE_CAPACITY} turns queued already")]
     Overloaded(String),
-    #[error("{0}")]
-    Unavailable(String),
+    /// A control named a flight that is not the turn running on its agent.
+    #[error("flight {flight} is not the turn running on agent {agent:?}")]
+    NotRunning { flight: String, agent: String },
+    /// No worker of this runtime serves the agent.
+    #[error("agent {agent:?} has no live session in this runtime")]
+    NoSession { agent: String },
+    /// The agent's harness cannot do what a control asks (see
+    /// [`relay_harnesses::Capabilities`]); it was not asked.
+    #[error("harness {harness} cannot {what}")]
+    Unsupported {
+        harness: Harness,
+        what: &'static str,
+    },
+    /// The turn ended before the harness took the control.
+    #[error("the turn of flight {flight} ended before {harness} took this")]
+    TurnEnded {
+        flight: String,
+        /// How messages name the harness ("codex").
+        harness: &'static str,
+    },
+    /// A lock of the runtime's state was poisoned by a panic.
+    #[error("runtime state lock poisoned")]
+    Poisoned,
     /// A steer would grow a queued flight's task over the limit it came with.
     #[error("flight {flight}: its task would be {size} bytes with this steer, over the limit of {limit} bytes")]
     TooLarge {
@@ -132,6 +169,7 @@ struct Inner {
     /// Taken by [`Runtime::stopped`], so the report channel closes once workers end.
     reports: Mutex<Option<mpsc::Sender<Report>>>,
     threads: ThreadStore,
+    harnesses: Arc<Harnesses>,
     config: RuntimeConfig,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -139,9 +177,20 @@ struct Inner {
 }
 
 impl Runtime {
-    /// Starts the runtime. Reports arrive on the returned receiver, in order per agent.
+    /// Starts the runtime with the harnesses this build has
+    /// ([`Harnesses::builtin`]). Reports arrive on the returned receiver, in order per
+    /// agent.
     pub fn start(
         config: RuntimeConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Runtime, mpsc::Receiver<Report>), RuntimeError> {
+        Runtime::start_with(config, Harnesses::builtin(), shutdown)
+    }
+
+    /// [`Runtime::start`] driving agents through `harnesses` (the tests' scripted one).
+    pub fn start_with(
+        config: RuntimeConfig,
+        harnesses: Harnesses,
         shutdown: CancellationToken,
     ) -> Result<(Runtime, mpsc::Receiver<Report>), RuntimeError> {
         std::fs::create_dir_all(&config.data_dir).map_err(sled::Error::Io)?;
@@ -157,6 +206,7 @@ impl Runtime {
                     workers: Mutex::new(HashMap::new()),
                     reports: Mutex::new(Some(reports)),
                     threads,
+                    harnesses: Arc::new(harnesses),
                     config,
                     shutdown,
                     tasks: TaskTracker::new(),
@@ -279,10 +329,9 @@ impl Runtime {
             if matches!(control, Control::AgentRemoved { .. }) {
                 return Ok(());
             }
-            return Err(RuntimeError::Unavailable(format!(
-                "agent {:?} has no live session in this runtime",
-                control.agent()
-            )));
+            return Err(RuntimeError::NoSession {
+                agent: control.agent().to_string(),
+            });
         };
         let (tx, rx) = oneshot::channel();
         handle.control(control, tx)?;
@@ -326,6 +375,7 @@ impl Runtime {
             worker::Deps {
                 reports: self.reports()?,
                 threads: self.inner.threads.clone(),
+                harnesses: self.inner.harnesses.clone(),
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),
                 turn_idle_timeout: self.inner.config.turn_idle_timeout,
@@ -345,5 +395,5 @@ impl Runtime {
 }
 
 fn poisoned() -> RuntimeError {
-    RuntimeError::Unavailable("runtime state lock poisoned".into())
+    RuntimeError::Poisoned
 }

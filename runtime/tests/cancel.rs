@@ -4,47 +4,22 @@
 //! would be reported `waking`, then `failed`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::time::Duration;
 
-use relay_protocol::domain::{
-    Agent, AgentSpec, AgentState, Flight, FlightChange, FlightState, Harness, Invocation,
-};
+use relay_protocol::domain::{FlightChange, FlightState, Harness};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use relay_runtime::{Runtime, RuntimeConfig};
 use tokio::sync::mpsc::Receiver;
 use tokio_util::sync::CancellationToken;
 
+/// A dispatch to an agent whose program does not exist.
 fn dispatch(flight: &str, task: &str) -> Dispatch {
-    let agent = Agent {
-        spec: AgentSpec {
-            command: Some("/nonexistent/codex".into()),
-            ..AgentSpec::new("a1", Harness::CodexAppServer, "/tmp")
-        },
-        state: AgentState::Offline,
-        thread_id: None,
-        endpoint: None,
-        created_at: 0,
-        updated_at: 0,
-    };
-    let invocation = Invocation {
-        id: format!("inv_{flight}"),
-        requester: "operator".into(),
-        target: "a1".into(),
-        action: Default::default(),
-        task: task.into(),
-        conversation: "direct.a1.operator".into(),
-        request_message: format!("msg_{flight}"),
-        parent_flight: None,
-        depth: 0,
-        timeout_ms: None,
-        created_at: 0,
-    };
-    let flight = Flight::queued(flight, &invocation);
-    Dispatch {
-        agent,
-        invocation,
-        flight,
-    }
+    let mut d = support::dispatch(Harness::CodexAppServer, flight, task);
+    d.agent.spec.command = Some("/nonexistent/codex".into());
+    d.agent.spec.cwd = "/tmp".into();
+    d
 }
 
 /// The state changes reported for `flight` until one is terminal.

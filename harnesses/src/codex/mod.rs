@@ -11,6 +11,8 @@
 //! - The translator (`translate.rs`): Codex notifications and server requests ->
 //!   [`HarnessEvent`]s, without I/O.
 //! - [`crate::process`]: the child in its own process group, stderr tail, no leaks.
+//! - [`CodexLauncher`] (`launcher.rs`): Codex behind the harness seam
+//!   ([`crate::seam`]), built on [`CodexSession`]; the runtime uses only that.
 //!
 //! Data flow: `CodexSession::start_turn` -> `Command::Request` -> owner writes
 //! `{"id":N,"method":"turn/start",...}` -> Codex answers `{"id":N,"result":...}` -> the
@@ -34,9 +36,16 @@
 //!   `decline`, but `decline` works: the model gets `exec_command failed: ... rejected by
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
+//!
+//! Over 600 lines on purpose: the handle's API is one concern with the Codex behaviour
+//! each method pins (above) and its unit tests (the last ~150 lines); the wire work is
+//! in `owner.rs` and `translate.rs`, the seam in `launcher.rs`.
 
+mod launcher;
 mod owner;
 mod translate;
+
+pub use launcher::{CodexLauncher, CODEX_INFO};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,236 @@
+//! Codex behind the harness seam ([`crate::seam`]): [`CodexLauncher`] spawns
+//! `codex app-server` for an agent, and its session opens the agent's thread (resumed,
+//! or started with the loss said) and runs turns through [`CodexSession`].
+
+use std::path::PathBuf;
+
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+
+use super::{codex_program, CodexConfig, CodexSession, ThreadOptions};
+use crate::error::HarnessError;
+use crate::seam::{
+    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
+    Spawned,
+};
+
+/// Codex app-server: everything the seam offers.
+pub const CODEX_INFO: HarnessInfo = HarnessInfo {
+    harness: Harness::CodexAppServer,
+    name: "codex",
+    program: "codex app-server",
+    capabilities: Capabilities::ALL,
+};
+
+/// Spawns `codex app-server` sessions (the pinned program unless the agent names one).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CodexLauncher;
+
+impl CodexConfig {
+    /// How to start Codex for `agent`: its program (see [`codex_program`]), arguments,
+    /// variables with its secrets' values, directory and model.
+    pub fn for_agent(agent: &AgentSpec) -> CodexConfig {
+        let mut config = CodexConfig::new(codex_program(agent.command.as_deref()));
+        config.args = agent.args.clone();
+        config.env = agent.env.clone();
+        // Secret variables (shown as *** in `env`) with their values.
+        config
+            .env
+            .extend(agent.secrets.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        config.cwd = Some(PathBuf::from(&agent.cwd));
+        config.model = agent.model.clone();
+        config
+    }
+}
+
+impl Launcher for CodexLauncher {
+    fn info(&self) -> HarnessInfo {
+        CODEX_INFO
+    }
+
+    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+        Box::pin(async move {
+            let (session, events) = CodexSession::spawn(CodexConfig::for_agent(agent)).await?;
+            let options = ThreadOptions {
+                cwd: Some(PathBuf::from(&agent.cwd)),
+                model: agent.model.clone(),
+                ..ThreadOptions::default()
+            };
+            Ok(Spawned {
+                session: std::sync::Arc::new(CodexAgent { session, options }),
+                events,
+            })
+        })
+    }
+}
+
+/// One agent's `codex app-server`, with the settings of the threads it starts.
+struct CodexAgent {
+    session: CodexSession,
+    options: ThreadOptions,
+}
+
+impl CodexAgent {
+    async fn start_thread(&self) -> Result<String, HarnessError> {
+        self.session
+            .start_thread(&self.options)
+            .await
+            .map_err(|e| HarnessError::Conversation {
+                action: "cannot start a codex thread".into(),
+                source: Box::new(e),
+            })
+    }
+}
+
+impl HarnessSession for CodexAgent {
+    fn open<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+        Box::pin(async move {
+            let Some(old) = stored else {
+                let id = self.start_thread().await?;
+                return Ok(Conversation { id, lost: None });
+            };
+            match self.session.resume_thread(old).await {
+                Ok(t) => Ok(Conversation {
+                    id: t.thread_id,
+                    lost: None,
+                }),
+                Err(HarnessError::ThreadNotFound { .. }) => {
+                    let new = self.start_thread().await?;
+                    let reason = format!(
+                        "codex no longer has thread {old}; started {new} without the earlier conversation"
+                    );
+                    Ok(Conversation {
+                        id: new,
+                        lost: Some(Lost {
+                            old_id: old.to_string(),
+                            reason,
+                        }),
+                    })
+                }
+                Err(e) => Err(HarnessError::Conversation {
+                    action: format!("cannot resume codex thread {old}"),
+                    source: Box::new(e),
+                }),
+            }
+        })
+    }
+
+    fn start_turn<'a>(
+        &'a self,
+        conversation: &'a str,
+        text: &'a str,
+        _relay_turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, HarnessError>> {
+        Box::pin(self.session.start_turn(conversation, text))
+    }
+
+    fn steer<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            self.session
+                .steer(conversation, turn_id, text)
+                .await
+                .map_err(no_active_turn)
+        })
+    }
+
+    fn interrupt<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            self.session
+                .interrupt(conversation, turn_id)
+                .await
+                .map_err(no_active_turn)
+        })
+    }
+
+    fn respond_approval<'a>(
+        &'a self,
+        request_id: &'a str,
+        decision: ApprovalDecision,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(self.session.respond_approval(request_id, decision))
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Process {
+            pid: self.session.pid(),
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.session.stderr_tail()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(self.session.shutdown())
+    }
+}
+
+/// Codex's refusal of a steer or interrupt with no turn active (`no active turn to
+/// steer`, `... to interrupt`; see the module docs of [`super`]), typed.
+fn no_active_turn(err: HarnessError) -> HarnessError {
+    match err {
+        HarnessError::Rpc { ref message, .. } if message.contains("no active turn") => {
+            HarnessError::NoActiveTurn {
+                detail: err.to_string(),
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::codex::error_code::INVALID_REQUEST;
+
+    #[test]
+    fn no_active_turn_refusals_are_typed_and_read_as_before() {
+        let refusal = |message: &str| HarnessError::Rpc {
+            code: INVALID_REQUEST,
+            message: message.into(),
+        };
+        for message in ["no active turn to steer", "no active turn to interrupt"] {
+            let err = no_active_turn(refusal(message));
+            assert!(matches!(err, HarnessError::NoActiveTurn { .. }), "{err:?}");
+            assert_eq!(err.to_string(), refusal(message).to_string());
+        }
+        assert!(matches!(
+            no_active_turn(refusal("thread not found: t")),
+            HarnessError::Rpc { .. }
+        ));
+    }
+
+    #[test]
+    fn an_agent_spec_becomes_the_codex_config_with_its_secrets() {
+        let mut agent = AgentSpec::new("a1", Harness::CodexAppServer, "/work");
+        agent.command = Some("/opt/codex".into());
+        agent.args = vec!["-c".into(), "x=1".into()];
+        agent.env.insert("CODEX_HOME".into(), "/h".into());
+        agent.env.insert("API_KEY".into(), "***".into());
+        agent.secrets.0.insert("API_KEY".into(), "s3cret".into());
+        agent.model = Some("m".into());
+        let config = CodexConfig::for_agent(&agent);
+        assert_eq!(config.program, PathBuf::from("/opt/codex"));
+        assert_eq!(config.args, agent.args);
+        assert_eq!(
+            config.env.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("API_KEY".to_string(), "s3cret".to_string()),
+                ("CODEX_HOME".to_string(), "/h".to_string())
+            ]
+        );
+        assert_eq!(config.cwd, Some(PathBuf::from("/work")));
+        assert_eq!(config.model.as_deref(), Some("m"));
+    }
+}

@@ -1,0 +1,264 @@
+//! The harness seam: what every agent CLI's adapter offers the runtime, and the registry
+//! ([`Harnesses`]) that finds the adapter of an agent's [`Harness`].
+//!
+//! Shaped by the four CLIs Relay drives (facts in `HARNESSES.md`):
+//!
+//! | | conversation | turn ids | steer | interrupt | approvals | endpoint |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | Codex app-server | `thread/resume` or `thread/start`, by request | Codex's | `turn/steer` | `turn/interrupt` | server requests | pid |
+//! | Claude Code stream-json | `--resume` / `--session-id` at process start | none | no | control request | `can_use_tool` | pid |
+//! | Pi RPC | `--session` at process start | none | `steer` | `abort` | none (tools run at once) | pid |
+//! | tmux pane | none to resume | none | no | keys | none | pane |
+//!
+//! So the seam has two halves:
+//! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]) and
+//!   [`Launcher::spawn`], which starts a session for an agent and hands back the
+//!   session and its event stream;
+//! - the [`HarnessSession`] it spawned: [`open`](HarnessSession::open) the agent's
+//!   conversation (resume the stored id, or start one and say why the old one was
+//!   lost), [`start_turn`](HarnessSession::start_turn), steer, interrupt, answer an
+//!   approval, the live [`Endpoint`], the stderr tail, shut down.
+//!
+//! An adapter whose CLI takes the conversation at process start (Claude Code, Pi) starts
+//! or restarts its child in `open`; the event stream it handed out at `spawn` stays the
+//! same. A CLI without turn ids uses the id Relay passes to `start_turn` and stamps its
+//! events with it. What a harness cannot do is declared in its [`Capabilities`], and the
+//! runtime refuses it with a reason instead of calling the adapter.
+//!
+//! Methods return boxed futures, so the runtime holds any adapter as
+//! `Arc<dyn HarnessSession>` and picks the launcher by the agent's [`Harness`] at run time.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::harness::HarnessEvent;
+use tokio::sync::mpsc;
+
+use crate::error::HarnessError;
+
+/// The future of a seam method.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a harness can do. The runtime answers a control the harness cannot carry out
+/// as unavailable, saying so, and never calls the adapter for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Text can be added to the running turn.
+    pub steer: bool,
+    /// The CLI asks before it runs things ([`HarnessEvent::ApprovalRequested`]) and
+    /// takes an answer.
+    pub approvals: bool,
+    /// A new process can continue a stored conversation. Without, the runtime starts a
+    /// new one and records the old one as lost.
+    pub resume: bool,
+    /// The running turn can be stopped.
+    pub interrupt: bool,
+    /// The CLI names its turns. Without, the turn goes by the id Relay passes to
+    /// [`HarnessSession::start_turn`].
+    pub turn_ids: bool,
+}
+
+impl Capabilities {
+    /// Everything (Codex app-server).
+    pub const ALL: Capabilities = Capabilities {
+        steer: true,
+        approvals: true,
+        resume: true,
+        interrupt: true,
+        turn_ids: true,
+    };
+}
+
+/// What the runtime knows of a harness before it spawns anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HarnessInfo {
+    pub harness: Harness,
+    /// How messages name the agent program ("codex").
+    pub name: &'static str,
+    /// How messages name its process ("codex app-server").
+    pub program: &'static str,
+    pub capabilities: Capabilities,
+}
+
+/// Where a live session can be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A child process (also its process group).
+    Process { pid: u32 },
+    /// A tmux pane (`session:window.pane`).
+    Pane { pane: String },
+}
+
+impl Endpoint {
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Endpoint::Process { pid } => Some(*pid),
+            Endpoint::Pane { .. } => None,
+        }
+    }
+
+    pub fn pane(&self) -> Option<&str> {
+        match self {
+            Endpoint::Process { .. } => None,
+            Endpoint::Pane { pane } => Some(pane),
+        }
+    }
+}
+
+/// The conversation a session opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversation {
+    /// Its id, to store and resume later.
+    pub id: String,
+    /// Set when the stored conversation could not be resumed and this one was started
+    /// instead.
+    pub lost: Option<Lost>,
+}
+
+/// A stored conversation the harness could not resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    pub old_id: String,
+    /// Why, for a person: what was lost, and what replaced it.
+    pub reason: String,
+}
+
+/// A session and the events of everything it runs. The stream must be drained (the
+/// adapter stops reading its child when it is full) and ends with
+/// [`HarnessEvent::ProcessExited`] when the session is gone.
+pub struct Spawned {
+    pub session: Arc<dyn HarnessSession>,
+    pub events: mpsc::Receiver<HarnessEvent>,
+}
+
+/// One harness: spawns its sessions. Registered in [`Harnesses`] under
+/// [`HarnessInfo::harness`].
+pub trait Launcher: Send + Sync {
+    fn info(&self) -> HarnessInfo;
+
+    /// Starts a session for `agent` (its program, arguments, variables and secrets,
+    /// directory, model). [`HarnessError::Spawn`] when the program cannot be started.
+    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>>;
+}
+
+/// A live session of one agent. Cheap to share (`Arc`); every method may be called from
+/// any task while the events are drained elsewhere.
+pub trait HarnessSession: Send + Sync {
+    /// Opens the agent's conversation: resumes `stored` (a harness with `resume`), or
+    /// starts one; a stored one that cannot be resumed is reported in
+    /// [`Conversation::lost`], never hidden.
+    fn open<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Conversation, HarnessError>>;
+
+    /// Starts a turn of `conversation` with `text` as the user's input and returns the
+    /// turn's id: the harness's own (with `turn_ids`), else `relay_turn_id`. The turn's
+    /// progress and end arrive as events carrying that id.
+    fn start_turn<'a>(
+        &'a self,
+        conversation: &'a str,
+        text: &'a str,
+        relay_turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, HarnessError>>;
+
+    /// Adds `text` to the running turn. [`HarnessError::NoActiveTurn`] when `turn_id` is
+    /// not running.
+    fn steer<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>>;
+
+    /// Asks the harness to stop the turn; it then ends with
+    /// [`TurnOutcome::Interrupted`](relay_protocol::harness::TurnOutcome::Interrupted).
+    /// [`HarnessError::NoActiveTurn`] when no turn runs (yet: right after
+    /// `start_turn`, Codex may not have made it active).
+    fn interrupt<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>>;
+
+    /// Answers a [`HarnessEvent::ApprovalRequested`]. [`HarnessError::UnknownRequest`]
+    /// when it is no longer pending.
+    fn respond_approval<'a>(
+        &'a self,
+        request_id: &'a str,
+        decision: ApprovalDecision,
+    ) -> BoxFuture<'a, Result<(), HarnessError>>;
+
+    /// Where the session is reachable now.
+    fn endpoint(&self) -> Endpoint;
+
+    /// The last lines the agent wrote on stderr (empty where there is none).
+    fn stderr_tail(&self) -> String;
+
+    /// Stops the session and returns once it is gone; the events then end with
+    /// [`HarnessEvent::ProcessExited`]. Idempotent.
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>>;
+}
+
+/// The launchers of a runtime, one per [`Harness`].
+#[derive(Clone, Default)]
+pub struct Harnesses {
+    launchers: HashMap<Harness, Arc<dyn Launcher>>,
+}
+
+impl Harnesses {
+    /// The adapters this build has: Codex app-server.
+    pub fn builtin() -> Harnesses {
+        Harnesses::default().with(Arc::new(crate::codex::CodexLauncher))
+    }
+
+    /// These launchers and `launcher`, which replaces any other of its harness.
+    pub fn with(mut self, launcher: Arc<dyn Launcher>) -> Harnesses {
+        self.launchers.insert(launcher.info().harness, launcher);
+        self
+    }
+
+    /// The launcher of `harness`; [`HarnessError::Unsupported`] when there is none.
+    pub fn get(&self, harness: Harness) -> Result<Arc<dyn Launcher>, HarnessError> {
+        self.launchers
+            .get(&harness)
+            .cloned()
+            .ok_or_else(|| HarnessError::Unsupported {
+                harness,
+                supported: Harness::ALL
+                    .iter()
+                    .filter(|h| self.launchers.contains_key(h))
+                    .map(|h| h.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_harness_without_a_launcher_is_refused_with_the_ones_there_are() {
+        let harnesses = Harnesses::builtin();
+        assert_eq!(
+            harnesses
+                .get(Harness::CodexAppServer)
+                .map(|l| l.info().harness)
+                .ok(),
+            Some(Harness::CodexAppServer)
+        );
+        match harnesses.get(Harness::Tmux) {
+            Err(e @ HarnessError::Unsupported { .. }) => assert_eq!(
+                e.to_string(),
+                "harness tmux is not supported by this runtime yet (only codex_app_server)"
+            ),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("tmux has no launcher"),
+        }
+    }
+}

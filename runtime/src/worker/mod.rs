@@ -1,0 +1,246 @@
+//! One agent's worker: its turn queue, its harness session and the turn in progress.
+//! It knows the harness only through the seam ([`relay_harnesses::seam`]): the launcher
+//! of the agent's [`Harness`](relay_protocol::domain::Harness), found in the runtime's
+//! [`Harnesses`], and the `dyn HarnessSession` it spawns.
+//!
+//! The worker is the only owner of the agent's session. It waits on four things at
+//! once: the session's event stream (also between turns, to see the child die), control
+//! messages (steer, interrupt, approvals), the next queued turn (only when no turn
+//! runs), and the shutdown. A session that died is dropped and respawned by the next
+//! turn, which resumes the same conversation; a `keep_warm` session is respawned at once.
+//!
+//! Parts, each on one concern, in the order a turn meets them:
+//! - `queue.rs`: [`TurnQueue`], shared with the agent's [`Handle`], so a flight still
+//!   waiting in it can be cancelled or steered without disturbing the turn that runs.
+//! - this file: the worker's loop between turns, its handle, and how it reports.
+//! - `session.rs`: spawning the session, opening (and storing) its conversation,
+//!   watching it between turns, `keep_warm`, stopping it.
+//! - `turn.rs`: the turn in progress, its deadline and idle watchdog, and its controls
+//!   (refused with a reason where the harness lacks the capability).
+//! - `events.rs`: each harness event of the turn, turned into reports.
+//!
+//! Layering: `mod` -> `turn` -> `events`, `session` -> the seam; `queue` stands alone.
+//! Only `session.rs` and `turn.rs` call the harness.
+
+mod events;
+mod queue;
+mod session;
+mod turn;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_harnesses::Harnesses;
+use relay_protocol::domain::{Agent, AgentState, FlightChange, FlightState, WakePolicy};
+use relay_protocol::runtime::{Control, Dispatch, Report};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use queue::TurnQueue;
+
+use self::session::{next_event, rewarm, Live, REWARM_FIRST};
+use self::turn::TurnEnd;
+use crate::{cancelled_report, Cancelled, RuntimeError};
+
+pub struct Deps {
+    pub reports: mpsc::Sender<Report>,
+    pub threads: crate::ThreadStore,
+    /// The launchers of the harnesses this runtime drives.
+    pub harnesses: Arc<Harnesses>,
+    pub node: Option<String>,
+    pub shutdown: CancellationToken,
+    /// A running turn without a harness event for this long is interrupted and failed
+    /// (`None`: never). Time spent waiting for an approval does not count.
+    pub turn_idle_timeout: Option<Duration>,
+    /// Flights interrupted before their turn started: never started here.
+    pub cancelled: Arc<Cancelled>,
+}
+
+enum Msg {
+    Warm(Box<Agent>),
+    Control(Control, oneshot::Sender<Result<(), RuntimeError>>),
+}
+
+#[derive(Clone)]
+pub struct Handle {
+    pub queue: Arc<TurnQueue>,
+    msgs: mpsc::UnboundedSender<Msg>,
+}
+
+impl Handle {
+    pub fn dispatch(&self, d: Dispatch) -> Result<(), RuntimeError> {
+        self.queue.push(d)
+    }
+
+    pub fn warm(&self, agent: Agent) -> Result<(), RuntimeError> {
+        self.msgs
+            .send(Msg::Warm(Box::new(agent)))
+            .map_err(|_| RuntimeError::ShuttingDown)
+    }
+
+    pub fn control(
+        &self,
+        c: Control,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    ) -> Result<(), RuntimeError> {
+        self.msgs
+            .send(Msg::Control(c, reply))
+            .map_err(|_| RuntimeError::ShuttingDown)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.msgs.is_closed() || self.queue.is_closed()
+    }
+}
+
+pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
+    let queue = Arc::new(TurnQueue::default());
+    let (msgs, msgs_rx) = mpsc::unbounded_channel();
+    let worker = Worker {
+        name,
+        deps,
+        session: None,
+        warm: None,
+        rewarm_delay: REWARM_FIRST,
+        rewarm_at: None,
+    };
+    tasks.spawn(worker.run(queue.clone(), msgs_rx));
+    Handle { queue, msgs }
+}
+
+struct Worker {
+    name: String,
+    deps: Deps,
+    session: Option<Live>,
+    /// The agent, while its wake policy is `keep_warm`: its session is kept running.
+    warm: Option<Agent>,
+    rewarm_delay: Duration,
+    /// When to start the `keep_warm` session again after it died.
+    rewarm_at: Option<tokio::time::Instant>,
+}
+
+impl Worker {
+    async fn run(mut self, queue: Arc<TurnQueue>, mut msgs: mpsc::UnboundedReceiver<Msg>) {
+        let mut stop_reason = "the runtime stopped before this turn started";
+        loop {
+            tokio::select! {
+                // The session's death is seen before a queued turn is taken, so that turn
+                // respawns the session instead of failing on a dead one.
+                biased;
+                _ = self.deps.shutdown.cancelled() => break,
+                ev = next_event(&mut self.session) => self.idle_event(ev).await,
+                m = msgs.recv() => match m {
+                    None => break,
+                    Some(Msg::Warm(agent)) => {
+                        self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then(|| (*agent).clone());
+                        if !self.warm_up(&agent).await {
+                            break;
+                        }
+                    }
+                    Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
+                        let _ = reply.send(Ok(()));
+                        stop_reason = "the agent was removed before this turn started";
+                        break;
+                    }
+                    Some(Msg::Control(c, reply)) => {
+                        let _ = reply.send(self.not_running(&c));
+                    }
+                },
+                _ = rewarm(self.rewarm_at) => {
+                    self.rewarm_at = None;
+                    if let Some(agent) = self.warm.clone() {
+                        if !self.warm_up(&agent).await {
+                            break;
+                        }
+                    }
+                }
+                d = queue.next() => {
+                    let Some(d) = d else { break };
+                    if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
+                        stop_reason = "the agent was removed, or the runtime stopped, before this turn started";
+                        break;
+                    }
+                }
+            }
+        }
+        // Fail what is still queued: it will not run in this process.
+        for d in queue.close() {
+            self.fail(&d.flight.id, stop_reason).await;
+        }
+        self.stop_session().await;
+    }
+
+    /// The answer to a control of a flight that is not the running turn: an interrupt of
+    /// a flight cancelled before its turn is done already; anything else is refused.
+    fn not_running(&self, c: &Control) -> Result<(), RuntimeError> {
+        if matches!(c, Control::Interrupt { .. }) && self.deps.cancelled.contains(control_flight(c))
+        {
+            return Ok(());
+        }
+        Err(RuntimeError::NotRunning {
+            flight: control_flight(c).to_string(),
+            agent: self.name.clone(),
+        })
+    }
+
+    /// Whether `flight` was interrupted before its turn: then it is reported cancelled
+    /// (again: that settles it on a node too) and not started.
+    async fn skip_cancelled(&self, flight: &str) -> bool {
+        if !self.deps.cancelled.contains(flight) {
+            return false;
+        }
+        tracing::info!(agent = %self.name, %flight, "flight interrupted before its turn; not started");
+        self.report(cancelled_report(flight.to_string())).await;
+        true
+    }
+
+    async fn report(&self, r: Report) {
+        // The broker side only goes away at shutdown; nothing to do then.
+        let _ = self.deps.reports.send(r).await;
+    }
+
+    async fn change(&self, flight: &str, change: FlightChange) {
+        self.report(Report::Flight {
+            flight: flight.to_string(),
+            change,
+        })
+        .await;
+    }
+
+    async fn state(&self, flight: &str, to: FlightState, reason: Option<String>) {
+        self.change(
+            flight,
+            FlightChange::State {
+                to,
+                reason,
+                output: None,
+            },
+        )
+        .await;
+    }
+
+    async fn fail(&self, flight: &str, reason: &str) {
+        self.state(flight, FlightState::Failed, Some(reason.to_string()))
+            .await;
+    }
+
+    async fn agent_state(&self, state: AgentState) {
+        self.report(Report::Agent {
+            agent: self.name.clone(),
+            state: Some(state),
+            thread_id: None,
+            endpoint: None,
+        })
+        .await;
+    }
+}
+
+fn control_flight(c: &Control) -> &str {
+    match c {
+        Control::Steer { flight, .. }
+        | Control::Interrupt { flight, .. }
+        | Control::Approval { flight, .. } => flight,
+        Control::AgentRemoved { .. } | Control::Wake { .. } => "",
+    }
+}

@@ -1,0 +1,295 @@
+//! The agent's harness session, through the seam only ([`relay_harnesses::seam`]): the
+//! launcher of the agent's harness spawns it, it opens the agent's conversation (whose id
+//! is stored, and whose loss is reported), and the worker watches it between turns,
+//! starts it again for a `keep_warm` agent when it dies, and stops it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_harnesses::seam::{HarnessInfo, HarnessSession, Launcher, Lost, Spawned};
+use relay_harnesses::HarnessError;
+use relay_protocol::domain::{Agent, AgentState, Endpoint};
+use relay_protocol::harness::HarnessEvent;
+use relay_protocol::runtime::Report;
+use tokio::sync::mpsc;
+
+use super::Worker;
+use crate::threads::ThreadRecord;
+use crate::RuntimeError;
+
+/// The first wait before a `keep_warm` session that died is started again; it doubles
+/// up to [`REWARM_MAX`] while sessions keep dying young.
+pub(super) const REWARM_FIRST: Duration = Duration::from_secs(1);
+const REWARM_MAX: Duration = Duration::from_secs(60);
+
+/// The live session and the conversation it has open.
+pub(super) struct Live {
+    pub session: Arc<dyn HarnessSession>,
+    pub events: mpsc::Receiver<HarnessEvent>,
+    pub info: HarnessInfo,
+    pub conversation: String,
+    pub started: tokio::time::Instant,
+}
+
+/// Why a session (or the turn on it) could not be started. Its text is the reason the
+/// flight fails with.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SessionError {
+    /// No launcher for the agent's harness, or its conversation could not be opened.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: &'static str,
+        #[source]
+        source: HarnessError,
+    },
+    /// The stored conversation id could not be read.
+    #[error(transparent)]
+    Stored(RuntimeError),
+    #[error("cannot record the thread id: {0}")]
+    Record(#[source] RuntimeError),
+    /// The runtime stopped (or the agent was removed) while the session started.
+    #[error("the runtime was shut down while the session started")]
+    ShutDown,
+    #[error("the {name} session is gone")]
+    Gone { name: &'static str },
+    /// The harness refused the turn; `stderr` is its tail, where it says more than the
+    /// refusal.
+    #[error("cannot start the turn: {source}{}", stderr_note(.name, .stderr))]
+    TurnStart {
+        #[source]
+        source: HarnessError,
+        name: &'static str,
+        stderr: Option<String>,
+    },
+}
+
+fn stderr_note(name: &str, stderr: &Option<String>) -> String {
+    match stderr {
+        Some(tail) => format!("; {name} stderr: {tail}"),
+        None => String::new(),
+    }
+}
+
+impl Worker {
+    /// Starts the session outside a turn (`relay agent wake`, `keep_warm`); a failure
+    /// schedules another try for a `keep_warm` agent. `false` when shutting down.
+    pub(super) async fn warm_up(&mut self, agent: &Agent) -> bool {
+        match self.wake(agent).await {
+            Ok(()) => true,
+            Err(SessionError::ShutDown) => false,
+            Err(e) => {
+                tracing::warn!(agent = %self.name, error = %e, "starting the session failed");
+                self.schedule_rewarm();
+                true
+            }
+        }
+    }
+
+    fn schedule_rewarm(&mut self) {
+        if self.warm.is_none() || self.deps.shutdown.is_cancelled() {
+            return;
+        }
+        self.rewarm_at = Some(tokio::time::Instant::now() + self.rewarm_delay);
+        self.rewarm_delay = (self.rewarm_delay * 2).min(REWARM_MAX);
+    }
+
+    /// An event while no turn runs: only the child's death matters.
+    pub(super) async fn idle_event(&mut self, ev: Option<HarnessEvent>) {
+        match ev {
+            Some(HarnessEvent::ProcessExited { .. }) | None => {
+                tracing::info!(agent = %self.name, "session ended between turns");
+                self.session_ended().await;
+            }
+            Some(other) => {
+                tracing::debug!(agent = %self.name, event = ?other, "event between turns")
+            }
+        }
+    }
+
+    /// The session is gone: the agent is offline, and a `keep_warm` one starts again
+    /// (at once after a long life, with a growing pause while sessions die young).
+    pub(super) async fn session_ended(&mut self) {
+        if let Some(live) = self.session.take() {
+            if live.started.elapsed() > REWARM_MAX {
+                self.rewarm_delay = REWARM_FIRST;
+            }
+        }
+        self.report(Report::Agent {
+            agent: self.name.clone(),
+            state: Some(AgentState::Offline),
+            thread_id: None,
+            endpoint: None,
+        })
+        .await;
+        self.schedule_rewarm();
+    }
+
+    pub(super) async fn stop_session(&mut self) {
+        if let Some(live) = self.session.take() {
+            if let Err(e) = live.session.shutdown().await {
+                tracing::warn!(agent = %self.name, error = %e, "session shutdown");
+            }
+            self.agent_state(AgentState::Offline).await;
+        }
+    }
+
+    /// Spawns the harness and opens the agent's conversation. On failure the agent is
+    /// reported `failed`, never left `starting`.
+    pub(super) async fn ensure_session(&mut self, agent: &Agent) -> Result<(), SessionError> {
+        if self.session.is_some() {
+            return Ok(());
+        }
+        let launcher = self.deps.harnesses.get(agent.spec.harness)?;
+        self.agent_state(AgentState::Starting).await;
+        match self.start_session(launcher.as_ref(), agent).await {
+            Ok(live) => {
+                let endpoint = live.session.endpoint();
+                self.report(Report::Agent {
+                    agent: self.name.clone(),
+                    state: Some(AgentState::Idle),
+                    thread_id: Some(live.conversation.clone()),
+                    endpoint: Some(Endpoint {
+                        transport: live.info.harness,
+                        node: self.deps.node.clone(),
+                        session_id: Some(live.conversation.clone()),
+                        pid: endpoint.pid(),
+                        pane: endpoint.pane().map(str::to_string),
+                    }),
+                })
+                .await;
+                self.session = Some(live);
+                Ok(())
+            }
+            Err(e) => {
+                self.agent_state(AgentState::Failed).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_session(
+        &self,
+        launcher: &dyn Launcher,
+        agent: &Agent,
+    ) -> Result<Live, SessionError> {
+        let info = launcher.info();
+        let Spawned { session, events } =
+            launcher
+                .spawn(&agent.spec)
+                .await
+                .map_err(|source| SessionError::Spawn {
+                    program: info.program,
+                    source,
+                })?;
+        match self.open_conversation(info, session.as_ref()).await {
+            Ok(conversation) => Ok(Live {
+                session,
+                events,
+                info,
+                conversation,
+                started: tokio::time::Instant::now(),
+            }),
+            Err(e) => {
+                let _ = session.shutdown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the stored conversation (or a new one), reports a lost one as such, and
+    /// stores the id. A harness that cannot resume is not asked to: its new conversation
+    /// is recorded as the loss of the stored one.
+    async fn open_conversation(
+        &self,
+        info: HarnessInfo,
+        session: &dyn HarnessSession,
+    ) -> Result<String, SessionError> {
+        let stored = self
+            .deps
+            .threads
+            .get(&self.name)
+            .await
+            .map_err(SessionError::Stored)?
+            .map(|rec| rec.thread_id);
+        let conversation = match stored {
+            Some(old_id) if !info.capabilities.resume => {
+                let mut new = session.open(None).await?;
+                new.lost = Some(Lost {
+                    reason: format!(
+                        "{} cannot resume a conversation; started {} without the earlier conversation",
+                        info.name, new.id
+                    ),
+                    old_id,
+                });
+                new
+            }
+            stored => session.open(stored.as_deref()).await?,
+        };
+        if let Some(lost) = conversation.lost {
+            self.report(Report::ThreadLost {
+                agent: self.name.clone(),
+                old_thread_id: lost.old_id,
+                new_thread_id: conversation.id.clone(),
+                reason: lost.reason,
+            })
+            .await;
+        }
+        self.deps
+            .threads
+            .put(
+                &self.name,
+                &ThreadRecord {
+                    harness: info.harness.as_str().into(),
+                    thread_id: conversation.id.clone(),
+                    updated_at: now_ms(),
+                },
+            )
+            .await
+            .map_err(SessionError::Record)?;
+        Ok(conversation.id)
+    }
+
+    /// Makes sure a session is up, racing the shutdown: a hung harness start must not
+    /// hold up a stopping runtime.
+    pub(super) async fn wake(&mut self, agent: &Agent) -> Result<(), SessionError> {
+        let shutdown = self.deps.shutdown.clone();
+        tokio::select! {
+            _ = shutdown.cancelled() => Err(SessionError::ShutDown),
+            r = self.ensure_session(agent) => r,
+        }
+    }
+
+    /// How messages name the agent's harness program, with or without a live session.
+    pub(super) fn harness_name(&self, agent: &Agent) -> &'static str {
+        match (&self.session, self.deps.harnesses.get(agent.spec.harness)) {
+            (Some(live), _) => live.info.name,
+            (None, Ok(launcher)) => launcher.info().name,
+            (None, Err(_)) => agent.spec.harness.as_str(),
+        }
+    }
+}
+
+/// The next event of the live session, or never when there is none.
+pub(super) async fn next_event(session: &mut Option<Live>) -> Option<HarnessEvent> {
+    match session {
+        Some(live) => live.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `at`, or never.
+pub(super) async fn rewarm(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

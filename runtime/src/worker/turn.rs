@@ -1,0 +1,446 @@
+//! The turn in progress: starting it (waking the session first, recording the start on
+//! disk before the harness sees the task), waiting on its events, its controls, its
+//! deadline and its idle watchdog, and closing it.
+//!
+//! Controls of the running turn are carried out by tasks of their own, so the worker
+//! keeps draining the harness's events while the harness answers them (a full event
+//! buffer would otherwise stop the child's stdout, and with it the very answer the
+//! control waits for). What the harness cannot do (its [`Capabilities`]) is refused
+//! here, with the reason, and never sent to it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
+use relay_harnesses::HarnessError;
+use relay_protocol::domain::{AgentState, FlightChange, FlightState, WakePolicy};
+use relay_protocol::harness::HarnessEvent;
+use relay_protocol::runtime::{Control, Dispatch, Report};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::session::SessionError;
+use super::{control_flight, Msg, Worker};
+use crate::threads::DispatchState;
+use crate::RuntimeError;
+
+/// How long an interrupt the worker sends on its own (timeout, idle, removal) may take:
+/// the turn is over for Relay either way.
+const OWN_INTERRUPT: Duration = Duration::from_secs(5);
+/// An interrupt the harness refuses because no turn is active yet (right after the
+/// turn's start) is tried again this often, this many times.
+const INTERRUPT_RETRY: Duration = Duration::from_millis(100);
+const INTERRUPT_TRIES: u32 = 30;
+
+/// The turn in progress.
+pub(super) struct Turn {
+    pub flight: String,
+    pub invocation: String,
+    pub turn_id: String,
+    /// The harness that runs it: its names for messages, what it can do.
+    pub info: HarnessInfo,
+    /// Text of the current agent message so far, in case the harness's final event
+    /// lacks it.
+    pub text: String,
+    /// Approval requests surfaced and not answered by Relay yet.
+    pub approvals: HashSet<String>,
+    /// Approval requests Relay is answering right now: the harness's "resolved" for one
+    /// of them is that answer taking effect, not a withdrawal.
+    pub answering: HashSet<String>,
+    /// Cancelled when the turn ends: controls still waiting on the harness give up.
+    pub over: CancellationToken,
+}
+
+pub(super) enum TurnEnd {
+    Done,
+    /// The runtime is stopping (or the agent was removed); the flight was failed.
+    Shutdown,
+}
+
+/// The session a turn runs on, as its controls need it.
+struct OnSession {
+    session: Arc<dyn HarnessSession>,
+    conversation: String,
+}
+
+impl Worker {
+    pub(super) async fn turn(
+        &mut self,
+        d: Dispatch,
+        msgs: &mut mpsc::UnboundedReceiver<Msg>,
+    ) -> TurnEnd {
+        let flight = d.flight.id.clone();
+        if self.skip_cancelled(&flight).await {
+            return TurnEnd::Done;
+        }
+        if self.session.is_none() {
+            if d.agent.spec.wake == WakePolicy::Manual {
+                self.fail(
+                    &flight,
+                    &format!(
+                        "agent {} has wake policy `manual` and no live session: start it with `relay agent wake {}`",
+                        self.name, self.name
+                    ),
+                )
+                .await;
+                return TurnEnd::Done;
+            }
+            self.state(&flight, FlightState::Waking, None).await;
+            match self.wake(&d.agent).await {
+                Ok(()) => {}
+                Err(e @ SessionError::ShutDown) => {
+                    self.fail(&flight, &e.to_string()).await;
+                    return TurnEnd::Shutdown;
+                }
+                Err(e) => {
+                    self.fail(&flight, &e.to_string()).await;
+                    return TurnEnd::Done;
+                }
+            }
+        }
+        // Interrupted while the session started?
+        if self.skip_cancelled(&flight).await {
+            return TurnEnd::Done;
+        }
+        // Recorded (on disk) before the harness sees the task: whatever happens next, a
+        // redelivery of this dispatch, or a restart, never starts the turn a second time.
+        if let Err(e) = self
+            .deps
+            .threads
+            .set_dispatch_state(&d.invocation.id, DispatchState::Started, &flight)
+            .await
+        {
+            self.fail(&flight, &format!("cannot record the turn's start: {e}"))
+                .await;
+            return TurnEnd::Done;
+        }
+        let shutdown = self.deps.shutdown.clone();
+        let started = tokio::select! {
+            _ = shutdown.cancelled() => {
+                self.fail(&flight, "the runtime was shut down as the turn started").await;
+                return TurnEnd::Shutdown;
+            }
+            r = self.start_turn(&d) => r,
+        };
+        let (on, turn_id, info) = match started {
+            Ok(t) => t,
+            Err(reason) => {
+                self.fail(&flight, &reason.to_string()).await;
+                self.turn_over(&d.invocation.id).await;
+                return TurnEnd::Done;
+            }
+        };
+        self.agent_state(AgentState::Busy).await;
+        self.change(
+            &flight,
+            FlightChange::Session {
+                thread_id: Some(on.conversation.clone()),
+                turn_id: Some(turn_id.clone()),
+            },
+        )
+        .await;
+        self.state(&flight, FlightState::Running, None).await;
+        let mut turn = Turn {
+            flight,
+            invocation: d.invocation.id.clone(),
+            turn_id,
+            info,
+            text: String::new(),
+            approvals: HashSet::new(),
+            answering: HashSet::new(),
+            over: CancellationToken::new(),
+        };
+        let deadline = d.invocation.timeout_ms.map(Duration::from_millis);
+        let timeout = async {
+            match deadline {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(timeout);
+        let idle = tokio::time::sleep(self.deps.turn_idle_timeout.unwrap_or(Duration::MAX));
+        tokio::pin!(idle);
+        // Controls in progress, stopped when the turn ends (a late interrupt retry must
+        // never reach the next turn); each reports the approval it answered, if any.
+        let mut controls = tokio::task::JoinSet::new();
+        let mut was_watching = true;
+        let end = loop {
+            let watching = self.deps.turn_idle_timeout.is_some() && turn.approvals.is_empty();
+            if watching && !was_watching {
+                // Back from waiting on a person: the idle clock starts afresh.
+                if let Some(limit) = self.deps.turn_idle_timeout {
+                    idle.as_mut().reset(tokio::time::Instant::now() + limit);
+                }
+            }
+            was_watching = watching;
+            tokio::select! {
+                _ = self.deps.shutdown.cancelled() => {
+                    self.fail(&turn.flight, "the runtime was shut down during the turn").await;
+                    break TurnEnd::Shutdown;
+                }
+                _ = &mut timeout => {
+                    self.interrupt_own(&on, &turn).await;
+                    let after = deadline.unwrap_or_default();
+                    self.fail(&turn.flight, &format!("timed out after {} ms", after.as_millis())).await;
+                    break TurnEnd::Done;
+                }
+                _ = &mut idle, if watching => {
+                    self.interrupt_own(&on, &turn).await;
+                    let secs = self.deps.turn_idle_timeout.unwrap_or_default().as_secs();
+                    self.fail(
+                        &turn.flight,
+                        &format!(
+                            "{} sent nothing for {secs} s (is its model reachable?); the turn was interrupted",
+                            turn.info.name
+                        ),
+                    )
+                    .await;
+                    break TurnEnd::Done;
+                }
+                m = msgs.recv() => match m {
+                    None | Some(Msg::Control(Control::AgentRemoved { .. }, _)) => {
+                        self.interrupt_own(&on, &turn).await;
+                        self.fail(&turn.flight, "the agent was removed during the turn").await;
+                        if let Some(Msg::Control(_, reply)) = m {
+                            let _ = reply.send(Ok(()));
+                        }
+                        break TurnEnd::Shutdown;
+                    }
+                    Some(Msg::Warm(agent)) => {
+                        self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then_some(*agent);
+                    }
+                    Some(Msg::Control(c, reply)) => {
+                        self.spawn_control(&on, &mut turn, c, reply, &mut controls);
+                    }
+                },
+                // A control finished; an answered approval no longer holds the watchdog.
+                Some(done) = controls.join_next(), if !controls.is_empty() => {
+                    if let Ok(Some((request, answered))) = done {
+                        turn.answering.remove(&request);
+                        if answered {
+                            turn.approvals.remove(&request);
+                        }
+                    }
+                }
+                ev = super::session::next_event(&mut self.session) => {
+                    let activity = ev.as_ref().is_some_and(counts_as_activity);
+                    if self.turn_event(&mut turn, ev).await {
+                        break TurnEnd::Done;
+                    }
+                    if activity {
+                        if let Some(limit) = self.deps.turn_idle_timeout {
+                            idle.as_mut().reset(tokio::time::Instant::now() + limit);
+                        }
+                    }
+                }
+            }
+        };
+        // Controls still waiting on the harness answer now: an interrupt is done (the
+        // turn is over), anything else came too late.
+        turn.over.cancel();
+        while controls.join_next().await.is_some() {}
+        self.report(Report::ApprovalsExpired {
+            flight: turn.flight.clone(),
+            by: None,
+            request: None,
+        })
+        .await;
+        self.turn_over(&turn.invocation).await;
+        if self.session.is_some() {
+            self.agent_state(AgentState::Idle).await;
+        }
+        end
+    }
+
+    /// Starts the turn. A conversation that the harness lost since the session opened
+    /// is replaced (the session is restarted, which resumes or starts one and records a
+    /// loss) and the turn tried once more.
+    async fn start_turn(
+        &mut self,
+        d: &Dispatch,
+    ) -> Result<(OnSession, String, HarnessInfo), SessionError> {
+        for attempt in 0..2 {
+            let Some(live) = self.session.as_ref() else {
+                break;
+            };
+            let (session, conversation, info) =
+                (live.session.clone(), live.conversation.clone(), live.info);
+            // Where the harness has no turn ids, the turn goes by its flight's.
+            match session
+                .start_turn(&conversation, &d.invocation.task, &d.flight.id)
+                .await
+            {
+                Ok(turn_id) => {
+                    let on = OnSession {
+                        session,
+                        conversation,
+                    };
+                    return Ok((on, turn_id, info));
+                }
+                Err(e @ HarnessError::ThreadNotFound { .. }) if attempt == 0 => {
+                    tracing::warn!(agent = %self.name, error = %e, "thread gone mid-session; restarting the session");
+                    self.stop_session().await;
+                    self.ensure_session(&d.agent).await?;
+                }
+                Err(source) => {
+                    let tail = session.stderr_tail();
+                    let tail = tail.trim();
+                    let quiet =
+                        tail.is_empty() || matches!(source, HarnessError::ProcessExited { .. });
+                    return Err(SessionError::TurnStart {
+                        source,
+                        name: info.name,
+                        stderr: (!quiet).then(|| tail.to_string()),
+                    });
+                }
+            }
+        }
+        Err(SessionError::Gone {
+            name: self.harness_name(&d.agent),
+        })
+    }
+
+    /// The embedded runtime forgets a turn once it is over: the record only guards a
+    /// restart in the middle. A node keeps it (as done, written by its forwarder once
+    /// the end is safely reported), to refuse a late redelivery.
+    async fn turn_over(&self, invocation: &str) {
+        if self.deps.node.is_none() {
+            if let Err(e) = self.deps.threads.forget_dispatch(invocation).await {
+                tracing::warn!(agent = %self.name, error = %e, "cannot forget the turn's record");
+            }
+        }
+    }
+
+    /// Stops the turn on the worker's own account (deadline, idle, removal). A harness
+    /// that cannot interrupt loses its session instead: nothing else stops the turn.
+    async fn interrupt_own(&mut self, on: &OnSession, turn: &Turn) {
+        if turn.info.capabilities.interrupt {
+            let interrupt = on.session.interrupt(&on.conversation, &turn.turn_id);
+            let _ = tokio::time::timeout(OWN_INTERRUPT, interrupt).await;
+        } else {
+            self.stop_session().await;
+        }
+    }
+
+    /// Carries out a control of the running turn in a task of its own; see the module
+    /// docs.
+    fn spawn_control(
+        &self,
+        on: &OnSession,
+        turn: &mut Turn,
+        c: Control,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+        controls: &mut tokio::task::JoinSet<Option<(String, bool)>>,
+    ) {
+        if control_flight(&c) != turn.flight {
+            let _ = reply.send(self.not_running(&c));
+            return;
+        }
+        if let Some(what) = unsupported(&c, turn.info.capabilities) {
+            let _ = reply.send(Err(RuntimeError::Unsupported {
+                harness: turn.info.harness,
+                what,
+            }));
+            return;
+        }
+        let answers = match &c {
+            Control::Approval {
+                harness_request_id, ..
+            } => Some(harness_request_id.clone()),
+            _ => None,
+        };
+        if let Some(request) = &answers {
+            turn.answering.insert(request.clone());
+        }
+        let session = on.session.clone();
+        let conversation = on.conversation.clone();
+        let turn_id = turn.turn_id.clone();
+        let flight = turn.flight.clone();
+        let name = turn.info.name;
+        let reports = self.deps.reports.clone();
+        let turn_over = turn.over.clone();
+        controls.spawn(async move {
+            let interrupt = matches!(c, Control::Interrupt { .. });
+            let r = tokio::select! {
+                r = run_control(session.as_ref(), &conversation, &turn_id, &flight, &reports, c) => r,
+                _ = turn_over.cancelled() => {
+                    if interrupt {
+                        Ok(())
+                    } else {
+                        Err(RuntimeError::TurnEnded { flight, harness: name })
+                    }
+                }
+            };
+            let answered = answers.map(|request| (request, r.is_ok()));
+            let _ = reply.send(r);
+            answered
+        });
+    }
+}
+
+/// What a control of the running turn asks that the harness cannot do, if anything.
+fn unsupported(c: &Control, can: Capabilities) -> Option<&'static str> {
+    match c {
+        Control::Steer { .. } if !can.steer => Some("steer a running turn"),
+        Control::Interrupt { .. } if !can.interrupt => Some("interrupt a running turn"),
+        Control::Approval { .. } if !can.approvals => Some("answer approval requests"),
+        _ => None,
+    }
+}
+
+/// Whether an event shows the turn is alive. A harness's own retry warnings (Codex's
+/// "Reconnecting... waiting for network") do not: a turn that only retries is stuck.
+fn counts_as_activity(ev: &HarnessEvent) -> bool {
+    !matches!(ev, HarnessEvent::Warning { .. })
+}
+
+/// Steers, interrupts or answers an approval of the running turn.
+async fn run_control(
+    session: &dyn HarnessSession,
+    conversation: &str,
+    turn_id: &str,
+    flight: &str,
+    reports: &mpsc::Sender<Report>,
+    c: Control,
+) -> Result<(), RuntimeError> {
+    match c {
+        Control::Steer { text, .. } => {
+            session.steer(conversation, turn_id, &text).await?;
+            let _ = reports
+                .send(Report::Flight {
+                    flight: flight.to_string(),
+                    change: FlightChange::Note {
+                        text: format!("steered: {text}"),
+                    },
+                })
+                .await;
+        }
+        Control::Interrupt { .. } => {
+            // Right after the turn's start the harness may not have made it active yet
+            // (Codex: "no active turn"); give it a moment rather than fail the request.
+            let mut tries = 0;
+            loop {
+                match session.interrupt(conversation, turn_id).await {
+                    Err(HarnessError::NoActiveTurn { .. }) if tries < INTERRUPT_TRIES => {
+                        tries += 1;
+                        tokio::time::sleep(INTERRUPT_RETRY).await;
+                    }
+                    other => break other?,
+                }
+            }
+        }
+        Control::Approval {
+            harness_request_id,
+            decision,
+            ..
+        } => {
+            session
+                .respond_approval(&harness_request_id, decision)
+                .await?
+        }
+        // Handled by the runtime and the worker's loop, never sent here.
+        Control::AgentRemoved { .. } | Control::Wake { .. } => {}
+    }
+    Ok(())
+}

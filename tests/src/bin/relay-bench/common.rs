@@ -1,0 +1,340 @@
+//! What every part uses: starting brokers and agents, invoking and following flights, the raw NATS baselines, RSS.
+
+use super::*;
+
+impl Bench {
+    pub(crate) fn start_relay(
+        &self,
+        name: &str,
+        nats: &NatsServer,
+    ) -> anyhow::Result<RelayProcess> {
+        let dir = self.tmp.path().join(name);
+        blocking(|| {
+            RelayProcess::start_bin(
+                &self.relay,
+                &dir,
+                &["--nats", &nats.url()],
+                // The default of `relay up`: the tests' debug logs would cost time.
+                &[("RUST_LOG", "info")],
+            )
+        })
+    }
+
+    /// Registers agents served by relay-instant-codex, `concurrency` requests at once.
+    pub(crate) async fn add_agents(
+        &self,
+        relay: &RelayProcess,
+        names: &[String],
+        wake: &str,
+        concurrency: usize,
+    ) -> anyhow::Result<()> {
+        let api = api(relay);
+        let cwd = relay.data_dir.display().to_string();
+        let command = self.instant.display().to_string();
+        let mut pending = futures::stream::iter(names.iter().cloned().map(|name| {
+            let (api, cwd, command) = (api.clone(), cwd.clone(), command.clone());
+            async move {
+                let spec = json!({
+                    "name": name, "harness": "codex_app_server", "cwd": cwd,
+                    "command": command, "wake": wake,
+                });
+                api.post::<_, Value>("/v1/agents", &spec)
+                    .await
+                    .with_context(|| format!("adding agent {name}"))
+            }
+        }))
+        .buffer_unordered(concurrency.max(1));
+        while let Some(r) = pending.next().await {
+            r?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn api(relay: &RelayProcess) -> relay_cli::client::Client {
+    relay_cli::client::Client::new(&relay.api.url, &relay.api.token)
+}
+
+/// A NATS client whose subscriptions hold up to 2M messages (the default 64K drops the
+/// rest of a fast stream the bench reads a little slower than it comes).
+pub(crate) async fn connect(url: &str) -> anyhow::Result<async_nats::Client> {
+    Ok(async_nats::ConnectOptions::new()
+        .subscription_capacity(1 << 21)
+        .connect(url)
+        .await?)
+}
+
+/// SIZE bytes starting with the time now, as relay-instant-codex writes its deltas.
+pub(crate) fn delta_text(size: usize) -> String {
+    let mut text = format!("{:020}", now_nanos());
+    text.truncate(size);
+    while text.len() < size {
+        text.push('.');
+    }
+    text
+}
+
+pub(crate) fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Milliseconds since a delta's text was written (its first 20 characters).
+pub(crate) fn age_ms(text: &str) -> Option<f64> {
+    let sent: u128 = text.get(..20)?.parse().ok()?;
+    Some((now_nanos() as f64 - sent as f64) / 1e6)
+}
+
+/// Sends an invocation as JSON on `<prefix>.<agent>` and returns its flight id; a busy
+/// broker (`overloaded`) is asked again.
+pub(crate) async fn invoke(
+    nats: &async_nats::Client,
+    prefix: &str,
+    agent: &str,
+    task: &str,
+) -> anyhow::Result<String> {
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Content-Type", "application/json");
+        let request = async_nats::Request::new()
+            .payload(
+                json!({ "task": task, "requester": "bench" })
+                    .to_string()
+                    .into(),
+            )
+            .headers(headers)
+            .timeout(Some(Duration::from_secs(30)));
+        let reply = nats
+            .send_request(format!("{prefix}.{agent}"), request)
+            .await
+            .with_context(|| format!("invoking {agent}"))?;
+        let body: Value = serde_json::from_slice(&reply.payload)?;
+        if let Some(id) = body["flight"]["id"].as_str() {
+            return Ok(id.to_string());
+        }
+        if body["error"]["code"] != "overloaded" {
+            bail!("invocation of {agent} refused: {body}");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// What a subscriber saw of one streamed flight.
+#[derive(Debug)]
+pub(crate) struct Seen {
+    pub(crate) deltas: u64,
+    pub(crate) first: Option<Instant>,
+    pub(crate) last: Option<Instant>,
+    /// Age of each delta when it arrived, in ms (if asked for).
+    pub(crate) ages_ms: Vec<f64>,
+    pub(crate) state: Option<pb::FlightState>,
+}
+
+impl Seen {
+    pub(crate) fn rate(&self) -> Option<f64> {
+        let span = self.last?.duration_since(self.first?).as_secs_f64();
+        (self.deltas > 1 && span > 0.0).then(|| (self.deltas - 1) as f64 / span)
+    }
+}
+
+/// Reads `sub` (the flight updates of an agent, protobuf) until flight `id` ends.
+///
+/// Deltas that waited for the same commit arrive merged into one update (their texts
+/// joined), so deltas are counted by text: each is `size` bytes and starts with its
+/// emit time.
+pub(crate) async fn follow_flight(
+    sub: &mut async_nats::Subscriber,
+    id: &str,
+    ages: bool,
+    size: usize,
+) -> anyhow::Result<Seen> {
+    let mut seen = Seen {
+        deltas: 0,
+        first: None,
+        last: None,
+        ages_ms: Vec::new(),
+        state: None,
+    };
+    loop {
+        let Ok(next) = tokio::time::timeout(STALL, sub.next()).await else {
+            bail!(
+                "flight {id} sent nothing for {STALL:?} after {} deltas",
+                seen.deltas
+            );
+        };
+        let Some(m) = next else {
+            bail!("the subscription ended");
+        };
+        let update = pb::FlightUpdate::decode(m.payload.as_ref())?;
+        if update.flight != id {
+            continue;
+        }
+        match update.change {
+            Some(pb::flight_update::Change::Delta(d)) => {
+                let now = Instant::now();
+                seen.first.get_or_insert(now);
+                seen.last = Some(now);
+                let size = size.max(1);
+                seen.deltas += (d.text.len() / size).max(1) as u64;
+                if ages {
+                    for start in (0..d.text.len()).step_by(size) {
+                        if let Some(a) = d.text.get(start..).and_then(age_ms) {
+                            seen.ages_ms.push(a);
+                        }
+                    }
+                }
+            }
+            Some(pb::flight_update::Change::State(s)) => {
+                let state = pb::FlightState::try_from(s.to).unwrap_or_default();
+                if matches!(
+                    state,
+                    pb::FlightState::Completed
+                        | pb::FlightState::Failed
+                        | pb::FlightState::Cancelled
+                ) {
+                    seen.state = Some(state);
+                    return Ok(seen);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Invokes `agent` with `task` and follows its flight to the end over NATS.
+pub(crate) async fn stream_flight(
+    nats: &async_nats::Client,
+    agent: &str,
+    task: &str,
+    ages: bool,
+) -> anyhow::Result<(String, Seen)> {
+    let mut sub = nats.subscribe(format!("relay.v1.flight.{agent}.*")).await?;
+    nats.flush().await?;
+    let id = invoke(nats, "relay.v1.invoke", agent, task).await?;
+    // `stream:N:SIZE[:RATE]`: deltas of SIZE bytes; anything else counts per update.
+    let size = task
+        .split(':')
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(usize::MAX);
+    let seen = follow_flight(&mut sub, &id, ages, size).await?;
+    if seen.state != Some(pb::FlightState::Completed) {
+        bail!("flight {id} ended {:?}", seen.state);
+    }
+    Ok((id, seen))
+}
+
+/// Raw NATS: `n` payloads like the deltas, published as fast as the client takes them,
+/// received by a subscriber on another connection. Deltas/s between the first and the
+/// last received, and how many arrived.
+pub(crate) async fn raw_throughput(
+    url: &str,
+    n: u64,
+    size: usize,
+) -> anyhow::Result<(Option<f64>, u64)> {
+    let rx = connect(url).await?;
+    let mut sub = rx.subscribe("bench.raw.deltas").await?;
+    rx.flush().await?;
+    let tx = connect(url).await?;
+    let publisher = tokio::spawn(async move {
+        for _ in 0..n {
+            tx.publish("bench.raw.deltas", delta_text(size).into())
+                .await?;
+        }
+        tx.flush().await?;
+        anyhow::Ok(())
+    });
+    let (mut first, mut last, mut got) = (None, None, 0u64);
+    while got < n {
+        match tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
+            Ok(Some(_)) => {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = Some(now);
+                got += 1;
+            }
+            // Dropped by a slow consumer: count what came.
+            _ => break,
+        }
+    }
+    publisher.await??;
+    let rate = match (first, last) {
+        (Some(f), Some(l)) if got > 1 => Some((got - 1) as f64 / l.duration_since(f).as_secs_f64()),
+        _ => None,
+    };
+    Ok((rate, got))
+}
+
+/// Raw NATS at `rate` per second: the age of each payload when it arrives, in ms.
+pub(crate) async fn raw_latency(
+    url: &str,
+    n: u64,
+    rate: f64,
+    size: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let rx = connect(url).await?;
+    let mut sub = rx.subscribe("bench.raw.latency").await?;
+    rx.flush().await?;
+    let tx = connect(url).await?;
+    let publisher = tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        for i in 0..n {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+            tx.publish("bench.raw.latency", delta_text(size).into())
+                .await?;
+        }
+        tx.flush().await?;
+        anyhow::Ok(())
+    });
+    let mut ages = Vec::with_capacity(n as usize);
+    while (ages.len() as u64) < n {
+        match tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
+            Ok(Some(m)) => {
+                if let Some(a) = std::str::from_utf8(&m.payload).ok().and_then(age_ms) {
+                    ages.push(a);
+                }
+            }
+            _ => break,
+        }
+    }
+    publisher.await??;
+    Ok(ages)
+}
+
+pub(crate) fn rss_mb(pid: u32) -> anyhow::Result<f64> {
+    Ok(bench::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
+}
+
+/// The broker's RSS once it has been quiet for a moment.
+pub(crate) async fn settled_rss_mb(relay: &RelayProcess) -> anyhow::Result<f64> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rss_mb(relay.pid())
+}
+
+/// A failed part leaves a row without figure for each of its scenarios.
+pub(crate) fn failed_rows(e: &anyhow::Error, names: &[(u8, &str)]) -> Vec<Row> {
+    say(&format!("FAILED: {e:#}"));
+    names.iter().map(|(s, n)| Row::failed(*s, n, e)).collect()
+}
+
+/// A streaming part's set-up: a nats-server, `relay up`, one agent whose session a first
+/// short turn has started (so that what follows measures the stream), a NATS client, and
+/// the broker's RSS before any of it.
+pub(crate) async fn streaming_part(
+    b: &Bench,
+    part: &str,
+    agent: &str,
+) -> anyhow::Result<(NatsServer, RelayProcess, async_nats::Client, f64)> {
+    let nats = blocking(NatsServer::start)?;
+    let relay = b.start_relay(part, &nats)?;
+    let idle = settled_rss_mb(&relay).await?;
+    b.add_agents(&relay, &[agent.to_string()], "on_demand", 1)
+        .await?;
+    let client = connect(&nats.url()).await?;
+    stream_flight(&client, agent, "stream:10:32", false).await?;
+    Ok((nats, relay, client, idle))
+}

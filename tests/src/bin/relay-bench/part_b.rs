@@ -1,0 +1,128 @@
+//! Part B: 2 delta latency, 6 replay of one flight.
+
+use super::*;
+
+pub(crate) async fn part_b(b: &Bench) -> Vec<Row> {
+    match part_b_inner(b).await {
+        Ok(rows) => rows,
+        Err(e) => failed_rows(
+            &e,
+            &[
+                (2, "delta latency p50"),
+                (2, "delta latency p99"),
+                (2, "delta latency max"),
+                (6, "replay of one flight"),
+            ],
+        ),
+    }
+}
+
+async fn part_b_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
+    let s = &b.sizes;
+    let agent = "latency-1".to_string();
+    let (nats, mut relay, client, _) = streaming_part(b, "b", &agent).await?;
+    say(&format!(
+        "2: {} deltas at {}/s through relay",
+        bench::number(s.latency_deltas as f64),
+        s.latency_rate
+    ));
+    let (_, seen) = stream_flight(
+        &client,
+        &agent,
+        &format!(
+            "stream:{}:{}:{}",
+            s.latency_deltas, s.delta_size, s.latency_rate
+        ),
+        true,
+    )
+    .await?;
+    let mut relay_ms = seen.ages_ms;
+    relay_ms.sort_by(|a, b| a.total_cmp(b));
+    say("2: the same through raw NATS");
+    let mut raw_ms =
+        raw_latency(&nats.url(), s.latency_deltas, s.latency_rate, s.delta_size).await?;
+    raw_ms.sort_by(|a, b| a.total_cmp(b));
+    let mut rows = Vec::new();
+    for (name, q, goal) in [
+        ("delta latency p50", 0.5, Some(Goal::RatioAtMost(3.0))),
+        ("delta latency p99", 0.99, Some(Goal::AtMost(2.0))),
+        ("delta latency max", 1.0, None),
+    ] {
+        let mut r = Row::new(2, name, "ms")
+            .baseline("raw NATS hop at the same rate", bench::quantile(&raw_ms, q));
+        if let Some(v) = bench::quantile(&relay_ms, q) {
+            r = r.value(v);
+        }
+        if let Some(g) = goal {
+            r = r.goal(g);
+        }
+        if q == 0.5 {
+            r = r.detail(format!(
+                "harness emit -> subscriber receive; {} relay deltas and {} raw timed",
+                bench::number(relay_ms.len() as f64),
+                bench::number(raw_ms.len() as f64)
+            ));
+        }
+        rows.push(r);
+    }
+    say(&format!(
+        "6: a flight of {} deltas, read back over HTTP",
+        bench::number(s.replay_deltas as f64)
+    ));
+    let (id, _) = stream_flight(
+        &client,
+        &agent,
+        &format!("stream:{}:{}", s.replay_deltas, s.delta_size),
+        false,
+    )
+    .await?;
+    let http = api(&relay);
+    let mut times = Vec::new();
+    let mut count = 0;
+    for _ in 0..6 {
+        let t = Instant::now();
+        let updates: Vec<Value> = http.get(&format!("/v1/flights/{id}/updates")).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        count = updates.len();
+    }
+    let first = times.remove(0);
+    blocking(|| relay.terminate())?;
+    let db = relay.data_dir.join("db");
+    let (raw_ms, raw_bytes, raw_count) = blocking(|| raw_replay(&db, &id))?;
+    rows.push(
+        Row::new(6, "replay of one flight", "ms")
+            .value(bench::median(times).unwrap_or(f64::NAN))
+            .baseline("sled range read", Some(raw_ms))
+            .goal(Goal::AtMost(50.0))
+            .detail(format!(
+                "GET /v1/flights/ID/updates, median of 5 after a first one ({first:.1} ms): {} \
+                 updates; sled: {} values, {} MB",
+                bench::number(count as f64),
+                bench::number(raw_count as f64),
+                bench::number(raw_bytes as f64 / 1e6),
+            )),
+    );
+    Ok(rows)
+}
+
+/// Reads a flight's stored updates raw from a stopped broker's sled: median ms of 5,
+/// bytes and values read.
+fn raw_replay(db: &Path, flight: &str) -> anyhow::Result<(f64, u64, usize)> {
+    let store = Store::open(db)?;
+    let mut times = Vec::new();
+    let (mut bytes, mut count) = (0, 0);
+    for _ in 0..5 {
+        let t = Instant::now();
+        (bytes, count) = (0, 0);
+        for v in store
+            .tree(T::FlightUpdates)
+            .range(child_key(flight, 1)..=child_key(flight, u64::MAX))
+            .values()
+        {
+            bytes += v?.len() as u64;
+            count += 1;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((bench::median(times).unwrap_or(f64::NAN), bytes, count))
+}

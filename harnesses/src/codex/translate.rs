@@ -19,7 +19,30 @@ use relay_protocol::codex::{
 use relay_protocol::domain::ApprovalKind;
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// One line of codex's stdout as its outer shape only: `params` and `result` stay raw
+/// JSON until the method says what they are ([`Translator::handle_line`]).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default, borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    /// Present even when `null` (a response may answer `null`).
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<wire::ErrorObject>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
 
 /// What the owner task should do with a line.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,32 +123,63 @@ impl Translator {
         if line.trim().is_empty() {
             return Vec::new();
         }
-        let message: Message = match serde_json::from_str(line) {
-            Ok(message) => message,
+        // One pass over the line: the envelope borrows `params` as raw JSON, which is
+        // then read once into the type its method names (a delta costs one parse, not
+        // a generic tree, a `Value` and a conversion).
+        let envelope: Envelope<'_> = match serde_json::from_str(line) {
+            Ok(e) => e,
             Err(err) => {
                 self.malformed(line, &err);
                 return Vec::new();
             }
         };
-        match message {
-            Message::Response(r) => vec![Action::Response {
-                id: r.id,
-                result: Ok(r.result),
+        let params = envelope.params;
+        // The same order of shapes as [`Message`]: request, notification, response, error.
+        match envelope {
+            Envelope {
+                id: Some(id),
+                method: Some(method),
+                ..
+            } => self.server_request(id, &method, params, line),
+            Envelope {
+                method: Some(method),
+                ..
+            } => self.notification(&method, params, line),
+            Envelope {
+                id: Some(id),
+                result: Some(result),
+                ..
+            } => match serde_json::from_str(result.get()) {
+                Ok(result) => vec![Action::Response {
+                    id,
+                    result: Ok(result),
+                }],
+                Err(err) => {
+                    self.malformed(line, &err);
+                    Vec::new()
+                }
+            },
+            Envelope {
+                id: Some(id),
+                error: Some(error),
+                ..
+            } => vec![Action::Response {
+                id,
+                result: Err(error),
             }],
-            Message::Error(e) => vec![Action::Response {
-                id: e.id,
-                result: Err(e.error),
-            }],
-            Message::Notification(n) => {
-                let params = n.params.unwrap_or(Value::Null);
-                self.notification(&n.method, params, line)
+            _ => {
+                self.malformed(
+                    line,
+                    &"neither a request, a notification, a response nor an error",
+                );
+                Vec::new()
             }
-            Message::Request(r) => self.server_request(r, line),
         }
     }
 
-    fn parse<T: DeserializeOwned>(&self, params: Value, line: &str) -> Option<T> {
-        match serde_json::from_value(params) {
+    fn parse<T: DeserializeOwned>(&self, params: Option<&RawValue>, line: &str) -> Option<T> {
+        // Params that were missing or `null` read as `null` (and fail as the old `Value` did).
+        match serde_json::from_str(params.map_or("null", RawValue::get)) {
             Ok(v) => Some(v),
             Err(err) => {
                 self.malformed(line, &err);
@@ -134,7 +188,7 @@ impl Translator {
         }
     }
 
-    fn notification(&mut self, method: &str, params: Value, line: &str) -> Vec<Action> {
+    fn notification(&mut self, method: &str, params: Option<&RawValue>, line: &str) -> Vec<Action> {
         let event = match method {
             notification::TURN_STARTED => {
                 let Some(n) = self.parse::<wire::TurnNotification>(params, line) else {
@@ -330,9 +384,14 @@ impl Translator {
         vec![Action::Event(event)]
     }
 
-    fn server_request(&mut self, req: wire::Request, line: &str) -> Vec<Action> {
-        let params = req.params.unwrap_or(Value::Null);
-        let parsed = match req.method.as_str() {
+    fn server_request(
+        &mut self,
+        id: RequestId,
+        method: &str,
+        params: Option<&RawValue>,
+        line: &str,
+    ) -> Vec<Action> {
+        let parsed = match method {
             server_request::COMMAND_APPROVAL => self
                 .parse::<wire::CommandExecutionRequestApprovalParams>(params, line)
                 .map(|p| {
@@ -352,9 +411,9 @@ impl Translator {
                     (p.turn_id, kind, detail, p.reason)
                 }),
             other => {
-                tracing::warn!(method = other, id = %req.id, "codex: unsupported server request refused");
+                tracing::warn!(method = other, id = %id, "codex: unsupported server request refused");
                 return vec![refuse(
-                    req.id,
+                    id,
                     error_code::METHOD_NOT_FOUND,
                     format!("relay does not handle {other}"),
                 )];
@@ -362,14 +421,13 @@ impl Translator {
         };
         let Some((turn_id, kind, detail, reason)) = parsed else {
             return vec![refuse(
-                req.id,
+                id,
                 error_code::INVALID_PARAMS,
-                format!("relay could not read the params of {}", req.method),
+                format!("relay could not read the params of {}", method),
             )];
         };
-        let request_id = req.id.to_string();
-        self.server_requests
-            .insert(request_id.clone(), (req.id, false));
+        let request_id = id.to_string();
+        self.server_requests.insert(request_id.clone(), (id, false));
         vec![Action::Event(HarnessEvent::ApprovalRequested {
             turn_id,
             request_id,
@@ -517,6 +575,66 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The one-pass envelope sorts every line into the same shape as decoding the whole
+    /// [`Message`] does (request, notification, response, error, or none).
+    #[test]
+    fn the_envelope_reads_every_shape_as_the_whole_message_does() {
+        fn by_message(line: &str) -> &'static str {
+            match serde_json::from_str::<Message>(line) {
+                Ok(Message::Request(_)) => "request",
+                Ok(Message::Notification(_)) => "notification",
+                Ok(Message::Response(_)) => "response",
+                Ok(Message::Error(_)) => "error",
+                Err(_) => "none",
+            }
+        }
+        fn by_envelope(line: &str) -> &'static str {
+            match serde_json::from_str::<Envelope<'_>>(line) {
+                Ok(Envelope {
+                    id: Some(_),
+                    method: Some(_),
+                    ..
+                }) => "request",
+                Ok(Envelope {
+                    method: Some(_), ..
+                }) => "notification",
+                Ok(Envelope {
+                    id: Some(_),
+                    result: Some(_),
+                    ..
+                }) => "response",
+                Ok(Envelope {
+                    id: Some(_),
+                    error: Some(_),
+                    ..
+                }) => "error",
+                _ => "none",
+            }
+        }
+        let lines = [
+            r#"{"id":1,"method":"item/commandExecution/requestApproval","params":{"a":1}}"#,
+            r#"{"id":"s-1","method":"x"}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"delta":"h\u00e9\"llo"}}"#,
+            r#"{"method":"turn/started","params":null}"#,
+            r#"{"method":"turn/started"}"#,
+            r#"{"id":2,"result":null}"#,
+            r#"{"id":2,"result":{"thread":{"id":"t"}}}"#,
+            r#"{"id":3,"error":{"code":-32600,"message":"no active turn"}}"#,
+            r#"{"id":3,"error":{"code":"x","message":"bad code"}}"#,
+            r#"{"id":4}"#,
+            r#"{"garbage":1}"#,
+            r#"{"jsonrpc":"2.0","id":5,"result":[1,2]}"#,
+            r#"not json"#,
+        ];
+        for line in lines {
+            assert_eq!(by_envelope(line), by_message(line), "{line}");
+        }
+        // One difference, on purpose: serde reads a struct from an array too, so the
+        // whole message took `[1,2]` for a response; JSON-RPC has no such line.
+        assert_eq!(by_message("[1,2]"), "response");
+        assert_eq!(by_envelope("[1,2]"), "none");
+    }
 
     fn translator() -> (Translator, Arc<AtomicU64>) {
         let counter = Arc::new(AtomicU64::new(0));

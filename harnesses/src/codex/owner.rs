@@ -257,8 +257,11 @@ impl Owner {
 
     /// Handles the line just read.
     async fn take_line(&mut self) {
-        let line = String::from_utf8_lossy(self.stdout.line()).into_owned();
-        for action in self.translator.handle_line(&line) {
+        // Borrowed unless the line is not valid UTF-8: no copy per line.
+        let actions = self
+            .translator
+            .handle_line(&String::from_utf8_lossy(self.stdout.line()));
+        for action in actions {
             match action {
                 Action::Event(event) => self.emit(event).await,
                 Action::Response { id, result } => self.resolve(id, result),

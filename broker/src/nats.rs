@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
-use crate::http::FlightControl;
+use crate::ports::FlightControl;
 
 /// Requests handled at once; more are answered `overloaded`.
 pub const MAX_INFLIGHT_REQUESTS: usize = 1024;
@@ -438,7 +438,7 @@ impl Service {
         if let Some(want) = &self.request_token {
             let given = msg.headers.as_ref().and_then(|h| h.get(TOKEN_HEADER));
             match given {
-                Some(t) if crate::http::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
+                Some(t) if crate::seal::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
                 Some(_) => {
                     return Err(BrokerError::Unauthorized(format!(
                         "the {TOKEN_HEADER} header is wrong"

@@ -12,6 +12,10 @@
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
+//!
+//! Layering: [`error`] and [`lines`] depend on no other module, [`process`] on them, and
+//! each adapter on all three; adapters never depend on each other. The crate depends on
+//! `relay-protocol` only, and nothing in it knows the broker or the runtime.
 
 pub mod codex;
 pub mod error;

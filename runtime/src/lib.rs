@@ -13,6 +13,10 @@
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
+//!
+//! Layering: [`storage`] depends on no other module, [`threads`] on it, the worker on
+//! both, and the handle here on all three. The crate depends on `relay-harnesses` and
+//! `relay-protocol`, never on the broker (the broker depends on it).
 
 pub mod storage;
 pub mod threads;

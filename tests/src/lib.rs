@@ -3,6 +3,9 @@
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
+//!
+//! Layering: [`environ`] depends on [`load`]; the other modules on none. The crate
+//! depends on every other crate of the workspace, and none on it.
 
 pub mod bench;
 pub mod codex_env;

@@ -40,7 +40,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&tmp)
         .with_context(|| format!("cannot create {}", tmp.display()))?;
     f.write_all(bytes)?;

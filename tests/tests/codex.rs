@@ -23,7 +23,7 @@ async fn a_text_turn_streams_deltas_as_flight_updates_and_replies() {
     let stream_id = id.clone();
     let follower = tokio::spawn(async move {
         client
-            .sse(&format!("/v1/flights/{stream_id}/stream"), |_, data| {
+            .sse(&["v1", "flights", &stream_id, "stream"], &[], |_, data| {
                 tx.send(serde_json::from_str::<Value>(data).unwrap())
                     .is_ok()
             })

@@ -340,7 +340,7 @@ impl Bench {
                     "name": name, "harness": "codex_app_server", "cwd": cwd,
                     "command": command, "wake": wake,
                 });
-                api.post::<_, Value>("/v1/agents", &spec)
+                api.post::<_, Value>(&["v1", "agents"], &spec)
                     .await
                     .with_context(|| format!("adding agent {name}"))
             }
@@ -354,7 +354,7 @@ impl Bench {
 }
 
 fn api(relay: &RelayProcess) -> relay_cli::client::Client {
-    relay_cli::client::Client::new(&relay.api.url, &relay.api.token)
+    relay_cli::client::Client::new(&relay.api.url, &relay.api.token).unwrap()
 }
 
 /// A NATS client whose subscriptions hold up to 2M messages (the default 64K drops the
@@ -666,7 +666,7 @@ async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     .await?;
     let whole = t.elapsed();
     let after = settled_rss_mb(&relay).await?;
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     say("1: the same through raw NATS");
     let (raw, raw_got) = raw_throughput(&nats.url(), s.deltas, s.delta_size).await?;
     blocking(|| relay.terminate())?;
@@ -833,7 +833,7 @@ async fn part_b_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     let mut count = 0;
     for _ in 0..6 {
         let t = Instant::now();
-        let updates: Vec<Value> = http.get(&format!("/v1/flights/{id}/updates")).await?;
+        let updates: Vec<Value> = http.get(&["v1", "flights", &id, "updates"]).await?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         count = updates.len();
     }
@@ -1023,7 +1023,7 @@ where
 
 /// The broker's durable flushes so far (`GET /v1/status`).
 async fn flushes(relay: &RelayProcess) -> anyhow::Result<u64> {
-    let status: relay_protocol::api::Status = api(relay).get("/v1/status").await?;
+    let status: relay_protocol::api::Status = api(relay).get(&["v1", "status"]).await?;
     Ok(status.flushes)
 }
 
@@ -1167,7 +1167,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     responder.abort();
     raw_follower.abort();
     // Scenario 5: grow the data dir, then restart it.
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     let have = status["flights"].as_u64().unwrap_or(0) as usize;
     let mut generation = String::new();
     if s.restart_flights > have {
@@ -1201,7 +1201,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         );
     }
     follower.abort();
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     let (flights, events) = (
         status["flights"].as_u64().unwrap_or(0),
         status["last_seq"].as_u64().unwrap_or(0),
@@ -1221,7 +1221,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         blocking(|| relay.restart())?;
         let http = api(&relay);
         loop {
-            if http.get::<Value>("/v1/status").await.is_ok() {
+            if http.get::<Value>(&["v1", "status"]).await.is_ok() {
                 break;
             }
             if t.elapsed() > Duration::from_secs(120) {
@@ -1232,7 +1232,9 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         up.push(t.elapsed().as_secs_f64());
         for i in 0..6 {
             let t = Instant::now();
-            let list: Vec<Value> = http.get("/v1/flights?live=true").await?;
+            let list: Vec<Value> = http
+                .get_query(&["v1", "flights"], &[("live", "true".into())])
+                .await?;
             let ms = t.elapsed().as_secs_f64() * 1000.0;
             live_count = list.len();
             if i == 0 {
@@ -1241,7 +1243,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
                 live.push(ms);
             }
             let t = Instant::now();
-            http.get::<Value>("/v1/status").await?;
+            http.get::<Value>(&["v1", "status"]).await?;
             stat.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         blocking(|| relay.terminate())?;
@@ -1332,7 +1334,7 @@ async fn part_d_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     // Until every session is up (its agent idle).
     let api = api(&relay);
     loop {
-        let list: Vec<Value> = api.get("/v1/agents").await?;
+        let list: Vec<Value> = api.get(&["v1", "agents"]).await?;
         let idle_agents = list.iter().filter(|a| a["state"] == "idle").count();
         if idle_agents >= s.memory_agents {
             break;

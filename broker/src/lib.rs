@@ -31,8 +31,9 @@
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
 //!
-//! An adapter never is a dependency of the domain, nor of the interfaces: a port the
-//! domain calls lives in [`ports`]. `tests/tests/module_graph.rs` fails on any cycle.
+//! The domain never depends on an adapter, nor do the interfaces on the runtime link: a
+//! port the domain calls lives in [`ports`]. `tests/tests/module_graph.rs` fails on any
+//! cycle.
 
 pub mod broker;
 pub mod error;

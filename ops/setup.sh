@@ -3,15 +3,18 @@
 # packages, the pinned agent CLIs from npm into a cache outside the checkout (keyed by
 # version, so a fresh clone does not download them again), and the Rust build.
 #
-#   ops/setup.sh            everything
-#   ops/setup.sh --no-agents  skip the agent CLIs
+#   ops/setup.sh                 everything
+#   ops/setup.sh --no-agents     skip the agent CLIs
+#   ops/setup.sh --no-test-tools skip cargo-deny (ops/test.sh's dependency check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_agents=1
+want_test_tools=1
 for a in "$@"; do
   case "$a" in
     --no-agents) want_agents=0 ;;
+    --no-test-tools) want_test_tools=0 ;;
     *) echo "setup: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +56,14 @@ install_npm() { # name version package binary
 }
 if [ "$want_agents" -eq 1 ]; then
   install_npm codex "$CODEX_VERSION" @openai/codex codex
+fi
+
+# --- test tools ------------------------------------------------------------------------
+# cargo-deny, pinned, built from crates.io into ~/.cargo/bin once (a few minutes).
+CARGO_DENY_VERSION=0.20.2
+if [ "$want_test_tools" -eq 1 ] && ! cargo deny --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
+  say "installing cargo-deny $CARGO_DENY_VERSION (cargo install --locked)"
+  cargo install --locked --quiet "cargo-deny@$CARGO_DENY_VERSION"
 fi
 
 # --- Rust build ------------------------------------------------------------------------

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite, exactly as CI runs it: set-up, formatting, lints, then every
-# test (unit, real processes, real nats-server, the real pinned agent CLIs).
+# The whole test suite, exactly as CI runs it: set-up, formatting, lints, the dependency
+# check (cargo deny, deny.toml), then every test (unit, real processes, real nats-server,
+# the real pinned agent CLIs).
+#
+# The advisory check needs the RustSec database, a git repository on GitHub. Where it
+# cannot be fetched (no route to GitHub), the advisories are reported NOT checked and the
+# run goes on; RELAY_REQUIRE_ADVISORIES=1 makes that a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops/setup.sh
@@ -8,6 +13,18 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo deny" >&2
+# Licenses, duplicate versions (warnings) and sources: Cargo.lock and the registry only.
+cargo deny --offline check --hide-inclusion-graph bans licenses sources
+# A fetch that cannot connect ends in at most 5 minutes, never waits for a prompt.
+if GIT_TERMINAL_PROMPT=0 timeout 300 cargo deny fetch db; then
+  cargo deny --offline check --hide-inclusion-graph advisories
+elif [ "${RELAY_REQUIRE_ADVISORIES:-0}" = 1 ]; then
+  echo "test: the RustSec advisory database cannot be fetched (above), and RELAY_REQUIRE_ADVISORIES=1: failing" >&2
+  exit 1
+else
+  echo "test: WARNING: advisories NOT checked: the RustSec advisory database cannot be fetched (above; set RELAY_REQUIRE_ADVISORIES=1 to fail instead)" >&2
+fi
 echo "== tests" >&2
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast --failure-output final

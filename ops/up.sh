@@ -4,6 +4,6 @@
 # Extra arguments go to `relay up` (for example --listen 127.0.0.1:0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ops/setup.sh
+ops/setup.sh --no-test-tools
 cargo build --release --bin relay --quiet
 exec target/release/relay up "$@"

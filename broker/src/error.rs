@@ -2,6 +2,7 @@
 
 use relay_protocol::api::{ApiError, ErrorCode};
 use relay_protocol::domain::FlightState;
+use relay_runtime::RuntimeError;
 
 /// Errors of broker commands and storage. `Overloaded` and `Storage` are worth retrying;
 /// the others will fail the same way again.
@@ -141,6 +142,22 @@ pub const QUOTE_BYTES: usize = 100;
 /// stay far below it; this bounds the ones that quote input on their own (a JSON
 /// parser's "unknown variant `...`").
 pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// A runtime's error as the broker answers it (also what a node answers the broker).
+pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
+    match e {
+        RuntimeError::Overloaded(a) => {
+            BrokerError::Overloaded(format!("agent {a:?} queue is full"))
+        }
+        RuntimeError::TooLarge { size, limit, .. } => BrokerError::TooLarge {
+            what: "the queued flight's task with its steers",
+            size,
+            limit,
+        },
+        RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
+        other => BrokerError::Unavailable(other.to_string()),
+    }
+}
 
 /// Client input as an error message quotes it: `"name"`, or when it is longer than
 /// [`QUOTE_BYTES`], its start and its size: `"aaaa…"…(102400 bytes)`. An error never

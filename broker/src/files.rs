@@ -1,13 +1,17 @@
 //! Files that hold secrets, made safe whatever was there before.
 //!
 //! A data dir is made 0700 at every start (a pre-made 0755 one would leave the event log
-//! readable), and a private file is written through a fresh temporary file: whatever was
-//! planted at the temporary path (a file, a symlink) is unlinked first, the new one is
-//! created with `O_EXCL | O_NOFOLLOW` and mode 0600, and renamed over the target.
+//! readable), and every file the broker writes whole (`api.json`, keys, the NATS cursor)
+//! goes through [`write_private`]: a fresh temporary file beside it, of a random name
+//! (`tempfile`), created with `O_EXCL | O_NOFOLLOW` and mode 0600 (a planted file or
+//! symlink is never followed nor reused), written and fsynced, renamed over the target,
+//! and the directory fsynced: after a crash the file is the old one or the new one,
+//! whole.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 
@@ -26,28 +30,39 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     })
 }
 
-/// Writes `bytes` to `path` with mode 0600, atomically (see the module docs).
+/// Writes `bytes` to `path` with mode 0600, atomically and durably (see the module docs).
 pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", tmp.display())),
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} into place", tmp.display()))?;
-    Ok(())
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let mut prefix = OsString::from(".");
+    prefix.push(name);
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .make_in(dir, |p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(p)
+        })
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot rename a temporary file over {}", path.display()))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync directory {}", dir.display()))
 }
 
 /// Reads a 32-byte key written as hex; `None` if the file does not exist.
@@ -131,6 +146,23 @@ mod tests {
         .unwrap();
         write_private(&target, b"again").unwrap();
         assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "again");
+    }
+
+    #[test]
+    fn a_write_leaves_no_temporary_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_private(&tmp.path().join("cursor"), b"1").unwrap();
+        write_private(&tmp.path().join("cursor"), b"2").unwrap();
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["cursor"]);
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("cursor")).unwrap(),
+            "2"
+        );
     }
 
     #[test]

@@ -31,33 +31,14 @@ use relay_protocol::domain::{
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use subtle::ConstantTimeEq;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::broker::Broker;
 use crate::error::{clip, quote, BrokerError, MAX_ERROR_MESSAGE};
+use crate::ports::FlightControl;
+use crate::seal::token_matches;
 use crate::store::T;
-
-/// What the runtime offers the API: live control of a flight's turn.
-pub trait FlightControl: Send + Sync + 'static {
-    fn steer(
-        &self,
-        flight: Flight,
-        text: String,
-    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
-    fn interrupt(
-        &self,
-        flight: Flight,
-    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
-    /// Passes a decided approval on to the harness that asked.
-    fn approval_decided(
-        &self,
-        approval: Approval,
-    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
-    /// Starts an agent's session now instead of at its first turn.
-    fn wake(&self, agent: Agent) -> futures::future::BoxFuture<'static, Result<(), BrokerError>>;
-}
 
 /// Reports the NATS connection for `GET /v1/status`.
 pub type NatsStatusFn = Arc<dyn Fn() -> NatsStatus + Send + Sync>;
@@ -440,13 +421,6 @@ async fn require_token(
     refused
 }
 
-/// Whether a client's token is the secret, compared in constant time (`subtle`): how
-/// much of a wrong token matched does not show in how long the answer takes. Only a
-/// wrong length answers early, and the length of the token is no secret.
-pub(crate) fn token_matches(given: &[u8], secret: &[u8]) -> bool {
-    bool::from(given.ct_eq(secret))
-}
-
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
     // Counters kept by the broker: status never scans, however many flights.
     let counts = s.broker.counts();
@@ -801,22 +775,4 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
             ),
         )
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_whole_token_matches() {
-        let secret = b"0123456789abcdef0123456789abcdef";
-        assert!(token_matches(secret, secret));
-        assert!(!token_matches(b"0123456789abcdef0123456789abcdee", secret));
-        assert!(!token_matches(b"0123456789abcdef", secret), "a prefix");
-        assert!(!token_matches(b"", secret));
-        assert!(
-            !token_matches(b"0123456789abcdef0123456789abcdef0", secret),
-            "longer"
-        );
-    }
 }

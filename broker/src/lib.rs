@@ -2,18 +2,38 @@
 //! and flights.
 //!
 //! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
-//! - [`broker`]: the domain rules and the single writer that group-commits them.
+//! - [`broker`]: the domain rules and the single writer that group-commits them;
+//!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
+//!   every interface; [`ports`]: what the domain needs from the runtime
+//!   ([`ports::FlightControl`]).
 //! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS).
-//! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token.
+//! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
+//!   the NATS bus (commands, events and flight updates).
+//! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
+//!   (dispatches, reports, controls over JetStream) and `relay node`, a runtime on
+//!   another host.
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
-//!   and drained; [`node`]: `relay node`, a runtime on another host; [`shutdown`]: the
-//!   signals that stop them.
+//!   and drained; [`shutdown`]: the signals that stop them.
+//! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
+//!   by all of the above.
 //!
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
 //! applies the rules, writes events and projections in one transaction, flushes, and
 //! then answers and publishes the events. The transaction and the flush run on the
 //! process's storage thread ([`relay_runtime::storage`]); reads run on the blocking pool
 //! ([`Store::read`]), so no async worker ever waits on sled.
+//!
+//! Modules depend one way, each only on the layers above it:
+//!
+//! 1. `error`, `files`, `seal`, `shutdown`, `policy`: no other module;
+//! 2. `store`, then `broker`, `feed`, `ports`, `ops`: the domain and its ports;
+//! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
+//!    `node`, implementing the ports);
+//! 4. `server`, which wires them together.
+//!
+//! The domain never depends on an adapter, nor do the interfaces on the runtime link: a
+//! port the domain calls lives in [`ports`]. `tests/tests/module_graph.rs` fails on any
+//! cycle.
 
 pub mod broker;
 pub mod error;
@@ -25,6 +45,7 @@ pub mod node;
 pub mod ops;
 pub mod plane;
 pub mod policy;
+pub mod ports;
 pub mod seal;
 pub mod server;
 pub mod shutdown;

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
-use crate::http::FlightControl;
+use crate::ports::FlightControl;
 
 /// Requests handled at once; more are answered `overloaded`.
 pub const MAX_INFLIGHT_REQUESTS: usize = 1024;
@@ -438,7 +438,7 @@ impl Service {
         if let Some(want) = &self.request_token {
             let given = msg.headers.as_ref().and_then(|h| h.get(TOKEN_HEADER));
             match given {
-                Some(t) if crate::http::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
+                Some(t) if crate::seal::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
                 Some(_) => {
                     return Err(BrokerError::Unauthorized(format!(
                         "the {TOKEN_HEADER} header is wrong"
@@ -732,7 +732,7 @@ pub async fn publish(
                 match publisher.settle().await {
                     Ok(()) => {
                         if publisher.done != saved {
-                            save_cursor(&cursor_file, publisher.done);
+                            save_cursor(&cursor_file, publisher.done).await;
                             saved = publisher.done;
                         }
                     }
@@ -769,7 +769,7 @@ pub async fn publish(
         .await
         .is_ok_and(|r| r.is_ok())
     {
-        save_cursor(&cursor_file, publisher.done);
+        save_cursor(&cursor_file, publisher.done).await;
     } else {
         tracing::warn!("NATS did not take the last events before the stop; they are published again at the next start");
     }
@@ -989,9 +989,15 @@ fn trim_texts(
     }
 }
 
-fn save_cursor(path: &std::path::Path, seq: u64) {
-    let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, seq.to_string()).is_ok() {
-        let _ = std::fs::rename(&tmp, path);
+/// Saves the publisher's cursor ([`crate::files::write_private`]), off the async
+/// workers; a cursor not saved only means some updates are published again.
+async fn save_cursor(path: &std::path::Path, seq: u64) {
+    let path = path.to_owned();
+    let saved = tokio::task::spawn_blocking(move || {
+        crate::files::write_private(&path, seq.to_string().as_bytes())
+    })
+    .await;
+    if let Ok(Err(e)) = saved {
+        tracing::debug!(error = %e, "NATS cursor not saved");
     }
 }

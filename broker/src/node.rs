@@ -323,7 +323,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                                 // With its own code: a steer over the limit is
                                 // payload_too_large on the node as it is locally.
                                 Err(e) => serde_json::json!({
-                                    "error": crate::plane::runtime_error(e).to_api()
+                                    "error": crate::error::runtime_error(e).to_api()
                                 }),
                             },
                             true,

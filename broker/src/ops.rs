@@ -9,7 +9,7 @@ use relay_protocol::domain::{
 
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
-use crate::http::FlightControl;
+use crate::ports::FlightControl;
 
 /// A live (non-terminal) flight and the runtime control that can act on it.
 async fn live_flight(

@@ -17,13 +17,13 @@ use futures::future::BoxFuture;
 use relay_protocol::domain::{Agent, Approval, Flight, FlightChange, FlightState};
 use relay_protocol::event::EventBody;
 use relay_protocol::runtime::{Control, Dispatch, Report};
-use relay_runtime::{Runtime, RuntimeError};
+use relay_runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::broker::{Broker, Command, Outcome};
-use crate::error::BrokerError;
-use crate::http::FlightControl;
+use crate::error::{runtime_error, BrokerError};
+use crate::ports::FlightControl;
 use crate::seal::BusKey;
 use crate::store::T;
 
@@ -669,22 +669,6 @@ async fn report_messages(
 
 /// The durable consumer the broker reads node reports with.
 const REPORT_CONSUMER: &str = "relay-broker";
-
-/// A runtime's error as the broker answers it (also what a node answers the broker).
-pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
-    match e {
-        RuntimeError::Overloaded(a) => {
-            BrokerError::Overloaded(format!("agent {a:?} queue is full"))
-        }
-        RuntimeError::TooLarge { size, limit, .. } => BrokerError::TooLarge {
-            what: "the queued flight's task with its steers",
-            size,
-            limit,
-        },
-        RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
-        other => BrokerError::Unavailable(other.to_string()),
-    }
-}
 
 impl Plane {
     /// Sends a control to the runtime that serves its agent: this one or a node's.

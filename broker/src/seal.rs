@@ -10,6 +10,9 @@
 //! derived from it and the node's name (HKDF-SHA256), so a node's key speaks for that
 //! node only. `relay node-key NAME --out FILE` writes it for `relay node --key-file`.
 //!
+//! Client tokens (the HTTP API's, the NATS request token) are compared here too, in
+//! constant time ([`token_matches`]).
+//!
 //! Not covered: a captured sealed message can be replayed by someone who can publish on
 //! its subject. The node and the broker ignore replays by id (a dispatch runs a flight
 //! once; a report for a finished flight changes nothing), and the NATS permissions in
@@ -19,6 +22,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use hkdf::Hkdf;
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
 /// What every sealed message starts with.
 const MAGIC: &[u8] = b"RLY1";
@@ -117,6 +121,13 @@ impl NodeKey {
     }
 }
 
+/// Whether a client's token is the secret, compared in constant time (`subtle`): how
+/// much of a wrong token matched does not show in how long the answer takes. Only a
+/// wrong length answers early, and the length of the token is no secret.
+pub fn token_matches(given: &[u8], secret: &[u8]) -> bool {
+    bool::from(given.ct_eq(secret))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -152,5 +163,18 @@ mod tests {
         // The same key derives the same node key.
         assert_eq!(BusKey::new([7; 32]).node("n1"), n1);
         assert_ne!(bus.node("n1"), bus.node("n2"));
+    }
+
+    #[test]
+    fn only_the_whole_token_matches() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        assert!(token_matches(secret, secret));
+        assert!(!token_matches(b"0123456789abcdef0123456789abcdee", secret));
+        assert!(!token_matches(b"0123456789abcdef", secret), "a prefix");
+        assert!(!token_matches(b"", secret));
+        assert!(
+            !token_matches(b"0123456789abcdef0123456789abcdef0", secret),
+            "longer"
+        );
     }
 }

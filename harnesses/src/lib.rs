@@ -3,8 +3,8 @@
 //! wire.
 //!
 //! - [`seam`]: what every adapter offers the runtime ([`Launcher`], [`HarnessSession`],
-//!   their [`Capabilities`]) and the registry [`Harnesses`], keyed by the agent's
-//!   harness. The runtime knows only this module.
+//!   their [`Capabilities`]). The runtime knows only this module and the registry.
+//! - [`registry`]: [`Harnesses`], the launchers keyed by the agent's harness.
 //! - [`codex`]: Codex `app-server` (JSON-RPC over stdio): [`codex::CodexSession`], and
 //!   [`codex::CodexLauncher`], the seam over it.
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
@@ -13,22 +13,26 @@
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
 //!
-//! Layering, one way: `seam` <- `codex` (an adapter implements the seam) -> `process`,
-//! `lines` -> `error`; `seam` names the Codex launcher only to register it in
-//! [`Harnesses::builtin`]. Nothing here depends on the runtime.
 //!
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
+//!
+//! Layering, one way: [`error`] and [`lines`] depend on no other module, [`process`] and
+//! [`seam`] on them, each adapter (`codex`) on those, and [`registry`] on the adapters:
+//! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
+//! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
+//! broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
 
 pub mod codex;
 pub mod error;
 pub mod lines;
 pub mod process;
+pub mod registry;
 pub mod seam;
 
 pub use error::HarnessError;
+pub use registry::Harnesses;
 pub use seam::{
-    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Harnesses, Launcher, Lost,
-    Spawned,
+    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
 };

@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use tokio::io::{AsyncRead, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
@@ -312,7 +313,7 @@ impl Supervised {
         if let Ok(Some(status)) = self.child.try_wait() {
             return self.finish(status).await;
         }
-        signal_group(self.pid, libc::SIGTERM);
+        signal_group(self.pid, Signal::TERM);
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(Ok(status)) => Some(status),
             Ok(Err(err)) => {
@@ -329,7 +330,7 @@ impl Supervised {
                 match self.child.wait().await {
                     Ok(status) => status,
                     // Reaped elsewhere or not waitable: report it as killed.
-                    Err(_) => ExitStatus::from_raw(libc::SIGKILL),
+                    Err(_) => ExitStatus::from_raw(Signal::KILL.as_raw()),
                 }
             }
         };
@@ -371,7 +372,7 @@ const FREEZE_ROUNDS: usize = 8;
 /// is then SIGKILLed by pid, and the group as a whole. Descendants are listed while their
 /// parents still live: once a parent dies its children are reparented and untraceable.
 fn kill_tree(pgid: u32, marker: &[u8]) {
-    signal(pgid, libc::SIGSTOP, true);
+    signal(pgid, Signal::STOP, true);
     let mut frozen: Vec<u32> = Vec::new();
     for _ in 0..FREEZE_ROUNDS {
         let fresh: Vec<u32> = tree(pgid, marker)
@@ -382,41 +383,38 @@ fn kill_tree(pgid: u32, marker: &[u8]) {
             break;
         }
         for &pid in &fresh {
-            signal(pid, libc::SIGSTOP, false);
+            signal(pid, Signal::STOP, false);
         }
         frozen.extend(fresh);
     }
     for &pid in &frozen {
-        signal(pid, libc::SIGKILL, false);
+        signal(pid, Signal::KILL, false);
     }
-    signal(pgid, libc::SIGKILL, true);
+    signal(pgid, Signal::KILL, true);
 }
 
 /// Sends `sig` to process `pid`, or to process group `pid` when `group`. Errors (ESRCH:
 /// already gone) are expected and ignored.
-#[allow(unsafe_code)]
-fn signal(pid: u32, sig: libc::c_int, group: bool) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
-    };
+fn signal(pid: u32, sig: Signal, group: bool) {
     // 0 and 1 would mean our own group, or every process: never.
-    if pid <= 1 {
+    let Some(target) = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 1)
+        .and_then(Pid::from_raw)
+    else {
         return;
-    }
-    // SAFETY: kill and killpg take integers and touch no memory of ours.
-    let rc = unsafe {
-        if group {
-            libc::killpg(pid, sig)
-        } else {
-            libc::kill(pid, sig)
-        }
     };
-    if rc != 0 {
-        tracing::trace!(pid, sig, group, err = %io::Error::last_os_error(), "signal");
+    let sent = if group {
+        kill_process_group(target, sig)
+    } else {
+        kill_process(target, sig)
+    };
+    if let Err(err) = sent {
+        tracing::trace!(pid, sig = sig.as_raw(), group, %err, "signal");
     }
 }
 
-fn signal_group(pgid: u32, sig: libc::c_int) {
+fn signal_group(pgid: u32, sig: Signal) {
     signal(pgid, sig, true);
 }
 
@@ -678,7 +676,7 @@ mod tests {
         let grandchild: u32 = line.trim().parse().unwrap();
         assert!(alive(grandchild));
         let info = p.terminate(Duration::from_millis(200)).await;
-        assert_eq!(info.signal, Some(libc::SIGKILL));
+        assert_eq!(info.signal, Some(Signal::KILL.as_raw()));
         // The grandchild was reparented; give init a moment to reap it.
         for _ in 0..50 {
             if !alive(grandchild) {
@@ -701,10 +699,10 @@ mod tests {
         out.read_line(&mut line).await.unwrap();
         let sleeper: u32 = line.trim().parse().unwrap();
         assert!(alive(sleeper));
-        signal(p.pid(), libc::SIGKILL, false);
+        signal(p.pid(), Signal::KILL, false);
         let status = p.wait().await.unwrap();
         let info = p.finish(status).await;
-        assert_eq!(info.signal, Some(libc::SIGKILL));
+        assert_eq!(info.signal, Some(Signal::KILL.as_raw()));
         for _ in 0..50 {
             if !alive(sleeper) {
                 break;

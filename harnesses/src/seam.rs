@@ -28,7 +28,6 @@
 //! Methods return boxed futures, so the runtime holds any adapter as
 //! `Arc<dyn HarnessSession>` and picks the launcher by the agent's [`Harness`] at run time.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -201,64 +200,4 @@ pub trait HarnessSession: Send + Sync {
     /// Stops the session and returns once it is gone; the events then end with
     /// [`HarnessEvent::ProcessExited`]. Idempotent.
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>>;
-}
-
-/// The launchers of a runtime, one per [`Harness`].
-#[derive(Clone, Default)]
-pub struct Harnesses {
-    launchers: HashMap<Harness, Arc<dyn Launcher>>,
-}
-
-impl Harnesses {
-    /// The adapters this build has: Codex app-server.
-    pub fn builtin() -> Harnesses {
-        Harnesses::default().with(Arc::new(crate::codex::CodexLauncher))
-    }
-
-    /// These launchers and `launcher`, which replaces any other of its harness.
-    pub fn with(mut self, launcher: Arc<dyn Launcher>) -> Harnesses {
-        self.launchers.insert(launcher.info().harness, launcher);
-        self
-    }
-
-    /// The launcher of `harness`; [`HarnessError::Unsupported`] when there is none.
-    pub fn get(&self, harness: Harness) -> Result<Arc<dyn Launcher>, HarnessError> {
-        self.launchers
-            .get(&harness)
-            .cloned()
-            .ok_or_else(|| HarnessError::Unsupported {
-                harness,
-                supported: Harness::ALL
-                    .iter()
-                    .filter(|h| self.launchers.contains_key(h))
-                    .map(|h| h.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_harness_without_a_launcher_is_refused_with_the_ones_there_are() {
-        let harnesses = Harnesses::builtin();
-        assert_eq!(
-            harnesses
-                .get(Harness::CodexAppServer)
-                .map(|l| l.info().harness)
-                .ok(),
-            Some(Harness::CodexAppServer)
-        );
-        match harnesses.get(Harness::Tmux) {
-            Err(e @ HarnessError::Unsupported { .. }) => assert_eq!(
-                e.to_string(),
-                "harness tmux is not supported by this runtime yet (only codex_app_server)"
-            ),
-            Err(other) => panic!("{other:?}"),
-            Ok(_) => panic!("tmux has no launcher"),
-        }
-    }
 }

@@ -569,7 +569,10 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
     let result = tokio::time::timeout(WAIT, pending).await.unwrap().unwrap();
     match result {
         Err(HarnessError::ProcessExited { code, signal, .. }) => {
-            assert_eq!((code, signal), (None, Some(libc::SIGKILL)));
+            assert_eq!(
+                (code, signal),
+                (None, Some(rustix::process::Signal::KILL.as_raw()))
+            );
         }
         other => panic!("expected ProcessExited, got {other:?}"),
     }

@@ -8,6 +8,10 @@
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
 //! - [`convert`]: domain types to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
+//!
+//! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
+//! [`codex`] and [`runtime`] on it; [`convert`] on those and [`pb`]. The crate depends on
+//! no other crate of the workspace: every other one depends on it.
 
 pub mod api;
 pub mod codex;

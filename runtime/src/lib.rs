@@ -19,7 +19,9 @@
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
 //!
 //! Layering, one way: [`Runtime`] -> `worker` -> [`threads`] -> [`storage`]; `worker` ->
-//! `relay_harnesses::seam`. Nothing here names a particular harness.
+//! `relay_harnesses::seam`. [`storage`] depends on no other module. Nothing here names a
+//! particular harness. The crate depends on `relay-harnesses` and `relay-protocol`, never
+//! on the broker (the broker depends on it).
 
 pub mod storage;
 pub mod threads;

@@ -105,7 +105,7 @@ impl Env {
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.relay.api.url, &self.relay.api.token)
+        Client::new(&self.relay.api.url, &self.relay.api.token).unwrap()
     }
 
     pub fn ask_no_wait(&self, agent: &str, text: &str) -> String {

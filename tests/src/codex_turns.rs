@@ -199,7 +199,7 @@ pub async fn add_codex_agent(
         "name": name, "harness": "codex_app_server", "cwd": cwd.display().to_string(),
         "command": program.display().to_string(), "env": env,
     });
-    api.post::<_, Value>("/v1/agents", &spec)
+    api.post::<_, Value>(&["v1", "agents"], &spec)
         .await
         .with_context(|| format!("adding agent {name}"))?;
     ask(&relay.bin, &relay.data_dir, name, "warm up").await?;
@@ -248,7 +248,10 @@ pub async fn ask(relay: &Path, data_dir: &Path, agent: &str, text: &str) -> anyh
 pub async fn over_http(api: &Client, agent: &str, text: &str) -> anyhow::Result<Turn> {
     let t0 = Instant::now();
     let accepted: Value = api
-        .post("/v1/invocations", &json!({"target": agent, "task": text}))
+        .post(
+            &["v1", "invocations"],
+            &json!({"target": agent, "task": text}),
+        )
         .await?;
     let id = accepted["flight"]["id"]
         .as_str()
@@ -256,8 +259,8 @@ pub async fn over_http(api: &Client, agent: &str, text: &str) -> anyhow::Result<
         .to_string();
     let mut first_delta = None;
     let mut ended: Option<String> = None;
-    let path = format!("/v1/flights/{id}/stream");
-    let follow = api.sse(&path, |kind, data| {
+    let path = ["v1", "flights", &id, "stream"];
+    let follow = api.sse(&path, &[], |kind, data| {
         if kind != "update" {
             return true;
         }

@@ -3,6 +3,9 @@
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
+//!
+//! Layering: [`environ`] depends on [`load`]; the other modules on none. The crate
+//! depends on every other crate of the workspace, and none on it.
 
 pub mod bench;
 pub mod codex_env;
@@ -17,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use relay_broker::server::{ApiInfo, API_FILE};
+pub use rustix::process::Signal;
+use rustix::process::{kill_process, Pid};
 
 /// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
 pub fn relay_bin() -> PathBuf {
@@ -140,7 +145,7 @@ impl RelayProcess {
         let Some(mut c) = self.child.take() else {
             bail!("not running")
         };
-        signal(c.id(), libc::SIGTERM);
+        signal(c.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(s) = c.try_wait()? {
@@ -242,11 +247,10 @@ pub fn relay_cmd_with(bin: &Path, data_dir: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("running relay {args:?}: {e}"))
 }
 
-pub fn signal(pid: u32, sig: i32) {
-    // SAFETY-free: kill(2) through libc is the only way to send a chosen signal.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(pid as i32, sig);
+/// Sends `sig` to process `pid`; a pid that is gone (or 0, or not one) is ignored.
+pub fn signal(pid: u32, sig: Signal) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, sig);
     }
 }
 

@@ -157,7 +157,7 @@ impl NatsServer {
             return;
         };
         if matches!(child.try_wait(), Ok(None)) {
-            signal(child.id(), libc::SIGTERM);
+            crate::signal(child.id(), crate::Signal::TERM);
             let deadline = Instant::now() + STOP_GRACE;
             while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
@@ -343,18 +343,6 @@ fn read_lossy(path: &Path, from: u64) -> String {
         let _ = f.read_to_end(&mut bytes);
     }
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn signal(pid: u32, sig: i32) {
-    let Ok(pid) = i32::try_from(pid) else {
-        return;
-    };
-    // SAFETY: kill(2) takes no pointers; `pid` is our own unreaped child, so it cannot
-    // name a recycled process.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(pid, sig);
-    }
 }
 
 #[cfg(test)]

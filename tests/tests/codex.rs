@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use relay_mock_model::all_input_text;
 use relay_tests::codex_env::{state, wait_gone, Env};
-use relay_tests::{group_members, process_alive, signal};
+use relay_tests::{group_members, process_alive, signal, Signal};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -23,7 +23,7 @@ async fn a_text_turn_streams_deltas_as_flight_updates_and_replies() {
     let stream_id = id.clone();
     let follower = tokio::spawn(async move {
         client
-            .sse(&format!("/v1/flights/{stream_id}/stream"), |_, data| {
+            .sse(&["v1", "flights", &stream_id, "stream"], &[], |_, data| {
                 tx.send(serde_json::from_str::<Value>(data).unwrap())
                     .is_ok()
             })
@@ -168,7 +168,7 @@ async fn a_killed_codex_fails_the_flight_and_the_next_ask_resumes_the_thread() {
     let id = env.ask_no_wait("codex-1", "hang here");
     env.wait_flight(&id, 60, |f| state(f) == "running").await;
     let codex = env.codex_pid("codex-1").await;
-    signal(codex, libc::SIGKILL);
+    signal(codex, Signal::KILL);
     let f = env.wait_flight(&id, 30, |f| state(f) == "failed").await;
     let reason = f["error"].as_str().unwrap();
     assert!(reason.contains("killed by signal 9"), "{reason}");
@@ -764,7 +764,7 @@ async fn keep_warm_and_manual_agents_follow_their_wake_policy() {
     env.add_agent("warm-1", &["--wake", "keep_warm"]);
     let pid = env.codex_pid("warm-1").await;
     assert!(process_alive(pid));
-    signal(pid, libc::SIGKILL);
+    signal(pid, Signal::KILL);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let a = env.agent("warm-1").await;

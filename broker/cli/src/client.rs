@@ -4,6 +4,7 @@
 use futures::StreamExt;
 use relay_broker::server::{ApiInfo, API_FILE};
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
+use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -34,20 +35,34 @@ impl ClientError {
     }
 }
 
+/// A query: names and values, form-encoded into the URL by [`Url`].
+pub type Query<'a> = &'a [(&'a str, String)];
+
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
+    /// The broker's URL as given, without a trailing `/`: what messages show.
     url: String,
+    /// The same, parsed: every request's URL is built from it.
+    base: Url,
     token: String,
 }
 
 impl Client {
-    pub fn new(url: &str, token: &str) -> Client {
-        Client {
+    /// A client of the broker at `url`; [`ClientError::NotFound`] if `url` is not an
+    /// HTTP URL that paths can be added to.
+    pub fn new(url: &str, token: &str) -> Result<Client, ClientError> {
+        let url = url.trim_end_matches('/');
+        let base = Url::parse(url)
+            .ok()
+            .filter(|u| !u.cannot_be_a_base())
+            .ok_or_else(|| ClientError::NotFound(format!("the broker URL {url:?} is not a URL")))?;
+        Ok(Client {
             http: reqwest::Client::new(),
-            url: url.trim_end_matches('/').to_string(),
+            url: url.to_string(),
+            base,
             token: token.to_string(),
-        }
+        })
     }
 
     /// The broker of a `--data-dir` given on the command line (its api.json); else
@@ -60,7 +75,7 @@ impl Client {
     ) -> Result<Client, ClientError> {
         if !matches!(data_dir, DataDir::Given(_)) {
             match (url, token) {
-                (Some(url), Some(token)) => return Ok(Client::new(&url, &token)),
+                (Some(url), Some(token)) => return Client::new(&url, &token),
                 (Some(_), None) => {
                     return Err(ClientError::NotFound(
                         "RELAY_URL is set but RELAY_TOKEN is not: set both, or neither to use the data dir's api.json".into(),
@@ -85,11 +100,25 @@ impl Client {
         })?;
         let info: ApiInfo = serde_json::from_str(&text)
             .map_err(|e| ClientError::NotFound(format!("{} is not valid: {e}", path.display())))?;
-        Ok(Client::new(&info.url, &info.token))
+        Client::new(&info.url, &info.token)
     }
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of `path` (segments, each escaped as one by [`Url`]) under the broker's,
+    /// with `query`.
+    pub fn endpoint(&self, path: &[&str], query: Query) -> Url {
+        let mut url = self.base.clone();
+        // `new` refused a URL that cannot be a base, the only error here.
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().extend(path);
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
     }
 
     /// `req` sent with the token; no answer at all is [`ClientError::Unreachable`].
@@ -120,36 +149,43 @@ impl Client {
         }
     }
 
-    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.send(self.http.get(format!("{}{path}", self.url)))
-            .await
+    pub async fn get<T: DeserializeOwned>(&self, path: &[&str]) -> Result<T, ClientError> {
+        self.get_query(path, &[]).await
+    }
+
+    pub async fn get_query<T: DeserializeOwned>(
+        &self,
+        path: &[&str],
+        query: Query<'_>,
+    ) -> Result<T, ClientError> {
+        self.send(self.http.get(self.endpoint(path, query))).await
     }
 
     pub async fn post<B: Serialize, T: DeserializeOwned>(
         &self,
-        path: &str,
+        path: &[&str],
         body: &B,
     ) -> Result<T, ClientError> {
-        self.send(self.http.post(format!("{}{path}", self.url)).json(body))
+        self.send(self.http.post(self.endpoint(path, &[])).json(body))
             .await
     }
 
-    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.send(self.http.delete(format!("{}{path}", self.url)))
-            .await
+    pub async fn delete<T: DeserializeOwned>(&self, path: &[&str]) -> Result<T, ClientError> {
+        self.send(self.http.delete(self.endpoint(path, &[]))).await
     }
 
     /// Opens an SSE stream and calls `on_event(event_type, data)` for each event until
     /// the stream ends or `on_event` returns false.
     pub async fn sse(
         &self,
-        path: &str,
+        path: &[&str],
+        query: Query<'_>,
         mut on_event: impl FnMut(&str, &str) -> bool,
     ) -> Result<(), ClientError> {
         let resp = self
             .call(
                 self.http
-                    .get(format!("{}{path}", self.url))
+                    .get(self.endpoint(path, query))
                     .header("accept", "text/event-stream"),
             )
             .await?;
@@ -198,15 +234,36 @@ fn error_from(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
     }
 }
 
-/// `s` as one path segment of a URL, percent-encoded.
-pub fn enc(s: &str) -> String {
-    // Path segments: ids and names are restricted, but be safe with anything else.
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn urls_are_built_by_the_url_type() {
+        let c = Client::new("http://127.0.0.1:7450/", "t").unwrap();
+        assert_eq!(c.url(), "http://127.0.0.1:7450");
+        assert_eq!(
+            c.endpoint(&["v1", "agents", "a b/c?d%e#f"], &[]).as_str(),
+            "http://127.0.0.1:7450/v1/agents/a%20b%2Fc%3Fd%25e%23f"
+        );
+        assert_eq!(
+            c.endpoint(
+                &["v1", "flights"],
+                &[("agent", "x&y=z".into()), ("limit", "5".into())]
+            )
+            .as_str(),
+            "http://127.0.0.1:7450/v1/flights?agent=x%26y%3Dz&limit=5"
+        );
+        let under = Client::new("http://h:1/relay", "t").unwrap();
+        assert_eq!(
+            under.endpoint(&["v1", "status"], &[]).as_str(),
+            "http://h:1/relay/v1/status"
+        );
+        assert!(matches!(
+            Client::new("not a url", "t"),
+            Err(ClientError::NotFound(_))
+        ));
+    }
 }

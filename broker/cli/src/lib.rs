@@ -18,6 +18,11 @@
 //! clap, so `--help` names them all ([`data_dir`]: where `--data-dir` came from matters
 //! to client commands). A secret's variable is named but its value never shown, and a
 //! secret on the command line is refused (`ps` shows it to every user).
+//!
+//! Layering: [`terminal`] and [`data_dir`] depend on no other module; [`client`] on
+//! `data_dir`, `views` on `terminal`; `commands` on all of them, and `main` here on
+//! `commands`. The crate depends on the broker library; nothing but the tests depends
+//! on it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use relay_protocol::domain::{Agent, AgentSpec, ApprovalPolicy, Harness, WakePolicy};
 
 use super::JsonFlag;
-use crate::client::{enc, Client};
+use crate::client::Client;
 use crate::terminal::{errln, outln};
 use crate::views::{print_json, wire_name};
 
@@ -136,7 +136,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
             let agent: Agent = client
                 .post(
-                    "/v1/agents",
+                    &["v1", "agents"],
                     &AgentSpec {
                         name,
                         harness,
@@ -163,7 +163,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::List(f) => {
-            let agents: Vec<Agent> = client.get("/v1/agents").await?;
+            let agents: Vec<Agent> = client.get(&["v1", "agents"]).await?;
             if f.json {
                 print_json(&agents)?;
             } else {
@@ -179,7 +179,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::Show { name, json } => {
-            let a: Agent = client.get(&format!("/v1/agents/{}", enc(&name))).await?;
+            let a: Agent = client.get(&["v1", "agents", &name]).await?;
             if json {
                 print_json(&a)?;
             } else {
@@ -192,7 +192,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::Remove { name, json } => {
-            let a: Agent = client.delete(&format!("/v1/agents/{}", enc(&name))).await?;
+            let a: Agent = client.delete(&["v1", "agents", &name]).await?;
             if json {
                 print_json(&a)?;
             } else {
@@ -201,10 +201,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
         }
         AgentCmd::Wake { name, json } => {
             let a: Agent = client
-                .post(
-                    &format!("/v1/agents/{}/wake", enc(&name)),
-                    &serde_json::json!({}),
-                )
+                .post(&["v1", "agents", &name, "wake"], &serde_json::json!({}))
                 .await?;
             if json {
                 print_json(&a)?;

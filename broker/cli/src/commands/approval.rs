@@ -4,7 +4,7 @@ use clap::Args;
 use relay_protocol::domain::{Approval, ApprovalDecision};
 
 use super::Actor;
-use crate::client::{enc, Client};
+use crate::client::Client;
 use crate::terminal::{errln, one_line, outln};
 use crate::views::{print_json, wire_name};
 
@@ -35,7 +35,7 @@ pub struct ApproveArgs {
 pub async fn list(client: &Client, args: ApprovalsArgs) -> anyhow::Result<()> {
     let ApprovalsArgs { state, json } = args;
     let list: Vec<Approval> = client
-        .get(&format!("/v1/approvals?state={}", enc(&state)))
+        .get_query(&["v1", "approvals"], &[("state", state.clone())])
         .await?;
     if json {
         print_json(&list)?;
@@ -70,7 +70,7 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
     } = args;
     let a: Approval = client
         .post(
-            &format!("/v1/approvals/{}", enc(&id)),
+            &["v1", "approvals", &id],
             &serde_json::json!({ "decision": decision, "decided_by": actor.name }),
         )
         .await?;

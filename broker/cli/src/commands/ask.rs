@@ -6,7 +6,7 @@ use clap::Args;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate, InvokeRequest};
 
 use super::{text_arg, Actor};
-use crate::client::{enc, Client};
+use crate::client::Client;
 use crate::terminal::{errln, outln};
 use crate::views::ask::AskView;
 use crate::views::print_json;
@@ -76,7 +76,7 @@ async fn ask(
 ) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
     let accepted: relay_protocol::api::InvokeAccepted =
-        client.post("/v1/invocations", &req).await?;
+        client.post(&["v1", "invocations"], &req).await?;
     let id = accepted.flight.id.clone();
     if no_wait {
         if json {
@@ -102,7 +102,7 @@ async fn ask(
     });
     let mut failure = None;
     client
-        .sse(&format!("/v1/flights/{}/stream", enc(&id)), |kind, data| {
+        .sse(&["v1", "flights", &id, "stream"], &[], |kind, data| {
             if kind != "update" {
                 failure = Some(data.to_string());
                 return false;
@@ -128,7 +128,7 @@ async fn ask(
     if let Some(f) = failure {
         anyhow::bail!("the flight stream failed: {f}");
     }
-    let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
+    let flight: Flight = client.get(&["v1", "flights", &id]).await?;
     if json {
         print_json(&flight)?;
     } else if let Some(output) = flight.output.as_deref().filter(|o| !o.trim().is_empty()) {

@@ -8,7 +8,7 @@ use relay_protocol::domain::{
 };
 
 use super::{text_arg, Actor, JsonFlag};
-use crate::client::{enc, Client};
+use crate::client::Client;
 use crate::terminal::outln;
 use crate::views::print_json;
 
@@ -76,7 +76,7 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
     } = args;
     let posted: MessagePosted = client
         .post(
-            "/v1/messages",
+            &["v1", "messages"],
             &PostMessage {
                 conversation: to,
                 author: actor.name,
@@ -103,10 +103,10 @@ pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
         json,
     } = args;
     let msgs: Vec<Message> = client
-        .get(&format!(
-            "/v1/conversations/{}/messages?limit={n}",
-            enc(&conversation)
-        ))
+        .get_query(
+            &["v1", "conversations", &conversation, "messages"],
+            &[("limit", n.to_string())],
+        )
         .await?;
     if json {
         print_json(&msgs)?;
@@ -136,7 +136,7 @@ pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
         } => {
             let c: Conversation = client
                 .post(
-                    "/v1/conversations",
+                    &["v1", "conversations"],
                     &ConversationSpec {
                         id,
                         kind,
@@ -153,7 +153,7 @@ pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
             }
         }
         ConversationCmd::List(f) => {
-            let list: Vec<Conversation> = client.get("/v1/conversations").await?;
+            let list: Vec<Conversation> = client.get(&["v1", "conversations"]).await?;
             if f.json {
                 print_json(&list)?;
             } else {

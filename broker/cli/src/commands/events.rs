@@ -44,7 +44,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     let since = match since {
         Some(seq) => seq,
         None => {
-            let s: Status = client.get("/v1/status").await?;
+            let s: Status = client.get(&["v1", "status"]).await?;
             s.last_seq.saturating_sub(n as u64)
         }
     };
@@ -52,7 +52,8 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         let mut failed = None;
         client
             .sse(
-                &format!("/v1/events/stream?after={since}"),
+                &["v1", "events", "stream"],
+                &[("after", since.to_string())],
                 |_, data| match serde_json::from_str::<Event>(data) {
                     Ok(e) => print(&e).is_ok(),
                     Err(e) => {
@@ -67,7 +68,10 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         }
     } else {
         let events: Vec<Event> = client
-            .get(&format!("/v1/events?after={since}&limit={n}"))
+            .get_query(
+                &["v1", "events"],
+                &[("after", since.to_string()), ("limit", n.to_string())],
+            )
             .await?;
         if json {
             print_json(&events)?;
@@ -77,7 +81,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
             }
         }
         if let Some(last) = events.last().filter(|_| events.len() == n) {
-            let s: Status = client.get("/v1/status").await?;
+            let s: Status = client.get(&["v1", "status"]).await?;
             if s.last_seq > last.seq {
                 errln!(
                     "relay: {} more events; next page: relay events --since {} -n {n}",

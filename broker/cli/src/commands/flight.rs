@@ -4,7 +4,7 @@
 use clap::Args;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
 
-use crate::client::{enc, Client};
+use crate::client::Client;
 use crate::terminal::{one_line, outln};
 use crate::views::print_json;
 
@@ -64,14 +64,14 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         n,
         json,
     } = args;
-    let mut q = format!("/v1/flights?limit={n}&live={live}");
+    let mut query = vec![("limit", n.to_string()), ("live", live.to_string())];
     if let Some(a) = agent {
-        q.push_str(&format!("&agent={}", enc(&a)));
+        query.push(("agent", a));
     }
     if let Some(s) = state {
-        q.push_str(&format!("&state={s}"));
+        query.push(("state", s.to_string()));
     }
-    let flights: Vec<Flight> = client.get(&q).await?;
+    let flights: Vec<Flight> = client.get_query(&["v1", "flights"], &query).await?;
     if json {
         print_json(&flights)?;
     } else {
@@ -91,11 +91,9 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
 /// `relay flight`.
 pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
     let FlightArgs { id, updates, json } = args;
-    let flight: Flight = client.get(&format!("/v1/flights/{}", enc(&id))).await?;
+    let flight: Flight = client.get(&["v1", "flights", &id]).await?;
     let ups: Vec<FlightUpdate> = if updates {
-        client
-            .get(&format!("/v1/flights/{}/updates", enc(&id)))
-            .await?
+        client.get(&["v1", "flights", &id, "updates"]).await?
     } else {
         Vec::new()
     };
@@ -134,7 +132,7 @@ pub async fn steer(client: &Client, args: SteerArgs) -> anyhow::Result<()> {
     let SteerArgs { flight, text } = args;
     let f: Flight = client
         .post(
-            &format!("/v1/flights/{}/steer", enc(&flight)),
+            &["v1", "flights", &flight, "steer"],
             &serde_json::json!({ "text": text.join(" ") }),
         )
         .await?;
@@ -147,7 +145,7 @@ pub async fn interrupt(client: &Client, args: InterruptArgs) -> anyhow::Result<(
     let InterruptArgs { flight } = args;
     let f: Flight = client
         .post(
-            &format!("/v1/flights/{}/interrupt", enc(&flight)),
+            &["v1", "flights", &flight, "interrupt"],
             &serde_json::json!({}),
         )
         .await?;

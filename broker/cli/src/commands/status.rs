@@ -8,7 +8,7 @@ use crate::views::{describe_nats, print_json};
 
 /// `relay status`.
 pub async fn run(client: &Client, json: bool) -> anyhow::Result<()> {
-    let s: Status = client.get("/v1/status").await?;
+    let s: Status = client.get(&["v1", "status"]).await?;
     if json {
         print_json(&s)?;
     } else {

@@ -38,7 +38,7 @@ impl Bench {
                     "name": name, "harness": "codex_app_server", "cwd": cwd,
                     "command": command, "wake": wake,
                 });
-                api.post::<_, Value>("/v1/agents", &spec)
+                api.post::<_, Value>(&["v1", "agents"], &spec)
                     .await
                     .with_context(|| format!("adding agent {name}"))
             }
@@ -52,7 +52,7 @@ impl Bench {
 }
 
 pub(crate) fn api(relay: &RelayProcess) -> relay_cli::client::Client {
-    relay_cli::client::Client::new(&relay.api.url, &relay.api.token)
+    relay_cli::client::Client::new(&relay.api.url, &relay.api.token).unwrap()
 }
 
 /// A NATS client whose subscriptions hold up to 2M messages (the default 64K drops the

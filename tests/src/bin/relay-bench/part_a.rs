@@ -34,7 +34,7 @@ async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     .await?;
     let whole = t.elapsed();
     let after = settled_rss_mb(&relay).await?;
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     say("1: the same through raw NATS");
     let (raw, raw_got) = raw_throughput(&nats.url(), s.deltas, s.delta_size).await?;
     blocking(|| relay.terminate())?;

@@ -144,7 +144,7 @@ where
 
 /// The broker's durable flushes so far (`GET /v1/status`).
 async fn flushes(relay: &RelayProcess) -> anyhow::Result<u64> {
-    let status: relay_protocol::api::Status = api(relay).get("/v1/status").await?;
+    let status: relay_protocol::api::Status = api(relay).get(&["v1", "status"]).await?;
     Ok(status.flushes)
 }
 
@@ -288,7 +288,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     responder.abort();
     raw_follower.abort();
     // Scenario 5: grow the data dir, then restart it.
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     let have = status["flights"].as_u64().unwrap_or(0) as usize;
     let mut generation = String::new();
     if s.restart_flights > have {
@@ -322,7 +322,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         );
     }
     follower.abort();
-    let status: Value = api(&relay).get("/v1/status").await?;
+    let status: Value = api(&relay).get(&["v1", "status"]).await?;
     let (flights, events) = (
         status["flights"].as_u64().unwrap_or(0),
         status["last_seq"].as_u64().unwrap_or(0),
@@ -342,7 +342,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         blocking(|| relay.restart())?;
         let http = api(&relay);
         loop {
-            if http.get::<Value>("/v1/status").await.is_ok() {
+            if http.get::<Value>(&["v1", "status"]).await.is_ok() {
                 break;
             }
             if t.elapsed() > Duration::from_secs(120) {
@@ -353,7 +353,9 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         up.push(t.elapsed().as_secs_f64());
         for i in 0..6 {
             let t = Instant::now();
-            let list: Vec<Value> = http.get("/v1/flights?live=true").await?;
+            let list: Vec<Value> = http
+                .get_query(&["v1", "flights"], &[("live", "true".into())])
+                .await?;
             let ms = t.elapsed().as_secs_f64() * 1000.0;
             live_count = list.len();
             if i == 0 {
@@ -362,7 +364,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
                 live.push(ms);
             }
             let t = Instant::now();
-            http.get::<Value>("/v1/status").await?;
+            http.get::<Value>(&["v1", "status"]).await?;
             stat.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         blocking(|| relay.terminate())?;

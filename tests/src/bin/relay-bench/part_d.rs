@@ -21,7 +21,7 @@ async fn part_d_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     // Until every session is up (its agent idle).
     let api = api(&relay);
     loop {
-        let list: Vec<Value> = api.get("/v1/agents").await?;
+        let list: Vec<Value> = api.get(&["v1", "agents"]).await?;
         let idle_agents = list.iter().filter(|a| a["state"] == "idle").count();
         if idle_agents >= s.memory_agents {
             break;

@@ -1,0 +1,21 @@
+//! Ports: what the domain needs from the runtime, as traits that the adapters implement.
+//!
+//! The domain ([`crate::broker`], [`crate::ops`]) calls these; [`crate::plane`] implements
+//! them over the embedded runtime and the nodes; the interfaces ([`crate::http`],
+//! [`crate::nats`]) pass them on. No port depends on an adapter, so the module graph
+//! points one way (see the crate's header).
+
+use futures::future::BoxFuture;
+use relay_protocol::domain::{Agent, Approval, Flight};
+
+use crate::error::BrokerError;
+
+/// What the runtime offers the API: live control of a flight's turn.
+pub trait FlightControl: Send + Sync + 'static {
+    fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;
+    fn interrupt(&self, flight: Flight) -> BoxFuture<'static, Result<(), BrokerError>>;
+    /// Passes a decided approval on to the harness that asked.
+    fn approval_decided(&self, approval: Approval) -> BoxFuture<'static, Result<(), BrokerError>>;
+    /// Starts an agent's session now instead of at its first turn.
+    fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>>;
+}

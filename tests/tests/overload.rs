@@ -14,6 +14,7 @@ use relay_broker::nats::{NatsAuth, NatsConfig};
 use relay_broker::server::{ApiInfo, ServerConfig, API_FILE};
 use relay_runtime::storage::Storage;
 use relay_tests::nats::NatsServer;
+use relay_tests::wait_until;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -25,18 +26,11 @@ const CLIENTS: usize = 48;
 
 async fn wait_api(data: &std::path::Path) -> ApiInfo {
     let file = data.join(API_FILE);
-    tokio::time::timeout(AT_ONCE, async {
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&file) {
-                if let Ok(api) = serde_json::from_str::<ApiInfo>(&text) {
-                    return api;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until("the broker to write api.json", AT_ONCE, || async {
+        let text = std::fs::read_to_string(&file).ok()?;
+        serde_json::from_str::<ApiInfo>(&text).ok()
     })
     .await
-    .expect("the broker did not start")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,13 +68,7 @@ async fn a_full_command_queue_is_answered_overloaded_at_once_over_http_and_nats(
         )
     };
     // The bus answers before the test holds storage (its subscriptions are up).
-    tokio::time::timeout(AT_ONCE, async {
-        while nats_post("ready?").await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the bus never answered");
+    wait_until("the bus to answer", AT_ONCE, || nats_post("ready?")).await;
     let post = |body: &str| {
         let (http, api) = (http.clone(), api.clone());
         let body = json!({ "conversation": "channel.shared", "author": "load", "body": body });

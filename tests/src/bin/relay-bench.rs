@@ -39,7 +39,7 @@ use relay_broker::store::{child_key, Store, T};
 use relay_protocol::pb;
 use relay_tests::bench::{self, Goal, Row};
 use relay_tests::nats::NatsServer;
-use relay_tests::RelayProcess;
+use relay_tests::{procs, RelayProcess};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -611,7 +611,7 @@ async fn raw_latency(url: &str, n: u64, rate: f64, size: usize) -> anyhow::Resul
 }
 
 fn rss_mb(pid: u32) -> anyhow::Result<f64> {
-    Ok(bench::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
+    Ok(procs::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
 }
 
 /// The broker's RSS once it has been quiet for a moment.
@@ -1359,7 +1359,7 @@ async fn part_d_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     }
     let woke = t.elapsed();
     let rss = settled_rss_mb(&relay).await?;
-    let kids = bench::children(relay.pid());
+    let kids = procs::children(relay.pid());
     let kids_mb: f64 = kids.iter().filter_map(|p| rss_mb(*p).ok()).sum();
     // A clean stop, so that the broker ends its sessions itself.
     blocking(|| relay.terminate())?;

@@ -257,8 +257,11 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
     ];
     let error_of =
         |reply: &async_nats::Message, json: bool| -> pb::Error { reply_error(reply, json) };
+    // (what, subject, headers, payload, error code, a JSON reply)
+    type Case<'a> = (String, &'a str, HeaderMap, Vec<u8>, &'a str, bool);
+    let mut cases: Vec<Case> = Vec::new();
     for (subject, type_name) in subjects {
-        let cases: Vec<(&str, HeaderMap, Vec<u8>, &str, bool)> = vec![
+        let per_subject: Vec<(&str, HeaderMap, Vec<u8>, &str, bool)> = vec![
             (
                 "garbage bytes",
                 pb_headers(type_name),
@@ -293,15 +296,112 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
                 false,
             ),
         ];
-        for (what, headers, payload, code, json) in cases {
-            let reply = client
-                .request_with_headers(subject, headers, payload.into())
-                .await
-                .unwrap_or_else(|e| panic!("{subject} {what}: no reply: {e}"));
-            let e = error_of(&reply, json);
-            assert_eq!(e.code, code, "{subject} {what}: {e:?}");
-            assert!(!e.message.is_empty());
+        cases.extend(
+            per_subject
+                .into_iter()
+                .map(|(what, headers, payload, code, json)| {
+                    (
+                        format!("{subject} {what}"),
+                        subject,
+                        headers,
+                        payload,
+                        code,
+                        json,
+                    )
+                }),
+        );
+    }
+    // Well-formed requests that a subject or a field makes wrong.
+    let post_json = |author: &str, body: &str| {
+        json!({"conversation": "channel.shared", "author": author, "body": body})
+            .to_string()
+            .into_bytes()
+    };
+    let post_pb = |author: &str, body: &str| {
+        pb::PostMessage {
+            conversation: "channel.shared".into(),
+            author: author.into(),
+            body: body.into(),
+            ..Default::default()
         }
+        .encode_to_vec()
+    };
+    let over = "x".repeat(1001);
+    cases.extend(
+        [
+            (
+                "unknown command subject (JSON)",
+                "relay.v1.cmd.nope",
+                json_headers(),
+                post_json("a", "hi"),
+                "invalid_request",
+                true,
+            ),
+            (
+                "unknown command subject (protobuf)",
+                "relay.v1.cmd.delete",
+                pb_headers("relay.v1.PostMessage"),
+                post_pb("a", "hi"),
+                "invalid_request",
+                false,
+            ),
+            (
+                "empty body",
+                "relay.v1.cmd.post",
+                json_headers(),
+                post_json("a", ""),
+                "invalid_request",
+                true,
+            ),
+            (
+                "empty author",
+                "relay.v1.cmd.post",
+                pb_headers("relay.v1.PostMessage"),
+                post_pb("", "hi"),
+                "invalid_request",
+                false,
+            ),
+            (
+                "body over the message limit",
+                "relay.v1.cmd.post",
+                pb_headers("relay.v1.PostMessage"),
+                post_pb("a", &over),
+                "payload_too_large",
+                false,
+            ),
+            (
+                "empty task",
+                "relay.v1.invoke.codex-1",
+                json_headers(),
+                json!({"task": ""}).to_string().into_bytes(),
+                "invalid_request",
+                true,
+            ),
+            (
+                "task over the message limit",
+                "relay.v1.invoke.codex-1",
+                pb_headers("relay.v1.InvokeRequest"),
+                pb::InvokeRequest {
+                    task: over.clone(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+                "payload_too_large",
+                false,
+            ),
+        ]
+        .map(|(what, subject, headers, payload, code, json)| {
+            (what.to_string(), subject, headers, payload, code, json)
+        }),
+    );
+    for (what, subject, headers, payload, code, json) in cases {
+        let reply = client
+            .request_with_headers(subject, headers, payload.into())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no reply: {e}"));
+        let e = error_of(&reply, json);
+        assert_eq!(e.code, code, "{what}: {e:?}");
+        assert!(!e.message.is_empty(), "{what}");
     }
     // Unknown agent, and an unknown flight for commands.
     let reply = client

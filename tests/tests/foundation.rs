@@ -153,10 +153,19 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
             .as_u64()
             .unwrap()
     };
+    // An agent for the invocations below (registering it is the last write).
+    let (code, body) = http
+        .post(
+            "/v1/agents",
+            &json!({"name": "a1", "harness": "codex_app_server", "cwd": "/tmp"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
     let seq0 = last_seq().await;
     let flushes0 = flushes().await;
     let msg =
         |body: String| json!({"conversation": "channel.shared", "author": "me", "body": body});
+    let task = |requester: &str, task: String| json!({"target": "a1", "requester": requester, "task": task});
 
     let cases: Vec<(&str, u16, &str, (u16, Value))> = vec![
         (
@@ -296,6 +305,79 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
                 &json!({"id": "bad id", "kind": "channel"}),
             )
             .await,
+        ),
+        (
+            "empty body",
+            400,
+            "invalid_request",
+            http.post("/v1/messages", &msg(String::new())).await,
+        ),
+        (
+            "blank author",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": " ", "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "author over 128 characters",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "a".repeat(129), "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "empty task",
+            400,
+            "invalid_request",
+            http.post("/v1/invocations", &task("me", String::new()))
+                .await,
+        ),
+        (
+            "task over the message limit",
+            413,
+            "payload_too_large",
+            http.post("/v1/invocations", &task("me", "x".repeat(1025)))
+                .await,
+        ),
+        (
+            "empty requester",
+            400,
+            "invalid_request",
+            http.post("/v1/invocations", &task("", "x".into())).await,
+        ),
+        (
+            "empty agent name",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/agents",
+                &json!({"name": "", "harness": "codex_app_server", "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "empty cwd",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/agents",
+                &json!({"name": "a2", "harness": "codex_app_server", "cwd": ""}),
+            )
+            .await,
+        ),
+        (
+            "empty conversation id",
+            400,
+            "invalid_request",
+            http.post("/v1/conversations", &json!({"id": "", "kind": "channel"}))
+                .await,
         ),
         (
             "illegal transition on unknown flight",

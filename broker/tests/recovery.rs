@@ -10,6 +10,7 @@ use relay_broker::{Broker, BrokerConfig, Command};
 use relay_protocol::domain::{
     AgentSpec, AgentState, Endpoint, FlightState, Harness, InvokeRequest,
 };
+use relay_protocol::event::EventBody;
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -75,15 +76,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
             .await
             .unwrap();
         let accepted = broker
-            .invoke(InvokeRequest {
-                target: "codex-1".into(),
-                task: "rm -rf the world, once".into(),
-                requester: "operator".into(),
-                action: Default::default(),
-                conversation: None,
-                parent_flight: None,
-                timeout_ms: None,
-            })
+            .invoke(invoke("rm -rf the world, once"))
             .await
             .unwrap();
         assert_eq!(accepted.flight.state, FlightState::Queued);
@@ -129,7 +122,41 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
     assert_eq!((a.state, a.endpoint), (AgentState::Offline, None));
     assert_eq!(a.thread_id.as_deref(), Some("thr_1"), "the thread is kept");
     // Nothing else happens to the flight afterwards (no dispatch, no second failure).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A later flight of the same agent is the barrier: dispatches reach the agent's queue
+    // in the order of their invocations and its reports come back in order, so once that
+    // flight has ended (its /nonexistent program fails it), anything done to the first
+    // one has been committed too.
+    let mut feed = relay_broker::feed::follow(broker.clone(), broker.last_seq());
+    let barrier = broker.invoke(invoke("after the restart")).await.unwrap();
+    let ended = async {
+        while let Some(event) = feed.recv().await {
+            if let EventBody::FlightUpdated { flight, .. } = &event.unwrap().body {
+                if flight.id == barrier.flight.id && flight.state.is_terminal() {
+                    return flight.clone();
+                }
+            }
+        }
+        panic!("the event feed ended");
+    };
+    let barrier = tokio::time::timeout(Duration::from_secs(60), ended)
+        .await
+        .expect("the barrier flight never ended");
+    // Failed by its dispatch: the runtime could not start the agent's program.
+    assert_eq!(barrier.state, FlightState::Failed, "{barrier:?}");
+    let reason = barrier.error.unwrap_or_default();
+    assert!(reason.contains("/nonexistent/codex"), "{reason}");
     let again = broker.store().flight(&flight).unwrap().unwrap();
     assert_eq!(again.update_seq, f.update_seq);
+}
+
+fn invoke(task: &str) -> InvokeRequest {
+    InvokeRequest {
+        target: "codex-1".into(),
+        task: task.into(),
+        requester: "operator".into(),
+        action: Default::default(),
+        conversation: None,
+        parent_flight: None,
+        timeout_ms: None,
+    }
 }

@@ -5,8 +5,8 @@
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, BrokerError};
 use relay_protocol::domain::{
-    AgentSpec, ApprovalKind, ApprovalRequest, FlightChange, FlightState, Harness, InvokeRequest,
-    PostMessage, DEFAULT_CONVERSATION,
+    AgentSpec, ApprovalKind, ApprovalRequest, ConversationKind, ConversationSpec, FlightChange,
+    FlightState, Harness, InvokeRequest, PostMessage, DEFAULT_CONVERSATION,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -235,6 +235,246 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     assert_eq!(b.last_seq(), seq, "nothing was written");
     assert!(b.store().verify().unwrap().is_consistent());
+}
+
+/// What a refused command must fail with.
+type Expect = fn(&BrokerError) -> bool;
+
+fn invalid(e: &BrokerError) -> bool {
+    matches!(e, BrokerError::Invalid(_))
+}
+
+#[tokio::test]
+async fn empty_and_oversized_fields_are_typed_errors_and_write_nothing() {
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let seq = b.last_seq();
+    let post = |author: &str, body: &str| PostMessage {
+        conversation: DEFAULT_CONVERSATION.into(),
+        author: author.into(),
+        body: body.into(),
+        class: Default::default(),
+        reply_to: None,
+        meta: Default::default(),
+    };
+    let task = |requester: &str, task: &str| InvokeRequest {
+        task: task.into(),
+        requester: requester.into(),
+        ..invoke("a1")
+    };
+    let agent = |f: fn(&mut AgentSpec)| {
+        let mut s = spec("a2");
+        f(&mut s);
+        s
+    };
+    let conversation = |id: String| ConversationSpec {
+        id,
+        kind: ConversationKind::Channel,
+        title: None,
+        participants: vec![],
+        parent: None,
+    };
+    let max = 1000;
+    let cases: Vec<(&str, Result<(), BrokerError>, Expect)> = vec![
+        (
+            "empty message body",
+            b.post_message(post("me", "")).await.map(drop),
+            invalid,
+        ),
+        (
+            "message body over the limit",
+            b.post_message(post("me", &"x".repeat(max + 1)))
+                .await
+                .map(drop),
+            |e| {
+                matches!(
+                    e,
+                    BrokerError::TooLarge {
+                        what: "message body",
+                        size: 1001,
+                        limit: 1000
+                    }
+                )
+            },
+        ),
+        (
+            "empty author",
+            b.post_message(post("", "hi")).await.map(drop),
+            invalid,
+        ),
+        (
+            "blank author",
+            b.post_message(post(" ", "hi")).await.map(drop),
+            invalid,
+        ),
+        (
+            "author over 128 characters",
+            b.post_message(post(&"a".repeat(129), "hi")).await.map(drop),
+            invalid,
+        ),
+        (
+            "empty task",
+            b.invoke(task("operator", "")).await.map(drop),
+            invalid,
+        ),
+        (
+            "task over the limit",
+            b.invoke(task("operator", &"x".repeat(max + 1)))
+                .await
+                .map(drop),
+            |e| {
+                matches!(
+                    e,
+                    BrokerError::TooLarge {
+                        what: "task",
+                        size: 1001,
+                        limit: 1000
+                    }
+                )
+            },
+        ),
+        (
+            "empty requester",
+            b.invoke(task("", "do it")).await.map(drop),
+            invalid,
+        ),
+        (
+            "requester over 128 characters",
+            b.invoke(task(&"r".repeat(129), "do it")).await.map(drop),
+            invalid,
+        ),
+        (
+            "empty agent name",
+            b.register_agent(agent(|s| s.name = String::new()))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "agent name over 64 bytes",
+            b.register_agent(agent(|s| s.name = "a".repeat(65)))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "empty cwd",
+            b.register_agent(agent(|s| s.cwd = " ".into()))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "empty node name",
+            b.register_agent(agent(|s| s.node = Some(String::new())))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "empty secret name",
+            b.register_agent(agent(|s| {
+                s.secrets.0.insert(String::new(), "v".into());
+            }))
+            .await
+            .map(drop),
+            invalid,
+        ),
+        (
+            "secret name over 256 bytes",
+            b.register_agent(agent(|s| {
+                s.secrets.0.insert("K".repeat(257), "v".into());
+            }))
+            .await
+            .map(drop),
+            invalid,
+        ),
+        (
+            "empty conversation id",
+            b.create_conversation(conversation(String::new()))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "conversation id over 200 bytes",
+            b.create_conversation(conversation("c".repeat(201)))
+                .await
+                .map(drop),
+            invalid,
+        ),
+        (
+            "conversation id with an empty word",
+            b.create_conversation(conversation("channel..x".into()))
+                .await
+                .map(drop),
+            invalid,
+        ),
+    ];
+    for (what, result, expected) in cases {
+        match result {
+            Err(e) => assert!(expected(&e), "{what}: {e:?}"),
+            Ok(()) => panic!("{what}: accepted"),
+        }
+    }
+    assert_eq!(b.last_seq(), seq, "nothing was written");
+    assert!(b.store().verify().unwrap().is_consistent());
+
+    // At the limits, each is accepted.
+    b.post_message(post(&"a".repeat(128), &"x".repeat(max)))
+        .await
+        .unwrap();
+    b.invoke(task(&"r".repeat(128), &"x".repeat(max)))
+        .await
+        .unwrap();
+    b.register_agent(agent(|s| s.name = "a".repeat(64)))
+        .await
+        .unwrap();
+    b.create_conversation(conversation("c".repeat(200)))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stored_value_of_an_unknown_version_is_a_typed_error() {
+    use relay_broker::store::{decode, encode, T};
+    let good = encode(&spec("a1")).unwrap();
+    let with_version = |v: u8| [&[v][..], &good[1..]].concat();
+    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
+        (
+            "a version from the future",
+            with_version(2),
+            |e| matches!(e, BrokerError::Corrupt(m) if m.contains("version 2")),
+        ),
+        (
+            "version 0",
+            with_version(0),
+            |e| matches!(e, BrokerError::Corrupt(m) if m.contains("version 0")),
+        ),
+        ("an empty value", Vec::new(), |e| {
+            matches!(e, BrokerError::Corrupt(_))
+        }),
+        ("the right version, no JSON", vec![good[0], b'{'], |e| {
+            matches!(e, BrokerError::Json(_))
+        }),
+    ];
+    for (what, bytes, expected) in &cases {
+        let e = decode::<AgentSpec>(bytes).unwrap_err();
+        assert!(expected(&e), "{what}: {e:?}");
+    }
+    assert_eq!(decode::<AgentSpec>(&good).unwrap(), spec("a1"));
+
+    // Read through the store, a record of another version is the same typed error, not
+    // a value read as if it were this build's.
+    let b = broker().await;
+    b.register_agent(spec("a1")).await.unwrap();
+    let stored = b.store().tree(T::Agents).get("a1").unwrap().unwrap();
+    let future = [&[2][..], &stored[1..]].concat();
+    b.store().tree(T::Agents).insert("a1", future).unwrap();
+    assert!(matches!(
+        b.store().agent("a1"),
+        Err(BrokerError::Corrupt(m)) if m.contains("version 2")
+    ));
 }
 
 #[tokio::test]

@@ -513,6 +513,8 @@ fn whole_chars(bytes: &[u8]) -> &[u8] {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use relay_tests::procs::{self, alive};
+    use relay_tests::wait_until;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
     use super::*;
@@ -525,15 +527,9 @@ mod tests {
         }
     }
 
-    fn alive(pid: u32) -> bool {
-        // A zombie still has /proc/<pid>; count it as gone.
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => !stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-            Err(_) => false,
-        }
+    /// Waits (bounded) until `pid` is gone: reaped, or a zombie.
+    async fn gone(pid: u32) -> bool {
+        procs::wait_gone(pid, Duration::from_secs(20)).await
     }
 
     #[test]
@@ -677,14 +673,8 @@ mod tests {
         assert!(alive(grandchild));
         let info = p.terminate(Duration::from_millis(200)).await;
         assert_eq!(info.signal, Some(Signal::KILL.as_raw()));
-        // The grandchild was reparented; give init a moment to reap it.
-        for _ in 0..50 {
-            if !alive(grandchild) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!alive(grandchild), "grandchild {grandchild} survived");
+        // The grandchild was reparented: it is gone once init has reaped it.
+        assert!(gone(grandchild).await, "grandchild {grandchild} survived");
         assert!(!alive(p.pid()));
     }
 
@@ -703,28 +693,7 @@ mod tests {
         let status = p.wait().await.unwrap();
         let info = p.finish(status).await;
         assert_eq!(info.signal, Some(Signal::KILL.as_raw()));
-        for _ in 0..50 {
-            if !alive(sleeper) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!alive(sleeper), "sleeper {sleeper} survived");
-    }
-
-    /// Live processes whose command line is exactly `argv`.
-    fn running(argv: &[&str]) -> Vec<u32> {
-        let want: Vec<u8> = argv
-            .iter()
-            .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-            .collect();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
-            .filter(|&pid| alive(pid))
-            .collect()
+        assert!(gone(sleeper).await, "sleeper {sleeper} survived");
     }
 
     #[tokio::test]
@@ -741,15 +710,15 @@ mod tests {
         assert_eq!(line, "go\n");
         let info = p.terminate(Duration::from_millis(0)).await;
         assert!(info.signal.is_some(), "{info:?}");
-        let mut left = running(&["sleep", "31.75"]);
-        for _ in 0..100 {
+        wait_until("no survivor", Duration::from_secs(20), || async {
+            let left = procs::running(&["sleep", "31.75"]);
             if left.is_empty() {
-                break;
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            left = running(&["sleep", "31.75"]);
-        }
-        assert!(left.is_empty(), "survivors: {left:?}");
+        })
+        .await;
     }
 
     #[tokio::test]
@@ -758,13 +727,7 @@ mod tests {
         let pid = p.pid();
         assert!(alive(pid));
         drop(p);
-        for _ in 0..50 {
-            if !alive(pid) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!alive(pid));
+        assert!(gone(pid).await, "{pid} survived");
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ use relay_harnesses::HarnessError;
 use relay_mock_model::{all_input_text, codex_env, write_codex_home, MockModel, Reply};
 use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
+use relay_tests::{procs, wait_until};
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::sync::mpsc::Receiver;
@@ -108,46 +109,6 @@ fn outcome(events: &[HarnessEvent]) -> TurnOutcome {
     }
 }
 
-/// Live (non-zombie) processes whose process group is `pgid`.
-fn group_members(pgid: u32) -> Vec<u32> {
-    let mut members = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return members;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the `(comm)` field: state, ppid, pgrp, ...
-        let Some(rest) = stat.rsplit(')').next() else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str()) {
-            members.push(pid);
-        }
-    }
-    members
-}
-
-/// Waits (bounded) until no live process is left in group `pgid`.
-async fn assert_group_gone(pgid: u32) {
-    for _ in 0..100 {
-        if group_members(pgid).is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("processes left in group {pgid}: {:?}", group_members(pgid));
-}
-
 async fn shutdown(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
     let pid = session.pid();
     session.shutdown().await.unwrap();
@@ -156,7 +117,7 @@ async fn shutdown(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
         rest.last(),
         Some(HarnessEvent::ProcessExited { .. })
     ));
-    assert_group_gone(pid).await;
+    procs::wait_group_gone(pid, WAIT).await;
 }
 
 #[tokio::test]
@@ -514,15 +475,6 @@ async fn declined_command_does_not_run() {
     assert!(outputs[0].1.contains("rejected by user"), "{outputs:?}");
 }
 
-/// Sends a signal with the `kill` program (tests stay free of `unsafe`).
-fn kill(signal: &str, target: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, "--", target])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test]
 async fn killed_child_fails_pending_requests_and_ends_events() {
     let s = setup().await;
@@ -557,14 +509,20 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
     // Stopped, Codex cannot answer: the interrupt below is surely pending when it dies.
     // The whole group: with Node < 22.15 the pid is the `codex.js` launcher and the native
     // binary is its child.
-    kill("-STOP", &format!("-{pid}"));
+    procs::signal(-i32::try_from(pid).unwrap(), procs::Signal::STOP);
     let pending = {
         let session = session.clone();
         let (thread, turn) = (thread.clone(), turn.clone());
         tokio::spawn(async move { session.interrupt(&thread, &turn).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    kill("-KILL", &pid.to_string());
+    // Until every task of this (single-threaded) runtime waits: the interrupt has reached
+    // the session's owner task, which wrote it to Codex's stdin and parked its reply, and
+    // nothing more can happen while Codex is stopped. On paused time a sleep ends exactly
+    // then, when the runtime has nothing left to run, so it is that event, not a time.
+    tokio::time::pause();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::resume();
+    procs::signal(pid, procs::Signal::KILL);
 
     let result = tokio::time::timeout(WAIT, pending).await.unwrap().unwrap();
     match result {
@@ -601,7 +559,7 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
             ..
         })
     ));
-    assert_group_gone(pid).await;
+    procs::wait_group_gone(pid, WAIT).await;
     assert_gone(sleeper).await;
     session.shutdown().await.unwrap();
 }
@@ -646,7 +604,7 @@ async fn shutdown_and_drop_leave_no_process() {
     let (session, mut events) = spawn(s.home.path()).await;
     let pid2 = session.pid();
     assert_ne!(pid, pid2);
-    assert!(!group_members(pid2).is_empty());
+    assert!(!procs::group_members(pid2).is_empty());
     drop(session);
     let seen = until(&mut events, |e| {
         matches!(e, HarnessEvent::ProcessExited { .. })
@@ -656,48 +614,24 @@ async fn shutdown_and_drop_leave_no_process() {
         seen.last(),
         Some(HarnessEvent::ProcessExited { .. })
     ));
-    assert_group_gone(pid2).await;
+    procs::wait_group_gone(pid2, WAIT).await;
 }
 
-fn cmdline(pid: u32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    Some(String::from_utf8_lossy(&raw).replace('\0', " "))
-}
-
-async fn wait_for_process_with(needle: &str) -> u32 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::time::Instant::now() < deadline {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            if let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            {
-                if cmdline(pid).is_some_and(|c| c.trim_end() == needle) {
-                    return pid;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no process running {needle:?}");
+/// The pid of the process whose command line is `command` (its words), once it runs.
+async fn wait_for_process_with(command: &str) -> u32 {
+    let argv: Vec<&str> = command.split(' ').collect();
+    wait_until(format!("a process running {command:?}"), WAIT, || async {
+        procs::running(&argv).first().copied()
+    })
+    .await
 }
 
 async fn assert_gone(pid: u32) {
-    for _ in 0..100 {
-        let zombie_or_gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z')),
-            Err(_) => true,
-        };
-        if zombie_or_gone {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("process {pid} ({:?}) survived", cmdline(pid));
+    let cmdline = procs::cmdline(pid);
+    assert!(
+        procs::wait_gone(pid, WAIT).await,
+        "process {pid} ({cmdline:?}) survived"
+    );
 }
 
 #[tokio::test]

@@ -302,37 +302,6 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     quantile(&v, 0.5)
 }
 
-/// A process's resident memory (VmRSS), in bytes.
-pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))?;
-    Ok(kb * 1024)
-}
-
-/// The live children of a process (by their parent pid in `/proc/<pid>/stat`).
-pub fn children(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
-                let fields: Vec<&str> = stat
-                    .rsplit_once(')')
-                    .map(|(_, rest)| rest.split_whitespace().collect())
-                    .unwrap_or_default();
-                fields.first() != Some(&"Z") && fields.get(1) == Some(&pid.to_string().as_str())
-            })
-        })
-        .collect()
-}
-
 /// The size of every file under `dir` (their lengths, not the blocks they use).
 pub fn dir_bytes(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0;

@@ -5,13 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use relay_cli::client::Client;
 use relay_mock_model::{codex_env, write_codex_home, MockModel, RecordedRequest, Reply};
 use serde_json::Value;
 
-use crate::{process_alive, RelayProcess};
+use crate::{wait_until, RelayProcess};
 
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
 /// run the command escalated (then reports the outputs), `hang` never ends, anything else
@@ -130,21 +130,23 @@ impl Env {
         u.as_array().unwrap().clone()
     }
 
-    /// Polls the flight until `pred` holds (or fails after `secs`).
+    /// Polls the flight until `pred` holds (or fails after `secs`, with the flight as
+    /// last seen and the broker's log).
     pub async fn wait_flight(&self, id: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let f = self.flight(id).await;
-            if pred(&f) {
-                return f;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "flight never got there: {f}\nlog:\n{}",
-                self.relay.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let waited = crate::try_wait_until(
+            format!("flight {id} to get there"),
+            Duration::from_secs(secs),
+            || async {
+                let f = self.flight(id).await;
+                if pred(&f) {
+                    Ok(f)
+                } else {
+                    Err(f)
+                }
+            },
+        )
+        .await;
+        waited.unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.relay.log_text()))
     }
 
     /// The approval (in any state) of a flight.
@@ -162,11 +164,15 @@ impl Env {
 
     /// Waits until the flight has streamed its first delta.
     pub async fn wait_delta(&self, id: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.updates(id).await.iter().any(|u| u["kind"] == "delta") {
-            assert!(Instant::now() < deadline, "no delta on {id}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until(
+            format!("a delta on flight {id}"),
+            Duration::from_secs(60),
+            || async {
+                let updates = self.updates(id).await;
+                updates.iter().any(|u| u["kind"] == "delta").then_some(())
+            },
+        )
+        .await
     }
 
     pub async fn agent(&self, name: &str) -> Value {
@@ -175,28 +181,18 @@ impl Env {
 
     /// The pid of the agent's codex child, once its session is up.
     pub async fn codex_pid(&self, name: &str) -> u32 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(pid) = self.agent(name).await["endpoint"]["pid"].as_u64() {
-                return pid as u32;
-            }
-            assert!(Instant::now() < deadline, "no codex pid for {name}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until(
+            format!("a codex pid for agent {name}"),
+            Duration::from_secs(30),
+            || async {
+                let agent = self.agent(name).await;
+                agent["endpoint"]["pid"].as_u64().map(|pid| pid as u32)
+            },
+        )
+        .await
     }
 }
 
 pub fn state(f: &Value) -> &str {
     f["state"].as_str().unwrap_or("")
-}
-
-pub async fn wait_gone(pid: u32, secs: u64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while process_alive(pid) {
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    true
 }

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests: the `relay` binary as a real process
-//! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API.
+//! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API; waiting
+//! for something to happen ([`wait_until`], the one polling loop) and reading processes
+//! ([`procs`], the one reader of `/proc`).
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
@@ -13,15 +15,18 @@ pub mod codex_turns;
 pub mod environ;
 pub mod load;
 pub mod nats;
+pub mod procs;
+pub mod wait;
+
+pub use wait::{try_wait_until, wait_until, wait_until_blocking, TimedOut};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
+pub use procs::Signal;
 use relay_broker::server::{ApiInfo, API_FILE};
-pub use rustix::process::Signal;
-use rustix::process::{kill_process, Pid};
 
 /// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
 pub fn relay_bin() -> PathBuf {
@@ -145,17 +150,19 @@ impl RelayProcess {
         let Some(mut c) = self.child.take() else {
             bail!("not running")
         };
-        signal(c.id(), Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = c.try_wait()? {
-                return Ok(s);
-            }
-            if Instant::now() > deadline {
+        procs::signal(c.id(), Signal::TERM);
+        let exited = wait::try_wait_until_blocking(
+            "relay to exit after SIGTERM",
+            Duration::from_secs(20),
+            || c.try_wait().transpose(),
+        );
+        match exited {
+            Ok(status) => Ok(status?),
+            Err(e) => {
                 let _ = c.kill();
-                bail!("relay did not exit within 20 s of SIGTERM");
+                let _ = c.wait();
+                bail!("{e}")
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -211,22 +218,25 @@ impl Drop for RelayProcess {
 fn wait_ready(child: &mut Child, file: &Path, what: &str, log: &Path) -> anyhow::Result<String> {
     let pid = u64::from(child.id());
     let log_text = || std::fs::read_to_string(log).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            bail!("{what} exited with {status}; log:\n{}", log_text());
-        }
-        if let Ok(text) = std::fs::read_to_string(file) {
-            if serde_json::from_str::<serde_json::Value>(&text)
-                .is_ok_and(|v| v["pid"].as_u64() == Some(pid))
-            {
-                return Ok(text);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{what} did not start in 30 s; log:\n{}", log_text());
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let ready = wait::try_wait_until_blocking(
+        format_args!("{what} to write {} with its pid", file.display()),
+        Duration::from_secs(30),
+        || match child.try_wait() {
+            Ok(Some(status)) => Some(Err(anyhow::anyhow!("{what} exited with {status}"))),
+            Err(e) => Some(Err(e.into())),
+            Ok(None) => std::fs::read_to_string(file)
+                .ok()
+                .filter(|text| {
+                    serde_json::from_str::<serde_json::Value>(text)
+                        .is_ok_and(|v| v["pid"].as_u64() == Some(pid))
+                })
+                .map(Ok),
+        },
+    );
+    match ready {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(e)) => bail!("{e:#}; log:\n{}", log_text()),
+        Err(e) => bail!("{e}; log:\n{}", log_text()),
     }
 }
 
@@ -245,45 +255,6 @@ pub fn relay_cmd_with(bin: &Path, data_dir: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("running relay {args:?}: {e}"))
-}
-
-/// Sends `sig` to process `pid`; a pid that is gone (or 0, or not one) is ignored.
-pub fn signal(pid: u32, sig: Signal) {
-    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
-        let _ = kill_process(pid, sig);
-    }
-}
-
-/// True while a process with this pid exists (and is not a zombie).
-pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-/// Live (non-zombie) processes whose process group is `pgid`: a supervised agent child
-/// leads its own group, so this is the child and everything it started there.
-pub fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                let fields: Vec<&str> = stat
-                    .rsplit_once(')')
-                    .map(|(_, rest)| rest.split_whitespace().collect())
-                    .unwrap_or_default();
-                fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
-            })
-        })
-        .collect()
 }
 
 /// A raw HTTP client for the API: status code and JSON body, nothing interpreted.

@@ -436,23 +436,24 @@ pub async fn wait_all_terminal(
     target: &Target,
     within: Duration,
 ) -> anyhow::Result<BTreeMap<String, FlightEnd>> {
-    let deadline = Instant::now() + within;
-    loop {
-        let states = flight_states(target).await?;
-        if states.values().all(|s| is_terminal(&s.state)) {
-            return Ok(states);
+    let waited = crate::try_wait_until("every flight to end", within, || async {
+        let states = match flight_states(target).await {
+            Ok(states) => states,
+            Err(e) => return Ok(Err(e)),
+        };
+        let live: Vec<_> = states
+            .iter()
+            .filter(|(_, s)| !is_terminal(&s.state))
+            .collect();
+        if live.is_empty() {
+            return Ok(Ok(states));
         }
-        if Instant::now() > deadline {
-            let live: Vec<_> = states
-                .iter()
-                .filter(|(_, s)| !is_terminal(&s.state))
-                .collect();
-            bail!(
-                "{} flights still live after {within:?}, e.g. {:?}",
-                live.len(),
-                live.iter().take(5).collect::<Vec<_>>()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(format!(
+            "{} flights still live, e.g. {:?}",
+            live.len(),
+            live.iter().take(5).collect::<Vec<_>>()
+        ))
+    })
+    .await;
+    waited?
 }

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::procs::signal;
+use crate::wait::try_wait_until_blocking;
+
 /// How long a start or restart may take before it is an error.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a restart keeps retrying while the old socket still holds the port.
@@ -129,6 +132,11 @@ impl NatsServer {
         &self.store_dir
     }
 
+    /// The file of [`NatsServer::log_text`].
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// Everything every incarnation of the server wrote to stdout and stderr.
     pub fn log_text(&self) -> String {
         read_lossy(&self.log, 0)
@@ -157,11 +165,11 @@ impl NatsServer {
             return;
         };
         if matches!(child.try_wait(), Ok(None)) {
-            crate::signal(child.id(), crate::Signal::TERM);
-            let deadline = Instant::now() + STOP_GRACE;
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            signal(child.id(), crate::Signal::TERM);
+            let _ =
+                try_wait_until_blocking("nats-server to exit after SIGTERM", STOP_GRACE, || {
+                    child.try_wait().transpose()
+                });
             // Harmless if it already exited; `wait` below reaps it either way.
             let _ = child.kill();
         }
@@ -173,33 +181,52 @@ impl NatsServer {
     /// held is spawned again.
     fn spawn_until_ready(&mut self, rebind_window: Duration) -> anyhow::Result<()> {
         let started = Instant::now();
-        loop {
-            let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
-            self.spawn()?;
-            match self.wait_ready(started + READY_TIMEOUT) {
-                Ok(()) => return Ok(()),
-                Err(Exit::Exited(status)) => {
-                    let attempt_log = read_lossy(&self.log, log_start);
-                    if started.elapsed() < rebind_window && port_in_use(&attempt_log) {
-                        std::thread::sleep(Duration::from_millis(100));
-                        continue;
+        let port = self.port;
+        let ready = try_wait_until_blocking(
+            format_args!("port {port} to be free for nats-server"),
+            rebind_window,
+            || {
+                let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+                if let Err(e) = self.spawn() {
+                    return Ok(Err(e));
+                }
+                match self.wait_ready(READY_TIMEOUT.saturating_sub(started.elapsed())) {
+                    Ok(()) => Ok(Ok(())),
+                    // Held by a socket of the last server: try again, within the window.
+                    Err(Exit::Exited(_)) if port_in_use(&read_lossy(&self.log, log_start)) => {
+                        Err("address already in use")
                     }
-                    bail!(
-                        "nats-server on port {} exited with {status} before accepting \
-                         connections; log:\n{}",
-                        self.port,
-                        self.log_text()
-                    );
+                    Err(exit) => Ok(Err(self.not_ready(exit))),
                 }
-                Err(Exit::Timeout) => {
-                    self.stop();
-                    bail!(
-                        "nats-server did not accept connections on port {} within {:?}; log:\n{}",
-                        self.port,
-                        READY_TIMEOUT,
-                        self.log_text()
-                    );
-                }
+            },
+        );
+        match ready {
+            Ok(done) => done,
+            Err(_) => bail!(
+                "nats-server on port {port} exited: the address was still in use after \
+                 {rebind_window:?}; log:\n{}",
+                self.log_text()
+            ),
+        }
+    }
+
+    /// The error of a start that failed, stopping what is left of it.
+    fn not_ready(&mut self, exit: Exit) -> anyhow::Error {
+        match exit {
+            Exit::Exited(status) => anyhow::anyhow!(
+                "nats-server on port {} exited with {status} before accepting \
+                 connections; log:\n{}",
+                self.port,
+                self.log_text()
+            ),
+            Exit::Timeout => {
+                self.stop();
+                anyhow::anyhow!(
+                    "nats-server did not accept connections on port {} within {:?}; log:\n{}",
+                    self.port,
+                    READY_TIMEOUT,
+                    self.log_text()
+                )
             }
         }
     }
@@ -227,26 +254,22 @@ impl NatsServer {
         Ok(())
     }
 
-    fn wait_ready(&mut self, deadline: Instant) -> Result<(), Exit> {
+    /// Waits until the server greets on its port, for at most `within`.
+    fn wait_ready(&mut self, within: Duration) -> Result<(), Exit> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        loop {
+        let ready = try_wait_until_blocking("nats-server to greet", within, || {
             let Some(child) = self.child.as_mut() else {
-                return Err(Exit::Exited("no process".to_string()));
+                return Some(Err(Exit::Exited("no process".to_string())));
             };
             if let Ok(Some(status)) = child.try_wait() {
                 self.child = None;
-                return Err(Exit::Exited(status.to_string()));
+                return Some(Err(Exit::Exited(status.to_string())));
             }
             // A listener that greets with `INFO` is a NATS server, not a socket that still
             // holds the port (whose backlog would accept the connect and stay silent).
-            if greets_with_info(&addr) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Exit::Timeout);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            greets_with_info(&addr).then_some(Ok(()))
+        });
+        ready.unwrap_or(Err(Exit::Timeout))
     }
 }
 

@@ -3,9 +3,10 @@
 //! `relay-instant-codex`); none of the broker's secrets may reach the agent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_tests::codex_env::wait_gone;
+use std::time::Duration;
+
 use relay_tests::environ::{recorded, recording_harness};
-use relay_tests::RelayProcess;
+use relay_tests::{procs, RelayProcess};
 
 /// Variables set in the broker's environment that no agent may see.
 const SECRETS: &[(&str, &str)] = &[
@@ -76,5 +77,8 @@ async fn agents_do_not_inherit_the_brokers_secrets() {
 
     // Stopping the broker stops its agent.
     assert!(relay.terminate().unwrap().success());
-    assert!(wait_gone(pid, 30).await, "agent {pid} outlived the broker");
+    assert!(
+        procs::wait_gone(pid, Duration::from_secs(30)).await,
+        "agent {pid} outlived the broker"
+    );
 }

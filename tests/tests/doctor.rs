@@ -1,11 +1,19 @@
 //! `relay doctor`: the rebuild-and-compare check of a stopped data dir finds a damaged
 //! projection and a gap in the log, says so, and exits non-zero; it refuses a data dir a
-//! running broker holds.
+//! running broker holds. A record written behind the broker's back (with the store's
+//! own APIs, as a bug or a hand edit would) is reported as exactly the tree it is in,
+//! and an event of a version this build does not read stops the check with a typed
+//! error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_broker::store::{seq_key, T};
-use relay_broker::Store;
-use relay_tests::{relay_cmd, RelayProcess};
+use std::time::Duration;
+
+use relay_broker::store::{decode, encode, seq_key, DoctorReport, VerifyReport, T};
+use relay_broker::{BrokerError, Store};
+use relay_protocol::domain::{Agent, AgentState, Flight, Message};
+use relay_tests::{relay_cmd, wait_until, RelayProcess};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 fn doctor(data: &std::path::Path, json: bool) -> (bool, String, String) {
     let args: &[&str] = if json {
@@ -80,4 +88,174 @@ async fn doctor_finds_damage_and_a_gap_and_refuses_a_running_broker() {
         "{out}"
     );
     assert_eq!(out.lines().last(), Some("NOT consistent"), "{out}");
+}
+
+/// A stopped data dir with an agent, two messages and an ended flight, and what
+/// `relay doctor` says of it undamaged.
+async fn stopped_data_dir(data: &std::path::Path) -> DoctorReport {
+    let mut relay = RelayProcess::start(data).unwrap();
+    relay.cli_ok(&[
+        "agent",
+        "add",
+        "a1",
+        "--harness",
+        "codex_app_server",
+        "--cwd",
+        "/tmp",
+        "--command",
+        "/nonexistent/codex",
+    ]);
+    relay.cli_ok(&["send", "one"]);
+    relay.cli_ok(&["send", "two"]);
+    // Dispatched, and failed at once: its program does not exist.
+    let flight = relay.cli_ok(&["ask", "a1", "--no-wait", "hello"]);
+    let http = relay.http();
+    let path = format!("/v1/flights/{}", flight.trim());
+    wait_until("the flight to fail", Duration::from_secs(60), || async {
+        let (_, f) = http.get(&path).await;
+        (f["state"] == "failed").then_some(())
+    })
+    .await;
+    assert!(relay.terminate().unwrap().success());
+    let (ok, out, err) = doctor(data, true);
+    assert!(ok, "{out}\n{err}");
+    let report: DoctorReport = serde_json::from_str(&out).unwrap();
+    assert!(report.consistent && report.flights == 1, "{report:?}");
+    report
+}
+
+/// Rewrites the record of `tree` at `key` with `f`, encoded as the broker would.
+fn rewrite<V: DeserializeOwned + Serialize>(
+    s: &Store,
+    tree: T,
+    key: &[u8],
+    f: impl FnOnce(&mut V),
+) {
+    let mut value: V = decode(&s.tree(tree).get(key).unwrap().unwrap()).unwrap();
+    f(&mut value);
+    s.tree(tree).insert(key, encode(&value).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_written_behind_the_brokers_back_is_the_exact_mismatch_reported() {
+    type Damage = fn(&Store);
+    // (what, the damage, the tree found to differ, flights and live flights it adds)
+    let cases: Vec<(&str, Damage, &str, u64, u64)> = vec![
+        (
+            "a message's body rewritten",
+            |s| {
+                let (key, _) = s.tree(T::Messages).last().unwrap().unwrap();
+                rewrite(s, T::Messages, &key, |m: &mut Message| {
+                    m.body = "never said".into()
+                });
+            },
+            "messages",
+            0,
+            0,
+        ),
+        (
+            "an agent made busy",
+            |s| {
+                rewrite(s, T::Agents, b"a1", |a: &mut Agent| {
+                    a.state = AgentState::Busy
+                });
+            },
+            "agents",
+            0,
+            0,
+        ),
+        (
+            "a flight no event made",
+            |s| {
+                let (_, f) = s.tree(T::Flights).first().unwrap().unwrap();
+                let mut planted: Flight = decode(&f).unwrap();
+                planted.id = "flt_planted".into();
+                s.tree(T::Flights)
+                    .insert(planted.id.as_bytes(), encode(&planted).unwrap())
+                    .unwrap();
+            },
+            "flights",
+            1,
+            0,
+        ),
+        (
+            "an ended flight indexed as live",
+            |s| {
+                let (id, _) = s.tree(T::Flights).first().unwrap().unwrap();
+                s.tree(T::LiveFlights).insert(id, Vec::<u8>::new()).unwrap();
+            },
+            "live_flights",
+            0,
+            1,
+        ),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, (what, damage_it, tree, flights, live)) in cases.into_iter().enumerate() {
+        let data = tmp.path().join(format!("data-{i}"));
+        let before = stopped_data_dir(&data).await;
+        damage(&data, damage_it).await;
+        let expected = DoctorReport {
+            consistent: false,
+            flights: before.flights + flights,
+            live_flights: before.live_flights + live,
+            mismatched_trees: vec![tree.to_string()],
+            ..before.clone()
+        };
+
+        let (ok, out, err) = doctor(&data, true);
+        assert!(!ok, "{what}: the damage must fail the check: {out}\n{err}");
+        let report: DoctorReport = serde_json::from_str(&out).unwrap();
+        assert_eq!(report, expected, "{what}");
+        let (ok, out, _) = doctor(&data, false);
+        assert!(!ok, "{what}");
+        assert!(
+            out.contains(&format!(
+                "projections: DIFFER from a rebuild from the log: {tree}\n"
+            )),
+            "{what}: {out}"
+        );
+        // The library's own check says the same.
+        let db = data.join("db");
+        let verify = relay_runtime::storage::read(move || Store::open(&db).unwrap().verify())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            verify,
+            VerifyReport {
+                events: before.events,
+                gaps: vec![],
+                mismatched_trees: vec![tree.to_string()],
+            },
+            "{what}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    stopped_data_dir(&data).await;
+    // The first event, as a build that writes version 2 would have stored it.
+    damage(&data, |s| {
+        let event = s.tree(T::Events).get(seq_key(1)).unwrap().unwrap();
+        let future = [&[2][..], &event[1..]].concat();
+        s.tree(T::Events).insert(seq_key(1), future).unwrap();
+    })
+    .await;
+    let db = data.join("db");
+    let verify = relay_runtime::storage::read(move || Store::open(&db).unwrap().verify())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&verify, Err(BrokerError::Corrupt(m)) if m.contains("version 2")),
+        "{verify:?}"
+    );
+    let (ok, out, err) = doctor(&data, false);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("stored data is corrupt: stored value has version 2"),
+        "{err}"
+    );
 }

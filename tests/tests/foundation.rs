@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_broker::store::Store;
-use relay_tests::{process_alive, RelayProcess};
+use relay_tests::wait::wait_until_every;
+use relay_tests::{procs, wait_until, wait_until_blocking, RelayProcess};
 use serde_json::{json, Value};
 
 #[test]
@@ -26,7 +27,7 @@ fn a_sent_message_survives_kill_9_and_the_log_stays_gap_free() {
     let id = id.trim().to_string();
     let pid = relay.pid();
     relay.kill9();
-    assert!(!process_alive(pid));
+    assert!(!procs::alive(pid));
 
     relay.restart().unwrap();
     let msgs = relay.cli_json(&["read", "-n", "10", "--json"]);
@@ -84,9 +85,13 @@ async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
         }));
     }
     // Let the writers get going, then kill the broker mid-stream.
-    while acked.lock().unwrap().len() < 300 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    wait_until_every(
+        std::time::Duration::from_millis(5),
+        "300 acknowledged messages",
+        std::time::Duration::from_secs(60),
+        || async { (acked.lock().unwrap().len() >= 300).then_some(()) },
+    )
+    .await;
     relay.kill9();
     for t in tasks {
         t.await.unwrap();
@@ -148,10 +153,19 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
             .as_u64()
             .unwrap()
     };
+    // An agent for the invocations below (registering it is the last write).
+    let (code, body) = http
+        .post(
+            "/v1/agents",
+            &json!({"name": "a1", "harness": "codex_app_server", "cwd": "/tmp"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
     let seq0 = last_seq().await;
     let flushes0 = flushes().await;
     let msg =
         |body: String| json!({"conversation": "channel.shared", "author": "me", "body": body});
+    let task = |requester: &str, task: String| json!({"target": "a1", "requester": requester, "task": task});
 
     let cases: Vec<(&str, u16, &str, (u16, Value))> = vec![
         (
@@ -293,6 +307,79 @@ async fn bad_input_gets_a_typed_error_and_writes_nothing() {
             .await,
         ),
         (
+            "empty body",
+            400,
+            "invalid_request",
+            http.post("/v1/messages", &msg(String::new())).await,
+        ),
+        (
+            "blank author",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": " ", "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "author over 128 characters",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/messages",
+                &json!({"conversation": "channel.shared", "author": "a".repeat(129), "body": "x"}),
+            )
+            .await,
+        ),
+        (
+            "empty task",
+            400,
+            "invalid_request",
+            http.post("/v1/invocations", &task("me", String::new()))
+                .await,
+        ),
+        (
+            "task over the message limit",
+            413,
+            "payload_too_large",
+            http.post("/v1/invocations", &task("me", "x".repeat(1025)))
+                .await,
+        ),
+        (
+            "empty requester",
+            400,
+            "invalid_request",
+            http.post("/v1/invocations", &task("", "x".into())).await,
+        ),
+        (
+            "empty agent name",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/agents",
+                &json!({"name": "", "harness": "codex_app_server", "cwd": "/tmp"}),
+            )
+            .await,
+        ),
+        (
+            "empty cwd",
+            400,
+            "invalid_request",
+            http.post(
+                "/v1/agents",
+                &json!({"name": "a2", "harness": "codex_app_server", "cwd": ""}),
+            )
+            .await,
+        ),
+        (
+            "empty conversation id",
+            400,
+            "invalid_request",
+            http.post("/v1/conversations", &json!({"id": "", "kind": "channel"}))
+                .await,
+        ),
+        (
             "illegal transition on unknown flight",
             404,
             "unknown_flight",
@@ -369,23 +456,62 @@ fn api_json_is_private_and_the_token_survives_a_restart() {
 
 #[test]
 fn shutdown_is_not_held_up_by_an_open_event_stream() {
+    use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut relay = RelayProcess::start(&dir).unwrap();
-    let follower = std::process::Command::new(relay_tests::relay_bin())
-        .args(["events", "--follow"])
-        .env("RELAY_DATA_DIR", &dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut follower = Follower(
+        std::process::Command::new(relay_tests::relay_bin())
+            .args(["events", "--follow"])
+            .env("RELAY_DATA_DIR", &dir)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     relay.cli_ok(&["send", "while someone follows"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The follower's lines, read on a thread of their own (a read blocks).
+    let (lines, printed) = std::sync::mpsc::channel();
+    let stdout = follower.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The stream is open and has delivered the message: now stop the broker under it.
+    let mut text = String::new();
+    wait_until_blocking(
+        "the follower to print the message",
+        std::time::Duration::from_secs(60),
+        || {
+            text.extend(printed.try_iter().map(|l| l + "\n"));
+            text.contains("while someone follows").then_some(())
+        },
+    );
     // terminate() fails if relay takes more than 20 s to exit after SIGTERM.
     let status = relay.terminate().unwrap();
     assert!(status.success(), "{status}");
-    let out = follower.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // The stream ended with the broker: the follower's stdout closes.
+    reader.join().unwrap();
+    text.extend(printed.try_iter().map(|l| l + "\n"));
     assert!(text.contains("while someone follows"), "{text}");
+    let status = follower.0.wait().unwrap();
+    assert!(
+        status.code().is_some(),
+        "the follower exited by itself: {status}"
+    );
+}
+
+/// A child process killed on drop, so a failing test leaves nothing running.
+struct Follower(std::process::Child);
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -720,20 +846,19 @@ async fn connections_over_the_cap_are_answered_overloaded_until_one_closes() {
     // Once one closes, requests are served again.
     drop(first);
     let http = relay.http();
-    let deadline = std::time::Instant::now() + GUARD;
-    loop {
+    wait_until("a request to be served again", GUARD, || async {
         match http
             .try_request(reqwest::Method::GET, "/v1/status", None)
             .await
         {
-            Ok((200, _)) => break,
+            Ok((200, _)) => Ok(()),
             // Refused while the broker has not yet seen the first one close.
-            Ok((429, _)) | Err(_) => {}
+            Ok((429, _)) => Err("429".to_string()),
+            Err(e) => Err(e.to_string()),
             Ok(other) => panic!("{other:?}"),
         }
-        assert!(std::time::Instant::now() < deadline, "no place freed");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 #[test]

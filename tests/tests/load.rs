@@ -14,6 +14,7 @@ use std::time::Duration;
 use rand::Rng;
 use relay_tests::load::{self, Load, LoadReport, Target};
 use relay_tests::nats::NatsServer;
+use relay_tests::wait::wait_until_every;
 use relay_tests::{relay_cmd, NodeProcess, RelayProcess};
 
 const AGENTS: usize = 20;
@@ -192,9 +193,16 @@ async fn kill_9_of_the_broker_three_times_under_load_loses_nothing() {
     marks.sort_unstable();
     let mut kills = 0;
     for mark in marks {
-        while load.acked.load(Ordering::Relaxed) < mark && !runner.is_finished() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // Asked often: the kill should land close to its mark.
+        wait_until_every(
+            Duration::from_millis(5),
+            format!("{mark} acknowledged invocations, or the end of the load"),
+            WITHIN,
+            || async {
+                (load.acked.load(Ordering::Relaxed) >= mark || runner.is_finished()).then_some(())
+            },
+        )
+        .await;
         if runner.is_finished() {
             break;
         }

@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use relay_tests::nats::{Auth, NatsServer};
+use relay_tests::{procs, wait_until_blocking};
 
 /// A bare NATS protocol connection: enough to read `INFO`, authenticate and make
 /// JetStream API requests.
@@ -75,15 +76,11 @@ impl Raw {
     }
 }
 
-fn pid_exists(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 #[test]
 fn starts_with_jetstream_on_a_random_port() {
     let server = NatsServer::start().unwrap();
     assert_eq!(server.url(), format!("nats://127.0.0.1:{}", server.port()));
-    assert!(pid_exists(server.pid()));
+    assert!(procs::exists(server.pid()));
 
     let mut raw = Raw::connect(&server);
     assert!(raw.info.contains("\"jetstream\":true"), "{}", raw.info);
@@ -115,8 +112,8 @@ fn restart_keeps_the_port_and_the_streams() {
     server.restart().unwrap();
     assert_eq!(server.port(), port);
     assert_ne!(server.pid(), pid);
-    assert!(!pid_exists(pid), "the old server {pid} is still there");
-    assert!(pid_exists(server.pid()));
+    assert!(!procs::exists(pid), "the old server {pid} is still there");
+    assert!(procs::exists(server.pid()));
 
     let mut raw = Raw::connect(&server);
     assert_eq!(raw.handshake(r#"{"verbose":false}"#), "PONG");
@@ -135,12 +132,12 @@ fn stop_then_restart_serves_again() {
     let mut server = NatsServer::start().unwrap();
     let pid = server.pid();
     server.stop();
-    assert!(!pid_exists(pid));
+    assert!(!procs::exists(pid));
     assert!(TcpStream::connect(("127.0.0.1", server.port())).is_err());
     server.stop(); // idempotent
 
     server.restart().unwrap();
-    assert!(pid_exists(server.pid()));
+    assert!(procs::exists(server.pid()));
     Raw::connect(&server);
 }
 
@@ -152,7 +149,7 @@ fn drop_kills_and_reaps_the_process() {
     assert!(store.exists());
     drop(server);
     // Reaped, not a zombie: /proc has no entry at all.
-    assert!(!pid_exists(pid), "nats-server {pid} outlived its handle");
+    assert!(!procs::exists(pid), "nats-server {pid} outlived its handle");
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
     assert!(!store.exists(), "the temporary directory is removed");
 }
@@ -220,8 +217,17 @@ fn restart_waits_for_a_port_that_is_briefly_held() {
     server.stop();
     // Something else holds the port for a moment, as a lingering socket would.
     let holder = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Released once the restarting server has found the port held (and will try again).
+    let log = server.log_path().to_path_buf();
     let release = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(700));
+        wait_until_blocking(
+            "nats-server to find the port in use",
+            Duration::from_secs(30),
+            || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.contains("address already in use").then_some(())
+            },
+        );
         drop(holder);
     });
     server.restart().unwrap();

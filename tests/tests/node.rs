@@ -2,8 +2,6 @@
 //! processes, a real nats-server, the real pinned codex and the mock model.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use relay_mock_model::all_input_text;
 use relay_tests::codex_env::{state, Env};
 use relay_tests::nats::NatsServer;
@@ -76,8 +74,8 @@ async fn kill_9_of_the_node_mid_dispatch_runs_the_invocation_once() {
 
     let id = env.ask_no_wait("remote-1", "count me once");
     env.wait_flight(&id, 30, |f| state(f) == "waking").await;
+    // kill9 returns once the node is gone (reaped); the restarted one takes over.
     node.kill9();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     node.restart().unwrap();
     let f = env
         .wait_flight(&id, 90, |f| {

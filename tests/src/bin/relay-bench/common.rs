@@ -306,7 +306,7 @@ pub(crate) async fn raw_latency(
 }
 
 pub(crate) fn rss_mb(pid: u32) -> anyhow::Result<f64> {
-    Ok(bench::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
+    Ok(relay_tests::procs::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
 }
 
 /// The broker's RSS once it has been quiet for a moment.

@@ -36,7 +36,7 @@ async fn part_d_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     }
     let woke = t.elapsed();
     let rss = settled_rss_mb(&relay).await?;
-    let kids = bench::children(relay.pid());
+    let kids = relay_tests::procs::children(relay.pid());
     let kids_mb: f64 = kids.iter().filter_map(|p| rss_mb(*p).ok()).sum();
     // A clean stop, so that the broker ends its sessions itself.
     blocking(|| relay.terminate())?;

@@ -155,7 +155,17 @@ pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
             limit,
         },
         RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
-        other => BrokerError::Unavailable(other.to_string()),
+        // Every other refusal or fault of the runtime: the agent's session could not do
+        // it (named one by one, so that a new variant is a decision here).
+        e @ (RuntimeError::NotRunning { .. }
+        | RuntimeError::NoSession { .. }
+        | RuntimeError::Unsupported { .. }
+        | RuntimeError::TurnEnded { .. }
+        | RuntimeError::Poisoned
+        | RuntimeError::Harness(_)
+        | RuntimeError::Storage(_)
+        | RuntimeError::Json(_)
+        | RuntimeError::StorageThread(_)) => BrokerError::Unavailable(e.to_string()),
     }
 }
 

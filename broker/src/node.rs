@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream, AckKind};
 use futures::StreamExt;
-use relay_protocol::api::ErrorBody;
+use relay_protocol::api::{ControlAnswer, ErrorBody, ErrorCode};
 use relay_protocol::domain::{FlightChange, FlightState};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
@@ -163,10 +163,13 @@ pub async fn send_control(
             "node {node:?} refused the control: {why} (is its key the one `relay node-key` derives from this broker's bus key?)"
         )));
     };
-    if let Ok(err) = serde_json::from_slice::<ErrorBody>(&answer) {
-        return Err(BrokerError::Node(err.error));
+    match serde_json::from_slice::<ControlAnswer>(&answer) {
+        Ok(ControlAnswer::Done { .. }) => Ok(()),
+        Ok(ControlAnswer::Refused(body)) => Err(BrokerError::Node(body.error)),
+        Err(e) => Err(BrokerError::Unavailable(format!(
+            "node {node:?} answered the control with something unreadable: {e}"
+        ))),
     }
-    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -308,33 +311,31 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                         .open(msg.subject.as_str(), &msg.payload)
                         .map_err(|e| {
                             tracing::warn!(subject = %msg.subject, "node control refused: {e}");
-                            ("unauthorized", e.to_string())
+                            ControlAnswer::refused(ErrorCode::Unauthorized, e.to_string())
                         })
                         .and_then(|plain| {
-                            serde_json::from_slice::<Control>(&plain)
-                                .map_err(|e| ("invalid_request", e.to_string()))
+                            serde_json::from_slice::<Control>(&plain).map_err(|e| {
+                                ControlAnswer::refused(ErrorCode::InvalidRequest, e.to_string())
+                            })
                         });
                     // The broker's requests are answered sealed (for the reply subject),
                     // so nobody else can answer for this node; a refusal is plain.
                     let (answer, sealed) = match control {
                         Ok(c) => (
                             match runtime.control(c).await {
-                                Ok(()) => serde_json::json!({ "ok": true }),
+                                Ok(()) => ControlAnswer::done(),
                                 // With its own code: a steer over the limit is
                                 // payload_too_large on the node as it is locally.
-                                Err(e) => serde_json::json!({
-                                    "error": crate::error::runtime_error(e).to_api()
+                                Err(e) => ControlAnswer::Refused(ErrorBody {
+                                    error: crate::error::runtime_error(e).to_api(),
                                 }),
                             },
                             true,
                         ),
-                        Err((code, message)) => (
-                            serde_json::json!({ "error": { "code": code, "message": message } }),
-                            false,
-                        ),
+                        Err(refused) => (refused, false),
                     };
                     if let Some(reply) = msg.reply {
-                        let body = answer.to_string().into_bytes();
+                        let body = serde_json::to_vec(&answer).unwrap_or_default();
                         let body = if sealed { key.seal(reply.as_str(), &body) } else { body };
                         let _ = client.publish(reply, body.into()).await;
                     }

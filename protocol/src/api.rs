@@ -96,6 +96,30 @@ pub struct ErrorBody {
     pub error: ApiError,
 }
 
+/// A node's answer to a control (`relay.v1.node.<node>.control`): `{"ok":true}`, or the
+/// error body every interface returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ControlAnswer {
+    Refused(ErrorBody),
+    Done { ok: bool },
+}
+
+impl ControlAnswer {
+    pub fn done() -> ControlAnswer {
+        ControlAnswer::Done { ok: true }
+    }
+
+    pub fn refused(code: ErrorCode, message: impl Into<String>) -> ControlAnswer {
+        ControlAnswer::Refused(ErrorBody {
+            error: ApiError {
+                code,
+                message: message.into(),
+            },
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
     pub code: ErrorCode,
@@ -182,4 +206,32 @@ pub enum NatsStatus {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+}
+
+#[cfg(test)]
+mod control_answer_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The node's answers keep the wire they had as hand-built JSON.
+    #[test]
+    fn control_answers_read_and_write_the_same_json_as_before() {
+        let done = serde_json::to_value(ControlAnswer::done()).unwrap();
+        assert_eq!(done, serde_json::json!({"ok": true}));
+        let refused = ControlAnswer::refused(ErrorCode::Unauthorized, "bad seal");
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap(),
+            serde_json::json!({"error": {"code": "unauthorized", "message": "bad seal"}})
+        );
+        for (wire, answer) in [
+            (r#"{"ok":true}"#, ControlAnswer::done()),
+            (
+                r#"{"error":{"code":"payload_too_large","message":"m"}}"#,
+                ControlAnswer::refused(ErrorCode::PayloadTooLarge, "m"),
+            ),
+        ] {
+            assert_eq!(serde_json::from_str::<ControlAnswer>(wire).unwrap(), answer);
+        }
+        assert!(serde_json::from_str::<ControlAnswer>(r#"{"nope":1}"#).is_err());
+    }
 }

@@ -15,9 +15,10 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{
     id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
     AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
@@ -466,13 +467,6 @@ impl Broker {
         };
         expect_outcome!(async { outcome }, Approval)
     }
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 pub fn new_id(prefix: &str) -> String {

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody, NatsStatus};
+use relay_protocol::clock::now_ms;
 use relay_protocol::convert;
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
 use relay_protocol::event::EventBody;
@@ -126,7 +127,7 @@ impl Tracker {
         Tracker {
             state: Arc::new(Mutex::new(NatsStatus::Disconnected {
                 url: url.clone(),
-                since_ms: crate::broker::now_ms(),
+                since_ms: now_ms(),
                 error: None,
             })),
             url,
@@ -149,7 +150,7 @@ impl Tracker {
     fn set_disconnected(&self, error: Option<String>) {
         let since_ms = match self.status() {
             NatsStatus::Disconnected { since_ms, .. } => since_ms,
-            _ => crate::broker::now_ms(),
+            _ => now_ms(),
         };
         self.set(NatsStatus::Disconnected {
             url: self.url.clone(),

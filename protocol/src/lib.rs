@@ -5,11 +5,13 @@
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
 //! - [`convert`]: domain types to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
 
 pub mod api;
+pub mod clock;
 pub mod codex;
 pub mod convert;
 pub mod domain;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use relay_harnesses::codex::{codex_program, CodexConfig, CodexSession, ThreadOptions};
 use relay_harnesses::HarnessError;
+use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{
     Agent, AgentState, ApprovalRequest, Endpoint, FlightChange, FlightState, Harness, ItemPhase,
     WakePolicy,
@@ -1114,13 +1115,6 @@ async fn rewarm(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

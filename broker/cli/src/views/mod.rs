@@ -34,7 +34,7 @@ pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
             since_ms,
             error,
         } => {
-            let secs = relay_broker::broker::now_ms().saturating_sub(*since_ms) / 1000;
+            let secs = relay_protocol::clock::now_ms().saturating_sub(*since_ms) / 1000;
             let mut line = format!("disconnected from {url} for {secs} s");
             if let Some(e) = error {
                 line.push_str(&format!(" (last error: {e})"));

@@ -1,6 +1,7 @@
 //! The broker on NATS: request/reply subjects for invoking agents and for commands, and
 //! every flight update and message published as it commits. The subject scheme is the
-//! manual in `broker/README.md` ("The bus"); [`subjects`] is its one definition in code.
+//! manual in `broker/README.md` ("The bus"); [`relay_protocol::bus`] is its one
+//! definition in code.
 //!
 //! Payloads are the protobuf messages of `protocol/proto/relay/v1/relay.proto`, with a
 //! `Relay-Type` header naming the message. A request whose `Content-Type` header is
@@ -19,6 +20,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody, NatsStatus};
+use relay_protocol::bus::{
+    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SEQ_HEADER,
+    TOKEN_HEADER, TYPE_HEADER,
+};
 use relay_protocol::clock::now_ms;
 use relay_protocol::convert;
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
@@ -38,43 +43,6 @@ pub const MAX_INFLIGHT_REQUESTS: usize = 1024;
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// Queue group of the broker's request subscriptions (several brokers would share load).
 const QUEUE_GROUP: &str = "relay-broker";
-
-/// The subject scheme, version 1.
-pub mod subjects {
-    pub const PREFIX: &str = "relay.v1";
-    /// Request/reply: invoke `<agent>`.
-    pub fn invoke(agent: &str) -> String {
-        format!("relay.v1.invoke.{agent}")
-    }
-    pub const INVOKE_ALL: &str = "relay.v1.invoke.*";
-    /// Published: every update of a flight, protobuf `FlightUpdate`.
-    pub fn flight(agent: &str, flight: &str) -> String {
-        format!("relay.v1.flight.{agent}.{flight}")
-    }
-    pub const FLIGHTS_ALL: &str = "relay.v1.flight.>";
-    /// Published: the same updates as JSON, for clients without protobuf.
-    pub fn flight_json(agent: &str, flight: &str) -> String {
-        format!("relay.v1.json.flight.{agent}.{flight}")
-    }
-    /// Published: every message posted to a conversation, protobuf `Message`.
-    pub fn conversation(id: &str) -> String {
-        format!("relay.v1.conversation.{id}")
-    }
-    pub const CMD_POST: &str = "relay.v1.cmd.post";
-    pub const CMD_STEER: &str = "relay.v1.cmd.steer";
-    pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
-    pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
-    pub const CMD_ALL: &str = "relay.v1.cmd.*";
-    /// The JetStream stream that keeps flight updates for late joiners.
-    pub const FLIGHT_STREAM: &str = "RELAY_FLIGHTS";
-}
-
-/// The header that names a payload's protobuf message.
-pub const TYPE_HEADER: &str = "Relay-Type";
-/// The header that carries the request token, when the broker wants one.
-pub const TOKEN_HEADER: &str = "Relay-Token";
-/// The header with the global event seq of a published event.
-pub const SEQ_HEADER: &str = "Relay-Seq";
 
 #[derive(Debug, Clone)]
 pub enum NatsAuth {
@@ -375,7 +343,7 @@ impl Service {
             };
             let form = Form {
                 json: is_json(&msg),
-                invoke: msg.subject.starts_with("relay.v1.invoke."),
+                invoke: subjects::invoke_target(&msg.subject).is_some(),
             };
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
@@ -405,18 +373,18 @@ impl Service {
         }
         // Every reply to an invoke subject is an InvokeReply, to a cmd subject a
         // CommandReply, errors included; JSON replies say `<type>+json`.
-        let type_name = if form.invoke {
-            "relay.v1.InvokeReply"
-        } else {
-            "relay.v1.CommandReply"
+        let name = match (form.invoke, form.json) {
+            (true, false) => type_name::<pb::InvokeReply>(),
+            (true, true) => json_type_name::<pb::InvokeReply>(),
+            (false, false) => type_name::<pb::CommandReply>(),
+            (false, true) => json_type_name::<pb::CommandReply>(),
         };
         let mut headers = HeaderMap::new();
+        headers.insert(TYPE_HEADER, name.as_str());
         let payload = if form.json {
-            headers.insert(TYPE_HEADER, format!("{type_name}+json").as_str());
-            headers.insert("Content-Type", "application/json");
+            headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
             answer.to_json()
         } else {
-            headers.insert(TYPE_HEADER, type_name);
             answer.to_pb(form.invoke)
         };
         if let Err(e) = self
@@ -461,12 +429,12 @@ impl Service {
             });
         }
         let subject = msg.subject.as_str();
-        if let Some(agent) = subject.strip_prefix("relay.v1.invoke.") {
+        if let Some(agent) = subjects::invoke_target(subject) {
             let req = if json {
                 let body: InvokeJson = from_json(&msg.payload)?;
                 body.into_request(agent)
             } else {
-                let r: pb::InvokeRequest = from_pb(msg, "relay.v1.InvokeRequest")?;
+                let r: pb::InvokeRequest = from_pb(msg)?;
                 convert::invoke_request_from_pb(agent, &r)
                     .map_err(|e| BrokerError::Invalid(e.to_string()))?
             };
@@ -478,7 +446,7 @@ impl Service {
                 let post: PostMessage = if json {
                     from_json(&msg.payload)?
                 } else {
-                    let p: pb::PostMessage = from_pb(msg, "relay.v1.PostMessage")?;
+                    let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
                 Ok(Answer::Message(self.broker.post_message(post).await?))
@@ -488,7 +456,7 @@ impl Service {
                     let b: SteerJson = from_json(&msg.payload)?;
                     (b.flight, b.text)
                 } else {
-                    let r: pb::SteerRequest = from_pb(msg, "relay.v1.SteerRequest")?;
+                    let r: pb::SteerRequest = from_pb(msg)?;
                     (r.flight, r.text)
                 };
                 Ok(Answer::Flight(
@@ -499,7 +467,7 @@ impl Service {
                 let flight = if json {
                     from_json::<InterruptJson>(&msg.payload)?.flight
                 } else {
-                    from_pb::<pb::InterruptRequest>(msg, "relay.v1.InterruptRequest")?.flight
+                    from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
                 Ok(Answer::Flight(
                     crate::ops::interrupt(&self.broker, control, &flight).await?,
@@ -510,7 +478,7 @@ impl Service {
                     let b: ApproveJson = from_json(&msg.payload)?;
                     (b.approval, b.decision, b.decided_by)
                 } else {
-                    let r: pb::ApproveRequest = from_pb(msg, "relay.v1.ApproveRequest")?;
+                    let r: pb::ApproveRequest = from_pb(msg)?;
                     let d = convert::decision_from_pb(r.decision)
                         .map_err(|e| BrokerError::Invalid(e.to_string()))?;
                     let by = if r.decided_by.is_empty() {
@@ -535,8 +503,8 @@ impl Service {
 fn is_json(msg: &NatsMessage) -> bool {
     msg.headers
         .as_ref()
-        .and_then(|h| h.get("Content-Type"))
-        .is_some_and(|v| v.as_str().starts_with("application/json"))
+        .and_then(|h| h.get(CONTENT_TYPE_HEADER))
+        .is_some_and(|v| v.as_str().starts_with(JSON_CONTENT_TYPE))
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, BrokerError> {
@@ -545,10 +513,8 @@ fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, Broke
 }
 
 /// Decodes a protobuf request, refusing a `Relay-Type` header that names another message.
-fn from_pb<T: prost::Message + Default>(
-    msg: &NatsMessage,
-    expected: &str,
-) -> Result<T, BrokerError> {
+fn from_pb<T: prost::Name + Default>(msg: &NatsMessage) -> Result<T, BrokerError> {
+    let expected = type_name::<T>();
     if let Some(t) = msg.headers.as_ref().and_then(|h| h.get(TYPE_HEADER)) {
         if t.as_str() != expected {
             return Err(BrokerError::Invalid(format!(
@@ -819,7 +785,7 @@ impl Publisher {
             EventBody::MessagePosted { message, .. } => {
                 let mut headers = HeaderMap::new();
                 headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
-                headers.insert(TYPE_HEADER, "relay.v1.Message");
+                headers.insert(TYPE_HEADER, type_name::<pb::Message>().as_str());
                 let result = self
                     .client
                     .publish_with_headers(
@@ -858,7 +824,7 @@ impl Publisher {
         }
         let mut headers = HeaderMap::new();
         headers.insert(SEQ_HEADER, seq.to_string().as_str());
-        headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate");
+        headers.insert(TYPE_HEADER, type_name::<pb::FlightUpdate>().as_str());
         // The stream drops a re-publish of the same update (after a restart, a lost ack).
         headers.insert(
             "Nats-Msg-Id",
@@ -880,8 +846,8 @@ impl Publisher {
             })?;
         self.acks.push_back((seq, ack));
         let mut json_headers = headers;
-        json_headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate+json");
-        json_headers.insert("Content-Type", "application/json");
+        json_headers.insert(TYPE_HEADER, json_type_name::<pb::FlightUpdate>().as_str());
+        json_headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
         // The JSON mirror rides on the same connection: if it breaks, the stream's
         // acknowledgement fails too and both are published again from there.
         if let Err(e) = self

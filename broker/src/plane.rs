@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use relay_protocol::bus::subjects;
 use relay_protocol::domain::{Agent, Approval, Flight, FlightChange, FlightState};
 use relay_protocol::event::EventBody;
 use relay_protocol::runtime::{Control, Dispatch, Report};
@@ -185,10 +186,7 @@ impl Plane {
                     continue;
                 }
             };
-            let node = msg
-                .subject
-                .as_str()
-                .strip_prefix("relay.v1.report.")
+            let node = subjects::report_node(msg.subject.as_str())
                 .unwrap_or("")
                 .to_string();
             // Only the node itself holds the key its reports are sealed with.
@@ -645,7 +643,7 @@ async fn report_messages(
     js: &async_nats::jetstream::Context,
 ) -> Result<async_nats::jetstream::consumer::pull::Stream, async_nats::Error> {
     use async_nats::jetstream::consumer;
-    let stream = js.get_stream(crate::node::REPORT_STREAM).await?;
+    let stream = js.get_stream(subjects::REPORT_STREAM).await?;
     // Gone already is fine; any other failure would leave the old delivery order.
     if let Err(e) = stream.delete_consumer(REPORT_CONSUMER).await {
         let gone = matches!(

@@ -4,6 +4,7 @@
 //!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
+//! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
@@ -11,6 +12,7 @@
 //! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
 
 pub mod api;
+pub mod bus;
 pub mod clock;
 pub mod codex;
 pub mod convert;

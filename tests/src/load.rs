@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use relay_broker::server::{ApiInfo, API_FILE};
+use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
 use serde_json::{json, Value};
 
 use crate::RelayProcess;
@@ -175,7 +176,7 @@ async fn http_invoke(client: &reqwest::Client, target: &Target, agent: &str, tas
 
 async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Sent {
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Content-Type", "application/json");
+    headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
     let request = async_nats::Request::new()
         .payload(
             json!({ "task": task, "requester": "load" })
@@ -184,10 +185,7 @@ async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Se
         )
         .headers(headers)
         .timeout(Some(REQUEST_TIMEOUT));
-    let reply = match client
-        .send_request(format!("relay.v1.invoke.{agent}"), request)
-        .await
-    {
+    let reply = match client.send_request(subjects::invoke(agent), request).await {
         Ok(r) => r,
         Err(_) => return Sent::Unreachable,
     };

@@ -33,6 +33,7 @@ use clap::Parser;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_broker::store::{child_key, Store, T};
+use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
 use relay_protocol::pb;
 use relay_tests::bench::{self, Goal, Row};
 use relay_tests::nats::NatsServer;
@@ -389,18 +390,18 @@ fn age_ms(text: &str) -> Option<f64> {
     Some((now_nanos() as f64 - sent as f64) / 1e6)
 }
 
-/// Sends an invocation as JSON on `<prefix>.<agent>` and returns its flight id; a busy
+/// Sends an invocation of `agent` as JSON on `subject` and returns its flight id; a busy
 /// broker (`overloaded`) is asked again.
 async fn invoke(
     nats: &async_nats::Client,
-    prefix: &str,
+    subject: String,
     agent: &str,
     task: &str,
 ) -> anyhow::Result<String> {
     let mut backoff = Duration::from_millis(5);
     loop {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Content-Type", "application/json");
+        headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
         let request = async_nats::Request::new()
             .payload(
                 json!({ "task": task, "requester": "bench" })
@@ -410,7 +411,7 @@ async fn invoke(
             .headers(headers)
             .timeout(Some(Duration::from_secs(30)));
         let reply = nats
-            .send_request(format!("{prefix}.{agent}"), request)
+            .send_request(subject.clone(), request)
             .await
             .with_context(|| format!("invoking {agent}"))?;
         let body: Value = serde_json::from_slice(&reply.payload)?;
@@ -514,9 +515,9 @@ async fn stream_flight(
     task: &str,
     ages: bool,
 ) -> anyhow::Result<(String, Seen)> {
-    let mut sub = nats.subscribe(format!("relay.v1.flight.{agent}.*")).await?;
+    let mut sub = nats.subscribe(subjects::flight(agent, "*")).await?;
     nats.flush().await?;
-    let id = invoke(nats, "relay.v1.invoke", agent, task).await?;
+    let id = invoke(nats, subjects::invoke(agent), agent, task).await?;
     // `stream:N:SIZE[:RATE]`: deltas of SIZE bytes; anything else counts per update.
     let size = task
         .split(':')
@@ -1095,21 +1096,27 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     let agents: Vec<String> = (0..s.agents).map(|i| format!("inv-{i}")).collect();
     b.add_agents(&relay, &agents, "on_demand", 16).await?;
     let client = connect(&nats.url()).await?;
-    let (ends, follower) = Ends::follow(&client, "relay.v1.flight.>").await?;
+    let (ends, follower) = Ends::follow(&client, subjects::FLIGHTS_ALL).await?;
     let (raw_ends, raw_follower) = Ends::follow(&client, "bench.raw.flight.>").await?;
     let responder = raw_responder(connect(&nats.url()).await?).await?;
     let via_relay = {
         let c = client.clone();
         move |agent: String, i: usize| {
             let c = c.clone();
-            async move { invoke(&c, "relay.v1.invoke", &agent, &format!("bench task {i}")).await }
+            async move {
+                let subject = subjects::invoke(&agent);
+                invoke(&c, subject, &agent, &format!("bench task {i}")).await
+            }
         }
     };
     let via_raw = {
         let c = client.clone();
         move |agent: String, i: usize| {
             let c = c.clone();
-            async move { invoke(&c, "bench.raw.invoke", &agent, &format!("bench task {i}")).await }
+            async move {
+                let subject = format!("bench.raw.invoke.{agent}");
+                invoke(&c, subject, &agent, &format!("bench task {i}")).await
+            }
         }
     };
     // Every agent's session starts before anything is timed.

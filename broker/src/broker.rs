@@ -23,8 +23,8 @@ use relay_protocol::domain::{
     id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
     AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
     ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
-    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase,
-    Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
+    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemKind,
+    ItemPhase, Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -1337,13 +1337,13 @@ impl Ctx<'_, '_> {
                 text,
                 ..
             } if !matches!(
-                item_kind.as_str(),
-                "agent_message" | "user_message" | "reasoning"
+                item_kind,
+                ItemKind::AgentMessage | ItemKind::UserMessage | ItemKind::Reasoning
             ) =>
             {
                 flight.summary = Some(summarize(&match text {
                     Some(t) => format!("{item_kind}: {t}"),
-                    None => item_kind.clone(),
+                    None => item_kind.to_string(),
                 }));
             }
             FlightChange::Session { thread_id, turn_id } => {

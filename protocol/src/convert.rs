@@ -16,7 +16,7 @@ use crate::domain::{
     Action, Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalKind, ApprovalPolicy,
     ApprovalRequest, ApprovalState, Binding, Conversation, ConversationKind, ConversationSpec,
     Delivery, DeliveryAttempt, DeliveryReason, DeliveryState, Endpoint, Flight, FlightChange,
-    FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase, Message,
+    FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemKind, ItemPhase, Message,
     MessageClass, MessageMeta, PostMessage, WakePolicy,
 };
 use crate::event::{Event, EventBody, EVENT_VERSION};
@@ -504,7 +504,7 @@ fn change_to_pb(c: &FlightChange) -> Change {
             text,
         } => Change::Item(pb::Item {
             item_id: item_id.clone(),
-            item_kind: item_kind.clone(),
+            item_kind: item_kind.as_str().to_string(),
             phase: phase_to_pb(*phase).to_string(),
             text: text.clone(),
         }),
@@ -541,7 +541,7 @@ fn change_from_pb(c: &Change) -> Result<FlightChange, ConvertError> {
         },
         Change::Item(i) => FlightChange::Item {
             item_id: i.item_id.clone(),
-            item_kind: i.item_kind.clone(),
+            item_kind: ItemKind::from_name(&i.item_kind),
             phase: phase_from_pb(&i.phase)?,
             text: i.text.clone(),
         },
@@ -1033,13 +1033,13 @@ mod tests {
             FlightChange::Delta { text: "hel".into() },
             FlightChange::Item {
                 item_id: "it_1".into(),
-                item_kind: "command".into(),
+                item_kind: ItemKind::CommandExecution,
                 phase: ItemPhase::Started,
                 text: Some("ls".into()),
             },
             FlightChange::Item {
                 item_id: "it_1".into(),
-                item_kind: "command".into(),
+                item_kind: ItemKind::CommandExecution,
                 phase: ItemPhase::Completed,
                 text: None,
             },

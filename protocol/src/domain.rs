@@ -7,93 +7,45 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Which adapter drives an agent. Also the transport of its endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Harness {
-    CodexAppServer,
-    ClaudeStreamJson,
-    PiRpc,
-    Tmux,
-}
+use crate::names::wire_enum;
 
-impl Harness {
-    pub const ALL: [Harness; 4] = [
-        Harness::CodexAppServer,
-        Harness::ClaudeStreamJson,
-        Harness::PiRpc,
-        Harness::Tmux,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Harness::CodexAppServer => "codex_app_server",
-            Harness::ClaudeStreamJson => "claude_stream_json",
-            Harness::PiRpc => "pi_rpc",
-            Harness::Tmux => "tmux",
-        }
+wire_enum! {
+    /// Which adapter drives an agent. Also the transport of its endpoint.
+    pub enum Harness("harness") {
+        CodexAppServer = "codex_app_server",
+        ClaudeStreamJson = "claude_stream_json",
+        PiRpc = "pi_rpc",
+        Tmux = "tmux",
     }
 }
 
-impl std::fmt::Display for Harness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+wire_enum! {
+    /// When the runtime starts an agent's session.
+    #[derive(Default)]
+    pub enum WakePolicy("wake policy") {
+        /// Started by the first invocation, kept while the runtime lives.
+        #[default]
+        OnDemand = "on_demand",
+        /// Started with the runtime and restarted if it dies.
+        KeepWarm = "keep_warm",
+        /// Never started by Relay: something else (a person, tmux) runs it.
+        Manual = "manual",
     }
 }
 
-impl std::str::FromStr for Harness {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Harness::ALL
-            .into_iter()
-            .find(|h| h.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown harness {s:?}; expected one of codex_app_server, claude_stream_json, pi_rpc, tmux"
-                )
-            })
+wire_enum! {
+    /// The agent's session state as last reported by its runtime.
+    #[derive(Default)]
+    pub enum AgentState("agent state") {
+        /// No live session.
+        #[default]
+        Offline = "offline",
+        Starting = "starting",
+        Idle = "idle",
+        Busy = "busy",
+        /// The session died and has not been restarted.
+        Failed = "failed",
     }
-}
-
-/// When the runtime starts an agent's session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WakePolicy {
-    /// Started by the first invocation, kept while the runtime lives.
-    #[default]
-    OnDemand,
-    /// Started with the runtime and restarted if it dies.
-    KeepWarm,
-    /// Never started by Relay: something else (a person, tmux) runs it.
-    Manual,
-}
-
-impl std::str::FromStr for WakePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "on_demand" => Ok(Self::OnDemand),
-            "keep_warm" => Ok(Self::KeepWarm),
-            "manual" => Ok(Self::Manual),
-            _ => Err(format!(
-                "unknown wake policy {s:?}; expected on_demand, keep_warm or manual"
-            )),
-        }
-    }
-}
-
-/// The agent's session state as last reported by its runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentState {
-    /// No live session.
-    #[default]
-    Offline,
-    Starting,
-    Idle,
-    Busy,
-    /// The session died and has not been restarted.
-    Failed,
 }
 
 /// How an approval request is decided when no person answers.
@@ -273,29 +225,13 @@ pub struct Endpoint {
     pub pane: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ConversationKind {
-    Channel,
-    Direct,
-    Group,
-    Thread,
-    System,
-}
-
-impl std::str::FromStr for ConversationKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "channel" => Ok(Self::Channel),
-            "direct" => Ok(Self::Direct),
-            "group" => Ok(Self::Group),
-            "thread" => Ok(Self::Thread),
-            "system" => Ok(Self::System),
-            _ => Err(format!(
-                "unknown conversation kind {s:?}; expected channel, direct, group, thread or system"
-            )),
-        }
+wire_enum! {
+    pub enum ConversationKind("conversation kind") {
+        Channel = "channel",
+        Direct = "direct",
+        Group = "group",
+        Thread = "thread",
+        System = "system",
     }
 }
 
@@ -323,17 +259,18 @@ pub struct Conversation {
 /// The conversation every broker starts with; `relay send` posts here by default.
 pub const DEFAULT_CONVERSATION: &str = "channel.shared";
 
-/// `agent` is a conversational message from any actor (person or agent); the others are
-/// machine-made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MessageClass {
-    #[default]
-    Agent,
-    Status,
-    System,
-    Log,
-    Artifact,
+wire_enum! {
+    /// `agent` is a conversational message from any actor (person or agent); the others
+    /// are machine-made.
+    #[derive(Default)]
+    pub enum MessageClass("message class") {
+        #[default]
+        Agent = "agent",
+        Status = "status",
+        System = "system",
+        Log = "log",
+        Artifact = "artifact",
+    }
 }
 
 /// Links from a message to the work it belongs to.
@@ -477,14 +414,15 @@ pub fn id_token(name: &str) -> String {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Answer a question; read-only work.
-    #[default]
-    Consult,
-    /// Do the work.
-    Execute,
+wire_enum! {
+    #[derive(Default)]
+    pub enum Action("action") {
+        /// Answer a question; read-only work.
+        #[default]
+        Consult = "consult",
+        /// Do the work.
+        Execute = "execute",
+    }
 }
 
 /// What a client sends to invoke an agent.
@@ -530,30 +468,20 @@ pub struct Invocation {
     pub created_at: u64,
 }
 
-/// The tracked execution of one invocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FlightState {
-    Queued,
-    Waking,
-    Running,
-    Waiting,
-    Completed,
-    Failed,
-    Cancelled,
+wire_enum! {
+    /// The tracked execution of one invocation.
+    pub enum FlightState("flight state") {
+        Queued = "queued",
+        Waking = "waking",
+        Running = "running",
+        Waiting = "waiting",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
 }
 
 impl FlightState {
-    pub const ALL: [FlightState; 7] = [
-        FlightState::Queued,
-        FlightState::Waking,
-        FlightState::Running,
-        FlightState::Waiting,
-        FlightState::Completed,
-        FlightState::Failed,
-        FlightState::Cancelled,
-    ];
-
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -579,34 +507,6 @@ impl FlightState {
             Completed => matches!(self, Running | Waiting),
             Failed | Cancelled => true,
         }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlightState::Queued => "queued",
-            FlightState::Waking => "waking",
-            FlightState::Running => "running",
-            FlightState::Waiting => "waiting",
-            FlightState::Completed => "completed",
-            FlightState::Failed => "failed",
-            FlightState::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl std::fmt::Display for FlightState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for FlightState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        FlightState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown flight state {s:?}"))
     }
 }
 
@@ -684,7 +584,7 @@ pub enum FlightChange {
     /// A harness item started or completed (command, file change, reasoning...).
     Item {
         item_id: String,
-        item_kind: String,
+        item_kind: ItemKind,
         phase: ItemPhase,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
@@ -718,11 +618,81 @@ pub enum FlightChange {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemPhase {
-    Started,
-    Completed,
+/// The kind of a harness item (one step of a turn). A kind Relay has no name for keeps
+/// the harness's own name ([`ItemKind::Other`]).
+///
+/// On every wire (JSON, sled, the protobuf `Item.item_kind`) it is its name as a plain
+/// string, [`ItemKind::as_str`]: `"command_execution"`, or the harness's own name. Reading
+/// a name back gives the named kind, so `Other` never holds one of the names above.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ItemKind {
+    AgentMessage,
+    Reasoning,
+    CommandExecution,
+    FileChange,
+    ToolCall,
+    UserMessage,
+    Plan,
+    Other(String),
+}
+
+impl ItemKind {
+    const NAMED: [ItemKind; 7] = [
+        ItemKind::AgentMessage,
+        ItemKind::Reasoning,
+        ItemKind::CommandExecution,
+        ItemKind::FileChange,
+        ItemKind::ToolCall,
+        ItemKind::UserMessage,
+        ItemKind::Plan,
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            ItemKind::AgentMessage => "agent_message",
+            ItemKind::Reasoning => "reasoning",
+            ItemKind::CommandExecution => "command_execution",
+            ItemKind::FileChange => "file_change",
+            ItemKind::ToolCall => "tool_call",
+            ItemKind::UserMessage => "user_message",
+            ItemKind::Plan => "plan",
+            ItemKind::Other(name) => name,
+        }
+    }
+
+    /// The kind a name stands for: one of the named kinds, else [`ItemKind::Other`].
+    pub fn from_name(name: &str) -> ItemKind {
+        Self::NAMED
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .unwrap_or_else(|| ItemKind::Other(name.to_string()))
+    }
+}
+
+impl std::fmt::Display for ItemKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ItemKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ItemKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(ItemKind::from_name(&name))
+    }
+}
+
+wire_enum! {
+    pub enum ItemPhase("item phase") {
+        Started = "started",
+        Completed = "completed",
+    }
 }
 
 /// A persisted flight update: the change, its per-flight sequence number and time.
@@ -736,20 +706,21 @@ pub struct FlightUpdate {
     pub change: FlightChange,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryReason {
-    Mention,
-    DirectMessage,
-    Invocation,
+wire_enum! {
+    /// Why a message is delivered to an agent.
+    pub enum DeliveryReason("delivery reason") {
+        Mention = "mention",
+        DirectMessage = "direct_message",
+        Invocation = "invocation",
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryState {
-    Pending,
-    Delivered,
-    Failed,
+wire_enum! {
+    pub enum DeliveryState("delivery state") {
+        Pending = "pending",
+        Delivered = "delivered",
+        Failed = "failed",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -783,12 +754,7 @@ pub fn delivery_id(
 ) -> String {
     // FNV-1a 64: stable across builds and platforms, unlike std's RandomState hashers.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let reason = match reason {
-        DeliveryReason::Mention => "mention",
-        DeliveryReason::DirectMessage => "direct_message",
-        DeliveryReason::Invocation => "invocation",
-    };
-    for part in [message, target, reason, transport.as_str()] {
+    for part in [message, target, reason.as_str(), transport.as_str()] {
         for b in part.bytes().chain(std::iter::once(0u8)) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -809,62 +775,31 @@ pub struct Binding {
     pub created_at: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalKind {
-    Command,
-    FileChange,
-    Other,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalDecision {
-    Accept,
-    AcceptForSession,
-    Decline,
-    Cancel,
-}
-
-impl ApprovalDecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Accept => "accept",
-            Self::AcceptForSession => "accept_for_session",
-            Self::Decline => "decline",
-            Self::Cancel => "cancel",
-        }
+wire_enum! {
+    pub enum ApprovalKind("approval kind") {
+        Command = "command",
+        FileChange = "file_change",
+        Other = "other",
     }
 }
 
-impl std::fmt::Display for ApprovalDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+wire_enum! {
+    /// On the command line Codex's own spelling `acceptForSession` is taken too.
+    pub enum ApprovalDecision("decision") {
+        Accept = "accept",
+        AcceptForSession = "accept_for_session" | "acceptForSession",
+        Decline = "decline",
+        Cancel = "cancel",
     }
 }
 
-impl std::str::FromStr for ApprovalDecision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "accept" => Ok(Self::Accept),
-            "accept_for_session" | "acceptForSession" => Ok(Self::AcceptForSession),
-            "decline" => Ok(Self::Decline),
-            "cancel" => Ok(Self::Cancel),
-            _ => Err(format!(
-                "unknown decision {s:?}; expected accept, accept_for_session, decline or cancel"
-            )),
-        }
+wire_enum! {
+    pub enum ApprovalState("approval state") {
+        Pending = "pending",
+        Decided = "decided",
+        /// Its turn ended (or its session died) before anyone decided.
+        Expired = "expired",
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalState {
-    Pending,
-    Decided,
-    /// Its turn ended (or its session died) before anyone decided.
-    Expired,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1022,6 +957,36 @@ mod tests {
         assert!(valid_agent_name("Pi_2"));
         for bad in ["", "-x", "a b", "a.b", "a*", "a>", &"x".repeat(65)] {
             assert!(!valid_agent_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn item_kinds_are_plain_names_on_the_wire() {
+        let item = |kind: ItemKind| FlightChange::Item {
+            item_id: "i".into(),
+            item_kind: kind,
+            phase: ItemPhase::Started,
+            text: None,
+        };
+        for (kind, name) in [
+            (ItemKind::AgentMessage, "agent_message"),
+            (ItemKind::CommandExecution, "command_execution"),
+            (ItemKind::Other("imageView".into()), "imageView"),
+        ] {
+            let json = serde_json::to_value(item(kind.clone())).unwrap();
+            assert_eq!(
+                json,
+                serde_json::json!({
+                    "kind": "item", "item_id": "i", "item_kind": name, "phase": "started"
+                })
+            );
+            assert_eq!(
+                serde_json::from_value::<FlightChange>(json).unwrap(),
+                item(kind)
+            );
+        }
+        for kind in ItemKind::NAMED {
+            assert_eq!(ItemKind::from_name(kind.as_str()), kind);
         }
     }
 

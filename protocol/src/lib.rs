@@ -19,6 +19,7 @@ pub mod convert;
 pub mod domain;
 pub mod event;
 pub mod harness;
+mod names;
 pub mod runtime;
 
 /// Types generated from `proto/relay/v1/relay.proto`.

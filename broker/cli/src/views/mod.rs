@@ -1,4 +1,4 @@
-//! How the client commands show what the broker answers: JSON, wire names, one-line
+//! How the client commands show what the broker answers: JSON, one-line
 //! summaries; and the live view of `relay ask` ([`ask`]).
 
 use relay_protocol::event::Event;
@@ -12,15 +12,6 @@ pub mod ask;
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
-}
-
-/// The serde (wire) name of an enum value: `accept`, `idle`...
-pub fn wire_name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
 }
 
 /// A one-line description of the NATS connection (`relay status`).

@@ -27,8 +27,9 @@ use relay_protocol::bus::{
 use relay_protocol::clock::now_ms;
 use relay_protocol::convert;
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
-use relay_protocol::event::EventBody;
+use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
+use relay_runtime::retry::{self, Retryable, RetryableWithContext};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -176,6 +177,10 @@ pub enum ConnectError {
     Stopped,
 }
 
+/// Waits between tries to reach NATS.
+const CONNECT_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(100), Duration::from_secs(5));
+
 /// Connects, failing at once on refused credentials and retrying other failures with
 /// backoff for up to `patience` (`None`: until `stop` fires). Once connected, the client
 /// reconnects by itself forever, with backoff, and `tracker` follows its state.
@@ -188,68 +193,93 @@ pub async fn connect(
 ) -> Result<async_nats::Client, ConnectError> {
     let url = redact_url(&config.url);
     let deadline = patience.map(|p| tokio::time::Instant::now() + p);
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let t = tracker.clone();
-        let mut options = async_nats::ConnectOptions::new()
-            .name(name)
-            .max_reconnects(None)
-            .event_callback(move |event| {
-                let t = t.clone();
-                async move {
-                    match event {
-                        async_nats::Event::Connected => t.set_connected(),
-                        async_nats::Event::Disconnected => t.set_disconnected(None),
-                        other => tracing::info!(event = %other, "nats"),
-                    }
+    // Each try owns what it needs: a future borrowing from this one would not be `Send`
+    // to the compiler, through backon's generic types.
+    let attempt = || {
+        connect_once(
+            config.clone(),
+            name.to_string(),
+            tracker.clone(),
+            url.clone(),
+        )
+    };
+    retry::until_stopped(stop, |sleeper| {
+        attempt
+            .retry(CONNECT_BACKOFF)
+            .sleep(sleeper)
+            .when(|e| matches!(e, ConnectError::Unreachable { .. }))
+            // With a patience, no wait that would end past it: give up instead.
+            .adjust(|_, wait| {
+                wait.filter(|w| deadline.is_none_or(|d| tokio::time::Instant::now() + *w <= d))
+            })
+            .notify(|e, wait| {
+                if let ConnectError::Unreachable { reason, .. } = e {
+                    tracing::warn!(%url, error = %reason, retry_in = ?wait, "NATS not reachable yet; retrying");
                 }
-            });
-        if let Some(prefix) = &config.inbox_prefix {
-            options = options.custom_inbox_prefix(prefix.as_str());
-        }
-        options = match &config.auth {
-            NatsAuth::None => options,
-            NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
-                ConnectError::Config(format!(
-                    "cannot read NATS credentials {}: {e}",
-                    path.display()
-                ))
-            })?,
-            NatsAuth::UserPassword(u, p) => options.user_and_password(u.clone(), p.clone()),
-            NatsAuth::Token(t) => options.token(t.clone()),
-        };
-        let error = match options.connect(config.url.as_str()).await {
-            Ok(client) => {
-                tracker.set_connected();
-                return Ok(client);
+            })
+    })
+    .await
+    .unwrap_or(Err(ConnectError::Stopped))
+}
+
+/// One try of [`connect`]: `Unreachable` is worth another.
+async fn connect_once(
+    config: NatsConfig,
+    name: String,
+    tracker: Tracker,
+    url: String,
+) -> Result<async_nats::Client, ConnectError> {
+    let t = tracker.clone();
+    let mut options = async_nats::ConnectOptions::new()
+        .name(name)
+        .max_reconnects(None)
+        .event_callback(move |event| {
+            let t = t.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => t.set_connected(),
+                    async_nats::Event::Disconnected => t.set_disconnected(None),
+                    other => tracing::info!(event = %other, "nats"),
+                }
             }
-            Err(e) => e,
-        };
-        if matches!(
-            error.kind(),
-            async_nats::ConnectErrorKind::AuthorizationViolation
-                | async_nats::ConnectErrorKind::Authentication
-        ) {
-            tracker.set_disconnected(Some("credentials refused".into()));
-            return Err(ConnectError::Refused {
-                url,
-                reason: error.to_string(),
-            });
-        }
-        tracker.set_disconnected(Some(error.to_string()));
-        if deadline.is_some_and(|d| tokio::time::Instant::now() + delay > d) {
-            return Err(ConnectError::Unreachable {
-                url,
-                reason: error.to_string(),
-            });
-        }
-        tracing::warn!(%url, %error, retry_in = ?delay, "NATS not reachable yet; retrying");
-        tokio::select! {
-            _ = stop.cancelled() => return Err(ConnectError::Stopped),
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(5));
+        });
+    if let Some(prefix) = &config.inbox_prefix {
+        options = options.custom_inbox_prefix(prefix.as_str());
     }
+    options = match &config.auth {
+        NatsAuth::None => options,
+        NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
+            ConnectError::Config(format!(
+                "cannot read NATS credentials {}: {e}",
+                path.display()
+            ))
+        })?,
+        NatsAuth::UserPassword(u, p) => options.user_and_password(u.clone(), p.clone()),
+        NatsAuth::Token(t) => options.token(t.clone()),
+    };
+    let error = match options.connect(config.url.as_str()).await {
+        Ok(client) => {
+            tracker.set_connected();
+            return Ok(client);
+        }
+        Err(e) => e,
+    };
+    if matches!(
+        error.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication
+    ) {
+        tracker.set_disconnected(Some("credentials refused".into()));
+        return Err(ConnectError::Refused {
+            url,
+            reason: error.to_string(),
+        });
+    }
+    tracker.set_disconnected(Some(error.to_string()));
+    Err(ConnectError::Unreachable {
+        url,
+        reason: error.to_string(),
+    })
 }
 
 /// Creates (or updates) the stream that keeps flight updates.
@@ -652,6 +682,9 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_REFUSALS: u32 = 5;
 /// How long a stopping publisher waits for NATS to take what it was given.
 const FINAL_FLUSH: Duration = Duration::from_secs(3);
+/// Waits between tries to publish an event while NATS is unreachable.
+const PUBLISH_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
 
 /// Publishes every committed flight update and message, from the seq saved in
 /// `cursor_file` (or the current end of the log), until `shutdown` fires.
@@ -717,20 +750,28 @@ pub async fn publish(
             }
             None => break,
         };
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match publisher.publish(&event).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(seq = event.seq, error = %e, "NATS publish failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
+        // Tried until NATS takes it (what it never will is skipped inside `publish`), so
+        // the outcome is `Ok`; only a stop while waiting between tries ends it. Each try
+        // owns the publisher and the event and hands them back: a future borrowing them
+        // is not `Send` to the compiler through backon's generic types.
+        let seq = event.seq;
+        let published = retry::until_stopped(&shutdown, |sleeper| {
+            (|(mut p, event): (Publisher, Arc<Event>)| async move {
+                let outcome = p.publish(&event).await;
+                ((p, event), outcome)
+            })
+            .retry(PUBLISH_BACKOFF)
+            .sleep(sleeper)
+            .context((publisher, event))
+            .notify(|e, _| {
+                tracing::warn!(seq, error = %e, "NATS publish failed; retrying");
+            })
+        })
+        .await;
+        let Some(((p, _), _taken)) = published else {
+            return;
+        };
+        publisher = p;
     }
     if tokio::time::timeout(FINAL_FLUSH, publisher.settle())
         .await

@@ -32,6 +32,7 @@ use relay_protocol::bus::{
 };
 use relay_protocol::domain::{FlightChange, FlightState};
 use relay_protocol::runtime::{Control, Dispatch, Report};
+use relay_runtime::retry::{self, Retryable};
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +64,10 @@ pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits between tries to have a dispatch or report acknowledged by JetStream.
+const ACK_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
+
 /// Publishes to JetStream and waits for its acknowledgement, retrying until it comes or
 /// `stop` fires.
 pub async fn publish_acked(
@@ -73,28 +78,36 @@ pub async fn publish_acked(
     payload: Vec<u8>,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(TYPE_HEADER, type_name);
-        headers.insert("Nats-Msg-Id", msg_id);
-        headers.insert(CONTENT_TYPE_HEADER, SEALED_CONTENT_TYPE);
-        let attempt = async {
-            js.publish_with_headers(subject.clone(), headers, payload.clone().into())
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(TYPE_HEADER, type_name);
+    headers.insert("Nats-Msg-Id", msg_id);
+    headers.insert(CONTENT_TYPE_HEADER, SEALED_CONTENT_TYPE);
+    let payload = bytes::Bytes::from(payload);
+    // Each try owns its copies: a future borrowing them is not `Send` to the compiler
+    // through backon's generic types.
+    let attempt = || {
+        let (js, subject, headers, payload) = (
+            js.clone(),
+            subject.clone(),
+            headers.clone(),
+            payload.clone(),
+        );
+        async move {
+            js.publish_with_headers(subject, headers, payload)
                 .await?
                 .await
-        };
-        match attempt.await {
-            Ok(_) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
-                tokio::select! {
-                    _ = stop.cancelled() => return Err(BrokerError::ShuttingDown),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
         }
+    };
+    let acked = retry::until_stopped(stop, |sleeper| {
+        attempt.retry(ACK_BACKOFF).sleep(sleeper).notify(|e, _| {
+            tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
+        })
+    })
+    .await;
+    // Tried until acknowledged: only a stop while waiting between tries ends it sooner.
+    match acked {
+        Some(_) => Ok(()),
+        None => Err(BrokerError::ShuttingDown),
     }
 }
 

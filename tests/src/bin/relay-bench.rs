@@ -35,6 +35,7 @@ use prost::Message as _;
 use relay_broker::store::{child_key, Store, T};
 use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
 use relay_protocol::pb;
+use relay_runtime::retry::{self, Retryable};
 use relay_tests::bench::{self, Goal, Row};
 use relay_tests::nats::NatsServer;
 use relay_tests::RelayProcess;
@@ -390,6 +391,17 @@ fn age_ms(text: &str) -> Option<f64> {
     Some((now_nanos() as f64 - sent as f64) / 1e6)
 }
 
+/// Waits before invoking again a broker that answered `overloaded`.
+const INVOKE_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(5), Duration::from_millis(500));
+
+/// Why an invocation did not give a flight id.
+enum NotInvoked {
+    /// The broker is busy: asked again.
+    Overloaded,
+    Failed(anyhow::Error),
+}
+
 /// Sends an invocation of `agent` as JSON on `subject` and returns its flight id; a busy
 /// broker (`overloaded`) is asked again.
 async fn invoke(
@@ -398,8 +410,7 @@ async fn invoke(
     agent: &str,
     task: &str,
 ) -> anyhow::Result<String> {
-    let mut backoff = Duration::from_millis(5);
-    loop {
+    let attempt = || async {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
         let request = async_nats::Request::new()
@@ -413,16 +424,28 @@ async fn invoke(
         let reply = nats
             .send_request(subject.clone(), request)
             .await
-            .with_context(|| format!("invoking {agent}"))?;
-        let body: Value = serde_json::from_slice(&reply.payload)?;
+            .with_context(|| format!("invoking {agent}"))
+            .map_err(NotInvoked::Failed)?;
+        let body: Value =
+            serde_json::from_slice(&reply.payload).map_err(|e| NotInvoked::Failed(e.into()))?;
         if let Some(id) = body["flight"]["id"].as_str() {
             return Ok(id.to_string());
         }
         if body["error"]["code"] != "overloaded" {
-            bail!("invocation of {agent} refused: {body}");
+            return Err(NotInvoked::Failed(anyhow::anyhow!(
+                "invocation of {agent} refused: {body}"
+            )));
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        Err(NotInvoked::Overloaded)
+    };
+    match attempt
+        .retry(INVOKE_BACKOFF)
+        .when(|e| matches!(e, NotInvoked::Overloaded))
+        .await
+    {
+        Ok(id) => Ok(id),
+        Err(NotInvoked::Failed(e)) => Err(e),
+        Err(NotInvoked::Overloaded) => bail!("invocation of {agent}: still overloaded"),
     }
 }
 

@@ -25,7 +25,7 @@ use relay_protocol::bus::{
     TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::clock::now_ms;
-use relay_protocol::convert;
+use relay_protocol::convert::{self, ProtoEnum};
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
@@ -509,7 +509,7 @@ impl Service {
                     (b.approval, b.decision, b.decided_by)
                 } else {
                     let r: pb::ApproveRequest = from_pb(msg)?;
-                    let d = convert::decision_from_pb(r.decision)
+                    let d = ApprovalDecision::from_pb(r.decision)
                         .map_err(|e| BrokerError::Invalid(e.to_string()))?;
                     let by = if r.decided_by.is_empty() {
                         "nats".to_string()

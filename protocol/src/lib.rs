@@ -8,8 +8,9 @@
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
-//! - [`convert`]: domain types to and from their [`pb`] forms.
-//! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
+//! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
+//! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
+//!   in any language.
 
 pub mod api;
 pub mod bus;

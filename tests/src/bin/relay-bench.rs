@@ -18,6 +18,11 @@
 //!   then 5 restart on the data dir grown to many flights (vs opening sled alone), with
 //!   the listings' times.
 //! - D: 7 the broker's RSS with many agents whose sessions are live (vs idle).
+//!
+//! One file past 600 lines, on purpose: it reads top to bottom as the table it writes
+//! (set-up, then the parts in order, each beside its baseline), and the parts share the
+//! run's set-up and followers below; what other tools could reuse (quantiles, process
+//! sizes, the table) is in `relay_tests::bench`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -868,7 +868,7 @@ impl Publisher {
         headers.insert(TYPE_HEADER, type_name::<pb::FlightUpdate>().as_str());
         // The stream drops a re-publish of the same update (after a restart, a lost ack).
         headers.insert(
-            "Nats-Msg-Id",
+            async_nats::header::NATS_MESSAGE_ID,
             format!("{}:{}", update.flight, update.seq).as_str(),
         );
         let ack = self

@@ -80,7 +80,7 @@ pub async fn publish_acked(
 ) -> Result<(), BrokerError> {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(TYPE_HEADER, type_name);
-    headers.insert("Nats-Msg-Id", msg_id);
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
     headers.insert(CONTENT_TYPE_HEADER, SEALED_CONTENT_TYPE);
     let payload = bytes::Bytes::from(payload);
     // Each try owns its copies: a future borrowing them is not `Send` to the compiler

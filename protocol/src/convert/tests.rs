@@ -134,17 +134,11 @@ fn flights_are_sent_whole_with_every_option_set_or_absent() {
             invocation: "inv_2".into(),
             agent: "pi".into(),
             state: pb::FlightState::Queued as i32,
-            summary: None,
-            output: None,
-            error: None,
-            update_seq: 0,
-            thread_id: None,
-            turn_id: None,
-            parent_flight: None,
             conversation: "channel.shared".into(),
-            reply_message: None,
             created_at: 1,
             updated_at: 1,
+            // Every option absent, every other number 0.
+            ..Default::default()
         }
     );
 }
@@ -346,14 +340,9 @@ fn messages_are_sent_with_their_meta_only_when_it_says_something() {
         pb::Message {
             id: "msg_2".into(),
             conversation: "direct.a.b".into(),
-            index: 0,
             author: "operator".into(),
-            class: pb::MessageClass::Agent as i32,
-            body: String::new(),
-            mentions: vec![],
-            reply_to: None,
-            meta: None,
-            created_at: 0,
+            // `agent` is 0, no meta is an absent one, and nothing else is set.
+            ..Default::default()
         }
     );
 }

@@ -1,7 +1,8 @@
 //! One spelling for each enum value. [`wire_enum!`] declares a fieldless enum whose
 //! variants each write their wire name once; its serde form (HTTP, `--json`, sled, node
 //! JSON), `as_str`, `Display` and `FromStr` (command-line arguments) all come from that
-//! list, so they cannot disagree.
+//! list, so they cannot disagree. [`wire_tagged_enum!`] does the same for an enum whose
+//! variants carry fields: serde's tag and `type_name`.
 
 /// Declares `enum $name` with `Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize,
 /// Deserialize` (add more with `#[derive(...)]`), and:
@@ -71,6 +72,42 @@ macro_rules! wire_enum {
 
 pub(crate) use wire_enum;
 
+/// Declares a serde-tagged enum whose variants carry fields, each variant writing its
+/// tag once (`Variant = "tag" { fields }`): the tag serde writes and reads, and
+/// `type_name`, the same tag for everything else that names the variant (SSE event
+/// names, logs). Put the `#[serde(tag = "...")]` and the derives on the enum.
+macro_rules! wire_tagged_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident = $wire:literal { $($fields:tt)* }
+            ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $(
+                $(#[$vmeta])*
+                #[serde(rename = $wire)]
+                $variant { $($fields)* },
+            )+
+        }
+
+        impl $name {
+            /// The variant's tag, as serde writes it.
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $($name::$variant { .. } => $wire,)+
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use wire_tagged_enum;
+
 /// `unknown wake policy "x"; expected on_demand, keep_warm or manual`.
 pub(crate) fn unknown(what: &str, given: &str, names: &[&str]) -> String {
     let expected = match names {
@@ -89,6 +126,24 @@ mod tests {
             #[default]
             First = "first",
             SecondOne = "second_one" | "secondOne",
+        }
+    }
+
+    wire_tagged_enum! {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(tag = "type")]
+        enum Tagged {
+            Plain = "plain" {},
+            WithField = "with_field" { n: u8 },
+        }
+    }
+
+    #[test]
+    fn a_tagged_variant_is_named_as_serde_tags_it() {
+        for v in [Tagged::Plain {}, Tagged::WithField { n: 1 }] {
+            let json = serde_json::to_value(&v).unwrap();
+            assert_eq!(json["type"], v.type_name());
+            assert_eq!(serde_json::from_value::<Tagged>(json).unwrap(), v);
         }
     }
 

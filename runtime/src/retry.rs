@@ -20,6 +20,12 @@
 //! Where the next try is not a loop but a deadline kept in a task's state (a worker
 //! restarting a session that keeps dying), build the policy and take its waits one by one:
 //! `forever(first, max).build()` is an iterator of [`Duration`]s.
+//!
+//! In a task that must be `Send` (anything `tokio::spawn`ed), a try whose future borrows
+//! from the function around it is often refused ("implementation of `Send` is not general
+//! enough": rustc's limit with higher-ranked lifetimes through backon's generic types).
+//! Give each try owned copies (cheap clones, `Arc`s), or pass what it needs mutably as a
+//! context ([`RetryableWithContext`]) and take it back from the outcome.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,6 +6,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={f}");
     }
     let fds = protox::compile(files, ["proto"])?;
-    prost_build::Config::new().compile_fds(fds)?;
+    // `prost::Name` on every message: its `relay.v1.<Message>` is the `Relay-Type` header
+    // (`bus::type_name`).
+    prost_build::Config::new()
+        .enable_type_names()
+        .compile_fds(fds)?;
     Ok(())
 }

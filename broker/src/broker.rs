@@ -15,15 +15,16 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{
     id_token, parse_mentions, valid_agent_name, valid_conversation_id, Agent, AgentSpec,
     AgentState, Approval, ApprovalDecision, ApprovalRequest, ApprovalState, Conversation,
     ConversationKind, ConversationSpec, Delivery, DeliveryReason, DeliveryState, Endpoint, Flight,
-    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemPhase,
-    Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
+    FlightChange, FlightState, FlightUpdate, Harness, Invocation, InvokeRequest, ItemKind,
+    ItemPhase, Message, MessageClass, MessageMeta, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -466,13 +467,6 @@ impl Broker {
         };
         expect_outcome!(async { outcome }, Approval)
     }
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 pub fn new_id(prefix: &str) -> String {
@@ -1343,13 +1337,13 @@ impl Ctx<'_, '_> {
                 text,
                 ..
             } if !matches!(
-                item_kind.as_str(),
-                "agent_message" | "user_message" | "reasoning"
+                item_kind,
+                ItemKind::AgentMessage | ItemKind::UserMessage | ItemKind::Reasoning
             ) =>
             {
                 flight.summary = Some(summarize(&match text {
                     Some(t) => format!("{item_kind}: {t}"),
-                    None => item_kind.clone(),
+                    None => item_kind.to_string(),
                 }));
             }
             FlightChange::Session { thread_id, turn_id } => {

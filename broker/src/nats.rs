@@ -1,6 +1,7 @@
 //! The broker on NATS: request/reply subjects for invoking agents and for commands, and
 //! every flight update and message published as it commits. The subject scheme is the
-//! manual in `broker/README.md` ("The bus"); [`subjects`] is its one definition in code.
+//! manual in `broker/README.md` ("The bus"); [`relay_protocol::bus`] is its one
+//! definition in code.
 //!
 //! Payloads are the protobuf messages of `protocol/proto/relay/v1/relay.proto`, with a
 //! `Relay-Type` header naming the message. A request whose `Content-Type` header is
@@ -19,10 +20,16 @@ use bytes::Bytes;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody, NatsStatus};
-use relay_protocol::convert;
+use relay_protocol::bus::{
+    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SEQ_HEADER,
+    TOKEN_HEADER, TYPE_HEADER,
+};
+use relay_protocol::clock::now_ms;
+use relay_protocol::convert::{self, ProtoEnum};
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
-use relay_protocol::event::EventBody;
+use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
+use relay_runtime::retry::{self, Retryable, RetryableWithContext};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -37,43 +44,6 @@ pub const MAX_INFLIGHT_REQUESTS: usize = 1024;
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// Queue group of the broker's request subscriptions (several brokers would share load).
 const QUEUE_GROUP: &str = "relay-broker";
-
-/// The subject scheme, version 1.
-pub mod subjects {
-    pub const PREFIX: &str = "relay.v1";
-    /// Request/reply: invoke `<agent>`.
-    pub fn invoke(agent: &str) -> String {
-        format!("relay.v1.invoke.{agent}")
-    }
-    pub const INVOKE_ALL: &str = "relay.v1.invoke.*";
-    /// Published: every update of a flight, protobuf `FlightUpdate`.
-    pub fn flight(agent: &str, flight: &str) -> String {
-        format!("relay.v1.flight.{agent}.{flight}")
-    }
-    pub const FLIGHTS_ALL: &str = "relay.v1.flight.>";
-    /// Published: the same updates as JSON, for clients without protobuf.
-    pub fn flight_json(agent: &str, flight: &str) -> String {
-        format!("relay.v1.json.flight.{agent}.{flight}")
-    }
-    /// Published: every message posted to a conversation, protobuf `Message`.
-    pub fn conversation(id: &str) -> String {
-        format!("relay.v1.conversation.{id}")
-    }
-    pub const CMD_POST: &str = "relay.v1.cmd.post";
-    pub const CMD_STEER: &str = "relay.v1.cmd.steer";
-    pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
-    pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
-    pub const CMD_ALL: &str = "relay.v1.cmd.*";
-    /// The JetStream stream that keeps flight updates for late joiners.
-    pub const FLIGHT_STREAM: &str = "RELAY_FLIGHTS";
-}
-
-/// The header that names a payload's protobuf message.
-pub const TYPE_HEADER: &str = "Relay-Type";
-/// The header that carries the request token, when the broker wants one.
-pub const TOKEN_HEADER: &str = "Relay-Token";
-/// The header with the global event seq of a published event.
-pub const SEQ_HEADER: &str = "Relay-Seq";
 
 #[derive(Debug, Clone)]
 pub enum NatsAuth {
@@ -126,7 +96,7 @@ impl Tracker {
         Tracker {
             state: Arc::new(Mutex::new(NatsStatus::Disconnected {
                 url: url.clone(),
-                since_ms: crate::broker::now_ms(),
+                since_ms: now_ms(),
                 error: None,
             })),
             url,
@@ -149,7 +119,7 @@ impl Tracker {
     fn set_disconnected(&self, error: Option<String>) {
         let since_ms = match self.status() {
             NatsStatus::Disconnected { since_ms, .. } => since_ms,
-            _ => crate::broker::now_ms(),
+            _ => now_ms(),
         };
         self.set(NatsStatus::Disconnected {
             url: self.url.clone(),
@@ -207,6 +177,10 @@ pub enum ConnectError {
     Stopped,
 }
 
+/// Waits between tries to reach NATS.
+const CONNECT_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(100), Duration::from_secs(5));
+
 /// Connects, failing at once on refused credentials and retrying other failures with
 /// backoff for up to `patience` (`None`: until `stop` fires). Once connected, the client
 /// reconnects by itself forever, with backoff, and `tracker` follows its state.
@@ -219,68 +193,93 @@ pub async fn connect(
 ) -> Result<async_nats::Client, ConnectError> {
     let url = redact_url(&config.url);
     let deadline = patience.map(|p| tokio::time::Instant::now() + p);
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let t = tracker.clone();
-        let mut options = async_nats::ConnectOptions::new()
-            .name(name)
-            .max_reconnects(None)
-            .event_callback(move |event| {
-                let t = t.clone();
-                async move {
-                    match event {
-                        async_nats::Event::Connected => t.set_connected(),
-                        async_nats::Event::Disconnected => t.set_disconnected(None),
-                        other => tracing::info!(event = %other, "nats"),
-                    }
+    // Each try owns what it needs: a future borrowing from this one would not be `Send`
+    // to the compiler, through backon's generic types.
+    let attempt = || {
+        connect_once(
+            config.clone(),
+            name.to_string(),
+            tracker.clone(),
+            url.clone(),
+        )
+    };
+    retry::until_stopped(stop, |sleeper| {
+        attempt
+            .retry(CONNECT_BACKOFF)
+            .sleep(sleeper)
+            .when(|e| matches!(e, ConnectError::Unreachable { .. }))
+            // With a patience, no wait that would end past it: give up instead.
+            .adjust(|_, wait| {
+                wait.filter(|w| deadline.is_none_or(|d| tokio::time::Instant::now() + *w <= d))
+            })
+            .notify(|e, wait| {
+                if let ConnectError::Unreachable { reason, .. } = e {
+                    tracing::warn!(%url, error = %reason, retry_in = ?wait, "NATS not reachable yet; retrying");
                 }
-            });
-        if let Some(prefix) = &config.inbox_prefix {
-            options = options.custom_inbox_prefix(prefix.as_str());
-        }
-        options = match &config.auth {
-            NatsAuth::None => options,
-            NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
-                ConnectError::Config(format!(
-                    "cannot read NATS credentials {}: {e}",
-                    path.display()
-                ))
-            })?,
-            NatsAuth::UserPassword(u, p) => options.user_and_password(u.clone(), p.clone()),
-            NatsAuth::Token(t) => options.token(t.clone()),
-        };
-        let error = match options.connect(config.url.as_str()).await {
-            Ok(client) => {
-                tracker.set_connected();
-                return Ok(client);
+            })
+    })
+    .await
+    .unwrap_or(Err(ConnectError::Stopped))
+}
+
+/// One try of [`connect`]: `Unreachable` is worth another.
+async fn connect_once(
+    config: NatsConfig,
+    name: String,
+    tracker: Tracker,
+    url: String,
+) -> Result<async_nats::Client, ConnectError> {
+    let t = tracker.clone();
+    let mut options = async_nats::ConnectOptions::new()
+        .name(name)
+        .max_reconnects(None)
+        .event_callback(move |event| {
+            let t = t.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => t.set_connected(),
+                    async_nats::Event::Disconnected => t.set_disconnected(None),
+                    other => tracing::info!(event = %other, "nats"),
+                }
             }
-            Err(e) => e,
-        };
-        if matches!(
-            error.kind(),
-            async_nats::ConnectErrorKind::AuthorizationViolation
-                | async_nats::ConnectErrorKind::Authentication
-        ) {
-            tracker.set_disconnected(Some("credentials refused".into()));
-            return Err(ConnectError::Refused {
-                url,
-                reason: error.to_string(),
-            });
-        }
-        tracker.set_disconnected(Some(error.to_string()));
-        if deadline.is_some_and(|d| tokio::time::Instant::now() + delay > d) {
-            return Err(ConnectError::Unreachable {
-                url,
-                reason: error.to_string(),
-            });
-        }
-        tracing::warn!(%url, %error, retry_in = ?delay, "NATS not reachable yet; retrying");
-        tokio::select! {
-            _ = stop.cancelled() => return Err(ConnectError::Stopped),
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(5));
+        });
+    if let Some(prefix) = &config.inbox_prefix {
+        options = options.custom_inbox_prefix(prefix.as_str());
     }
+    options = match &config.auth {
+        NatsAuth::None => options,
+        NatsAuth::Creds(path) => options.credentials_file(path).await.map_err(|e| {
+            ConnectError::Config(format!(
+                "cannot read NATS credentials {}: {e}",
+                path.display()
+            ))
+        })?,
+        NatsAuth::UserPassword(u, p) => options.user_and_password(u.clone(), p.clone()),
+        NatsAuth::Token(t) => options.token(t.clone()),
+    };
+    let error = match options.connect(config.url.as_str()).await {
+        Ok(client) => {
+            tracker.set_connected();
+            return Ok(client);
+        }
+        Err(e) => e,
+    };
+    if matches!(
+        error.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication
+    ) {
+        tracker.set_disconnected(Some("credentials refused".into()));
+        return Err(ConnectError::Refused {
+            url,
+            reason: error.to_string(),
+        });
+    }
+    tracker.set_disconnected(Some(error.to_string()));
+    Err(ConnectError::Unreachable {
+        url,
+        reason: error.to_string(),
+    })
 }
 
 /// Creates (or updates) the stream that keeps flight updates.
@@ -374,7 +373,7 @@ impl Service {
             };
             let form = Form {
                 json: is_json(&msg),
-                invoke: msg.subject.starts_with("relay.v1.invoke."),
+                invoke: subjects::invoke_target(&msg.subject).is_some(),
             };
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
@@ -404,18 +403,18 @@ impl Service {
         }
         // Every reply to an invoke subject is an InvokeReply, to a cmd subject a
         // CommandReply, errors included; JSON replies say `<type>+json`.
-        let type_name = if form.invoke {
-            "relay.v1.InvokeReply"
-        } else {
-            "relay.v1.CommandReply"
+        let name = match (form.invoke, form.json) {
+            (true, false) => type_name::<pb::InvokeReply>(),
+            (true, true) => json_type_name::<pb::InvokeReply>(),
+            (false, false) => type_name::<pb::CommandReply>(),
+            (false, true) => json_type_name::<pb::CommandReply>(),
         };
         let mut headers = HeaderMap::new();
+        headers.insert(TYPE_HEADER, name.as_str());
         let payload = if form.json {
-            headers.insert(TYPE_HEADER, format!("{type_name}+json").as_str());
-            headers.insert("Content-Type", "application/json");
+            headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
             answer.to_json()
         } else {
-            headers.insert(TYPE_HEADER, type_name);
             answer.to_pb(form.invoke)
         };
         if let Err(e) = self
@@ -460,12 +459,12 @@ impl Service {
             });
         }
         let subject = msg.subject.as_str();
-        if let Some(agent) = subject.strip_prefix("relay.v1.invoke.") {
+        if let Some(agent) = subjects::invoke_target(subject) {
             let req = if json {
                 let body: InvokeJson = from_json(&msg.payload)?;
                 body.into_request(agent)
             } else {
-                let r: pb::InvokeRequest = from_pb(msg, "relay.v1.InvokeRequest")?;
+                let r: pb::InvokeRequest = from_pb(msg)?;
                 convert::invoke_request_from_pb(agent, &r)
                     .map_err(|e| BrokerError::Invalid(e.to_string()))?
             };
@@ -477,7 +476,7 @@ impl Service {
                 let post: PostMessage = if json {
                     from_json(&msg.payload)?
                 } else {
-                    let p: pb::PostMessage = from_pb(msg, "relay.v1.PostMessage")?;
+                    let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
                 Ok(Answer::Message(self.broker.post_message(post).await?))
@@ -487,7 +486,7 @@ impl Service {
                     let b: SteerJson = from_json(&msg.payload)?;
                     (b.flight, b.text)
                 } else {
-                    let r: pb::SteerRequest = from_pb(msg, "relay.v1.SteerRequest")?;
+                    let r: pb::SteerRequest = from_pb(msg)?;
                     (r.flight, r.text)
                 };
                 Ok(Answer::Flight(
@@ -498,7 +497,7 @@ impl Service {
                 let flight = if json {
                     from_json::<InterruptJson>(&msg.payload)?.flight
                 } else {
-                    from_pb::<pb::InterruptRequest>(msg, "relay.v1.InterruptRequest")?.flight
+                    from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
                 Ok(Answer::Flight(
                     crate::ops::interrupt(&self.broker, control, &flight).await?,
@@ -509,8 +508,8 @@ impl Service {
                     let b: ApproveJson = from_json(&msg.payload)?;
                     (b.approval, b.decision, b.decided_by)
                 } else {
-                    let r: pb::ApproveRequest = from_pb(msg, "relay.v1.ApproveRequest")?;
-                    let d = convert::decision_from_pb(r.decision)
+                    let r: pb::ApproveRequest = from_pb(msg)?;
+                    let d = ApprovalDecision::from_pb(r.decision)
                         .map_err(|e| BrokerError::Invalid(e.to_string()))?;
                     let by = if r.decided_by.is_empty() {
                         "nats".to_string()
@@ -534,8 +533,8 @@ impl Service {
 fn is_json(msg: &NatsMessage) -> bool {
     msg.headers
         .as_ref()
-        .and_then(|h| h.get("Content-Type"))
-        .is_some_and(|v| v.as_str().starts_with("application/json"))
+        .and_then(|h| h.get(CONTENT_TYPE_HEADER))
+        .is_some_and(|v| v.as_str().starts_with(JSON_CONTENT_TYPE))
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, BrokerError> {
@@ -544,10 +543,8 @@ fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, Broke
 }
 
 /// Decodes a protobuf request, refusing a `Relay-Type` header that names another message.
-fn from_pb<T: prost::Message + Default>(
-    msg: &NatsMessage,
-    expected: &str,
-) -> Result<T, BrokerError> {
+fn from_pb<T: prost::Name + Default>(msg: &NatsMessage) -> Result<T, BrokerError> {
+    let expected = type_name::<T>();
     if let Some(t) = msg.headers.as_ref().and_then(|h| h.get(TYPE_HEADER)) {
         if t.as_str() != expected {
             return Err(BrokerError::Invalid(format!(
@@ -685,6 +682,9 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_REFUSALS: u32 = 5;
 /// How long a stopping publisher waits for NATS to take what it was given.
 const FINAL_FLUSH: Duration = Duration::from_secs(3);
+/// Waits between tries to publish an event while NATS is unreachable.
+const PUBLISH_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
 
 /// Publishes every committed flight update and message, from the seq saved in
 /// `cursor_file` (or the current end of the log), until `shutdown` fires.
@@ -750,20 +750,28 @@ pub async fn publish(
             }
             None => break,
         };
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match publisher.publish(&event).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(seq = event.seq, error = %e, "NATS publish failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
+        // Tried until NATS takes it (what it never will is skipped inside `publish`), so
+        // the outcome is `Ok`; only a stop while waiting between tries ends it. Each try
+        // owns the publisher and the event and hands them back: a future borrowing them
+        // is not `Send` to the compiler through backon's generic types.
+        let seq = event.seq;
+        let published = retry::until_stopped(&shutdown, |sleeper| {
+            (|(mut p, event): (Publisher, Arc<Event>)| async move {
+                let outcome = p.publish(&event).await;
+                ((p, event), outcome)
+            })
+            .retry(PUBLISH_BACKOFF)
+            .sleep(sleeper)
+            .context((publisher, event))
+            .notify(|e, _| {
+                tracing::warn!(seq, error = %e, "NATS publish failed; retrying");
+            })
+        })
+        .await;
+        let Some(((p, _), _taken)) = published else {
+            return;
+        };
+        publisher = p;
     }
     if tokio::time::timeout(FINAL_FLUSH, publisher.settle())
         .await
@@ -818,7 +826,7 @@ impl Publisher {
             EventBody::MessagePosted { message, .. } => {
                 let mut headers = HeaderMap::new();
                 headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
-                headers.insert(TYPE_HEADER, "relay.v1.Message");
+                headers.insert(TYPE_HEADER, type_name::<pb::Message>().as_str());
                 let result = self
                     .client
                     .publish_with_headers(
@@ -857,10 +865,10 @@ impl Publisher {
         }
         let mut headers = HeaderMap::new();
         headers.insert(SEQ_HEADER, seq.to_string().as_str());
-        headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate");
+        headers.insert(TYPE_HEADER, type_name::<pb::FlightUpdate>().as_str());
         // The stream drops a re-publish of the same update (after a restart, a lost ack).
         headers.insert(
-            "Nats-Msg-Id",
+            async_nats::header::NATS_MESSAGE_ID,
             format!("{}:{}", update.flight, update.seq).as_str(),
         );
         let ack = self
@@ -879,8 +887,8 @@ impl Publisher {
             })?;
         self.acks.push_back((seq, ack));
         let mut json_headers = headers;
-        json_headers.insert(TYPE_HEADER, "relay.v1.FlightUpdate+json");
-        json_headers.insert("Content-Type", "application/json");
+        json_headers.insert(TYPE_HEADER, json_type_name::<pb::FlightUpdate>().as_str());
+        json_headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
         // The JSON mirror rides on the same connection: if it breaks, the stream's
         // acknowledgement fails too and both are published again from there.
         if let Err(e) = self

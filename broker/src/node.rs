@@ -27,47 +27,29 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, stream, AckKind};
 use futures::StreamExt;
 use relay_protocol::api::{ControlAnswer, ErrorBody, ErrorCode};
+use relay_protocol::bus::{
+    subjects, CONTENT_TYPE_HEADER, DISPATCH_TYPE, REPORT_TYPE, SEALED_CONTENT_TYPE, TYPE_HEADER,
+};
 use relay_protocol::domain::{FlightChange, FlightState};
 use relay_protocol::runtime::{Control, Dispatch, Report};
+use relay_runtime::retry::{self, Retryable};
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
-use crate::nats::{NatsConfig, TYPE_HEADER};
+use crate::nats::NatsConfig;
 use crate::seal::{BusKey, NodeKey};
 
-pub const DISPATCH_STREAM: &str = "RELAY_DISPATCH";
-pub const REPORT_STREAM: &str = "RELAY_REPORTS";
 /// A delivered dispatch not acknowledged within this is delivered again (the node sends
 /// "in progress" while a turn is waking).
 const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(10);
 
-/// What dispatches, reports and node controls are: JSON sealed with the node's key
-/// ([`crate::seal`]).
-pub const SEALED_CONTENT_TYPE: &str = "application/vnd.relay.sealed";
-
-pub fn dispatch_subject(node: &str) -> String {
-    format!("relay.v1.dispatch.{node}")
-}
-pub fn report_subject(node: &str) -> String {
-    format!("relay.v1.report.{node}")
-}
-/// Where a node's replies go: its own inbox, so NATS permissions can give it only its
-/// replies (`ops/nats/relay-users.conf`).
-pub fn inbox_prefix(node: &str) -> String {
-    format!("_INBOX_relay_node_{node}")
-}
-
-pub fn control_subject(node: &str) -> String {
-    format!("relay.v1.node.{node}.control")
-}
-
 /// Creates the dispatch and report streams if missing (both sides call this).
 pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
     for (name, subject) in [
-        (DISPATCH_STREAM, "relay.v1.dispatch.>"),
-        (REPORT_STREAM, "relay.v1.report.>"),
+        (subjects::DISPATCH_STREAM, subjects::DISPATCH_ALL),
+        (subjects::REPORT_STREAM, subjects::REPORT_ALL),
     ] {
         js.get_or_create_stream(stream::Config {
             name: name.to_string(),
@@ -82,6 +64,10 @@ pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits between tries to have a dispatch or report acknowledged by JetStream.
+const ACK_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
+
 /// Publishes to JetStream and waits for its acknowledgement, retrying until it comes or
 /// `stop` fires.
 pub async fn publish_acked(
@@ -92,28 +78,36 @@ pub async fn publish_acked(
     payload: Vec<u8>,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(TYPE_HEADER, type_name);
-        headers.insert("Nats-Msg-Id", msg_id);
-        headers.insert("Content-Type", SEALED_CONTENT_TYPE);
-        let attempt = async {
-            js.publish_with_headers(subject.clone(), headers, payload.clone().into())
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(TYPE_HEADER, type_name);
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+    headers.insert(CONTENT_TYPE_HEADER, SEALED_CONTENT_TYPE);
+    let payload = bytes::Bytes::from(payload);
+    // Each try owns its copies: a future borrowing them is not `Send` to the compiler
+    // through backon's generic types.
+    let attempt = || {
+        let (js, subject, headers, payload) = (
+            js.clone(),
+            subject.clone(),
+            headers.clone(),
+            payload.clone(),
+        );
+        async move {
+            js.publish_with_headers(subject, headers, payload)
                 .await?
                 .await
-        };
-        match attempt.await {
-            Ok(_) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
-                tokio::select! {
-                    _ = stop.cancelled() => return Err(BrokerError::ShuttingDown),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
         }
+    };
+    let acked = retry::until_stopped(stop, |sleeper| {
+        attempt.retry(ACK_BACKOFF).sleep(sleeper).notify(|e, _| {
+            tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
+        })
+    })
+    .await;
+    // Tried until acknowledged: only a stop while waiting between tries ends it sooner.
+    match acked {
+        Some(_) => Ok(()),
+        None => Err(BrokerError::ShuttingDown),
     }
 }
 
@@ -125,14 +119,14 @@ pub async fn send_dispatch(
     dispatch: &Dispatch,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
-    let subject = dispatch_subject(node);
+    let subject = subjects::dispatch(node);
     let payload = key
         .node(node)
         .seal(&subject, &serde_json::to_vec(dispatch)?);
     publish_acked(
         js,
         subject,
-        "relay.v1.Dispatch",
+        DISPATCH_TYPE,
         &dispatch.invocation.id,
         payload,
         stop,
@@ -147,7 +141,7 @@ pub async fn send_control(
     node: &str,
     control: &Control,
 ) -> Result<(), BrokerError> {
-    let subject = control_subject(node);
+    let subject = subjects::node_control(node);
     let payload = key.node(node).seal(&subject, &serde_json::to_vec(control)?);
     // async-nats gives up on a request after its 10 s default; that is the limit here.
     let reply = client
@@ -208,7 +202,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     }
     crate::files::private_dir(&config.data_dir)?;
     let mut nats = config.nats.clone();
-    nats.inbox_prefix = Some(inbox_prefix(&config.name));
+    nats.inbox_prefix = Some(subjects::node_inbox(&config.name));
     // A node has nothing to do without NATS: it waits for it as long as it takes (but
     // refused credentials end it at once).
     let tracker = crate::nats::Tracker::new(&config.nats.url);
@@ -272,13 +266,13 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     }
 
     let consumer: consumer::PullConsumer = js
-        .get_stream(DISPATCH_STREAM)
+        .get_stream(subjects::DISPATCH_STREAM)
         .await?
         .get_or_create_consumer(
             &format!("node-{}", config.name),
             consumer::pull::Config {
                 durable_name: Some(format!("node-{}", config.name)),
-                filter_subject: dispatch_subject(&config.name),
+                filter_subject: subjects::dispatch(&config.name),
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: DISPATCH_ACK_WAIT,
                 ..Default::default()
@@ -286,7 +280,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         )
         .await?;
     let mut dispatches = consumer.messages().await?;
-    let mut control = client.subscribe(control_subject(&config.name)).await?;
+    let mut control = client
+        .subscribe(subjects::node_control(&config.name))
+        .await?;
     write_ready(&config)?;
     tracing::info!(node = %config.name, "relay node up");
     eprintln!("relay node {}: serving its agents over NATS", config.name);
@@ -411,12 +407,12 @@ async fn publish_report(
     report: &Report,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
-    let subject = report_subject(node);
+    let subject = subjects::report(node);
     let payload = key.seal(&subject, &serde_json::to_vec(report)?);
     publish_acked(
         js,
         subject,
-        "relay.v1.Report",
+        REPORT_TYPE,
         &format!("{node}:{}", uuid::Uuid::now_v7()),
         payload,
         stop,

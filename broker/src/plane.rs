@@ -14,9 +14,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use relay_protocol::bus::subjects;
 use relay_protocol::domain::{Agent, Approval, Flight, FlightChange, FlightState};
 use relay_protocol::event::EventBody;
 use relay_protocol::runtime::{Control, Dispatch, Report};
+use relay_runtime::retry::{self, Retryable};
 use relay_runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -31,6 +33,11 @@ use crate::store::T;
 const REMOTE_DISPATCHES: usize = 4096;
 /// Replies waiting to be checked by the drain task.
 const PENDING_REPLIES: usize = 8192;
+/// Waits between tries to open the node report stream.
+const REPORTS_BACKOFF: retry::ExponentialBuilder = retry::forever(
+    std::time::Duration::from_millis(200),
+    std::time::Duration::from_secs(10),
+);
 
 type Reply = oneshot::Receiver<Result<Outcome, BrokerError>>;
 
@@ -155,16 +162,16 @@ impl Plane {
     /// not acknowledged, in order, instead of redelivering old ones after newer ones), and
     /// a report that cannot be submitted is retried in place, never left for redelivery.
     async fn consume_node_reports(self, js: async_nats::jetstream::Context, key: BusKey) {
-        let mut delay = std::time::Duration::from_millis(200);
-        let mut messages = loop {
-            match report_messages(&js).await {
-                Ok(m) => break m,
-                Err(e) => {
-                    tracing::error!(error = %e, retry_in = ?delay, "cannot read node reports yet");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
-                }
-            }
+        let attempt = || report_messages(&js);
+        // Tried for ever: no error comes out.
+        let Ok(mut messages) = attempt
+            .retry(REPORTS_BACKOFF)
+            .notify(|e, wait| {
+                tracing::error!(error = %e, retry_in = ?wait, "cannot read node reports yet");
+            })
+            .await
+        else {
+            return;
         };
         let (acks, mut acks_rx) =
             mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
@@ -185,10 +192,7 @@ impl Plane {
                     continue;
                 }
             };
-            let node = msg
-                .subject
-                .as_str()
-                .strip_prefix("relay.v1.report.")
+            let node = subjects::report_node(msg.subject.as_str())
                 .unwrap_or("")
                 .to_string();
             // Only the node itself holds the key its reports are sealed with.
@@ -645,7 +649,7 @@ async fn report_messages(
     js: &async_nats::jetstream::Context,
 ) -> Result<async_nats::jetstream::consumer::pull::Stream, async_nats::Error> {
     use async_nats::jetstream::consumer;
-    let stream = js.get_stream(crate::node::REPORT_STREAM).await?;
+    let stream = js.get_stream(subjects::REPORT_STREAM).await?;
     // Gone already is fine; any other failure would leave the old delivery order.
     if let Err(e) = stream.delete_consumer(REPORT_CONSUMER).await {
         let gone = matches!(

@@ -14,6 +14,7 @@ use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::{BusKey, NodeKey};
 use crate::store::Store;
+use relay_runtime::retry::{self, Retryable};
 use relay_runtime::{Runtime, RuntimeConfig};
 use serde::{Deserialize, Serialize};
 
@@ -249,43 +250,53 @@ struct Bus {
     writer_stop: CancellationToken,
 }
 
+/// Waits between tries to bring the bus up while NATS cannot be reached or set up.
+const BUS_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_secs(1), Duration::from_secs(30));
+
 /// The broker on NATS: connects (for as long as it takes), then serves the request
 /// subjects until `shutdown` and publishes committed events until `writer_stop`.
 async fn run_bus(bus: Bus) {
     let client = match bus.client {
         Some(client) => client,
         None => {
-            let mut delay = Duration::from_secs(1);
-            loop {
-                let attempt = async {
-                    let client = crate::nats::connect(
-                        &bus.config,
-                        "relay-broker",
-                        &bus.tracker,
-                        None,
-                        &bus.shutdown,
-                    )
-                    .await?;
-                    attach_bus(&client, &bus.config, &bus.plane, &bus.key).await?;
+            // Each try owns its copies: a future borrowing them is not `Send` to the
+            // compiler through backon's generic types.
+            let attempt = || {
+                let (config, tracker, plane, key, shutdown) = (
+                    bus.config.clone(),
+                    bus.tracker.clone(),
+                    bus.plane.clone(),
+                    bus.key.clone(),
+                    bus.shutdown.clone(),
+                );
+                async move {
+                    let client =
+                        crate::nats::connect(&config, "relay-broker", &tracker, None, &shutdown)
+                            .await?;
+                    attach_bus(&client, &config, &plane, &key).await?;
                     anyhow::Ok(client)
-                };
-                match attempt.await {
-                    Ok(client) => {
-                        tracing::info!(url = %crate::nats::redact_url(&bus.config.url), "NATS reached; serving the bus");
-                        break client;
-                    }
-                    Err(e) => {
-                        if bus.shutdown.is_cancelled() {
-                            return;
-                        }
-                        tracing::error!(error = %e, retry_in = ?delay, "NATS bus not up");
-                        tokio::select! {
-                            _ = bus.shutdown.cancelled() => return,
-                            _ = tokio::time::sleep(delay) => {}
-                        }
-                        delay = (delay * 2).min(Duration::from_secs(30));
-                    }
                 }
+            };
+            let shutdown = &bus.shutdown;
+            let up = retry::until_stopped(shutdown, |sleeper| {
+                attempt
+                    .retry(BUS_BACKOFF)
+                    .sleep(sleeper)
+                    // A try that failed because of the stop is worth no word and no other.
+                    .when(|_| !shutdown.is_cancelled())
+                    .notify(|e, wait| {
+                        tracing::error!(error = %e, retry_in = ?wait, "NATS bus not up");
+                    })
+            })
+            .await;
+            match up {
+                Some(Ok(client)) => {
+                    tracing::info!(url = %crate::nats::redact_url(&bus.config.url), "NATS reached; serving the bus");
+                    client
+                }
+                // Stopped, while waiting or by a try that failed because of it.
+                _ => return,
             }
         }
     };

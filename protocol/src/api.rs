@@ -4,60 +4,37 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{ApprovalDecision, Flight, FlightChange, Invocation, Message};
+use crate::names::wire_enum;
 
-/// A stable, machine-readable error code. Clients match on this, never on the text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    InvalidRequest,
-    Unauthorized,
-    PayloadTooLarge,
-    UnknownAgent,
-    UnknownConversation,
-    UnknownFlight,
-    UnknownMessage,
-    UnknownApproval,
-    AgentExists,
-    ConversationExists,
-    IllegalTransition,
-    FlightTerminal,
-    ApprovalClosed,
-    /// A queue is full; retry later.
-    Overloaded,
-    /// The agent's session could not do what was asked (no live turn to steer...).
-    Unavailable,
-    DepthLimit,
-    Cycle,
-    /// No such route (HTTP) or subject.
-    NotFound,
-    Internal,
+wire_enum! {
+    /// A stable, machine-readable error code. Clients match on this, never on the text.
+    pub enum ErrorCode("error code") {
+        InvalidRequest = "invalid_request",
+        Unauthorized = "unauthorized",
+        PayloadTooLarge = "payload_too_large",
+        UnknownAgent = "unknown_agent",
+        UnknownConversation = "unknown_conversation",
+        UnknownFlight = "unknown_flight",
+        UnknownMessage = "unknown_message",
+        UnknownApproval = "unknown_approval",
+        AgentExists = "agent_exists",
+        ConversationExists = "conversation_exists",
+        IllegalTransition = "illegal_transition",
+        FlightTerminal = "flight_terminal",
+        ApprovalClosed = "approval_closed",
+        /// A queue is full; retry later.
+        Overloaded = "overloaded",
+        /// The agent's session could not do what was asked (no live turn to steer...).
+        Unavailable = "unavailable",
+        DepthLimit = "depth_limit",
+        Cycle = "cycle",
+        /// No such route (HTTP) or subject.
+        NotFound = "not_found",
+        Internal = "internal",
+    }
 }
 
 impl ErrorCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "invalid_request",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::UnknownAgent => "unknown_agent",
-            ErrorCode::UnknownConversation => "unknown_conversation",
-            ErrorCode::UnknownFlight => "unknown_flight",
-            ErrorCode::UnknownMessage => "unknown_message",
-            ErrorCode::UnknownApproval => "unknown_approval",
-            ErrorCode::AgentExists => "agent_exists",
-            ErrorCode::ConversationExists => "conversation_exists",
-            ErrorCode::IllegalTransition => "illegal_transition",
-            ErrorCode::FlightTerminal => "flight_terminal",
-            ErrorCode::ApprovalClosed => "approval_closed",
-            ErrorCode::Overloaded => "overloaded",
-            ErrorCode::Unavailable => "unavailable",
-            ErrorCode::DepthLimit => "depth_limit",
-            ErrorCode::Cycle => "cycle",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::Internal => "internal",
-        }
-    }
-
     /// HTTP status for this code.
     pub fn http_status(self) -> u16 {
         match self {
@@ -81,12 +58,6 @@ impl ErrorCode {
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
         }
-    }
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{
     Agent, Approval, Binding, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
 };
+use crate::names::wire_tagged_enum;
 
 /// Version of the event encoding; bumped on an incompatible change.
 pub const EVENT_VERSION: u8 = 1;
@@ -30,78 +31,60 @@ fn first_version() -> u8 {
     1
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum EventBody {
-    AgentRegistered {
-        agent: Agent,
-    },
-    /// State, thread id or endpoint changed.
-    AgentUpdated {
-        agent: Agent,
-    },
-    AgentRemoved {
-        name: String,
-        /// The node that served it (`None`: the broker's embedded runtime).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        node: Option<String>,
-    },
-    /// The harness thread stored for an agent could not be resumed and a new one was
-    /// started: the earlier conversation is not in the new thread.
-    ThreadLost {
-        agent: String,
-        old_thread_id: String,
-        new_thread_id: String,
-        reason: String,
-    },
-    ConversationCreated {
-        conversation: Conversation,
-    },
-    MessagePosted {
-        message: Message,
-        conversation: Conversation,
-    },
-    DeliveryPlanned {
-        delivery: Delivery,
-    },
-    DeliveryAttempted {
-        delivery: Delivery,
-    },
-    InvocationCreated {
-        invocation: Invocation,
-        flight: Flight,
-    },
-    FlightUpdated {
-        update: FlightUpdate,
-        flight: Flight,
-    },
-    BindingCreated {
-        binding: Binding,
-    },
-    ApprovalRequested {
-        approval: Approval,
-    },
-    ApprovalDecided {
-        approval: Approval,
-    },
-}
-
-impl EventBody {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            EventBody::AgentRegistered { .. } => "agent_registered",
-            EventBody::AgentUpdated { .. } => "agent_updated",
-            EventBody::AgentRemoved { .. } => "agent_removed",
-            EventBody::ThreadLost { .. } => "thread_lost",
-            EventBody::ConversationCreated { .. } => "conversation_created",
-            EventBody::MessagePosted { .. } => "message_posted",
-            EventBody::DeliveryPlanned { .. } => "delivery_planned",
-            EventBody::DeliveryAttempted { .. } => "delivery_attempted",
-            EventBody::InvocationCreated { .. } => "invocation_created",
-            EventBody::FlightUpdated { .. } => "flight_updated",
-            EventBody::BindingCreated { .. } => "binding_created",
-            EventBody::ApprovalRequested { .. } => "approval_requested",
-            EventBody::ApprovalDecided { .. } => "approval_decided",
-        }
+wire_tagged_enum! {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(tag = "type")]
+    pub enum EventBody {
+        AgentRegistered = "agent_registered" {
+            agent: Agent,
+        },
+        /// State, thread id or endpoint changed.
+        AgentUpdated = "agent_updated" {
+            agent: Agent,
+        },
+        AgentRemoved = "agent_removed" {
+            name: String,
+            /// The node that served it (`None`: the broker's embedded runtime).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            node: Option<String>,
+        },
+        /// The harness thread stored for an agent could not be resumed and a new one was
+        /// started: the earlier conversation is not in the new thread.
+        ThreadLost = "thread_lost" {
+            agent: String,
+            old_thread_id: String,
+            new_thread_id: String,
+            reason: String,
+        },
+        ConversationCreated = "conversation_created" {
+            conversation: Conversation,
+        },
+        MessagePosted = "message_posted" {
+            message: Message,
+            conversation: Conversation,
+        },
+        DeliveryPlanned = "delivery_planned" {
+            delivery: Delivery,
+        },
+        DeliveryAttempted = "delivery_attempted" {
+            delivery: Delivery,
+        },
+        InvocationCreated = "invocation_created" {
+            invocation: Invocation,
+            flight: Flight,
+        },
+        FlightUpdated = "flight_updated" {
+            update: FlightUpdate,
+            flight: Flight,
+        },
+        BindingCreated = "binding_created" {
+            binding: Binding,
+        },
+        ApprovalRequested = "approval_requested" {
+            approval: Approval,
+        },
+        ApprovalDecided = "approval_decided" {
+            approval: Approval,
+        },
     }
 }

@@ -5,35 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{ApprovalDecision, ApprovalKind};
-
-/// The kind of a harness item (one step of a turn).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemKind {
-    AgentMessage,
-    Reasoning,
-    CommandExecution,
-    FileChange,
-    ToolCall,
-    UserMessage,
-    Plan,
-    Other(String),
-}
-
-impl ItemKind {
-    pub fn as_str(&self) -> &str {
-        match self {
-            ItemKind::AgentMessage => "agent_message",
-            ItemKind::Reasoning => "reasoning",
-            ItemKind::CommandExecution => "command_execution",
-            ItemKind::FileChange => "file_change",
-            ItemKind::ToolCall => "tool_call",
-            ItemKind::UserMessage => "user_message",
-            ItemKind::Plan => "plan",
-            ItemKind::Other(s) => s,
-        }
-    }
-}
+// Flight updates carry it too, so it lives with them; adapters name it from here.
+pub use crate::domain::ItemKind;
 
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,21 +4,27 @@
 //!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
+//! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
-//! - [`convert`]: domain types to and from their [`pb`] forms.
-//! - [`pb`]: the protobuf contract (`proto/relay/v1/relay.proto`) for other languages.
+//! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
+//! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
+//!   in any language.
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
 //! [`codex`] and [`runtime`] on it; [`convert`] on those and [`pb`]. The crate depends on
 //! no other crate of the workspace: every other one depends on it.
 
 pub mod api;
+pub mod bus;
+pub mod clock;
 pub mod codex;
 pub mod convert;
 pub mod domain;
 pub mod event;
 pub mod harness;
+mod names;
 pub mod runtime;
 
 /// Types generated from `proto/relay/v1/relay.proto`.

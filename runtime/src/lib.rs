@@ -14,6 +14,7 @@
 //! - [`threads::ThreadStore`] keeps each agent's harness thread id in sled. A session
 //!   resumes that thread; only when the harness says it is gone does it start a new one,
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
+//! - [`retry`]: retrying with backoff ([`backon`]), for every crate above this one.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
@@ -23,6 +24,7 @@
 //! particular harness. The crate depends on `relay-harnesses` and `relay-protocol`, never
 //! on the broker (the broker depends on it).
 
+pub mod retry;
 pub mod storage;
 pub mod threads;
 mod worker;

@@ -76,13 +76,7 @@ impl ThreadStore {
             // A unique name: an older build may have made `<legacy>` again after an
             // earlier move.
             let mut moved = legacy.as_os_str().to_owned();
-            moved.push(format!(
-                ".migrated-{}",
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis())
-                    .unwrap_or(0)
-            ));
+            moved.push(format!(".migrated-{}", relay_protocol::clock::now_ms()));
             std::fs::rename(legacy, &moved)?;
             tracing::info!(from = %legacy.display(), "moved the runtime's records into the broker's database");
         }

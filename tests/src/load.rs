@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use relay_broker::server::{ApiInfo, API_FILE};
+use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
+use relay_runtime::retry::{self, Retryable};
 use serde_json::{json, Value};
 
 use crate::RelayProcess;
@@ -175,7 +177,7 @@ async fn http_invoke(client: &reqwest::Client, target: &Target, agent: &str, tas
 
 async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Sent {
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Content-Type", "application/json");
+    headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
     let request = async_nats::Request::new()
         .payload(
             json!({ "task": task, "requester": "load" })
@@ -184,10 +186,7 @@ async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Se
         )
         .headers(headers)
         .timeout(Some(REQUEST_TIMEOUT));
-    let reply = match client
-        .send_request(format!("relay.v1.invoke.{agent}"), request)
-        .await
-    {
+    let reply = match client.send_request(subjects::invoke(agent), request).await {
         Ok(r) => r,
         Err(_) => return Sent::Unreachable,
     };
@@ -204,6 +203,10 @@ async fn nats_invoke(client: &async_nats::Client, agent: &str, task: &str) -> Se
         _ => Sent::Refused(body.to_string()),
     }
 }
+
+/// Waits before sending an invocation again that the broker could not take yet.
+const SEND_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(5), Duration::from_millis(500));
 
 struct Shared {
     next: AtomicUsize,
@@ -227,33 +230,31 @@ impl Shared {
             }
             let agent = load.agents[i % load.agents.len()].clone();
             let task = format!("load task {i}");
-            let mut backoff = Duration::from_millis(5);
-            loop {
-                match send(agent.clone(), task.clone()).await {
-                    Sent::Accepted(id) => {
-                        if let Ok(mut f) = self.flights.lock() {
-                            f.push(id);
-                        }
-                        load.acked.fetch_add(1, Ordering::Relaxed);
-                        break;
+            // Sent again after a wait while the broker says it is busy, or is restarting.
+            let attempt = || async {
+                let busy = match send(agent.clone(), task.clone()).await {
+                    Sent::Overloaded => &self.overloaded,
+                    Sent::Unreachable => &self.unreachable,
+                    landed => return Ok(landed),
+                };
+                busy.fetch_add(1, Ordering::Relaxed);
+                Err(())
+            };
+            let landed = attempt.retry(SEND_BACKOFF).await;
+            match landed {
+                Ok(Sent::Accepted(id)) => {
+                    if let Ok(mut f) = self.flights.lock() {
+                        f.push(id);
                     }
-                    Sent::Refused(why) => {
-                        if let Ok(mut r) = self.refused.lock() {
-                            r.push(why);
-                        }
-                        break;
-                    }
-                    Sent::Overloaded => {
-                        self.overloaded.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Sent::Unreachable => {
-                        self.unreachable.fetch_add(1, Ordering::Relaxed);
+                    load.acked.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Sent::Refused(why)) => {
+                    if let Ok(mut r) = self.refused.lock() {
+                        r.push(why);
                     }
                 }
-                // Back off before sending again (the broker said it is busy, or is
-                // restarting).
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+                // Tried until it lands.
+                _ => {}
             }
         }
     }

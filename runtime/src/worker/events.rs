@@ -66,7 +66,7 @@ impl Worker {
                     &flight,
                     FlightChange::Item {
                         item_id,
-                        item_kind: kind.as_str().to_string(),
+                        item_kind: kind,
                         phase: ItemPhase::Started,
                         text: None,
                     },
@@ -83,7 +83,7 @@ impl Worker {
                     &flight,
                     FlightChange::Item {
                         item_id,
-                        item_kind: kind.as_str().to_string(),
+                        item_kind: kind,
                         phase: ItemPhase::Completed,
                         text,
                     },

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{HarnessInfo, HarnessSession, Launcher, Lost, Spawned};
 use relay_harnesses::HarnessError;
+use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{Agent, AgentState, Endpoint};
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::Report;
@@ -285,11 +286,4 @@ pub(super) async fn rewarm(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

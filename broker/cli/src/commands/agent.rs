@@ -9,7 +9,7 @@ use relay_protocol::domain::{Agent, AgentSpec, ApprovalPolicy, Harness, WakePoli
 use super::JsonFlag;
 use crate::client::Client;
 use crate::terminal::{errln, outln};
-use crate::views::{print_json, wire_name};
+use crate::views::print_json;
 
 // Parsed once per run: the size of the largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -49,7 +49,7 @@ pub enum AgentCmd {
         #[arg(long)]
         node: Option<String>,
         /// on_demand, keep_warm or manual.
-        #[arg(long, default_value = "on_demand")]
+        #[arg(long, default_value_t = WakePolicy::OnDemand)]
         wake: WakePolicy,
         /// Accept approval requests for exactly this command (repeatable). A rule is
         /// shell-quoted words: the program, then literal arguments; `*` stands for one
@@ -172,7 +172,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         "{:<20} {:<20} {:<9} {}",
                         a.spec.name,
                         a.spec.harness,
-                        wire_name(&a.state),
+                        a.state.as_str(),
                         a.spec.cwd
                     );
                 }
@@ -186,7 +186,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("name      {}", a.spec.name);
                 outln!("harness   {}", a.spec.harness);
                 outln!("cwd       {}", a.spec.cwd);
-                outln!("state     {}", wire_name(&a.state));
+                outln!("state     {}", a.state.as_str());
                 outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
                 outln!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
             }

@@ -6,7 +6,7 @@ use relay_protocol::domain::{Approval, ApprovalDecision};
 use super::Actor;
 use crate::client::Client;
 use crate::terminal::{errln, one_line, outln};
-use crate::views::{print_json, wire_name};
+use crate::views::print_json;
 
 #[derive(Args)]
 pub struct ApprovalsArgs {
@@ -80,7 +80,7 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
         outln!(
             "{} {} by {}",
             a.id,
-            wire_name(&decision),
+            decision.as_str(),
             a.decided_by.as_deref().unwrap_or("?")
         );
     }

@@ -47,7 +47,7 @@ pub enum ConversationCmd {
         /// The conversation's id: dot-separated words (like `team.backend`).
         id: String,
         /// channel, direct, group, thread or system.
-        #[arg(long, default_value = "channel")]
+        #[arg(long, default_value_t = ConversationKind::Channel)]
         kind: ConversationKind,
         /// A human title.
         #[arg(long)]

@@ -1,6 +1,6 @@
 //! The live view of `relay ask`: the reply as it streams, and a status line.
 
-use relay_protocol::domain::{FlightChange, FlightState};
+use relay_protocol::domain::{FlightChange, FlightState, ItemKind};
 
 use crate::terminal::{inert, one_line, out, outln};
 
@@ -44,8 +44,8 @@ impl AskView {
             }
             FlightChange::Item {
                 item_kind, phase, ..
-            } => match (item_kind.as_str(), phase) {
-                ("agent_message", ItemPhase::Started) => {
+            } => match (item_kind, phase) {
+                (ItemKind::AgentMessage, ItemPhase::Started) => {
                     // A new message of the same turn starts on a paragraph of its own.
                     if print && self.printed {
                         self.print(if self.mid_line { "\n\n" } else { "\n" });
@@ -53,13 +53,15 @@ impl AskView {
                     self.message.clear();
                     self.activity = "writing".into();
                 }
-                ("command_execution", ItemPhase::Started) => {
+                (ItemKind::CommandExecution, ItemPhase::Started) => {
                     self.activity = "running a command".into()
                 }
-                ("file_change", ItemPhase::Started) => self.activity = "changing files".into(),
-                ("reasoning", ItemPhase::Started) => self.activity = "thinking".into(),
+                (ItemKind::FileChange, ItemPhase::Started) => {
+                    self.activity = "changing files".into()
+                }
+                (ItemKind::Reasoning, ItemPhase::Started) => self.activity = "thinking".into(),
                 (_, ItemPhase::Completed) => self.activity = "working".into(),
-                (other, ItemPhase::Started) => self.activity = other.replace('_', " "),
+                (other, ItemPhase::Started) => self.activity = other.as_str().replace('_', " "),
             },
             FlightChange::State { to, reason, .. } => {
                 self.state = *to;
@@ -175,7 +177,7 @@ mod tests {
         v.apply(
             &FlightChange::Item {
                 item_id: "m2".into(),
-                item_kind: "agent_message".into(),
+                item_kind: ItemKind::AgentMessage,
                 phase: relay_protocol::domain::ItemPhase::Started,
                 text: None,
             },

@@ -1,4 +1,4 @@
-//! How the client commands show what the broker answers: JSON, wire names, one-line
+//! How the client commands show what the broker answers: JSON, one-line
 //! summaries; and the live view of `relay ask` ([`ask`]).
 
 use relay_protocol::event::Event;
@@ -14,15 +14,6 @@ pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The serde (wire) name of an enum value: `accept`, `idle`...
-pub fn wire_name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
-}
-
 /// A one-line description of the NATS connection (`relay status`).
 pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
     use relay_protocol::api::NatsStatus;
@@ -34,7 +25,7 @@ pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
             since_ms,
             error,
         } => {
-            let secs = relay_broker::broker::now_ms().saturating_sub(*since_ms) / 1000;
+            let secs = relay_protocol::clock::now_ms().saturating_sub(*since_ms) / 1000;
             let mut line = format!("disconnected from {url} for {secs} s");
             if let Some(e) = error {
                 line.push_str(&format!(" (last error: {e})"));

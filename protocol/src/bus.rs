@@ -1,0 +1,140 @@
+//! The NATS wire, named in one place: every subject, stream and header the broker, its
+//! nodes and its clients use, and the `Relay-Type` name of every payload.
+//! `broker/README.md` ("The bus") is the manual; the tests in `tests/tests/nats.rs` and
+//! `tests/tests/bus.rs` spell the same names out, as a client would, so a change here
+//! that breaks the wire fails them.
+//!
+//! - Client subjects ([`subjects::invoke`], the `cmd` subjects, [`subjects::flight`],
+//!   [`subjects::conversation`]) carry the protobuf messages of [`crate::pb`], named by
+//!   [`type_name`], or their JSON forms, named by [`json_type_name`], when the request's
+//!   [`CONTENT_TYPE_HEADER`] is [`JSON_CONTENT_TYPE`].
+//! - Node subjects ([`subjects::dispatch`], [`subjects::report`],
+//!   [`subjects::node_control`]) carry JSON sealed with the node's key
+//!   ([`SEALED_CONTENT_TYPE`]): [`crate::runtime`]'s `Dispatch`, `Report` and `Control`.
+
+use prost::Name;
+
+/// The header that names a payload: [`type_name`], [`json_type_name`], [`DISPATCH_TYPE`]...
+pub const TYPE_HEADER: &str = "Relay-Type";
+/// The header that carries the request token, when the broker wants one.
+pub const TOKEN_HEADER: &str = "Relay-Token";
+/// The header with the global event seq of a published event.
+pub const SEQ_HEADER: &str = "Relay-Seq";
+/// The header that says a request or reply is JSON ([`JSON_CONTENT_TYPE`]) or sealed.
+pub const CONTENT_TYPE_HEADER: &str = "Content-Type";
+/// A request with this content type is read as JSON and answered in JSON.
+pub const JSON_CONTENT_TYPE: &str = "application/json";
+/// Dispatches, reports and node controls: JSON sealed with the node's key.
+pub const SEALED_CONTENT_TYPE: &str = "application/vnd.relay.sealed";
+
+/// The `Relay-Type` of a protobuf payload: its proto package and message name
+/// (`relay.v1.InvokeRequest`), so the header cannot drift from `relay.proto`.
+pub fn type_name<M: Name>() -> String {
+    M::full_name()
+}
+
+/// The `Relay-Type` of the JSON form of `M`: `relay.v1.InvokeReply+json`.
+pub fn json_type_name<M: Name>() -> String {
+    format!("{}+json", M::full_name())
+}
+
+/// The `Relay-Type` of a sealed [`crate::runtime::Dispatch`].
+pub const DISPATCH_TYPE: &str = "relay.v1.Dispatch";
+/// The `Relay-Type` of a sealed [`crate::runtime::Report`].
+pub const REPORT_TYPE: &str = "relay.v1.Report";
+
+/// The subject scheme, version 1.
+pub mod subjects {
+    const INVOKE: &str = "relay.v1.invoke.";
+    const REPORT: &str = "relay.v1.report.";
+
+    /// Request/reply: invoke `<agent>` (`InvokeRequest` in, `InvokeReply` out).
+    pub fn invoke(agent: &str) -> String {
+        format!("{INVOKE}{agent}")
+    }
+    /// The agent an invoke subject names; `None` for any other subject.
+    pub fn invoke_target(subject: &str) -> Option<&str> {
+        subject.strip_prefix(INVOKE)
+    }
+    pub const INVOKE_ALL: &str = "relay.v1.invoke.*";
+
+    /// Request/reply commands (their request message in, `CommandReply` out).
+    pub const CMD_POST: &str = "relay.v1.cmd.post";
+    pub const CMD_STEER: &str = "relay.v1.cmd.steer";
+    pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
+    pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
+    pub const CMD_ALL: &str = "relay.v1.cmd.*";
+
+    /// Published: every update of a flight, protobuf `FlightUpdate`.
+    pub fn flight(agent: &str, flight: &str) -> String {
+        format!("relay.v1.flight.{agent}.{flight}")
+    }
+    pub const FLIGHTS_ALL: &str = "relay.v1.flight.>";
+    /// Published: the same updates as JSON, for clients without protobuf.
+    pub fn flight_json(agent: &str, flight: &str) -> String {
+        format!("relay.v1.json.flight.{agent}.{flight}")
+    }
+    /// The JetStream stream that keeps flight updates for late joiners.
+    pub const FLIGHT_STREAM: &str = "RELAY_FLIGHTS";
+
+    /// Published: every message posted to a conversation, protobuf `Message`.
+    pub fn conversation(id: &str) -> String {
+        format!("relay.v1.conversation.{id}")
+    }
+
+    /// Broker -> node: sealed dispatches, in [`DISPATCH_STREAM`].
+    pub fn dispatch(node: &str) -> String {
+        format!("relay.v1.dispatch.{node}")
+    }
+    pub const DISPATCH_ALL: &str = "relay.v1.dispatch.>";
+    pub const DISPATCH_STREAM: &str = "RELAY_DISPATCH";
+
+    /// Node -> broker: sealed reports, in [`REPORT_STREAM`].
+    pub fn report(node: &str) -> String {
+        format!("{REPORT}{node}")
+    }
+    /// The node a report subject names; `None` for any other subject.
+    pub fn report_node(subject: &str) -> Option<&str> {
+        subject.strip_prefix(REPORT)
+    }
+    pub const REPORT_ALL: &str = "relay.v1.report.>";
+    pub const REPORT_STREAM: &str = "RELAY_REPORTS";
+
+    /// Broker -> node, request/reply: sealed controls (steer, interrupt, approvals, wake).
+    pub fn node_control(node: &str) -> String {
+        format!("relay.v1.node.{node}.control")
+    }
+    /// Where a node's replies go: its own inbox, so NATS permissions can give it only its
+    /// replies (`ops/nats/relay-users.conf`).
+    pub fn node_inbox(node: &str) -> String {
+        format!("_INBOX_relay_node_{node}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb;
+
+    #[test]
+    fn type_names_come_from_the_proto() {
+        assert_eq!(type_name::<pb::InvokeRequest>(), "relay.v1.InvokeRequest");
+        assert_eq!(type_name::<pb::FlightUpdate>(), "relay.v1.FlightUpdate");
+        assert_eq!(
+            json_type_name::<pb::CommandReply>(),
+            "relay.v1.CommandReply+json"
+        );
+    }
+
+    #[test]
+    fn subjects_parse_back() {
+        assert_eq!(subjects::invoke("codex-1"), "relay.v1.invoke.codex-1");
+        assert_eq!(
+            subjects::invoke_target(&subjects::invoke("codex-1")),
+            Some("codex-1")
+        );
+        assert_eq!(subjects::invoke_target(subjects::CMD_POST), None);
+        assert_eq!(subjects::report_node(&subjects::report("n1")), Some("n1"));
+        assert_eq!(subjects::report_node(&subjects::dispatch("n1")), None);
+    }
+}

@@ -1,0 +1,317 @@
+//! Agents: which harness drives each, how it is started, its secrets, its approval
+//! policy and what Relay knows of its session.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::wire_enum;
+
+wire_enum! {
+    /// Which adapter drives an agent. Also the transport of its endpoint.
+    pub enum Harness("harness") {
+        CodexAppServer = "codex_app_server",
+        ClaudeStreamJson = "claude_stream_json",
+        PiRpc = "pi_rpc",
+        Tmux = "tmux",
+    }
+}
+
+wire_enum! {
+    /// When the runtime starts an agent's session.
+    #[derive(Default)]
+    pub enum WakePolicy("wake policy") {
+        /// Started by the first invocation, kept while the runtime lives.
+        #[default]
+        OnDemand = "on_demand",
+        /// Started with the runtime and restarted if it dies.
+        KeepWarm = "keep_warm",
+        /// Never started by Relay: something else (a person, tmux) runs it.
+        Manual = "manual",
+    }
+}
+
+wire_enum! {
+    /// The agent's session state as last reported by its runtime.
+    #[derive(Default)]
+    pub enum AgentState("agent state") {
+        /// No live session.
+        #[default]
+        Offline = "offline",
+        Starting = "starting",
+        Idle = "idle",
+        Busy = "busy",
+        /// The session died and has not been restarted.
+        Failed = "failed",
+    }
+}
+
+/// How an approval request is decided when no person answers.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ApprovalPolicy {
+    /// Rules (see `relay_broker::policy`): a command one of them matches whole is
+    /// accepted automatically.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        alias = "accept_command_prefixes"
+    )]
+    pub accept_commands: Vec<String>,
+    /// Rules: a command that starts with one of them is declined automatically.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        alias = "decline_command_prefixes"
+    )]
+    pub decline_commands: Vec<String>,
+    /// Accept every file change automatically.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_file_changes: bool,
+}
+
+/// What a client sends to register an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub name: String,
+    pub harness: Harness,
+    pub cwd: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The runtime node that serves this agent; `None` means the broker's embedded runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub wake: WakePolicy,
+    /// Program to run instead of the harness's default binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Variables for the program. A secret one (see [`Secrets`]) is kept here as
+    /// [`SECRET_SHOWN`], its name only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Secret variables' values: taken from a registration, then kept apart from the
+    /// event log; filled in only for the runtime that starts the agent.
+    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
+    pub secrets: Secrets,
+    #[serde(default)]
+    pub approval_policy: ApprovalPolicy,
+}
+
+/// What a secret variable's value is shown as, everywhere.
+pub const SECRET_SHOWN: &str = "***";
+
+/// Secret environment variables, name -> value. Never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secrets(pub BTreeMap<String, String>);
+
+impl Secrets {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set()
+            .entries(self.0.keys().map(|k| format!("{k}={SECRET_SHOWN}")))
+            .finish()
+    }
+}
+
+/// Whether a variable's name says it holds a secret (`OPENAI_API_KEY`, `GH_TOKEN`,
+/// `DB_PASSWORD`...): such `--env` values are kept as secrets without being asked.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+        "SIGNATURE",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+        || ["PWD", "DSN", "PAT", "CRED"]
+            .iter()
+            .any(|w| upper.ends_with(w) || upper.contains(&format!("{w}_")))
+}
+
+/// Whether a variable's value says it holds a secret: a URL with credentials in it
+/// (`postgres://user:password@host/db`).
+pub fn looks_secret_value(value: &str) -> bool {
+    value
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+        .is_some_and(|authority| authority.contains('@'))
+}
+
+impl AgentSpec {
+    /// Moves every secret variable of `env` (by [`looks_secret`] name or
+    /// [`looks_secret_value`] value, or already named in `secrets`) into `secrets`,
+    /// leaving [`SECRET_SHOWN`] in `env`; names given only in `secrets` are added to
+    /// `env` the same way. Idempotent.
+    pub fn move_secrets(&mut self) {
+        for (name, value) in self.env.iter_mut() {
+            let secret = looks_secret(name)
+                || looks_secret_value(value)
+                || self.secrets.0.contains_key(name);
+            if secret && value != SECRET_SHOWN {
+                let value = std::mem::replace(value, SECRET_SHOWN.to_string());
+                self.secrets.0.entry(name.clone()).or_insert(value);
+            }
+        }
+        for name in self.secrets.0.keys() {
+            self.env.insert(name.clone(), SECRET_SHOWN.to_string());
+        }
+    }
+
+    /// An agent with every option at its default: on-demand wake, the harness's own
+    /// program and model, the embedded runtime, no approval policy.
+    pub fn new(name: impl Into<String>, harness: Harness, cwd: impl Into<String>) -> AgentSpec {
+        AgentSpec {
+            name: name.into(),
+            harness,
+            cwd: cwd.into(),
+            model: None,
+            node: None,
+            wake: WakePolicy::default(),
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            secrets: Secrets::default(),
+            approval_policy: ApprovalPolicy::default(),
+        }
+    }
+}
+
+/// A registered agent: its spec plus what Relay knows of its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agent {
+    #[serde(flatten)]
+    pub spec: AgentSpec,
+    pub state: AgentState,
+    /// The harness's persistent thread/session id (Codex thread id, Claude session id...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// How an agent is reachable right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub transport: Harness,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
+}
+
+/// `true` when `name` is a valid agent name: 1..=64 of `[A-Za-z0-9_.-]`, starting with an
+/// alphanumeric. Names appear in NATS subjects, so no spaces, `*`, `>` or wildcards.
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_variables_are_found_by_name_or_by_value_and_moved_apart() {
+        for name in [
+            "OPENAI_API_KEY",
+            "GH_TOKEN",
+            "DB_PASSWORD",
+            "MYSQL_PWD",
+            "SENTRY_DSN",
+            "GITHUB_PAT",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in ["PATH", "RUST_LOG", "LANG", "CODEX_HOME", "PATH_INFO"] {
+            assert!(!looks_secret(name), "{name}");
+        }
+        assert!(looks_secret_value("postgres://u:pw@db:5432/x"));
+        assert!(!looks_secret_value("http://127.0.0.1:9/x@y"));
+        let mut spec = AgentSpec::new("a", Harness::CodexAppServer, "/w");
+        spec.env.insert("OPENAI_API_KEY".into(), "sk-1".into());
+        spec.env
+            .insert("DATABASE_URL".into(), "postgres://u:pw@h/db".into());
+        spec.env.insert("PLAIN".into(), "x".into());
+        spec.secrets.0.insert("GIVEN".into(), "g".into());
+        spec.move_secrets();
+        spec.move_secrets();
+        assert_eq!(spec.env["OPENAI_API_KEY"], SECRET_SHOWN);
+        assert_eq!(spec.env["DATABASE_URL"], SECRET_SHOWN);
+        assert_eq!(spec.env["GIVEN"], SECRET_SHOWN);
+        assert_eq!(spec.env["PLAIN"], "x");
+        assert_eq!(spec.secrets.0["OPENAI_API_KEY"], "sk-1");
+        assert_eq!(spec.secrets.0["DATABASE_URL"], "postgres://u:pw@h/db");
+        assert!(
+            !format!("{spec:?}").contains("sk-1"),
+            "Debug shows no value"
+        );
+    }
+
+    #[test]
+    fn agent_names_fit_in_subjects() {
+        assert!(valid_agent_name("codex-1"));
+        assert!(valid_agent_name("Pi_2"));
+        for bad in ["", "-x", "a b", "a.b", "a*", "a>", &"x".repeat(65)] {
+            assert!(!valid_agent_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn agent_json_is_flat() {
+        let agent = Agent {
+            spec: AgentSpec {
+                name: "codex-1".into(),
+                harness: Harness::CodexAppServer,
+                cwd: "/tmp".into(),
+                model: None,
+                node: None,
+                wake: WakePolicy::OnDemand,
+                command: None,
+                args: vec![],
+                env: BTreeMap::new(),
+                secrets: Default::default(),
+                approval_policy: ApprovalPolicy::default(),
+            },
+            state: AgentState::Idle,
+            thread_id: Some("t1".into()),
+            endpoint: None,
+            created_at: 1,
+            updated_at: 2,
+        };
+        let v = serde_json::to_value(&agent).unwrap();
+        assert_eq!(v["name"], "codex-1");
+        assert_eq!(v["harness"], "codex_app_server");
+        assert_eq!(v["thread_id"], "t1");
+        let back: Agent = serde_json::from_value(v).unwrap();
+        assert_eq!(back, agent);
+    }
+}

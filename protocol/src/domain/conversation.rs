@@ -1,0 +1,213 @@
+//! Conversations and the messages posted to them.
+
+use serde::{Deserialize, Serialize};
+
+use super::Harness;
+use crate::names::wire_enum;
+
+wire_enum! {
+    pub enum ConversationKind("conversation kind") {
+        Channel = "channel",
+        Direct = "direct",
+        Group = "group",
+        Thread = "thread",
+        System = "system",
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationSpec {
+    pub id: String,
+    pub kind: ConversationKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub participants: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conversation {
+    #[serde(flatten)]
+    pub spec: ConversationSpec,
+    pub created_at: u64,
+    /// Number of messages posted so far; also the next message's index.
+    pub message_count: u64,
+}
+
+/// The conversation every broker starts with; `relay send` posts here by default.
+pub const DEFAULT_CONVERSATION: &str = "channel.shared";
+
+wire_enum! {
+    /// `agent` is a conversational message from any actor (person or agent); the others
+    /// are machine-made.
+    #[derive(Default)]
+    pub enum MessageClass("message class") {
+        #[default]
+        Agent = "agent",
+        Status = "status",
+        System = "system",
+        Log = "log",
+        Artifact = "artifact",
+    }
+}
+
+/// Links from a message to the work it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MessageMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<Harness>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+}
+
+impl MessageMeta {
+    pub fn is_empty(&self) -> bool {
+        self == &MessageMeta::default()
+    }
+}
+
+/// What a client sends to post a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostMessage {
+    pub conversation: String,
+    pub author: String,
+    pub body: String,
+    #[serde(default)]
+    pub class: MessageClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "MessageMeta::is_empty")]
+    pub meta: MessageMeta,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub conversation: String,
+    /// Position in its conversation, from 0.
+    pub index: u64,
+    pub author: String,
+    pub class: MessageClass,
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "MessageMeta::is_empty")]
+    pub meta: MessageMeta,
+    pub created_at: u64,
+}
+
+/// `@name` tokens in a message body, in order of first appearance, without duplicates.
+/// A name is ASCII letters, digits, `-`, `_` and `.` (a trailing `.` is punctuation).
+pub fn parse_mentions(body: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let at_word_start = i == 0 || !is_name_byte(bytes[i - 1]);
+        if bytes[i] == b'@' && at_word_start {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && is_name_byte(bytes[end]) {
+                end += 1;
+            }
+            let name = body[start..end].trim_end_matches('.');
+            if !name.is_empty() && !out.iter().any(|n| n == name) {
+                out.push(name.to_string());
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+}
+
+/// `true` when `id` is a valid conversation id: 1..=200 bytes of dot-separated tokens,
+/// each one or more of `[A-Za-z0-9_-]` (`channel.shared`, `direct.operator.codex-1`).
+/// Ids are the tail of the conversation's NATS subject, so each token is a subject token.
+pub fn valid_conversation_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && id.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// `name` as one conversation-id token: every byte outside `[A-Za-z0-9_-]` becomes `_`
+/// (an actor named `ci bot` talks to agents in `direct.ci_bot.<agent>`).
+pub fn id_token(name: &str) -> String {
+    let token: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if token.is_empty() {
+        "_".to_string()
+    } else {
+        token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_are_parsed_in_order_without_duplicates() {
+        assert_eq!(
+            parse_mentions("@codex-1 and @pi_2, ask @codex-1 again. mail a@b.c @x."),
+            vec!["codex-1", "pi_2", "x"]
+        );
+        assert_eq!(parse_mentions("no mentions @ here"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn conversation_ids_are_subject_tokens() {
+        for ok in ["channel.shared", "direct.operator.codex-1", "a", "x_y-z.1"] {
+            assert!(valid_conversation_id(ok), "{ok}");
+        }
+        let long = "a".repeat(201);
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a b",
+            "a*",
+            "a.>",
+            "a\0b",
+            "é",
+            long.as_str(),
+        ] {
+            assert!(!valid_conversation_id(bad), "{bad:?}");
+        }
+        assert_eq!(id_token("ci bot.v2"), "ci_bot_v2");
+        assert_eq!(id_token(""), "_");
+        assert!(valid_conversation_id(&format!(
+            "direct.{}.x",
+            id_token("wé ird*")
+        )));
+    }
+}

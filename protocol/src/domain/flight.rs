@@ -1,0 +1,332 @@
+//! Invocations and the flights that track them: states, changes and updates.
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::wire_enum;
+
+wire_enum! {
+    #[derive(Default)]
+    pub enum Action("action") {
+        /// Answer a question; read-only work.
+        #[default]
+        Consult = "consult",
+        /// Do the work.
+        Execute = "execute",
+    }
+}
+
+/// What a client sends to invoke an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvokeRequest {
+    pub target: String,
+    pub task: String,
+    #[serde(default = "default_requester")]
+    pub requester: String,
+    #[serde(default)]
+    pub action: Action,
+    /// Conversation the request and reply are posted in; defaults to a direct one
+    /// between the requester and the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// The flight this invocation was made from (agent-to-agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+fn default_requester() -> String {
+    "operator".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub id: String,
+    pub requester: String,
+    pub target: String,
+    pub action: Action,
+    pub task: String,
+    pub conversation: String,
+    /// The message that carries the task in the conversation.
+    pub request_message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    /// 0 for a root invocation, parent's depth + 1 for agent-to-agent.
+    pub depth: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    pub created_at: u64,
+}
+
+wire_enum! {
+    /// The tracked execution of one invocation.
+    pub enum FlightState("flight state") {
+        Queued = "queued",
+        Waking = "waking",
+        Running = "running",
+        Waiting = "waiting",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl FlightState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            FlightState::Completed | FlightState::Failed | FlightState::Cancelled
+        )
+    }
+
+    /// The state machine: `queued -> waking -> running <-> waiting -> completed | failed |
+    /// cancelled`. Any live state may fail or be cancelled; a running or waiting flight
+    /// completes; waking may be skipped when the session is already up. Staying in the
+    /// same state is not a transition (see [`Flight`] for how duplicates are skipped).
+    pub fn can_transition(self, to: FlightState) -> bool {
+        use FlightState::*;
+        if self.is_terminal() || self == to {
+            return false;
+        }
+        match to {
+            Queued => false,
+            Waking => self == Queued,
+            Running => matches!(self, Queued | Waking | Waiting),
+            Waiting => self == Running,
+            // A turn may end while an approval is still open (codex settled it itself).
+            Completed => matches!(self, Running | Waiting),
+            Failed | Cancelled => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flight {
+    pub id: String,
+    pub invocation: String,
+    pub agent: String,
+    pub state: FlightState,
+    /// Live, one-line progress: the tail of the streamed text or the current item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The final assistant text (`null` until the flight completes: the field is always
+    /// there, so scripts can read `.output` and `.error` without guarding).
+    #[serde(default)]
+    pub output: Option<String>,
+    /// Why the flight failed or was cancelled (`null` otherwise).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Sequence number of the last update of this flight (1-based; 0 = none yet).
+    pub update_seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    pub conversation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_message: Option<String>,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+impl Flight {
+    /// The flight of a new invocation: queued, for its target, in its conversation.
+    pub fn queued(id: impl Into<String>, invocation: &Invocation) -> Flight {
+        Flight {
+            id: id.into(),
+            invocation: invocation.id.clone(),
+            agent: invocation.target.clone(),
+            state: FlightState::Queued,
+            summary: None,
+            output: None,
+            error: None,
+            update_seq: 0,
+            thread_id: None,
+            turn_id: None,
+            parent_flight: invocation.parent_flight.clone(),
+            conversation: invocation.conversation.clone(),
+            reply_message: None,
+            created_at: invocation.created_at,
+            updated_at: invocation.created_at,
+        }
+    }
+}
+
+/// One change to a flight, as a client reports it to the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FlightChange {
+    /// Move to a new state. `output` is the final text on completion; `reason` says why
+    /// on failure or cancellation.
+    State {
+        to: FlightState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
+    /// A piece of streamed assistant text.
+    Delta {
+        text: String,
+    },
+    /// A harness item started or completed (command, file change, reasoning...).
+    Item {
+        item_id: String,
+        item_kind: ItemKind,
+        phase: ItemPhase,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+    /// Output of a running command.
+    CommandOutput {
+        item_id: String,
+        text: String,
+    },
+    /// The harness's plan or diff changed.
+    Plan {
+        text: String,
+    },
+    Diff {
+        text: String,
+    },
+    Usage {
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    /// The session/turn ids the harness assigned.
+    Session {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thread_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
+    },
+    /// A note from the runtime (thread lost and restarted, session respawned...).
+    Note {
+        text: String,
+    },
+}
+
+/// The kind of a harness item (one step of a turn). A kind Relay has no name for keeps
+/// the harness's own name ([`ItemKind::Other`]).
+///
+/// On every wire (JSON, sled, the protobuf `Item.item_kind`) it is its name as a plain
+/// string, [`ItemKind::as_str`]: `"command_execution"`, or the harness's own name. Reading
+/// a name back gives the named kind, so `Other` never holds one of the names above.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ItemKind {
+    AgentMessage,
+    Reasoning,
+    CommandExecution,
+    FileChange,
+    ToolCall,
+    UserMessage,
+    Plan,
+    Other(String),
+}
+
+impl ItemKind {
+    const NAMED: [ItemKind; 7] = [
+        ItemKind::AgentMessage,
+        ItemKind::Reasoning,
+        ItemKind::CommandExecution,
+        ItemKind::FileChange,
+        ItemKind::ToolCall,
+        ItemKind::UserMessage,
+        ItemKind::Plan,
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            ItemKind::AgentMessage => "agent_message",
+            ItemKind::Reasoning => "reasoning",
+            ItemKind::CommandExecution => "command_execution",
+            ItemKind::FileChange => "file_change",
+            ItemKind::ToolCall => "tool_call",
+            ItemKind::UserMessage => "user_message",
+            ItemKind::Plan => "plan",
+            ItemKind::Other(name) => name,
+        }
+    }
+
+    /// The kind a name stands for: one of the named kinds, else [`ItemKind::Other`].
+    pub fn from_name(name: &str) -> ItemKind {
+        Self::NAMED
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .unwrap_or_else(|| ItemKind::Other(name.to_string()))
+    }
+}
+
+impl std::fmt::Display for ItemKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ItemKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ItemKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(ItemKind::from_name(&name))
+    }
+}
+
+wire_enum! {
+    pub enum ItemPhase("item phase") {
+        Started = "started",
+        Completed = "completed",
+    }
+}
+
+/// A persisted flight update: the change, its per-flight sequence number and time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlightUpdate {
+    pub flight: String,
+    pub agent: String,
+    pub seq: u64,
+    pub at: u64,
+    #[serde(flatten)]
+    pub change: FlightChange,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_kinds_are_plain_names_on_the_wire() {
+        let item = |kind: ItemKind| FlightChange::Item {
+            item_id: "i".into(),
+            item_kind: kind,
+            phase: ItemPhase::Started,
+            text: None,
+        };
+        for (kind, name) in [
+            (ItemKind::AgentMessage, "agent_message"),
+            (ItemKind::CommandExecution, "command_execution"),
+            (ItemKind::Other("imageView".into()), "imageView"),
+        ] {
+            let json = serde_json::to_value(item(kind.clone())).unwrap();
+            assert_eq!(
+                json,
+                serde_json::json!({
+                    "kind": "item", "item_id": "i", "item_kind": name, "phase": "started"
+                })
+            );
+            assert_eq!(
+                serde_json::from_value::<FlightChange>(json).unwrap(),
+                item(kind)
+            );
+        }
+        for kind in ItemKind::NAMED {
+            assert_eq!(ItemKind::from_name(kind.as_str()), kind);
+        }
+    }
+}

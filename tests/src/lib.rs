@@ -134,15 +134,12 @@ impl RelayProcess {
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
     /// `kill -9`, and wait until the process is gone.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9(&mut self.child);
     }
 
     /// SIGTERM, and wait for a clean exit.
@@ -203,6 +200,19 @@ impl RelayProcess {
             token: Some(self.api.token.clone()),
             client: reqwest::Client::new(),
         }
+    }
+}
+
+/// A process log's text so far (empty if it cannot be read).
+fn read_log(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// `kill -9` of a child process this handle still owns, and wait until it is gone.
+fn kill9(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
@@ -409,14 +419,12 @@ impl NodeProcess {
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
+    /// `kill -9`, and wait until the process is gone.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill9(&mut self.child);
     }
 
     pub fn restart(&mut self) -> anyhow::Result<()> {

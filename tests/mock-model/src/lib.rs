@@ -215,12 +215,7 @@ fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
 /// A message's content: a string, or parts with `text` (`input_text`, `output_text`).
 fn message_text(item: &Value) -> String {
     match item.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
+        Some(v @ (Value::String(_) | Value::Array(_))) => output_text(Some(v)),
         _ => String::new(),
     }
 }

@@ -59,6 +59,13 @@ async fn spawn(home: &Path) -> (CodexSession, Receiver<HarnessEvent>) {
         .expect("spawn failed")
 }
 
+/// [`spawn`], then a thread started with the test's options.
+async fn spawn_with_thread(home: &Path) -> (CodexSession, Receiver<HarnessEvent>, String) {
+    let (session, events) = spawn(home).await;
+    let thread = session.start_thread(&thread_options(home)).await.unwrap();
+    (session, events, thread)
+}
+
 async fn next(events: &mut Receiver<HarnessEvent>) -> HarnessEvent {
     tokio::time::timeout(WAIT, events.recv())
         .await
@@ -171,11 +178,7 @@ async fn text_turn_streams_deltas_in_order() {
 #[tokio::test]
 async fn thread_resumes_in_a_new_process() {
     let s = setup().await;
-    let (session, mut events) = spawn(s.home.path()).await;
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     session
         .start_turn(&thread, "remember the word pineapple")
         .await
@@ -286,11 +289,7 @@ async fn interrupt_ends_a_streaming_turn() {
         ["one ", "two ", "three"],
         Duration::from_secs(30),
     ));
-    let (session, mut events) = spawn(s.home.path()).await;
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "count slowly").await.unwrap();
     let seen = until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
     assert!(matches!(seen.last(), Some(HarnessEvent::TextDelta { delta, .. }) if delta == "one "));
@@ -331,11 +330,7 @@ async fn steer_adds_input_to_the_running_turn() {
         ["Xyzzy-draft ", "on ", "it"],
         Duration::from_secs(30),
     ));
-    let (session, mut events) = spawn(s.home.path()).await;
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "write a poem").await.unwrap();
     until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
 
@@ -390,11 +385,7 @@ async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(S
         "needs to run outside the sandbox",
     ));
     s.mock.push(Reply::text("done"));
-    let (session, mut events) = spawn(s.home.path()).await;
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "run it").await.unwrap();
     let seen = until(&mut events, |e| {
         matches!(e, HarnessEvent::ApprovalRequested { .. })
@@ -638,11 +629,7 @@ async fn assert_gone(pid: u32) {
 async fn failed_model_response_fails_the_turn() {
     let s = setup().await;
     s.mock.push(Reply::failed("the mock model broke"));
-    let (session, mut events) = spawn(s.home.path()).await;
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     session.start_turn(&thread, "try").await.unwrap();
     let seen = until(&mut events, is_turn_completed).await;
     match outcome(&seen) {

@@ -1,0 +1,62 @@
+//! The approval routes: list approvals and decide one.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use relay_protocol::api::{DecideApproval, ErrorCode};
+use relay_protocol::domain::{Approval, ApprovalState};
+use serde::Deserialize;
+
+use super::{ApiJson, ApiResult, ApiState, HttpError};
+use crate::error::quote;
+use crate::store::T;
+
+#[derive(Deserialize)]
+pub(super) struct ApprovalQuery {
+    /// `pending` (default), `decided`, `expired` or `all`.
+    state: Option<String>,
+}
+
+pub(super) async fn list_approvals(
+    State(s): State<ApiState>,
+    Query(q): Query<ApprovalQuery>,
+) -> ApiResult<Vec<Approval>> {
+    let all: Vec<Approval> = s.broker.store().read(|st| st.values(T::Approvals)).await?;
+    let want = match q.state.as_deref().unwrap_or("pending") {
+        "pending" => Some(ApprovalState::Pending),
+        "decided" => Some(ApprovalState::Decided),
+        "expired" => Some(ApprovalState::Expired),
+        "all" => None,
+        other => {
+            return Err(HttpError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "unknown approval state {}; use pending, decided, expired or all",
+                    quote(other)
+                ),
+            ))
+        }
+    };
+    Ok(Json(
+        all.into_iter()
+            .filter(|a| want.is_none_or(|w| a.state == w))
+            .collect(),
+    ))
+}
+
+pub(super) async fn decide_approval(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<DecideApproval>,
+) -> ApiResult<Approval> {
+    Ok(Json(
+        crate::ops::decide(
+            &s.broker,
+            s.control.as_ref(),
+            &id,
+            body.decision,
+            &body.decided_by,
+            false,
+        )
+        .await?,
+    ))
+}

@@ -1,0 +1,111 @@
+//! The event log and the live streams: `GET /v1/events`, and over SSE every committed
+//! event and one flight's updates.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Json;
+use futures::Stream;
+use relay_protocol::api::{ErrorBody, ErrorCode};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use super::{AfterQuery, ApiResult, ApiState, HttpError};
+use crate::error::{quote, BrokerError};
+
+pub(super) fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEvent {
+    SseEvent::default()
+        .id(id.to_string())
+        .event(kind)
+        .json_data(v)
+        .unwrap_or_else(|_| SseEvent::default().event("error").data("unserializable"))
+}
+
+/// Updates of one flight over SSE (`event: update`, `id:` = per-flight seq), from
+/// `after`, ending after the update that makes the flight terminal.
+pub(super) async fn flight_stream(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<AfterQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let flight = s
+        .broker
+        .flight(&id)
+        .await?
+        .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
+    let rx = crate::feed::follow_flight(s.broker.clone(), flight, q.after.unwrap_or(0));
+    let stream = ReceiverStream::new(rx).map(|item| {
+        Ok(match item {
+            Ok(update) => sse_json(update.seq, "update", &update),
+            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+        })
+    });
+    let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+pub(super) async fn list_events(
+    State(s): State<ApiState>,
+    Query(q): Query<AfterQuery>,
+) -> ApiResult<Vec<relay_protocol::event::Event>> {
+    let published = s.broker.last_seq();
+    let (after, limit) = (q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000));
+    let mut events = s
+        .broker
+        .store()
+        .read(move |st| st.events_after(after, limit))
+        .await?;
+    events.retain(|e| e.seq <= published);
+    Ok(Json(events))
+}
+
+/// Every committed event over SSE (`id:` = global seq, `event:` = its type), from
+/// `after` or the `Last-Event-ID` header, without gaps or duplicates.
+pub(super) async fn event_stream(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    Query(q): Query<AfterQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let last_id = last_event_id(&headers)?;
+    let after = q.after.or(last_id).unwrap_or(0);
+    let rx = crate::feed::follow(s.broker.clone(), after);
+    let stream = ReceiverStream::new(rx).map(|item| {
+        Ok(match item {
+            Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
+            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+        })
+    });
+    let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The `Last-Event-ID` a reconnecting client sends: the seq of the last event it got.
+/// An empty one is no position (SSE clients send none after an empty `id:`); anything
+/// else that is not a seq is refused, not taken as "from the start", which would replay
+/// the whole log to a client that meant to continue.
+pub(super) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            "the Last-Event-ID header is not text; it is the seq of the last event received (a whole number)",
+        )
+    })?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        HttpError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "the Last-Event-ID header {} is not an event seq; it is the seq of the last event received (a whole number), or leave it out to start from `after` (default 0)",
+                quote(text)
+            ),
+        )
+    })
+}

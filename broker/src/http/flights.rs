@@ -1,0 +1,115 @@
+//! The invocation and flight routes: invoke, list and show flights, their updates, steer
+//! and interrupt.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use relay_protocol::api::{SteerRequest, UpdateFlight};
+use relay_protocol::domain::{Flight, FlightState, InvokeRequest};
+use serde::Deserialize;
+
+use super::{AfterQuery, ApiJson, ApiResult, ApiState};
+use crate::error::BrokerError;
+
+pub(super) async fn invoke(
+    State(s): State<ApiState>,
+    ApiJson(req): ApiJson<InvokeRequest>,
+) -> ApiResult<relay_protocol::api::InvokeAccepted> {
+    Ok(Json(s.broker.invoke(req).await?))
+}
+
+#[derive(Deserialize)]
+pub(super) struct FlightQuery {
+    agent: Option<String>,
+    state: Option<FlightState>,
+    /// Only flights not in a terminal state.
+    #[serde(default)]
+    live: bool,
+    limit: Option<usize>,
+}
+
+pub(super) async fn list_flights(
+    State(s): State<ApiState>,
+    Query(q): Query<FlightQuery>,
+) -> ApiResult<Vec<Flight>> {
+    // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
+    // flights come from their index; others from the newest back, up to `limit`.
+    let limit = q.limit.unwrap_or(100);
+    let keep = move |f: &Flight| {
+        q.agent.as_ref().is_none_or(|a| &f.agent == a)
+            && q.state.is_none_or(|st| f.state == st)
+            && (!q.live || !f.state.is_terminal())
+    };
+    let live = q.live;
+    let out = s
+        .broker
+        .store()
+        .read(move |st| {
+            if live {
+                let mut out: Vec<Flight> = st.live_flights()?.into_iter().filter(keep).collect();
+                out.drain(..out.len().saturating_sub(limit));
+                Ok(out)
+            } else {
+                st.recent_flights(limit, keep)
+            }
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+pub(super) async fn show_flight(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+) -> ApiResult<Flight> {
+    Ok(Json(
+        s.broker
+            .flight(&id)
+            .await?
+            .ok_or(BrokerError::UnknownFlight(id))?,
+    ))
+}
+
+pub(super) async fn flight_updates(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<AfterQuery>,
+) -> ApiResult<Vec<relay_protocol::domain::FlightUpdate>> {
+    let after = q.after.unwrap_or(0);
+    let updates = s
+        .broker
+        .store()
+        .read(move |store| {
+            if store.flight(&id)?.is_none() {
+                return Err(BrokerError::UnknownFlight(id));
+            }
+            store.flight_updates(&id, after)
+        })
+        .await?;
+    Ok(Json(updates))
+}
+
+pub(super) async fn update_flight(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateFlight>,
+) -> ApiResult<relay_protocol::api::UpdateResult> {
+    Ok(Json(s.broker.update_flight(&id, body.change).await?))
+}
+
+pub(super) async fn steer(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SteerRequest>,
+) -> ApiResult<Flight> {
+    Ok(Json(
+        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text).await?,
+    ))
+}
+
+pub(super) async fn interrupt(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+) -> ApiResult<Flight> {
+    Ok(Json(
+        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+    ))
+}

@@ -1,0 +1,61 @@
+//! The conversation and message routes: list and add conversations, read and post
+//! messages.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use relay_protocol::api::MessagePosted;
+use relay_protocol::domain::{Conversation, ConversationSpec, PostMessage};
+use serde::Deserialize;
+
+use super::{ApiJson, ApiResult, ApiState};
+use crate::error::BrokerError;
+use crate::store::T;
+
+pub(super) async fn list_conversations(State(s): State<ApiState>) -> ApiResult<Vec<Conversation>> {
+    Ok(Json(
+        s.broker
+            .store()
+            .read(|st| st.values(T::Conversations))
+            .await?,
+    ))
+}
+
+pub(super) async fn add_conversation(
+    State(s): State<ApiState>,
+    ApiJson(spec): ApiJson<ConversationSpec>,
+) -> ApiResult<Conversation> {
+    Ok(Json(s.broker.create_conversation(spec).await?))
+}
+
+#[derive(Deserialize)]
+pub(super) struct ReadQuery {
+    limit: Option<usize>,
+}
+
+pub(super) async fn read_messages(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<ReadQuery>,
+) -> ApiResult<Vec<relay_protocol::domain::Message>> {
+    let limit = q.limit.unwrap_or(50);
+    let messages = s
+        .broker
+        .store()
+        .read(move |store| {
+            if store.conversation(&id)?.is_none() {
+                return Err(BrokerError::UnknownConversation(id));
+            }
+            store.messages(&id, limit)
+        })
+        .await?;
+    Ok(Json(messages))
+}
+
+pub(super) async fn post_message(
+    State(s): State<ApiState>,
+    ApiJson(post): ApiJson<PostMessage>,
+) -> ApiResult<MessagePosted> {
+    Ok(Json(MessagePosted {
+        message: s.broker.post_message(post).await?,
+    }))
+}

@@ -1,0 +1,360 @@
+//! The NATS publisher: every committed flight update and message, in order from a saved
+//! cursor, flight updates through the `RELAY_FLIGHTS` stream with acknowledgement;
+//! events too large for NATS trimmed, events it never takes skipped.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+
+use prost::Message as _;
+use relay_protocol::bus::{
+    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SEQ_HEADER,
+    TYPE_HEADER,
+};
+use relay_protocol::convert;
+use relay_protocol::event::{Event, EventBody};
+use relay_protocol::pb;
+use relay_runtime::retry::{self, RetryableWithContext};
+use tokio_util::sync::CancellationToken;
+
+use super::service::Counters;
+use crate::broker::Broker;
+
+/// Flight updates published to the stream whose acknowledgement is outstanding, at most.
+const ACK_WINDOW: usize = 4096;
+/// How long to wait for the stream to acknowledge an update before publishing again.
+const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times in a row the stream may refuse one update before it is skipped.
+const STREAM_REFUSALS: u32 = 5;
+/// How long a stopping publisher waits for NATS to take what it was given.
+const FINAL_FLUSH: Duration = Duration::from_secs(3);
+/// Waits between tries to publish an event while NATS is unreachable.
+const PUBLISH_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
+
+/// Publishes every committed flight update and message, from the seq saved in
+/// `cursor_file` (or the current end of the log), until `shutdown` fires.
+///
+/// Flight updates go to the `RELAY_FLIGHTS` stream (and its subscribers) with
+/// acknowledgement; the cursor only moves past an update once the stream has it, and an
+/// update not acknowledged is published again from there (`Nats-Msg-Id` makes the stream
+/// keep one copy; plain subscribers may see it twice and drop it by `seq`). An event that
+/// NATS can never take (a subject it refuses, a payload over its limit even trimmed) is
+/// logged, counted and skipped: one bad event must not stop the bus.
+pub async fn publish(
+    client: async_nats::Client,
+    broker: Broker,
+    cursor_file: PathBuf,
+    counters: Arc<Counters>,
+    shutdown: CancellationToken,
+) {
+    let js = async_nats::jetstream::new(client.clone());
+    let start = std::fs::read_to_string(&cursor_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| broker.last_seq());
+    let mut publisher = Publisher {
+        client: client.clone(),
+        js,
+        counters,
+        acks: std::collections::VecDeque::new(),
+        handed: start,
+        failing: (0, 0),
+        done: start,
+    };
+    let mut feed = crate::feed::follow(broker.clone(), start);
+    let mut saved = start;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        if publisher.acks.len() >= ACK_WINDOW {
+            if let Err(from) = publisher.settle().await {
+                feed = crate::feed::follow(broker.clone(), from);
+            }
+            continue;
+        }
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                match publisher.settle().await {
+                    Ok(()) => {
+                        if publisher.done != saved {
+                            save_cursor(&cursor_file, publisher.done).await;
+                            saved = publisher.done;
+                        }
+                    }
+                    Err(from) => feed = crate::feed::follow(broker.clone(), from),
+                }
+                continue;
+            }
+            i = feed.recv() => i,
+        };
+        let event = match item {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "cannot read the event log; NATS publishing stopped");
+                break;
+            }
+            None => break,
+        };
+        // Tried until NATS takes it (what it never will is skipped inside `publish`), so
+        // the outcome is `Ok`; only a stop while waiting between tries ends it. Each try
+        // owns the publisher and the event and hands them back: a future borrowing them
+        // is not `Send` to the compiler through backon's generic types.
+        let seq = event.seq;
+        let published = retry::until_stopped(&shutdown, |sleeper| {
+            (|(mut p, event): (Publisher, Arc<Event>)| async move {
+                let outcome = p.publish(&event).await;
+                ((p, event), outcome)
+            })
+            .retry(PUBLISH_BACKOFF)
+            .sleep(sleeper)
+            .context((publisher, event))
+            .notify(|e, _| {
+                tracing::warn!(seq, error = %e, "NATS publish failed; retrying");
+            })
+        })
+        .await;
+        let Some(((p, _), _taken)) = published else {
+            return;
+        };
+        publisher = p;
+    }
+    if tokio::time::timeout(FINAL_FLUSH, publisher.settle())
+        .await
+        .is_ok_and(|r| r.is_ok())
+    {
+        save_cursor(&cursor_file, publisher.done).await;
+    } else {
+        tracing::warn!("NATS did not take the last events before the stop; they are published again at the next start");
+    }
+}
+
+struct Publisher {
+    client: async_nats::Client,
+    js: async_nats::jetstream::Context,
+    counters: Arc<Counters>,
+    /// Flight updates handed to the stream, oldest first, with their event seq.
+    acks: std::collections::VecDeque<(u64, async_nats::jetstream::context::PublishAckFuture)>,
+    /// The last event handed to NATS.
+    handed: u64,
+    /// The update whose acknowledgement failed last, and how many times in a row.
+    failing: (u64, u32),
+    /// Every event up to this one is with NATS (acknowledged by the stream where it
+    /// goes to the stream).
+    done: u64,
+}
+
+impl Publisher {
+    /// Publishes one committed event on its subjects (nothing for most event types). An
+    /// error is a connection problem worth retrying; what can never be published is
+    /// skipped here.
+    async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
+        match &event.body {
+            EventBody::FlightUpdated { update, flight } => {
+                let mut update = update.clone();
+                let mut flight = flight.clone();
+                let mut trimmed = false;
+                loop {
+                    match self.publish_update(event.seq, &update, &flight).await {
+                        Ok(()) => break,
+                        Err(Unpublishable::TooLarge) if !trimmed => {
+                            trim_texts(&mut update, &mut flight);
+                            trimmed = true;
+                        }
+                        Err(Unpublishable::Retry(e)) => return Err(e),
+                        Err(e) => {
+                            self.skip(event, &e);
+                            break;
+                        }
+                    }
+                }
+            }
+            EventBody::MessagePosted { message, .. } => {
+                let mut headers = HeaderMap::new();
+                headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
+                headers.insert(TYPE_HEADER, type_name::<pb::Message>().as_str());
+                let result = self
+                    .client
+                    .publish_with_headers(
+                        subjects::conversation(&message.conversation),
+                        headers,
+                        convert::message_to_pb(message).encode_to_vec().into(),
+                    )
+                    .await;
+                if let Err(e) = result {
+                    match e.kind() {
+                        async_nats::client::PublishErrorKind::Send => return Err(e.to_string()),
+                        _ => self.skip(event, &Unpublishable::Refused(e.to_string())),
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.counters.published.fetch_add(1, Ordering::Relaxed);
+        self.handed = event.seq;
+        Ok(())
+    }
+
+    async fn publish_update(
+        &mut self,
+        seq: u64,
+        update: &relay_protocol::domain::FlightUpdate,
+        flight: &relay_protocol::domain::Flight,
+    ) -> Result<(), Unpublishable> {
+        let max = self.client.server_info().max_payload;
+        let pb_bytes = convert::update_to_pb(update, flight).encode_to_vec();
+        let json = serde_json::to_vec(&serde_json::json!({ "update": update, "flight": flight }))
+            .map_err(|e| Unpublishable::Refused(e.to_string()))?;
+        // Room for the headers; the server's limit covers them too.
+        if max > 0 && pb_bytes.len().max(json.len()) + 1024 > max {
+            return Err(Unpublishable::TooLarge);
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(SEQ_HEADER, seq.to_string().as_str());
+        headers.insert(TYPE_HEADER, type_name::<pb::FlightUpdate>().as_str());
+        // The stream drops a re-publish of the same update (after a restart, a lost ack).
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            format!("{}:{}", update.flight, update.seq).as_str(),
+        );
+        let ack = self
+            .js
+            .publish_with_headers(
+                subjects::flight(&update.agent, &update.flight),
+                headers.clone(),
+                pb_bytes.into(),
+            )
+            .await
+            .map_err(|e| match e.kind() {
+                async_nats::jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                    Unpublishable::TooLarge
+                }
+                _ => Unpublishable::Retry(e.to_string()),
+            })?;
+        self.acks.push_back((seq, ack));
+        let mut json_headers = headers;
+        json_headers.insert(TYPE_HEADER, json_type_name::<pb::FlightUpdate>().as_str());
+        json_headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
+        // The JSON mirror rides on the same connection: if it breaks, the stream's
+        // acknowledgement fails too and both are published again from there.
+        if let Err(e) = self
+            .client
+            .publish_with_headers(
+                subjects::flight_json(&update.agent, &update.flight),
+                json_headers,
+                json.into(),
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "JSON flight update not published");
+        }
+        Ok(())
+    }
+
+    fn skip(&self, event: &relay_protocol::event::Event, why: &Unpublishable) {
+        self.counters.unpublishable.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(seq = event.seq, event = event.body.type_name(), error = %why, "event not published on NATS; skipped (the log still has it)");
+    }
+
+    /// Waits for the stream's acknowledgements of everything handed so far. On a missing
+    /// one, returns the seq to publish again after. An update the stream keeps refusing
+    /// ([`STREAM_REFUSALS`] times in a row: a stream deleted or limited under it) is
+    /// skipped, so the publisher never loops on it.
+    async fn settle(&mut self) -> Result<(), u64> {
+        while let Some((seq, ack)) = self.acks.pop_front() {
+            let why = match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no acknowledgement in time".into(),
+            };
+            self.failing = match self.failing {
+                (s, n) if s == seq => (s, n + 1),
+                _ => (seq, 1),
+            };
+            if self.failing.1 >= STREAM_REFUSALS {
+                self.counters.unpublishable.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(seq, error = %why, "the flight stream keeps refusing an update; it is skipped (the log still has it)");
+                continue;
+            }
+            tracing::warn!(seq, error = %why, "the flight stream did not take an update; publishing again from it");
+            self.acks.clear();
+            let from = seq - 1;
+            self.handed = from;
+            self.done = from;
+            return Err(from);
+        }
+        // Plain publishes count once NATS has them.
+        if self.done != self.handed {
+            if self.client.flush().await.is_err() {
+                return Ok(());
+            }
+            self.done = self.handed;
+        }
+        Ok(())
+    }
+}
+
+/// Why an event did not go out.
+#[derive(Debug, thiserror::Error)]
+enum Unpublishable {
+    #[error("over the NATS server's max_payload")]
+    TooLarge,
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Retry(String),
+}
+
+/// Longest text kept in a flight update that is too large for NATS.
+const TRIMMED_TEXT: usize = 16 * 1024;
+
+/// Cuts the long texts of an update and its flight (output, deltas) so it fits a NATS
+/// message; the full text stays in the log (`relay flight ID`).
+fn trim_texts(
+    update: &mut relay_protocol::domain::FlightUpdate,
+    flight: &mut relay_protocol::domain::Flight,
+) {
+    use relay_protocol::domain::FlightChange;
+    fn cut(text: &mut String) {
+        if relay_protocol::domain::truncate_bytes(text, TRIMMED_TEXT) {
+            text.push_str("\n[... cut for NATS; the whole text is in the log]");
+        }
+    }
+    for text in [&mut flight.output, &mut flight.error, &mut flight.summary]
+        .into_iter()
+        .flatten()
+    {
+        cut(text);
+    }
+    match &mut update.change {
+        FlightChange::State { reason, output, .. } => {
+            for text in [reason, output].into_iter().flatten() {
+                cut(text);
+            }
+        }
+        FlightChange::Delta { text }
+        | FlightChange::Plan { text }
+        | FlightChange::Diff { text }
+        | FlightChange::CommandOutput { text, .. }
+        | FlightChange::Item {
+            text: Some(text), ..
+        } => cut(text),
+        _ => {}
+    }
+}
+
+/// Saves the publisher's cursor ([`crate::files::write_private`]), off the async
+/// workers; a cursor not saved only means some updates are published again.
+async fn save_cursor(path: &std::path::Path, seq: u64) {
+    let path = path.to_owned();
+    let saved = tokio::task::spawn_blocking(move || {
+        crate::files::write_private(&path, seq.to_string().as_bytes())
+    })
+    .await;
+    if let Ok(Err(e)) = saved {
+        tracing::debug!(error = %e, "NATS cursor not saved");
+    }
+}

@@ -1,0 +1,391 @@
+//! The NATS service: the invoke and command request subjects, answered in protobuf or
+//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_nats::{HeaderMap, Message as NatsMessage};
+use bytes::Bytes;
+use futures::StreamExt;
+use prost::Message as _;
+use relay_protocol::api::{ApiError, ErrorBody};
+use relay_protocol::bus::{
+    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, TOKEN_HEADER,
+    TYPE_HEADER,
+};
+use relay_protocol::convert::{self, ProtoEnum};
+use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
+use relay_protocol::pb;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::MAX_INFLIGHT_REQUESTS;
+use crate::broker::Broker;
+use crate::error::{quote, BrokerError};
+use crate::ports::FlightControl;
+
+/// Queue group of the broker's request subscriptions (several brokers would share load).
+const QUEUE_GROUP: &str = "relay-broker";
+
+/// Counters of the NATS service, for logs and benchmarks.
+#[derive(Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub overloaded: AtomicU64,
+    pub errors: AtomicU64,
+    pub published: AtomicU64,
+    /// Events NATS could never take (skipped, still in the log).
+    pub unpublishable: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Service {
+    client: async_nats::Client,
+    broker: Broker,
+    control: Option<Arc<dyn FlightControl>>,
+    request_token: Option<Arc<str>>,
+    permits: Arc<Semaphore>,
+    pub counters: Arc<Counters>,
+}
+
+impl Service {
+    pub fn new(
+        client: async_nats::Client,
+        broker: Broker,
+        control: Option<Arc<dyn FlightControl>>,
+        request_token: Option<String>,
+    ) -> Service {
+        Service {
+            client,
+            broker,
+            control,
+            request_token: request_token.map(Arc::from),
+            permits: Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS)),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    /// Serves the request subjects until `shutdown` fires.
+    pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut invoke = self
+            .client
+            .queue_subscribe(subjects::INVOKE_ALL, QUEUE_GROUP.into())
+            .await?;
+        let mut cmd = self
+            .client
+            .queue_subscribe(subjects::CMD_ALL, QUEUE_GROUP.into())
+            .await?;
+        loop {
+            let msg = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                m = invoke.next() => m,
+                m = cmd.next() => m,
+            };
+            let Some(msg) = msg else { break };
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            let Some(reply) = msg.reply.clone() else {
+                continue; // a publish without a reply subject: nobody to answer
+            };
+            let form = Form {
+                json: is_json(&msg),
+                invoke: subjects::invoke_target(&msg.subject).is_some(),
+            };
+            match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        let answer = this.handle(&msg, form.json).await;
+                        this.respond(reply, answer, form).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    self.counters.overloaded.fetch_add(1, Ordering::Relaxed);
+                    let e = BrokerError::Overloaded(format!(
+                        "{MAX_INFLIGHT_REQUESTS} requests are in progress"
+                    ));
+                    self.respond(reply, Answer::Error(e.to_api()), form).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn respond(&self, reply: async_nats::Subject, answer: Answer, form: Form) {
+        if let Answer::Error(e) = &answer {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(error = %e, "NATS request refused");
+        }
+        // Every reply to an invoke subject is an InvokeReply, to a cmd subject a
+        // CommandReply, errors included; JSON replies say `<type>+json`.
+        let name = match (form.invoke, form.json) {
+            (true, false) => type_name::<pb::InvokeReply>(),
+            (true, true) => json_type_name::<pb::InvokeReply>(),
+            (false, false) => type_name::<pb::CommandReply>(),
+            (false, true) => json_type_name::<pb::CommandReply>(),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(TYPE_HEADER, name.as_str());
+        let payload = if form.json {
+            headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
+            answer.to_json()
+        } else {
+            answer.to_pb(form.invoke)
+        };
+        if let Err(e) = self
+            .client
+            .publish_with_headers(reply, headers, payload)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot answer a NATS request");
+        }
+    }
+
+    async fn handle(&self, msg: &NatsMessage, json: bool) -> Answer {
+        match self.dispatch(msg, json).await {
+            Ok(a) => a,
+            Err(e) => Answer::Error(e.to_api()),
+        }
+    }
+
+    async fn dispatch(&self, msg: &NatsMessage, json: bool) -> Result<Answer, BrokerError> {
+        if let Some(want) = &self.request_token {
+            let given = msg.headers.as_ref().and_then(|h| h.get(TOKEN_HEADER));
+            match given {
+                Some(t) if crate::seal::token_matches(t.as_str().as_bytes(), want.as_bytes()) => {}
+                Some(_) => {
+                    return Err(BrokerError::Unauthorized(format!(
+                        "the {TOKEN_HEADER} header is wrong"
+                    )))
+                }
+                None => {
+                    return Err(BrokerError::Unauthorized(format!(
+                        "this broker wants a {TOKEN_HEADER} header on every request"
+                    )))
+                }
+            }
+        }
+        let limit = self.broker.config().max_message_bytes + 64 * 1024;
+        if msg.payload.len() > limit {
+            return Err(BrokerError::TooLarge {
+                what: "request payload",
+                size: msg.payload.len(),
+                limit,
+            });
+        }
+        let subject = msg.subject.as_str();
+        if let Some(agent) = subjects::invoke_target(subject) {
+            let req = if json {
+                let body: InvokeJson = from_json(&msg.payload)?;
+                body.into_request(agent)
+            } else {
+                let r: pb::InvokeRequest = from_pb(msg)?;
+                convert::invoke_request_from_pb(agent, &r)
+                    .map_err(|e| BrokerError::Invalid(e.to_string()))?
+            };
+            return Ok(Answer::Invoked(self.broker.invoke(req).await?));
+        }
+        let control = self.control.as_ref();
+        match subject {
+            subjects::CMD_POST => {
+                let post: PostMessage = if json {
+                    from_json(&msg.payload)?
+                } else {
+                    let p: pb::PostMessage = from_pb(msg)?;
+                    convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
+                };
+                Ok(Answer::Message(self.broker.post_message(post).await?))
+            }
+            subjects::CMD_STEER => {
+                let (flight, text) = if json {
+                    let b: SteerJson = from_json(&msg.payload)?;
+                    (b.flight, b.text)
+                } else {
+                    let r: pb::SteerRequest = from_pb(msg)?;
+                    (r.flight, r.text)
+                };
+                Ok(Answer::Flight(
+                    crate::ops::steer(&self.broker, control, &flight, text).await?,
+                ))
+            }
+            subjects::CMD_INTERRUPT => {
+                let flight = if json {
+                    from_json::<InterruptJson>(&msg.payload)?.flight
+                } else {
+                    from_pb::<pb::InterruptRequest>(msg)?.flight
+                };
+                Ok(Answer::Flight(
+                    crate::ops::interrupt(&self.broker, control, &flight).await?,
+                ))
+            }
+            subjects::CMD_APPROVE => {
+                let (id, decision, by) = if json {
+                    let b: ApproveJson = from_json(&msg.payload)?;
+                    (b.approval, b.decision, b.decided_by)
+                } else {
+                    let r: pb::ApproveRequest = from_pb(msg)?;
+                    let d = ApprovalDecision::from_pb(r.decision)
+                        .map_err(|e| BrokerError::Invalid(e.to_string()))?;
+                    let by = if r.decided_by.is_empty() {
+                        "nats".to_string()
+                    } else {
+                        r.decided_by
+                    };
+                    (r.approval, d, by)
+                };
+                Ok(Answer::Approval(
+                    crate::ops::decide(&self.broker, control, &id, decision, &by, false).await?,
+                ))
+            }
+            other => Err(BrokerError::Invalid(format!(
+                "no such request subject {}",
+                quote(other)
+            ))),
+        }
+    }
+}
+
+fn is_json(msg: &NatsMessage) -> bool {
+    msg.headers
+        .as_ref()
+        .and_then(|h| h.get(CONTENT_TYPE_HEADER))
+        .is_some_and(|v| v.as_str().starts_with(JSON_CONTENT_TYPE))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, BrokerError> {
+    serde_json::from_slice(payload)
+        .map_err(|e| BrokerError::Invalid(format!("the JSON payload is not valid: {e}")))
+}
+
+/// Decodes a protobuf request, refusing a `Relay-Type` header that names another message.
+fn from_pb<T: prost::Name + Default>(msg: &NatsMessage) -> Result<T, BrokerError> {
+    let expected = type_name::<T>();
+    if let Some(t) = msg.headers.as_ref().and_then(|h| h.get(TYPE_HEADER)) {
+        if t.as_str() != expected {
+            return Err(BrokerError::Invalid(format!(
+                "this subject takes {expected}, the {TYPE_HEADER} header says {}",
+                quote(t.as_str())
+            )));
+        }
+    }
+    T::decode(msg.payload.as_ref())
+        .map_err(|e| BrokerError::Invalid(format!("the payload is not a valid {expected}: {e}")))
+}
+
+#[derive(Deserialize)]
+struct InvokeJson {
+    task: String,
+    #[serde(default)]
+    requester: Option<String>,
+    #[serde(default)]
+    action: Action,
+    #[serde(default)]
+    conversation: Option<String>,
+    #[serde(default)]
+    parent_flight: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+impl InvokeJson {
+    fn into_request(self, agent: &str) -> InvokeRequest {
+        InvokeRequest {
+            target: agent.to_string(),
+            task: self.task,
+            requester: self.requester.unwrap_or_else(|| "nats".into()),
+            action: self.action,
+            conversation: self.conversation,
+            parent_flight: self.parent_flight,
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SteerJson {
+    flight: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct InterruptJson {
+    flight: String,
+}
+
+#[derive(Deserialize)]
+struct ApproveJson {
+    approval: String,
+    decision: ApprovalDecision,
+    #[serde(default = "nats_actor")]
+    decided_by: String,
+}
+
+fn nats_actor() -> String {
+    "nats".into()
+}
+
+/// How a request is answered: in JSON or protobuf, as an invoke or a command reply.
+#[derive(Clone, Copy)]
+struct Form {
+    json: bool,
+    invoke: bool,
+}
+
+enum Answer {
+    Invoked(relay_protocol::api::InvokeAccepted),
+    Message(relay_protocol::domain::Message),
+    Flight(relay_protocol::domain::Flight),
+    Approval(relay_protocol::domain::Approval),
+    Error(ApiError),
+}
+
+impl Answer {
+    fn to_json(&self) -> Bytes {
+        let v = match self {
+            Answer::Invoked(a) => serde_json::to_vec(a),
+            Answer::Message(m) => serde_json::to_vec(&serde_json::json!({ "message": m })),
+            Answer::Flight(f) => serde_json::to_vec(&serde_json::json!({ "flight": f })),
+            Answer::Approval(a) => serde_json::to_vec(&serde_json::json!({ "approval": a })),
+            Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
+        };
+        Bytes::from(v.unwrap_or_default())
+    }
+
+    /// The protobuf reply: an `InvokeReply` to an invoke request, else a `CommandReply`.
+    fn to_pb(&self, invoke: bool) -> Bytes {
+        use pb::command_reply::Result as C;
+        use pb::invoke_reply::Result as I;
+        let bytes = match self {
+            Answer::Invoked(a) => pb::InvokeReply {
+                result: Some(I::Accepted(pb::InvokeAccepted {
+                    invocation_id: a.invocation.id.clone(),
+                    flight_id: a.flight.id.clone(),
+                    flight: Some(convert::flight_to_pb(&a.flight)),
+                })),
+            }
+            .encode_to_vec(),
+            Answer::Error(e) if invoke => pb::InvokeReply {
+                result: Some(I::Error(convert::error_to_pb(e))),
+            }
+            .encode_to_vec(),
+            Answer::Error(e) => pb::CommandReply {
+                result: Some(C::Error(convert::error_to_pb(e))),
+            }
+            .encode_to_vec(),
+            Answer::Message(m) => pb::CommandReply {
+                result: Some(C::Message(convert::message_to_pb(m))),
+            }
+            .encode_to_vec(),
+            Answer::Flight(f) => pb::CommandReply {
+                result: Some(C::Flight(convert::flight_to_pb(f))),
+            }
+            .encode_to_vec(),
+            Answer::Approval(a) => pb::CommandReply {
+                result: Some(C::Approval(convert::approval_to_pb(a))),
+            }
+            .encode_to_vec(),
+        };
+        Bytes::from(bytes)
+    }
+}

@@ -1,0 +1,382 @@
+//! Unit tests of the translator: Codex wire lines in, the actions and harness events out.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::json;
+
+use super::*;
+
+/// The one-pass envelope sorts every line into the same shape as decoding the whole
+/// [`Message`] does (request, notification, response, error, or none).
+#[test]
+fn the_envelope_reads_every_shape_as_the_whole_message_does() {
+    fn by_message(line: &str) -> &'static str {
+        match serde_json::from_str::<Message>(line) {
+            Ok(Message::Request(_)) => "request",
+            Ok(Message::Notification(_)) => "notification",
+            Ok(Message::Response(_)) => "response",
+            Ok(Message::Error(_)) => "error",
+            Err(_) => "none",
+        }
+    }
+    fn by_envelope(line: &str) -> &'static str {
+        match serde_json::from_str::<Envelope<'_>>(line) {
+            Ok(Envelope {
+                id: Some(_),
+                method: Some(_),
+                ..
+            }) => "request",
+            Ok(Envelope {
+                method: Some(_), ..
+            }) => "notification",
+            Ok(Envelope {
+                id: Some(_),
+                result: Some(_),
+                ..
+            }) => "response",
+            Ok(Envelope {
+                id: Some(_),
+                error: Some(_),
+                ..
+            }) => "error",
+            _ => "none",
+        }
+    }
+    let lines = [
+        r#"{"id":1,"method":"item/commandExecution/requestApproval","params":{"a":1}}"#,
+        r#"{"id":"s-1","method":"x"}"#,
+        r#"{"method":"item/agentMessage/delta","params":{"delta":"h\u00e9\"llo"}}"#,
+        r#"{"method":"turn/started","params":null}"#,
+        r#"{"method":"turn/started"}"#,
+        r#"{"id":2,"result":null}"#,
+        r#"{"id":2,"result":{"thread":{"id":"t"}}}"#,
+        r#"{"id":3,"error":{"code":-32600,"message":"no active turn"}}"#,
+        r#"{"id":3,"error":{"code":"x","message":"bad code"}}"#,
+        r#"{"id":4}"#,
+        r#"{"garbage":1}"#,
+        r#"{"jsonrpc":"2.0","id":5,"result":[1,2]}"#,
+        r#"not json"#,
+    ];
+    for line in lines {
+        assert_eq!(by_envelope(line), by_message(line), "{line}");
+    }
+    // One difference, on purpose: serde reads a struct from an array too, so the
+    // whole message took `[1,2]` for a response; JSON-RPC has no such line.
+    assert_eq!(by_message("[1,2]"), "response");
+    assert_eq!(by_envelope("[1,2]"), "none");
+}
+
+fn translator() -> (Translator, Arc<AtomicU64>) {
+    let counter = Arc::new(AtomicU64::new(0));
+    (Translator::new(counter.clone()), counter)
+}
+
+fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
+    actions
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+fn feed(t: &mut Translator, lines: &[Value]) -> Vec<HarnessEvent> {
+    lines
+        .iter()
+        .flat_map(|l| events(t.handle_line(&l.to_string())))
+        .collect()
+}
+
+#[test]
+fn malformed_lines_and_unknown_notifications_are_tolerated() {
+    let (mut t, counter) = translator();
+    assert_eq!(t.handle_line("not json"), vec![]);
+    assert_eq!(t.handle_line("{\"garbage\": 1}"), vec![]);
+    assert_eq!(t.handle_line(""), vec![]);
+    // A known method with params of the wrong shape.
+    assert_eq!(
+        t.handle_line(r#"{"method":"turn/started","params":{"threadId":1}}"#),
+        vec![]
+    );
+    assert_eq!(counter.load(Ordering::Relaxed), 3);
+    assert_eq!(
+        t.handle_line(r#"{"method":"thread/someday/new","params":{"x":1},"emittedAtMs":5}"#),
+        vec![]
+    );
+    assert_eq!(counter.load(Ordering::Relaxed), 3);
+    // Still works afterwards.
+    assert_eq!(
+        t.handle_line(r#"{"method":"warning","params":{"message":"careful"}}"#),
+        vec![Action::Event(HarnessEvent::Warning {
+            message: "careful".into()
+        })]
+    );
+}
+
+#[test]
+fn responses_and_errors_are_routed_by_id() {
+    let (mut t, _) = translator();
+    assert_eq!(
+        t.handle_line(r#"{"id":4,"result":{"turnId":"u"}}"#),
+        vec![Action::Response {
+            id: RequestId::Integer(4),
+            result: Ok(json!({"turnId": "u"}))
+        }]
+    );
+    assert_eq!(
+        t.handle_line(r#"{"error":{"code":-32600,"message":"no active turn to steer"},"id":5}"#),
+        vec![Action::Response {
+            id: RequestId::Integer(5),
+            result: Err(wire::ErrorObject {
+                code: -32600,
+                message: "no active turn to steer".into(),
+                data: None
+            })
+        }]
+    );
+}
+
+#[test]
+fn command_output_is_reported_once_whether_streamed_or_not() {
+    let (mut t, _) = translator();
+    let completed = |id: &str| {
+        json!({"method":"item/completed","params":{"threadId":"th","turnId":"t1","item":{
+            "type":"commandExecution","id":id,"command":"/bin/bash -lc 'echo hi'",
+            "status":"completed","aggregatedOutput":"hi\n","exitCode":0}}})
+    };
+    let output = |evs: &[HarnessEvent]| -> Vec<(String, String)> {
+        evs.iter()
+            .filter_map(|e| match e {
+                HarnessEvent::CommandOutputDelta { item_id, delta, .. } => {
+                    Some((item_id.clone(), delta.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Streamed: the aggregated output is not repeated.
+    let evs = feed(
+        &mut t,
+        &[
+            json!({"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"a","delta":"hi\n"}}),
+            completed("a"),
+        ],
+    );
+    assert_eq!(output(&evs), vec![("a".to_string(), "hi\n".to_string())]);
+    // Not streamed: the aggregated output arrives as one delta, before the item ends.
+    let evs = feed(&mut t, &[completed("b")]);
+    assert_eq!(output(&evs), vec![("b".to_string(), "hi\n".to_string())]);
+    assert!(matches!(
+        evs.last(),
+        Some(HarnessEvent::ItemCompleted { item_id, kind: ItemKind::CommandExecution, .. }) if item_id == "b"
+    ));
+    // A turn that ends forgets its items' streaming state.
+    feed(
+        &mut t,
+        &[
+            json!({"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"c","delta":"x"}}),
+            json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t1","status":"interrupted","items":[]}}}),
+        ],
+    );
+    assert!(t.streamed_output.is_empty());
+}
+
+#[test]
+fn a_turn_translates_in_order() {
+    let (mut t, _) = translator();
+    let tid = "th";
+    let evs = feed(
+        &mut t,
+        &[
+            json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"old","tokenUsage":{
+                "total":{"inputTokens":100,"outputTokens":10},"last":{"inputTokens":100,"outputTokens":10}}}}),
+            json!({"method":"turn/started","params":{"threadId":tid,"turn":{"id":"t1","status":"inProgress","items":[]}}}),
+            json!({"method":"item/started","params":{"threadId":tid,"turnId":"t1","item":{"type":"agentMessage","id":"m","text":""}}}),
+            json!({"method":"item/agentMessage/delta","params":{"threadId":tid,"turnId":"t1","itemId":"m","delta":"he"}}),
+            json!({"method":"item/agentMessage/delta","params":{"threadId":tid,"turnId":"t1","itemId":"m","delta":"llo"}}),
+            json!({"method":"item/completed","params":{"threadId":tid,"turnId":"t1","item":{"type":"agentMessage","id":"m","text":"hello"}}}),
+            json!({"method":"turn/plan/updated","params":{"threadId":tid,"turnId":"t1","explanation":null,"plan":[
+                {"step":"read","status":"completed"},{"step":"write","status":"inProgress"}]}}),
+            json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"t1","tokenUsage":{
+                "total":{"inputTokens":150,"outputTokens":13},"last":{"inputTokens":50,"outputTokens":3}}}}),
+            json!({"method":"turn/completed","params":{"threadId":tid,"turn":{"id":"t1","status":"completed","items":[],"itemsView":"notLoaded"}}}),
+        ],
+    );
+    assert_eq!(
+        evs,
+        vec![
+            HarnessEvent::TurnStarted {
+                turn_id: "t1".into()
+            },
+            HarnessEvent::ItemStarted {
+                turn_id: "t1".into(),
+                item_id: "m".into(),
+                kind: ItemKind::AgentMessage
+            },
+            HarnessEvent::TextDelta {
+                turn_id: "t1".into(),
+                item_id: "m".into(),
+                delta: "he".into()
+            },
+            HarnessEvent::TextDelta {
+                turn_id: "t1".into(),
+                item_id: "m".into(),
+                delta: "llo".into()
+            },
+            HarnessEvent::ItemCompleted {
+                turn_id: "t1".into(),
+                item_id: "m".into(),
+                kind: ItemKind::AgentMessage,
+                text: Some("hello".into())
+            },
+            HarnessEvent::PlanUpdated {
+                turn_id: "t1".into(),
+                text: "[x] read\n[>] write".into()
+            },
+            HarnessEvent::TokenUsage {
+                turn_id: "t1".into(),
+                input_tokens: 50,
+                output_tokens: 3
+            },
+            // No items on turn/completed: the last completed agent message is the answer.
+            HarnessEvent::TurnCompleted {
+                turn_id: "t1".into(),
+                outcome: TurnOutcome::Completed {
+                    text: "hello".into()
+                }
+            },
+        ]
+    );
+}
+
+#[test]
+fn failures_take_the_turn_error_or_the_last_error_notification() {
+    let (mut t, _) = translator();
+    let evs = feed(
+        &mut t,
+        &[
+            json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":true,"error":{"message":"retrying"}}}),
+            json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":false,"error":{"message":"boom"}}}),
+            json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t1","status":"failed","items":[]}}}),
+            json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t2","status":"failed","error":{"message":"own"}}}}),
+            json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t3","status":"interrupted"}}}),
+        ],
+    );
+    assert_eq!(
+        evs,
+        vec![
+            HarnessEvent::Warning {
+                message: "retrying".into()
+            },
+            HarnessEvent::TurnCompleted {
+                turn_id: "t1".into(),
+                outcome: TurnOutcome::Failed {
+                    error: "boom".into()
+                }
+            },
+            HarnessEvent::TurnCompleted {
+                turn_id: "t2".into(),
+                outcome: TurnOutcome::Failed {
+                    error: "own".into()
+                }
+            },
+            HarnessEvent::TurnCompleted {
+                turn_id: "t3".into(),
+                outcome: TurnOutcome::Interrupted
+            },
+        ]
+    );
+}
+
+#[test]
+fn only_a_command_to_run_is_a_command_approval() {
+    let (mut t, _) = translator();
+    let evs = feed(
+        &mut t,
+        &[
+            json!({"method":"item/commandExecution/requestApproval","id":7,"params":{
+            "threadId":"th","turnId":"t1","itemId":"c1",
+            "command":"cargo test","kind":"writeStdin"}}),
+        ],
+    );
+    assert_eq!(
+        evs,
+        vec![HarnessEvent::ApprovalRequested {
+            turn_id: "t1".into(),
+            request_id: "7".into(),
+            kind: ApprovalKind::Other,
+            detail: "writeStdin: cargo test".into(),
+            reason: None
+        }]
+    );
+}
+
+#[test]
+fn approvals_are_surfaced_and_unsupported_requests_refused() {
+    let (mut t, _) = translator();
+    let evs = feed(
+        &mut t,
+        &[
+            json!({"method":"item/commandExecution/requestApproval","id":0,"params":{
+                "kind":"command","threadId":"th","turnId":"t1","itemId":"call_1","startedAtMs":1,
+                "reason":"needs net","command":"/bin/bash -lc 'echo relay-approved'","cwd":"/tmp"}}),
+            json!({"method":"item/started","params":{"threadId":"th","turnId":"t1","item":{
+                "type":"fileChange","id":"fc","status":"inProgress","changes":[
+                    {"path":"a.rs","kind":{"type":"update","move_path":null},"diff":"@@"},
+                    {"path":"b.rs","kind":{"type":"add"},"diff":"+"}]}}}),
+            json!({"method":"item/fileChange/requestApproval","id":"s1","params":{
+                "threadId":"th","turnId":"t1","itemId":"fc","startedAtMs":1,"grantRoot":"/w"}}),
+        ],
+    );
+    assert_eq!(
+        evs,
+        vec![
+            HarnessEvent::ApprovalRequested {
+                turn_id: "t1".into(),
+                request_id: "0".into(),
+                kind: ApprovalKind::Command,
+                detail: "/bin/bash -lc 'echo relay-approved'".into(),
+                reason: Some("needs net".into())
+            },
+            HarnessEvent::ItemStarted {
+                turn_id: "t1".into(),
+                item_id: "fc".into(),
+                kind: ItemKind::FileChange
+            },
+            HarnessEvent::ApprovalRequested {
+                turn_id: "t1".into(),
+                request_id: "s1".into(),
+                // A grant of wider access: never an auto-accepted file change.
+                kind: ApprovalKind::Other,
+                detail: "update a.rs\nadd b.rs\nwrite access to /w".into(),
+                reason: None
+            },
+        ]
+    );
+    assert_eq!(t.take_server_request("0"), Some(RequestId::Integer(0)));
+    assert_eq!(t.take_server_request("0"), None);
+    // Resolved by Codex itself: no longer answerable.
+    let evs = feed(
+        &mut t,
+        &[json!({"method":"serverRequest/resolved","params":{"threadId":"th","requestId":"s1"}})],
+    );
+    assert_eq!(
+        evs,
+        vec![HarnessEvent::ApprovalResolved {
+            request_id: "s1".into()
+        }]
+    );
+    assert_eq!(t.take_server_request("s1"), None);
+
+    let actions = t
+        .handle_line(r#"{"method":"item/tool/requestUserInput","id":7,"params":{"questions":[]}}"#);
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Send(Message::Error(wire::ErrorResponse { id: RequestId::Integer(7), error }))]
+                if error.code == error_code::METHOD_NOT_FOUND
+        ),
+        "{actions:?}"
+    );
+}

@@ -31,6 +31,10 @@
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
 //!
+//! `broker` and `plane` are directories with a file per concern (`broker/`: the handle,
+//! `writer.rs`, `rules/` by entity; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
+//! `controls.rs`); their submodules are private, so only the top-level modules layer.
+//!
 //! The domain never depends on an adapter, nor do the interfaces on the runtime link: a
 //! port the domain calls lives in [`ports`]. `tests/tests/module_graph.rs` fails on any
 //! cycle.

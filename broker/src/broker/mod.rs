@@ -1,0 +1,473 @@
+//! The broker: commands in, events out. This file is its public face: the [`Broker`]
+//! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
+//! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
+//! rules, by the entity they govern, in `rules/`.
+//!
+//! Every command goes through one writer task. The writer takes as many queued commands
+//! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
+//! transaction (each rule emits events; each event gets the next global seq, goes into
+//! the log and is applied to the projections), flushes once, and only then answers the
+//! callers and publishes the events. The transaction and the flush run on the process's
+//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is
+//! acknowledged or published before it is on disk, and a burst of N commands costs one
+//! disk flush, not N (group commit).
+//!
+//! A command that breaks a rule writes nothing: rules validate before they emit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::domain::{
+    Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
+    ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, Message, PostMessage,
+};
+use relay_protocol::event::{Event, EventBody};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BrokerError;
+use crate::store::{Store, T};
+
+mod rules;
+mod writer;
+
+use writer::Writer;
+
+/// Commands waiting for the writer, by default ([`BrokerConfig::command_queue`]). When
+/// full, external callers get `Overloaded` at once.
+pub const COMMAND_QUEUE_CAPACITY: usize = 4096;
+/// Most commands committed in one transaction and one flush.
+pub const MAX_BATCH: usize = 1024;
+/// Committed events buffered for slow subscribers; a subscriber that falls further
+/// behind reads the gap back from the log.
+pub const EVENT_BUFFER: usize = 4096;
+/// Largest event (stored bytes) handed to subscribers in memory. A larger one (a long
+/// answer: its item, the completing update, the reply) goes out as [`Live::InLog`] and
+/// each subscriber reads it from the log, so the buffer never holds big texts after
+/// everyone has seen them: at most [`EVENT_BUFFER`] x this (64 MiB) stays buffered.
+pub const LIVE_EVENT_MAX: usize = 16 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Largest message body or task text accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Deepest agent-to-agent chain allowed (a root invocation has depth 0).
+    pub max_depth: u32,
+    /// Commands that may wait for the writer; past that, clients get `Overloaded` at
+    /// once (HTTP 429, a NATS error reply) and Relay's own commands wait for room.
+    pub command_queue: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            max_message_bytes: 256 * 1024,
+            max_depth: 4,
+            command_queue: COMMAND_QUEUE_CAPACITY,
+        }
+    }
+}
+
+/// What the broker can be asked to do.
+#[derive(Debug, Clone)]
+pub enum Command {
+    RegisterAgent(AgentSpec),
+    RemoveAgent(String),
+    /// The runtime reports an agent's session state, thread id or endpoint.
+    UpdateAgent {
+        name: String,
+        state: Option<AgentState>,
+        thread_id: Option<String>,
+        endpoint: Option<Option<Endpoint>>,
+    },
+    ThreadLost {
+        agent: String,
+        old_thread_id: String,
+        new_thread_id: String,
+        reason: String,
+    },
+    CreateConversation(ConversationSpec),
+    PostMessage(PostMessage),
+    Invoke(InvokeRequest),
+    UpdateFlight {
+        flight: String,
+        change: FlightChange,
+    },
+    RequestApproval {
+        agent: String,
+        request: ApprovalRequest,
+    },
+    DecideApproval {
+        id: String,
+        decision: ApprovalDecision,
+        decided_by: String,
+    },
+    /// Closes every approval of a flight still pending (its turn ended).
+    ExpireApprovals {
+        flight: String,
+        /// Recorded as who closed them.
+        by: String,
+        /// Only the approval of this harness request id (`None`: all).
+        request: Option<String>,
+    },
+    /// Creates what every broker starts with (the default conversation) if missing.
+    Bootstrap,
+    /// A command carried by a node's report, with the report's JetStream stream seq:
+    /// applied at most once (a redelivered report is skipped).
+    FromNode {
+        node: String,
+        stream_seq: u64,
+        command: Box<Command>,
+    },
+}
+
+/// The result of a command.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Agent(Agent),
+    Conversation(Conversation),
+    Message(Message),
+    Invoked(InvokeAccepted),
+    Flight(UpdateResult),
+    Approval(Approval),
+    Approvals(Vec<Approval>),
+    Done,
+}
+
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, BrokerError>>,
+}
+
+/// A cheap handle to the broker. The writer task stops when the shutdown token fires,
+/// after committing what was queued.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    commands: mpsc::Sender<Pending>,
+    events: broadcast::Sender<Live>,
+    last_seq: AtomicU64,
+    config: BrokerConfig,
+    started: Instant,
+    /// Cancelled when the writer stopped because the disk failed it.
+    failed: CancellationToken,
+    /// Kept as events are published, so `status` costs nothing however many flights.
+    counts: Counts,
+}
+
+/// What `relay status` counts, kept current from the published events.
+#[derive(Default)]
+struct Counts {
+    agents: AtomicU64,
+    flights: AtomicU64,
+    live_flights: AtomicU64,
+}
+
+impl Counts {
+    /// One scan of the store, at start (blocking).
+    fn scan(store: &Store) -> Result<Counts, BrokerError> {
+        let (flights, live_flights) = store.flight_counts()?;
+        Ok(Counts {
+            agents: AtomicU64::new(store.tree(T::Agents).len() as u64),
+            flights: AtomicU64::new(flights),
+            live_flights: AtomicU64::new(live_flights),
+        })
+    }
+
+    fn apply(&self, event: &Event) {
+        match &event.body {
+            EventBody::AgentRegistered { .. } => {
+                self.agents.fetch_add(1, Ordering::Relaxed);
+            }
+            EventBody::AgentRemoved { .. } => {
+                self.agents.fetch_sub(1, Ordering::Relaxed);
+            }
+            EventBody::InvocationCreated { flight, .. } => {
+                self.flights.fetch_add(1, Ordering::Relaxed);
+                if !flight.state.is_terminal() {
+                    self.live_flights.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // A flight reaches a terminal state once: its state never changes again.
+            EventBody::FlightUpdated { update, .. } => {
+                if let FlightChange::State { to, .. } = &update.change {
+                    if to.is_terminal() {
+                        self.live_flights.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A committed event as subscribers get it live.
+#[derive(Debug, Clone)]
+pub enum Live {
+    Event(Arc<Event>),
+    /// This event is too large to keep in memory for subscribers: read it from the log
+    /// (it is there: events are published only after their flush).
+    InLog(u64),
+}
+
+impl Live {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Live::Event(e) => e.seq,
+            Live::InLog(seq) => *seq,
+        }
+    }
+}
+
+/// Counts kept by the broker: (agents, flights, flights not yet ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusCounts {
+    pub agents: u64,
+    pub flights: u64,
+    pub live_flights: u64,
+}
+
+impl Broker {
+    /// Opens the broker over `store` and starts its writer task.
+    pub async fn start(
+        store: Store,
+        config: BrokerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Broker, tokio::task::JoinHandle<()>), BrokerError> {
+        let (last_seq, counts) = store
+            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?)))
+            .await?;
+        let (commands, rx) = mpsc::channel(config.command_queue.max(1));
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let broker = Broker {
+            inner: Arc::new(Inner {
+                store,
+                commands,
+                events,
+                last_seq: AtomicU64::new(last_seq),
+                config,
+                started: Instant::now(),
+                failed: CancellationToken::new(),
+                counts,
+            }),
+        };
+        let writer = Writer {
+            store: broker.inner.store.clone(),
+            config: broker.inner.config.clone(),
+            next_seq: last_seq + 1,
+            failure: broker.inner.failed.clone(),
+        };
+        let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
+        broker.execute(Command::Bootstrap).await?;
+        Ok((broker, task))
+    }
+
+    /// Agents and flights, as of the last published event: no scan.
+    pub fn counts(&self) -> StatusCounts {
+        let c = &self.inner.counts;
+        StatusCounts {
+            agents: c.agents.load(Ordering::Relaxed),
+            flights: c.flights.load(Ordering::Relaxed),
+            live_flights: c.live_flights.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Resolves if the writer stopped because a commit or flush failed: the broker takes
+    /// no more commands, and its process should stop rather than serve stale reads.
+    pub async fn failed(&self) {
+        self.inner.failed.cancelled().await
+    }
+
+    fn clone_weak(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// An agent, read off the async workers.
+    pub async fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
+        let name = name.to_string();
+        self.inner.store.read(move |s| s.agent(&name)).await
+    }
+
+    /// A flight, read off the async workers.
+    pub async fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        let id = id.to_string();
+        self.inner.store.read(move |s| s.flight(&id)).await
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    pub fn uptime_ms(&self) -> u64 {
+        self.inner.started.elapsed().as_millis() as u64
+    }
+
+    /// Durable flushes of the database since the broker opened it (group commit keeps
+    /// this far below the writes; `relay-bench` reads it as flushes per flight).
+    pub fn flushes(&self) -> u64 {
+        self.inner.store.flushes()
+    }
+
+    /// Seq of the last committed (flushed and published) event.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Committed events as they are published. Pair with [`crate::feed`] to start from a
+    /// seq without gaps.
+    pub fn subscribe(&self) -> broadcast::Receiver<Live> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs a command for an outside client: rejected with `Overloaded` when the queue is
+    /// full rather than waiting.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .try_send(Pending { command, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    BrokerError::Overloaded("the command queue is full".into())
+                }
+                mpsc::error::TrySendError::Closed(_) => BrokerError::ShuttingDown,
+            })?;
+        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+    }
+
+    /// Runs a command from inside Relay (the runtime streaming deltas): waits for room in
+    /// the queue instead of failing, so the harness's stream is slowed, never dropped.
+    pub async fn execute_internal(&self, command: Command) -> Result<Outcome, BrokerError> {
+        self.submit(command)
+            .await?
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?
+    }
+
+    /// Enqueues a command (waiting for room) and returns at once with the receiver of its
+    /// result. Commands submitted one after another commit in that order, so a caller can
+    /// stream many without waiting for each flush.
+    pub async fn submit(
+        &self,
+        command: Command,
+    ) -> Result<oneshot::Receiver<Result<Outcome, BrokerError>>, BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?;
+        Ok(rx)
+    }
+}
+
+/// Unwraps an [`Outcome`] of the expected variant.
+macro_rules! expect_outcome {
+    ($fut:expr, $variant:ident) => {
+        match $fut.await? {
+            Outcome::$variant(v) => Ok(v),
+            other => Err(BrokerError::Internal(format!(
+                "unexpected outcome {other:?}"
+            ))),
+        }
+    };
+}
+
+impl Broker {
+    pub async fn register_agent(&self, mut spec: AgentSpec) -> Result<Agent, BrokerError> {
+        // Secrets apart from here on: the command's `Debug` (logs) shows names only.
+        spec.move_secrets();
+        expect_outcome!(self.execute(Command::RegisterAgent(spec)), Agent)
+    }
+
+    pub async fn remove_agent(&self, name: &str) -> Result<Agent, BrokerError> {
+        expect_outcome!(self.execute(Command::RemoveAgent(name.into())), Agent)
+    }
+
+    pub async fn create_conversation(
+        &self,
+        spec: ConversationSpec,
+    ) -> Result<Conversation, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::CreateConversation(spec)),
+            Conversation
+        )
+    }
+
+    pub async fn post_message(&self, post: PostMessage) -> Result<Message, BrokerError> {
+        expect_outcome!(self.execute(Command::PostMessage(post)), Message)
+    }
+
+    pub async fn invoke(&self, req: InvokeRequest) -> Result<InvokeAccepted, BrokerError> {
+        expect_outcome!(self.execute(Command::Invoke(req)), Invoked)
+    }
+
+    pub async fn update_flight(
+        &self,
+        flight: &str,
+        change: FlightChange,
+    ) -> Result<UpdateResult, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::UpdateFlight {
+                flight: flight.into(),
+                change
+            }),
+            Flight
+        )
+    }
+
+    /// Decides an approval for a client (rejected with `Overloaded` when the queue is
+    /// full).
+    pub async fn decide_approval(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+    ) -> Result<Approval, BrokerError> {
+        self.decide(id, decision, decided_by, false).await
+    }
+
+    /// [`Broker::decide_approval`] for Relay's own policies: waits for queue room.
+    pub async fn decide_approval_internal(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+    ) -> Result<Approval, BrokerError> {
+        self.decide(id, decision, decided_by, true).await
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        internal: bool,
+    ) -> Result<Approval, BrokerError> {
+        let command = Command::DecideApproval {
+            id: id.into(),
+            decision,
+            decided_by: decided_by.into(),
+        };
+        let outcome = if internal {
+            self.execute_internal(command).await
+        } else {
+            self.execute(command).await
+        };
+        expect_outcome!(async { outcome }, Approval)
+    }
+}
+
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}

@@ -1,0 +1,128 @@
+//! The rules of agents: registration (its secrets kept apart), removal, the state the
+//! runtime reports, and a lost thread.
+
+use std::collections::BTreeMap;
+
+use relay_protocol::domain::{valid_agent_name, Agent, AgentSpec, AgentState, Endpoint};
+use relay_protocol::event::EventBody;
+
+use super::Ctx;
+use crate::broker::Outcome;
+use crate::error::{quote, BrokerError};
+use crate::store::{encode, T};
+
+impl Ctx<'_, '_> {
+    pub(super) fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
+        if !valid_agent_name(&spec.name) {
+            return Err(BrokerError::Invalid(format!(
+                "agent name {} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
+                quote(&spec.name)
+            )));
+        }
+        if let Some(node) = &spec.node {
+            if !valid_agent_name(node) {
+                return Err(BrokerError::Invalid(format!(
+                    "node name {} is not valid: use letters, digits, '-' or '_'",
+                    quote(node)
+                )));
+            }
+        }
+        if spec.cwd.trim().is_empty() {
+            return Err(BrokerError::Invalid("the agent's cwd is empty".into()));
+        }
+        crate::policy::validate(&spec.approval_policy).map_err(BrokerError::Invalid)?;
+        if self.tx.contains(T::Agents, spec.name.as_bytes())? {
+            return Err(BrokerError::AgentExists(spec.name.clone()));
+        }
+        let (spec, secrets) = split_secrets(spec)?;
+        if !secrets.is_empty() {
+            crate::store::Sink::put(self.tx, T::Secrets, spec.name.as_bytes(), encode(&secrets)?)?;
+        }
+        let agent = Agent {
+            spec,
+            state: AgentState::Offline,
+            thread_id: None,
+            endpoint: None,
+            created_at: self.now,
+            updated_at: self.now,
+        };
+        self.emit(EventBody::AgentRegistered {
+            agent: agent.clone(),
+        })?;
+        Ok(Outcome::Agent(agent))
+    }
+
+    pub(super) fn remove_agent(&mut self, name: &str) -> Result<Outcome, BrokerError> {
+        let agent = self.agent(name)?;
+        crate::store::Sink::del(self.tx, T::Secrets, name.as_bytes())?;
+        self.emit(EventBody::AgentRemoved {
+            name: name.to_owned(),
+            node: agent.spec.node.clone(),
+        })?;
+        Ok(Outcome::Agent(agent))
+    }
+
+    /// The runtime reports an agent's session state, thread id or endpoint: an event only
+    /// if something changed.
+    pub(super) fn update_agent(
+        &mut self,
+        name: &str,
+        state: Option<AgentState>,
+        thread_id: &Option<String>,
+        endpoint: &Option<Option<Endpoint>>,
+    ) -> Result<Outcome, BrokerError> {
+        let mut agent = self.agent(name)?;
+        let before = agent.clone();
+        if let Some(s) = state {
+            agent.state = s;
+        }
+        if let Some(t) = thread_id {
+            agent.thread_id = Some(t.clone());
+        }
+        if let Some(e) = endpoint {
+            agent.endpoint = e.clone();
+        }
+        if agent != before {
+            agent.updated_at = self.now;
+            self.emit(EventBody::AgentUpdated {
+                agent: agent.clone(),
+            })?;
+        }
+        Ok(Outcome::Agent(agent))
+    }
+
+    pub(super) fn thread_lost(
+        &mut self,
+        agent: &str,
+        old_thread_id: &str,
+        new_thread_id: &str,
+        reason: &str,
+    ) -> Result<Outcome, BrokerError> {
+        self.agent(agent)?;
+        self.emit(EventBody::ThreadLost {
+            agent: agent.to_owned(),
+            old_thread_id: old_thread_id.to_owned(),
+            new_thread_id: new_thread_id.to_owned(),
+            reason: reason.to_owned(),
+        })?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// A registration's spec as it is stored and published, and its secret variables: the
+/// values of `secrets` and of every `env` variable whose name looks secret, each left
+/// in `env` as [`relay_protocol::domain::SECRET_SHOWN`].
+fn split_secrets(spec: &AgentSpec) -> Result<(AgentSpec, BTreeMap<String, String>), BrokerError> {
+    let mut spec = spec.clone();
+    spec.move_secrets();
+    let secrets = std::mem::take(&mut spec.secrets).0;
+    for name in secrets.keys() {
+        if name.is_empty() || name.len() > 256 || name.contains(['=', '\0']) {
+            let shown: String = name.chars().take(64).collect();
+            return Err(BrokerError::Invalid(format!(
+                "secret variable name {shown:?} is not valid: 1 to 256 bytes, no '=' or NUL"
+            )));
+        }
+    }
+    Ok((spec, secrets))
+}

@@ -1,0 +1,306 @@
+//! The rules of invocations and flights: an invocation (its depth and cycle checks, its
+//! conversation, its request message and its queued flight), and every update of a
+//! flight (state transitions, streamed text and summaries, the reply it posts).
+
+use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::domain::{
+    id_token, Agent, Conversation, ConversationKind, ConversationSpec, DeliveryReason, Flight,
+    FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemKind, ItemPhase,
+    MessageClass, MessageMeta, PostMessage,
+};
+use relay_protocol::event::EventBody;
+
+use super::Ctx;
+use crate::broker::{new_id, Outcome};
+use crate::error::BrokerError;
+use crate::store::T;
+
+/// Longest live summary kept on a flight.
+const SUMMARY_CHARS: usize = 160;
+
+impl Ctx<'_, '_> {
+    pub(super) fn invoke(&mut self, req: &InvokeRequest) -> Result<Outcome, BrokerError> {
+        let agent = self.agent(&req.target)?;
+        self.check_text("task", &req.task)?;
+        if req.requester.trim().is_empty() || req.requester.len() > 128 {
+            return Err(BrokerError::Invalid(
+                "a requester is 1 to 128 characters".into(),
+            ));
+        }
+        let depth = match &req.parent_flight {
+            None => 0,
+            Some(parent) => {
+                let mut depth = 1u32;
+                let mut cursor = Some(parent.clone());
+                while let Some(id) = cursor {
+                    let f = self.flight(&id)?;
+                    if f.agent == req.target {
+                        return Err(BrokerError::Cycle {
+                            agent: req.target.clone(),
+                        });
+                    }
+                    cursor = f.parent_flight;
+                    if cursor.is_some() {
+                        depth += 1;
+                    }
+                }
+                if depth > self.config.max_depth {
+                    return Err(BrokerError::DepthLimit {
+                        depth,
+                        limit: self.config.max_depth,
+                    });
+                }
+                depth
+            }
+        };
+        let conversation = match &req.conversation {
+            Some(id) => self.conversation(id)?,
+            None => {
+                let (a, b) = if req.requester <= req.target {
+                    (&req.requester, &req.target)
+                } else {
+                    (&req.target, &req.requester)
+                };
+                let id = format!("direct.{}.{}", id_token(a), id_token(b));
+                match self
+                    .tx
+                    .read::<Conversation>(T::Conversations, id.as_bytes())?
+                {
+                    Some(c) => c,
+                    None => match self.create_conversation(&ConversationSpec {
+                        id,
+                        kind: ConversationKind::Direct,
+                        title: None,
+                        participants: vec![a.clone(), b.clone()],
+                        parent: None,
+                    })? {
+                        Outcome::Conversation(c) => c,
+                        _ => return Err(BrokerError::Internal("conversation".into())),
+                    },
+                }
+            }
+        };
+        let invocation_id = new_id("inv");
+        let flight_id = new_id("flt");
+        let request = self.post(
+            conversation.clone(),
+            &PostMessage {
+                conversation: conversation.spec.id.clone(),
+                author: req.requester.clone(),
+                body: req.task.clone(),
+                class: MessageClass::Agent,
+                reply_to: None,
+                meta: MessageMeta {
+                    invocation: Some(invocation_id.clone()),
+                    flight: Some(flight_id.clone()),
+                    harness: Some(agent.spec.harness),
+                    ..Default::default()
+                },
+            },
+        )?;
+        self.plan_delivery(&request.id, &agent, DeliveryReason::Invocation)?;
+        let invocation = Invocation {
+            id: invocation_id,
+            requester: req.requester.clone(),
+            target: req.target.clone(),
+            action: req.action,
+            task: req.task.clone(),
+            conversation: conversation.spec.id.clone(),
+            request_message: request.id,
+            parent_flight: req.parent_flight.clone(),
+            depth,
+            timeout_ms: req.timeout_ms,
+            created_at: self.now,
+        };
+        let flight = Flight::queued(flight_id, &invocation);
+        self.emit(EventBody::InvocationCreated {
+            invocation: invocation.clone(),
+            flight: flight.clone(),
+        })?;
+        Ok(Outcome::Invoked(InvokeAccepted { invocation, flight }))
+    }
+
+    pub(super) fn update_flight(
+        &mut self,
+        flight_id: &str,
+        change: &FlightChange,
+    ) -> Result<Outcome, BrokerError> {
+        let mut flight = self.flight(flight_id)?;
+        let unchanged = |flight: Flight| {
+            Ok(Outcome::Flight(UpdateResult {
+                applied: false,
+                flight,
+            }))
+        };
+        if let FlightChange::State { to, .. } = change {
+            if flight.state == *to {
+                // The same state again (a retry, a replayed report): nothing new.
+                return unchanged(flight);
+            }
+        }
+        if flight.state.is_terminal() {
+            return Err(BrokerError::FlightTerminal {
+                flight: flight.id,
+                state: flight.state,
+            });
+        }
+        let mut reply: Option<String> = None;
+        // The task reached the agent (its turn runs) or never will (ended before).
+        let mut delivered: Option<Result<(), String>> = None;
+        match change {
+            FlightChange::State { to, reason, output } => {
+                if !flight.state.can_transition(*to) {
+                    return Err(BrokerError::IllegalTransition {
+                        flight: flight.id,
+                        from: flight.state,
+                        to: *to,
+                    });
+                }
+                if matches!(flight.state, FlightState::Queued | FlightState::Waking) {
+                    delivered = match to {
+                        FlightState::Running | FlightState::Waiting | FlightState::Completed => {
+                            Some(Ok(()))
+                        }
+                        FlightState::Failed | FlightState::Cancelled => Some(Err(reason
+                            .clone()
+                            .unwrap_or_else(|| format!("the flight was {to} before its turn")))),
+                        FlightState::Queued | FlightState::Waking => None,
+                    };
+                }
+                flight.state = *to;
+                match to {
+                    FlightState::Completed => {
+                        flight.output = output.clone();
+                        if let Some(text) = output.as_ref().filter(|t| !t.trim().is_empty()) {
+                            reply = Some(text.clone());
+                        }
+                    }
+                    FlightState::Failed | FlightState::Cancelled => {
+                        flight.error = reason.clone();
+                        flight.summary = reason.as_deref().map(summarize);
+                    }
+                    _ => {
+                        if let Some(r) = reason {
+                            flight.summary = Some(summarize(r));
+                        }
+                    }
+                }
+            }
+            FlightChange::Delta { text } => {
+                // Streamed text accumulates; after anything else it starts afresh.
+                let previous: Option<crate::store::StoredUpdate> = self.tx.read(
+                    T::FlightUpdates,
+                    &crate::store::child_key(&flight.id, flight.update_seq),
+                )?;
+                let mut s = match previous.map(|p| p.update.change) {
+                    Some(FlightChange::Delta { .. }) => flight.summary.take().unwrap_or_default(),
+                    _ => String::new(),
+                };
+                s.push_str(text);
+                flight.summary = Some(tail(&s, SUMMARY_CHARS));
+            }
+            // Streamed text shows itself through the deltas that follow.
+            FlightChange::Item {
+                item_kind,
+                phase: ItemPhase::Started,
+                text,
+                ..
+            } if !matches!(
+                item_kind,
+                ItemKind::AgentMessage | ItemKind::UserMessage | ItemKind::Reasoning
+            ) =>
+            {
+                flight.summary = Some(summarize(&match text {
+                    Some(t) => format!("{item_kind}: {t}"),
+                    None => item_kind.to_string(),
+                }));
+            }
+            FlightChange::Session { thread_id, turn_id } => {
+                if (thread_id.is_none() || thread_id == &flight.thread_id)
+                    && (turn_id.is_none() || turn_id == &flight.turn_id)
+                {
+                    return unchanged(flight);
+                }
+                if thread_id.is_some() {
+                    flight.thread_id = thread_id.clone();
+                }
+                if turn_id.is_some() {
+                    flight.turn_id = turn_id.clone();
+                }
+            }
+            FlightChange::Note { text } => flight.summary = Some(summarize(text)),
+            FlightChange::Item { .. }
+            | FlightChange::CommandOutput { .. }
+            | FlightChange::Plan { .. }
+            | FlightChange::Diff { .. }
+            | FlightChange::Usage { .. } => {}
+        }
+        if let Some(text) = reply {
+            let invocation: Invocation = self
+                .tx
+                .read(T::Invocations, flight.invocation.as_bytes())?
+                .ok_or_else(|| {
+                    BrokerError::Corrupt(format!("flight {} has no invocation", flight.id))
+                })?;
+            let conversation = self.conversation(&invocation.conversation)?;
+            let harness = self
+                .tx
+                .read::<Agent>(T::Agents, flight.agent.as_bytes())?
+                .map(|a| a.spec.harness);
+            let message = self.post(
+                conversation,
+                &PostMessage {
+                    conversation: invocation.conversation.clone(),
+                    author: flight.agent.clone(),
+                    body: text,
+                    class: MessageClass::Agent,
+                    reply_to: Some(invocation.request_message.clone()),
+                    meta: MessageMeta {
+                        invocation: Some(invocation.id.clone()),
+                        flight: Some(flight.id.clone()),
+                        harness,
+                        thread_id: flight.thread_id.clone(),
+                        turn_id: flight.turn_id.clone(),
+                    },
+                },
+            )?;
+            flight.reply_message = Some(message.id);
+        }
+        flight.update_seq += 1;
+        flight.updated_at = self.now;
+        let update = FlightUpdate {
+            flight: flight.id.clone(),
+            agent: flight.agent.clone(),
+            seq: flight.update_seq,
+            at: self.now,
+            change: change.clone(),
+        };
+        self.emit(EventBody::FlightUpdated {
+            update,
+            flight: flight.clone(),
+        })?;
+        if let Some(outcome) = delivered {
+            self.attempt_deliveries(&flight, outcome)?;
+        }
+        Ok(Outcome::Flight(UpdateResult {
+            applied: true,
+            flight,
+        }))
+    }
+}
+
+/// The first line of `s`, cut to [`SUMMARY_CHARS`].
+fn summarize(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(SUMMARY_CHARS) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+/// The last `n` characters of `s`, on one line.
+fn tail(s: &str, n: usize) -> String {
+    let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
+    let count = flat.chars().count();
+    flat.chars().skip(count.saturating_sub(n)).collect()
+}

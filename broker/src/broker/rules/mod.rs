@@ -1,0 +1,164 @@
+//! The domain rules, run inside the writer's transaction: [`Ctx`], the one way they
+//! write ([`Ctx::emit`]: the next seq, the log, the projections), the dispatch of a
+//! command to its rule ([`Ctx::run`]), node reports (`FromNode`) and the lookups every
+//! rule shares. The rules themselves are in the submodules, by the entity they govern.
+
+use relay_protocol::domain::{
+    Agent, Conversation, ConversationKind, ConversationSpec, Flight, DEFAULT_CONVERSATION,
+};
+use relay_protocol::event::{Event, EventBody};
+
+use super::{BrokerConfig, Command, Outcome};
+use crate::error::BrokerError;
+use crate::store::{apply, encode, seq_key, Tx, T};
+
+mod agents;
+mod approvals;
+mod flights;
+mod messages;
+
+/// The domain rules, run inside the writer's transaction.
+pub(super) struct Ctx<'a, 't> {
+    pub(super) tx: &'a Tx<'t>,
+    pub(super) config: &'a BrokerConfig,
+    pub(super) next_seq: u64,
+    pub(super) now: u64,
+    /// With the size each takes in the log.
+    pub(super) events: Vec<(Event, usize)>,
+}
+
+impl Ctx<'_, '_> {
+    fn emit(&mut self, body: EventBody) -> Result<(), BrokerError> {
+        let event = Event {
+            v: relay_protocol::event::EVENT_VERSION,
+            seq: self.next_seq,
+            at: self.now,
+            body,
+        };
+        let stored = encode(&event)?;
+        let size = stored.len();
+        crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), stored)?;
+        apply(self.tx, &event)?;
+        self.next_seq += 1;
+        self.events.push((event, size));
+        Ok(())
+    }
+
+    pub(super) fn run(&mut self, command: &Command) -> Result<Outcome, BrokerError> {
+        match command {
+            Command::RegisterAgent(spec) => self.register_agent(spec),
+            Command::RemoveAgent(name) => self.remove_agent(name),
+            Command::UpdateAgent {
+                name,
+                state,
+                thread_id,
+                endpoint,
+            } => self.update_agent(name, *state, thread_id, endpoint),
+            Command::ThreadLost {
+                agent,
+                old_thread_id,
+                new_thread_id,
+                reason,
+            } => self.thread_lost(agent, old_thread_id, new_thread_id, reason),
+            Command::CreateConversation(spec) => self.create_conversation(spec),
+            Command::PostMessage(post) => self.post_message(post),
+            Command::Invoke(req) => self.invoke(req),
+            Command::UpdateFlight { flight, change } => self.update_flight(flight, change),
+            Command::RequestApproval { agent, request } => self.request_approval(agent, request),
+            Command::DecideApproval {
+                id,
+                decision,
+                decided_by,
+            } => self.decide_approval(id, *decision, decided_by),
+            Command::ExpireApprovals {
+                flight,
+                by,
+                request,
+            } => self.expire_approvals(flight, by, request),
+            Command::FromNode {
+                node,
+                stream_seq,
+                command,
+            } => {
+                let applied: u64 = self
+                    .tx
+                    .read(T::ReportCursors, node.as_bytes())?
+                    .unwrap_or(0);
+                if *stream_seq <= applied {
+                    return Ok(Outcome::Done);
+                }
+                // Rules validate before they write, so a refused command wrote nothing;
+                // either way this report has been dealt with.
+                let result = self
+                    .node_may(node, command)
+                    .and_then(|()| self.run(command));
+                crate::store::Sink::put(
+                    self.tx,
+                    T::ReportCursors,
+                    node.as_bytes(),
+                    encode(stream_seq)?,
+                )?;
+                result
+            }
+            Command::Bootstrap => {
+                if !self
+                    .tx
+                    .contains(T::Conversations, DEFAULT_CONVERSATION.as_bytes())?
+                {
+                    self.create_conversation(&ConversationSpec {
+                        id: DEFAULT_CONVERSATION.into(),
+                        kind: ConversationKind::Channel,
+                        title: Some("shared".into()),
+                        participants: vec![],
+                        parent: None,
+                    })?;
+                }
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// Whether node `node` may report `command`: only on its own agents and their
+    /// flights (its key speaks for it alone, and so do its reports).
+    fn node_may(&self, node: &str, command: &Command) -> Result<(), BrokerError> {
+        let agent = match command {
+            Command::UpdateFlight { flight, .. } | Command::ExpireApprovals { flight, .. } => {
+                self.flight(flight)?.agent
+            }
+            Command::UpdateAgent { name, .. } => name.clone(),
+            Command::ThreadLost { agent, .. } | Command::RequestApproval { agent, .. } => {
+                agent.clone()
+            }
+            _ => {
+                return Err(BrokerError::Invalid(format!(
+                    "node {node:?} reported a command nodes do not send"
+                )))
+            }
+        };
+        if self.agent(&agent)?.spec.node.as_deref() != Some(node) {
+            tracing::warn!(%node, %agent, "a node reported on an agent that is not its own; refused");
+            return Err(BrokerError::Invalid(format!(
+                "node {node:?} may only report on its own agents, not {agent:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn agent(&self, name: &str) -> Result<Agent, BrokerError> {
+        self.tx
+            .read(T::Agents, name.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownAgent(name.into()))
+    }
+
+    fn conversation(&self, id: &str) -> Result<Conversation, BrokerError> {
+        self.tx
+            .read(T::Conversations, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownConversation(id.into()))
+    }
+
+    fn flight(&self, id: &str) -> Result<Flight, BrokerError> {
+        self.tx
+            .read(T::Flights, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.into()))
+    }
+}

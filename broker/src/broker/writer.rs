@@ -1,0 +1,332 @@
+//! The writer: the one task every command goes through. It takes the commands waiting
+//! (up to [`MAX_BATCH`]), merges streamed deltas ([`coalesce_deltas`]), runs the rules of
+//! the whole batch in one sled transaction ([`transact`]), flushes once, and then
+//! publishes the events and answers the callers ([`settle`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use relay_protocol::clock::now_ms;
+use relay_protocol::domain::FlightChange;
+use relay_protocol::event::Event;
+use relay_runtime::storage::{Ran, StorageError};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::rules::Ctx;
+use super::{BrokerConfig, Command, Inner, Live, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH};
+use crate::error::BrokerError;
+use crate::store::Store;
+
+pub(super) struct Writer {
+    pub(super) store: Store,
+    pub(super) config: BrokerConfig,
+    pub(super) next_seq: u64,
+    /// Cancelled when a flush failed and the writer stopped, for
+    /// [`Broker::failed`](super::Broker::failed).
+    pub(super) failure: CancellationToken,
+}
+
+type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
+
+/// The callers of one command of a batch: several when deltas were merged.
+type Replies = Vec<Reply>;
+
+/// A batch's commands, with streamed text merged: consecutive deltas of one flight
+/// (no other kind of command between them) become one delta with their texts joined,
+/// answered to each of their callers. A flight streaming faster than commits complete
+/// thus writes one update per commit instead of one per delta, with nothing of its text
+/// lost or reordered; at a slower pace each delta stays its own update. Node reports
+/// (`FromNode`, each with its stream seq) are never merged.
+fn coalesce_deltas(batch: impl Iterator<Item = Pending>) -> (Vec<Command>, Vec<Replies>) {
+    let mut commands: Vec<Command> = Vec::new();
+    let mut replies: Vec<Replies> = Vec::new();
+    // flight id -> index of its last command in `commands`, while that is a delta.
+    let mut open: HashMap<String, usize> = HashMap::new();
+    for p in batch {
+        if let Command::UpdateFlight {
+            flight,
+            change: FlightChange::Delta { text },
+        } = &p.command
+        {
+            if let Some(&i) = open.get(flight) {
+                if let Command::UpdateFlight {
+                    change: FlightChange::Delta { text: merged },
+                    ..
+                } = &mut commands[i]
+                {
+                    merged.push_str(text);
+                    replies[i].push(p.reply);
+                    continue;
+                }
+            }
+            open.insert(flight.clone(), commands.len());
+        } else {
+            // Anything else may concern a flight with an open run of deltas: later
+            // deltas must come after it, so every run ends here.
+            open.clear();
+        }
+        commands.push(p.command);
+        replies.push(vec![p.reply]);
+    }
+    (commands, replies)
+}
+
+/// What became of a batch, for the writer.
+struct Settled {
+    /// Seqs the batch's transaction took (taken even if the flush failed).
+    events: u64,
+    /// The flush failed: the writer stops.
+    failed: bool,
+}
+
+impl Writer {
+    pub(super) async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Pending>,
+        broker: std::sync::Weak<Inner>,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let first = tokio::select! {
+                biased;
+                p = rx.recv() => p,
+                _ = shutdown.cancelled() => {
+                    // Commit what is already queued, then stop taking commands.
+                    rx.close();
+                    rx.recv().await
+                }
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            let (commands, replies) = coalesce_deltas(batch.drain(..));
+            let settled = self.commit(commands, replies, &broker).await;
+            // The transaction is applied in memory whatever the flush says, so its seqs
+            // are taken either way: never write other events under them.
+            self.next_seq += settled.events;
+            if settled.failed {
+                rx.close();
+                while let Ok(p) = rx.try_recv() {
+                    let _ = p.reply.send(Err(BrokerError::ShuttingDown));
+                }
+                self.failure.cancel();
+                break;
+            }
+        }
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(error = %e, "final flush failed");
+        }
+        tracing::debug!("broker writer stopped");
+    }
+
+    /// Commits a batch: its transaction and its flush run as one job on the storage
+    /// thread (grouped with whatever else waits there), off the async workers. Right
+    /// after the flush, still on that thread, the events are published and the callers
+    /// answered; the writer then hears what became of the batch.
+    async fn commit(
+        &mut self,
+        commands: Vec<Command>,
+        replies: Vec<Replies>,
+        broker: &std::sync::Weak<Inner>,
+    ) -> Settled {
+        let first_seq = self.next_seq;
+        let (store, config) = (self.store.clone(), self.config.clone());
+        let (done, settled) = oneshot::channel();
+        let broker = broker.clone();
+        let queued = self
+            .store
+            .durable()
+            .write_then(
+                move || transact(&store, &config, first_seq, &commands),
+                // A batch refused whole wrote nothing (and a failed transaction is
+                // rolled back): no flush for it.
+                |result| matches!(result, Ok(r) if r.wrote),
+                move |ran| {
+                    let _ = done.send(settle(ran, replies, &broker));
+                },
+            )
+            .await;
+        match (queued, settled.await) {
+            (Ok(()), Ok(settled)) => settled,
+            _ => {
+                // The storage thread is gone (its callers were told by their dropped
+                // answer): nothing more can be stored.
+                tracing::error!("the storage thread stopped; the broker stops accepting commands");
+                Settled {
+                    events: 0,
+                    failed: true,
+                }
+            }
+        }
+    }
+}
+
+/// On the storage thread, after a batch's flush: publishes its events and answers its
+/// callers (or tells them it failed). Published before the callers hear back, so a
+/// caller that reads the log or subscribes right after its answer sees its own events.
+fn settle(
+    ran: Ran<Result<BatchResult, BrokerError>>,
+    replies: Vec<Replies>,
+    broker: &std::sync::Weak<Inner>,
+) -> Settled {
+    let fail_all = |replies: Vec<Replies>, message: String| {
+        for reply in replies.into_iter().flatten() {
+            let _ = reply.send(Err(BrokerError::Internal(message.clone())));
+        }
+    };
+    let (result, flushed) = match ran {
+        Ok((Ok(result), flushed)) => (result, flushed),
+        // The transaction failed (sled did not commit it): nothing of it was written. A
+        // storage error, or a failed flush of the group, means the disk failed: stop.
+        Ok((Err(e), flushed)) => {
+            let failed = matches!(e, BrokerError::Storage(_)) || flushed.is_err();
+            if failed {
+                tracing::error!(error = %e, "storage failed; the broker stops accepting commands");
+            }
+            fail_all(replies, format!("commit failed: {e}"));
+            return Settled { events: 0, failed };
+        }
+        // The job panicked (sled did not commit it), or its group's flush failed.
+        Err(e) => {
+            tracing::error!(error = %e, "a batch could not be committed");
+            fail_all(replies, format!("commit failed: {e}"));
+            return Settled {
+                events: 0,
+                failed: matches!(e, StorageError::Flush(_)),
+            };
+        }
+    };
+    let events = result.events.len() as u64;
+    if let Err(e) = flushed {
+        // The batch may or may not reach the disk: tell nobody it did, and stop taking
+        // commands (the store's state is no longer known).
+        tracing::error!(error = %e, "flush failed; the broker stops accepting commands");
+        fail_all(
+            replies,
+            "the disk flush failed; nothing of this batch is known to be stored".into(),
+        );
+        return Settled {
+            events,
+            failed: true,
+        };
+    }
+    if let Some(inner) = broker.upgrade() {
+        if let Some(last) = result.events.last() {
+            inner.last_seq.store(last.0.seq, Ordering::Release);
+        }
+        for (event, size) in result.events {
+            inner.counts.apply(&event);
+            let live = if size > LIVE_EVENT_MAX {
+                Live::InLog(event.seq)
+            } else {
+                Live::Event(Arc::new(event))
+            };
+            // No subscriber is fine: the log has it.
+            let _ = inner.events.send(live);
+        }
+    }
+    for (replies, outcome) in replies.into_iter().zip(result.outcomes) {
+        // Merged deltas: every caller hears the one outcome.
+        let mut replies = replies.into_iter();
+        let first = replies.next();
+        for reply in replies {
+            let _ = reply.send(match &outcome {
+                Ok(o) => Ok(o.clone()),
+                Err(e) => Err(e.duplicate()),
+            });
+        }
+        if let Some(reply) = first {
+            let _ = reply.send(outcome);
+        }
+    }
+    Settled {
+        events,
+        failed: false,
+    }
+}
+
+/// Runs the rules of every command of a batch in ONE sled transaction (on the storage
+/// thread). A command that fails after emitting part of its events is a bug in a rule
+/// (rules validate before they emit); the batch is then run again without it, so that
+/// no command is ever half applied.
+fn transact(
+    store: &Store,
+    config: &BrokerConfig,
+    first_seq: u64,
+    commands: &[Command],
+) -> Result<BatchResult, BrokerError> {
+    let mut left_out: Vec<Option<BrokerError>> = commands.iter().map(|_| None).collect();
+    let committed = loop {
+        let partial = RefCell::new(None);
+        let committed = store.transaction(|tx| {
+            let mut ctx = Ctx {
+                tx,
+                config,
+                next_seq: first_seq,
+                now: now_ms(),
+                events: Vec::new(),
+            };
+            let mut outcomes = Vec::with_capacity(commands.len());
+            for (i, command) in commands.iter().enumerate() {
+                if left_out[i].is_some() {
+                    outcomes.push(None);
+                    continue;
+                }
+                let emitted = ctx.events.len();
+                match ctx.run(command) {
+                    // sled retries the batch on a conflict; a storage error fails it.
+                    Err(e @ (BrokerError::TxConflict | BrokerError::Storage(_))) => return Err(e),
+                    Err(e) if ctx.events.len() > emitted => {
+                        *partial.borrow_mut() = Some((i, e));
+                        return Err(BrokerError::Internal("a command was half applied".into()));
+                    }
+                    outcome => outcomes.push(Some(outcome)),
+                }
+            }
+            Ok((outcomes, ctx.events))
+        });
+        match partial.into_inner() {
+            Some((i, e)) => {
+                tracing::error!(command = ?commands[i], error = %e, "a command failed after writing; it is left out of its batch");
+                left_out[i] = Some(e);
+            }
+            None => break committed,
+        }
+    };
+    let (outcomes, events) = committed?;
+    // Node reports move their node's cursor even when refused.
+    let wrote = !events.is_empty()
+        || commands
+            .iter()
+            .any(|c| matches!(c, Command::FromNode { .. }));
+    Ok(BatchResult {
+        wrote,
+        outcomes: outcomes
+            .into_iter()
+            .zip(left_out)
+            .map(|(outcome, left_out)| match (outcome, left_out) {
+                (Some(outcome), _) => outcome,
+                (None, Some(e)) => Err(e),
+                (None, None) => Err(BrokerError::Internal("command not run".into())),
+            })
+            .collect(),
+        events,
+    })
+}
+
+struct BatchResult {
+    outcomes: Vec<Result<Outcome, BrokerError>>,
+    /// With the size each takes in the log.
+    events: Vec<(Event, usize)>,
+    /// Whether the batch wrote anything (events, or a node's report cursor).
+    wrote: bool,
+}

@@ -1,0 +1,276 @@
+//! Dispatch: flights left by the previous process settled at start, and every new
+//! invocation handed to the runtime that serves its agent (this one, or a node's through
+//! the remote dispatcher of `nodes.rs`), in commit order.
+
+use std::collections::HashMap;
+
+use relay_protocol::domain::{Agent, Flight, FlightChange, FlightState};
+use relay_protocol::event::EventBody;
+use relay_protocol::runtime::{Control, Dispatch};
+
+use super::Plane;
+use crate::broker::Command;
+use crate::error::BrokerError;
+use crate::store::T;
+
+impl Plane {
+    pub(super) async fn recover(&self) -> Result<(), BrokerError> {
+        let (live, agents) = self
+            .broker
+            .store()
+            .read(|store| {
+                let mut live = Vec::new();
+                for f in store.live_flights()? {
+                    let agent = store.agent(&f.agent)?;
+                    let invocation = store.invocation(&f.invocation)?;
+                    live.push((f, agent, invocation));
+                }
+                let agents: Vec<Agent> = store.values(T::Agents)?;
+                Ok((live, agents))
+            })
+            .await?;
+        for (f, agent, invocation) in live {
+            let Some(agent) = agent else {
+                self.settle(&f.id, FlightState::Failed, "its agent was removed")
+                    .await;
+                continue;
+            };
+            if !self.local(&agent) {
+                continue;
+            }
+            // Queued, but its turn may have started just before the stop: the runtime
+            // records a start on disk before the harness sees the task, and such a task
+            // is not run twice.
+            let started = f.state == FlightState::Queued
+                && matches!(
+                    self.runtime.threads().dispatch_state(&f.invocation).await,
+                    Ok(Some(_))
+                );
+            if f.state == FlightState::Queued && !started {
+                if let Some(inv) = invocation {
+                    self.dispatch(agent, inv, f).await;
+                }
+            } else {
+                let _ = self
+                    .broker
+                    .execute_internal(Command::ExpireApprovals {
+                        flight: f.id.clone(),
+                        by: "relay:restart".into(),
+                        request: None,
+                    })
+                    .await;
+                let reason = if started {
+                    "relay stopped just as this flight's turn started, so it may have partly run; \
+                     it is not run twice: the agent's thread is kept, ask again to continue"
+                        .to_string()
+                } else {
+                    format!(
+                        "relay stopped while this flight was {} (its harness process ended with it); \
+                         the agent's thread is kept, ask again to continue",
+                        f.state
+                    )
+                };
+                self.settle(&f.id, FlightState::Failed, &reason).await;
+            }
+        }
+        for a in agents.iter().filter(|a| self.local(a)) {
+            // Whatever the agent was doing, its session died with the previous process.
+            if a.state != relay_protocol::domain::AgentState::Offline || a.endpoint.is_some() {
+                let r = self
+                    .broker
+                    .execute_internal(Command::UpdateAgent {
+                        name: a.spec.name.clone(),
+                        state: Some(relay_protocol::domain::AgentState::Offline),
+                        thread_id: None,
+                        endpoint: Some(None),
+                    })
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!(agent = %a.spec.name, error = %e, "cannot reset the agent's state");
+                }
+            }
+            if a.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm {
+                if let Err(e) = self.runtime.warm(&self.with_secrets(a.clone()).await) {
+                    tracing::warn!(agent = %a.spec.name, error = %e, "cannot warm");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn settle(&self, flight: &str, to: FlightState, reason: &str) {
+        let r = self
+            .broker
+            .execute_internal(Command::UpdateFlight {
+                flight: flight.into(),
+                change: FlightChange::State {
+                    to,
+                    reason: Some(reason.into()),
+                    output: None,
+                },
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(%flight, error = %e, "cannot settle flight");
+        }
+    }
+
+    /// The agent with its secret variables filled in, for the runtime that starts it
+    /// (the one place they leave the broker's store; to a node, only sealed).
+    pub(super) async fn with_secrets(&self, mut agent: Agent) -> Agent {
+        use relay_protocol::domain::{Secrets, SECRET_SHOWN};
+        if !agent.spec.env.values().any(|v| v == SECRET_SHOWN) {
+            return agent;
+        }
+        let name = agent.spec.name.clone();
+        let read = self
+            .broker
+            .store()
+            .read(move |store| {
+                store.get::<std::collections::BTreeMap<String, String>>(
+                    crate::store::T::Secrets,
+                    name.as_bytes(),
+                )
+            })
+            .await;
+        match read {
+            Ok(Some(secrets)) => agent.spec.secrets = Secrets(secrets),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(agent = %agent.spec.name, error = %e, "cannot read the agent's secrets")
+            }
+        }
+        agent
+    }
+
+    pub(super) async fn dispatch(
+        &self,
+        agent: Agent,
+        invocation: relay_protocol::domain::Invocation,
+        flight: Flight,
+    ) {
+        let agent = self.with_secrets(agent).await;
+        if let Some(node) = agent.spec.node.clone().filter(|_| !self.local(&agent)) {
+            let Some(remote) = self.remote.get() else {
+                // NATS attaches after recovery, or later when it was down; attach_nats
+                // sends every queued remote flight then.
+                tracing::debug!(flight = %flight.id, %node, "remote dispatch waits for NATS");
+                return;
+            };
+            let d = Dispatch {
+                agent,
+                invocation,
+                flight,
+            };
+            if remote.send((node, d)).await.is_err() {
+                tracing::warn!("remote dispatcher stopped");
+            }
+            return;
+        }
+        let id = flight.id.clone();
+        if let Err(e) = self
+            .runtime
+            .dispatch(Dispatch {
+                agent,
+                invocation,
+                flight,
+            })
+            .await
+        {
+            tracing::warn!(flight = %id, error = %e, "dispatch refused");
+        }
+    }
+
+    /// Dispatches every invocation committed after `from_seq` to a local agent.
+    ///
+    /// The agents are kept here, from one read of the store (taken after `from_seq`)
+    /// and then the agent events of the feed, applied in order: an invocation finds its
+    /// agent without a read of the store on the way to its turn.
+    pub(super) async fn dispatch_new(self, from_seq: u64) {
+        let mut agents: HashMap<String, Agent> = match self
+            .broker
+            .store()
+            .read(|s| s.values::<Agent>(T::Agents))
+            .await
+        {
+            Ok(list) => list.into_iter().map(|a| (a.spec.name.clone(), a)).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the agents; dispatch stopped");
+                return;
+            }
+        };
+        let mut feed = crate::feed::follow(self.broker.clone(), from_seq);
+        while let Some(item) = feed.recv().await {
+            let event = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(error = %e, "event feed failed; dispatch stopped");
+                    return;
+                }
+            };
+            match &event.body {
+                EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
+                    agents.insert(agent.spec.name.clone(), agent.clone());
+                }
+                EventBody::AgentRemoved { name, .. } => {
+                    agents.remove(name);
+                }
+                _ => {}
+            }
+            match &event.body {
+                EventBody::InvocationCreated { invocation, flight } => {
+                    let Some(agent) = agents.get(&invocation.target).cloned() else {
+                        continue;
+                    };
+                    if self.local(&agent) {
+                        self.dispatch(agent, invocation.clone(), flight.clone())
+                            .await;
+                    } else if self.nats.get().is_none()
+                        && !self
+                            .nats_expected
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        self.settle(
+                            &flight.id,
+                            FlightState::Failed,
+                            &format!(
+                                "agent {} is served by node {:?}, but this broker has no NATS connection (start relay up with --nats)",
+                                agent.spec.name,
+                                agent.spec.node.as_deref().unwrap_or("")
+                            ),
+                        )
+                        .await;
+                    } else {
+                        // Queued for the remote dispatcher, in order; it waits for NATS
+                        // on its own, never holding up local agents.
+                        self.dispatch(agent, invocation.clone(), flight.clone())
+                            .await;
+                    }
+                }
+                EventBody::AgentRemoved { name, node } => {
+                    // Stopping its session may take a while: dispatch goes on meanwhile.
+                    let control = self.route_to(
+                        node.clone()
+                            .filter(|n| Some(n.as_str()) != self.runtime.node()),
+                        Control::AgentRemoved {
+                            agent: name.clone(),
+                        },
+                    );
+                    tokio::spawn(async move {
+                        if let Err(e) = control.await {
+                            tracing::debug!(error = %e, "agent removal not delivered");
+                        }
+                    });
+                }
+                EventBody::AgentRegistered { agent }
+                    if agent.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm =>
+                {
+                    if let Err(e) = self.wake(agent.clone()).await {
+                        tracing::warn!(agent = %agent.spec.name, error = %e, "cannot warm");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The link between the broker and a runtime (the harness-session plane).
+//!
+//! - Dispatch: new invocations of agents served here are read from the gap-free event
+//!   feed and handed to the runtime. At start, flights left by the previous process are
+//!   settled first: `queued` ones are dispatched again; ones that were mid-turn are
+//!   failed with a reason (their harness process died with the broker).
+//! - Reports: everything the runtime reports becomes a broker command, enqueued in the
+//!   order it arrived. The replies are awaited by a separate drain task, so a stream of
+//!   deltas costs one group commit per batch, not one flush per delta.
+//! - Approvals: a requested approval is persisted; the agent's policy may decide it at
+//!   once (recorded as `policy:...`), otherwise a person does through the API.
+//!
+//! This file holds [`Plane`] and its start; `dispatch.rs` the dispatch of flights (and
+//! recovery at start), `reports.rs` the reports of the embedded runtime and the approval
+//! policies, `nodes.rs` the link to nodes over NATS (dispatches out, reports in over
+//! JetStream), `controls.rs` the controls (steer, interrupt, approvals, wake) routed to
+//! the runtime serving an agent.
+
+use std::sync::Arc;
+
+use relay_protocol::domain::Agent;
+use relay_protocol::runtime::{Dispatch, Report};
+use relay_runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use crate::ports::FlightControl;
+use crate::seal::BusKey;
+
+mod controls;
+mod dispatch;
+mod nodes;
+mod reports;
+
+use reports::PENDING_REPLIES;
+
+/// Connects a broker to its embedded runtime.
+#[derive(Clone)]
+pub struct Plane {
+    broker: Broker,
+    runtime: Runtime,
+    /// Set once NATS is connected: how agents of other nodes are reached.
+    nats: Arc<tokio::sync::OnceCell<(async_nats::Client, BusKey)>>,
+    /// Dispatches for other nodes, sent one after another in commit order.
+    remote: Arc<tokio::sync::OnceCell<mpsc::Sender<(String, Dispatch)>>>,
+    /// NATS is configured (if not yet reached): remote flights wait for it.
+    nats_expected: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Plane {
+    /// Settles flights left by a previous process, then starts dispatching and consuming
+    /// reports. The returned task ends when the runtime's report channel closes.
+    pub async fn start(
+        broker: Broker,
+        runtime: Runtime,
+        reports: mpsc::Receiver<Report>,
+    ) -> Result<(Plane, JoinHandle<()>), BrokerError> {
+        let plane = Plane {
+            broker,
+            runtime,
+            nats: Arc::new(tokio::sync::OnceCell::new()),
+            remote: Arc::new(tokio::sync::OnceCell::new()),
+            nats_expected: Arc::default(),
+        };
+        let from_seq = plane.broker.last_seq();
+        // Reports must flow before recovery dispatches anything, or a full report
+        // channel would block recovery (and the start) for good.
+        let (pending_tx, pending_rx) = mpsc::channel(PENDING_REPLIES);
+        let drain = tokio::spawn(plane.clone().drain(pending_rx));
+        let consume = tokio::spawn(plane.clone().consume(reports, pending_tx));
+        plane.recover().await?;
+        tokio::spawn(plane.clone().dispatch_new(from_seq));
+        let task = tokio::spawn(async move {
+            let _ = consume.await;
+            let _ = drain.await;
+        });
+        Ok((plane, task))
+    }
+
+    /// NATS is configured: until it is attached, flights of remote agents stay queued
+    /// (and are sent once it is) instead of failing.
+    pub fn expect_nats(&self) {
+        self.nats_expected
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn local(&self, agent: &Agent) -> bool {
+        agent.spec.node.as_deref() == self.runtime.node()
+    }
+}
+
+/// Shares a plane as the API's flight control.
+pub fn control(plane: &Plane) -> Arc<dyn FlightControl> {
+    Arc::new(plane.clone())
+}

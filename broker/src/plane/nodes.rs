@@ -1,0 +1,191 @@
+//! Nodes over NATS: attaching the bus (a dispatcher sending flights of remote agents in
+//! order) and consuming node reports from JetStream, each applied at most once.
+
+use relay_protocol::bus::subjects;
+use relay_protocol::domain::FlightState;
+use relay_protocol::runtime::{Dispatch, Report};
+use relay_runtime::retry::{self, Retryable};
+use tokio::sync::mpsc;
+
+use super::reports::{Pending, PENDING_REPLIES};
+use super::Plane;
+use crate::error::BrokerError;
+use crate::seal::BusKey;
+
+/// Dispatches for other nodes waiting to be sent.
+const REMOTE_DISPATCHES: usize = 4096;
+/// Waits between tries to open the node report stream.
+const REPORTS_BACKOFF: retry::ExponentialBuilder = retry::forever(
+    std::time::Duration::from_millis(200),
+    std::time::Duration::from_secs(10),
+);
+
+impl Plane {
+    /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
+    /// queued for them before this (at start) are sent now.
+    pub async fn attach_nats(&self, client: async_nats::Client, key: BusKey) -> anyhow::Result<()> {
+        let js = async_nats::jetstream::new(client.clone());
+        crate::node::ensure_streams(&js).await?;
+        if self.nats.get().is_some() {
+            // Attached already (a retried bring-up): one dispatcher, one report reader.
+            return Ok(());
+        }
+        let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
+        let sender = js.clone();
+        let sealing = key.clone();
+        tokio::spawn(async move {
+            // One at a time, so two invocations of an agent reach its node in order.
+            let never = tokio_util::sync::CancellationToken::new();
+            while let Some((node, d)) = outbox.recv().await {
+                if let Err(e) =
+                    crate::node::send_dispatch(&sender, &sealing, &node, &d, &never).await
+                {
+                    tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
+                }
+            }
+        });
+        let _ = self.remote.set(remote);
+        let _ = self.nats.set((client, key.clone()));
+        tokio::spawn(self.clone().consume_node_reports(js, key));
+        // Flights of remote agents still queued (made while NATS was not attached, or
+        // before a restart): send them; JetStream and the node drop duplicates.
+        let queued = self
+            .broker
+            .store()
+            .read(|store| {
+                let mut out = Vec::new();
+                for f in store
+                    .live_flights()?
+                    .into_iter()
+                    .filter(|f| f.state == FlightState::Queued)
+                {
+                    if let (Some(agent), Some(inv)) =
+                        (store.agent(&f.agent)?, store.invocation(&f.invocation)?)
+                    {
+                        out.push((f, agent, inv));
+                    }
+                }
+                Ok(out)
+            })
+            .await?;
+        for (f, agent, inv) in queued {
+            if !self.local(&agent) {
+                self.dispatch(agent, inv, f).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports of remote nodes, from JetStream: each is acknowledged once committed.
+    ///
+    /// A report is applied at most once: the broker keeps, per node, the stream seq of
+    /// the last report it applied, in the same transaction, and skips any report at or
+    /// below it. That is only right if reports are applied in stream order, so: the
+    /// consumer is created anew at every start (delivery then begins at the oldest report
+    /// not acknowledged, in order, instead of redelivering old ones after newer ones), and
+    /// a report that cannot be submitted is retried in place, never left for redelivery.
+    async fn consume_node_reports(self, js: async_nats::jetstream::Context, key: BusKey) {
+        let attempt = || report_messages(&js);
+        // Tried for ever: no error comes out.
+        let Ok(mut messages) = attempt
+            .retry(REPORTS_BACKOFF)
+            .notify(|e, wait| {
+                tracing::error!(error = %e, retry_in = ?wait, "cannot read node reports yet");
+            })
+            .await
+        else {
+            return;
+        };
+        let (acks, mut acks_rx) =
+            mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Some((pending, msg)) = acks_rx.recv().await {
+                this.settle_pending(pending).await;
+                if let Err(e) = msg.ack().await {
+                    tracing::warn!(error = %e, "report ack failed");
+                }
+            }
+        });
+        while let Some(item) = futures::StreamExt::next(&mut messages).await {
+            let msg = match item {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "node report stream");
+                    continue;
+                }
+            };
+            let node = subjects::report_node(msg.subject.as_str())
+                .unwrap_or("")
+                .to_string();
+            // Only the node itself holds the key its reports are sealed with.
+            let report: Report = match key
+                .node(&node)
+                .open(msg.subject.as_str(), &msg.payload)
+                .map_err(|e| e.to_string())
+                .and_then(|plain| serde_json::from_slice(&plain).map_err(|e| e.to_string()))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(subject = %msg.subject, "node report dropped: {e}");
+                    let _ = msg.ack().await;
+                    continue;
+                }
+            };
+            let source = match msg.info() {
+                Ok(info) => Some((node, info.stream_sequence)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "node report without stream info");
+                    None
+                }
+            };
+            let pending = loop {
+                match self
+                    .submit_report_from(report.clone(), source.clone())
+                    .await
+                {
+                    Ok(p) => break Some(p),
+                    Err(BrokerError::ShuttingDown) => break None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "node report not recorded; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                }
+            };
+            let Some(pending) = pending else { return };
+            if acks.send((pending, msg)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The broker's consumer of node reports, created anew (see `consume_node_reports`).
+async fn report_messages(
+    js: &async_nats::jetstream::Context,
+) -> Result<async_nats::jetstream::consumer::pull::Stream, async_nats::Error> {
+    use async_nats::jetstream::consumer;
+    let stream = js.get_stream(subjects::REPORT_STREAM).await?;
+    // Gone already is fine; any other failure would leave the old delivery order.
+    if let Err(e) = stream.delete_consumer(REPORT_CONSUMER).await {
+        let gone = matches!(
+            e.kind(),
+            async_nats::jetstream::stream::ConsumerErrorKind::JetStream(j)
+                if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND
+        );
+        if !gone {
+            return Err(e.into());
+        }
+    }
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(REPORT_CONSUMER.into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await?;
+    Ok(consumer.messages().await?)
+}
+
+/// The durable consumer the broker reads node reports with.
+const REPORT_CONSUMER: &str = "relay-broker";

@@ -1,0 +1,172 @@
+//! Reports: what the runtime reports becomes a broker command, enqueued in arrival
+//! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
+//! its agent's policy applied (`apply_policy`).
+
+use relay_protocol::domain::Approval;
+use relay_protocol::runtime::Report;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{control, Plane};
+use crate::broker::{Command, Outcome};
+use crate::error::BrokerError;
+
+/// Replies waiting to be checked by the drain task.
+pub(super) const PENDING_REPLIES: usize = 8192;
+
+type Reply = oneshot::Receiver<Result<Outcome, BrokerError>>;
+
+pub(super) enum Pending {
+    /// Log a failure; nothing else depends on it.
+    Check(Reply, &'static str),
+    /// An approval was recorded: apply the agent's policy to it.
+    Approval(Reply),
+}
+
+impl Plane {
+    pub(super) async fn consume(
+        self,
+        mut reports: mpsc::Receiver<Report>,
+        pending: mpsc::Sender<Pending>,
+    ) {
+        while let Some(report) = reports.recv().await {
+            match self.submit_report(report).await {
+                Ok(p) => {
+                    let _ = pending.send(p).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "report not recorded"),
+            }
+        }
+    }
+
+    /// Enqueues the command a report stands for, in arrival order; the returned pending
+    /// reply says when it committed.
+    async fn submit_report(&self, report: Report) -> Result<Pending, BrokerError> {
+        self.submit_report_from(report, None).await
+    }
+
+    /// `source` (node, stream seq) makes the command apply at most once.
+    pub(super) async fn submit_report_from(
+        &self,
+        report: Report,
+        source: Option<(String, u64)>,
+    ) -> Result<Pending, BrokerError> {
+        let wrap = |command: Command| match &source {
+            Some((node, seq)) => Command::FromNode {
+                node: node.clone(),
+                stream_seq: *seq,
+                command: Box::new(command),
+            },
+            None => command,
+        };
+        let (command, kind) = match report {
+            Report::Flight { flight, change } => {
+                (Command::UpdateFlight { flight, change }, "flight update")
+            }
+            Report::Agent {
+                agent,
+                state,
+                thread_id,
+                endpoint,
+            } => (
+                Command::UpdateAgent {
+                    name: agent,
+                    state,
+                    thread_id,
+                    endpoint: endpoint.map(Some),
+                },
+                "agent update",
+            ),
+            Report::ThreadLost {
+                agent,
+                old_thread_id,
+                new_thread_id,
+                reason,
+            } => (
+                Command::ThreadLost {
+                    agent,
+                    old_thread_id,
+                    new_thread_id,
+                    reason,
+                },
+                "thread lost",
+            ),
+            Report::ApprovalRequested { agent, request } => {
+                let rx = self
+                    .broker
+                    .submit(wrap(Command::RequestApproval { agent, request }))
+                    .await?;
+                return Ok(Pending::Approval(rx));
+            }
+            Report::ApprovalsExpired {
+                flight,
+                by,
+                request,
+            } => (
+                Command::ExpireApprovals {
+                    flight,
+                    by: by.unwrap_or_else(|| "relay:turn-ended".into()),
+                    request,
+                },
+                "expire approvals",
+            ),
+        };
+        Ok(Pending::Check(
+            self.broker.submit(wrap(command)).await?,
+            kind,
+        ))
+    }
+
+    pub(super) async fn drain(self, mut pending: mpsc::Receiver<Pending>) {
+        while let Some(p) = pending.recv().await {
+            self.settle_pending(p).await;
+        }
+    }
+
+    /// Waits for a submitted report's commit; applies the approval policy where due.
+    pub(super) async fn settle_pending(&self, p: Pending) {
+        {
+            match p {
+                Pending::Check(rx, kind) => match rx.await {
+                    Ok(Ok(_)) => {}
+                    // A late event of a flight already settled (interrupted, failed at
+                    // restart...) is expected; anything else is worth a warning.
+                    Ok(Err(e @ BrokerError::FlightTerminal { .. })) => {
+                        tracing::debug!(error = %e, "{kind} after the flight ended")
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "{kind} refused"),
+                    Err(_) => tracing::debug!("broker stopped before {kind} was committed"),
+                },
+                Pending::Approval(rx) => {
+                    if let Ok(Ok(Outcome::Approval(a))) = rx.await {
+                        // Deciding may wait on a node; keep it off the ordered path.
+                        let this = self.clone();
+                        tokio::spawn(async move { this.apply_policy(a).await });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn apply_policy(&self, approval: Approval) {
+        let Ok(Some(agent)) = self.broker.agent(&approval.agent).await else {
+            return;
+        };
+        let decision = crate::policy::decide(&agent.spec.approval_policy, &approval);
+        let Some((decision, by)) = decision else {
+            return;
+        };
+        let control = control(self);
+        let decided = crate::ops::decide(
+            &self.broker,
+            Some(&control),
+            &approval.id,
+            decision,
+            &by,
+            true,
+        )
+        .await;
+        if let Err(e) = decided {
+            tracing::warn!(approval = %approval.id, error = %e, "policy decision not applied");
+        }
+    }
+}

@@ -96,26 +96,6 @@ impl std::fmt::Debug for Durable {
 }
 
 impl Durable {
-    /// [`Storage::submit_then`] with a flush of this database, unless `wrote` says the
-    /// work's outcome wrote nothing (a batch of commands that were all refused): then
-    /// the job needs no flush of its own and costs none.
-    pub async fn write_then<R, F, W, T>(
-        &self,
-        work: F,
-        wrote: W,
-        then: T,
-    ) -> Result<(), StorageError>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-        W: FnOnce(&R) -> bool + Send + 'static,
-        T: FnOnce(Ran<R>) + Send + 'static,
-    {
-        Storage::global()
-            .queue(Some(self.clone()), work, wrote, then)
-            .await
-    }
-
     pub fn new(db: sled::Db) -> Durable {
         Durable {
             inner: Arc::new(DurableInner {
@@ -279,9 +259,14 @@ impl Storage {
         R: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        self.submit_then(flush, work, move |r| {
-            let _ = tx.send(r);
-        })
+        self.submit_then(
+            flush,
+            work,
+            |_| true,
+            move |r| {
+                let _ = tx.send(r);
+            },
+        )
         .await?;
         rx.await.map_err(|_| StorageError::Stopped)?
     }
@@ -290,21 +275,10 @@ impl Storage {
     /// gets the outcome ON THE STORAGE THREAD, so it can answer waiting callers without
     /// another thread hop (keep it short: it holds up the next group). Returns once the
     /// job is queued; `then` is not called if the storage thread is gone.
-    pub async fn submit_then<R, F, T>(
-        &self,
-        flush: Option<Durable>,
-        work: F,
-        then: T,
-    ) -> Result<(), StorageError>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-        T: FnOnce(Ran<R>) + Send + 'static,
-    {
-        self.queue(flush, work, |_| true, then).await
-    }
-
-    async fn queue<R, F, W, T>(
+    /// With `flush`, the job's database is flushed unless `wrote` says the work's outcome
+    /// wrote nothing (a batch of commands that were all refused): such a job needs no
+    /// flush of its own and costs none.
+    pub async fn submit_then<R, F, W, T>(
         &self,
         flush: Option<Durable>,
         work: F,
@@ -483,16 +457,18 @@ mod tests {
             let db = d.db().clone();
             let d = d.clone();
             async move {
-                d.write_then(
-                    move || wrote && db.insert(b"k", b"v".to_vec()).is_ok(),
-                    |w| *w,
-                    move |ran: Ran<bool>| {
-                        let (w, flushed) = ran.unwrap();
-                        let _ = tx.send((w, flushed.is_ok(), counter.flushes()));
-                    },
-                )
-                .await
-                .unwrap();
+                Storage::global()
+                    .submit_then(
+                        Some(d.clone()),
+                        move || wrote && db.insert(b"k", b"v".to_vec()).is_ok(),
+                        |w| *w,
+                        move |ran: Ran<bool>| {
+                            let (w, flushed) = ran.unwrap();
+                            let _ = tx.send((w, flushed.is_ok(), counter.flushes()));
+                        },
+                    )
+                    .await
+                    .unwrap();
                 rx.await.unwrap()
             }
         };

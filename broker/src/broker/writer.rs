@@ -142,10 +142,9 @@ impl Writer {
         let (store, config) = (self.store.clone(), self.config.clone());
         let (done, settled) = oneshot::channel();
         let broker = broker.clone();
-        let queued = self
-            .store
-            .durable()
-            .write_then(
+        let queued = relay_runtime::storage::Storage::global()
+            .submit_then(
+                Some(self.store.durable().clone()),
                 move || transact(&store, &config, first_seq, &commands),
                 // A batch refused whole wrote nothing (and a failed transaction is
                 // rolled back): no flush for it.

@@ -62,6 +62,21 @@ async fn spawn(home: &Path) -> (CodexSession, Receiver<HarnessEvent>) {
         .expect("spawn failed")
 }
 
+/// Waits for the next approval request and accepts it.
+async fn accept_next_approval(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
+    let seen = until(events, |e| {
+        matches!(e, HarnessEvent::ApprovalRequested { .. })
+    })
+    .await;
+    let Some(HarnessEvent::ApprovalRequested { request_id, .. }) = seen.last() else {
+        unreachable!("until returns once the predicate held")
+    };
+    session
+        .respond_approval(request_id, ApprovalDecision::Accept)
+        .await
+        .unwrap();
+}
+
 /// [`spawn`], then a thread started with the test's options.
 async fn spawn_with_thread(home: &Path) -> (CodexSession, Receiver<HarnessEvent>, String) {
     let (session, events) = spawn(home).await;
@@ -480,24 +495,10 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
         "wait a while",
     ));
     s.mock.push(Reply::hang());
-    let (session, mut events) = spawn(s.home.path()).await;
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let pid = session.pid();
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
     let turn = session.start_turn(&thread, "hang").await.unwrap();
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ApprovalRequested { .. })
-    })
-    .await;
-    let Some(HarnessEvent::ApprovalRequested { request_id, .. }) = seen.last() else {
-        unreachable!()
-    };
-    session
-        .respond_approval(request_id, ApprovalDecision::Accept)
-        .await
-        .unwrap();
+    accept_next_approval(&session, &mut events).await;
     let sleeper = wait_for_process_with("sleep 39.75").await;
 
     // Stopped, Codex cannot answer: the interrupt below is surely pending when it dies.
@@ -568,24 +569,10 @@ async fn shutdown_and_drop_leave_no_process() {
         "sleep 37.25",
         "wait a while",
     ));
-    let (session, mut events) = spawn(s.home.path()).await;
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let pid = session.pid();
-    let thread = session
-        .start_thread(&thread_options(s.home.path()))
-        .await
-        .unwrap();
     session.start_turn(&thread, "sleep").await.unwrap();
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ApprovalRequested { .. })
-    })
-    .await;
-    let Some(HarnessEvent::ApprovalRequested { request_id, .. }) = seen.last() else {
-        unreachable!()
-    };
-    session
-        .respond_approval(request_id, ApprovalDecision::Accept)
-        .await
-        .unwrap();
+    accept_next_approval(&session, &mut events).await;
     let sleeper = wait_for_process_with("sleep 37.25").await;
     shutdown(&session, &mut events).await;
     assert!(session

@@ -1,5 +1,8 @@
 //! Mock model servers, so tests drive the real agent CLIs offline.
 //!
+//! One file past 600 lines: the server, the replies it streams and the recorded requests
+//! are one wire (the Responses API's SSE), read top to bottom as that protocol.
+//!
 //! Parts:
 //! - [`MockModel`]: an OpenAI Responses API server on `127.0.0.1:<random port>` (what
 //!   Codex speaks). `POST …/responses` answers a `text/event-stream` built from a

@@ -154,14 +154,15 @@ impl Publisher {
     async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
         match &event.body {
             EventBody::FlightUpdated { update, flight } => {
-                let mut update = update.clone();
-                let mut flight = flight.clone();
+                // Copied only if they must be trimmed to fit (rare): not once per update.
+                let mut update = std::borrow::Cow::Borrowed(update);
+                let mut flight = std::borrow::Cow::Borrowed(flight);
                 let mut trimmed = false;
                 loop {
                     match self.publish_update(event.seq, &update, &flight).await {
                         Ok(()) => break,
                         Err(Unpublishable::TooLarge) if !trimmed => {
-                            trim_texts(&mut update, &mut flight);
+                            trim_texts(update.to_mut(), flight.to_mut());
                             trimmed = true;
                         }
                         Err(Unpublishable::Retry(e)) => return Err(e),

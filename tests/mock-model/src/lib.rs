@@ -1,19 +1,20 @@
 //! Mock model servers, so tests drive the real agent CLIs offline.
 //!
-//! One file past 600 lines: the server, the replies it streams and the recorded requests
-//! are one wire (the Responses API's SSE), read top to bottom as that protocol.
-//!
 //! Parts:
-//! - [`MockModel`]: an OpenAI Responses API server on `127.0.0.1:<random port>` (what
-//!   Codex speaks). `POST …/responses` answers a `text/event-stream` built from a
-//!   [`Reply`]; `GET …/models` answers a one-model list; anything else is a 404 (and is
-//!   recorded, so a test can see what a CLI asked for).
+//! - [`MockModel`]: one server on `127.0.0.1:<random port>` that speaks both APIs the
+//!   pinned CLIs use: OpenAI Responses (`POST …/responses`, Codex; `responses.rs`) and
+//!   Anthropic Messages (`POST …/messages`, Claude Code and Pi; `messages.rs`). Both
+//!   stream a `text/event-stream` built from the same [`Reply`]. `GET …/models` answers a
+//!   one-model list, `HEAD /` and `…/messages/count_tokens` answer too; anything else is
+//!   a 404 (and is recorded, so a test can see what a CLI asked for).
 //! - [`Reply`]: what to answer one model request with: streamed text (optionally slow), a
-//!   function call (e.g. an escalated `exec_command` that makes Codex ask for approval), a
-//!   `response.failed`, or a hang that never completes.
-//! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers to
-//!   read the conversation the CLI sent ([`all_input_text`]).
-//! - [`write_codex_home`]: the `config.toml` that points Codex at a mock.
+//!   function call (a Responses `function_call` item, or a Messages `tool_use` block; e.g.
+//!   an escalated `exec_command` that makes Codex ask for approval), a failure, or a hang
+//!   that never completes.
+//! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers that
+//!   read the conversation the CLI sent in either API ([`all_input_text`]).
+//! - `homes.rs`: what points each CLI at the mock ([`write_codex_home`],
+//!   [`claude_env`], [`write_pi_dir`]).
 //!
 //! Data flow: an accept loop spawns one task per connection; each reads one request,
 //! records it, picks a reply (the scripted queue first, then the handler set with
@@ -21,11 +22,15 @@
 //! and closes the connection. Dropping the [`MockModel`] stops the accept loop and every
 //! connection task, hanging ones included.
 
+mod homes;
 mod http;
+mod messages;
+mod responses;
+
+pub use homes::{claude_env, codex_env, write_codex_home, write_pi_dir};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -35,7 +40,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::http::{Conn, SseWriter};
+use crate::http::Conn;
 
 /// What the mock answers to one model request.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,15 +162,45 @@ impl RecordedRequest {
 
     /// The `input` items of a Responses request (empty when absent).
     pub fn input(&self) -> &[Value] {
+        self.array("input")
+    }
+
+    /// The `messages` of a Messages request (empty when absent).
+    pub fn messages(&self) -> &[Value] {
+        self.array("messages")
+    }
+
+    fn array(&self, key: &str) -> &[Value] {
         self.body
-            .get("input")
+            .get(key)
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default()
     }
 
-    /// The text of the last `message` item with role `user`.
+    /// The text the user last typed: in a Responses request, the last `message` item
+    /// with role `user`; in a Messages request, the last `text` block of a `user`
+    /// message, skipping the `<system-reminder>` blocks Claude Code adds and messages
+    /// that only carry tool results.
     pub fn last_user_text(&self) -> Option<String> {
+        if !self.messages().is_empty() {
+            return self.messages().iter().rev().find_map(|m| {
+                if str_field(m, "role") != "user" {
+                    return None;
+                }
+                match m.get("content") {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Array(blocks)) => blocks
+                        .iter()
+                        .rev()
+                        .filter(|b| str_field(b, "type") == "text")
+                        .map(|b| str_field(b, "text"))
+                        .find(|t| !t.trim_start().starts_with("<system-reminder>"))
+                        .map(str::to_string),
+                    _ => None,
+                }
+            });
+        }
         self.input()
             .iter()
             .rev()
@@ -176,22 +211,35 @@ impl RecordedRequest {
             .map(message_text)
     }
 
-    /// `(call_id, output)` of every `function_call_output` item, in order.
+    /// `(call id, output)` of every tool result, in order: Responses
+    /// `function_call_output` items, or Messages `tool_result` blocks.
     pub fn function_call_outputs(&self) -> Vec<(String, String)> {
-        self.input()
+        let responses = self
+            .input()
             .iter()
             .filter(|item| item.get("type").and_then(Value::as_str) == Some("function_call_output"))
             .map(|item| {
                 let call_id = str_field(item, "call_id").to_string();
                 (call_id, output_text(item.get("output")))
-            })
-            .collect()
+            });
+        let messages = self
+            .messages()
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+            .filter(|b| str_field(b, "type") == "tool_result")
+            .map(|b| {
+                let id = str_field(b, "tool_use_id").to_string();
+                (id, output_text(b.get("content")))
+            });
+        responses.chain(messages).collect()
     }
 }
 
-/// Every piece of text in a Responses request's `input`, one line per item: message
-/// text (user, developer, assistant), function calls (`name arguments`) and their
-/// outputs. For asserting that a request carries some earlier text.
+/// Every piece of text in a request's conversation, one line per item: message text
+/// (user, developer, assistant), tool calls (`name arguments`) and their outputs, from a
+/// Responses `input` or a Messages `messages` list. For asserting that a request carries
+/// some earlier text.
 pub fn all_input_text(req: &RecordedRequest) -> String {
     let mut out = Vec::new();
     for item in req.input() {
@@ -204,6 +252,26 @@ pub fn all_input_text(req: &RecordedRequest) -> String {
             )),
             Some("function_call_output") | Some("custom_tool_call_output") => {
                 out.push(output_text(item.get("output")))
+            }
+            _ => {}
+        }
+    }
+    for message in req.messages() {
+        match message.get("content") {
+            Some(Value::String(s)) => out.push(s.clone()),
+            Some(Value::Array(blocks)) => {
+                for b in blocks {
+                    match str_field(b, "type") {
+                        "text" => out.push(str_field(b, "text").to_string()),
+                        "tool_use" => out.push(format!(
+                            "{} {}",
+                            str_field(b, "name"),
+                            b.get("input").map(Value::to_string).unwrap_or_default()
+                        )),
+                        "tool_result" => out.push(output_text(b.get("content"))),
+                        _ => {}
+                    }
+                }
             }
             _ => {}
         }
@@ -243,7 +311,7 @@ type Handler = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
 struct State {
     queue: VecDeque<Reply>,
     handler: Option<Handler>,
-    /// Model requests (`POST …/responses`).
+    /// Model requests (`POST …/responses` and `…/messages`).
     model_requests: Vec<RecordedRequest>,
     /// Everything, model requests included, in arrival order.
     all_requests: Vec<RecordedRequest>,
@@ -267,7 +335,8 @@ impl Shared {
     }
 }
 
-/// A mock OpenAI Responses API server on loopback. Dropping it stops it.
+/// A mock model server (OpenAI Responses and Anthropic Messages) on loopback. Dropping
+/// it stops it.
 pub struct MockModel {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -348,6 +417,15 @@ impl Drop for MockModel {
     }
 }
 
+/// The API a model request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// OpenAI Responses (`POST …/responses`): Codex.
+    Responses,
+    /// Anthropic Messages (`POST …/messages`): Claude Code, Pi.
+    Messages,
+}
+
 /// Where the reply to a model request comes from.
 enum Pick {
     Queued(Reply),
@@ -417,7 +495,12 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         body,
     };
     tracing::debug!(method = %recorded.method, path = %recorded.path, "mock model request");
-    let is_model = recorded.method == "POST" && recorded.path.ends_with("/responses");
+    let wire = match recorded.method.as_str() {
+        "POST" if recorded.path.ends_with("/responses") => Some(Wire::Responses),
+        "POST" if recorded.path.ends_with("/messages") => Some(Wire::Messages),
+        _ => None,
+    };
+    let is_model = wire.is_some();
     let is_models = recorded.method == "GET" && recorded.path.ends_with("/models");
 
     let pick = {
@@ -452,6 +535,15 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
             )
             .await;
         }
+        if recorded.method == "HEAD" {
+            // Claude Code checks that its base URL answers.
+            return http::write_response(conn, 200, "text/plain", b"").await;
+        }
+        if recorded.path.ends_with("/messages/count_tokens") {
+            let tokens = approx_tokens(&all_input_text(&recorded));
+            let body = json!({ "input_tokens": tokens }).to_string();
+            return http::write_response(conn, 200, "application/json", body.as_bytes()).await;
+        }
         tracing::info!(method = %recorded.method, path = %recorded.path, "mock model: unknown path");
         return http::write_response(
             conn,
@@ -467,143 +559,10 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         Pick::Handler(handler) => handler(&recorded),
         Pick::Default => default_reply(&recorded),
     };
-    stream_reply(conn, shared, &recorded, reply).await
-}
-
-async fn stream_reply(
-    conn: &mut Conn,
-    shared: &Shared,
-    req: &RecordedRequest,
-    reply: Reply,
-) -> std::io::Result<()> {
-    if let Reply::HttpError { status, body } = &reply {
-        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
+    match wire {
+        Some(Wire::Messages) => messages::stream(conn, shared, &recorded, reply).await,
+        _ => responses::stream(conn, shared, &recorded, reply).await,
     }
-    let n = shared.next_id();
-    let response_id = format!("resp_{n}");
-    let mut sse = SseWriter::start(conn).await?;
-    sse.event(
-        "response.created",
-        &json!({"type": "response.created", "response": {"id": response_id, "status": "in_progress"}}),
-    )
-    .await?;
-
-    let output_tokens = match reply {
-        Reply::Text { chunks, delay } => {
-            let item_id = format!("msg_{n}");
-            sse.event(
-                "response.output_item.added",
-                &json!({
-                    "type": "response.output_item.added",
-                    "output_index": 0,
-                    "item": {"type": "message", "role": "assistant", "id": item_id, "status": "in_progress", "content": []},
-                }),
-            )
-            .await?;
-            let last = chunks.len().saturating_sub(1);
-            for (i, chunk) in chunks.iter().enumerate() {
-                sse.event(
-                    "response.output_text.delta",
-                    &json!({
-                        "type": "response.output_text.delta",
-                        "item_id": item_id,
-                        "output_index": 0,
-                        "content_index": 0,
-                        "delta": chunk,
-                    }),
-                )
-                .await?;
-                if i < last && !delay.is_zero() && !sleep_unless_hangup(sse.conn(), delay).await? {
-                    // The client went away (an interrupted or steered turn).
-                    return Ok(());
-                }
-            }
-            let text = chunks.concat();
-            sse.event(
-                "response.output_item.done",
-                &json!({
-                    "type": "response.output_item.done",
-                    "output_index": 0,
-                    "item": {
-                        "type": "message",
-                        "role": "assistant",
-                        "id": item_id,
-                        "status": "completed",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}],
-                    },
-                }),
-            )
-            .await?;
-            approx_tokens(&text)
-        }
-        Reply::FunctionCall {
-            call_id,
-            name,
-            arguments,
-        } => {
-            sse.event(
-                "response.output_item.done",
-                &json!({
-                    "type": "response.output_item.done",
-                    "output_index": 0,
-                    "item": {
-                        "type": "function_call",
-                        "id": format!("fc_{n}"),
-                        "status": "completed",
-                        "call_id": call_id,
-                        "name": name,
-                        "arguments": arguments,
-                    },
-                }),
-            )
-            .await?;
-            approx_tokens(&arguments)
-        }
-        Reply::Failed { code, message } => {
-            sse.event(
-                "response.failed",
-                &json!({
-                    "type": "response.failed",
-                    "response": {
-                        "id": response_id,
-                        "status": "failed",
-                        "error": {"code": code, "message": message},
-                    },
-                }),
-            )
-            .await?;
-            return sse.finish().await;
-        }
-        Reply::Hang => {
-            // Hold the stream open until the client hangs up (an interrupted turn drops
-            // its request) or the mock is dropped (the caller's select ends this task).
-            let mut buf = [0u8; 1024];
-            while sse.conn().read(&mut buf).await? > 0 {}
-            return Ok(());
-        }
-        Reply::HttpError { .. } => return Ok(()),
-    };
-
-    let input_tokens = approx_tokens(&all_input_text(req));
-    sse.event(
-        "response.completed",
-        &json!({
-            "type": "response.completed",
-            "response": {
-                "id": response_id,
-                "status": "completed",
-                "usage": {
-                    "input_tokens": input_tokens,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens": output_tokens,
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": input_tokens + output_tokens,
-                },
-            },
-        }),
-    )
-    .await?;
-    sse.finish().await
 }
 
 /// Sleeps for `delay`, or less if the client closes the connection first; `Ok(false)`
@@ -622,42 +581,6 @@ async fn sleep_unless_hangup(conn: &mut Conn, delay: Duration) -> std::io::Resul
 /// A stable, cheap token estimate (4 bytes a token), so usage numbers are deterministic.
 fn approx_tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
-}
-
-/// Writes `<dir>/config.toml` pointing Codex at the mock at `base_url` (the `/v1` URL).
-///
-/// Retries are off so a failed or dead mock fails a turn at once, and websockets are off
-/// because otherwise Codex tries a websocket first and retries for a long time.
-/// The environment a test codex runs with: its `CODEX_HOME`, and `HOME` set to the same
-/// folder. Codex runs commands in a login shell (`bash -lc`), which reads `~/.profile`;
-/// with the real `HOME` a test would depend on the machine's dotfiles (on ours, a pyenv
-/// hook that takes a global lock and stalls shells started in parallel).
-pub fn codex_env(codex_home: &Path) -> Vec<(String, String)> {
-    let home = codex_home.display().to_string();
-    vec![
-        ("CODEX_HOME".to_string(), home.clone()),
-        ("HOME".to_string(), home),
-    ]
-}
-
-pub fn write_codex_home(dir: &Path, base_url: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let config = format!(
-        r#"model = "mock-model"
-model_provider = "mock"
-approval_policy = "on-request"
-sandbox_mode = "read-only"
-
-[model_providers.mock]
-name = "mock"
-base_url = "{base_url}"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-supports_websockets = false
-"#
-    );
-    std::fs::write(dir.join("config.toml"), config)
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! `relay-mock-model`: runs the mock Responses server for manual runs. Prints its `/v1`
-//! URL on stdout and, with `--codex-home DIR`, writes a Codex `config.toml` pointing at
-//! it. Stops on Ctrl-C, then lists the requests it got on stderr.
+//! `relay-mock-model`: runs the mock model server for manual runs. Prints its `/v1` URL
+//! (Codex's `base_url`) on stdout and its bare URL (Claude Code's `ANTHROPIC_BASE_URL`)
+//! on stderr; with `--codex-home DIR` it writes a Codex `config.toml` pointing at it, and
+//! with `--pi-dir DIR` Pi's `models.json` (run `pi --provider mock --model mock-model`
+//! with `PI_CODING_AGENT_DIR=DIR`). Stops on Ctrl-C, then lists the requests it got on
+//! stderr.
 //!
 //! Replies follow the last user text, so a manual session can exercise every [`Reply`]:
 //! `slow: a b c` streams `a`, `b`, `c` one second apart, `exec: CMD` asks to run `CMD`
@@ -16,11 +19,13 @@ use relay_mock_model::Reply;
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut codex_home: Option<PathBuf> = None;
+    let mut pi_dir: Option<PathBuf> = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--codex-home" => codex_home = args.next().map(PathBuf::from),
+            "--pi-dir" => pi_dir = args.next().map(PathBuf::from),
             other => {
-                eprintln!("usage: relay-mock-model [--codex-home DIR]\nunknown argument {other:?}");
+                eprintln!("usage: relay-mock-model [--codex-home DIR] [--pi-dir DIR]\nunknown argument {other:?}");
                 std::process::exit(2);
             }
         }
@@ -52,6 +57,11 @@ async fn main() -> std::io::Result<()> {
         relay_mock_model::write_codex_home(&dir, &mock.url())?;
         eprintln!("wrote {}", dir.join("config.toml").display());
     }
+    if let Some(dir) = pi_dir {
+        relay_mock_model::write_pi_dir(&dir, &mock.base_url())?;
+        eprintln!("wrote {}", dir.join("models.json").display());
+    }
+    eprintln!("ANTHROPIC_BASE_URL={}", mock.base_url());
     println!("{}", mock.url());
     tokio::signal::ctrl_c().await?;
     for req in mock.all_requests() {

@@ -1,0 +1,145 @@
+//! The OpenAI Responses API stream (what Codex speaks): `response.created`, the output
+//! item (text deltas, or a function call), then `response.completed` with usage, or
+//! `response.failed`.
+
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+
+use crate::http::{self, Conn, SseWriter};
+use crate::{all_input_text, approx_tokens, sleep_unless_hangup, RecordedRequest, Reply, Shared};
+
+pub(crate) async fn stream(
+    conn: &mut Conn,
+    shared: &Shared,
+    req: &RecordedRequest,
+    reply: Reply,
+) -> std::io::Result<()> {
+    if let Reply::HttpError { status, body } = &reply {
+        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
+    }
+    let n = shared.next_id();
+    let response_id = format!("resp_{n}");
+    let mut sse = SseWriter::start(conn).await?;
+    sse.event(
+        "response.created",
+        &json!({"type": "response.created", "response": {"id": response_id, "status": "in_progress"}}),
+    )
+    .await?;
+
+    let output_tokens = match reply {
+        Reply::Text { chunks, delay } => {
+            let item_id = format!("msg_{n}");
+            sse.event(
+                "response.output_item.added",
+                &json!({
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {"type": "message", "role": "assistant", "id": item_id, "status": "in_progress", "content": []},
+                }),
+            )
+            .await?;
+            let last = chunks.len().saturating_sub(1);
+            for (i, chunk) in chunks.iter().enumerate() {
+                sse.event(
+                    "response.output_text.delta",
+                    &json!({
+                        "type": "response.output_text.delta",
+                        "item_id": item_id,
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": chunk,
+                    }),
+                )
+                .await?;
+                if i < last && !delay.is_zero() && !sleep_unless_hangup(sse.conn(), delay).await? {
+                    // The client went away (an interrupted or steered turn).
+                    return Ok(());
+                }
+            }
+            let text = chunks.concat();
+            sse.event(
+                "response.output_item.done",
+                &json!({
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": item_id,
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}],
+                    },
+                }),
+            )
+            .await?;
+            approx_tokens(&text)
+        }
+        Reply::FunctionCall {
+            call_id,
+            name,
+            arguments,
+        } => {
+            sse.event(
+                "response.output_item.done",
+                &json!({
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "function_call",
+                        "id": format!("fc_{n}"),
+                        "status": "completed",
+                        "call_id": call_id,
+                        "name": name,
+                        "arguments": arguments,
+                    },
+                }),
+            )
+            .await?;
+            approx_tokens(&arguments)
+        }
+        Reply::Failed { code, message } => {
+            sse.event(
+                "response.failed",
+                &json!({
+                    "type": "response.failed",
+                    "response": {
+                        "id": response_id,
+                        "status": "failed",
+                        "error": {"code": code, "message": message},
+                    },
+                }),
+            )
+            .await?;
+            return sse.finish().await;
+        }
+        Reply::Hang => {
+            // Hold the stream open until the client hangs up (an interrupted turn drops
+            // its request) or the mock is dropped (the caller's select ends this task).
+            let mut buf = [0u8; 1024];
+            while sse.conn().read(&mut buf).await? > 0 {}
+            return Ok(());
+        }
+        Reply::HttpError { .. } => return Ok(()),
+    };
+
+    let input_tokens = approx_tokens(&all_input_text(req));
+    sse.event(
+        "response.completed",
+        &json!({
+            "type": "response.completed",
+            "response": {
+                "id": response_id,
+                "status": "completed",
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            },
+        }),
+    )
+    .await?;
+    sse.finish().await
+}

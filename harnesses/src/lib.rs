@@ -7,29 +7,38 @@
 //! - [`registry`]: [`Harnesses`], the launchers keyed by the agent's harness.
 //! - [`codex`]: Codex `app-server` (JSON-RPC over stdio): [`codex::CodexSession`], and
 //!   [`codex::CodexLauncher`], the seam over it.
+//! - [`claude`]: Claude Code (`claude -p`, stream-json over stdio) and [`pi`]: Pi
+//!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
+//! - [`stdio`]: the owner task and handle shared by the JSON-lines CLIs (Claude Code,
+//!   Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
+//! - [`pinned`]: where each CLI's program is (the pinned install, an override).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
 //!
-//!
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
 //! Layering, one way: [`error`] and [`lines`] depend on no other module, [`process`] and
-//! [`seam`] on them, each adapter (`codex`) on those, and [`registry`] on the adapters:
+//! [`seam`], [`pinned`] and [`stdio`] on them, each adapter (`codex`, `claude`, `pi`) on
+//! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
 //! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
 //! broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
 
+pub mod claude;
 pub mod codex;
 pub mod error;
 pub mod lines;
+pub mod pi;
+pub mod pinned;
 pub mod process;
 pub mod registry;
 pub mod seam;
+pub mod stdio;
 
 pub use error::HarnessError;
 pub use registry::Harnesses;

@@ -48,7 +48,7 @@ mod translate;
 pub use launcher::{CodexLauncher, CODEX_INFO};
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +67,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::owner::{Command, Owner, Shared};
 use crate::error::HarnessError;
+use crate::pinned::PinnedCli;
 use crate::process::{ProcessSpec, StderrTail, Supervised};
 
 /// The Codex version Relay is tested against; see [`codex_program`].
@@ -76,32 +77,16 @@ pub const COMMAND_CAPACITY: usize = 64;
 /// Events buffered for the consumer before the owner task stops reading Codex's stdout.
 pub const EVENT_CAPACITY: usize = 1024;
 
-/// Where the `codex` program is: `explicit` if given, else `$RELAY_CODEX_BIN`, else the
-/// pinned install `$RELAY_AGENTS_DIR/codex-<CODEX_VERSION>/node_modules/.bin/codex`
-/// (`RELAY_AGENTS_DIR` defaults to `$HOME/.cache/relay/agents`) if it exists, else `codex`
-/// from `PATH`.
+/// The pinned Codex CLI (`RELAY_CODEX_BIN` overrides it).
+pub const CODEX_CLI: PinnedCli = PinnedCli {
+    name: "codex",
+    version: CODEX_VERSION,
+    override_env: "RELAY_CODEX_BIN",
+};
+
+/// Where the `codex` program is; see [`PinnedCli::program`].
 pub fn codex_program(explicit: Option<&str>) -> PathBuf {
-    if let Some(program) = explicit.filter(|p| !p.is_empty()) {
-        return PathBuf::from(program);
-    }
-    if let Some(program) = std::env::var_os("RELAY_CODEX_BIN").filter(|p| !p.is_empty()) {
-        return PathBuf::from(program);
-    }
-    let agents_dir = std::env::var_os("RELAY_AGENTS_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/relay/agents"))
-        });
-    if let Some(dir) = agents_dir {
-        let pinned = dir
-            .join(format!("codex-{CODEX_VERSION}"))
-            .join("node_modules/.bin/codex");
-        if pinned.exists() {
-            return pinned;
-        }
-    }
-    PathBuf::from("codex")
+    CODEX_CLI.program(explicit)
 }
 
 /// How to start `codex app-server`. Its `Debug` names the variables of `env` but never

@@ -1,0 +1,47 @@
+//! Where each agent CLI's program is: the one an agent names, an override variable, the
+//! pinned version the README's set-up installs, or the one on `PATH`.
+
+use std::path::{Path, PathBuf};
+
+/// One pinned agent CLI. The set-up script (`ops/setup.sh`) reads the `version` of each
+/// from the adapter's source, installs the npm package into
+/// `$RELAY_AGENTS_DIR/<name>-<version>`, and the binary is found there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedCli {
+    /// The binary's name ("codex"), also the folder's prefix.
+    pub name: &'static str,
+    pub version: &'static str,
+    /// The variable that names another binary (`RELAY_CODEX_BIN`).
+    pub override_env: &'static str,
+}
+
+impl PinnedCli {
+    /// Where the program is: `explicit` if given (an agent's `--command`), else the
+    /// override variable, else the pinned install
+    /// `$RELAY_AGENTS_DIR/<name>-<version>/node_modules/.bin/<name>` (`RELAY_AGENTS_DIR`
+    /// defaults to `$HOME/.cache/relay/agents`) if it exists, else `<name>` from `PATH`.
+    pub fn program(&self, explicit: Option<&str>) -> PathBuf {
+        if let Some(program) = explicit.filter(|p| !p.is_empty()) {
+            return PathBuf::from(program);
+        }
+        if let Some(program) = std::env::var_os(self.override_env).filter(|p| !p.is_empty()) {
+            return PathBuf::from(program);
+        }
+        let agents_dir = std::env::var_os("RELAY_AGENTS_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/relay/agents"))
+            });
+        if let Some(dir) = agents_dir {
+            let pinned = dir
+                .join(format!("{}-{}", self.name, self.version))
+                .join("node_modules/.bin")
+                .join(self.name);
+            if pinned.exists() {
+                return pinned;
+            }
+        }
+        PathBuf::from(self.name)
+    }
+}

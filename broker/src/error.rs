@@ -1,7 +1,7 @@
 //! The broker's typed error, and the one place it maps to wire error codes.
 
 use relay_protocol::api::{ApiError, ErrorCode};
-use relay_protocol::domain::FlightState;
+use relay_protocol::domain::{FlightState, Harness};
 use relay_runtime::RuntimeError;
 
 /// Errors of broker commands and storage. `Overloaded` and `Storage` are worth retrying;
@@ -40,6 +40,13 @@ pub enum BrokerError {
     FlightTerminal { flight: String, state: FlightState },
     #[error("approval {} is already closed", quote(.0))]
     ApprovalClosed(String),
+    /// `relay approve` named a flight of an agent whose harness never asks (Pi).
+    #[error("flight {} has nothing to approve: agent {} runs {harness}, which has no approval step (its tools run without asking)", quote(.flight), quote(.agent))]
+    NoApprovalStep {
+        flight: String,
+        agent: String,
+        harness: Harness,
+    },
     #[error("{0}")]
     Unavailable(String),
     #[error("invocation depth {depth} exceeds the limit of {limit}")]
@@ -112,6 +119,7 @@ impl BrokerError {
             BrokerError::IllegalTransition { .. } => ErrorCode::IllegalTransition,
             BrokerError::FlightTerminal { .. } => ErrorCode::FlightTerminal,
             BrokerError::ApprovalClosed(_) => ErrorCode::ApprovalClosed,
+            BrokerError::NoApprovalStep { .. } => ErrorCode::InvalidRequest,
             BrokerError::Unavailable(_) | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } => ErrorCode::Cycle,

@@ -136,11 +136,33 @@ pub async fn decide(
         check_client_decider(decided_by)?;
     }
     let id = approval.to_string();
-    let pending = broker
+    let (pending, flight_agent) = broker
         .store()
-        .read(move |s| s.approval(&id))
-        .await?
-        .ok_or_else(|| BrokerError::UnknownApproval(approval.into()))?;
+        .read(move |s| {
+            let pending = s.approval(&id)?;
+            // Not an approval id: perhaps a flight's, whose agent may never ask.
+            let flight_agent = match &pending {
+                Some(_) => None,
+                None => match s.flight(&id)? {
+                    Some(f) => s.agent(&f.agent)?,
+                    None => None,
+                },
+            };
+            Ok::<_, BrokerError>((pending, flight_agent))
+        })
+        .await?;
+    let Some(pending) = pending else {
+        return Err(match flight_agent {
+            Some(agent) if !agent.spec.harness.capabilities().approvals => {
+                BrokerError::NoApprovalStep {
+                    flight: approval.into(),
+                    agent: agent.spec.name,
+                    harness: agent.spec.harness,
+                }
+            }
+            _ => BrokerError::UnknownApproval(approval.into()),
+        });
+    };
     if pending.state != ApprovalState::Pending {
         return Err(BrokerError::ApprovalClosed(approval.into()));
     }

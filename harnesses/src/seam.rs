@@ -41,35 +41,9 @@ use crate::error::HarnessError;
 /// The future of a seam method.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a harness can do. The runtime answers a control the harness cannot carry out
-/// as unavailable, saying so, and never calls the adapter for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capabilities {
-    /// Text can be added to the running turn.
-    pub steer: bool,
-    /// The CLI asks before it runs things ([`HarnessEvent::ApprovalRequested`]) and
-    /// takes an answer.
-    pub approvals: bool,
-    /// A new process can continue a stored conversation. Without, the runtime starts a
-    /// new one and records the old one as lost.
-    pub resume: bool,
-    /// The running turn can be stopped.
-    pub interrupt: bool,
-    /// The CLI names its turns. Without, the turn goes by the id Relay passes to
-    /// [`HarnessSession::start_turn`].
-    pub turn_ids: bool,
-}
-
-impl Capabilities {
-    /// Everything (Codex app-server).
-    pub const ALL: Capabilities = Capabilities {
-        steer: true,
-        approvals: true,
-        resume: true,
-        interrupt: true,
-        turn_ids: true,
-    };
-}
+// What a harness can do lives with the harness names in the protocol (the CLI and the
+// API say it too); re-exported here for the adapters.
+pub use relay_protocol::domain::Capabilities;
 
 /// What the runtime knows of a harness before it spawns anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

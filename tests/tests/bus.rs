@@ -32,6 +32,7 @@ fn evil_agent(dir: &Path, marker: &Path) -> Agent {
     Agent {
         spec,
         state: AgentState::Offline,
+        session_id: None,
         thread_id: None,
         endpoint: None,
         created_at: 0,

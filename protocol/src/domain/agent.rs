@@ -17,6 +17,72 @@ wire_enum! {
     }
 }
 
+/// What a harness can do. The runtime answers a control the harness cannot carry out
+/// as unavailable, saying so, and never asks the adapter; the CLI and the API say it
+/// up front (`relay agent show`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Text can be added to the running turn.
+    pub steer: bool,
+    /// The CLI asks before it runs things, and takes an answer.
+    pub approvals: bool,
+    /// A new process can continue a stored conversation. Without, the runtime starts a
+    /// new one and records the old one as lost.
+    pub resume: bool,
+    /// The running turn can be stopped.
+    pub interrupt: bool,
+    /// The CLI names its turns. Without, a turn goes by the id Relay gives it.
+    pub turn_ids: bool,
+}
+
+impl Capabilities {
+    /// Everything (Codex app-server).
+    pub const ALL: Capabilities = Capabilities {
+        steer: true,
+        approvals: true,
+        resume: true,
+        interrupt: true,
+        turn_ids: true,
+    };
+}
+
+impl Harness {
+    /// What the harness's CLI can do (facts in `HARNESSES.md`):
+    ///
+    /// | | steer | approvals | resume | interrupt | turn ids |
+    /// | --- | --- | --- | --- | --- | --- |
+    /// | Codex app-server | `turn/steer` | server requests | `thread/resume` | `turn/interrupt` | yes |
+    /// | Claude Code stream-json | no | `can_use_tool` | `--resume` | control request | no |
+    /// | Pi RPC | `steer` | none: tools run at once | `--session` | `abort` | no |
+    /// | tmux pane | no | none | no | keys | no |
+    pub const fn capabilities(self) -> Capabilities {
+        match self {
+            Harness::CodexAppServer => Capabilities::ALL,
+            Harness::ClaudeStreamJson => Capabilities {
+                steer: false,
+                approvals: true,
+                resume: true,
+                interrupt: true,
+                turn_ids: false,
+            },
+            Harness::PiRpc => Capabilities {
+                steer: true,
+                approvals: false,
+                resume: true,
+                interrupt: true,
+                turn_ids: false,
+            },
+            Harness::Tmux => Capabilities {
+                steer: false,
+                approvals: false,
+                resume: false,
+                interrupt: true,
+                turn_ids: false,
+            },
+        }
+    }
+}
+
 wire_enum! {
     /// When the runtime starts an agent's session.
     #[derive(Default)]
@@ -200,7 +266,11 @@ pub struct Agent {
     #[serde(flatten)]
     pub spec: AgentSpec,
     pub state: AgentState,
-    /// The harness's persistent thread/session id (Codex thread id, Claude session id...).
+    /// The harness's persistent session: Codex's thread id, Claude Code's or Pi's
+    /// session id. Stored, and resumed after any restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The Codex thread id (the same as `session_id`); only for Codex agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +372,7 @@ mod tests {
                 approval_policy: ApprovalPolicy::default(),
             },
             state: AgentState::Idle,
+            session_id: Some("t1".into()),
             thread_id: Some("t1".into()),
             endpoint: None,
             created_at: 1,
@@ -311,6 +382,7 @@ mod tests {
         assert_eq!(v["name"], "codex-1");
         assert_eq!(v["harness"], "codex_app_server");
         assert_eq!(v["thread_id"], "t1");
+        assert_eq!(v["session_id"], "t1");
         let back: Agent = serde_json::from_value(v).unwrap();
         assert_eq!(back, agent);
     }

@@ -23,6 +23,7 @@ pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
         agent: Agent {
             spec: AgentSpec::new("a1", harness, "/work"),
             state: AgentState::Offline,
+            session_id: None,
             thread_id: None,
             endpoint: None,
             created_at: 0,

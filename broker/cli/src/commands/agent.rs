@@ -70,7 +70,8 @@ pub enum AgentCmd {
     },
     /// List agents.
     List(JsonFlag),
-    /// Show one agent (with its harness `thread_id`).
+    /// Show one agent: its harness's session id (`session_id`; Codex's `thread_id` too)
+    /// and what its harness can do (steer, approvals, resume, interrupt).
     Show {
         /// The agent's name.
         name: String,
@@ -188,7 +189,16 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("cwd       {}", a.spec.cwd);
                 outln!("state     {}", a.state.as_str());
                 outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
-                outln!("thread_id {}", a.thread_id.as_deref().unwrap_or("-"));
+                outln!("session   {}", a.session_id.as_deref().unwrap_or("-"));
+                if let Some(thread) = &a.thread_id {
+                    outln!("thread_id {thread}");
+                }
+                if let Some(pid) = a.endpoint.as_ref().and_then(|e| e.pid) {
+                    outln!("pid       {pid}");
+                }
+                for line in capability_lines(a.spec.harness) {
+                    outln!("{line}");
+                }
             }
         }
         AgentCmd::Remove { name, json } => {
@@ -222,4 +232,48 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("expected K=V, got {s:?}"))
+}
+
+/// What `relay agent show` says of a harness's controls, one line each.
+fn capability_lines(harness: Harness) -> Vec<String> {
+    let can = harness.capabilities();
+    let yes_no = |b: bool, yes: &str, no: &str| if b { yes.to_string() } else { no.to_string() };
+    vec![
+        format!(
+            "approvals {}",
+            yes_no(
+                can.approvals,
+                "asks before it runs commands or edits (`relay approvals`)",
+                &format!("none: {harness} has no approval step, its tools run without asking"),
+            )
+        ),
+        format!("steer     {}", yes_no(can.steer, "yes", "no")),
+        format!("interrupt {}", yes_no(can.interrupt, "yes", "no")),
+        format!(
+            "resume    {}",
+            yes_no(
+                can.resume,
+                "the session continues after restarts",
+                "no: a restart starts a new session",
+            )
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_says_which_harness_has_no_approval_step() {
+        let pi = capability_lines(Harness::PiRpc).join("\n");
+        assert!(
+            pi.contains("approvals none: pi_rpc has no approval step"),
+            "{pi}"
+        );
+        assert!(pi.contains("steer     yes"), "{pi}");
+        let claude = capability_lines(Harness::ClaudeStreamJson).join("\n");
+        assert!(claude.contains("approvals asks before"), "{claude}");
+        assert!(claude.contains("steer     no"), "{claude}");
+    }
 }

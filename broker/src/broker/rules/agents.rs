@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use relay_protocol::domain::{valid_agent_name, Agent, AgentSpec, AgentState, Endpoint};
+use relay_protocol::domain::{valid_agent_name, Agent, AgentSpec, AgentState, Endpoint, Harness};
 use relay_protocol::event::EventBody;
 
 use super::Ctx;
@@ -41,6 +41,7 @@ impl Ctx<'_, '_> {
         let agent = Agent {
             spec,
             state: AgentState::Offline,
+            session_id: None,
             thread_id: None,
             endpoint: None,
             created_at: self.now,
@@ -77,7 +78,9 @@ impl Ctx<'_, '_> {
             agent.state = s;
         }
         if let Some(t) = thread_id {
-            agent.thread_id = Some(t.clone());
+            agent.session_id = Some(t.clone());
+            // Codex calls its session a thread; other harnesses have none.
+            agent.thread_id = (agent.spec.harness == Harness::CodexAppServer).then(|| t.clone());
         }
         if let Some(e) = endpoint {
             agent.endpoint = e.clone();

@@ -9,8 +9,8 @@
 //! Layering: [`environ`] depends on [`load`]; the other modules on none. The crate
 //! depends on every other crate of the workspace, and none on it.
 
+pub mod agents;
 pub mod bench;
-pub mod codex_env;
 pub mod codex_turns;
 pub mod environ;
 pub mod load;

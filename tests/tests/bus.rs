@@ -12,7 +12,7 @@ use relay_protocol::domain::{
     Action, Agent, AgentSpec, AgentState, Flight, FlightChange, FlightState, Harness, Invocation,
 };
 use relay_protocol::runtime::{Control, Dispatch, Report};
-use relay_tests::codex_env::{state, Env};
+use relay_tests::agents::{state, Env};
 use relay_tests::nats::{Auth, NatsServer};
 use relay_tests::NodeProcess;
 use serde_json::Value;

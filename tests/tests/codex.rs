@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use relay_mock_model::all_input_text;
-use relay_tests::codex_env::{state, Env};
+use relay_tests::agents::{state, Env};
 use relay_tests::procs::{self, group_members, signal, Signal};
 use relay_tests::wait_until;
 use serde_json::{json, Value};

@@ -12,7 +12,7 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::pb;
-use relay_tests::codex_env::{state, Env};
+use relay_tests::agents::{state, Env};
 use relay_tests::nats::{Auth, NatsServer};
 use relay_tests::{relay_bin, relay_cmd_with, wait_until, RelayProcess};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_mock_model::all_input_text;
-use relay_tests::codex_env::{state, Env};
+use relay_tests::agents::{state, Env};
 use relay_tests::nats::NatsServer;
 use relay_tests::NodeProcess;
 

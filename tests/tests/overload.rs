@@ -22,7 +22,7 @@ use relay_broker::nats::{NatsAuth, NatsConfig, MAX_INFLIGHT_REQUESTS};
 use relay_broker::server::{ApiInfo, ServerConfig, API_FILE};
 use relay_runtime::storage::Storage;
 use relay_runtime::AGENT_QUEUE_CAPACITY;
-use relay_tests::codex_env::state;
+use relay_tests::agents::state;
 use relay_tests::load::add_instant_agents;
 use relay_tests::nats::NatsServer;
 use relay_tests::{wait_until, RelayProcess};

@@ -211,6 +211,48 @@ impl RecordedRequest {
             .map(message_text)
     }
 
+    /// The output of the first tool result after the user's last prompt, if any: a
+    /// scripted model asks for a tool once per prompt, and answers once it has the
+    /// result. Either API.
+    pub fn tool_output_since_prompt(&self) -> Option<String> {
+        let input = self.input();
+        if let Some(last_user) = input
+            .iter()
+            .rposition(|i| i["type"] == "message" && i["role"] == "user")
+        {
+            return input[last_user..]
+                .iter()
+                .find(|i| i["type"] == "function_call_output")
+                .map(|i| output_text(i.get("output")));
+        }
+        let messages = self.messages();
+        let prompt = messages.iter().rposition(|m| {
+            m["role"] == "user"
+                && match m.get("content") {
+                    Some(Value::String(_)) => true,
+                    Some(Value::Array(blocks)) => blocks.iter().any(|b| {
+                        b["type"] == "text"
+                            && !str_field(b, "text")
+                                .trim_start()
+                                .starts_with("<system-reminder>")
+                    }),
+                    _ => false,
+                }
+        })?;
+        messages[prompt..]
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+            .find(|b| b["type"] == "tool_result")
+            .map(|b| output_text(b.get("content")))
+    }
+
+    /// Whether the request offers a tool of this name (`Bash` in Claude Code, `bash` in
+    /// Pi, `exec_command` in Codex).
+    pub fn offers_tool(&self, name: &str) -> bool {
+        self.array("tools").iter().any(|t| t["name"] == name)
+    }
+
     /// `(call id, output)` of every tool result, in order: Responses
     /// `function_call_output` items, or Messages `tool_result` blocks.
     pub fn function_call_outputs(&self) -> Vec<(String, String)> {

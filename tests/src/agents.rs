@@ -1,5 +1,6 @@
-//! The codex test environment: a `relay up` process, the real pinned codex as its
-//! agents, and a mock Responses server scripted by the last user text.
+//! The agents' test environment: a `relay up` process, the real pinned CLIs as its
+//! agents (Codex, Claude Code, Pi), and one mock model server (Responses for Codex,
+//! Messages for the others) scripted by the last user text.
 
 // Test support: a failed step is the failure of the test that called it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,14 +9,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use relay_cli::client::Client;
-use relay_mock_model::{codex_env, write_codex_home, MockModel, RecordedRequest, Reply};
-use serde_json::Value;
+use relay_mock_model::{
+    claude_env, codex_env, write_codex_home, write_pi_dir, MockModel, RecordedRequest, Reply,
+};
+use serde_json::{json, Value};
 
 use crate::{wait_until, RelayProcess};
 
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
-/// run the command escalated (then reports the outputs), `hang` never ends, anything else
-/// is echoed as `ok: <text>`; `fail` answers `response.failed`.
+/// run the command (escalated in Codex, which makes it ask for approval; with the `Bash`
+/// tool in Claude Code, which asks; with `bash` in Pi, which runs it) and then reports its
+/// output, `hang` never ends, anything else is echoed as `ok: <text>`; `fail` fails the
+/// model request.
 pub fn script(req: &RecordedRequest) -> Reply {
     let text = req.last_user_text().unwrap_or_default();
     if let Some(words) = text.strip_prefix("slow:") {
@@ -24,10 +29,18 @@ pub fn script(req: &RecordedRequest) -> Reply {
             Duration::from_millis(250),
         )
     } else if let Some(cmd) = text.strip_prefix("exec:") {
-        // Only this turn's call counts: earlier turns of the thread had theirs.
-        match outputs_since_last_user(req) {
-            None => Reply::exec_command_escalated("call_1", cmd.trim(), "the test asks"),
+        // Only this turn's call counts: earlier turns of the session had theirs.
+        match req.tool_output_since_prompt() {
             Some(output) => Reply::text(format!("outputs: {output}")),
+            None if req.offers_tool("Bash") => Reply::function_call(
+                "toolu_1",
+                "Bash",
+                &json!({"command": cmd.trim(), "description": "the test asks"}),
+            ),
+            None if req.offers_tool("bash") => {
+                Reply::function_call("toolu_1", "bash", &json!({"command": cmd.trim()}))
+            }
+            None => Reply::exec_command_escalated("call_1", cmd.trim(), "the test asks"),
         }
     } else if text.starts_with("fail") {
         Reply::failed("the mock model failed on purpose")
@@ -38,22 +51,14 @@ pub fn script(req: &RecordedRequest) -> Reply {
     }
 }
 
-/// The output of a function call made after the last user message, if any.
-pub fn outputs_since_last_user(req: &RecordedRequest) -> Option<String> {
-    let input = req.input();
-    let last_user = input
-        .iter()
-        .rposition(|i| i["type"] == "message" && i["role"] == "user")?;
-    input[last_user..]
-        .iter()
-        .find(|i| i["type"] == "function_call_output")
-        .map(|i| i["output"].to_string())
-}
-
 pub struct Env {
     pub tmp: tempfile::TempDir,
     pub mock: MockModel,
     pub codex_home: PathBuf,
+    /// Claude Code's config dir (`CLAUDE_CONFIG_DIR`; its sessions live there).
+    pub claude_dir: PathBuf,
+    /// Pi's agent dir (`PI_CODING_AGENT_DIR`: `models.json`, sessions).
+    pub pi_dir: PathBuf,
     pub work: PathBuf,
     pub relay: RelayProcess,
 }
@@ -70,6 +75,10 @@ impl Env {
         mock.set_handler(script);
         let codex_home = tmp.path().join("codex-home");
         write_codex_home(&codex_home, &mock.url()).unwrap();
+        let claude_dir = tmp.path().join("claude");
+        std::fs::create_dir_all(&claude_dir).unwrap();
+        let pi_dir = tmp.path().join("pi");
+        write_pi_dir(&pi_dir, &mock.base_url()).unwrap();
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         let relay = RelayProcess::start_with(&tmp.path().join("data"), extra, &[]).unwrap();
@@ -77,26 +86,43 @@ impl Env {
             tmp,
             mock,
             codex_home,
+            claude_dir,
+            pi_dir,
             work,
             relay,
         }
     }
 
+    /// Registers a Codex agent (`relay agent add`, with `extra` arguments).
     pub fn add_agent(&self, name: &str, extra: &[&str]) {
-        let env: Vec<String> = codex_env(&self.codex_home)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        self.add(name, "codex_app_server", codex_env(&self.codex_home), extra);
+    }
+
+    /// Registers a Claude Code agent pointed at the mock.
+    pub fn add_claude(&self, name: &str, extra: &[&str]) {
+        let env = claude_env(&self.claude_dir, &self.mock.base_url());
+        self.add(name, "claude_stream_json", env, extra);
+    }
+
+    /// Registers a Pi agent pointed at the mock (`--provider mock --model mock-model`).
+    pub fn add_pi(&self, name: &str, extra: &[&str]) {
+        let env = write_pi_dir(&self.pi_dir, &self.mock.base_url()).unwrap();
+        let mut extra = extra.to_vec();
+        extra.extend([
+            "--arg",
+            "--provider",
+            "--arg",
+            "mock",
+            "--model",
+            "mock-model",
+        ]);
+        self.add(name, "pi_rpc", env, &extra);
+    }
+
+    fn add(&self, name: &str, harness: &str, env: Vec<(String, String)>, extra: &[&str]) {
+        let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let work = self.work.display().to_string();
-        let mut args = vec![
-            "agent",
-            "add",
-            name,
-            "--harness",
-            "codex_app_server",
-            "--cwd",
-            &work,
-        ];
+        let mut args = vec!["agent", "add", name, "--harness", harness, "--cwd", &work];
         for kv in &env {
             args.extend(["--env", kv]);
         }
@@ -179,10 +205,10 @@ impl Env {
         self.relay.http().get(&format!("/v1/agents/{name}")).await.1
     }
 
-    /// The pid of the agent's codex child, once its session is up.
+    /// The pid of the agent's CLI child, once its session is up.
     pub async fn codex_pid(&self, name: &str) -> u32 {
         wait_until(
-            format!("a codex pid for agent {name}"),
+            format!("a child pid for agent {name}"),
             Duration::from_secs(30),
             || async {
                 let agent = self.agent(name).await;

@@ -61,6 +61,12 @@ pub trait Wire: Send + 'static {
     const NAME: &'static str;
     /// Reads one stdout line (not empty) into actions.
     fn line(&mut self, line: &str, out: &mut Vec<Action>);
+
+    /// The counter this wire adds its malformed lines to, if it counts them: the owner
+    /// adds the lines too long to read, and [`StdioChild::malformed_lines`] reads it.
+    fn malformed_counter(&self) -> Option<Arc<AtomicU64>> {
+        None
+    }
 }
 
 /// What a [`StdioChild::call`] closure asks the owner to write.
@@ -108,6 +114,8 @@ enum Command<W> {
 struct Shared {
     exit: OnceLock<ExitInfo>,
     malformed: Arc<AtomicU64>,
+    /// Calls refused with [`HarnessError::Overloaded`].
+    overloaded: AtomicU64,
     /// Send [`HarnessEvent::ProcessExited`] when the child ends.
     armed: AtomicBool,
 }
@@ -150,7 +158,10 @@ impl<W: Wire> StdioChild<W> {
         let (process, pipes) = Supervised::spawn(spec)?;
         let pid = process.pid();
         let stderr = process.stderr_tail();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            malformed: wire.malformed_counter().unwrap_or_default(),
+            ..Shared::default()
+        });
         let (commands, command_rx) = mpsc::channel(COMMAND_CAPACITY);
         let owner = Owner::new(
             process,
@@ -185,6 +196,11 @@ impl<W: Wire> StdioChild<W> {
         self.shared.malformed.load(Ordering::Relaxed)
     }
 
+    /// Calls refused with [`HarnessError::Overloaded`] so far.
+    pub fn overloaded_count(&self) -> u64 {
+        self.shared.overloaded.load(Ordering::Relaxed)
+    }
+
     /// From now on the child's end is reported as [`HarnessEvent::ProcessExited`].
     pub fn arm(&self) {
         self.shared.armed.store(true, Ordering::Release);
@@ -213,7 +229,11 @@ impl<W: Wire> StdioChild<W> {
         };
         match self.commands.try_send(command) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => return Err(HarnessError::Overloaded),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.shared.overloaded.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(pid = self.pid, cli = W::NAME, "command queue full");
+                return Err(HarnessError::Overloaded);
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.gone()),
         }
         match tokio::time::timeout(self.timeout, rx).await {
@@ -520,5 +540,109 @@ impl<W: Wire> Owner<W> {
         if self.events.send(event).await.is_err() {
             self.events_open = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    struct Silent;
+
+    impl Wire for Silent {
+        const NAME: &'static str = "silent";
+        fn line(&mut self, _: &str, _: &mut Vec<Action>) {}
+    }
+
+    /// A handle whose "owner" is the returned receiver, driven by the test.
+    fn detached(capacity: usize) -> (StdioChild<Silent>, mpsc::Receiver<Command<Silent>>) {
+        let (commands, rx) = mpsc::channel(capacity);
+        let child = StdioChild {
+            commands,
+            shared: Arc::new(Shared::default()),
+            pid: 0,
+            stderr: StderrTail::default(),
+            timeout: Duration::from_secs(30),
+            grace: Duration::from_secs(1),
+        };
+        (child, rx)
+    }
+
+    fn request(_: &mut Silent) -> Result<Outgoing, HarnessError> {
+        Ok(Outgoing::request(Value::Null, "1"))
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_is_rejected_not_waited_on() {
+        let (child, _rx) = detached(1);
+        let first = tokio::spawn({
+            let child = child.clone();
+            async move { child.call("first", request).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(matches!(
+            child.call("second", request).await,
+            Err(HarnessError::Overloaded)
+        ));
+        assert_eq!(child.overloaded_count(), 1);
+        first.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unanswered_calls_time_out() {
+        let (child, _rx) = detached(4);
+        match child.call("turn/start", request).await {
+            Err(HarnessError::Timeout { method, after }) => {
+                assert_eq!(
+                    (method.as_str(), after),
+                    ("turn/start", Duration::from_secs(30))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gone_owner_fails_calls_with_its_exit() {
+        let (child, rx) = detached(4);
+        drop(rx);
+        assert!(matches!(
+            child.call("x", request).await,
+            Err(HarnessError::ChannelClosed)
+        ));
+        let _ = child.shared.exit.set(ExitInfo {
+            code: Some(1),
+            signal: None,
+            stderr_tail: "boom".into(),
+        });
+        assert!(matches!(
+            child.call("x", request).await,
+            Err(HarnessError::ProcessExited { code: Some(1), ref stderr_tail, .. }) if stderr_tail == "boom"
+        ));
+        // The answer channel dropped unanswered (owner ended mid-call) gives the same.
+        let (child2, mut rx2) = detached(4);
+        let call = tokio::spawn({
+            let child2 = child2.clone();
+            async move { child2.call("interrupt", request).await }
+        });
+        let command = rx2.recv().await;
+        let _ = child2.shared.exit.set(ExitInfo {
+            code: None,
+            signal: Some(9),
+            stderr_tail: String::new(),
+        });
+        drop(command);
+        assert!(matches!(
+            call.await.unwrap(),
+            Err(HarnessError::ProcessExited {
+                signal: Some(9),
+                ..
+            })
+        ));
+        // Shutdown of an ended child answers its exit at once.
+        drop(rx2);
+        assert_eq!(child2.shutdown().await.signal, Some(9));
     }
 }

@@ -1,20 +1,18 @@
 //! The Codex `app-server` adapter: JSON-RPC over the stdio of `codex app-server`.
 //!
 //! Parts:
-//! - [`CodexSession`]: a cheap `Clone` handle. Each method turns into a `Command` on a
-//!   bounded channel ([`COMMAND_CAPACITY`]; when full the call fails at once with
-//!   [`HarnessError::Overloaded`] instead of queueing without bound) and waits, with a
-//!   timeout, on a `oneshot` for the answer.
-//! - The owner task (`owner.rs`): the only code that touches the child's pipes. It holds
-//!   the pending requests, writes commands as JSON lines, reads stdout lines, and when the
-//!   child goes away fails every waiter and sends [`HarnessEvent::ProcessExited`] last.
+//! - [`CodexSession`]: a cheap `Clone` handle on one `codex app-server` child, driven
+//!   through the shared owner task of [`crate::stdio`]: each method becomes a call on a
+//!   bounded queue ([`crate::stdio::COMMAND_CAPACITY`]; when full it fails at once with
+//!   [`HarnessError::Overloaded`]) and waits, with a timeout, for its answer.
 //! - The translator (`translate.rs`): Codex notifications and server requests ->
-//!   [`HarnessEvent`]s, without I/O.
+//!   [`HarnessEvent`]s, without I/O; as `CodexWire` it is the owner's [`crate::stdio::Wire`]
+//!   and numbers the requests Relay sends.
 //! - [`crate::process`]: the child in its own process group, stderr tail, no leaks.
 //! - [`CodexLauncher`] (`launcher.rs`): Codex behind the harness seam
 //!   ([`crate::seam`]), built on [`CodexSession`]; the runtime uses only that.
 //!
-//! Data flow: `CodexSession::start_turn` -> `Command::Request` -> owner writes
+//! Data flow: `CodexSession::start_turn` -> a call that writes
 //! `{"id":N,"method":"turn/start",...}` -> Codex answers `{"id":N,"result":...}` -> the
 //! owner wakes the waiter; meanwhile Codex's notifications (`turn/started`,
 //! `item/agentMessage/delta`...) become events on the receiver returned by
@@ -37,43 +35,40 @@
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
 //!
-//! Over 600 lines on purpose: the handle's API is one concern with the Codex behaviour
-//! each method pins (above) and its unit tests (the last ~150 lines); the wire work is
-//! in `owner.rs` and `translate.rs`, the seam in `launcher.rs`.
+//! The wire work is in `translate.rs`, the pipes in [`crate::stdio`], the seam in
+//! `launcher.rs`.
 
 mod launcher;
-mod owner;
 mod translate;
 
 pub use launcher::{CodexLauncher, CODEX_INFO};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use relay_protocol::codex::{
-    self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
-    SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams, ThreadStartResponse,
-    TurnInterruptParams, TurnInterruptResponse, TurnStartParams, TurnStartResponse,
-    TurnSteerParams, TurnSteerResponse, UserInput,
+    self as wire, method, ApprovalResponse, AskForApproval, ClientInfo, InitializeParams,
+    InitializeResponse, Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse,
+    ThreadStartParams, ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse,
+    TurnStartParams, TurnStartResponse, TurnSteerParams, TurnSteerResponse, UserInput,
 };
 use relay_protocol::domain::ApprovalDecision;
 use relay_protocol::harness::HarnessEvent;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use self::owner::{Command, Owner, Shared};
+use self::translate::CodexWire;
 use crate::error::HarnessError;
 use crate::pinned::PinnedCli;
-use crate::process::{ProcessSpec, StderrTail, Supervised};
+use crate::process::ProcessSpec;
+use crate::stdio::{Outgoing, StdioChild};
 
 /// The Codex version Relay is tested against; see [`codex_program`].
 pub const CODEX_VERSION: &str = "0.169.0";
-/// Commands queued to one session's owner task before callers get `Overloaded`.
-pub const COMMAND_CAPACITY: usize = 64;
 /// Events buffered for the consumer before the owner task stops reading Codex's stdout.
 pub const EVENT_CAPACITY: usize = 1024;
 
@@ -187,28 +182,19 @@ pub struct ResumedThread {
     pub turn_count: usize,
 }
 
-struct Inner {
-    commands: mpsc::Sender<Command>,
-    shared: Arc<Shared>,
-    pid: u32,
-    stderr: StderrTail,
-    model: Option<String>,
-    request_timeout: Duration,
-    shutdown_grace: Duration,
-}
-
 /// A handle on one `codex app-server` process. Cheap to clone; when the last clone is
 /// dropped the process is shut down (stdin closed, then its group killed after the
 /// grace period).
 #[derive(Clone)]
 pub struct CodexSession {
-    inner: Arc<Inner>,
+    child: StdioChild<CodexWire>,
+    model: Option<String>,
 }
 
 impl std::fmt::Debug for CodexSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodexSession")
-            .field("pid", &self.inner.pid)
+            .field("pid", &self.child.pid())
             .finish_non_exhaustive()
     }
 }
@@ -228,32 +214,21 @@ impl CodexSession {
             env: config.env.clone(),
             cwd: config.cwd.clone(),
         };
-        let (process, pipes) = Supervised::spawn(&spec)?;
-        let pid = process.pid();
-        let stderr = process.stderr_tail();
-        let (commands, command_rx) = mpsc::channel(COMMAND_CAPACITY);
         let (events, event_rx) = mpsc::channel(EVENT_CAPACITY);
-        let shared = Arc::new(Shared::default());
-        let owner = Owner::new(
-            process,
-            pipes,
-            command_rx,
+        let child = StdioChild::spawn(
+            &spec,
+            CodexWire::new(Arc::new(AtomicU64::new(0))),
             events,
-            shared.clone(),
+            config.request_timeout,
             config.shutdown_grace,
-        );
-        tokio::spawn(owner.run());
-
+        )?;
+        // Codex's end is always reported: a thread is opened by request, not by starting
+        // the process, so there is no start to take back.
+        child.arm();
+        let pid = child.pid();
         let session = CodexSession {
-            inner: Arc::new(Inner {
-                commands,
-                shared,
-                pid,
-                stderr,
-                model: config.model.clone(),
-                request_timeout: config.request_timeout,
-                shutdown_grace: config.shutdown_grace,
-            }),
+            child,
+            model: config.model.clone(),
         };
         let params = InitializeParams {
             client_info: ClientInfo {
@@ -266,9 +241,7 @@ impl CodexSession {
         let handshake = async {
             let init: InitializeResponse = session.request(method::INITIALIZE, &params).await?;
             tracing::debug!(pid, user_agent = %init.user_agent, "codex: initialized");
-            session.send(Command::Notify {
-                method: method::INITIALIZED,
-            })
+            session.notify(method::INITIALIZED).await
         };
         if let Err(err) = handshake.await {
             let _ = session.shutdown().await;
@@ -279,30 +252,30 @@ impl CodexSession {
 
     /// The pid of the child (also its process group id).
     pub fn pid(&self) -> u32 {
-        self.inner.pid
+        self.child.pid()
     }
 
     /// The last lines Codex wrote on stderr.
     pub fn stderr_tail(&self) -> String {
-        self.inner.stderr.snapshot()
+        self.child.stderr_tail()
     }
 
     /// Stdout lines that were not JSON-RPC, or whose params did not have the expected
     /// shape. Each was logged and skipped.
     pub fn malformed_lines(&self) -> u64 {
-        self.inner.shared.malformed.load(Ordering::Relaxed)
+        self.child.malformed_lines()
     }
 
     /// Commands refused with [`HarnessError::Overloaded`] so far.
     pub fn overloaded_count(&self) -> u64 {
-        self.inner.shared.overloaded.load(Ordering::Relaxed)
+        self.child.overloaded_count()
     }
 
     /// Starts a thread and returns its id.
     pub async fn start_thread(&self, options: &ThreadOptions) -> Result<String, HarnessError> {
         let params = ThreadStartParams {
             cwd: options.cwd.as_ref().map(|p| p.display().to_string()),
-            model: options.model.clone().or_else(|| self.inner.model.clone()),
+            model: options.model.clone().or_else(|| self.model.clone()),
             approval_policy: options.approval_policy,
             sandbox: options.sandbox,
             base_instructions: None,
@@ -331,7 +304,7 @@ impl CodexSession {
         self.resume(ThreadResumeParams {
             thread_id: thread_id.to_string(),
             cwd: options.cwd.as_ref().map(|p| p.display().to_string()),
-            model: options.model.clone().or_else(|| self.inner.model.clone()),
+            model: options.model.clone().or_else(|| self.model.clone()),
             approval_policy: options.approval_policy,
             sandbox: options.sandbox,
             developer_instructions: options.developer_instructions.clone(),
@@ -409,37 +382,39 @@ impl CodexSession {
         request_id: &str,
         decision: ApprovalDecision,
     ) -> Result<(), HarnessError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Approve {
-            request_id: request_id.to_string(),
-            decision: wire::ApprovalDecision::from(decision),
-            reply,
-        })?;
-        self.wait("approval", rx).await?
+        let request_id = request_id.to_string();
+        let decision = wire::ApprovalDecision::from(decision);
+        self.child
+            .call("approval", move |w| {
+                let Some(id) = w.translator.take_server_request(&request_id) else {
+                    return Err(HarnessError::UnknownRequest { request_id });
+                };
+                let result = serde_json::to_value(ApprovalResponse { decision })?;
+                let message = Message::Response(wire::Response { id, result });
+                Ok(Outgoing::send(serde_json::to_value(message)?))
+            })
+            .await
+            .map(drop)
     }
 
     /// Stops Codex: closes its stdin (its cue to exit), then after the grace period
     /// SIGTERMs and finally SIGKILLs its process group. Returns once it is gone; the
     /// event stream then ends with [`HarnessEvent::ProcessExited`]. Idempotent.
     pub async fn shutdown(&self) -> Result<(), HarnessError> {
-        let (reply, rx) = oneshot::channel();
-        let command = Command::Shutdown {
-            grace: self.inner.shutdown_grace,
-            reply,
-        };
-        // Not `send`: a shutdown must not be refused because the queue is busy.
-        if self.inner.commands.send(command).await.is_err() {
-            return Ok(()); // Already ended.
-        }
-        // Two grace periods (stdin close, SIGTERM), plus the stdout and stderr drains.
-        let limit = self.inner.shutdown_grace * 2 + Duration::from_secs(3);
-        match tokio::time::timeout(limit, rx).await {
-            Ok(_) => Ok(()),
-            Err(_) => Err(HarnessError::Timeout {
-                method: "shutdown".to_string(),
-                after: limit,
-            }),
-        }
+        self.child.shutdown().await;
+        Ok(())
+    }
+
+    async fn notify(&self, method: &'static str) -> Result<(), HarnessError> {
+        let message = Message::Notification(wire::Notification {
+            method: method.to_string(),
+            params: None,
+        });
+        let message = serde_json::to_value(message)?;
+        self.child
+            .call(method, move |_| Ok(Outgoing::send(message)))
+            .await
+            .map(drop)
     }
 
     async fn request<P: Serialize, R: DeserializeOwned>(
@@ -448,46 +423,12 @@ impl CodexSession {
         params: &P,
     ) -> Result<R, HarnessError> {
         let params = serde_json::to_value(params)?;
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Request {
-            method,
-            params,
-            reply,
-        })?;
-        let value = self.wait(method, rx).await??;
+        let value = self
+            .child
+            .call(method, move |w| w.request(method, params))
+            .await
+            .inspect_err(|err| tracing::debug!(method, %err, "codex: request refused"))?;
         Ok(serde_json::from_value(value)?)
-    }
-
-    fn send(&self, command: Command) -> Result<(), HarnessError> {
-        match self.inner.commands.try_send(command) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.inner.shared.overloaded.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(pid = self.inner.pid, "codex: command queue full");
-                Err(HarnessError::Overloaded)
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.closed()),
-        }
-    }
-
-    async fn wait<T>(&self, method: &str, rx: oneshot::Receiver<T>) -> Result<T, HarnessError> {
-        match tokio::time::timeout(self.inner.request_timeout, rx).await {
-            Ok(Ok(answer)) => Ok(answer),
-            // The owner task ended without answering.
-            Ok(Err(_)) => Err(self.closed()),
-            Err(_) => Err(HarnessError::Timeout {
-                method: method.to_string(),
-                after: self.inner.request_timeout,
-            }),
-        }
-    }
-
-    /// The error for a session whose owner task has ended.
-    fn closed(&self) -> HarnessError {
-        match self.inner.shared.exit.get() {
-            Some(info) => info.to_error(),
-            None => HarnessError::ChannelClosed,
-        }
     }
 }
 
@@ -544,94 +485,6 @@ mod tests {
             },
         );
         assert!(matches!(err, HarnessError::Rpc { .. }));
-    }
-
-    /// A session whose "owner" is the returned receiver, driven by the test.
-    fn detached_session(capacity: usize) -> (CodexSession, mpsc::Receiver<Command>) {
-        let (commands, rx) = mpsc::channel(capacity);
-        let session = CodexSession {
-            inner: Arc::new(Inner {
-                commands,
-                shared: Arc::new(Shared::default()),
-                pid: 0,
-                stderr: StderrTail::default(),
-                model: None,
-                request_timeout: Duration::from_secs(30),
-                shutdown_grace: Duration::from_secs(1),
-            }),
-        };
-        (session, rx)
-    }
-
-    #[tokio::test]
-    async fn a_full_queue_is_rejected_not_waited_on() {
-        let (session, _rx) = detached_session(1);
-        let first = tokio::spawn({
-            let session = session.clone();
-            async move { session.start_turn("t", "one").await }
-        });
-        tokio::task::yield_now().await;
-        assert!(matches!(
-            session.start_turn("t", "two").await,
-            Err(HarnessError::Overloaded)
-        ));
-        assert_eq!(session.overloaded_count(), 1);
-        first.abort();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn unanswered_requests_time_out() {
-        let (session, _rx) = detached_session(4);
-        match session.start_turn("t", "x").await {
-            Err(HarnessError::Timeout { method, after }) => {
-                assert_eq!(
-                    (method.as_str(), after),
-                    ("turn/start", Duration::from_secs(30))
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_gone_owner_fails_requests_with_its_exit() {
-        let (session, rx) = detached_session(4);
-        drop(rx);
-        assert!(matches!(
-            session.start_turn("t", "x").await,
-            Err(HarnessError::ChannelClosed)
-        ));
-        let _ = session.inner.shared.exit.set(crate::process::ExitInfo {
-            code: Some(1),
-            signal: None,
-            stderr_tail: "boom".into(),
-        });
-        assert!(matches!(
-            session.start_turn("t", "x").await,
-            Err(HarnessError::ProcessExited { code: Some(1), ref stderr_tail, .. }) if stderr_tail == "boom"
-        ));
-        // The answer channel dropped unanswered (owner ended mid-request) gives the same.
-        let (session2, mut rx2) = detached_session(4);
-        let _ = session2.inner.shared.exit.set(crate::process::ExitInfo {
-            code: None,
-            signal: Some(9),
-            stderr_tail: String::new(),
-        });
-        let call = tokio::spawn({
-            let session2 = session2.clone();
-            async move { session2.interrupt("t", "u").await }
-        });
-        drop(rx2.recv().await);
-        assert!(matches!(
-            call.await.unwrap(),
-            Err(HarnessError::ProcessExited {
-                signal: Some(9),
-                ..
-            })
-        ));
-        // Shutdown of an ended session is a no-op.
-        drop(rx2);
-        session2.shutdown().await.unwrap();
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Codex wire -> [`HarnessEvent`]s: the protocol state of one app-server connection,
 //! without I/O, so it can be tested line by line.
 //!
-//! [`Translator::handle_line`] takes one stdout line and returns [`Action`]s for the owner
-//! task: events to publish, responses to hand to waiting requests, and messages to write
+//! [`Translator::handle_line`] takes one stdout line and returns [`Action`]s, which
+//! [`CodexWire`] (the translator as the [`stdio::Wire`] of the child's owner task) hands
+//! on: events to publish, responses to hand to waiting requests, and messages to write
 //! back (a JSON-RPC error for every server request Relay does not handle, so Codex never
 //! waits forever). It remembers what later lines need: each turn's last agent message and
 //! failure reason, the file changes an approval refers to, token totals, and the server
@@ -22,6 +23,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+use crate::error::HarnessError;
+use crate::stdio::{self, Outgoing};
 
 /// One line of codex's stdout as its outer shape only: `params` and `result` stay raw
 /// JSON until the method says what they are ([`Translator::handle_line`]).
@@ -72,7 +76,7 @@ struct TurnState {
 
 #[derive(Debug)]
 pub(crate) struct Translator {
-    malformed: Arc<AtomicU64>,
+    pub malformed: Arc<AtomicU64>,
     turns: HashMap<String, TurnState>,
     /// Latest cumulative token usage per thread.
     thread_usage: HashMap<String, TokenUsageBreakdown>,
@@ -455,6 +459,67 @@ impl Translator {
             lines.push(format!("file change {}", p.item_id));
         }
         lines.join("\n")
+    }
+}
+
+/// The [`Translator`] as the [`stdio::Wire`] of a `codex app-server` child, with the
+/// ids of the requests Relay sends.
+pub(crate) struct CodexWire {
+    pub translator: Translator,
+    next_id: i64,
+}
+
+impl CodexWire {
+    pub fn new(malformed: Arc<AtomicU64>) -> Self {
+        Self {
+            translator: Translator::new(malformed),
+            next_id: 1,
+        }
+    }
+
+    /// A request to Codex with the next id, and that id as the answer to wait for.
+    pub fn request(&mut self, method: &str, params: Value) -> Result<Outgoing, HarnessError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = Message::Request(wire::Request {
+            id: RequestId::Integer(id),
+            method: method.to_string(),
+            params: Some(params),
+        });
+        Ok(Outgoing::request(
+            serde_json::to_value(message)?,
+            id.to_string(),
+        ))
+    }
+}
+
+impl stdio::Wire for CodexWire {
+    const NAME: &'static str = "codex";
+
+    fn line(&mut self, line: &str, out: &mut Vec<stdio::Action>) {
+        out.extend(self.translator.handle_line(line).into_iter().filter_map(
+            |action| match action {
+                Action::Event(event) => Some(stdio::Action::Event(event)),
+                Action::Response { id, result } => Some(stdio::Action::Answer {
+                    id: id.to_string(),
+                    result: result.map_err(|e| HarnessError::Rpc {
+                        code: e.code,
+                        message: e.message,
+                    }),
+                }),
+                Action::Send(message) => match serde_json::to_value(message) {
+                    Ok(message) => Some(stdio::Action::Send(message)),
+                    Err(err) => {
+                        tracing::warn!(%err, "codex: cannot encode an answer");
+                        None
+                    }
+                },
+            },
+        ));
+    }
+
+    fn malformed_counter(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.translator.malformed.clone())
     }
 }
 

@@ -37,11 +37,15 @@ fi
 
 # --- pinned agent CLIs -----------------------------------------------------------------
 # Versions are pinned once, in the adapters' source (see shared/HARNESSES.md); read here.
-pinned() { # file constant
-  sed -n "s/^pub const $2: &str = \"\(.*\)\";/\1/p" "$1"
+pinned() { # adapter-dir constant
+  local v
+  v=$(grep -rh "^pub const $2: &str = " "$1" | sed -n "s/^pub const $2: &str = \"\(.*\)\";/\1/p" | head -n1)
+  [ -n "$v" ] || { echo "setup: cannot read $2 from $1" >&2; exit 1; }
+  echo "$v"
 }
-CODEX_VERSION=$(pinned harnesses/src/codex/mod.rs CODEX_VERSION)
-[ -n "$CODEX_VERSION" ] || { echo "setup: cannot read CODEX_VERSION from harnesses/src/codex/mod.rs" >&2; exit 1; }
+CODEX_VERSION=$(pinned harnesses/src/codex CODEX_VERSION) || exit 1
+CLAUDE_VERSION=$(pinned harnesses/src/claude CLAUDE_VERSION) || exit 1
+PI_VERSION=$(pinned harnesses/src/pi PI_VERSION) || exit 1
 AGENTS_DIR="${RELAY_AGENTS_DIR:-$HOME/.cache/relay/agents}"
 install_npm() { # name version package binary
   local dir="$AGENTS_DIR/$1-$2"
@@ -56,6 +60,8 @@ install_npm() { # name version package binary
 }
 if [ "$want_agents" -eq 1 ]; then
   install_npm codex "$CODEX_VERSION" @openai/codex codex
+  install_npm claude "$CLAUDE_VERSION" @anthropic-ai/claude-code claude
+  install_npm pi "$PI_VERSION" @mariozechner/pi-coding-agent pi
 fi
 
 # --- test tools ------------------------------------------------------------------------

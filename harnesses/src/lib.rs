@@ -9,8 +9,8 @@
 //!   [`codex::CodexLauncher`], the seam over it.
 //! - [`claude`]: Claude Code (`claude -p`, stream-json over stdio) and [`pi`]: Pi
 //!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
-//! - [`stdio`]: the owner task and handle shared by the JSON-lines CLIs (Claude Code,
-//!   Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
+//! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
+//!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
 //! - [`pinned`]: where each CLI's program is (the pinned install, an override).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).

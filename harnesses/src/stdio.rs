@@ -1,5 +1,6 @@
-//! One agent CLI that speaks JSON lines over its stdio (Claude Code's stream-json, Pi's
-//! RPC mode), driven by an owner task that is the only code touching its pipes.
+//! One agent CLI that speaks JSON lines over its stdio (Codex's app-server JSON-RPC,
+//! Claude Code's stream-json, Pi's RPC mode), driven by an owner task that is the only
+//! code touching its pipes.
 //!
 //! An adapter supplies a [`Wire`]: it reads each stdout line into [`Action`]s (events,
 //! answers to the adapter's own requests, lines to write back) and keeps whatever state
@@ -13,9 +14,6 @@
 //! the child, sends [`HarnessEvent::ProcessExited`] as the very last event. A child that
 //! dies before it is armed (a stored session the CLI refuses to resume) only fails its
 //! waiters, so the runtime never sees a session end that never began.
-//!
-//! The Codex adapter has an owner of its own (`codex/owner.rs`): its JSON-RPC has integer
-//! ids and server requests with their own bookkeeping.
 
 use std::collections::HashMap;
 use std::process::ExitStatus;

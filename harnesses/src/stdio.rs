@@ -51,6 +51,10 @@ pub enum Action {
     },
     /// A line to write back at once (e.g. refusing a request the adapter cannot serve).
     Send(Value),
+    /// The line was not the protocol's (not JSON, or a known message of the wrong
+    /// shape), for this reason: logged, counted in [`StdioChild::malformed_lines`] and
+    /// skipped.
+    Malformed(String),
 }
 
 /// A protocol's reading of stdout, and its state. Runs inside the owner task only.
@@ -472,6 +476,10 @@ impl<W: Wire> Owner<W> {
                     if let Err(err) = self.write(&message).await {
                         tracing::warn!(%err, cli = W::NAME, "could not answer the CLI");
                     }
+                }
+                Action::Malformed(reason) => {
+                    self.shared.malformed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%reason, cli = W::NAME, "stdout line skipped");
                 }
             }
         }

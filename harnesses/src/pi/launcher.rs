@@ -1,0 +1,374 @@
+//! Pi behind the harness seam ([`crate::seam`]): [`PiLauncher`] makes a session for an
+//! agent; the session starts `pi --mode rpc` when it opens the conversation, and drives
+//! it through the stdio owner ([`StdioChild`]) with [`PiWire`].
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::harness::HarnessEvent;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::config::PiConfig;
+use super::wire::{PiWire, REFUSED};
+use crate::error::HarnessError;
+use crate::process::ExitInfo;
+use crate::seam::{
+    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
+    Spawned,
+};
+use crate::stdio::StdioChild;
+
+/// Pi RPC: steer and abort, resume by `--session`; no approvals (its tools run at once)
+/// and no turn ids.
+pub const PI_INFO: HarnessInfo = HarnessInfo {
+    harness: Harness::PiRpc,
+    name: "pi",
+    program: "pi --mode rpc",
+    capabilities: Capabilities {
+        steer: true,
+        approvals: false,
+        resume: true,
+        interrupt: true,
+        turn_ids: false,
+    },
+};
+
+/// Events buffered for the consumer before the owner task stops reading pi's stdout.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// What pi says on stderr, before it exits, when `--session` names no session it has.
+const NO_SESSION: &str = "No session found matching";
+
+/// Makes `pi --mode rpc` sessions (the pinned program unless the agent names one).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PiLauncher;
+
+impl PiLauncher {
+    /// A session with `config`; pi starts when it is opened.
+    pub fn spawn_with(config: PiConfig) -> Result<Spawned, HarnessError> {
+        config.check_program()?;
+        let (events, rx) = mpsc::channel(EVENT_CAPACITY);
+        let session = PiSession {
+            config,
+            events: Mutex::new(Some(events)),
+            live: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+        };
+        Ok(Spawned {
+            session: Arc::new(session),
+            events: rx,
+        })
+    }
+}
+
+impl Launcher for PiLauncher {
+    fn info(&self) -> HarnessInfo {
+        PI_INFO
+    }
+
+    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+        Box::pin(async move { PiLauncher::spawn_with(PiConfig::for_agent(agent)) })
+    }
+}
+
+/// The child of the moment, and its conversation once the handshake armed it.
+#[derive(Clone)]
+struct Live {
+    child: StdioChild<PiWire>,
+    conversation: Option<String>,
+}
+
+/// One agent's pi: at most one child at a time, all of whose events go to the one
+/// stream handed out at spawn.
+struct PiSession {
+    config: PiConfig,
+    /// Taken on shutdown, so the stream ends once the last child's owner has.
+    events: Mutex<Option<mpsc::Sender<HarnessEvent>>>,
+    live: Mutex<Option<Live>>,
+    /// One `open` at a time.
+    opening: tokio::sync::Mutex<()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PiSession {
+    fn live(&self) -> Option<Live> {
+        lock(&self.live).clone()
+    }
+
+    /// The child running `conversation`.
+    fn child_of(&self, conversation: &str) -> Result<StdioChild<PiWire>, HarnessError> {
+        match self.live() {
+            Some(Live {
+                child,
+                conversation: Some(open),
+            }) if open == conversation => Ok(child),
+            _ => Err(HarnessError::ThreadNotFound {
+                thread_id: conversation.to_string(),
+            }),
+        }
+    }
+
+    /// Starts pi (resuming `session`), asks its session id and arms it: from then on its
+    /// end is the session's. On failure the child is gone, unarmed.
+    async fn start(&self, session: Option<&str>) -> Result<String, HarnessError> {
+        let events = lock(&self.events)
+            .clone()
+            .ok_or(HarnessError::ChannelClosed)?;
+        let child = StdioChild::spawn(
+            &self.config.spec(session),
+            PiWire::default(),
+            events,
+            self.config.request_timeout,
+            self.config.shutdown_grace,
+        )?;
+        *lock(&self.live) = Some(Live {
+            child: child.clone(),
+            conversation: None,
+        });
+        let handshake = child.call("get_state", |wire| Ok(wire.get_state())).await;
+        let id = match handshake.and_then(session_id) {
+            Ok(id) => id,
+            Err(e) => {
+                child.shutdown().await;
+                return Err(e);
+            }
+        };
+        child.arm();
+        // Died between its answer and being armed: its end was not reported.
+        if let Some(exit) = child.exit() {
+            return Err(exit.to_error());
+        }
+        *lock(&self.live) = Some(Live {
+            child,
+            conversation: Some(id.clone()),
+        });
+        Ok(id)
+    }
+
+    async fn start_new(&self) -> Result<String, HarnessError> {
+        self.start(None)
+            .await
+            .map_err(|e| HarnessError::Conversation {
+                action: "cannot start a pi session".into(),
+                source: Box::new(e),
+            })
+    }
+}
+
+/// The `sessionId` of a `get_state` answer.
+fn session_id(state: Value) -> Result<String, HarnessError> {
+    state
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| HarnessError::Rpc {
+            code: REFUSED,
+            message: format!("pi's get_state has no sessionId: {state}"),
+        })
+}
+
+impl HarnessSession for PiSession {
+    fn open<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+        Box::pin(async move {
+            let _one = self.opening.lock().await;
+            if let Some(Live {
+                child,
+                conversation: Some(open),
+            }) = self.live()
+            {
+                // Pi holds one conversation for its life; its end is already reported.
+                if let Some(exit) = child.exit() {
+                    return Err(exit.to_error());
+                }
+                if stored.is_some_and(|s| s != open) {
+                    return Err(HarnessError::Rpc {
+                        code: REFUSED,
+                        message: format!(
+                            "this pi session holds conversation {open}; open another in a new session"
+                        ),
+                    });
+                }
+                return Ok(Conversation {
+                    id: open,
+                    lost: None,
+                });
+            }
+            let Some(old) = stored else {
+                let id = self.start_new().await?;
+                return Ok(Conversation { id, lost: None });
+            };
+            match self.start(Some(old)).await {
+                Ok(id) => Ok(Conversation { id, lost: None }),
+                Err(HarnessError::ProcessExited { stderr_tail, .. })
+                    if stderr_tail.contains(NO_SESSION) =>
+                {
+                    let new = self.start_new().await?;
+                    let reason = format!(
+                        "pi has no session {old} (it keeps one only once a turn ran); started {new} without the earlier conversation"
+                    );
+                    Ok(Conversation {
+                        id: new,
+                        lost: Some(Lost {
+                            old_id: old.to_string(),
+                            reason,
+                        }),
+                    })
+                }
+                Err(e) => Err(HarnessError::Conversation {
+                    action: format!("cannot resume pi session {old}"),
+                    source: Box::new(e),
+                }),
+            }
+        })
+    }
+
+    fn start_turn<'a>(
+        &'a self,
+        conversation: &'a str,
+        text: &'a str,
+        relay_turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, HarnessError>> {
+        Box::pin(async move {
+            let child = self.child_of(conversation)?;
+            let (turn, text) = (relay_turn_id.to_string(), text.to_string());
+            child
+                .call("prompt", move |wire| wire.prompt(&turn, &text))
+                .await?;
+            Ok(relay_turn_id.to_string())
+        })
+    }
+
+    fn steer<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            let child = self.child_of(conversation)?;
+            let (turn, text) = (turn_id.to_string(), text.to_string());
+            child
+                .call("steer", move |wire| wire.steer(&turn, &text))
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn interrupt<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            let child = self.child_of(conversation)?;
+            let turn = turn_id.to_string();
+            child.call("abort", move |wire| wire.abort(&turn)).await?;
+            Ok(())
+        })
+    }
+
+    fn respond_approval<'a>(
+        &'a self,
+        request_id: &'a str,
+        _decision: ApprovalDecision,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        // Pi never asks: no request of its is ever pending.
+        Box::pin(async move {
+            Err(HarnessError::UnknownRequest {
+                request_id: request_id.to_string(),
+            })
+        })
+    }
+
+    /// The pid of pi, or 0 before the session is opened.
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Process {
+            pid: self.live().map_or(0, |live| live.child.pid()),
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.live()
+            .map(|live| live.child.stderr_tail())
+            .unwrap_or_default()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move {
+            let events = lock(&self.events).take();
+            let live = self.live();
+            let exit = match &live {
+                Some(live) => Some(live.child.shutdown().await),
+                None => None,
+            };
+            // An armed child's owner reports its end; without one, say it here.
+            let armed = live.is_some_and(|l| l.conversation.is_some());
+            if let (false, Some(events)) = (armed, events) {
+                let exit = exit.unwrap_or(ExitInfo {
+                    code: None,
+                    signal: None,
+                    stderr_tail: String::new(),
+                });
+                let _ = events
+                    .send(HarnessEvent::ProcessExited {
+                        code: exit.code,
+                        signal: exit.signal,
+                        stderr_tail: exit.stderr_tail,
+                    })
+                    .await;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_missing_program_fails_the_spawn_and_approvals_are_never_pending() {
+        let missing = PiLauncher::spawn_with(PiConfig::new("/nonexistent/pi"));
+        assert!(matches!(missing, Err(HarnessError::Spawn { .. })));
+        let mut unknown = PiConfig::new("relay-no-such-program");
+        unknown.env.insert("PATH".into(), "/nonexistent".into());
+        assert!(matches!(
+            PiLauncher::spawn_with(unknown),
+            Err(HarnessError::Spawn { .. })
+        ));
+
+        let Spawned {
+            session,
+            mut events,
+        } = PiLauncher::spawn_with(PiConfig::new("/bin/sh")).unwrap();
+        assert!(matches!(
+            session
+                .respond_approval("r1", ApprovalDecision::Accept)
+                .await,
+            Err(HarnessError::UnknownRequest { .. })
+        ));
+        assert!(matches!(
+            session.start_turn("c", "hi", "t1").await,
+            Err(HarnessError::ThreadNotFound { .. })
+        ));
+        assert_eq!(session.endpoint(), Endpoint::Process { pid: 0 });
+        // Never opened: shutting down still ends the stream with the exit.
+        session.shutdown().await.unwrap();
+        session.shutdown().await.unwrap();
+        assert!(matches!(
+            events.recv().await,
+            Some(HarnessEvent::ProcessExited { .. })
+        ));
+        assert!(events.recv().await.is_none());
+    }
+}

@@ -16,9 +16,11 @@ pub struct Harnesses {
 }
 
 impl Harnesses {
-    /// The adapters this build has: Codex app-server.
+    /// The adapters this build has: Codex app-server, Pi RPC.
     pub fn builtin() -> Harnesses {
-        Harnesses::default().with(Arc::new(crate::codex::CodexLauncher))
+        Harnesses::default()
+            .with(Arc::new(crate::codex::CodexLauncher))
+            .with(Arc::new(crate::pi::PiLauncher))
     }
 
     /// These launchers and `launcher`, which replaces any other of its harness.
@@ -61,7 +63,7 @@ mod tests {
         match harnesses.get(Harness::Tmux) {
             Err(e @ HarnessError::Unsupported { .. }) => assert_eq!(
                 e.to_string(),
-                "harness tmux is not supported by this runtime yet (only codex_app_server)"
+                "harness tmux is not supported by this runtime yet (only codex_app_server, pi_rpc)"
             ),
             Err(other) => panic!("{other:?}"),
             Ok(_) => panic!("tmux has no launcher"),

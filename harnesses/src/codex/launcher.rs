@@ -9,8 +9,7 @@ use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use super::{codex_program, CodexConfig, CodexSession, ThreadOptions};
 use crate::error::HarnessError;
 use crate::seam::{
-    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
-    Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
 };
 
 /// Codex app-server: everything the seam offers.
@@ -18,7 +17,7 @@ pub const CODEX_INFO: HarnessInfo = HarnessInfo {
     harness: Harness::CodexAppServer,
     name: "codex",
     program: "codex app-server",
-    capabilities: Capabilities::ALL,
+    capabilities: Harness::CodexAppServer.capabilities(),
 };
 
 /// Spawns `codex app-server` sessions (the pinned program unless the agent names one).

@@ -14,8 +14,7 @@ use super::wire::{PiWire, REFUSED};
 use crate::error::HarnessError;
 use crate::process::ExitInfo;
 use crate::seam::{
-    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
-    Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -25,13 +24,7 @@ pub const PI_INFO: HarnessInfo = HarnessInfo {
     harness: Harness::PiRpc,
     name: "pi",
     program: "pi --mode rpc",
-    capabilities: Capabilities {
-        steer: true,
-        approvals: false,
-        resume: true,
-        interrupt: true,
-        turn_ids: false,
-    },
+    capabilities: Harness::PiRpc.capabilities(),
 };
 
 /// Events buffered for the consumer before the owner task stops reading pi's stdout.

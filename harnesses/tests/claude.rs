@@ -702,3 +702,31 @@ async fn a_missing_program_is_a_spawn_error() {
 fn missing(dir: &Path) -> std::path::PathBuf {
     dir.join("no-such-claude")
 }
+
+#[tokio::test]
+async fn a_failed_model_request_fails_the_turn_with_claudes_message() {
+    let s = setup().await;
+    s.mock.set_handler(|_| Reply::HttpError {
+        status: 500,
+        body:
+            json!({"type": "error", "error": {"type": "api_error", "message": "mock overloaded"}})
+                .to_string(),
+    });
+    let (mut session, conversation) = s.open(None).await;
+    let seen = session.turn(&conversation.id, "hello", "turn-1").await;
+    match outcome(&seen) {
+        TurnOutcome::Failed { error } => {
+            assert!(error.contains("API Error: 500"), "{error}");
+            assert!(error.contains("mock overloaded"), "{error}");
+        }
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    // Claude Code's made-up message that says so is not an agent message.
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e, HarnessEvent::ItemStarted { .. })),
+        "{seen:?}"
+    );
+    session.shutdown().await;
+}

@@ -7,8 +7,8 @@ use relay_protocol::domain::Harness;
 /// Why a harness operation failed.
 ///
 /// Retryable (the same call may succeed later): [`Overloaded`](Self::Overloaded),
-/// [`Timeout`](Self::Timeout) and [`NoActiveTurn`](Self::NoActiveTurn) on the same
-/// session; [`ProcessExited`](Self::ProcessExited)
+/// [`Timeout`](Self::Timeout), [`NoActiveTurn`](Self::NoActiveTurn) and
+/// [`TurnRunning`](Self::TurnRunning) on the same session; [`ProcessExited`](Self::ProcessExited)
 /// and [`ChannelClosed`](Self::ChannelClosed) after spawning a new session. The others
 /// are answers, not accidents: retrying the same call gives the same error.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,15 @@ pub enum HarnessError {
     /// refusal.
     #[error("{detail}")]
     NoActiveTurn { detail: String },
+    /// A turn is still running, and this CLI runs one at a time (Claude Code: a second
+    /// user message would be queued, or folded into the running turn). Retryable once the
+    /// turn has ended.
+    #[error("turn {turn_id} is still running")]
+    TurnRunning { turn_id: String },
+    /// The harness cannot do this at all; its [`Capabilities`](crate::Capabilities) say
+    /// so, and the runtime does not ask. Not retryable.
+    #[error("{harness} cannot {what}")]
+    Incapable { harness: Harness, what: String },
     /// This runtime has no adapter for the harness. Not retryable.
     #[error("harness {harness} is not supported by this runtime yet (only {supported})")]
     Unsupported { harness: Harness, supported: String },
@@ -89,6 +98,7 @@ impl HarnessError {
                     | HarnessError::ChannelClosed
                     | HarnessError::Overloaded
                     | HarnessError::NoActiveTurn { .. }
+                    | HarnessError::TurnRunning { .. }
             ),
         }
     }

@@ -8,16 +8,19 @@
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
+//! - [`claude`]: the Claude Code stream-json wire (`claude -p`; the subset Relay's adapter
+//!   uses).
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`codex`] and [`runtime`] on it; [`convert`] on those and [`pb`]. The crate depends on
+//! [`codex`] and [`runtime`] on it; [`claude`] on none; [`convert`] on those and [`pb`]. The crate depends on
 //! no other crate of the workspace: every other one depends on it.
 
 pub mod api;
 pub mod bus;
+pub mod claude;
 pub mod clock;
 pub mod codex;
 pub mod convert;

@@ -1,1 +1,88 @@
-//! placeholder
+//! The Claude Code adapter: `claude -p` speaking stream-json over its stdio.
+//!
+//! Parts:
+//! - [`ClaudeLauncher`] (`launcher.rs`): Claude Code behind the harness seam
+//!   ([`crate::seam`]). Its session starts a `claude` process in
+//!   [`open`](crate::HarnessSession::open), because the CLI takes the conversation at
+//!   process start (`--resume=<id>` or `--session-id=<id>`), as [`ClaudeConfig`]
+//!   (`config.rs`) says.
+//! - `wire.rs`: the protocol as a [`crate::stdio::Wire`]: stdout lines -> harness events,
+//!   the running turn, the pending permission prompts; and the lines the session writes.
+//!   No I/O. Its wire types are [`relay_protocol::claude`]. `items.rs`, part of it: the
+//!   model's content blocks and tool results -> items.
+//! - [`crate::stdio`]: the owner task that alone touches the child's pipes, and
+//!   [`crate::process`] under it (process group, stderr tail, no leaks).
+//!
+//! Data flow: `open` spawns `claude -p ... --session-id=<new uuid>` (or `--resume=<id>`)
+//! and writes the `initialize` control request; its control response is the handshake.
+//! `start_turn` writes a `user` line; Claude Code answers with `system`, `stream_event`
+//! (the model's raw SSE events), `assistant`, `user` (tool results) lines and a `result`
+//! that ends the turn, each read by the wire into events stamped with Relay's turn id.
+//! A permission prompt (`control_request` `can_use_tool`) becomes
+//! [`HarnessEvent::ApprovalRequested`](relay_protocol::harness::HarnessEvent) and is
+//! answered by `respond_approval` with a `control_response`.
+//!
+//! Events: `TurnStarted` at Claude Code's first line after the user message (its `system
+//! init`); `TextDelta` per `text_delta` (item id `<message id>:<block index>`);
+//! `ItemStarted`/`ItemCompleted` around text blocks (agent message, the block's whole
+//! text), thinking blocks (reasoning) and tool calls (item id the tool use id; command
+//! for `Bash`, file change for `Edit`/`Write`/`MultiEdit`/`NotebookEdit`, tool call
+//! otherwise), a tool's completion carrying the call and its output; `TokenUsage` from
+//! the result (input counts cache reads and writes too); `TurnCompleted`: `success`
+//! without `is_error` -> completed with the result text, after an interrupt Relay sent ->
+//! interrupted, else failed with Claude Code's message. Prompts still pending when the
+//! turn ends are settled (`ApprovalResolved`). A subagent's lines (those with a
+//! `parent_tool_use_id`) are skipped: its `Task` call is the item.
+//!
+//! Observed with Claude Code 2.1.197 (and pinned by `tests/claude.rs` and the wire's
+//! unit tests over recorded lines):
+//! - `--verbose` is required with stream-json output. The `initialize` request is
+//!   answered at once (with commands, agents, models). `system init` comes only with a
+//!   turn, once per turn.
+//! - `--resume=<unknown uuid>`: `No conversation found with session ID: <id>` on stderr,
+//!   a `result` `error_during_execution`, exit code 1, and no answer to `initialize`. A
+//!   stored id that is not a uuid is refused too (`... is not a UUID and does not match
+//!   any session title`); the adapter does not even try it. A session started with
+//!   `--session-id` and given no turn is not saved, so it cannot be resumed later.
+//! - While streaming, the `assistant` line of each content block comes before that
+//!   block's `content_block_stop`; one line per block, same message id.
+//! - A failed model request (HTTP 500, no retries) gives a made-up `assistant` message
+//!   (model `<synthetic>`, `error` set, text `API Error: 500 ...`) and a `result` with
+//!   subtype `success` but `is_error: true` and that text. A stream that breaks off with
+//!   an SSE `error` is retried as a request without streaming (its `assistant` line has
+//!   no `stream_event`s).
+//! - Read-only commands (`echo hi`, `ls`) run without a prompt; a command that writes
+//!   (`echo hi > f`) or a file outside the working directory asks `can_use_tool`, with
+//!   `tool_use_id`, `description` (Bash: the input's; Write: the path) and sometimes
+//!   `decision_reason`. A denial's message reaches the model as the tool result with
+//!   `is_error: true`. Deny with `interrupt: true` ends the turn: a `result`
+//!   `error_during_execution` (`terminal_reason: aborted_tools`).
+//! - An interrupt while a prompt is pending: Claude Code sends `control_cancel_request`
+//!   for it, then the control response, then `result` `error_during_execution`
+//!   (`aborted_streaming` mid-stream) without a `result` text. The partial text comes in
+//!   an `assistant` line without a `content_block_stop`. An interrupt between turns is
+//!   answered `success` and does nothing, so the adapter refuses it itself.
+//! - A user message sent while a turn runs is queued as the next turn when the model is
+//!   streaming text, but folded into the running turn between tool calls ("The user sent
+//!   a new message while you were working"): so one turn at a time
+//!   ([`crate::HarnessError::TurnRunning`]), and no steer.
+
+mod config;
+mod items;
+mod launcher;
+mod wire;
+
+pub use config::ClaudeConfig;
+pub use launcher::{ClaudeLauncher, CLAUDE_INFO};
+
+use crate::pinned::PinnedCli;
+
+/// The Claude Code version Relay is tested against.
+pub const CLAUDE_VERSION: &str = "2.1.197";
+
+/// The pinned Claude Code CLI (`RELAY_CLAUDE_BIN` overrides it).
+pub const CLAUDE_CLI: PinnedCli = PinnedCli {
+    name: "claude",
+    version: CLAUDE_VERSION,
+    override_env: "RELAY_CLAUDE_BIN",
+};

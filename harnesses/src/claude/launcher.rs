@@ -1,0 +1,355 @@
+//! Claude Code behind the harness seam ([`crate::seam`]): [`ClaudeLauncher`] makes a
+//! session for an agent, and the session starts `claude -p` when it opens the agent's
+//! conversation (resumed with `--resume`, or new with `--session-id`, the loss said).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::harness::HarnessEvent;
+use tokio::sync::{mpsc, watch};
+
+use super::config::{ClaudeConfig, Start};
+use super::wire::{cannot_steer, ClaudeWire, Running};
+use crate::error::HarnessError;
+use crate::seam::{
+    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
+    Spawned,
+};
+use crate::stdio::StdioChild;
+
+/// Claude Code: approvals, resume and interrupt; no steer, no turn ids of its own.
+pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
+    harness: Harness::ClaudeStreamJson,
+    name: "claude",
+    program: "claude -p (stream-json)",
+    capabilities: Capabilities {
+        steer: false,
+        approvals: true,
+        resume: true,
+        interrupt: true,
+        turn_ids: false,
+    },
+};
+
+/// Events buffered for the consumer before the owner task stops reading Claude's stdout.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// What Claude Code says on stderr for a `--resume` id it has no conversation for.
+const NO_CONVERSATION: &str = "No conversation found";
+
+/// Makes `claude -p` sessions (the pinned program unless the agent names one).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaudeLauncher;
+
+impl Launcher for ClaudeLauncher {
+    fn info(&self) -> HarnessInfo {
+        CLAUDE_INFO
+    }
+
+    /// Checks that the program is there; the process itself starts in `open`.
+    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+        Box::pin(async move {
+            let config = ClaudeConfig::for_agent(agent);
+            config.check_program()?;
+            let (events, rx) = mpsc::channel(EVENT_CAPACITY);
+            let session = ClaudeSession {
+                config,
+                events: Mutex::new(Some(events)),
+                child: Mutex::new(None),
+                opening: tokio::sync::Mutex::new(()),
+                closed: AtomicBool::new(false),
+            };
+            Ok(Spawned {
+                session: Arc::new(session),
+                events: rx,
+            })
+        })
+    }
+}
+
+/// One agent's Claude Code session: at most one `claude` process, started by `open`.
+struct ClaudeSession {
+    config: ClaudeConfig,
+    /// Cloned into each process's owner task; dropped at shutdown, so the stream ends.
+    events: Mutex<Option<mpsc::Sender<HarnessEvent>>>,
+    child: Mutex<Option<Child>>,
+    /// One `open` or `shutdown` at a time.
+    opening: tokio::sync::Mutex<()>,
+    /// Shut down: no process starts any more.
+    closed: AtomicBool,
+}
+
+/// The `claude` process of an open conversation.
+#[derive(Clone)]
+struct Child {
+    io: StdioChild<ClaudeWire>,
+    conversation: String,
+    running: watch::Receiver<Option<Running>>,
+    /// Stdout lines that were not stream-json (each logged when skipped).
+    malformed: Arc<AtomicU64>,
+}
+
+impl ClaudeSession {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn child(&self) -> Option<Child> {
+        Self::lock(&self.child).clone()
+    }
+
+    /// The process of `conversation`; [`HarnessError::ThreadNotFound`] when this session
+    /// has another one open, or none.
+    fn child_of(&self, conversation: &str) -> Result<Child, HarnessError> {
+        self.child()
+            .filter(|c| c.conversation == conversation)
+            .ok_or_else(|| HarnessError::ThreadNotFound {
+                thread_id: conversation.to_string(),
+            })
+    }
+
+    /// Starts `claude` on `start` and does the handshake. Only then is the process's end
+    /// reported as `ProcessExited`: a process that refuses the conversation ends quietly.
+    async fn start(&self, start: Start<'_>) -> Result<Child, HarnessError> {
+        let events = Self::lock(&self.events)
+            .clone()
+            .ok_or(HarnessError::ChannelClosed)?;
+        let wire = ClaudeWire::new();
+        let running = wire.running();
+        let malformed = wire.malformed();
+        let conversation = match start {
+            Start::New(id) | Start::Resume(id) => id.to_string(),
+        };
+        let io = StdioChild::spawn(
+            &self.config.process(&start),
+            wire,
+            events,
+            self.config.request_timeout,
+            self.config.shutdown_grace,
+        )?;
+        if let Err(err) = io.call("initialize", |wire| wire.initialize()).await {
+            io.shutdown().await;
+            return Err(err);
+        }
+        io.arm();
+        // Gone before it was armed: its end was not reported, so it is this error.
+        if let Some(exit) = io.exit() {
+            return Err(exit.to_error());
+        }
+        Ok(Child {
+            io,
+            conversation,
+            running,
+            malformed,
+        })
+    }
+
+    async fn start_new(&self) -> Result<Child, HarnessError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.start(Start::New(&id))
+            .await
+            .map_err(|e| conversation_error("cannot start a claude session", e))
+    }
+
+    async fn open_child(
+        &self,
+        stored: Option<&str>,
+    ) -> Result<(Child, Option<Lost>), HarnessError> {
+        let Some(old) = stored else {
+            return Ok((self.start_new().await?, None));
+        };
+        // Claude Code's ids are hyphenated lowercase uuids; it refuses anything else.
+        let session_id =
+            uuid::Uuid::parse_str(old).is_ok_and(|u| u.hyphenated().to_string() == old);
+        let why = if !session_id {
+            format!("{old} is not a Claude Code session id")
+        } else {
+            match self.start(Start::Resume(old)).await {
+                Ok(child) => return Ok((child, None)),
+                Err(HarnessError::ProcessExited { stderr_tail, .. })
+                    if stderr_tail.contains(NO_CONVERSATION) =>
+                {
+                    let said = stderr_tail
+                        .lines()
+                        .find(|l| l.contains(NO_CONVERSATION))
+                        .unwrap_or(NO_CONVERSATION)
+                        .trim()
+                        .to_string();
+                    format!("claude has no conversation {old} ({said})")
+                }
+                Err(e) => {
+                    return Err(conversation_error(
+                        &format!("cannot resume claude session {old}"),
+                        e,
+                    ))
+                }
+            }
+        };
+        let child = self.start_new().await?;
+        let reason = format!(
+            "{why}; started {} without the earlier conversation",
+            child.conversation
+        );
+        let lost = Lost {
+            old_id: old.to_string(),
+            reason,
+        };
+        Ok((child, Some(lost)))
+    }
+}
+
+/// A failed step of opening a conversation, named; a program that cannot start says so
+/// by itself.
+fn conversation_error(action: &str, err: HarnessError) -> HarnessError {
+    match err {
+        e @ HarnessError::Spawn { .. } => e,
+        e => HarnessError::Conversation {
+            action: action.to_string(),
+            source: Box::new(e),
+        },
+    }
+}
+
+impl HarnessSession for ClaudeSession {
+    fn open<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+        Box::pin(async move {
+            let _one = self.opening.lock().await;
+            if self.closed.load(Ordering::Acquire) {
+                return Err(HarnessError::ChannelClosed);
+            }
+            if let Some(child) = self.child() {
+                return Err(HarnessError::Incapable {
+                    harness: Harness::ClaudeStreamJson,
+                    what: format!(
+                        "open a second conversation in a session (it has {})",
+                        child.conversation
+                    ),
+                });
+            }
+            let (child, lost) = self.open_child(stored).await?;
+            let id = child.conversation.clone();
+            *Self::lock(&self.child) = Some(child);
+            Ok(Conversation { id, lost })
+        })
+    }
+
+    fn start_turn<'a>(
+        &'a self,
+        conversation: &'a str,
+        text: &'a str,
+        relay_turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<String, HarnessError>> {
+        Box::pin(async move {
+            let child = self.child_of(conversation)?;
+            // A turn being interrupted ends in a moment: wait for that rather than
+            // refuse the next turn (the runtime moves on right after it interrupts).
+            let mut running = child.running.clone();
+            if running.borrow().as_ref().is_some_and(|r| r.interrupting) {
+                let ended = running.wait_for(Option::is_none);
+                let _ = tokio::time::timeout(self.config.request_timeout, ended).await;
+            }
+            let (turn, text) = (relay_turn_id.to_string(), text.to_string());
+            child
+                .io
+                .call("start turn", move |wire| wire.start_turn(&turn, &text))
+                .await?;
+            Ok(relay_turn_id.to_string())
+        })
+    }
+
+    fn steer<'a>(
+        &'a self,
+        _conversation: &'a str,
+        _turn_id: &'a str,
+        _text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async { Err(cannot_steer()) })
+    }
+
+    fn interrupt<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            let child = self.child_of(conversation)?;
+            let turn = turn_id.to_string();
+            child
+                .io
+                .call("interrupt", move |wire| wire.interrupt(&turn))
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn respond_approval<'a>(
+        &'a self,
+        request_id: &'a str,
+        decision: ApprovalDecision,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            let Some(child) = self.child() else {
+                return Err(HarnessError::UnknownRequest {
+                    request_id: request_id.to_string(),
+                });
+            };
+            let id = request_id.to_string();
+            child
+                .io
+                .call("approval", move |wire| wire.respond(&id, decision))
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// The `claude` process; pid 0 before `open` started one.
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Process {
+            pid: self.child().map_or(0, |c| c.io.pid()),
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.child().map(|c| c.io.stderr_tail()).unwrap_or_default()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move {
+            // After an `open` in progress, so that its process is the one stopped.
+            let _one = self.opening.lock().await;
+            if self.closed.swap(true, Ordering::AcqRel) {
+                if let Some(child) = self.child() {
+                    child.io.shutdown().await;
+                }
+                return Ok(());
+            }
+            let events = Self::lock(&self.events).take();
+            match self.child() {
+                // Armed: its owner task sends `ProcessExited` last.
+                Some(child) => {
+                    child.io.shutdown().await;
+                    let skipped =
+                        child.malformed.load(Ordering::Relaxed) + child.io.malformed_lines();
+                    if skipped > 0 {
+                        tracing::warn!(skipped, conversation = %child.conversation, "claude wrote stdout lines that were not stream-json");
+                    }
+                }
+                // Nothing ran (or nothing was kept): the stream still ends as promised.
+                None => {
+                    if let Some(events) = events {
+                        let _ = events.try_send(HarnessEvent::ProcessExited {
+                            code: None,
+                            signal: None,
+                            stderr_tail: String::new(),
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

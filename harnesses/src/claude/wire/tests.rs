@@ -1,0 +1,523 @@
+//! The wire over lines recorded from Claude Code 2.1.197 (`../fixtures`, one file per
+//! turn, each from the first line after the user message to the `result`; recorded
+//! against a mock model, so message ids are `msg_<n>`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use relay_protocol::domain::ApprovalKind;
+use relay_protocol::harness::ItemKind;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::claude::items::approval_detail;
+
+const TURN: &str = "t1";
+
+fn fixture(name: &str) -> &'static str {
+    match name {
+        "text" => include_str!("../fixtures/text.jsonl"),
+        "tool_approved" => include_str!("../fixtures/tool_approved.jsonl"),
+        "tool_declined" => include_str!("../fixtures/tool_declined.jsonl"),
+        "tool_cancelled" => include_str!("../fixtures/tool_cancelled.jsonl"),
+        "write_approved" => include_str!("../fixtures/write_approved.jsonl"),
+        "interrupt" => include_str!("../fixtures/interrupt.jsonl"),
+        "interrupt_pending_approval" => {
+            include_str!("../fixtures/interrupt_pending_approval.jsonl")
+        }
+        "api_error" => include_str!("../fixtures/api_error.jsonl"),
+        "stream_error_fallback" => include_str!("../fixtures/stream_error_fallback.jsonl"),
+        "resume_refused" => include_str!("../fixtures/resume_refused.jsonl"),
+        other => panic!("no fixture {other}"),
+    }
+}
+
+/// Feeds `lines` (until `stop` holds for a line, inclusive) and returns the actions.
+fn feed_until(wire: &mut ClaudeWire, lines: &mut std::str::Lines<'_>, stop: &str) -> Vec<Action> {
+    let mut out = Vec::new();
+    for line in lines.by_ref() {
+        wire.line(line, &mut out);
+        if line.contains(stop) {
+            break;
+        }
+    }
+    out
+}
+
+fn feed(wire: &mut ClaudeWire, text: &str) -> Vec<Action> {
+    feed_until(wire, &mut text.lines(), "\u{0}never")
+}
+
+fn started() -> ClaudeWire {
+    let mut wire = ClaudeWire::new();
+    wire.start_turn(TURN, "hello").unwrap();
+    wire
+}
+
+fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
+    actions
+        .into_iter()
+        .map(|a| match a {
+            Action::Event(e) => e,
+            other => panic!("expected only events, got {other:?}"),
+        })
+        .collect()
+}
+
+fn turn_started() -> HarnessEvent {
+    HarnessEvent::TurnStarted {
+        turn_id: TURN.into(),
+    }
+}
+
+fn item_started(item_id: &str, kind: ItemKind) -> HarnessEvent {
+    HarnessEvent::ItemStarted {
+        turn_id: TURN.into(),
+        item_id: item_id.into(),
+        kind,
+    }
+}
+
+fn item_completed(item_id: &str, kind: ItemKind, text: &str) -> HarnessEvent {
+    HarnessEvent::ItemCompleted {
+        turn_id: TURN.into(),
+        item_id: item_id.into(),
+        kind,
+        text: Some(text.into()),
+    }
+}
+
+fn delta(item_id: &str, delta: &str) -> HarnessEvent {
+    HarnessEvent::TextDelta {
+        turn_id: TURN.into(),
+        item_id: item_id.into(),
+        delta: delta.into(),
+    }
+}
+
+fn usage(input_tokens: u64, output_tokens: u64) -> HarnessEvent {
+    HarnessEvent::TokenUsage {
+        turn_id: TURN.into(),
+        input_tokens,
+        output_tokens,
+    }
+}
+
+fn completed(outcome: TurnOutcome) -> HarnessEvent {
+    HarnessEvent::TurnCompleted {
+        turn_id: TURN.into(),
+        outcome,
+    }
+}
+
+fn approval(request_id: &str) -> HarnessEvent {
+    HarnessEvent::ApprovalRequested {
+        turn_id: TURN.into(),
+        request_id: request_id.into(),
+        kind: ApprovalKind::Command,
+        detail: "bash -c 'echo hi > out.txt'".into(),
+        reason: Some("run it".into()),
+    }
+}
+
+fn request_id_of(events: &[HarnessEvent]) -> String {
+    events
+        .iter()
+        .find_map(|e| match e {
+            HarnessEvent::ApprovalRequested { request_id, .. } => Some(request_id.clone()),
+            _ => None,
+        })
+        .expect("no approval requested")
+}
+
+fn line_of(outgoing: &Outgoing) -> Value {
+    outgoing.message.clone()
+}
+
+#[test]
+fn a_text_turn_streams_its_deltas_and_completes_with_the_result() {
+    let mut wire = started();
+    let seen = events(feed(&mut wire, fixture("text")));
+    assert_eq!(
+        seen,
+        vec![
+            turn_started(),
+            item_started("msg_8:0", ItemKind::AgentMessage),
+            delta("msg_8:0", "ok"),
+            delta("msg_8:0", ": "),
+            delta("msg_8:0", "hello"),
+            item_completed("msg_8:0", ItemKind::AgentMessage, "ok: hello"),
+            usage(5, 3),
+            completed(TurnOutcome::Completed {
+                text: "ok: hello".into()
+            }),
+        ]
+    );
+    assert_eq!(*wire.running().borrow(), None);
+    assert_eq!(wire.malformed().load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn an_approved_command_is_asked_then_completed_with_its_output() {
+    let mut wire = started();
+    let text = fixture("tool_approved");
+    let mut lines = text.lines();
+    let asked = events(feed_until(&mut wire, &mut lines, "can_use_tool"));
+    let request = request_id_of(&asked);
+    assert_eq!(
+        asked,
+        vec![
+            turn_started(),
+            item_started("msg_9:0", ItemKind::AgentMessage),
+            delta("msg_9:0", "Running."),
+            item_completed("msg_9:0", ItemKind::AgentMessage, "Running."),
+            item_started("toolu_9", ItemKind::CommandExecution),
+            approval(&request),
+        ]
+    );
+    let answer = wire.respond(&request, ApprovalDecision::Accept).unwrap();
+    assert_eq!(answer.awaits, None);
+    assert_eq!(
+        line_of(&answer),
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": request,
+            "response": {"behavior": "allow", "updatedInput": {"command": "echo hi > out.txt", "description": "run it"}}}})
+    );
+    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    assert_eq!(
+        rest,
+        vec![
+            item_completed(
+                "toolu_9",
+                ItemKind::CommandExecution,
+                "$ echo hi > out.txt\n(Bash completed with no output)"
+            ),
+            item_started("msg_10:0", ItemKind::AgentMessage),
+            delta("msg_10:0", "done: "),
+            delta("msg_10:0", "seen"),
+            item_completed("msg_10:0", ItemKind::AgentMessage, "done: seen"),
+            usage(10, 10),
+            completed(TurnOutcome::Completed {
+                text: "done: seen".into()
+            }),
+        ]
+    );
+    // Answered once: a second answer names no pending request.
+    assert!(matches!(
+        wire.respond(&request, ApprovalDecision::Accept),
+        Err(HarnessError::UnknownRequest { .. })
+    ));
+}
+
+#[test]
+fn a_declined_command_completes_with_the_denial() {
+    let mut wire = started();
+    let text = fixture("tool_declined");
+    let mut lines = text.lines();
+    let request = request_id_of(&events(feed_until(&mut wire, &mut lines, "can_use_tool")));
+    let answer = wire.respond(&request, ApprovalDecision::Decline).unwrap();
+    assert_eq!(
+        line_of(&answer)["response"]["response"],
+        json!({"behavior": "deny", "message": DECLINED})
+    );
+    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    assert_eq!(
+        rest[0],
+        item_completed(
+            "toolu_11",
+            ItemKind::CommandExecution,
+            "$ echo hi > out.txt\nerror: declined through Relay"
+        )
+    );
+    assert!(matches!(
+        rest.last(),
+        Some(HarnessEvent::TurnCompleted {
+            outcome: TurnOutcome::Completed { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_cancelled_approval_interrupts_the_turn() {
+    let mut wire = started();
+    let text = fixture("tool_cancelled");
+    let mut lines = text.lines();
+    let request = request_id_of(&events(feed_until(&mut wire, &mut lines, "can_use_tool")));
+    let answer = wire.respond(&request, ApprovalDecision::Cancel).unwrap();
+    assert_eq!(
+        line_of(&answer)["response"]["response"],
+        json!({"behavior": "deny", "message": CANCELLED, "interrupt": true})
+    );
+    assert_eq!(
+        *wire.running().borrow(),
+        Some(Running {
+            turn_id: TURN.into(),
+            interrupting: true
+        })
+    );
+    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    assert_eq!(rest.last(), Some(&completed(TurnOutcome::Interrupted)));
+}
+
+#[test]
+fn an_interrupt_is_answered_and_ends_the_turn_interrupted() {
+    let mut wire = started();
+    let text = fixture("interrupt");
+    let mut lines = text.lines();
+    let before = events(feed_until(&mut wire, &mut lines, "text_delta"));
+    assert_eq!(before.last(), Some(&delta("msg_14:0", "ok")));
+
+    // The fixture's interrupt was the session's second request, after `initialize`.
+    wire.initialize().unwrap();
+    let interrupt = wire.interrupt(TURN).unwrap();
+    assert_eq!(interrupt.awaits.as_deref(), Some("relay-interrupt-2"));
+    assert_eq!(
+        line_of(&interrupt),
+        json!({"type": "control_request", "request_id": "relay-interrupt-2", "request": {"subtype": "interrupt"}})
+    );
+    let mut rest = feed_until(&mut wire, &mut lines, "\u{0}never").into_iter();
+    assert!(matches!(
+        rest.next(),
+        Some(Action::Answer { id, result: Ok(_) }) if id == "relay-interrupt-2"
+    ));
+    assert_eq!(
+        events(rest.collect()),
+        vec![
+            // Cut short: no `content_block_stop`, completed with what came.
+            item_completed("msg_14:0", ItemKind::AgentMessage, "ok"),
+            completed(TurnOutcome::Interrupted),
+        ]
+    );
+}
+
+#[test]
+fn an_interrupt_settles_the_pending_approval() {
+    let mut wire = started();
+    let text = fixture("interrupt_pending_approval");
+    let mut lines = text.lines();
+    let request = request_id_of(&events(feed_until(&mut wire, &mut lines, "can_use_tool")));
+    wire.initialize().unwrap();
+    wire.interrupt(TURN).unwrap();
+    let rest = feed_until(&mut wire, &mut lines, "\u{0}never");
+    let rest: Vec<HarnessEvent> = rest
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        rest,
+        vec![
+            HarnessEvent::ApprovalResolved {
+                request_id: request.clone()
+            },
+            item_completed(
+                "toolu_15",
+                ItemKind::CommandExecution,
+                "$ echo hi > out.txt\nerror: The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how to proceed."
+            ),
+            usage(5, 7),
+            completed(TurnOutcome::Interrupted),
+        ]
+    );
+    assert!(matches!(
+        wire.respond(&request, ApprovalDecision::Accept),
+        Err(HarnessError::UnknownRequest { .. })
+    ));
+}
+
+#[test]
+fn a_file_write_is_a_file_change() {
+    let mut wire = started();
+    let seen = events(
+        feed(&mut wire, fixture("write_approved"))
+            .into_iter()
+            .filter(|a| matches!(a, Action::Event(_)))
+            .collect(),
+    );
+    assert_eq!(seen[1], item_started("toolu_17", ItemKind::FileChange));
+    let HarnessEvent::ApprovalRequested {
+        kind,
+        detail,
+        reason,
+        ..
+    } = &seen[2]
+    else {
+        panic!("{:?}", seen[2])
+    };
+    assert_eq!(
+        (kind, detail.as_str(), reason.as_deref()),
+        (
+            &ApprovalKind::FileChange,
+            "/tmp/cl/w.txt",
+            Some("Path is outside allowed working directories")
+        )
+    );
+    // Not answered here: the turn's end settles it.
+    assert!(seen.contains(&HarnessEvent::ApprovalResolved {
+        request_id: "fcd4d40a-ce08-4cdc-89c7-c1fd1ab8f987".into()
+    }));
+    assert!(seen.contains(&item_completed(
+        "toolu_17",
+        ItemKind::FileChange,
+        "Write /tmp/cl/w.txt\nFile created successfully at: /tmp/cl/w.txt (file state is current in your context — no need to Read it back)"
+    )));
+}
+
+#[test]
+fn a_failed_model_request_fails_the_turn_with_claudes_message() {
+    let mut wire = started();
+    let seen = events(feed(&mut wire, fixture("api_error")));
+    // The made-up `assistant` message is not an agent message: the failure says it.
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let HarnessEvent::TurnCompleted {
+        outcome: TurnOutcome::Failed { error },
+        ..
+    } = &seen[1]
+    else {
+        panic!("{seen:?}")
+    };
+    assert!(
+        error.starts_with("API Error: 500 mock overloaded."),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_message_without_stream_events_is_read_from_its_assistant_line() {
+    let mut wire = started();
+    let seen = events(feed(&mut wire, fixture("stream_error_fallback")));
+    assert_eq!(
+        seen,
+        vec![
+            turn_started(),
+            item_started("msg_ns20:0", ItemKind::AgentMessage),
+            item_completed("msg_ns20:0", ItemKind::AgentMessage, "title"),
+            completed(TurnOutcome::Completed {
+                text: "title".into()
+            }),
+        ]
+    );
+}
+
+#[test]
+fn lines_outside_a_turn_are_ignored_and_garbage_is_counted() {
+    let mut wire = ClaudeWire::new();
+    assert!(feed(&mut wire, fixture("resume_refused")).is_empty());
+    assert!(feed(&mut wire, fixture("text")).is_empty());
+    let mut out = Vec::new();
+    for line in [
+        "not json",
+        "{\"type\":\"result\"",
+        "[1,2]",
+        "{\"type\":\"rate_limit_event\"}",
+    ] {
+        wire.line(line, &mut out);
+    }
+    assert!(out.is_empty());
+    assert_eq!(wire.malformed().load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn requests_relay_does_not_serve_are_refused_never_left_waiting() {
+    let mut wire = started();
+    let mut out = Vec::new();
+    wire.line(
+        r#"{"type":"control_request","request_id":"r9","request":{"subtype":"mcp_message","server_name":"x"}}"#,
+        &mut out,
+    );
+    wire.line(
+        r#"{"type":"control_request","request_id":"r10","request":{"subtype":"can_use_tool","input":{}}}"#,
+        &mut out,
+    );
+    let sent: Vec<Value> = out
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Send(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        ["r9", "r10"]
+            .map(|id| json!({"type": "control_response",
+                "response": {"subtype": "error", "request_id": id, "error": NOT_SUPPORTED}}))
+            .to_vec()
+    );
+}
+
+#[test]
+fn one_turn_at_a_time_and_interrupts_only_of_the_running_turn() {
+    let mut wire = ClaudeWire::new();
+    assert!(matches!(
+        wire.interrupt(TURN),
+        Err(HarnessError::NoActiveTurn { .. })
+    ));
+    let start = wire.start_turn(TURN, "hi").unwrap();
+    assert_eq!(start.awaits, None);
+    assert_eq!(
+        line_of(&start),
+        json!({"type": "user", "message": {"role": "user", "content": "hi"}})
+    );
+    assert!(matches!(
+        wire.start_turn("t2", "again"),
+        Err(HarnessError::TurnRunning { turn_id }) if turn_id == TURN
+    ));
+    assert!(matches!(
+        wire.interrupt("t0"),
+        Err(HarnessError::NoActiveTurn { .. })
+    ));
+    assert!(matches!(
+        wire.respond("nope", ApprovalDecision::Accept),
+        Err(HarnessError::UnknownRequest { .. })
+    ));
+}
+
+#[test]
+fn approval_details_are_what_runs() {
+    let ask = |tool: &str, input: Value| CanUseTool {
+        tool_name: tool.into(),
+        input,
+        tool_use_id: None,
+        decision_reason: None,
+    };
+    let cases = [
+        (
+            ask(
+                "Bash",
+                json!({"command": "cargo test -- --nocapture 'a b'"}),
+            ),
+            (
+                ApprovalKind::Command,
+                r#"bash -c "cargo test -- --nocapture 'a b'""#,
+            ),
+        ),
+        (
+            ask(
+                "Edit",
+                json!({"file_path": "/w/src/lib.rs", "old_string": "a"}),
+            ),
+            (ApprovalKind::FileChange, "/w/src/lib.rs"),
+        ),
+        (
+            ask("NotebookEdit", json!({"notebook_path": "/w/n.ipynb"})),
+            (ApprovalKind::FileChange, "/w/n.ipynb"),
+        ),
+        (
+            ask("WebFetch", json!({"url": "https://example.com"})),
+            (
+                ApprovalKind::Other,
+                r#"WebFetch {"url":"https://example.com"}"#,
+            ),
+        ),
+    ];
+    for (ask, (kind, detail)) in cases {
+        assert_eq!(approval_detail(&ask), (kind, detail.to_string()));
+    }
+    // The quoting splits back into exactly the script that runs.
+    let (_, detail) = approval_detail(&ask("Bash", json!({"command": "echo $HOME; ls *"})));
+    assert_eq!(
+        shlex::split(&detail).unwrap(),
+        ["bash", "-c", "echo $HOME; ls *"]
+    );
+}

@@ -16,10 +16,11 @@ pub struct Harnesses {
 }
 
 impl Harnesses {
-    /// The adapters this build has: Codex app-server, Pi RPC.
+    /// The adapters this build has: Codex app-server, Claude Code stream-json, Pi RPC.
     pub fn builtin() -> Harnesses {
         Harnesses::default()
             .with(Arc::new(crate::codex::CodexLauncher))
+            .with(Arc::new(crate::claude::ClaudeLauncher))
             .with(Arc::new(crate::pi::PiLauncher))
     }
 
@@ -63,7 +64,7 @@ mod tests {
         match harnesses.get(Harness::Tmux) {
             Err(e @ HarnessError::Unsupported { .. }) => assert_eq!(
                 e.to_string(),
-                "harness tmux is not supported by this runtime yet (only codex_app_server, pi_rpc)"
+                "harness tmux is not supported by this runtime yet (only codex_app_server, claude_stream_json, pi_rpc)"
             ),
             Err(other) => panic!("{other:?}"),
             Ok(_) => panic!("tmux has no launcher"),

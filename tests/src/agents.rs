@@ -29,16 +29,18 @@ pub fn script(req: &RecordedRequest) -> Reply {
             Duration::from_millis(250),
         )
     } else if let Some(cmd) = text.strip_prefix("exec:") {
-        // Only this turn's call counts: earlier turns of the session had theirs.
+        // Only this turn's call counts: earlier turns of the session had theirs. Each
+        // call has an id of its own (Claude Code drops a call whose id it saw before).
+        let call_id = format!("toolu_{}", req.messages().len());
         match req.tool_output_since_prompt() {
             Some(output) => Reply::text(format!("outputs: {output}")),
             None if req.offers_tool("Bash") => Reply::function_call(
-                "toolu_1",
+                call_id,
                 "Bash",
                 &json!({"command": cmd.trim(), "description": "the test asks"}),
             ),
             None if req.offers_tool("bash") => {
-                Reply::function_call("toolu_1", "bash", &json!({"command": cmd.trim()}))
+                Reply::function_call(call_id, "bash", &json!({"command": cmd.trim()}))
             }
             None => Reply::exec_command_escalated("call_1", cmd.trim(), "the test asks"),
         }
@@ -203,6 +205,34 @@ impl Env {
 
     pub async fn agent(&self, name: &str) -> Value {
         self.relay.http().get(&format!("/v1/agents/{name}")).await.1
+    }
+
+    /// Waits until Claude Code or Pi has written `text` to the file of session `session`
+    /// (under its config dir, named by the id). Both write their session files behind
+    /// the turn: Claude Code a moment after each entry, so a child killed right after a
+    /// turn may leave nothing to resume (Relay then records the session as lost).
+    pub async fn wait_session_saved(&self, session: &str, text: &str) {
+        wait_until(
+            format!("session {session} saved with {text:?}"),
+            Duration::from_secs(30),
+            || async {
+                let mut dirs = vec![self.claude_dir.clone(), self.pi_dir.clone()];
+                while let Some(dir) = dirs.pop() {
+                    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                        let path = entry.path();
+                        if path.is_dir() {
+                            dirs.push(path);
+                        } else if path.to_string_lossy().contains(session)
+                            && std::fs::read_to_string(&path).is_ok_and(|s| s.contains(text))
+                        {
+                            return Some(());
+                        }
+                    }
+                }
+                None
+            },
+        )
+        .await
     }
 
     /// The pid of the agent's CLI child, once its session is up.

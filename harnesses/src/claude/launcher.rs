@@ -13,8 +13,7 @@ use super::config::{ClaudeConfig, Start};
 use super::wire::{cannot_steer, ClaudeWire, Running};
 use crate::error::HarnessError;
 use crate::seam::{
-    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost,
-    Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -23,13 +22,7 @@ pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
     harness: Harness::ClaudeStreamJson,
     name: "claude",
     program: "claude -p (stream-json)",
-    capabilities: Capabilities {
-        steer: false,
-        approvals: true,
-        resume: true,
-        interrupt: true,
-        turn_ids: false,
-    },
+    capabilities: Harness::ClaudeStreamJson.capabilities(),
 };
 
 /// Events buffered for the consumer before the owner task stops reading Claude's stdout.

@@ -57,6 +57,9 @@
 //!   `decision_reason`. A denial's message reaches the model as the tool result with
 //!   `is_error: true`. Deny with `interrupt: true` ends the turn: a `result`
 //!   `error_during_execution` (`terminal_reason: aborted_tools`).
+//! - A `tool_use` whose id the conversation already holds (a model that reuses ids) is
+//!   not run and never asked about: the history shows `[Tool use interrupted]` and the
+//!   model is asked again with an empty user message.
 //! - An interrupt while a prompt is pending: Claude Code sends `control_cancel_request`
 //!   for it, then the control response, then `result` `error_during_execution`
 //!   (`aborted_streaming` mid-stream) without a `result` text. The partial text comes in

@@ -11,7 +11,8 @@
 //!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
-//! - [`pinned`]: where each CLI's program is (the pinned install, an override).
+//! - [`pinned`]: where each CLI's program is (the pinned install, an override);
+//!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
@@ -31,6 +32,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod config;
 pub mod error;
 pub mod lines;
 pub mod pi;

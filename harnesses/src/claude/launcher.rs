@@ -9,8 +9,9 @@ use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::{mpsc, watch};
 
-use super::config::{ClaudeConfig, Start};
+use super::config::{command, ClaudeConfig, Start};
 use super::wire::{cannot_steer, ClaudeWire, Running};
+use super::CLAUDE_CLI;
 use crate::error::HarnessError;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
@@ -43,7 +44,7 @@ impl Launcher for ClaudeLauncher {
     /// Checks that the program is there; the process itself starts in `open`.
     fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
         Box::pin(async move {
-            let config = ClaudeConfig::for_agent(agent);
+            let config = ClaudeConfig::for_agent(agent, &CLAUDE_CLI);
             config.check_program()?;
             let (events, rx) = mpsc::channel(EVENT_CAPACITY);
             let session = ClaudeSession {
@@ -115,7 +116,7 @@ impl ClaudeSession {
             Start::New(id) | Start::Resume(id) => id.to_string(),
         };
         let io = StdioChild::spawn(
-            &self.config.process(&start),
+            &command(&self.config, &start),
             wire,
             events,
             self.config.request_timeout,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 
-use super::{codex_program, CodexConfig, CodexSession, ThreadOptions};
+use super::{CodexConfig, CodexSession, ThreadOptions, CODEX_CLI};
 use crate::error::HarnessError;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
@@ -24,23 +24,6 @@ pub const CODEX_INFO: HarnessInfo = HarnessInfo {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CodexLauncher;
 
-impl CodexConfig {
-    /// How to start Codex for `agent`: its program (see [`codex_program`]), arguments,
-    /// variables with its secrets' values, directory and model.
-    pub fn for_agent(agent: &AgentSpec) -> CodexConfig {
-        let mut config = CodexConfig::new(codex_program(agent.command.as_deref()));
-        config.args = agent.args.clone();
-        config.env = agent.env.clone();
-        // Secret variables (shown as *** in `env`) with their values.
-        config
-            .env
-            .extend(agent.secrets.0.iter().map(|(k, v)| (k.clone(), v.clone())));
-        config.cwd = Some(PathBuf::from(&agent.cwd));
-        config.model = agent.model.clone();
-        config
-    }
-}
-
 impl Launcher for CodexLauncher {
     fn info(&self) -> HarnessInfo {
         CODEX_INFO
@@ -48,7 +31,8 @@ impl Launcher for CodexLauncher {
 
     fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
         Box::pin(async move {
-            let (session, events) = CodexSession::spawn(CodexConfig::for_agent(agent)).await?;
+            let (session, events) =
+                CodexSession::spawn(CodexConfig::for_agent(agent, &CODEX_CLI)).await?;
             let options = ThreadOptions {
                 cwd: Some(PathBuf::from(&agent.cwd)),
                 model: agent.model.clone(),
@@ -208,28 +192,5 @@ mod tests {
             no_active_turn(refusal("thread not found: t")),
             HarnessError::Rpc { .. }
         ));
-    }
-
-    #[test]
-    fn an_agent_spec_becomes_the_codex_config_with_its_secrets() {
-        let mut agent = AgentSpec::new("a1", Harness::CodexAppServer, "/work");
-        agent.command = Some("/opt/codex".into());
-        agent.args = vec!["-c".into(), "x=1".into()];
-        agent.env.insert("CODEX_HOME".into(), "/h".into());
-        agent.env.insert("API_KEY".into(), "***".into());
-        agent.secrets.0.insert("API_KEY".into(), "s3cret".into());
-        agent.model = Some("m".into());
-        let config = CodexConfig::for_agent(&agent);
-        assert_eq!(config.program, PathBuf::from("/opt/codex"));
-        assert_eq!(config.args, agent.args);
-        assert_eq!(
-            config.env.into_iter().collect::<Vec<_>>(),
-            vec![
-                ("API_KEY".to_string(), "s3cret".to_string()),
-                ("CODEX_HOME".to_string(), "/h".to_string())
-            ]
-        );
-        assert_eq!(config.cwd, Some(PathBuf::from("/work")));
-        assert_eq!(config.model.as_deref(), Some("m"));
     }
 }

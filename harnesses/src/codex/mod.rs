@@ -43,11 +43,9 @@ mod translate;
 
 pub use launcher::{CodexLauncher, CODEX_INFO};
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use relay_protocol::codex::{
     self as wire, method, ApprovalResponse, AskForApproval, ClientInfo, InitializeParams,
@@ -62,9 +60,9 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use self::translate::CodexWire;
+use crate::config::CliConfig;
 use crate::error::HarnessError;
 use crate::pinned::PinnedCli;
-use crate::process::ProcessSpec;
 use crate::stdio::{Outgoing, StdioChild};
 
 /// The Codex version Relay is tested against; see [`codex_program`].
@@ -84,69 +82,13 @@ pub fn codex_program(explicit: Option<&str>) -> PathBuf {
     CODEX_CLI.program(explicit)
 }
 
-/// How to start `codex app-server`. Its `Debug` names the variables of `env` but never
-/// shows their values (an agent's secrets are among them).
-#[derive(Clone)]
-pub struct CodexConfig {
-    /// The `codex` program; see [`codex_program`].
-    pub program: PathBuf,
-    /// Extra arguments after `app-server`.
-    pub args: Vec<String>,
-    /// The agent's own variables (e.g. `CODEX_HOME`), on top of the few inherited from
-    /// Relay ([`crate::process::INHERITED_ENV`]).
-    pub env: BTreeMap<String, String>,
-    pub cwd: Option<PathBuf>,
-    /// The model for threads whose [`ThreadOptions::model`] is `None`; `None` leaves it to
-    /// Codex's config.
-    pub model: Option<String>,
-    pub client_name: String,
-    pub client_version: String,
-    /// How long any request (handshake, thread and turn operations) may take.
-    pub request_timeout: Duration,
-    /// On shutdown, how long Codex gets to exit after stdin closes, and again after
-    /// SIGTERM, before its process group is killed.
-    pub shutdown_grace: Duration,
-}
+/// How to start `codex app-server` ([`CliConfig::for_agent`] with [`CODEX_CLI`]): the
+/// agent's arguments come after `app-server`; its model is the default of the threads
+/// it starts.
+pub type CodexConfig = CliConfig;
 
-impl std::fmt::Debug for CodexConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CodexConfig")
-            .field("program", &self.program)
-            .field("args", &self.args)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field("cwd", &self.cwd)
-            .field("model", &self.model)
-            .field("client_name", &self.client_name)
-            .field("client_version", &self.client_version)
-            .field("request_timeout", &self.request_timeout)
-            .field("shutdown_grace", &self.shutdown_grace)
-            .finish()
-    }
-}
-
-impl CodexConfig {
-    /// The pinned program (see [`codex_program`]), no extra args or env, defaults
-    /// elsewhere.
-    pub fn new(program: impl Into<PathBuf>) -> Self {
-        Self {
-            program: program.into(),
-            args: Vec::new(),
-            env: BTreeMap::new(),
-            cwd: None,
-            model: None,
-            client_name: "relay".to_string(),
-            client_version: env!("CARGO_PKG_VERSION").to_string(),
-            request_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(2),
-        }
-    }
-}
-
-impl Default for CodexConfig {
-    fn default() -> Self {
-        Self::new(codex_program(None))
-    }
-}
+/// How Relay introduces itself in Codex's `initialize`.
+const CLIENT_NAME: &str = "relay";
 
 /// Settings of a new thread (and overrides for a resumed one).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,14 +148,11 @@ impl CodexSession {
     pub async fn spawn(
         config: CodexConfig,
     ) -> Result<(CodexSession, mpsc::Receiver<HarnessEvent>), HarnessError> {
-        let spec = ProcessSpec {
-            program: config.program.clone(),
-            args: std::iter::once("app-server".to_string())
+        let spec = config.process(
+            std::iter::once("app-server".to_string())
                 .chain(config.args.iter().cloned())
                 .collect(),
-            env: config.env.clone(),
-            cwd: config.cwd.clone(),
-        };
+        );
         let (events, event_rx) = mpsc::channel(EVENT_CAPACITY);
         let child = StdioChild::spawn(
             &spec,
@@ -232,9 +171,9 @@ impl CodexSession {
         };
         let params = InitializeParams {
             client_info: ClientInfo {
-                name: config.client_name.clone(),
+                name: CLIENT_NAME.to_string(),
                 title: Some("Relay".to_string()),
-                version: config.client_version.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
             },
             capabilities: None,
         };

@@ -9,8 +9,9 @@ use relay_protocol::harness::HarnessEvent;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::config::PiConfig;
+use super::config::{command, PiConfig};
 use super::wire::{PiWire, REFUSED};
+use super::PI_CLI;
 use crate::error::HarnessError;
 use crate::process::ExitInfo;
 use crate::seam::{
@@ -61,7 +62,7 @@ impl Launcher for PiLauncher {
     }
 
     fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
-        Box::pin(async move { PiLauncher::spawn_with(PiConfig::for_agent(agent)) })
+        Box::pin(async move { PiLauncher::spawn_with(PiConfig::for_agent(agent, &PI_CLI)) })
     }
 }
 
@@ -112,7 +113,7 @@ impl PiSession {
             .clone()
             .ok_or(HarnessError::ChannelClosed)?;
         let child = StdioChild::spawn(
-            &self.config.spec(session),
+            &command(&self.config, session),
             PiWire::default(),
             events,
             self.config.request_timeout,

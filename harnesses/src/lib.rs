@@ -34,6 +34,9 @@ pub mod claude;
 pub mod codex;
 pub mod config;
 pub mod error;
+/// What the wires' tests share: feeding recorded lines, the events of one turn.
+#[cfg(test)]
+mod fixtures;
 pub mod lines;
 pub mod pi;
 pub mod pinned;

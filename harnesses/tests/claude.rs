@@ -19,6 +19,11 @@ use relay_harnesses::{Conversation, HarnessError, HarnessSession, Launcher, Spaw
 use relay_mock_model::{all_input_text, claude_env, MockModel, Reply};
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, ApprovalKind, Harness};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
+use relay_tests::harness_events::{
+    all_in_turn, assert_ended, completed_item, first_delta_item, is_approval_requested,
+    is_process_exited, is_text_delta, is_turn_completed, outcome, run_turn, shut_down,
+    streamed_turn, turn_level, until, within,
+};
 use relay_tests::{procs, wait_until};
 use serde_json::json;
 use tempfile::TempDir;
@@ -72,9 +77,8 @@ impl Setup {
 
     async fn spawn(&self) -> Session {
         let Spawned { session, events } =
-            tokio::time::timeout(WAIT, ClaudeLauncher.spawn(&self.agent()))
+            within(WAIT, "spawn", ClaudeLauncher.spawn(&self.agent()))
                 .await
-                .expect("spawn timed out")
                 .expect("spawn failed");
         Session { session, events }
     }
@@ -82,9 +86,8 @@ impl Setup {
     /// A session with a conversation open: `stored`'s, or a new one.
     async fn open(&self, stored: Option<&str>) -> (Session, Conversation) {
         let session = self.spawn().await;
-        let conversation = tokio::time::timeout(WAIT, session.session.open(stored))
+        let conversation = within(WAIT, "open", session.session.open(stored))
             .await
-            .expect("open timed out")
             .expect("open failed");
         (session, conversation)
     }
@@ -100,47 +103,31 @@ impl Session {
         self.session.endpoint().pid().unwrap()
     }
 
-    async fn next(&mut self) -> HarnessEvent {
-        tokio::time::timeout(WAIT, self.events.recv())
-            .await
-            .expect("timed out waiting for an event")
-            .expect("event stream ended")
-    }
-
     /// Events up to and including the first one matching `done`.
     async fn until(&mut self, done: impl Fn(&HarnessEvent) -> bool) -> Vec<HarnessEvent> {
-        let mut seen = Vec::new();
-        loop {
-            let event = self.next().await;
-            let stop = done(&event);
-            seen.push(event);
-            if stop {
-                return seen;
-            }
-        }
+        until(&mut self.events, WAIT, done).await
     }
 
     async fn turn_end(&mut self) -> Vec<HarnessEvent> {
-        self.until(|e| matches!(e, HarnessEvent::TurnCompleted { .. }))
-            .await
+        self.until(is_turn_completed).await
     }
 
     /// Runs a whole turn and returns its events.
     async fn turn(&mut self, conversation: &str, text: &str, turn: &str) -> Vec<HarnessEvent> {
-        let id = self
-            .session
-            .start_turn(conversation, text, turn)
-            .await
-            .unwrap();
-        assert_eq!(id, turn, "claude has no turn ids: Relay's is the turn's");
-        self.turn_end().await
+        run_turn(
+            &*self.session,
+            &mut self.events,
+            WAIT,
+            conversation,
+            text,
+            turn,
+        )
+        .await
     }
 
     /// Waits for the next approval request and answers it; returns the request.
     async fn answer_next_approval(&mut self, decision: ApprovalDecision) -> HarnessEvent {
-        let seen = self
-            .until(|e| matches!(e, HarnessEvent::ApprovalRequested { .. }))
-            .await;
+        let seen = self.until(is_approval_requested).await;
         let request = seen.last().cloned().unwrap();
         let HarnessEvent::ApprovalRequested { request_id, .. } = &request else {
             unreachable!("until returns once the predicate held")
@@ -152,61 +139,12 @@ impl Session {
         request
     }
 
-    /// Shuts the session down: the events end with `ProcessExited`, then the stream
-    /// ends, and the process group is gone.
+    /// Shuts the session down: the events end with `ProcessExited`, the process group is
+    /// gone, and the stream ends.
     async fn shutdown(mut self) {
-        let pid = self.session.endpoint().pid().unwrap_or(0);
-        self.session.shutdown().await.unwrap();
-        let rest = self
-            .until(|e| matches!(e, HarnessEvent::ProcessExited { .. }))
-            .await;
-        assert!(matches!(
-            rest.last(),
-            Some(HarnessEvent::ProcessExited { .. })
-        ));
-        assert!(tokio::time::timeout(WAIT, self.events.recv())
-            .await
-            .unwrap()
-            .is_none());
-        if pid != 0 {
-            procs::wait_group_gone(pid, WAIT).await;
-        }
+        shut_down(&*self.session, &mut self.events, WAIT).await;
+        assert_ended(&mut self.events, WAIT).await;
     }
-}
-
-fn outcome(events: &[HarnessEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(HarnessEvent::TurnCompleted { outcome, .. }) => outcome.clone(),
-        other => panic!("expected TurnCompleted last, got {other:?}"),
-    }
-}
-
-/// The turn-level events: no items, approvals or usage.
-fn turn_level(events: &[HarnessEvent]) -> Vec<HarnessEvent> {
-    events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e,
-                HarnessEvent::TurnStarted { .. }
-                    | HarnessEvent::TextDelta { .. }
-                    | HarnessEvent::TurnCompleted { .. }
-            )
-        })
-        .cloned()
-        .collect()
-}
-
-fn completed_item(events: &[HarnessEvent], id: &str) -> Option<(ItemKind, Option<String>)> {
-    events.iter().find_map(|e| match e {
-        HarnessEvent::ItemCompleted {
-            item_id,
-            kind,
-            text,
-            ..
-        } if item_id == id => Some((kind.clone(), text.clone())),
-        _ => None,
-    })
 }
 
 #[test]
@@ -233,28 +171,11 @@ async fn text_turn_streams_deltas_before_it_completes() {
     assert!(uuid_like(&conversation.id), "{}", conversation.id);
 
     let seen = session.turn(&conversation.id, "say hello", "turn-1").await;
-    let item_id = seen
-        .iter()
-        .find_map(|e| match e {
-            HarnessEvent::TextDelta { item_id, .. } => Some(item_id.clone()),
-            _ => None,
-        })
-        .expect("no delta");
-    let mut expected = vec![HarnessEvent::TurnStarted {
-        turn_id: "turn-1".into(),
-    }];
-    expected.extend(chunks.iter().map(|c| HarnessEvent::TextDelta {
-        turn_id: "turn-1".into(),
-        item_id: item_id.clone(),
-        delta: c.to_string(),
-    }));
-    expected.push(HarnessEvent::TurnCompleted {
-        turn_id: "turn-1".into(),
-        outcome: TurnOutcome::Completed {
-            text: "Hello, world!".into(),
-        },
-    });
-    assert_eq!(turn_level(&seen), expected);
+    let item_id = first_delta_item(&seen).expect("no delta");
+    assert_eq!(
+        turn_level(&seen),
+        streamed_turn("turn-1", &item_id, &chunks, "Hello, world!")
+    );
     assert_eq!(
         completed_item(&seen, &item_id),
         Some((ItemKind::AgentMessage, Some("Hello, world!".into())))
@@ -333,15 +254,7 @@ async fn the_next_turn_carries_the_earlier_one() {
         .turn(&conversation.id, "what fruit?", "turn-2")
         .await;
     assert!(matches!(outcome(&second), TurnOutcome::Completed { .. }));
-    assert!(second.iter().all(|e| match e {
-        HarnessEvent::TurnStarted { turn_id }
-        | HarnessEvent::TextDelta { turn_id, .. }
-        | HarnessEvent::ItemStarted { turn_id, .. }
-        | HarnessEvent::ItemCompleted { turn_id, .. }
-        | HarnessEvent::TokenUsage { turn_id, .. }
-        | HarnessEvent::TurnCompleted { turn_id, .. } => turn_id == "turn-2",
-        _ => true,
-    }));
+    assert!(all_in_turn(&second, "turn-2"), "{second:?}");
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 2);
     let history = all_input_text(&requests[1]);
@@ -523,9 +436,7 @@ async fn interrupt_stops_a_streaming_turn_and_the_session_goes_on() {
         .start_turn(c, "stream slowly", "turn-1")
         .await
         .unwrap();
-    let streamed = session
-        .until(|e| matches!(e, HarnessEvent::TextDelta { .. }))
-        .await;
+    let streamed = session.until(is_text_delta).await;
     assert_eq!(
         streamed.first(),
         Some(&HarnessEvent::TurnStarted {
@@ -558,13 +469,7 @@ async fn interrupt_stops_a_streaming_turn_and_the_session_goes_on() {
             outcome: TurnOutcome::Interrupted
         })
     );
-    let item_id = streamed
-        .iter()
-        .find_map(|e| match e {
-            HarnessEvent::TextDelta { item_id, .. } => Some(item_id.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let item_id = first_delta_item(&streamed).unwrap();
     assert_eq!(
         completed_item(&ended, &item_id),
         Some((ItemKind::AgentMessage, Some("partial".into())))
@@ -573,25 +478,7 @@ async fn interrupt_stops_a_streaming_turn_and_the_session_goes_on() {
     let HarnessEvent::TextDelta { item_id, .. } = &next[1] else {
         panic!("{next:?}")
     };
-    assert_eq!(
-        next,
-        vec![
-            HarnessEvent::TurnStarted {
-                turn_id: "turn-2".into()
-            },
-            HarnessEvent::TextDelta {
-                turn_id: "turn-2".into(),
-                item_id: item_id.clone(),
-                delta: "after".into()
-            },
-            HarnessEvent::TurnCompleted {
-                turn_id: "turn-2".into(),
-                outcome: TurnOutcome::Completed {
-                    text: "after".into()
-                }
-            },
-        ]
-    );
+    assert_eq!(next, streamed_turn("turn-2", item_id, &["after"], "after"));
     assert!(matches!(
         session.session.interrupt(c, "turn-2").await,
         Err(HarnessError::NoActiveTurn { .. })
@@ -612,9 +499,7 @@ async fn a_killed_process_is_reported_and_its_conversation_resumes() {
         .start_turn(&c, "stream slowly", "turn-2")
         .await
         .unwrap();
-    session
-        .until(|e| matches!(e, HarnessEvent::TextDelta { .. }))
-        .await;
+    session.until(is_text_delta).await;
     // Claude Code writes its transcript a moment after each entry (and at exit): a
     // process killed before that loses the entry, and a conversation with none saved
     // cannot be resumed. So the kill waits for the transcript to hold the turn.
@@ -622,9 +507,7 @@ async fn a_killed_process_is_reported_and_its_conversation_resumes() {
     let pid = session.pid();
     procs::signal(pid, procs::Signal::KILL);
 
-    let seen = session
-        .until(|e| matches!(e, HarnessEvent::ProcessExited { .. }))
-        .await;
+    let seen = session.until(is_process_exited).await;
     assert_eq!(
         seen.last(),
         Some(&HarnessEvent::ProcessExited {
@@ -643,10 +526,7 @@ async fn a_killed_process_is_reported_and_its_conversation_resumes() {
     procs::wait_group_gone(pid, WAIT).await;
     // Already gone: shutting down just ends the stream.
     session.session.shutdown().await.unwrap();
-    assert!(tokio::time::timeout(WAIT, session.events.recv())
-        .await
-        .unwrap()
-        .is_none());
+    assert_ended(&mut session.events, WAIT).await;
 
     let (mut session, resumed) = s.open(Some(&c)).await;
     assert_eq!(resumed, Conversation { id: c, lost: None });

@@ -20,6 +20,10 @@ use relay_harnesses::HarnessError;
 use relay_mock_model::{all_input_text, codex_env, write_codex_home, MockModel, Reply};
 use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
+use relay_tests::harness_events::{
+    assert_ended, first_delta_item, is_approval_requested, is_process_exited, is_text_delta,
+    is_turn_completed, outcome, streamed_turn, turn_level, until, within,
+};
 use relay_tests::{procs, wait_until};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -56,18 +60,14 @@ fn thread_options(home: &Path) -> ThreadOptions {
 }
 
 async fn spawn(home: &Path) -> (CodexSession, Receiver<HarnessEvent>) {
-    tokio::time::timeout(WAIT, CodexSession::spawn(config(home)))
+    within(WAIT, "spawn", CodexSession::spawn(config(home)))
         .await
-        .expect("spawn timed out")
         .expect("spawn failed")
 }
 
 /// Waits for the next approval request and accepts it.
 async fn accept_next_approval(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
-    let seen = until(events, |e| {
-        matches!(e, HarnessEvent::ApprovalRequested { .. })
-    })
-    .await;
+    let seen = until(events, WAIT, is_approval_requested).await;
     let Some(HarnessEvent::ApprovalRequested { request_id, .. }) = seen.last() else {
         unreachable!("until returns once the predicate held")
     };
@@ -84,60 +84,10 @@ async fn spawn_with_thread(home: &Path) -> (CodexSession, Receiver<HarnessEvent>
     (session, events, thread)
 }
 
-async fn next(events: &mut Receiver<HarnessEvent>) -> HarnessEvent {
-    tokio::time::timeout(WAIT, events.recv())
-        .await
-        .expect("timed out waiting for an event")
-        .expect("event stream ended")
-}
-
-/// Events up to and including the first one matching `done`.
-async fn until(
-    events: &mut Receiver<HarnessEvent>,
-    done: impl Fn(&HarnessEvent) -> bool,
-) -> Vec<HarnessEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next(events).await;
-        let stop = done(&event);
-        seen.push(event);
-        if stop {
-            return seen;
-        }
-    }
-}
-
-fn is_turn_completed(event: &HarnessEvent) -> bool {
-    matches!(event, HarnessEvent::TurnCompleted { .. })
-}
-
-/// The turn-level events: no items, warnings or usage.
-fn turn_level(events: &[HarnessEvent]) -> Vec<HarnessEvent> {
-    events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e,
-                HarnessEvent::TurnStarted { .. }
-                    | HarnessEvent::TextDelta { .. }
-                    | HarnessEvent::TurnCompleted { .. }
-            )
-        })
-        .cloned()
-        .collect()
-}
-
-fn outcome(events: &[HarnessEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(HarnessEvent::TurnCompleted { outcome, .. }) => outcome.clone(),
-        other => panic!("expected TurnCompleted last, got {other:?}"),
-    }
-}
-
 async fn shutdown(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
     let pid = session.pid();
     session.shutdown().await.unwrap();
-    let rest = until(events, |e| matches!(e, HarnessEvent::ProcessExited { .. })).await;
+    let rest = until(events, WAIT, is_process_exited).await;
     assert!(matches!(
         rest.last(),
         Some(HarnessEvent::ProcessExited { .. })
@@ -157,30 +107,13 @@ async fn text_turn_streams_deltas_in_order() {
         .await
         .unwrap();
     let turn = session.start_turn(&thread, "say hello").await.unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
 
-    let item_id = seen
-        .iter()
-        .find_map(|e| match e {
-            HarnessEvent::TextDelta { item_id, .. } => Some(item_id.clone()),
-            _ => None,
-        })
-        .expect("no delta");
-    let mut expected = vec![HarnessEvent::TurnStarted {
-        turn_id: turn.clone(),
-    }];
-    expected.extend(chunks.iter().map(|c| HarnessEvent::TextDelta {
-        turn_id: turn.clone(),
-        item_id: item_id.clone(),
-        delta: c.to_string(),
-    }));
-    expected.push(HarnessEvent::TurnCompleted {
-        turn_id: turn.clone(),
-        outcome: TurnOutcome::Completed {
-            text: "Hello, world!".into(),
-        },
-    });
-    assert_eq!(turn_level(&seen), expected);
+    let item_id = first_delta_item(&seen).expect("no delta");
+    assert_eq!(
+        turn_level(&seen),
+        streamed_turn(&turn, &item_id, &chunks, "Hello, world!")
+    );
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::ItemCompleted { item_id: id, text: Some(t), .. } if *id == item_id && t == "Hello, world!")));
     assert!(seen.iter().any(|e| matches!(e,
@@ -201,7 +134,7 @@ async fn thread_resumes_in_a_new_process() {
         .start_turn(&thread, "remember the word pineapple")
         .await
         .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert_eq!(
         outcome(&seen),
         TurnOutcome::Completed {
@@ -226,7 +159,7 @@ async fn thread_resumes_in_a_new_process() {
         .start_turn(&thread, "which word was it?")
         .await
         .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert_eq!(
         seen.last(),
         Some(&HarnessEvent::TurnCompleted {
@@ -274,7 +207,7 @@ async fn unknown_threads_are_thread_not_found() {
         .await
         .unwrap();
     session.start_turn(&thread, "hello").await.unwrap();
-    until(&mut events, is_turn_completed).await;
+    until(&mut events, WAIT, is_turn_completed).await;
     shutdown(&session, &mut events).await;
     let rollout = find_rollout(&s.home.path().join("sessions"), &thread).expect("no rollout");
     std::fs::remove_file(rollout).unwrap();
@@ -309,11 +242,11 @@ async fn interrupt_ends_a_streaming_turn() {
     ));
     let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "count slowly").await.unwrap();
-    let seen = until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
+    let seen = until(&mut events, WAIT, is_text_delta).await;
     assert!(matches!(seen.last(), Some(HarnessEvent::TextDelta { delta, .. }) if delta == "one "));
 
     session.interrupt(&thread, &turn).await.unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert_eq!(
         seen.last(),
         Some(&HarnessEvent::TurnCompleted {
@@ -321,9 +254,7 @@ async fn interrupt_ends_a_streaming_turn() {
             outcome: TurnOutcome::Interrupted
         })
     );
-    assert!(!seen
-        .iter()
-        .any(|e| matches!(e, HarnessEvent::TextDelta { .. })));
+    assert!(!seen.iter().any(is_text_delta));
 
     // Nothing left to interrupt: refused, not hung.
     assert!(matches!(
@@ -336,7 +267,7 @@ async fn interrupt_ends_a_streaming_turn() {
     let turn = session.start_turn(&thread, "hang").await.unwrap();
     s.mock.wait_for_requests(2, WAIT).await.unwrap();
     session.interrupt(&thread, &turn).await.unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert_eq!(outcome(&seen), TurnOutcome::Interrupted);
     shutdown(&session, &mut events).await;
 }
@@ -350,13 +281,13 @@ async fn steer_adds_input_to_the_running_turn() {
     ));
     let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "write a poem").await.unwrap();
-    until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
+    until(&mut events, WAIT, is_text_delta).await;
 
     session
         .steer(&thread, &turn, "make it about rust")
         .await
         .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     // The same turn goes on and answers the steered input (the mock echoes the last user
     // text).
     assert!(!seen
@@ -405,10 +336,7 @@ async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(S
     s.mock.push(Reply::text("done"));
     let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     let turn = session.start_turn(&thread, "run it").await.unwrap();
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ApprovalRequested { .. })
-    })
-    .await;
+    let seen = until(&mut events, WAIT, is_approval_requested).await;
     let Some(HarnessEvent::ApprovalRequested {
         turn_id,
         request_id,
@@ -434,7 +362,7 @@ async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(S
         session.respond_approval(&request_id, decision).await,
         Err(HarnessError::UnknownRequest { .. })
     ));
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert!(seen.contains(&HarnessEvent::ApprovalResolved {
         request_id: request_id.clone()
     }));
@@ -529,10 +457,7 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
         }
         other => panic!("expected ProcessExited, got {other:?}"),
     }
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ProcessExited { .. })
-    })
-    .await;
+    let seen = until(&mut events, WAIT, is_process_exited).await;
     assert!(matches!(
         seen.last(),
         Some(HarnessEvent::ProcessExited {
@@ -542,10 +467,7 @@ async fn killed_child_fails_pending_requests_and_ends_events() {
         })
     ));
     // ProcessExited is the last event.
-    assert!(tokio::time::timeout(WAIT, events.recv())
-        .await
-        .unwrap()
-        .is_none());
+    assert_ended(&mut events, WAIT).await;
     // Later calls fail at once with the same typed error.
     assert!(matches!(
         session.start_turn(&thread, "again").await,
@@ -587,10 +509,7 @@ async fn shutdown_and_drop_leave_no_process() {
     assert_ne!(pid, pid2);
     assert!(!procs::group_members(pid2).is_empty());
     drop(session);
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ProcessExited { .. })
-    })
-    .await;
+    let seen = until(&mut events, WAIT, is_process_exited).await;
     assert!(matches!(
         seen.last(),
         Some(HarnessEvent::ProcessExited { .. })
@@ -621,7 +540,7 @@ async fn failed_model_response_fails_the_turn() {
     s.mock.push(Reply::failed("the mock model broke"));
     let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
     session.start_turn(&thread, "try").await.unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     match outcome(&seen) {
         TurnOutcome::Failed { error } => assert!(error.contains("the mock model broke"), "{error}"),
         other => panic!("expected failure, got {other:?}"),

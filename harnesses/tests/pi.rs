@@ -19,6 +19,10 @@ use relay_harnesses::{Conversation, HarnessError, HarnessSession, Launcher, Lost
 use relay_mock_model::{all_input_text, write_pi_dir, MockModel, Reply};
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
+use relay_tests::harness_events::{
+    all_in_turn, first_delta_item, is_process_exited, is_text_delta, is_turn_completed, outcome,
+    run_turn, shut_down, streamed_turn, turn_level, until, within,
+};
 use relay_tests::procs;
 use serde_json::json;
 use tempfile::TempDir;
@@ -53,19 +57,15 @@ fn agent(s: &Setup) -> AgentSpec {
 
 type Session = Arc<dyn HarnessSession>;
 
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} timed out"))
-}
-
 async fn spawn(s: &Setup) -> (Session, Receiver<HarnessEvent>) {
-    let Spawned { session, events } = within("spawn", PiLauncher.spawn(&agent(s))).await.unwrap();
+    let Spawned { session, events } = within(WAIT, "spawn", PiLauncher.spawn(&agent(s)))
+        .await
+        .unwrap();
     (session, events)
 }
 
 async fn open(session: &Session, stored: Option<&str>) -> Conversation {
-    within("open", session.open(stored)).await.unwrap()
+    within(WAIT, "open", session.open(stored)).await.unwrap()
 }
 
 /// A session with a new conversation.
@@ -76,39 +76,6 @@ async fn spawn_open(s: &Setup) -> (Session, Receiver<HarnessEvent>, String) {
     (session, events, conversation.id)
 }
 
-async fn next(events: &mut Receiver<HarnessEvent>) -> HarnessEvent {
-    within("an event", events.recv())
-        .await
-        .expect("event stream ended")
-}
-
-/// Events up to and including the first one matching `done`.
-async fn until(
-    events: &mut Receiver<HarnessEvent>,
-    done: impl Fn(&HarnessEvent) -> bool,
-) -> Vec<HarnessEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next(events).await;
-        let stop = done(&event);
-        seen.push(event);
-        if stop {
-            return seen;
-        }
-    }
-}
-
-fn is_turn_completed(event: &HarnessEvent) -> bool {
-    matches!(event, HarnessEvent::TurnCompleted { .. })
-}
-
-fn outcome(events: &[HarnessEvent]) -> TurnOutcome {
-    match events.last() {
-        Some(HarnessEvent::TurnCompleted { outcome, .. }) => outcome.clone(),
-        other => panic!("expected TurnCompleted last, got {other:?}"),
-    }
-}
-
 /// Starts turn `turn` with `text` and returns its events up to its completion.
 async fn turn(
     session: &Session,
@@ -117,11 +84,7 @@ async fn turn(
     turn: &str,
     text: &str,
 ) -> Vec<HarnessEvent> {
-    let id = within("start_turn", session.start_turn(conversation, text, turn))
-        .await
-        .unwrap();
-    assert_eq!(id, turn, "pi has no turn ids: Relay's is used");
-    until(events, is_turn_completed).await
+    run_turn(&**session, events, WAIT, conversation, text, turn).await
 }
 
 fn pid(session: &Session) -> u32 {
@@ -129,14 +92,12 @@ fn pid(session: &Session) -> u32 {
 }
 
 async fn shutdown(session: &Session, events: &mut Receiver<HarnessEvent>) {
-    let pid = pid(session);
-    within("shutdown", session.shutdown()).await.unwrap();
-    let rest = until(events, |e| matches!(e, HarnessEvent::ProcessExited { .. })).await;
+    assert_ne!(pid(session), 0, "pi runs");
+    let rest = shut_down(&**session, events, WAIT).await;
     assert!(
         !rest.iter().any(is_turn_completed),
         "nothing was running: {rest:?}"
     );
-    procs::wait_group_gone(pid, WAIT).await;
 }
 
 /// Live processes with `arg` in their command line.
@@ -167,40 +128,11 @@ async fn text_turn_streams_deltas_before_it_completes() {
     );
 
     let seen = turn(&session, &mut events, &conversation, "t1", "say hello").await;
-    let item_id = seen
-        .iter()
-        .find_map(|e| match e {
-            HarnessEvent::TextDelta { item_id, .. } => Some(item_id.clone()),
-            _ => None,
-        })
-        .expect("no delta");
-    let turn_level: Vec<_> = seen
-        .iter()
-        .filter(|e| {
-            matches!(
-                e,
-                HarnessEvent::TurnStarted { .. }
-                    | HarnessEvent::TextDelta { .. }
-                    | HarnessEvent::TurnCompleted { .. }
-            )
-        })
-        .cloned()
-        .collect();
-    let mut expected = vec![HarnessEvent::TurnStarted {
-        turn_id: "t1".into(),
-    }];
-    expected.extend(chunks.iter().map(|c| HarnessEvent::TextDelta {
-        turn_id: "t1".into(),
-        item_id: item_id.clone(),
-        delta: c.to_string(),
-    }));
-    expected.push(HarnessEvent::TurnCompleted {
-        turn_id: "t1".into(),
-        outcome: TurnOutcome::Completed {
-            text: "Hello, world!".into(),
-        },
-    });
-    assert_eq!(turn_level, expected);
+    let item_id = first_delta_item(&seen).expect("no delta");
+    assert_eq!(
+        turn_level(&seen),
+        streamed_turn("t1", &item_id, &chunks, "Hello, world!")
+    );
     assert!(seen.iter().any(|e| *e
         == HarnessEvent::ItemCompleted {
             turn_id: "t1".into(),
@@ -297,15 +229,7 @@ async fn a_second_turn_carries_the_first() {
         }
     );
     let second = turn(&session, &mut events, &conversation, "t2", "what fruit").await;
-    assert!(second.iter().all(|e| match e {
-        HarnessEvent::TurnStarted { turn_id }
-        | HarnessEvent::TextDelta { turn_id, .. }
-        | HarnessEvent::ItemStarted { turn_id, .. }
-        | HarnessEvent::ItemCompleted { turn_id, .. }
-        | HarnessEvent::TokenUsage { turn_id, .. }
-        | HarnessEvent::TurnCompleted { turn_id, .. } => turn_id == "t2",
-        _ => true,
-    }));
+    assert!(all_in_turn(&second, "t2"), "{second:?}");
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(
@@ -390,16 +314,21 @@ async fn steer_reaches_the_model_within_the_running_turn() {
     ));
     let (session, mut events, conversation) = spawn_open(&s).await;
     within(
+        WAIT,
         "start_turn",
         session.start_turn(&conversation, "count", "t1"),
     )
     .await
     .unwrap();
-    until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
-    within("steer", session.steer(&conversation, "t1", "steered text"))
-        .await
-        .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    until(&mut events, WAIT, is_text_delta).await;
+    within(
+        WAIT,
+        "steer",
+        session.steer(&conversation, "t1", "steered text"),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
 
     // Pi lets the streaming answer finish, then asks the model again in the same turn
     // with the steered text after it; the turn ends with that answer.
@@ -445,35 +374,37 @@ async fn interrupt_ends_a_hung_turn_and_the_next_turn_works() {
     s.mock.push(Reply::hang());
     let (session, mut events, conversation) = spawn_open(&s).await;
     within(
+        WAIT,
         "start_turn",
         session.start_turn(&conversation, "hang", "t1"),
     )
     .await
     .unwrap();
-    within("the model request", s.mock.wait_for_requests(1, WAIT))
+    within(WAIT, "the model request", s.mock.wait_for_requests(1, WAIT))
         .await
         .unwrap();
     // Pi answers the abort once the turn has ended: its end is already in the stream.
-    within("interrupt", session.interrupt(&conversation, "t1"))
+    within(WAIT, "interrupt", session.interrupt(&conversation, "t1"))
         .await
         .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert_eq!(outcome(&seen), TurnOutcome::Interrupted);
 
     // A stream cut mid-text the same way closes its message with the text so far.
     s.mock
         .push(Reply::slow_chunks(["one ", "two"], Duration::from_secs(60)));
     within(
+        WAIT,
         "start_turn",
         session.start_turn(&conversation, "slow", "t2"),
     )
     .await
     .unwrap();
-    until(&mut events, |e| matches!(e, HarnessEvent::TextDelta { .. })).await;
-    within("interrupt", session.interrupt(&conversation, "t2"))
+    until(&mut events, WAIT, is_text_delta).await;
+    within(WAIT, "interrupt", session.interrupt(&conversation, "t2"))
         .await
         .unwrap();
-    let seen = until(&mut events, is_turn_completed).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::ItemCompleted { kind: ItemKind::AgentMessage, text: Some(t), .. } if t == "one ")));
     assert_eq!(outcome(&seen), TurnOutcome::Interrupted);
@@ -554,21 +485,19 @@ async fn a_killed_pi_ends_the_session_and_a_new_one_resumes_it() {
     turn(&session, &mut events, &conversation, "t1", "remember apple").await;
     s.mock.push(Reply::hang());
     within(
+        WAIT,
         "start_turn",
         session.start_turn(&conversation, "hang", "t2"),
     )
     .await
     .unwrap();
-    within("the model request", s.mock.wait_for_requests(2, WAIT))
+    within(WAIT, "the model request", s.mock.wait_for_requests(2, WAIT))
         .await
         .unwrap();
 
     let pid = pid(&session);
     procs::signal(pid, procs::Signal::KILL);
-    let seen = until(&mut events, |e| {
-        matches!(e, HarnessEvent::ProcessExited { .. })
-    })
-    .await;
+    let seen = until(&mut events, WAIT, is_process_exited).await;
     assert!(!seen.iter().any(is_turn_completed), "{seen:?}");
     assert_eq!(
         seen.last(),
@@ -584,7 +513,7 @@ async fn a_killed_pi_ends_the_session_and_a_new_one_resumes_it() {
         session.start_turn(&conversation, "x", "t3").await,
         Err(HarnessError::ProcessExited { .. })
     ));
-    within("shutdown", session.shutdown()).await.unwrap();
+    within(WAIT, "shutdown", session.shutdown()).await.unwrap();
 
     let (session, mut events) = spawn(&s).await;
     assert_eq!(open(&session, Some(&conversation)).await.lost, None);

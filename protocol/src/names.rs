@@ -54,7 +54,8 @@ macro_rules! wire_enum {
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                // `pad`, so a width in a format string (`{:<20}`) lines columns up.
+                f.pad(self.as_str())
             }
         }
 

@@ -6,13 +6,15 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 //!
-//! Layering: [`environ`] depends on [`load`]; the other modules on none. The crate
-//! depends on every other crate of the workspace, and none on it.
+//! Layering: [`environ`] depends on [`load`]; [`harness_events`] and [`nats`] on
+//! [`procs`]; [`agents`] on the process handles here and [`wait`]; the other modules on
+//! none. The crate depends on every other crate of the workspace, and none on it.
 
 pub mod agents;
 pub mod bench;
 pub mod codex_turns;
 pub mod environ;
+pub mod harness_events;
 pub mod load;
 pub mod nats;
 pub mod procs;

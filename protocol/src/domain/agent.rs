@@ -356,6 +356,12 @@ mod tests {
     }
 
     #[test]
+    fn names_honour_a_column_width() {
+        assert_eq!(format!("{:<8}|", Harness::PiRpc), "pi_rpc  |");
+        assert_eq!(format!("{}", Harness::PiRpc), "pi_rpc");
+    }
+
+    #[test]
     fn agent_json_is_flat() {
         let agent = Agent {
             spec: AgentSpec {

@@ -10,8 +10,10 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::claude::items::approval_detail;
-
-const TURN: &str = "t1";
+use crate::fixtures::{
+    completed, delta, events_of, feed, feed_rest, feed_until, item_completed, item_started, sent,
+    turn_started, usage, TURN,
+};
 
 fn fixture(name: &str) -> &'static str {
     match name {
@@ -31,28 +33,13 @@ fn fixture(name: &str) -> &'static str {
     }
 }
 
-/// Feeds `lines` (until `stop` holds for a line, inclusive) and returns the actions.
-fn feed_until(wire: &mut ClaudeWire, lines: &mut std::str::Lines<'_>, stop: &str) -> Vec<Action> {
-    let mut out = Vec::new();
-    for line in lines.by_ref() {
-        wire.line(line, &mut out);
-        if line.contains(stop) {
-            break;
-        }
-    }
-    out
-}
-
-fn feed(wire: &mut ClaudeWire, text: &str) -> Vec<Action> {
-    feed_until(wire, &mut text.lines(), "\u{0}never")
-}
-
 fn started() -> ClaudeWire {
     let mut wire = ClaudeWire::new();
     wire.start_turn(TURN, "hello").unwrap();
     wire
 }
 
+/// The events of `actions`, which must all be events.
 fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
     actions
         .into_iter()
@@ -61,52 +48,6 @@ fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
             other => panic!("expected only events, got {other:?}"),
         })
         .collect()
-}
-
-fn turn_started() -> HarnessEvent {
-    HarnessEvent::TurnStarted {
-        turn_id: TURN.into(),
-    }
-}
-
-fn item_started(item_id: &str, kind: ItemKind) -> HarnessEvent {
-    HarnessEvent::ItemStarted {
-        turn_id: TURN.into(),
-        item_id: item_id.into(),
-        kind,
-    }
-}
-
-fn item_completed(item_id: &str, kind: ItemKind, text: &str) -> HarnessEvent {
-    HarnessEvent::ItemCompleted {
-        turn_id: TURN.into(),
-        item_id: item_id.into(),
-        kind,
-        text: Some(text.into()),
-    }
-}
-
-fn delta(item_id: &str, delta: &str) -> HarnessEvent {
-    HarnessEvent::TextDelta {
-        turn_id: TURN.into(),
-        item_id: item_id.into(),
-        delta: delta.into(),
-    }
-}
-
-fn usage(input_tokens: u64, output_tokens: u64) -> HarnessEvent {
-    HarnessEvent::TokenUsage {
-        turn_id: TURN.into(),
-        input_tokens,
-        output_tokens,
-    }
-}
-
-fn completed(outcome: TurnOutcome) -> HarnessEvent {
-    HarnessEvent::TurnCompleted {
-        turn_id: TURN.into(),
-        outcome,
-    }
 }
 
 fn approval(request_id: &str) -> HarnessEvent {
@@ -181,7 +122,7 @@ fn an_approved_command_is_asked_then_completed_with_its_output() {
         json!({"type": "control_response", "response": {"subtype": "success", "request_id": request,
             "response": {"behavior": "allow", "updatedInput": {"command": "echo hi > out.txt", "description": "run it"}}}})
     );
-    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    let rest = events(feed_rest(&mut wire, &mut lines));
     assert_eq!(
         rest,
         vec![
@@ -218,7 +159,7 @@ fn a_declined_command_completes_with_the_denial() {
         line_of(&answer)["response"]["response"],
         json!({"behavior": "deny", "message": DECLINED})
     );
-    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    let rest = events(feed_rest(&mut wire, &mut lines));
     assert_eq!(
         rest[0],
         item_completed(
@@ -254,7 +195,7 @@ fn a_cancelled_approval_interrupts_the_turn() {
             interrupting: true
         })
     );
-    let rest = events(feed_until(&mut wire, &mut lines, "\u{0}never"));
+    let rest = events(feed_rest(&mut wire, &mut lines));
     assert_eq!(rest.last(), Some(&completed(TurnOutcome::Interrupted)));
 }
 
@@ -274,7 +215,7 @@ fn an_interrupt_is_answered_and_ends_the_turn_interrupted() {
         line_of(&interrupt),
         json!({"type": "control_request", "request_id": "relay-interrupt-2", "request": {"subtype": "interrupt"}})
     );
-    let mut rest = feed_until(&mut wire, &mut lines, "\u{0}never").into_iter();
+    let mut rest = feed_rest(&mut wire, &mut lines).into_iter();
     assert!(matches!(
         rest.next(),
         Some(Action::Answer { id, result: Ok(_) }) if id == "relay-interrupt-2"
@@ -297,14 +238,7 @@ fn an_interrupt_settles_the_pending_approval() {
     let request = request_id_of(&events(feed_until(&mut wire, &mut lines, "can_use_tool")));
     wire.initialize().unwrap();
     wire.interrupt(TURN).unwrap();
-    let rest = feed_until(&mut wire, &mut lines, "\u{0}never");
-    let rest: Vec<HarnessEvent> = rest
-        .into_iter()
-        .filter_map(|a| match a {
-            Action::Event(e) => Some(e),
-            _ => None,
-        })
-        .collect();
+    let rest = events_of(&feed_rest(&mut wire, &mut lines));
     assert_eq!(
         rest,
         vec![
@@ -329,12 +263,7 @@ fn an_interrupt_settles_the_pending_approval() {
 #[test]
 fn a_file_write_is_a_file_change() {
     let mut wire = started();
-    let seen = events(
-        feed(&mut wire, fixture("write_approved"))
-            .into_iter()
-            .filter(|a| matches!(a, Action::Event(_)))
-            .collect(),
-    );
+    let seen = events_of(&feed(&mut wire, fixture("write_approved")));
     assert_eq!(seen[1], item_started("toolu_17", ItemKind::FileChange));
     let HarnessEvent::ApprovalRequested {
         kind,
@@ -430,15 +359,8 @@ fn requests_relay_does_not_serve_are_refused_never_left_waiting() {
         r#"{"type":"control_request","request_id":"r10","request":{"subtype":"can_use_tool","input":{}}}"#,
         &mut out,
     );
-    let sent: Vec<Value> = out
-        .into_iter()
-        .filter_map(|a| match a {
-            Action::Send(v) => Some(v),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        sent,
+        sent(&out),
         ["r9", "r10"]
             .map(|id| json!({"type": "control_response",
                 "response": {"subtype": "error", "request_id": id, "error": NOT_SUPPORTED}}))

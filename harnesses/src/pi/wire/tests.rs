@@ -5,28 +5,11 @@
 
 use super::turn::{describe_call, output_delta, tool_kind, ARGS_SHOWN};
 use super::*;
+use crate::fixtures::{
+    completed, delta, events_of, feed, item_completed, item_started, sent, turn_started, usage,
+    TURN,
+};
 use relay_protocol::harness::ItemKind;
-
-const TURN: &str = "t1";
-
-/// Actions of every line of `fixture`.
-fn feed(wire: &mut PiWire, fixture: &str) -> Vec<Action> {
-    let mut out = Vec::new();
-    for line in fixture.lines().filter(|l| !l.is_empty()) {
-        wire.line(line, &mut out);
-    }
-    out
-}
-
-fn events(actions: &[Action]) -> Vec<HarnessEvent> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Event(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 fn answers(actions: &[Action]) -> Vec<(String, Result<Value, String>)> {
     actions
@@ -56,59 +39,13 @@ fn prompted() -> PiWire {
     wire
 }
 
-fn started() -> HarnessEvent {
-    HarnessEvent::TurnStarted {
-        turn_id: TURN.into(),
-    }
-}
-
 /// The user message `n` of the turn, started and completed.
 fn user(n: u32, text: &str) -> [HarnessEvent; 2] {
     let id = format!("{TURN}-u{n}");
     [
-        item("started", &id, ItemKind::UserMessage, None),
-        item("completed", &id, ItemKind::UserMessage, Some(text)),
+        item_started(&id, ItemKind::UserMessage),
+        item_completed(&id, ItemKind::UserMessage, text),
     ]
-}
-
-fn item(phase: &str, id: &str, kind: ItemKind, text: Option<&str>) -> HarnessEvent {
-    let (turn_id, item_id) = (TURN.to_string(), id.to_string());
-    match phase {
-        "started" => HarnessEvent::ItemStarted {
-            turn_id,
-            item_id,
-            kind,
-        },
-        _ => HarnessEvent::ItemCompleted {
-            turn_id,
-            item_id,
-            kind,
-            text: text.map(str::to_string),
-        },
-    }
-}
-
-fn delta(id: &str, text: &str) -> HarnessEvent {
-    HarnessEvent::TextDelta {
-        turn_id: TURN.into(),
-        item_id: id.into(),
-        delta: text.into(),
-    }
-}
-
-fn usage(input_tokens: u64, output_tokens: u64) -> HarnessEvent {
-    HarnessEvent::TokenUsage {
-        turn_id: TURN.into(),
-        input_tokens,
-        output_tokens,
-    }
-}
-
-fn completed(outcome: TurnOutcome) -> HarnessEvent {
-    HarnessEvent::TurnCompleted {
-        turn_id: TURN.into(),
-        outcome,
-    }
 }
 
 #[test]
@@ -118,16 +55,16 @@ fn a_text_turn_streams_its_message_as_one_item() {
     assert_eq!(answers(&out), vec![("relay-1".into(), Ok(Value::Null))]);
     let m = "t1-m1-0";
     assert_eq!(
-        events(&out),
+        events_of(&out),
         [
-            vec![started()],
+            vec![turn_started()],
             user(1, "say hello").to_vec(),
             vec![
-                item("started", m, ItemKind::AgentMessage, None),
+                item_started(m, ItemKind::AgentMessage),
                 delta(m, "Hel"),
                 delta(m, "lo "),
                 delta(m, "world"),
-                item("completed", m, ItemKind::AgentMessage, Some("Hello world")),
+                item_completed(m, ItemKind::AgentMessage, "Hello world"),
                 usage(3, 3),
                 completed(TurnOutcome::Completed {
                     text: "Hello world".into()
@@ -145,27 +82,22 @@ fn a_bash_call_is_a_command_with_its_output_then_the_answer_follows() {
     let out = feed(&mut wire, include_str!("fixtures/tool.jsonl"));
     let m = "t1-m2-0";
     assert_eq!(
-        events(&out),
+        events_of(&out),
         [
-            vec![started()],
+            vec![turn_started()],
             user(1, "run it").to_vec(),
             vec![
                 usage(2, 6),
-                item("started", "toolu_1", ItemKind::CommandExecution, None),
+                item_started("toolu_1", ItemKind::CommandExecution),
                 HarnessEvent::CommandOutputDelta {
                     turn_id: TURN.into(),
                     item_id: "toolu_1".into(),
                     delta: "hi\n".into(),
                 },
-                item(
-                    "completed",
-                    "toolu_1",
-                    ItemKind::CommandExecution,
-                    Some("echo hi\nhi")
-                ),
-                item("started", m, ItemKind::AgentMessage, None),
+                item_completed("toolu_1", ItemKind::CommandExecution, "echo hi\nhi"),
+                item_started(m, ItemKind::AgentMessage),
                 delta(m, "done"),
-                item("completed", m, ItemKind::AgentMessage, Some("done")),
+                item_completed(m, ItemKind::AgentMessage, "done"),
                 usage(12, 7),
                 completed(TurnOutcome::Completed {
                     text: "done".into()
@@ -192,7 +124,7 @@ fn a_steer_is_written_while_the_turn_runs_and_pi_answers_in_the_same_turn() {
             ("relay-2".into(), Ok(Value::Null))
         ]
     );
-    let seen = events(&out);
+    let seen = events_of(&out);
     let texts: Vec<_> = seen
         .iter()
         .filter_map(|e| match e {
@@ -227,14 +159,14 @@ fn an_abort_mid_stream_closes_the_open_message_and_interrupts_the_turn() {
     let out = feed(&mut wire, include_str!("fixtures/abort.jsonl"));
     let m = "t1-m1-0";
     assert_eq!(
-        events(&out),
+        events_of(&out),
         [
-            vec![started()],
+            vec![turn_started()],
             user(1, "slow").to_vec(),
             vec![
-                item("started", m, ItemKind::AgentMessage, None),
+                item_started(m, ItemKind::AgentMessage),
                 delta(m, "a "),
-                item("completed", m, ItemKind::AgentMessage, Some("a ")),
+                item_completed(m, ItemKind::AgentMessage, "a "),
                 usage(1, 1),
                 completed(TurnOutcome::Interrupted),
             ],
@@ -245,17 +177,6 @@ fn an_abort_mid_stream_closes_the_open_message_and_interrupts_the_turn() {
     assert_eq!(answers(&out).last().unwrap().0, "relay-2");
 }
 
-/// The probes (`get_state`) the wire wrote back.
-fn probes(actions: &[Action]) -> Vec<Value> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Send(message) => Some(message.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn an_error_pi_does_not_retry_fails_the_turn_once_the_probe_is_answered() {
     let mut wire = prompted();
@@ -263,10 +184,10 @@ fn an_error_pi_does_not_retry_fails_the_turn_once_the_probe_is_answered() {
     let (run, probe_answer) = fixture.trim_end().rsplit_once('\n').unwrap();
     let out = feed(&mut wire, run);
     assert_eq!(
-        probes(&out),
+        sent(&out),
         vec![json!({"id": "relay-2", "type": "get_state"})]
     );
-    assert!(!events(&out)
+    assert!(!events_of(&out)
         .iter()
         .any(|e| matches!(e, HarnessEvent::TurnCompleted { .. })));
     // The turn is ending: a steer could land in the next prompt, so it waits.
@@ -278,7 +199,7 @@ fn an_error_pi_does_not_retry_fails_the_turn_once_the_probe_is_answered() {
     let out = feed(&mut wire, probe_answer);
     assert!(answers(&out).is_empty(), "the probe is the wire's own");
     assert_eq!(
-        events(&out),
+        events_of(&out),
         vec![completed(TurnOutcome::Failed {
             error:
                 r#"{"error":{"message":"bad input","type":"invalid_request_error"},"type":"error"}"#
@@ -292,7 +213,7 @@ fn an_error_pi_does_not_retry_fails_the_turn_once_the_probe_is_answered() {
 fn a_retried_error_goes_on_in_the_same_turn() {
     let mut wire = prompted();
     let out = feed(&mut wire, include_str!("fixtures/retry.jsonl"));
-    let seen = events(&out);
+    let seen = events_of(&out);
     let turn_level: Vec<_> = seen
         .iter()
         .filter(|e| {
@@ -308,7 +229,7 @@ fn a_retried_error_goes_on_in_the_same_turn() {
     assert_eq!(
         turn_level,
         vec![
-            started(),
+            turn_started(),
             HarnessEvent::Warning {
                 message: r#"pi retries (1/3) after: {"error":{"message":"overloaded","type":"server_error"},"type":"error"}"#.into()
             },
@@ -317,7 +238,7 @@ fn a_retried_error_goes_on_in_the_same_turn() {
             }),
         ]
     );
-    assert_eq!(probes(&out).len(), 1);
+    assert_eq!(sent(&out).len(), 1);
     assert!(answers(&out).len() == 1, "only the prompt's: {out:?}");
 }
 
@@ -327,12 +248,12 @@ fn an_error_still_there_after_the_last_retry_fails_the_turn() {
     let out = feed(&mut wire, include_str!("fixtures/retry_exhausted.jsonl"));
     let error = r#"{"error":{"message":"overloaded","type":"server_error"},"type":"error"}"#;
     assert_eq!(
-        events(&out).last(),
+        events_of(&out).last(),
         Some(&completed(TurnOutcome::Failed {
             error: error.into()
         }))
     );
-    let completions = events(&out)
+    let completions = events_of(&out)
         .iter()
         .filter(|e| matches!(e, HarnessEvent::TurnCompleted { .. }))
         .count();
@@ -356,7 +277,7 @@ fn an_abort_while_pi_waits_to_retry_interrupts_the_turn() {
         &mut wire,
         r#"{"type":"auto_retry_end","success":false,"attempt":1,"finalError":"Retry cancelled"}"#,
     );
-    assert_eq!(events(&out), vec![completed(TurnOutcome::Interrupted)]);
+    assert_eq!(events_of(&out), vec![completed(TurnOutcome::Interrupted)]);
 }
 
 #[test]
@@ -396,7 +317,7 @@ fn a_refused_prompt_ends_the_turn_it_was_to_start() {
             Err("agent refused the request: No API key found for mock. (code 0)".into())
         )]
     );
-    assert!(events(&out).is_empty());
+    assert!(events_of(&out).is_empty());
     assert!(wire.turn.is_none());
 }
 
@@ -426,7 +347,7 @@ fn junk_is_malformed_and_unknown_events_are_skipped() {
         .filter(|a| matches!(a, Action::Malformed(_)))
         .count();
     assert_eq!(malformed, 2, "{out:?}");
-    assert_eq!(events(&out), vec![started()]);
+    assert_eq!(events_of(&out), vec![turn_started()]);
 }
 
 #[test]

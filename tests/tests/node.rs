@@ -1,5 +1,6 @@
 //! Runtimes on other hosts: a broker (`relay up --nats`) and a `relay node` as separate
-//! processes, a real nats-server, the real pinned codex and the mock model.
+//! processes, a real nats-server, the real pinned CLIs (codex; claude and pi in one test)
+//! and the mock model.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_mock_model::all_input_text;
@@ -114,4 +115,45 @@ async fn a_nats_restart_mid_flight_still_completes_through_the_node() {
     assert_eq!(last["author"], "remote-1");
     assert_eq!(last["body"], "a b c d e f g h");
     assert_eq!(last["meta"]["flight"], id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_serves_claude_code_and_pi_agents_approvals_included() {
+    let nats = NatsServer::start().unwrap();
+    let url = nats.url();
+    let env = Env::start_with(&["--nats", &url]).await;
+    let node = NodeProcess::start("n1", &env.tmp.path().join("node-n1"), &url, &env.relay).unwrap();
+    env.add_claude("claude-r", &["--node", "n1"]);
+    env.add_pi("pi-r", &["--node", "n1"]);
+
+    // A Claude Code approval asked on the node, decided at the broker.
+    let id = env.ask_no_wait("claude-r", "exec: touch remote-approved");
+    env.wait_flight(&id, 60, |f| state(f) == "waiting").await;
+    let a = env.approval_of(&id);
+    assert_eq!(a["detail"], "bash -c 'touch remote-approved'", "{a}");
+    env.relay
+        .cli_ok(&["approve", a["id"].as_str().unwrap(), "accept"]);
+    env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    assert!(env.work.join("remote-approved").exists());
+
+    let out = env.relay.cli(&["ask", "pi-r", "the word is heron"]);
+    assert!(
+        out.status.success(),
+        "{}\nnode log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        node.log_text()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok: the word is heron"
+    );
+    for agent in ["claude-r", "pi-r"] {
+        let a = env.agent(agent).await;
+        assert_eq!(a["endpoint"]["node"], "n1", "{a}");
+        assert!(a["session_id"].is_string(), "{a}");
+    }
+    // The session is the node's: the next turn carries the first.
+    env.relay.cli_ok(&["ask", "pi-r", "which word?"]);
+    let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
+    assert!(input.contains("the word is heron"), "{input}");
 }

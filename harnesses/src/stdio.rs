@@ -185,6 +185,40 @@ impl<W: Wire> StdioChild<W> {
         })
     }
 
+    /// Spawns `spec` like [`spawn`](Self::spawn), then does the CLI's handshake with
+    /// `handshake` (a [`call`](Self::call)) and only then [arms](Self::arm) the child, so
+    /// that a CLI refusing its start (a session it does not have) ends quietly: the
+    /// handshake's error is returned and the child is gone. Returns the child and the
+    /// handshake's answer.
+    pub async fn start(
+        spec: &ProcessSpec,
+        wire: W,
+        events: mpsc::Sender<HarnessEvent>,
+        timeout: Duration,
+        grace: Duration,
+        handshake: (
+            &'static str,
+            impl FnOnce(&mut W) -> Result<Outgoing, HarnessError> + Send + 'static,
+        ),
+    ) -> Result<(Self, Value), HarnessError> {
+        let child = Self::spawn(spec, wire, events, timeout, grace)?;
+        let (what, build) = handshake;
+        let answer = match child.call(what, build).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                child.shutdown().await;
+                return Err(err);
+            }
+        };
+        child.arm();
+        // Gone between its answer and being armed: its end was not reported, so it is
+        // this start's error.
+        if let Some(exit) = child.exit() {
+            return Err(exit.to_error());
+        }
+        Ok((child, answer))
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }

@@ -115,22 +115,15 @@ impl ClaudeSession {
         let conversation = match start {
             Start::New(id) | Start::Resume(id) => id.to_string(),
         };
-        let io = StdioChild::spawn(
+        let (io, _) = StdioChild::start(
             &command(&self.config, &start),
             wire,
             events,
             self.config.request_timeout,
             self.config.shutdown_grace,
-        )?;
-        if let Err(err) = io.call("initialize", |wire| wire.initialize()).await {
-            io.shutdown().await;
-            return Err(err);
-        }
-        io.arm();
-        // Gone before it was armed: its end was not reported, so it is this error.
-        if let Some(exit) = io.exit() {
-            return Err(exit.to_error());
-        }
+            ("initialize", |wire: &mut ClaudeWire| wire.initialize()),
+        )
+        .await?;
         Ok(Child {
             io,
             conversation,

@@ -66,11 +66,11 @@ impl Launcher for PiLauncher {
     }
 }
 
-/// The child of the moment, and its conversation once the handshake armed it.
+/// The armed child and the conversation it holds.
 #[derive(Clone)]
 struct Live {
     child: StdioChild<PiWire>,
-    conversation: Option<String>,
+    conversation: String,
 }
 
 /// One agent's pi: at most one child at a time, all of whose events go to the one
@@ -80,7 +80,7 @@ struct PiSession {
     /// Taken on shutdown, so the stream ends once the last child's owner has.
     events: Mutex<Option<mpsc::Sender<HarnessEvent>>>,
     live: Mutex<Option<Live>>,
-    /// One `open` at a time.
+    /// One `open` or `shutdown` at a time.
     opening: tokio::sync::Mutex<()>,
 }
 
@@ -98,7 +98,7 @@ impl PiSession {
         match self.live() {
             Some(Live {
                 child,
-                conversation: Some(open),
+                conversation: open,
             }) if open == conversation => Ok(child),
             _ => Err(HarnessError::ThreadNotFound {
                 thread_id: conversation.to_string(),
@@ -112,33 +112,25 @@ impl PiSession {
         let events = lock(&self.events)
             .clone()
             .ok_or(HarnessError::ChannelClosed)?;
-        let child = StdioChild::spawn(
+        let (child, state) = StdioChild::start(
             &command(&self.config, session),
             PiWire::default(),
             events,
             self.config.request_timeout,
             self.config.shutdown_grace,
-        )?;
-        *lock(&self.live) = Some(Live {
-            child: child.clone(),
-            conversation: None,
-        });
-        let handshake = child.call("get_state", |wire| Ok(wire.get_state())).await;
-        let id = match handshake.and_then(session_id) {
+            ("get_state", |wire: &mut PiWire| Ok(wire.get_state())),
+        )
+        .await?;
+        let id = match session_id(state) {
             Ok(id) => id,
             Err(e) => {
                 child.shutdown().await;
                 return Err(e);
             }
         };
-        child.arm();
-        // Died between its answer and being armed: its end was not reported.
-        if let Some(exit) = child.exit() {
-            return Err(exit.to_error());
-        }
         *lock(&self.live) = Some(Live {
             child,
-            conversation: Some(id.clone()),
+            conversation: id.clone(),
         });
         Ok(id)
     }
@@ -175,7 +167,7 @@ impl HarnessSession for PiSession {
             let _one = self.opening.lock().await;
             if let Some(Live {
                 child,
-                conversation: Some(open),
+                conversation: open,
             }) = self.live()
             {
                 // Pi holds one conversation for its life; its end is already reported.
@@ -297,15 +289,17 @@ impl HarnessSession for PiSession {
 
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
+            // After any open in progress: its child is then known, and stopped here.
+            let _one = self.opening.lock().await;
             let events = lock(&self.events).take();
             let live = self.live();
             let exit = match &live {
                 Some(live) => Some(live.child.shutdown().await),
                 None => None,
             };
-            // An armed child's owner reports its end; without one, say it here.
-            let armed = live.is_some_and(|l| l.conversation.is_some());
-            if let (false, Some(events)) = (armed, events) {
+            // An armed child's owner reports its end (a child is kept only once armed);
+            // without one, say it here.
+            if let (false, Some(events)) = (live.is_some(), events) {
                 let exit = exit.unwrap_or(ExitInfo {
                     code: None,
                     signal: None,

@@ -31,6 +31,9 @@ use crate::error::HarnessError;
 use crate::lines::{LineReader, Overflow};
 use crate::process::{ExitInfo, Pipes, ProcessSpec, StderrTail, Supervised};
 
+/// Events buffered for a session's consumer before the owner stops reading the child's
+/// stdout (the backpressure: a slow consumer slows the child, never loses an event).
+pub const EVENT_CAPACITY: usize = 1024;
 /// Commands queued to one child's owner before callers get [`HarnessError::Overloaded`].
 pub const COMMAND_CAPACITY: usize = 64;
 /// Longest stdout line taken; a longer one is skipped and counted as malformed.

@@ -26,9 +26,6 @@ pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
     capabilities: Harness::ClaudeStreamJson.capabilities(),
 };
 
-/// Events buffered for the consumer before the owner task stops reading Claude's stdout.
-pub const EVENT_CAPACITY: usize = 1024;
-
 /// What Claude Code says on stderr for a `--resume` id it has no conversation for.
 const NO_CONVERSATION: &str = "No conversation found";
 
@@ -46,7 +43,7 @@ impl Launcher for ClaudeLauncher {
         Box::pin(async move {
             let config = ClaudeConfig::for_agent(agent, &CLAUDE_CLI);
             config.check_program()?;
-            let (events, rx) = mpsc::channel(EVENT_CAPACITY);
+            let (events, rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
             let session = ClaudeSession {
                 config,
                 events: Mutex::new(Some(events)),

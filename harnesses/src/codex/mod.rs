@@ -67,8 +67,6 @@ use crate::stdio::{Outgoing, StdioChild};
 
 /// The Codex version Relay is tested against; see [`codex_program`].
 pub const CODEX_VERSION: &str = "0.169.0";
-/// Events buffered for the consumer before the owner task stops reading Codex's stdout.
-pub const EVENT_CAPACITY: usize = 1024;
 
 /// The pinned Codex CLI (`RELAY_CODEX_BIN` overrides it).
 pub const CODEX_CLI: PinnedCli = PinnedCli {
@@ -153,7 +151,7 @@ impl CodexSession {
                 .chain(config.args.iter().cloned())
                 .collect(),
         );
-        let (events, event_rx) = mpsc::channel(EVENT_CAPACITY);
+        let (events, event_rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
         let child = StdioChild::spawn(
             &spec,
             CodexWire::new(Arc::new(AtomicU64::new(0))),

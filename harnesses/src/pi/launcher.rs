@@ -28,9 +28,6 @@ pub const PI_INFO: HarnessInfo = HarnessInfo {
     capabilities: Harness::PiRpc.capabilities(),
 };
 
-/// Events buffered for the consumer before the owner task stops reading pi's stdout.
-pub const EVENT_CAPACITY: usize = 1024;
-
 /// What pi says on stderr, before it exits, when `--session` names no session it has.
 const NO_SESSION: &str = "No session found matching";
 
@@ -42,7 +39,7 @@ impl PiLauncher {
     /// A session with `config`; pi starts when it is opened.
     pub fn spawn_with(config: PiConfig) -> Result<Spawned, HarnessError> {
         config.check_program()?;
-        let (events, rx) = mpsc::channel(EVENT_CAPACITY);
+        let (events, rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
         let session = PiSession {
             config,
             events: Mutex::new(Some(events)),

@@ -32,19 +32,20 @@ async fn session_id(env: &Env, agent: &str) -> String {
 /// A slow text turn streams its deltas while the flight runs, ends with the whole
 /// text, and the next turn carries the first to the model.
 async fn text_turns(env: &Env, agent: &str) {
-    let id = env.ask_no_wait(agent, "slow: alpha beta gamma delta");
+    let text = "alpha beta gamma delta epsilon zeta eta theta";
+    let id = env.ask_no_wait(agent, &format!("slow: {text}"));
     env.wait_delta(&id).await;
-    // Three more words are 750 ms away: the flight is still running.
+    // Seven more words are 1.75 s away: the flight is still running.
     assert_eq!(state(&env.flight(&id).await), "running");
     let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
-    assert_eq!(f["output"], "alpha beta gamma delta");
+    assert_eq!(f["output"], text);
     let updates = env.updates(&id).await;
     let deltas: String = updates
         .iter()
         .filter(|u| u["kind"] == "delta")
         .map(|u| u["text"].as_str().unwrap())
         .collect();
-    assert_eq!(deltas, "alpha beta gamma delta");
+    assert_eq!(deltas, text);
     assert!(
         updates.iter().position(|u| u["kind"] == "delta").unwrap()
             < updates.iter().position(|u| u["to"] == "completed").unwrap()
@@ -54,8 +55,8 @@ async fn text_turns(env: &Env, agent: &str) {
     let out = env.relay.cli_ok(&["ask", agent, "what did I say?"]);
     assert_eq!(out.trim(), "ok: what did I say?");
     let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
-    assert!(input.contains("slow: alpha beta gamma delta"), "{input}");
-    assert!(input.contains("alpha beta gamma delta"), "{input}");
+    assert!(input.contains(&format!("slow: {text}")), "{input}");
+    assert!(input.contains(&format!("\n{text}")), "{input}");
 }
 
 /// The CLI child killed mid-turn fails the flight with its end and stderr tail; the

@@ -99,6 +99,28 @@ pub struct Lost {
     pub reason: String,
 }
 
+impl Lost {
+    /// Stored conversation `old` replaced by `new`, because of `why` (for a person: "codex
+    /// no longer has thread X"). The one wording of every harness's loss.
+    pub fn replaced(old: &str, new: &str, why: &str) -> Lost {
+        Lost {
+            old_id: old.to_string(),
+            reason: format!("{why}; started {new} without the earlier conversation"),
+        }
+    }
+}
+
+impl Conversation {
+    /// The new conversation `new`, started because stored `old` could not be resumed.
+    pub fn replacing(old: &str, new: String, why: &str) -> Conversation {
+        let lost = Lost::replaced(old, &new, why);
+        Conversation {
+            id: new,
+            lost: Some(lost),
+        }
+    }
+}
+
 /// A session and the events of everything it runs. The stream must be drained (the
 /// adapter stops reading its child when it is full) and ends with
 /// [`HarnessEvent::ProcessExited`] when the session is gone.

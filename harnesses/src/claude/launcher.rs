@@ -171,14 +171,7 @@ impl ClaudeSession {
             }
         };
         let child = self.start_new().await?;
-        let reason = format!(
-            "{why}; started {} without the earlier conversation",
-            child.conversation
-        );
-        let lost = Lost {
-            old_id: old.to_string(),
-            reason,
-        };
+        let lost = Lost::replaced(old, &child.conversation, &why);
         Ok((child, Some(lost)))
     }
 }

@@ -9,7 +9,7 @@ use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use super::{CodexConfig, CodexSession, ThreadOptions, CODEX_CLI};
 use crate::error::HarnessError;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
 };
 
 /// Codex app-server: everything the seam offers.
@@ -79,19 +79,11 @@ impl HarnessSession for CodexAgent {
                     id: t.thread_id,
                     lost: None,
                 }),
-                Err(HarnessError::ThreadNotFound { .. }) => {
-                    let new = self.start_thread().await?;
-                    let reason = format!(
-                        "codex no longer has thread {old}; started {new} without the earlier conversation"
-                    );
-                    Ok(Conversation {
-                        id: new,
-                        lost: Some(Lost {
-                            old_id: old.to_string(),
-                            reason,
-                        }),
-                    })
-                }
+                Err(HarnessError::ThreadNotFound { .. }) => Ok(Conversation::replacing(
+                    old,
+                    self.start_thread().await?,
+                    &format!("codex no longer has thread {old}"),
+                )),
                 Err(e) => Err(HarnessError::Conversation {
                     action: format!("cannot resume codex thread {old}"),
                     source: Box::new(e),

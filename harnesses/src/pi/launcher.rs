@@ -15,7 +15,7 @@ use super::PI_CLI;
 use crate::error::HarnessError;
 use crate::process::ExitInfo;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -193,17 +193,11 @@ impl HarnessSession for PiSession {
                 Err(HarnessError::ProcessExited { stderr_tail, .. })
                     if stderr_tail.contains(NO_SESSION) =>
                 {
-                    let new = self.start_new().await?;
-                    let reason = format!(
-                        "pi has no session {old} (it keeps one only once a turn ran); started {new} without the earlier conversation"
-                    );
-                    Ok(Conversation {
-                        id: new,
-                        lost: Some(Lost {
-                            old_id: old.to_string(),
-                            reason,
-                        }),
-                    })
+                    Ok(Conversation::replacing(
+                        old,
+                        self.start_new().await?,
+                        &format!("pi has no session {old} (it keeps one only once a turn ran)"),
+                    ))
                 }
                 Err(e) => Err(HarnessError::Conversation {
                     action: format!("cannot resume pi session {old}"),

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_harnesses::seam::{HarnessInfo, HarnessSession, Launcher, Lost, Spawned};
+use relay_harnesses::seam::{Conversation, HarnessInfo, HarnessSession, Launcher, Spawned};
 use relay_harnesses::HarnessError;
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{Agent, AgentState, Endpoint};
@@ -216,15 +216,9 @@ impl Worker {
             .map(|rec| rec.thread_id);
         let conversation = match stored {
             Some(old_id) if !info.capabilities.resume => {
-                let mut new = session.open(None).await?;
-                new.lost = Some(Lost {
-                    reason: format!(
-                        "{} cannot resume a conversation; started {} without the earlier conversation",
-                        info.name, new.id
-                    ),
-                    old_id,
-                });
-                new
+                let new = session.open(None).await?;
+                let why = format!("{} cannot resume a conversation", info.name);
+                Conversation::replacing(&old_id, new.id, &why)
             }
             stored => session.open(stored.as_deref()).await?,
         };

@@ -601,6 +601,9 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         Pick::Handler(handler) => handler(&recorded),
         Pick::Default => default_reply(&recorded),
     };
+    if let Reply::HttpError { status, body } = &reply {
+        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
+    }
     match wire {
         Some(Wire::Messages) => messages::stream(conn, shared, &recorded, reply).await,
         _ => responses::stream(conn, shared, &recorded, reply).await,
@@ -618,6 +621,14 @@ async fn sleep_unless_hangup(conn: &mut Conn, delay: Duration) -> std::io::Resul
             Ok(false)
         }
     }
+}
+
+/// Holds a stream open until the client hangs up (an interrupted turn drops its request)
+/// or the mock is dropped (the caller's select ends the task): [`Reply::Hang`].
+async fn hold_until_hangup(conn: &mut Conn) -> std::io::Result<()> {
+    let mut buf = [0u8; 1024];
+    while conn.read(&mut buf).await? > 0 {}
+    Ok(())
 }
 
 /// A stable, cheap token estimate (4 bytes a token), so usage numbers are deterministic.

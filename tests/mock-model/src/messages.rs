@@ -5,10 +5,12 @@
 //! the whole message as one JSON body.
 
 use serde_json::{json, Value};
-use tokio::io::AsyncReadExt;
 
 use crate::http::{self, Conn, SseWriter};
-use crate::{all_input_text, approx_tokens, sleep_unless_hangup, RecordedRequest, Reply, Shared};
+use crate::{
+    all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
+    Shared,
+};
 
 /// The content block a reply becomes, and its stop reason.
 fn block(reply: &Reply, n: u64) -> Option<(Value, &'static str)> {
@@ -42,9 +44,6 @@ pub(crate) async fn stream(
     req: &RecordedRequest,
     reply: Reply,
 ) -> std::io::Result<()> {
-    if let Reply::HttpError { status, body } = &reply {
-        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
-    }
     let n = shared.next_id();
     let message_id = format!("msg_{n}");
     let model = req
@@ -140,11 +139,8 @@ pub(crate) async fn stream(
             .await?;
             return sse.finish().await;
         }
-        Reply::Hang => {
-            let mut buf = [0u8; 1024];
-            while sse.conn().read(&mut buf).await? > 0 {}
-            return Ok(());
-        }
+        Reply::Hang => return hold_until_hangup(sse.conn()).await,
+        // Answered before any stream starts.
         Reply::HttpError { .. } => return Ok(()),
     };
     sse.event(

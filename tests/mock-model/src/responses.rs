@@ -3,10 +3,12 @@
 //! `response.failed`.
 
 use serde_json::json;
-use tokio::io::AsyncReadExt;
 
-use crate::http::{self, Conn, SseWriter};
-use crate::{all_input_text, approx_tokens, sleep_unless_hangup, RecordedRequest, Reply, Shared};
+use crate::http::{Conn, SseWriter};
+use crate::{
+    all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
+    Shared,
+};
 
 pub(crate) async fn stream(
     conn: &mut Conn,
@@ -14,9 +16,6 @@ pub(crate) async fn stream(
     req: &RecordedRequest,
     reply: Reply,
 ) -> std::io::Result<()> {
-    if let Reply::HttpError { status, body } = &reply {
-        return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
-    }
     let n = shared.next_id();
     let response_id = format!("resp_{n}");
     let mut sse = SseWriter::start(conn).await?;
@@ -112,13 +111,8 @@ pub(crate) async fn stream(
             .await?;
             return sse.finish().await;
         }
-        Reply::Hang => {
-            // Hold the stream open until the client hangs up (an interrupted turn drops
-            // its request) or the mock is dropped (the caller's select ends this task).
-            let mut buf = [0u8; 1024];
-            while sse.conn().read(&mut buf).await? > 0 {}
-            return Ok(());
-        }
+        Reply::Hang => return hold_until_hangup(sse.conn()).await,
+        // Answered before any stream starts.
         Reply::HttpError { .. } => return Ok(()),
     };
 

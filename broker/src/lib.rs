@@ -6,7 +6,8 @@
 //!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
 //!   every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
-//! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS).
+//! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS);
+//!   [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
 //!   the NATS bus (commands, events and flight updates).
 //! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
@@ -26,7 +27,7 @@
 //! Modules depend one way, each only on the layers above it:
 //!
 //! 1. `error`, `files`, `seal`, `shutdown`, `policy`: no other module;
-//! 2. `store`, then `broker`, `feed`, `ports`, `ops`: the domain and its ports;
+//! 2. `store`, then `broker`, `feed`, `replay`, `ports`, `ops`: the domain and its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
@@ -50,6 +51,7 @@ pub mod ops;
 pub mod plane;
 pub mod policy;
 pub mod ports;
+pub mod replay;
 pub mod seal;
 pub mod server;
 pub mod shutdown;

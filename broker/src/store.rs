@@ -8,6 +8,10 @@
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
+//! - `replay_index`: scope letter + id, 0, global seq (u64 BE) -> nothing: the events a
+//!   replay of an agent (`a`), a conversation (`c`) or a flight (`f`) reads besides the
+//!   flight's updates ([`Scope`], [`replay_scopes`]). Deltas are not in it: a flight's
+//!   updates are read from `flight_updates`, which holds each one's global seq.
 //!
 //! Projections are written only by [`apply`], both when a batch commits and when
 //! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
@@ -60,9 +64,12 @@ pub enum T {
     LiveFlights,
     /// Markers of one-time work done on this database (not a projection).
     Meta,
+    /// Where the events of an agent, a conversation or a flight are in the log (an
+    /// index for replays: see the module docs).
+    ReplayIndex,
 }
 
-const TREE_NAMES: [&str; 16] = [
+const TREE_NAMES: [&str; 17] = [
     "events",
     "agents",
     "conversations",
@@ -79,6 +86,7 @@ const TREE_NAMES: [&str; 16] = [
     "agent_secrets",
     "live_flights",
     "meta",
+    "replay_index",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
@@ -125,9 +133,60 @@ pub trait Sink {
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError>;
 }
 
+/// What a replay reads the log by: one agent's, conversation's or flight's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Agent,
+    Conversation,
+    Flight,
+}
+
+impl Scope {
+    fn key(self, id: &str, seq: u64) -> Vec<u8> {
+        let letter = match self {
+            Scope::Agent => 'a',
+            Scope::Conversation => 'c',
+            Scope::Flight => 'f',
+        };
+        child_key(&format!("{letter}{id}"), seq)
+    }
+}
+
+/// The replay scopes an event belongs to: an agent's registrations, removals, lost
+/// threads and flights; a conversation's messages and the flights asked in it; a
+/// flight's creation and approvals. A flight's updates are not here (they are in
+/// `flight_updates`, with their seq), so streaming text costs the index nothing.
+pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
+    match body {
+        EventBody::AgentRegistered { agent } => vec![(Scope::Agent, agent.spec.name.as_str())],
+        EventBody::AgentRemoved { name, .. } => vec![(Scope::Agent, name.as_str())],
+        EventBody::ThreadLost { agent, .. } => vec![(Scope::Agent, agent.as_str())],
+        EventBody::MessagePosted { message, .. } => {
+            vec![(Scope::Conversation, message.conversation.as_str())]
+        }
+        EventBody::InvocationCreated { invocation, flight } => vec![
+            (Scope::Agent, flight.agent.as_str()),
+            (Scope::Conversation, invocation.conversation.as_str()),
+            (Scope::Flight, flight.id.as_str()),
+        ],
+        EventBody::ApprovalRequested { approval } | EventBody::ApprovalDecided { approval } => {
+            vec![(Scope::Flight, approval.request.flight.as_str())]
+        }
+        EventBody::AgentUpdated { .. }
+        | EventBody::ConversationCreated { .. }
+        | EventBody::DeliveryPlanned { .. }
+        | EventBody::DeliveryAttempted { .. }
+        | EventBody::FlightUpdated { .. }
+        | EventBody::BindingCreated { .. } => Vec::new(),
+    }
+}
+
 /// Applies one event to the projections. Events carry the records they produce, so
 /// applying is a set of puts and deletes, and applying twice changes nothing.
 pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
+    for (scope, id) in replay_scopes(&event.body) {
+        sink.put(T::ReplayIndex, &scope.key(id, event.seq), Vec::new())?;
+    }
     match &event.body {
         EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
             sink.put(T::Agents, agent.spec.name.as_bytes(), encode(agent)?)
@@ -242,17 +301,27 @@ impl Store {
             durable: Durable::new(db),
             trees,
         };
-        store.index_live_flights()?;
+        store.index_once(b"live_flights_indexed", Store::index_live_flights)?;
+        store.index_once(b"replay_indexed", Store::index_replays)?;
         Ok(store)
     }
 
-    /// Builds the live-flight index of a database made before it existed, once (the
-    /// marker is made durable by the next flush; until then it is simply built again).
-    fn index_live_flights(&self) -> Result<(), BrokerError> {
-        const MARKER: &[u8] = b"live_flights_indexed";
-        if self.tree(T::Meta).contains_key(MARKER)? {
+    /// Builds an index of a database made before it existed, once (the marker is made
+    /// durable by the next flush; until then it is simply built again).
+    fn index_once(
+        &self,
+        marker: &[u8],
+        build: fn(&Store) -> Result<(), BrokerError>,
+    ) -> Result<(), BrokerError> {
+        if self.tree(T::Meta).contains_key(marker)? {
             return Ok(());
         }
+        build(self)?;
+        self.tree(T::Meta).insert(marker, Vec::<u8>::new())?;
+        Ok(())
+    }
+
+    fn index_live_flights(&self) -> Result<(), BrokerError> {
         for value in self.tree(T::Flights).iter().values() {
             let flight: Flight = decode(&value?)?;
             if !flight.state.is_terminal() {
@@ -260,8 +329,51 @@ impl Store {
                     .insert(flight.id.as_bytes(), Vec::<u8>::new())?;
             }
         }
-        self.tree(T::Meta).insert(MARKER, Vec::<u8>::new())?;
         Ok(())
+    }
+
+    /// One pass over the log (a database made before the replay index: once).
+    fn index_replays(&self) -> Result<(), BrokerError> {
+        for value in self.tree(T::Events).iter().values() {
+            let event: Event = decode(&value?)?;
+            for (scope, id) in replay_scopes(&event.body) {
+                self.tree(T::ReplayIndex)
+                    .insert(scope.key(id, event.seq), Vec::<u8>::new())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The seqs of `scope`'s events (see [`replay_scopes`]) in `after+1 ..= upto`, in
+    /// order; read from the index, not the log.
+    pub fn replay_seqs(
+        &self,
+        scope: Scope,
+        id: &str,
+        after: u64,
+        upto: u64,
+    ) -> Result<Vec<u64>, BrokerError> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        self.tree(T::ReplayIndex)
+            .range(scope.key(id, after + 1)..=scope.key(id, upto))
+            .keys()
+            .map(|k| {
+                let k = k?;
+                let tail = k
+                    .len()
+                    .checked_sub(8)
+                    .and_then(|at| <[u8; 8]>::try_from(&k[at..]).ok())
+                    .ok_or_else(|| BrokerError::Corrupt("replay index key too short".into()))?;
+                Ok(u64::from_be_bytes(tail))
+            })
+            .collect()
+    }
+
+    /// The event with global seq `seq`.
+    pub fn event(&self, seq: u64) -> Result<Option<Event>, BrokerError> {
+        self.get(T::Events, &seq_key(seq))
     }
 
     /// The flights not yet ended, oldest first (from the index, not a scan).
@@ -436,6 +548,26 @@ impl Store {
             .collect()
     }
 
+    /// The last update of a flight whose event's global seq is at most `upto`.
+    pub fn last_stored_update(
+        &self,
+        flight: &str,
+        upto: u64,
+    ) -> Result<Option<StoredUpdate>, BrokerError> {
+        for value in self
+            .tree(T::FlightUpdates)
+            .range(child_key(flight, 0)..=child_key(flight, u64::MAX))
+            .values()
+            .rev()
+        {
+            let stored: StoredUpdate = decode(&value?)?;
+            if stored.event_seq <= upto {
+                return Ok(Some(stored));
+            }
+        }
+        Ok(None)
+    }
+
     /// Events with global seq greater than `after`, at most `limit` of them.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
         self.tree(T::Events)
@@ -516,7 +648,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 12] = [
+const TREES_PROJECTED: [T; 13] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -529,6 +661,7 @@ const TREES_PROJECTED: [T; 12] = [
     T::Bindings,
     T::FlightApprovals,
     T::LiveFlights,
+    T::ReplayIndex,
 ];
 
 /// A flight update as stored: with the global seq of the event that made it.

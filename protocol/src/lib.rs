@@ -6,6 +6,7 @@
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
 //! - [`claude`]: the Claude Code stream-json wire (`claude -p`; the subset Relay's adapter
@@ -15,8 +16,9 @@
 //!   in any language.
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`codex`] and [`runtime`] on it; [`claude`] on none; [`convert`] on those and [`pb`]. The crate depends on
-//! no other crate of the workspace: every other one depends on it.
+//! [`replay`], [`codex`] and [`runtime`] on it; [`claude`] on none; [`convert`] on those
+//! and [`pb`]. The crate depends on no other crate of the workspace: every other one
+//! depends on it.
 
 pub mod api;
 pub mod bus;
@@ -28,6 +30,7 @@ pub mod domain;
 pub mod event;
 pub mod harness;
 mod names;
+pub mod replay;
 pub mod runtime;
 
 /// Types generated from `proto/relay/v1/relay.proto`.

@@ -11,7 +11,8 @@
 //! Its parts: [`serve`] (the listener and its limits), `layers` (what runs before every
 //! route: body limit, token, error shape), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, and `events` (the event log and the SSE streams).
+//! interrupt), `approvals`, `events` (the event log and the SSE streams) and `replay`
+//! (a flight, an agent or a conversation read back from the log).
 
 mod agents;
 mod approvals;
@@ -19,6 +20,7 @@ mod events;
 mod flights;
 mod layers;
 mod messages;
+mod replay;
 mod serve;
 
 pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
@@ -148,6 +150,9 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/approvals/{id}", post(approvals::decide_approval))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::event_stream))
+        .route("/v1/replay/flights/{id}", get(replay::flight))
+        .route("/v1/replay/agents/{name}", get(replay::agent))
+        .route("/v1/replay/conversations/{id}", get(replay::conversation))
         .fallback(|| async {
             HttpError::new(
                 ErrorCode::NotFound,

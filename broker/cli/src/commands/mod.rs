@@ -15,6 +15,7 @@ pub mod conversation;
 pub mod doctor;
 pub mod events;
 pub mod flight;
+pub mod replay;
 pub mod serve;
 pub mod status;
 
@@ -71,6 +72,10 @@ pub enum ClientCmd {
     Approve(approval::ApproveArgs),
     /// Show one flight and its updates.
     Flight(flight::FlightArgs),
+    /// Replay a flight, an agent's session or a conversation from the log: a readable
+    /// transcript, or one JSON document with --json.
+    #[command(subcommand)]
+    Replay(replay::ReplayCmd),
 }
 
 /// Runs `cmd` on the broker `client` talks to.
@@ -89,6 +94,7 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Approvals(args) => approval::list(client, args).await?,
         ClientCmd::Approve(args) => approval::approve(client, args).await?,
         ClientCmd::Flight(args) => flight::show(client, args).await?,
+        ClientCmd::Replay(cmd) => replay::run(client, cmd).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

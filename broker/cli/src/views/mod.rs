@@ -1,5 +1,6 @@
 //! How the client commands show what the broker answers: JSON, one-line
-//! summaries; and the live view of `relay ask` ([`ask`]).
+//! summaries; the live view of `relay ask` ([`ask`]); the transcripts of `relay replay`
+//! ([`replay`]).
 
 use relay_protocol::event::Event;
 use serde::Serialize;
@@ -7,6 +8,7 @@ use serde::Serialize;
 use crate::terminal::outln;
 
 pub mod ask;
+pub mod replay;
 
 /// `v` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {

@@ -1,0 +1,44 @@
+//! Replays of the log: `GET /v1/replay/flights/{id}`, `/v1/replay/agents/{name}` and
+//! `/v1/replay/conversations/{id}`, each with `?from_seq=N` (the entries after global
+//! seq N). Built by [`crate::replay`] on the blocking pool.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use relay_protocol::replay::{AgentReplay, ConversationReplay, TurnReplay};
+use serde::Deserialize;
+
+use super::{ApiResult, ApiState};
+
+#[derive(Deserialize)]
+pub(super) struct FromSeq {
+    from_seq: Option<u64>,
+}
+
+pub(super) async fn flight(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<FromSeq>,
+) -> ApiResult<TurnReplay> {
+    let from = q.from_seq.unwrap_or(0);
+    Ok(Json(crate::replay::flight(&s.broker, id, from).await?))
+}
+
+pub(super) async fn agent(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<FromSeq>,
+) -> ApiResult<AgentReplay> {
+    let from = q.from_seq.unwrap_or(0);
+    Ok(Json(crate::replay::agent(&s.broker, name, from).await?))
+}
+
+pub(super) async fn conversation(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    Query(q): Query<FromSeq>,
+) -> ApiResult<ConversationReplay> {
+    let from = q.from_seq.unwrap_or(0);
+    Ok(Json(
+        crate::replay::conversation(&s.broker, id, from).await?,
+    ))
+}

@@ -188,6 +188,16 @@ async fn a_record_written_behind_the_brokers_back_is_the_exact_mismatch_reported
             0,
             1,
         ),
+        (
+            "an agent's event lost from the replay index",
+            |s| {
+                let (key, _) = s.tree(T::ReplayIndex).first().unwrap().unwrap();
+                s.tree(T::ReplayIndex).remove(key).unwrap();
+            },
+            "replay_index",
+            0,
+            0,
+        ),
     ];
     let tmp = tempfile::tempdir().unwrap();
     for (i, (what, damage_it, tree, flights, live)) in cases.into_iter().enumerate() {

@@ -14,7 +14,7 @@
 //! Consecutive text deltas are joined into one entry, as is consecutive output of one
 //! command: a flight of 10,000 deltas replays as its text, not 10,000 pieces.
 
-use relay_protocol::domain::{Flight, FlightChange, Invocation};
+use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::replay::{
     AgentEntry, AgentReplay, ApprovalStep, ConversationEntry, ConversationReplay, TurnEntry,
@@ -109,7 +109,7 @@ pub fn agent_replay(
                 if seq <= from && turn.entries.is_empty() {
                     continue;
                 }
-                AgentEntry::Turn(turn)
+                AgentEntry::Turn(Box::new(turn))
             }
             _ if seq <= from => continue,
             EventBody::AgentRegistered { agent } => AgentEntry::Registered {
@@ -226,30 +226,12 @@ fn turn(
             .map(|u| (u.event_seq, u.update.at, TurnStep::Update(u.update.change))),
     );
     steps.sort_by_key(|(seq, _, _)| *seq);
-    let Invocation {
-        id: invocation_id,
-        requester,
-        action,
-        task,
-        conversation,
-        request_message,
-        parent_flight,
-        depth,
-        ..
-    } = invocation.clone();
     Ok(TurnReplay {
         flight: now.id,
         agent: now.agent,
-        invocation: invocation_id,
         seq: created.seq,
         at: created.at,
-        requester,
-        action,
-        task,
-        conversation,
-        request_message,
-        parent_flight,
-        depth,
+        invocation: invocation.clone(),
         state: now.state,
         error: now.error,
         thread_id: now.thread_id,

@@ -23,8 +23,13 @@ async fn broker_on(store: Store) -> (Broker, CancellationToken, tokio::task::Joi
     (b, stop, writer)
 }
 
-async fn broker() -> Broker {
-    broker_on(Store::temporary().unwrap()).await.0
+/// A broker on a temporary store with agent a1 registered.
+async fn broker_with_a1(harness: Harness) -> Broker {
+    let b = broker_on(Store::temporary().unwrap()).await.0;
+    b.register_agent(AgentSpec::new("a1", harness, "/w"))
+        .await
+        .unwrap();
+    b
 }
 
 fn invoke(target: &str, task: &str, conversation: Option<&str>) -> InvokeRequest {
@@ -65,6 +70,18 @@ async fn apply(b: &Broker, flight: &str, changes: Vec<FlightChange>) {
     for change in changes {
         b.update_flight(flight, change).await.unwrap();
     }
+}
+
+/// A flight of a1 that runs and answers `done`.
+async fn answered(b: &Broker, task: &str, conversation: Option<&str>) {
+    let f = b
+        .invoke(invoke("a1", task, conversation))
+        .await
+        .unwrap()
+        .flight
+        .id;
+    let end = state(FlightState::Completed, Some("done"));
+    apply(b, &f, vec![state(FlightState::Running, None), end]).await;
 }
 
 /// A flight of a1 that runs a command behind an approval and answers.
@@ -179,10 +196,7 @@ fn steps(turn: &TurnReplay) -> Vec<String> {
 
 #[tokio::test]
 async fn a_flight_replays_its_log_and_stops_at_the_published_seq() {
-    let b = broker().await;
-    b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"))
-        .await
-        .unwrap();
+    let b = broker_with_a1(Harness::CodexAppServer).await;
     let f = command_turn(&b).await;
     let turn = replay::flight(&b, f.clone(), 0).await.unwrap();
     assert_eq!(
@@ -209,7 +223,7 @@ async fn a_flight_replays_its_log_and_stops_at_the_published_seq() {
             turn.state,
             turn.thread_id.as_deref(),
             turn.usage.map(|u| (u.input_tokens, u.output_tokens)),
-            turn.task.as_str(),
+            turn.invocation.task.as_str(),
         ),
         (FlightState::Completed, Some("t1"), Some((20, 4)), "run it")
     );
@@ -246,30 +260,12 @@ async fn a_flight_replays_its_log_and_stops_at_the_published_seq() {
     expected.entries.retain(|e| e.seq <= asked);
     (expected.state, expected.usage) = (FlightState::Running, None);
     assert_eq!(then, expected);
-
-    let err = replay::flight(&b, "flt_nope".into(), 0).await.unwrap_err();
-    assert!(
-        matches!(err, BrokerError::UnknownFlight(ref id) if id == "flt_nope"),
-        "{err:?}"
-    );
 }
 
 #[tokio::test]
 async fn an_agent_replay_keeps_what_came_after_from() {
-    let b = broker().await;
-    b.register_agent(AgentSpec::new("a1", Harness::ClaudeStreamJson, "/w"))
-        .await
-        .unwrap();
-    let done = b.invoke(invoke("a1", "one", None)).await.unwrap().flight.id;
-    apply(
-        &b,
-        &done,
-        vec![
-            state(FlightState::Running, None),
-            state(FlightState::Completed, Some("1")),
-        ],
-    )
-    .await;
+    let b = broker_with_a1(Harness::ClaudeStreamJson).await;
+    answered(&b, "one", None).await;
     let long = b.invoke(invoke("a1", "two", None)).await.unwrap().flight.id;
     apply(&b, &long, vec![state(FlightState::Running, None)]).await;
     let from = b.last_seq();
@@ -299,7 +295,9 @@ async fn an_agent_replay_keeps_what_came_after_from() {
                 AgentEntry::Registered { harness, .. } => format!("registered {harness}"),
                 AgentEntry::Removed { .. } => "removed".into(),
                 AgentEntry::ThreadLost { new_thread_id, .. } => format!("lost -> {new_thread_id}"),
-                AgentEntry::Turn(t) => format!("turn {} ({} entries)", t.task, t.entries.len()),
+                AgentEntry::Turn(t) => {
+                    format!("turn {} ({} entries)", t.invocation.task, t.entries.len())
+                }
             })
             .collect()
     };
@@ -333,7 +331,7 @@ async fn an_agent_replay_keeps_what_came_after_from() {
     assert!(two.seq <= from && two.entries.iter().all(|e| e.seq > from));
     assert_eq!(two.state, FlightState::Completed);
 
-    // A removed agent's history is still there; a name never seen is an error.
+    // A removed agent's history is still there.
     b.register_agent(AgentSpec::new("a2", Harness::CodexAppServer, "/w"))
         .await
         .unwrap();
@@ -343,19 +341,11 @@ async fn an_agent_replay_keeps_what_came_after_from() {
         kinds(&gone.entries),
         ["registered codex_app_server", "removed"]
     );
-    let err = replay::agent(&b, "nope".into(), 0).await.unwrap_err();
-    assert!(
-        matches!(err, BrokerError::UnknownAgent(ref n) if n == "nope"),
-        "{err:?}"
-    );
 }
 
 #[tokio::test]
 async fn a_conversation_replay_is_its_messages_and_the_flights_they_started() {
-    let b = broker().await;
-    b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"))
-        .await
-        .unwrap();
+    let b = broker_with_a1(Harness::CodexAppServer).await;
     b.create_conversation(ConversationSpec {
         id: "team".into(),
         kind: ConversationKind::Channel,
@@ -390,21 +380,7 @@ async fn a_conversation_replay_is_its_messages_and_the_flights_they_started() {
         ],
     )
     .await;
-    let f2 = b
-        .invoke(invoke("a1", "again", Some("team")))
-        .await
-        .unwrap()
-        .flight
-        .id;
-    apply(
-        &b,
-        &f2,
-        vec![
-            state(FlightState::Running, None),
-            state(FlightState::Completed, Some("done")),
-        ],
-    )
-    .await;
+    answered(&b, "again", Some("team")).await;
 
     let all = replay::conversation(&b, "team".into(), 0).await.unwrap();
     assert_eq!(all.conversation.title.as_deref(), Some("the team"));
@@ -444,14 +420,24 @@ async fn a_conversation_replay_is_its_messages_and_the_flights_they_started() {
     let from = all.entries[2].seq();
     let after = replay::conversation(&b, "team".into(), from).await.unwrap();
     assert_eq!(after.entries, all.entries[3..]);
+}
 
-    let err = replay::conversation(&b, "nope".into(), 0)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, BrokerError::UnknownConversation(ref c) if c == "nope"),
-        "{err:?}"
-    );
+#[tokio::test]
+async fn unknown_names_are_typed_errors() {
+    let b = broker_with_a1(Harness::CodexAppServer).await;
+    let nope = || "nope".to_string();
+    assert!(matches!(
+        replay::flight(&b, nope(), 0).await,
+        Err(BrokerError::UnknownFlight(id)) if id == "nope"
+    ));
+    assert!(matches!(
+        replay::agent(&b, nope(), 0).await,
+        Err(BrokerError::UnknownAgent(name)) if name == "nope"
+    ));
+    assert!(matches!(
+        replay::conversation(&b, nope(), 0).await,
+        Err(BrokerError::UnknownConversation(id)) if id == "nope"
+    ));
 }
 
 /// The id of the message at `index` in a conversation replay.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{
     Action, ApprovalDecision, ApprovalKind, ApprovalState, ConversationSpec, FlightChange,
-    FlightState, Harness, Message,
+    FlightState, Harness, Invocation, Message,
 };
 
 /// Tokens a turn used, as its harness last reported them (a running total per turn).
@@ -31,19 +31,11 @@ pub struct Usage {
 pub struct TurnReplay {
     pub flight: String,
     pub agent: String,
-    pub invocation: String,
     /// Seq of the event that created the flight (the request).
     pub seq: u64,
     pub at: u64,
-    pub requester: String,
-    pub action: Action,
-    /// The task as asked.
-    pub task: String,
-    pub conversation: String,
-    pub request_message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_flight: Option<String>,
-    pub depth: u32,
+    /// Who asked what, as asked: requester, task, conversation, parent flight, depth.
+    pub invocation: Invocation,
     /// The flight's state after its last recorded update.
     pub state: FlightState,
     /// Why it failed or was cancelled (`null` otherwise).
@@ -132,8 +124,9 @@ pub enum AgentEntry {
         seq: u64,
         at: u64,
     },
-    /// The stored session could not be resumed and a new one replaced it: the turns
-    /// after this one do not remember those before.
+    /// The stored session could not be resumed and a new one replaced it: it does not
+    /// remember the turns before. Found when a turn wakes the agent, so it follows that
+    /// turn's request in the log.
     ThreadLost {
         seq: u64,
         at: u64,
@@ -141,7 +134,7 @@ pub enum AgentEntry {
         new_thread_id: String,
         reason: String,
     },
-    Turn(TurnReplay),
+    Turn(Box<TurnReplay>),
 }
 
 impl AgentEntry {

@@ -68,7 +68,8 @@ fn agent_after(replay: &AgentReplay, n: u64) -> AgentReplay {
         .filter_map(|entry| match entry {
             AgentEntry::Turn(turn) => {
                 let turn = turn_after(&turn, n);
-                (turn.seq > n || !turn.entries.is_empty()).then_some(AgentEntry::Turn(turn))
+                (turn.seq > n || !turn.entries.is_empty())
+                    .then_some(AgentEntry::Turn(Box::new(turn)))
             }
             other => (other.seq() > n).then_some(other),
         })
@@ -136,8 +137,8 @@ async fn a_flight_replays_its_command_approval_text_and_usage() {
         (
             turn.flight.as_str(),
             turn.agent.as_str(),
-            turn.requester.as_str(),
-            turn.task.as_str(),
+            turn.invocation.requester.as_str(),
+            turn.invocation.task.as_str(),
             turn.state,
             turn.error.as_deref(),
         ),
@@ -344,14 +345,18 @@ async fn an_agent_session_and_its_conversation_replay_the_same_after_kill_9() {
         .entries
         .iter()
         .filter_map(|e| match e {
-            AgentEntry::Turn(t) => Some(t),
+            AgentEntry::Turn(t) => Some(t.as_ref()),
             _ => None,
         })
         .collect();
     assert_eq!(
         turns
             .iter()
-            .map(|t| (t.task.as_str(), t.state, t.conversation.as_str()))
+            .map(|t| (
+                t.invocation.task.as_str(),
+                t.state,
+                t.invocation.conversation.as_str()
+            ))
             .collect::<Vec<_>>(),
         vec![
             ("first question", FlightState::Completed, "team"),

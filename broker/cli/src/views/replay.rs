@@ -212,11 +212,11 @@ fn turn_title(turn: &TurnReplay) -> String {
 /// The request, then the entries, of one turn; `due(seq, out)` is called before each
 /// entry, to show what else happened before it.
 fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut Lines)) {
-    let mut asked = format!("{} asked {}", turn.requester, turn.agent);
-    if let Some(parent) = &turn.parent_flight {
+    let mut asked = format!("{} asked {}", turn.invocation.requester, turn.agent);
+    if let Some(parent) = &turn.invocation.parent_flight {
         asked.push_str(&format!(" (from flight {parent})"));
     }
-    out.at(turn.seq, "", &format!("{asked}:\n{}", turn.task));
+    out.at(turn.seq, "", &format!("{asked}:\n{}", turn.invocation.task));
     let calls = calls(&turn.entries);
     let mut shown: Vec<&str> = Vec::new();
     let mut streamed: Vec<&str> = Vec::new();
@@ -324,8 +324,8 @@ fn completed_line(
         }
         ItemKind::Reasoning => out.at(seq, "", &format!("(thinking) {text}")),
         ItemKind::Plan => out.at(seq, "  ", &format!("plan:\n{text}")),
-        ItemKind::UserMessage if text.trim() != turn.task.trim() => {
-            out.at(seq, "", &format!("{}: {text}", turn.requester))
+        ItemKind::UserMessage if text.trim() != turn.invocation.task.trim() => {
+            out.at(seq, "", &format!("{}: {text}", turn.invocation.requester))
         }
         _ => {}
     }
@@ -427,7 +427,7 @@ fn decided(d: ApprovalDecision) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_protocol::domain::Action;
+    use relay_protocol::domain::{Action, Invocation};
     use relay_protocol::replay::Usage;
 
     fn entry(seq: u64, step: TurnStep) -> TurnEntry {
@@ -455,16 +455,21 @@ mod tests {
         let turn = TurnReplay {
             flight: "flt_1".into(),
             agent: "codex-1".into(),
-            invocation: "inv_1".into(),
             seq: 4,
             at: 0,
-            requester: "operator".into(),
-            action: Action::Consult,
-            task: "run it".into(),
-            conversation: "direct.codex-1.operator".into(),
-            request_message: "msg_1".into(),
-            parent_flight: None,
-            depth: 0,
+            invocation: Invocation {
+                id: "inv_1".into(),
+                requester: "operator".into(),
+                target: "codex-1".into(),
+                action: Action::Consult,
+                task: "run it".into(),
+                conversation: "direct.codex-1.operator".into(),
+                request_message: "msg_1".into(),
+                parent_flight: None,
+                depth: 0,
+                timeout_ms: None,
+                created_at: 0,
+            },
             state: FlightState::Completed,
             error: None,
             thread_id: None,

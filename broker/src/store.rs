@@ -8,6 +8,7 @@
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
+//! - `flight_children` (an index): parent flight id, 0, child flight id -> nothing
 //!
 //! Projections are written only by [`apply`], both when a batch commits and when
 //! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
@@ -60,9 +61,12 @@ pub enum T {
     LiveFlights,
     /// Markers of one-time work done on this database (not a projection).
     Meta,
+    /// parent flight id, 0, child flight id -> nothing: the agent-to-agent tree of a
+    /// flight without a scan (an index).
+    FlightChildren,
 }
 
-const TREE_NAMES: [&str; 16] = [
+const TREE_NAMES: [&str; 17] = [
     "events",
     "agents",
     "conversations",
@@ -79,6 +83,7 @@ const TREE_NAMES: [&str; 16] = [
     "agent_secrets",
     "live_flights",
     "meta",
+    "flight_children",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
@@ -96,6 +101,15 @@ pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, BrokerError> {
         ))),
         None => Err(BrokerError::Corrupt("empty stored value".into())),
     }
+}
+
+/// `a`, 0, `b`: a key of an index from one id to many.
+pub fn pair_key(a: &str, b: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(a.len() + 1 + b.len());
+    key.extend_from_slice(a.as_bytes());
+    key.push(0);
+    key.extend_from_slice(b.as_bytes());
+    key
 }
 
 pub fn seq_key(seq: u64) -> [u8; 8] {
@@ -163,6 +177,9 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             )?;
             if !flight.state.is_terminal() {
                 sink.put(T::LiveFlights, flight.id.as_bytes(), Vec::new())?;
+            }
+            if let Some(parent) = &flight.parent_flight {
+                sink.put(T::FlightChildren, &pair_key(parent, &flight.id), Vec::new())?;
             }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
@@ -243,7 +260,79 @@ impl Store {
             trees,
         };
         store.index_live_flights()?;
+        store.index_flight_children()?;
         Ok(store)
+    }
+
+    /// Builds the flight-children index of a database made before it existed, once.
+    fn index_flight_children(&self) -> Result<(), BrokerError> {
+        const MARKER: &[u8] = b"flight_children_indexed";
+        if self.tree(T::Meta).contains_key(MARKER)? {
+            return Ok(());
+        }
+        for value in self.tree(T::Flights).iter().values() {
+            let flight: Flight = decode(&value?)?;
+            if let Some(parent) = &flight.parent_flight {
+                self.tree(T::FlightChildren)
+                    .insert(pair_key(parent, &flight.id), Vec::<u8>::new())?;
+            }
+        }
+        self.tree(T::Meta).insert(MARKER, Vec::<u8>::new())?;
+        Ok(())
+    }
+
+    /// The agent-to-agent tree flight `id` belongs to, from its root; at most `limit`
+    /// flights (deeper or later ones are left out).
+    pub fn flight_tree(
+        &self,
+        id: &str,
+        limit: usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut root = self
+            .flight(id)?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.to_string()))?;
+        // Parents are checked when an invocation is made, so the chain ends; the
+        // bound only guards against a damaged store.
+        for _ in 0..limit {
+            match root.parent_flight.as_deref().map(|p| self.flight(p)) {
+                Some(Ok(Some(parent))) => root = parent,
+                Some(Err(e)) => return Err(e),
+                _ => break,
+            }
+        }
+        let mut budget = limit.saturating_sub(1);
+        self.subtree(root, &mut budget)
+    }
+
+    fn subtree(
+        &self,
+        flight: Flight,
+        budget: &mut usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut children = Vec::new();
+        for child in self.children(&flight.id)? {
+            if *budget == 0 {
+                break;
+            }
+            *budget -= 1;
+            children.push(self.subtree(child, budget)?);
+        }
+        Ok(relay_protocol::api::FlightTree { flight, children })
+    }
+
+    /// The flights asked from flight `id` (agent-to-agent), oldest first.
+    pub fn children(&self, id: &str) -> Result<Vec<Flight>, BrokerError> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        let mut out = Vec::new();
+        for key in self.tree(T::FlightChildren).scan_prefix(&prefix).keys() {
+            let key = key?;
+            if let Some(flight) = self.get::<Flight>(T::Flights, &key[prefix.len()..])? {
+                out.push(flight);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
     }
 
     /// Builds the live-flight index of a database made before it existed, once (the
@@ -516,7 +605,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 12] = [
+const TREES_PROJECTED: [T; 13] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -529,6 +618,7 @@ const TREES_PROJECTED: [T; 12] = [
     T::Bindings,
     T::FlightApprovals,
     T::LiveFlights,
+    T::FlightChildren,
 ];
 
 /// A flight update as stored: with the global seq of the event that made it.

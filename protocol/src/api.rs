@@ -112,6 +112,15 @@ pub struct InvokeAccepted {
     pub flight: Flight,
 }
 
+/// `GET /v1/flights/{id}/tree`: the agent-to-agent tree a flight belongs to, from its
+/// root: each flight with the flights asked from it, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlightTree {
+    pub flight: Flight,
+    #[serde(default)]
+    pub children: Vec<FlightTree>,
+}
+
 /// Body of `POST /v1/flights/{id}/updates`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateFlight {

@@ -55,7 +55,7 @@ pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
         InvokeRequest {
             target: agent,
             task: text_arg(text)?,
-            requester: actor.name,
+            requester: actor.name(),
             action: Default::default(),
             conversation,
             parent_flight,

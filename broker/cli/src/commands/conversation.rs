@@ -79,7 +79,7 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
             &["v1", "messages"],
             &PostMessage {
                 conversation: to,
-                author: actor.name,
+                author: actor.name(),
                 body: text_arg(text)?,
                 class: MessageClass::Agent,
                 reply_to: None,

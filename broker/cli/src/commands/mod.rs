@@ -29,14 +29,19 @@ pub struct JsonFlag {
 /// decider.
 #[derive(Args)]
 pub struct Actor {
-    /// Who is speaking, asking or deciding.
-    #[arg(
-        long = "as",
-        value_name = "ACTOR",
-        env = "RELAY_ACTOR",
-        default_value = "operator"
-    )]
-    pub name: String,
+    /// Who is speaking, asking or deciding. Default: the agent whose session this runs
+    /// in (RELAY_AGENT, with its scoped token), else `operator`.
+    #[arg(long = "as", value_name = "ACTOR", env = "RELAY_ACTOR")]
+    name: Option<String>,
+}
+
+impl Actor {
+    /// `--as`, else the session's agent, else `operator`.
+    pub fn name(self) -> String {
+        self.name
+            .or_else(|| std::env::var("RELAY_AGENT").ok().filter(|a| !a.is_empty()))
+            .unwrap_or_else(|| "operator".into())
+    }
 }
 
 /// The commands that talk to a running broker.

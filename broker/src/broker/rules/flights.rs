@@ -34,6 +34,11 @@ impl Ctx<'_, '_> {
                 let mut cursor = Some(parent.clone());
                 while let Some(id) = cursor {
                     let f = self.flight(&id)?;
+                    if f.agent == req.target && &id == parent {
+                        return Err(BrokerError::SelfAsk {
+                            agent: req.target.clone(),
+                        });
+                    }
                     if f.agent == req.target {
                         return Err(BrokerError::Cycle {
                             agent: req.target.clone(),

@@ -1,5 +1,5 @@
 //! How the client commands show what the broker answers: JSON, one-line
-//! summaries; and the live view of `relay ask` ([`ask`]).
+//! summaries; and the live views of `relay ask` ([`ask`]) and `relay watch` ([`watch`]).
 
 use relay_protocol::event::Event;
 use serde::Serialize;
@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::terminal::outln;
 
 pub mod ask;
+pub mod watch;
 
 /// `v` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {

@@ -149,15 +149,14 @@ fn apply(store: &Store, view: &mut View, event: &Event) -> Result<(), BrokerErro
         (View::Agent(v), body) => match body {
             B::AgentRegistered { agent } | B::AgentUpdated { agent } => v.agent = agent.clone(),
             B::AgentRemoved { name, .. } => return Err(BrokerError::UnknownAgent(name.clone())),
-            B::InvocationCreated { flight, .. } => {
+            B::InvocationCreated { flight, .. }
                 if !flight.state.is_terminal()
-                    && !v.flights.iter().any(|f| f.flight.id == flight.id)
-                {
-                    v.flights.push(FlightView {
-                        flight: flight.clone(),
-                        updates: Vec::new(),
-                    });
-                }
+                    && !v.flights.iter().any(|f| f.flight.id == flight.id) =>
+            {
+                v.flights.push(FlightView {
+                    flight: flight.clone(),
+                    updates: Vec::new(),
+                });
             }
             B::FlightUpdated { update, flight } => {
                 match v.flights.iter().position(|f| f.flight.id == flight.id) {

@@ -211,15 +211,7 @@ async fn watch_nats(nats: &async_nats::Client, id: &str, k: usize) -> Watched {
                 .expect("the flight's next update on the stream")
                 .unwrap()
                 .unwrap();
-            let seq: u64 = m
-                .headers
-                .as_ref()
-                .unwrap()
-                .get("Relay-Seq")
-                .unwrap()
-                .as_str()
-                .parse()
-                .unwrap();
+            let seq = relay_seq(&m.headers);
             if seq <= reply.snapshot.seq {
                 continue;
             }
@@ -241,6 +233,12 @@ async fn watch_nats(nats: &async_nats::Client, id: &str, k: usize) -> Watched {
         }
     }
     fold.finish(Via::Nats, k)
+}
+
+/// The global event seq a published message carries (`Relay-Seq`).
+fn relay_seq(headers: &Option<async_nats::HeaderMap>) -> u64 {
+    let h = headers.as_ref().expect("headers");
+    h.get("Relay-Seq").unwrap().as_str().parse().unwrap()
 }
 
 /// A protobuf update without the flight record it carries (a watcher compares updates).
@@ -441,15 +439,7 @@ async fn nats_snapshots_of_a_conversation_and_an_agent_say_where_to_follow_them(
             .await
             .unwrap()
             .unwrap();
-        let seq: u64 = m
-            .headers
-            .as_ref()
-            .unwrap()
-            .get("Relay-Seq")
-            .unwrap()
-            .as_str()
-            .parse()
-            .unwrap();
+        let seq = relay_seq(&m.headers);
         if seq > reply.snapshot.seq {
             bodies.push(pb::Message::decode(m.payload.as_ref()).unwrap().body);
         }

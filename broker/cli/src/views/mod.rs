@@ -15,6 +15,16 @@ pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A message as `relay read` and `relay watch` show it: `[index] author: body`.
+pub fn print_message(m: &relay_protocol::domain::Message) {
+    let reply = m
+        .reply_to
+        .as_deref()
+        .map(|r| format!(" (reply to {r})"))
+        .unwrap_or_default();
+    outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+}
+
 /// A one-line description of the NATS connection (`relay status`).
 pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
     use relay_protocol::api::NatsStatus;

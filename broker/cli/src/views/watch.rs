@@ -3,10 +3,11 @@
 //! line of its own in brackets. An agent's and a conversation's events take one line
 //! each. Everything of agent or model text goes through [`crate::terminal`].
 
-use relay_protocol::domain::{FlightChange, FlightUpdate, Message};
+use relay_protocol::domain::{FlightChange, FlightUpdate};
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{Snapshot, View};
 
+use super::print_message;
 use crate::terminal::{one_line, out, outln};
 
 #[derive(Default)]
@@ -60,7 +61,7 @@ impl WatchView {
                     s.seq
                 );
                 for m in &v.messages {
-                    message(m);
+                    print_message(m);
                 }
             }
         }
@@ -76,7 +77,7 @@ impl WatchView {
                 update.seq,
                 describe(&update.change)
             ),
-            EventBody::MessagePosted { message: m, .. } => message(m),
+            EventBody::MessagePosted { message: m, .. } => print_message(m),
             EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
                 outln!("agent {}: {}", agent.spec.name, agent.state)
             }
@@ -118,15 +119,6 @@ impl WatchView {
             self.mid_line = false;
         }
     }
-}
-
-fn message(m: &Message) {
-    let reply = m
-        .reply_to
-        .as_deref()
-        .map(|r| format!(" (reply to {r})"))
-        .unwrap_or_default();
-    outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
 }
 
 /// A flight change on one line.

@@ -6,7 +6,9 @@
 //!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
 //!   every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
-//! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS).
+//! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS);
+//!   [`watch`]: a flight's, an agent's or a conversation's snapshot exact at a seq, then
+//!   its events after it.
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
 //!   the NATS bus (commands, events and flight updates).
 //! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
@@ -26,7 +28,7 @@
 //! Modules depend one way, each only on the layers above it:
 //!
 //! 1. `error`, `files`, `seal`, `shutdown`, `policy`: no other module;
-//! 2. `store`, then `broker`, `feed`, `ports`, `ops`: the domain and its ports;
+//! 2. `store`, then `broker`, `feed`, `watch`, `ports`, `ops`: the domain and its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
@@ -54,6 +56,7 @@ pub mod seal;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod watch;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};
 pub use error::BrokerError;

@@ -12,7 +12,7 @@
 //! route: body limit, error shape), `auth` (the token: the operator or an agent, and
 //! what an agent's token may do), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, and `events` (the event log and the SSE streams).
+//! interrupt), `approvals`, and `events` (the event log, the SSE streams and watches).
 
 mod agents;
 mod approvals;
@@ -154,6 +154,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/approvals/{id}", post(approvals::decide_approval))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::event_stream))
+        .route("/v1/watch", get(events::watch_stream))
         .fallback(|| async {
             HttpError::new(
                 ErrorCode::NotFound,

@@ -10,7 +10,7 @@ use relay_protocol::domain::{
 use super::{text_arg, Actor, JsonFlag};
 use crate::client::Client;
 use crate::terminal::outln;
-use crate::views::print_json;
+use crate::views::{print_json, print_message};
 
 #[derive(Args)]
 pub struct SendArgs {
@@ -111,13 +111,8 @@ pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
     if json {
         print_json(&msgs)?;
     } else {
-        for m in msgs {
-            let reply = m
-                .reply_to
-                .as_deref()
-                .map(|r| format!(" (reply to {r})"))
-                .unwrap_or_default();
-            outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+        for m in &msgs {
+            print_message(m);
         }
     }
     Ok(())

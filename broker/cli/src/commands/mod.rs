@@ -17,6 +17,7 @@ pub mod events;
 pub mod flight;
 pub mod serve;
 pub mod status;
+pub mod watch;
 
 #[derive(Args)]
 pub struct JsonFlag {
@@ -76,6 +77,10 @@ pub enum ClientCmd {
     Approve(approval::ApproveArgs),
     /// Show one flight and its updates.
     Flight(flight::FlightArgs),
+    /// Show a flight, an agent or a conversation as it is now, then follow it live:
+    /// nothing missed, nothing twice. A flight's watch ends with the flight (exit 0 when
+    /// it completed, 1 when it failed or was cancelled).
+    Watch(watch::WatchArgs),
 }
 
 /// Runs `cmd` on the broker `client` talks to.
@@ -94,6 +99,7 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Approvals(args) => approval::list(client, args).await?,
         ClientCmd::Approve(args) => approval::approve(client, args).await?,
         ClientCmd::Flight(args) => flight::show(client, args).await?,
+        ClientCmd::Watch(args) => return watch::run(client, args).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,5 @@
 //! How the client commands show what the broker answers: JSON, one-line
-//! summaries; and the live view of `relay ask` ([`ask`]).
+//! summaries; and the live views of `relay ask` ([`ask`]) and `relay watch` ([`watch`]).
 
 use relay_protocol::event::Event;
 use serde::Serialize;
@@ -7,11 +7,22 @@ use serde::Serialize;
 use crate::terminal::outln;
 
 pub mod ask;
+pub mod watch;
 
 /// `v` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
+}
+
+/// A message as `relay read` and `relay watch` show it: `[index] author: body`.
+pub fn print_message(m: &relay_protocol::domain::Message) {
+    let reply = m
+        .reply_to
+        .as_deref()
+        .map(|r| format!(" (reply to {r})"))
+        .unwrap_or_default();
+    outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
 }
 
 /// A one-line description of the NATS connection (`relay status`).

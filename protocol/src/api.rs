@@ -151,9 +151,26 @@ fn default_decider() -> String {
     "operator".to_string()
 }
 
+/// Answer to a posted message (`POST /v1/messages`, `relay.v1.cmd.post` in JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessagePosted {
     pub message: Message,
+    /// The consult flights its `@mentions` started, one per mentioned agent (queued, in
+    /// the order of the mentions). Their replies are posted in reply to the message.
+    #[serde(default)]
+    pub flights: Vec<Flight>,
+    /// Mentioned agents that were not consulted because a loop rule refused it (a cycle,
+    /// a chain too deep). The message is posted all the same; Relay also answers it in
+    /// the conversation with a `system` message that says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<MentionRefused>,
+}
+
+/// A mention that did not start a consult, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MentionRefused {
+    pub agent: String,
+    pub error: ApiError,
 }
 
 /// `GET /v1/status`.

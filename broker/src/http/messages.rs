@@ -65,7 +65,5 @@ pub(super) async fn post_message(
             .parent_flight(&s.broker, post.meta.flight.take())
             .await?;
     }
-    Ok(Json(MessagePosted {
-        message: s.broker.post_message(post).await?,
-    }))
+    Ok(Json(s.broker.post_message(post).await?))
 }

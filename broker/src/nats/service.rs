@@ -224,7 +224,7 @@ impl Service {
                     let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
-                Ok(Answer::Message(self.broker.post_message(post).await?))
+                Ok(Answer::Posted(self.broker.post_message(post).await?))
             }
             subjects::CMD_STEER => {
                 let (flight, text) = if json {
@@ -414,7 +414,9 @@ enum ReplyTo {
 
 enum Answer {
     Invoked(relay_protocol::api::InvokeAccepted),
-    Message(relay_protocol::domain::Message),
+    /// The JSON answer carries the consults the mentions started; the protobuf one the
+    /// message only (the flights are on the event stream).
+    Posted(relay_protocol::api::MessagePosted),
     Flight(relay_protocol::domain::Flight),
     Approval(relay_protocol::domain::Approval),
     Snapshot(Box<SnapshotReply>),
@@ -425,7 +427,7 @@ impl Answer {
     fn to_json(&self) -> Bytes {
         let v = match self {
             Answer::Invoked(a) => serde_json::to_vec(a),
-            Answer::Message(m) => serde_json::to_vec(&serde_json::json!({ "message": m })),
+            Answer::Posted(p) => serde_json::to_vec(p),
             Answer::Flight(f) => serde_json::to_vec(&serde_json::json!({ "flight": f })),
             Answer::Approval(a) => serde_json::to_vec(&serde_json::json!({ "approval": a })),
             Answer::Snapshot(r) => serde_json::to_vec(r),
@@ -455,8 +457,8 @@ impl Answer {
                 result: Some(C::Error(convert::error_to_pb(e))),
             }
             .encode_to_vec(),
-            Answer::Message(m) => pb::CommandReply {
-                result: Some(C::Message(convert::message_to_pb(m))),
+            Answer::Posted(p) => pb::CommandReply {
+                result: Some(C::Message(convert::message_to_pb(&p.message))),
             }
             .encode_to_vec(),
             Answer::Flight(f) => pb::CommandReply {

@@ -50,7 +50,7 @@ impl Actor {
 pub enum ClientCmd {
     /// Show the broker's state.
     Status(JsonFlag),
-    /// Post a message to a conversation.
+    /// Post a message to a conversation; each agent it @mentions answers in reply.
     Send(conversation::SendArgs),
     /// Print the last messages of a conversation.
     Read(conversation::ReadArgs),

@@ -44,6 +44,18 @@ fn invoke(target: &str) -> InvokeRequest {
     }
 }
 
+/// A message from `author` to the default conversation.
+fn said(author: &str, body: &str) -> PostMessage {
+    PostMessage {
+        conversation: DEFAULT_CONVERSATION.into(),
+        author: author.into(),
+        body: body.into(),
+        class: Default::default(),
+        reply_to: None,
+        meta: Default::default(),
+    }
+}
+
 fn to(state: FlightState) -> FlightChange {
     FlightChange::State {
         to: state,
@@ -191,11 +203,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let seq = b.last_seq();
     let post = |conversation: &str, body: &str| PostMessage {
         conversation: conversation.into(),
-        author: "me".into(),
-        body: body.into(),
-        class: Default::default(),
-        reply_to: None,
-        meta: Default::default(),
+        ..said("me", body)
     };
     assert!(matches!(
         b.post_message(post("nope", "hi")).await,
@@ -252,14 +260,7 @@ async fn empty_and_oversized_fields_are_typed_errors_and_write_nothing() {
     let b = broker().await;
     b.register_agent(spec("a1")).await.unwrap();
     let seq = b.last_seq();
-    let post = |author: &str, body: &str| PostMessage {
-        conversation: DEFAULT_CONVERSATION.into(),
-        author: author.into(),
-        body: body.into(),
-        class: Default::default(),
-        reply_to: None,
-        meta: Default::default(),
-    };
+    let post = said;
     let task = |requester: &str, task: &str| InvokeRequest {
         task: task.into(),
         requester: requester.into(),
@@ -505,17 +506,6 @@ async fn agent_to_agent_depth_and_cycles_are_limited() {
         b.invoke(child(&f_c.flight.id, "d")).await,
         Err(BrokerError::DepthLimit { depth: 3, limit: 2 })
     ));
-}
-
-fn said(author: &str, body: &str) -> PostMessage {
-    PostMessage {
-        conversation: DEFAULT_CONVERSATION.into(),
-        author: author.into(),
-        body: body.into(),
-        class: Default::default(),
-        reply_to: None,
-        meta: Default::default(),
-    }
 }
 
 /// The flights of `agent`, oldest first.

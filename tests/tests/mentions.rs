@@ -2,8 +2,10 @@
 //! against the mock model. `@name` in a message consults each mentioned agent, whose
 //! answer is posted under the message; an agent's answer that mentions another agent
 //! consults it as a child of its flight; the loop rules stop a mention loop without
-//! failing a post; a mention of oneself or of an unknown name starts nothing; a consult
-//! still queued when the broker is killed runs after the restart.
+//! failing a post; what an agent sends from its shell (`relay send`) consults within
+//! the flight it runs, and it reads a refusal as the command's output; a mention of
+//! oneself or of an unknown name starts nothing; a consult still queued when the broker
+//! is killed runs after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -145,18 +147,24 @@ async fn invocation_of(env: &Env, flight: &str) -> Value {
         .unwrap_or_else(|| panic!("no invocation for {flight}"))
 }
 
+/// The flights of agent `agent`, oldest first.
+async fn flights_of(env: &Env, agent: &str) -> Vec<Value> {
+    let (code, list) = env
+        .relay
+        .http()
+        .get(&format!("/v1/flights?agent={agent}"))
+        .await;
+    assert_eq!(code, 200, "{list}");
+    list.as_array().unwrap().clone()
+}
+
 /// Waits for agent `agent`'s only flight to appear, and returns it.
 async fn only_flight_of(env: &Env, agent: &str) -> Value {
     wait_until(
         format!("a flight of {agent}"),
         Duration::from_secs(120),
         || async {
-            let (_, list) = env
-                .relay
-                .http()
-                .get(&format!("/v1/flights?agent={agent}"))
-                .await;
-            let list = list.as_array().cloned().unwrap_or_default();
+            let list = flights_of(env, agent).await;
             assert!(
                 list.len() <= 1,
                 "{agent} has more than one flight: {list:?}"
@@ -414,4 +422,63 @@ async fn a_consult_still_queued_at_a_kill_9_runs_after_the_restart() {
         "delivered"
     );
     assert_eq!(state(&env.flight(&busy).await), "failed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_an_agent_sends_from_its_shell_consults_within_its_flight() {
+    // The default script: `exec:` runs the command with the agent's bash tool and
+    // answers with its output; anything else is echoed as `ok: ...`.
+    let env = Env::start().await;
+    env.add_pi("p1", &[]);
+    env.add_pi("p2", &[]);
+    env.add_claude("cl-1", &[]);
+
+    // p1's shell runs `relay send`: the message is p1's, and cl-1's consult is a child
+    // of the flight p1 is running. p1 reads the consult in the command's output.
+    let parent = env.ask_no_wait("p1", "exec:relay send '@cl-1 hello from a shell'");
+    let f = completed(&env, &parent).await;
+    let child = only_flight_of(&env, "cl-1").await;
+    let child_id = child["id"].as_str().unwrap();
+    assert_eq!(
+        f["output"]
+            .as_str()
+            .map(|o| o.contains(&format!("consulting cl-1: flight {child_id}"))),
+        Some(true),
+        "{f}"
+    );
+    let child = completed(&env, child_id).await;
+    assert_eq!(child["parent_flight"], parent.as_str());
+    let inv = invocation_of(&env, child_id).await;
+    assert_eq!(
+        (&inv["requester"], &inv["depth"]),
+        (&Value::from("p1"), &Value::from(1))
+    );
+    let all = messages(&env);
+    let said = message(&all, inv["request_message"].as_str().unwrap());
+    assert_eq!(
+        (&said["author"], &said["body"], &said["meta"]["flight"]),
+        (
+            &Value::from("p1"),
+            &Value::from("@cl-1 hello from a shell"),
+            &Value::from(parent.as_str())
+        )
+    );
+    let answer = message(&all, child["reply_message"].as_str().unwrap());
+    assert_eq!(answer["reply_to"], said["id"]);
+
+    // p1 asks p2, whose shell mentions p1 back: a cycle. p2's post stands, `relay send`
+    // says why p1 was not consulted, and p1 reads it through p2's reply.
+    let asks = env.ask_no_wait(
+        "p1",
+        "exec:relay ask p2 'exec:relay send \"@p1 back to you\"'",
+    );
+    let f = completed(&env, &asks).await;
+    let out = f["output"].as_str().unwrap();
+    assert!(
+        out.contains(
+            "not consulting p1: cycle: agent \"p1\" is already working on an ancestor flight"
+        ),
+        "{f}"
+    );
+    assert_eq!(flights_of(&env, "p1").await.len(), 2);
 }

@@ -8,7 +8,7 @@
 //! its request, so the reply is posted in reply to it) with its queued flight, and a
 //! `mention` delivery that the flight settles as it starts (or fails). A message posted
 //! during a flight of its author's (`meta.flight`: an agent's reply, or what it sends
-//! from its turn) makes the consults children of that flight, so the loop rules of an
+//! from its turn with its session's token) makes the consults children of that flight, so the loop rules of an
 //! ask hold ([`Ctx::loop_depth`]). A mention those rules refuse does not fail the
 //! post, which stands: its delivery fails with the reason, Relay answers the message
 //! with a `system` message saying why, and the post's answer lists it. An invocation's

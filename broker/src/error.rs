@@ -56,6 +56,11 @@ pub enum BrokerError {
         quote(agent)
     )]
     Cycle { agent: String },
+    #[error(
+        "agent {} cannot ask itself: the flight it asks from is its own",
+        quote(agent)
+    )]
+    SelfAsk { agent: String },
     #[error("unauthorized: {0}")]
     Unauthorized(String),
     #[error("the broker is overloaded: {0}")]
@@ -122,7 +127,7 @@ impl BrokerError {
             BrokerError::NoApprovalStep { .. } => ErrorCode::InvalidRequest,
             BrokerError::Unavailable(_) | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
-            BrokerError::Cycle { .. } => ErrorCode::Cycle,
+            BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
             BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
             BrokerError::Node(e) => e.code,

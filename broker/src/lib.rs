@@ -7,7 +7,9 @@
 //!   every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
 //! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS);
-//!   [`replay`]: a flight, an agent's session or a conversation read back from the log.
+//!   [`watch`]: a flight's, an agent's or a conversation's snapshot exact at a seq, then
+//!   its events after it; [`replay`]: a flight, an agent's session or a conversation
+//!   read back from the log.
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
 //!   the NATS bus (commands, events and flight updates).
 //! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
@@ -27,7 +29,8 @@
 //! Modules depend one way, each only on the layers above it:
 //!
 //! 1. `error`, `files`, `seal`, `shutdown`, `policy`: no other module;
-//! 2. `store`, then `broker`, `feed`, `replay`, `ports`, `ops`: the domain and its ports;
+//! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
+//!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
@@ -56,6 +59,7 @@ pub mod seal;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod watch;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};
 pub use error::BrokerError;

@@ -228,6 +228,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         shared_db: None,
         node: Some(config.name.clone()),
         turn_idle_timeout: config.turn_idle_timeout,
+        // A node's agents do not reach the broker's API: it listens on its own host's loopback.
+        access: None,
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =

@@ -11,7 +11,8 @@
 //! node only. `relay node-key NAME --out FILE` writes it for `relay node --key-file`.
 //!
 //! Client tokens (the HTTP API's, the NATS request token) are compared here too, in
-//! constant time ([`token_matches`]).
+//! constant time ([`token_matches`]), and each agent's scoped API token is made and
+//! checked here ([`AgentTokens`]).
 //!
 //! Not covered: a captured sealed message can be replayed by someone who can publish on
 //! its subject. The node and the broker ignore replays by id (a dispatch runs a flight
@@ -128,11 +129,82 @@ pub fn token_matches(given: &[u8], secret: &[u8]) -> bool {
     bool::from(given.ct_eq(secret))
 }
 
+/// What every agent token starts with.
+const AGENT_TOKEN_PREFIX: &str = "relay-agent.";
+
+/// The API tokens of agents: `relay-agent.<name>.<mac>`, the mac derived from the
+/// operator's token and the agent's name (HKDF-SHA256). Nothing is stored: the broker
+/// checks a token by deriving it again, so a token speaks for its agent only, lasts as
+/// long as the operator's token, and a token of a removed agent names an agent that is
+/// no longer there.
+#[derive(Clone)]
+pub struct AgentTokens(Hkdf<Sha256>);
+
+impl std::fmt::Debug for AgentTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentTokens(***)")
+    }
+}
+
+impl AgentTokens {
+    /// Tokens derived from the operator's token `secret`.
+    pub fn new(secret: &[u8]) -> AgentTokens {
+        AgentTokens(Hkdf::<Sha256>::new(Some(b"relay agent tokens v1"), secret))
+    }
+
+    fn mac(&self, agent: &str) -> String {
+        let mut okm = [0u8; 32];
+        // 32 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
+        let _ = self.0.expand(format!("agent:{agent}").as_bytes(), &mut okm);
+        okm.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The token of `agent`.
+    pub fn token(&self, agent: &str) -> String {
+        format!("{AGENT_TOKEN_PREFIX}{agent}.{}", self.mac(agent))
+    }
+
+    /// Whether `given` looks like an agent token at all (so a wrong one is told apart
+    /// from a wrong operator token).
+    pub fn is_agent_token(given: &str) -> bool {
+        given.starts_with(AGENT_TOKEN_PREFIX)
+    }
+
+    /// The agent `given` is the token of, if it is one made here.
+    pub fn agent_of(&self, given: &str) -> Option<String> {
+        let (agent, mac) = given.strip_prefix(AGENT_TOKEN_PREFIX)?.rsplit_once('.')?;
+        if agent.is_empty() || !token_matches(mac.as_bytes(), self.mac(agent).as_bytes()) {
+            return None;
+        }
+        Some(agent.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn an_agent_token_speaks_for_its_agent_only() {
+        let tokens = AgentTokens::new(b"operator secret");
+        let a = tokens.token("alpha");
+        assert!(AgentTokens::is_agent_token(&a));
+        assert_eq!(tokens.agent_of(&a).as_deref(), Some("alpha"));
+        // Another agent's name on alpha's mac, a changed mac, another broker's token.
+        let mac = a.rsplit_once('.').unwrap().1;
+        assert_eq!(tokens.agent_of(&format!("relay-agent.beta.{mac}")), None);
+        let mut altered = a.clone();
+        altered.pop();
+        altered.push(if a.ends_with('0') { '1' } else { '0' });
+        assert_eq!(tokens.agent_of(&altered), None);
+        assert_eq!(AgentTokens::new(b"other").agent_of(&a), None);
+        assert_eq!(tokens.agent_of("operator secret"), None);
+        assert_eq!(tokens.agent_of("relay-agent."), None);
+        // Made again, the same: nothing is stored.
+        assert_eq!(AgentTokens::new(b"operator secret").token("alpha"), a);
+    }
 
     #[test]
     fn only_the_right_key_and_subject_open_a_message() {

@@ -12,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, BrokerConfig};
 use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
-use crate::seal::{BusKey, NodeKey};
+use crate::seal::{AgentTokens, BusKey, NodeKey};
 use crate::store::Store;
 use relay_runtime::retry::{self, Retryable};
-use relay_runtime::{Runtime, RuntimeConfig};
+use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig};
 use serde::{Deserialize, Serialize};
 
 /// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
@@ -39,6 +39,9 @@ pub struct ServerConfig {
     pub turn_idle_timeout: Option<Duration>,
     /// Limits on the API's connections.
     pub http: HttpLimits,
+    /// The `relay` program: each agent's session gets the broker's URL, its scoped
+    /// token and `relay mcp` from it (`None`: sessions run without access to Relay).
+    pub relay_program: Option<PathBuf>,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -57,20 +60,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     // must still be committed.
     let writer_stop = CancellationToken::new();
     let (broker, writer) = Broker::start(store, config.broker.clone(), writer_stop.clone()).await?;
-    let runtime_stop = CancellationToken::new();
-    // The embedded runtime keeps its records in the broker's database: one flush per
-    // group commit makes both durable.
-    let runtime_config = RuntimeConfig {
-        data_dir: config.data_dir.clone(),
-        shared_db: Some(broker.store().durable().clone()),
-        node: None,
-        turn_idle_timeout: config.turn_idle_timeout,
-    };
-    let stop = runtime_stop.clone();
-    let (runtime, reports) =
-        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
-    let (plane, plane_task) = Plane::start(broker.clone(), runtime.clone(), reports).await?;
-
+    // The address and the token first: the runtime hands them to the agents' sessions.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| {
@@ -80,6 +70,33 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             )
         })?;
     let addr = listener.local_addr()?;
+    let token = load_or_create_token(&config.data_dir)?;
+    let url = format!("http://{addr}");
+    let agent_tokens = AgentTokens::new(token.as_bytes());
+    let runtime_stop = CancellationToken::new();
+    // The embedded runtime keeps its records in the broker's database: one flush per
+    // group commit makes both durable.
+    let runtime_config = RuntimeConfig {
+        data_dir: config.data_dir.clone(),
+        shared_db: Some(broker.store().durable().clone()),
+        node: None,
+        turn_idle_timeout: config.turn_idle_timeout,
+        access: config.relay_program.clone().map(|program| {
+            let (url, tokens) = (url.clone(), agent_tokens.clone());
+            AccessIssuer::new(move |agent| {
+                Some(RelayAccess {
+                    agent: agent.to_string(),
+                    url: url.clone(),
+                    token: tokens.token(agent),
+                    program: program.clone(),
+                })
+            })
+        }),
+    };
+    let stop = runtime_stop.clone();
+    let (runtime, reports) =
+        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
+    let (plane, plane_task) = Plane::start(broker.clone(), runtime.clone(), reports).await?;
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
     let mut bus = None;
     if let Some(nats) = &config.nats {
@@ -132,8 +149,6 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         })));
     }
     // api.json last: when it names this process, everything is up.
-    let token = load_or_create_token(&config.data_dir)?;
-    let url = format!("http://{addr}");
     write_api_info(
         &config.data_dir,
         &ApiInfo {
@@ -145,6 +160,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     let state = ApiState {
         broker: broker.clone(),
         token: Arc::from(token.as_str()),
+        agent_tokens: Some(agent_tokens),
         data_dir: config.data_dir.display().to_string(),
         control: Some(crate::plane::control(&plane)),
         nats: nats_status,

@@ -8,6 +8,7 @@
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
+//! - `flight_children` (an index): parent flight id, 0, child flight id -> nothing
 //! - `replay_index`: scope letter + id, 0, global seq (u64 BE) -> nothing: the events a
 //!   replay of an agent (`a`), a conversation (`c`) or a flight (`f`) reads besides the
 //!   flight's updates ([`Scope`], [`replay_scopes`]). Deltas are not in it: a flight's
@@ -64,12 +65,15 @@ pub enum T {
     LiveFlights,
     /// Markers of one-time work done on this database (not a projection).
     Meta,
+    /// parent flight id, 0, child flight id -> nothing: the agent-to-agent tree of a
+    /// flight without a scan (an index).
+    FlightChildren,
     /// Where the events of an agent, a conversation or a flight are in the log (an
     /// index for replays: see the module docs).
     ReplayIndex,
 }
 
-const TREE_NAMES: [&str; 17] = [
+const TREE_NAMES: [&str; 18] = [
     "events",
     "agents",
     "conversations",
@@ -86,6 +90,7 @@ const TREE_NAMES: [&str; 17] = [
     "agent_secrets",
     "live_flights",
     "meta",
+    "flight_children",
     "replay_index",
 ];
 
@@ -104,6 +109,15 @@ pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, BrokerError> {
         ))),
         None => Err(BrokerError::Corrupt("empty stored value".into())),
     }
+}
+
+/// `a`, 0, `b`: a key of an index from one id to many.
+pub fn pair_key(a: &str, b: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(a.len() + 1 + b.len());
+    key.extend_from_slice(a.as_bytes());
+    key.push(0);
+    key.extend_from_slice(b.as_bytes());
+    key
 }
 
 pub fn seq_key(seq: u64) -> [u8; 8] {
@@ -223,6 +237,9 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             if !flight.state.is_terminal() {
                 sink.put(T::LiveFlights, flight.id.as_bytes(), Vec::new())?;
             }
+            if let Some(parent) = &flight.parent_flight {
+                sink.put(T::FlightChildren, &pair_key(parent, &flight.id), Vec::new())?;
+            }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
         EventBody::FlightUpdated { update, flight } => {
@@ -302,8 +319,63 @@ impl Store {
             trees,
         };
         store.index_once(b"live_flights_indexed", Store::index_live_flights)?;
+        store.index_once(b"flight_children_indexed", Store::index_flight_children)?;
         store.index_once(b"replay_indexed", Store::index_replays)?;
         Ok(store)
+    }
+
+    /// The agent-to-agent tree flight `id` belongs to, from its root; at most `limit`
+    /// flights (deeper or later ones are left out).
+    pub fn flight_tree(
+        &self,
+        id: &str,
+        limit: usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut root = self
+            .flight(id)?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.to_string()))?;
+        // Parents are checked when an invocation is made, so the chain ends; the
+        // bound only guards against a damaged store.
+        for _ in 0..limit {
+            match root.parent_flight.as_deref().map(|p| self.flight(p)) {
+                Some(Ok(Some(parent))) => root = parent,
+                Some(Err(e)) => return Err(e),
+                _ => break,
+            }
+        }
+        let mut budget = limit.saturating_sub(1);
+        self.subtree(root, &mut budget)
+    }
+
+    fn subtree(
+        &self,
+        flight: Flight,
+        budget: &mut usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut children = Vec::new();
+        for child in self.children(&flight.id)? {
+            if *budget == 0 {
+                break;
+            }
+            *budget -= 1;
+            children.push(self.subtree(child, budget)?);
+        }
+        Ok(relay_protocol::api::FlightTree { flight, children })
+    }
+
+    /// The flights asked from flight `id` (agent-to-agent), oldest first.
+    pub fn children(&self, id: &str) -> Result<Vec<Flight>, BrokerError> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        let mut out = Vec::new();
+        for key in self.tree(T::FlightChildren).scan_prefix(&prefix).keys() {
+            let key = key?;
+            if let Some(flight) = self.get::<Flight>(T::Flights, &key[prefix.len()..])? {
+                out.push(flight);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
     }
 
     /// Builds an index of a database made before it existed, once (the marker is made
@@ -318,6 +390,17 @@ impl Store {
         }
         build(self)?;
         self.tree(T::Meta).insert(marker, Vec::<u8>::new())?;
+        Ok(())
+    }
+
+    fn index_flight_children(&self) -> Result<(), BrokerError> {
+        for value in self.tree(T::Flights).iter().values() {
+            let flight: Flight = decode(&value?)?;
+            if let Some(parent) = &flight.parent_flight {
+                self.tree(T::FlightChildren)
+                    .insert(pair_key(parent, &flight.id), Vec::<u8>::new())?;
+            }
+        }
         Ok(())
     }
 
@@ -648,7 +731,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 13] = [
+const TREES_PROJECTED: [T; 14] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -661,6 +744,7 @@ const TREES_PROJECTED: [T; 13] = [
     T::Bindings,
     T::FlightApprovals,
     T::LiveFlights,
+    T::FlightChildren,
     T::ReplayIndex,
 ];
 

@@ -35,6 +35,7 @@ fn runtime(
             shared_db: None,
             node: None,
             turn_idle_timeout: None,
+            access: None,
         },
         CancellationToken::new(),
     )

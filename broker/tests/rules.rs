@@ -44,6 +44,18 @@ fn invoke(target: &str) -> InvokeRequest {
     }
 }
 
+/// A message from `author` to the default conversation.
+fn said(author: &str, body: &str) -> PostMessage {
+    PostMessage {
+        conversation: DEFAULT_CONVERSATION.into(),
+        author: author.into(),
+        body: body.into(),
+        class: Default::default(),
+        reply_to: None,
+        meta: Default::default(),
+    }
+}
+
 fn to(state: FlightState) -> FlightChange {
     FlightChange::State {
         to: state,
@@ -191,11 +203,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let seq = b.last_seq();
     let post = |conversation: &str, body: &str| PostMessage {
         conversation: conversation.into(),
-        author: "me".into(),
-        body: body.into(),
-        class: Default::default(),
-        reply_to: None,
-        meta: Default::default(),
+        ..said("me", body)
     };
     assert!(matches!(
         b.post_message(post("nope", "hi")).await,
@@ -252,14 +260,7 @@ async fn empty_and_oversized_fields_are_typed_errors_and_write_nothing() {
     let b = broker().await;
     b.register_agent(spec("a1")).await.unwrap();
     let seq = b.last_seq();
-    let post = |author: &str, body: &str| PostMessage {
-        conversation: DEFAULT_CONVERSATION.into(),
-        author: author.into(),
-        body: body.into(),
-        class: Default::default(),
-        reply_to: None,
-        meta: Default::default(),
-    };
+    let post = said;
     let task = |requester: &str, task: &str| InvokeRequest {
         task: task.into(),
         requester: requester.into(),
@@ -507,21 +508,31 @@ async fn agent_to_agent_depth_and_cycles_are_limited() {
     ));
 }
 
+/// The flights of `agent`, oldest first.
+fn flights_of(b: &Broker, agent: &str) -> Vec<relay_protocol::domain::Flight> {
+    let mut all: Vec<relay_protocol::domain::Flight> =
+        b.store().values(relay_broker::store::T::Flights).unwrap();
+    all.retain(|f| f.agent == agent);
+    all.sort_by(|x, y| x.id.cmp(&y.id));
+    all
+}
+
+fn deliveries_of(b: &Broker, message: &str) -> Vec<relay_protocol::domain::Delivery> {
+    let mut d = b.store().deliveries().unwrap();
+    d.retain(|d| d.message == message);
+    d.sort_by_key(|d| (d.target.clone(), d.reason as u8));
+    d
+}
+
 #[tokio::test]
 async fn mentions_plan_deterministic_deliveries_once() {
     let b = broker().await;
     b.register_agent(spec("a1")).await.unwrap();
     let m = b
-        .post_message(PostMessage {
-            conversation: DEFAULT_CONVERSATION.into(),
-            author: "me".into(),
-            body: "@a1 look, @a1 again, @nobody".into(),
-            class: Default::default(),
-            reply_to: None,
-            meta: Default::default(),
-        })
+        .post_message(said("me", "@a1 look, @a1 again, @nobody"))
         .await
-        .unwrap();
+        .unwrap()
+        .message;
     assert_eq!(m.mentions, vec!["a1", "nobody"]);
     let deliveries = b.store().deliveries().unwrap();
     assert_eq!(deliveries.len(), 1);
@@ -535,6 +546,256 @@ async fn mentions_plan_deterministic_deliveries_once() {
             Harness::CodexAppServer
         )
     );
+}
+
+#[tokio::test]
+async fn a_mention_consults_each_agent_once_and_its_turn_delivers_the_message() {
+    use relay_protocol::domain::{Action, DeliveryReason, DeliveryState, Invocation, MessageClass};
+    let b = broker().await;
+    for n in ["a1", "a2"] {
+        b.register_agent(spec(n)).await.unwrap();
+    }
+    let body = "@a1 look, @a2, @a1 again, @nobody, @me";
+    let posted = b.post_message(said("me", body)).await.unwrap();
+    let m = posted.message;
+    assert!(posted.refused.is_empty());
+    assert_eq!(
+        posted
+            .flights
+            .iter()
+            .map(|f| f.agent.as_str())
+            .collect::<Vec<_>>(),
+        vec!["a1", "a2"]
+    );
+    for f in &posted.flights {
+        assert_eq!(f.state, Queued);
+        assert_eq!(f.conversation, DEFAULT_CONVERSATION);
+        let inv = b.store().invocation(&f.invocation).unwrap().unwrap();
+        assert_eq!(
+            inv,
+            Invocation {
+                id: f.invocation.clone(),
+                requester: "me".into(),
+                target: f.agent.clone(),
+                action: Action::Consult,
+                task: format!(
+                    "me mentioned you in conversation {DEFAULT_CONVERSATION} (message {}); \
+                     your answer is posted there, in reply to it:\n\n{body}",
+                    m.id
+                ),
+                conversation: DEFAULT_CONVERSATION.into(),
+                request_message: m.id.clone(),
+                parent_flight: None,
+                depth: 0,
+                timeout_ms: None,
+                created_at: inv.created_at,
+            }
+        );
+        assert_eq!(b.flight(&f.id).await.unwrap().as_ref(), Some(f));
+    }
+    // The message itself is the request: no copy of it is posted.
+    assert_eq!(
+        b.store().messages(DEFAULT_CONVERSATION, 10).unwrap(),
+        vec![m.clone()]
+    );
+    let planned = deliveries_of(&b, &m.id);
+    assert_eq!(
+        planned
+            .iter()
+            .map(|d| (d.target.as_str(), d.reason, d.state))
+            .collect::<Vec<_>>(),
+        vec![
+            ("a1", DeliveryReason::Mention, DeliveryState::Pending),
+            ("a2", DeliveryReason::Mention, DeliveryState::Pending),
+        ]
+    );
+
+    // a1's turn runs: its delivery is made; it answers in reply to the message.
+    let f1 = &posted.flights[0];
+    b.update_flight(&f1.id, to(Running)).await.unwrap();
+    let settled = deliveries_of(&b, &m.id);
+    assert_eq!(settled[0].state, DeliveryState::Delivered);
+    assert!(settled[0].attempts[0].ok);
+    assert_eq!(settled[1].state, DeliveryState::Pending);
+    let done = b.update_flight(&f1.id, to(Completed)).await.unwrap();
+    let reply = b
+        .store()
+        .message(done.flight.reply_message.as_deref().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            reply.author.as_str(),
+            reply.reply_to.as_deref(),
+            reply.conversation.as_str()
+        ),
+        ("a1", Some(m.id.as_str()), DEFAULT_CONVERSATION)
+    );
+    // a2's flight fails before its turn: so does its delivery.
+    b.update_flight(&posted.flights[1].id, to(Failed))
+        .await
+        .unwrap();
+    let d2 = &deliveries_of(&b, &m.id)[1];
+    assert_eq!(
+        (d2.state, d2.attempts[0].error.as_deref()),
+        (DeliveryState::Failed, Some("to failed"))
+    );
+
+    // Mentioning oneself, an unknown name, in a machine-made message or in an ask's
+    // task consults nobody and plans nothing.
+    let before = b.store().deliveries().unwrap().len();
+    let own = b
+        .post_message(said("a1", "@a1 note to self @ghost"))
+        .await
+        .unwrap();
+    assert!(own.flights.is_empty() && own.refused.is_empty());
+    let mut status = said("me", "@a1 @a2 build done");
+    status.class = MessageClass::Status;
+    assert!(b.post_message(status).await.unwrap().flights.is_empty());
+    let mut ask = invoke("a1");
+    ask.task = "@a2 what do you think?".into();
+    let asked = b.invoke(ask).await.unwrap();
+    assert_eq!(flights_of(&b, "a2").len(), 1);
+    assert_eq!(
+        deliveries_of(&b, &asked.invocation.request_message)
+            .iter()
+            .map(|d| (d.target.as_str(), d.reason))
+            .collect::<Vec<_>>(),
+        vec![
+            ("a1", DeliveryReason::DirectMessage),
+            ("a1", DeliveryReason::Invocation)
+        ]
+    );
+    assert_eq!(b.store().deliveries().unwrap().len(), before + 2);
+}
+
+#[tokio::test]
+async fn mentions_in_an_agents_words_are_children_of_its_flight_under_the_loop_rules() {
+    use relay_protocol::domain::{DeliveryState, MessageClass, MessageMeta};
+    let b = broker().await; // max_depth 2
+    for n in ["a", "b", "c", "d"] {
+        b.register_agent(spec(n)).await.unwrap();
+    }
+    let complete = |flight: String, answer: &'static str| {
+        let b = b.clone();
+        async move {
+            b.update_flight(&flight, to(Running)).await.unwrap();
+            let done = b
+                .update_flight(
+                    &flight,
+                    FlightChange::State {
+                        to: Completed,
+                        reason: None,
+                        output: Some(answer.into()),
+                    },
+                )
+                .await
+                .unwrap();
+            b.store()
+                .message(done.flight.reply_message.as_deref().unwrap())
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let root = b.post_message(said("operator", "@a start")).await.unwrap();
+    let fa = root.flights[0].clone();
+    assert_eq!(fa.parent_flight, None);
+
+    // a's answer mentions b: b is consulted as a child of a's flight.
+    let a_said = complete(fa.id.clone(), "@b your turn").await;
+    let fb = flights_of(&b, "b").pop().unwrap();
+    let inv_b = b.store().invocation(&fb.invocation).unwrap().unwrap();
+    assert_eq!(
+        (
+            inv_b.requester.as_str(),
+            inv_b.request_message.as_str(),
+            inv_b.parent_flight.as_deref(),
+            inv_b.depth
+        ),
+        ("a", a_said.id.as_str(), Some(fa.id.as_str()), 1)
+    );
+
+    // b's answer mentions a: a cycle. The answer stands; the mention is refused, its
+    // delivery failed and answered by Relay with why.
+    let b_said = complete(fb.id.clone(), "@a back to you").await;
+    assert_eq!(flights_of(&b, "a").len(), 1);
+    let refusal = b
+        .store()
+        .messages(DEFAULT_CONVERSATION, 1)
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (
+            refusal.author.as_str(),
+            refusal.class,
+            refusal.reply_to.as_deref()
+        ),
+        ("relay", MessageClass::System, Some(b_said.id.as_str()))
+    );
+    assert_eq!(
+        refusal.body,
+        "a was not consulted: cycle: agent \"a\" is already working on an ancestor flight"
+    );
+    let d = deliveries_of(&b, &b_said.id).pop().unwrap();
+    assert_eq!(
+        (d.target.as_str(), d.state, d.attempts[0].error.as_deref()),
+        ("a", DeliveryState::Failed, Some(refusal.body.as_str()))
+    );
+    assert!(deliveries_of(&b, &refusal.id).is_empty());
+
+    // What an agent posts during its flight (`meta.flight`) counts as its words too: c
+    // is a's child, d and b c's (depth 2), and anyone d mentions would be one level too
+    // deep. The post stands and says so.
+    let during = |author: &str, flight: &str, body: &str| {
+        let mut p = said(author, body);
+        p.meta = MessageMeta {
+            flight: Some(flight.into()),
+            ..Default::default()
+        };
+        p
+    };
+    let from_a = b.post_message(during("a", &fa.id, "@c")).await.unwrap();
+    let fc = &from_a.flights[0];
+    assert_eq!(
+        (
+            fc.parent_flight.as_deref(),
+            b.store().invocation(&fc.invocation).unwrap().unwrap().depth
+        ),
+        (Some(fa.id.as_str()), 1)
+    );
+    let deep = b
+        .post_message(during("c", &fc.id, "@d and @b"))
+        .await
+        .unwrap();
+    let fd = &deep.flights[0];
+    assert_eq!(fd.agent, "d");
+    assert_eq!(
+        b.store().invocation(&fd.invocation).unwrap().unwrap().depth,
+        2
+    );
+    assert_eq!(deep.flights.len(), 2);
+    let too_deep = b.post_message(during("d", &fd.id, "@b ok?")).await.unwrap();
+    assert!(too_deep.flights.is_empty());
+    assert_eq!(too_deep.refused.len(), 1);
+    assert_eq!(
+        (
+            too_deep.refused[0].agent.as_str(),
+            too_deep.refused[0].error.code
+        ),
+        ("b", relay_protocol::api::ErrorCode::DepthLimit)
+    );
+    assert_eq!(
+        too_deep.refused[0].error.message,
+        "invocation depth 3 exceeds the limit of 2"
+    );
+
+    // A flight that is not the author's makes no parent: the consult is a root one.
+    let not_hers = b
+        .post_message(during("operator", &fd.id, "@b hi"))
+        .await
+        .unwrap();
+    assert_eq!(not_hers.flights[0].parent_flight, None);
 }
 
 #[tokio::test]

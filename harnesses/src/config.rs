@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use relay_protocol::domain::AgentSpec;
 
+use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::pinned::PinnedCli;
 use crate::process::ProcessSpec;
@@ -30,6 +31,9 @@ pub struct CliConfig {
     /// On shutdown, how long the CLI gets to exit after stdin closes, and again after
     /// SIGTERM, before its process group is killed.
     pub shutdown_grace: Duration,
+    /// How the session reaches Relay as its agent: its variables are in `env` already;
+    /// an adapter whose CLI hosts MCP servers wires `relay mcp` in with it.
+    pub relay: Option<RelayAccess>,
 }
 
 impl std::fmt::Debug for CliConfig {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for CliConfig {
             .field("model", &self.model)
             .field("request_timeout", &self.request_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("relay", &self.relay)
             .finish()
     }
 }
@@ -58,12 +63,15 @@ impl CliConfig {
             model: None,
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(2),
+            relay: None,
         }
     }
 
     /// How to start `cli` for `agent`: its program (else the pinned one), arguments,
-    /// variables with its secrets' values, directory and model.
-    pub fn for_agent(agent: &AgentSpec, cli: &PinnedCli) -> Self {
+    /// variables with its secrets' values, directory and model, and with `relay`, the
+    /// variables that reach Relay as the agent ([`RelayAccess::env`], the `relay`
+    /// program's directory at the end of `PATH`).
+    pub fn for_agent(agent: &AgentSpec, cli: &PinnedCli, relay: Option<&RelayAccess>) -> Self {
         let mut config = Self::new(cli.program(agent.command.as_deref()));
         config.args = agent.args.clone();
         config.env = agent.env.clone();
@@ -73,6 +81,20 @@ impl CliConfig {
             .extend(agent.secrets.0.iter().map(|(k, v)| (k.clone(), v.clone())));
         config.cwd = Some(PathBuf::from(&agent.cwd));
         config.model = agent.model.clone();
+        if let Some(relay) = relay {
+            let path = config
+                .env
+                .get("PATH")
+                .cloned()
+                .or_else(|| std::env::var("PATH").ok());
+            config
+                .env
+                .insert("PATH".into(), relay.path_with_relay(path.as_deref()));
+            config
+                .env
+                .extend(relay.env().map(|(k, v)| (k.to_string(), v)));
+            config.relay = Some(relay.clone());
+        }
         config
     }
 
@@ -142,7 +164,7 @@ mod tests {
         agent.env.insert("API_KEY".into(), "***".into());
         agent.secrets.0.insert("API_KEY".into(), "s3cret".into());
         agent.model = Some("m".into());
-        let config = CliConfig::for_agent(&agent, &CLI);
+        let config = CliConfig::for_agent(&agent, &CLI, None);
         assert_eq!(config.program, PathBuf::from("/opt/cli"));
         assert_eq!(config.args, agent.args);
         assert_eq!(
@@ -163,7 +185,7 @@ mod tests {
         // Without a command: the pinned install if present, else the name on PATH.
         agent.command = None;
         assert_eq!(
-            CliConfig::for_agent(&agent, &CLI).program,
+            CliConfig::for_agent(&agent, &CLI, None).program,
             PathBuf::from("relay-test-cli")
         );
     }

@@ -18,18 +18,20 @@
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
+//! - [`access`]: [`RelayAccess`], how an agent's session reaches Relay as that agent.
 //!
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
-//! Layering, one way: [`error`] and [`lines`] depend on no other module, [`process`] and
+//! Layering, one way: [`error`], [`lines`] and [`access`] depend on no other module, [`process`] and
 //! [`seam`], [`pinned`] and [`stdio`] on them, each adapter (`codex`, `claude`, `pi`) on
 //! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
 //! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
 //! broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
 
+pub mod access;
 pub mod claude;
 pub mod codex;
 pub mod config;
@@ -45,6 +47,7 @@ pub mod registry;
 pub mod seam;
 pub mod stdio;
 
+pub use access::{AccessIssuer, RelayAccess};
 pub use error::HarnessError;
 pub use registry::Harnesses;
 pub use seam::{

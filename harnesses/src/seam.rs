@@ -36,6 +36,7 @@ use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::mpsc;
 
+use crate::access::RelayAccess;
 use crate::error::HarnessError;
 
 /// The future of a seam method.
@@ -135,8 +136,13 @@ pub trait Launcher: Send + Sync {
     fn info(&self) -> HarnessInfo;
 
     /// Starts a session for `agent` (its program, arguments, variables and secrets,
-    /// directory, model). [`HarnessError::Spawn`] when the program cannot be started.
-    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>>;
+    /// directory, model), reaching Relay through `relay` when given (see
+    /// [`crate::access`]). [`HarnessError::Spawn`] when the program cannot be started.
+    fn spawn<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+        relay: Option<&'a RelayAccess>,
+    ) -> BoxFuture<'a, Result<Spawned, HarnessError>>;
 }
 
 /// A live session of one agent. Cheap to share (`Arc`); every method may be called from

@@ -77,7 +77,7 @@ impl Setup {
 
     async fn spawn(&self) -> Session {
         let Spawned { session, events } =
-            within(WAIT, "spawn", ClaudeLauncher.spawn(&self.agent()))
+            within(WAIT, "spawn", ClaudeLauncher.spawn(&self.agent(), None))
                 .await
                 .expect("spawn failed");
         Session { session, events }
@@ -574,7 +574,7 @@ async fn a_missing_program_is_a_spawn_error() {
     let mut agent = s.agent();
     agent.command = Some(missing(s.work.path()).display().to_string());
     assert!(matches!(
-        ClaudeLauncher.spawn(&agent).await.map(|_| ()),
+        ClaudeLauncher.spawn(&agent, None).await.map(|_| ()),
         Err(HarnessError::Spawn { .. })
     ));
 }

@@ -58,7 +58,7 @@ fn agent(s: &Setup) -> AgentSpec {
 type Session = Arc<dyn HarnessSession>;
 
 async fn spawn(s: &Setup) -> (Session, Receiver<HarnessEvent>) {
-    let Spawned { session, events } = within(WAIT, "spawn", PiLauncher.spawn(&agent(s)))
+    let Spawned { session, events } = within(WAIT, "spawn", PiLauncher.spawn(&agent(s), None))
         .await
         .unwrap();
     (session, events)

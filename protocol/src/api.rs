@@ -112,6 +112,15 @@ pub struct InvokeAccepted {
     pub flight: Flight,
 }
 
+/// `GET /v1/flights/{id}/tree`: the agent-to-agent tree a flight belongs to, from its
+/// root: each flight with the flights asked from it, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlightTree {
+    pub flight: Flight,
+    #[serde(default)]
+    pub children: Vec<FlightTree>,
+}
+
 /// Body of `POST /v1/flights/{id}/updates`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateFlight {
@@ -142,9 +151,26 @@ fn default_decider() -> String {
     "operator".to_string()
 }
 
+/// Answer to a posted message (`POST /v1/messages`, `relay.v1.cmd.post` in JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessagePosted {
     pub message: Message,
+    /// The consult flights its `@mentions` started, one per mentioned agent (queued, in
+    /// the order of the mentions). Their replies are posted in reply to the message.
+    #[serde(default)]
+    pub flights: Vec<Flight>,
+    /// Mentioned agents that were not consulted because a loop rule refused it (a cycle,
+    /// a chain too deep). The message is posted all the same; Relay also answers it in
+    /// the conversation with a `system` message that says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<MentionRefused>,
+}
+
+/// A mention that did not start a consult, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MentionRefused {
+    pub agent: String,
+    pub error: ApiError,
 }
 
 /// `GET /v1/status`.

@@ -7,7 +7,8 @@
 //! - Client subjects ([`subjects::invoke`], the `cmd` subjects, [`subjects::flight`],
 //!   [`subjects::conversation`]) carry the protobuf messages of [`crate::pb`], named by
 //!   [`type_name`], or their JSON forms, named by [`json_type_name`], when the request's
-//!   [`CONTENT_TYPE_HEADER`] is [`JSON_CONTENT_TYPE`].
+//!   [`CONTENT_TYPE_HEADER`] is [`JSON_CONTENT_TYPE`]; [`subjects::CMD_SNAPSHOT`] speaks
+//!   JSON only ([`crate::watch`]).
 //! - Node subjects ([`subjects::dispatch`], [`subjects::report`],
 //!   [`subjects::node_control`]) carry JSON sealed with the node's key
 //!   ([`SEALED_CONTENT_TYPE`]): [`crate::runtime`]'s `Dispatch`, `Report` and `Control`.
@@ -38,6 +39,11 @@ pub fn json_type_name<M: Name>() -> String {
     format!("{}+json", M::full_name())
 }
 
+/// The `Relay-Type` of the reply to [`subjects::CMD_SNAPSHOT`]: JSON only (agents and
+/// conversations have no protobuf form), a [`crate::watch::SnapshotReply`] or an
+/// `{"error"}`.
+pub const SNAPSHOT_REPLY_TYPE: &str = "relay.v1.SnapshotReply+json";
+
 /// The `Relay-Type` of a sealed [`crate::runtime::Dispatch`].
 pub const DISPATCH_TYPE: &str = "relay.v1.Dispatch";
 /// The `Relay-Type` of a sealed [`crate::runtime::Report`].
@@ -63,6 +69,9 @@ pub mod subjects {
     pub const CMD_STEER: &str = "relay.v1.cmd.steer";
     pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
     pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
+    /// Request/reply, JSON only: a [`crate::watch::WatchRequest`] in, a
+    /// [`crate::watch::SnapshotReply`] ([`super::SNAPSHOT_REPLY_TYPE`]) out.
+    pub const CMD_SNAPSHOT: &str = "relay.v1.cmd.snapshot";
     pub const CMD_ALL: &str = "relay.v1.cmd.*";
 
     /// Published: every update of a flight, protobuf `FlightUpdate`.
@@ -70,6 +79,10 @@ pub mod subjects {
         format!("relay.v1.flight.{agent}.{flight}")
     }
     pub const FLIGHTS_ALL: &str = "relay.v1.flight.>";
+    /// The subject filter of every flight of `agent`.
+    pub fn agent_flights(agent: &str) -> String {
+        format!("relay.v1.flight.{agent}.*")
+    }
     /// Published: the same updates as JSON, for clients without protobuf.
     pub fn flight_json(agent: &str, flight: &str) -> String {
         format!("relay.v1.json.flight.{agent}.{flight}")

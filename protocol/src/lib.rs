@@ -14,11 +14,13 @@
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
+//! - [`watch`]: snapshots of a flight, an agent or a conversation, valid at an event seq
+//!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`replay`], [`codex`] and [`runtime`] on it; [`claude`] on none; [`convert`] on those
-//! and [`pb`]. The crate depends on no other crate of the workspace: every other one
-//! depends on it.
+//! [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
+//! [`convert`] on those and [`pb`]. The crate depends on no other crate of the
+//! workspace: every other one depends on it.
 
 pub mod api;
 pub mod bus;
@@ -32,6 +34,7 @@ pub mod harness;
 mod names;
 pub mod replay;
 pub mod runtime;
+pub mod watch;
 
 /// Types generated from `proto/relay/v1/relay.proto`.
 #[allow(clippy::all, missing_docs)]

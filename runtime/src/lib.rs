@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use relay_harnesses::{AccessIssuer, RelayAccess};
 pub use threads::{DispatchState, ThreadStore};
 
 /// Turns queued per agent before new dispatches are refused.
@@ -113,6 +114,9 @@ pub struct RuntimeConfig {
     /// A running turn without a harness event for this long is interrupted and failed
     /// (`None`: never). Waiting for an approval does not count.
     pub turn_idle_timeout: Option<std::time::Duration>,
+    /// How each agent's session reaches Relay (its scoped token, the broker's URL);
+    /// `None`: sessions run without it.
+    pub access: Option<relay_harnesses::AccessIssuer>,
 }
 
 /// The default of [`RuntimeConfig::turn_idle_timeout`].
@@ -383,6 +387,7 @@ impl Runtime {
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),
                 turn_idle_timeout: self.inner.config.turn_idle_timeout,
+                access: self.inner.config.access.clone(),
                 cancelled: self.inner.cancelled.clone(),
             },
             &self.inner.tasks,

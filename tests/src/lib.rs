@@ -270,6 +270,7 @@ pub fn relay_cmd_with(bin: &Path, data_dir: &Path, args: &[&str]) -> Output {
 }
 
 /// A raw HTTP client for the API: status code and JSON body, nothing interpreted.
+#[derive(Clone)]
 pub struct Http {
     pub url: String,
     pub token: Option<String>,

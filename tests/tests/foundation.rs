@@ -23,6 +23,10 @@ fn a_sent_message_survives_kill_9_and_the_log_stays_gap_free() {
         "codex_app_server",
         "--cwd",
         "/tmp",
+        // Without a session a manual agent's turn fails at once: the consult the mention
+        // below starts never runs a real codex.
+        "--wake",
+        "manual",
     ]);
     relay.cli_ok(&["send", "first, for @codex-1"]);
     // The message the broker acknowledged last, then an immediate kill -9.
@@ -33,6 +37,17 @@ fn a_sent_message_survives_kill_9_and_the_log_stays_gap_free() {
     assert!(!procs::alive(pid));
 
     relay.restart().unwrap();
+    // The mention's consult has ended (it fails: no session), so nothing more is
+    // written while the log is measured below.
+    wait_until_blocking(
+        "the consult of codex-1 to end",
+        std::time::Duration::from_secs(60),
+        || {
+            let live = relay.cli_json(&["flights", "--live", "--json"]);
+            let all = relay.cli_json(&["flights", "--json"]);
+            (live == json!([]) && all.as_array().unwrap().len() == 1).then_some(())
+        },
+    );
     let msgs = relay.cli_json(&["read", "-n", "10", "--json"]);
     let last = msgs.as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["id"], id.as_str());

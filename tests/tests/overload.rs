@@ -62,6 +62,7 @@ impl InProcess {
                 nats: Some(NatsConfig::new(nats.url(), NatsAuth::None)),
                 turn_idle_timeout: None,
                 http: Default::default(),
+                relay_program: None,
             },
             shutdown.clone(),
         ));

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use relay_protocol::api::{InvokeAccepted, UpdateResult};
+use relay_protocol::api::{InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
-    ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, Message, PostMessage,
+    ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -128,7 +128,8 @@ pub enum Command {
 pub enum Outcome {
     Agent(Agent),
     Conversation(Conversation),
-    Message(Message),
+    /// A posted message and the consults its mentions started.
+    Posted(MessagePosted),
     Invoked(InvokeAccepted),
     Flight(UpdateResult),
     Approval(Approval),
@@ -404,8 +405,8 @@ impl Broker {
         )
     }
 
-    pub async fn post_message(&self, post: PostMessage) -> Result<Message, BrokerError> {
-        expect_outcome!(self.execute(Command::PostMessage(post)), Message)
+    pub async fn post_message(&self, post: PostMessage) -> Result<MessagePosted, BrokerError> {
+        expect_outcome!(self.execute(Command::PostMessage(post)), Posted)
     }
 
     pub async fn invoke(&self, req: InvokeRequest) -> Result<InvokeAccepted, BrokerError> {

@@ -1,5 +1,6 @@
 //! The event log and the live streams: `GET /v1/events`, and over SSE every committed
-//! event and one flight's updates.
+//! event, one flight's updates, and a watch (a snapshot, then its scope's events:
+//! [`crate::watch`]).
 
 use std::convert::Infallible;
 
@@ -9,6 +10,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
 use futures::Stream;
 use relay_protocol::api::{ErrorBody, ErrorCode};
+use relay_protocol::watch::WatchRequest;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -77,6 +79,28 @@ pub(super) async fn event_stream(
             Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
         })
     });
+    let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// `GET /v1/watch?flight=ID|agent=NAME|conversation=ID[&limit=N]` over SSE: first
+/// `event: snapshot` (`id:` = the seq it is valid at), then each event of the scope
+/// (`id:` = global seq, `event:` = its type). A flight's stream ends after the update
+/// that makes it terminal; the others run until the client leaves.
+pub(super) async fn watch_stream(
+    State(s): State<ApiState>,
+    Query(q): Query<WatchRequest>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let scope = q
+        .scope()
+        .map_err(|m| HttpError::new(ErrorCode::InvalidRequest, m))?;
+    let (snapshot, rx) = crate::watch::watch(&s.broker, scope).await?;
+    let first = sse_json(snapshot.seq, "snapshot", &snapshot);
+    let events = ReceiverStream::new(rx).map(|item| match item {
+        Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
+        Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+    });
+    let stream = tokio_stream::once(first).chain(events).map(Ok);
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

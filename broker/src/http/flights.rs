@@ -2,18 +2,25 @@
 //! and interrupt.
 
 use axum::extract::{Path, Query, State};
+use axum::Extension;
 use axum::Json;
 use relay_protocol::api::{SteerRequest, UpdateFlight};
 use relay_protocol::domain::{Flight, FlightState, InvokeRequest};
 use serde::Deserialize;
 
-use super::{AfterQuery, ApiJson, ApiResult, ApiState};
+use super::{AfterQuery, ApiJson, ApiResult, ApiState, Principal};
 use crate::error::BrokerError;
 
+/// An agent's token invokes as that agent, linked to the flight it is running.
 pub(super) async fn invoke(
     State(s): State<ApiState>,
-    ApiJson(req): ApiJson<InvokeRequest>,
+    Extension(principal): Extension<Principal>,
+    ApiJson(mut req): ApiJson<InvokeRequest>,
 ) -> ApiResult<relay_protocol::api::InvokeAccepted> {
+    req.requester = principal.act_as(Some(&req.requester))?;
+    req.parent_flight = principal
+        .parent_flight(&s.broker, req.parent_flight.take())
+        .await?;
     Ok(Json(s.broker.invoke(req).await?))
 }
 
@@ -97,9 +104,11 @@ pub(super) async fn update_flight(
 
 pub(super) async fn steer(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SteerRequest>,
 ) -> ApiResult<Flight> {
+    principal.may_control(&s.broker, &id).await?;
     Ok(Json(
         crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text).await?,
     ))
@@ -107,9 +116,26 @@ pub(super) async fn steer(
 
 pub(super) async fn interrupt(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Flight> {
+    principal.may_control(&s.broker, &id).await?;
     Ok(Json(
         crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+    ))
+}
+
+/// Most flights in one tree answer.
+const TREE_LIMIT: usize = 10_000;
+
+pub(super) async fn flight_tree(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+) -> ApiResult<relay_protocol::api::FlightTree> {
+    Ok(Json(
+        s.broker
+            .store()
+            .read(move |st| st.flight_tree(&id, TREE_LIMIT))
+            .await?,
     ))
 }

@@ -1,15 +1,13 @@
-//! What runs before every route: the body read up to its limit, the bearer token check,
-//! and axum's plain-text errors turned into the API's JSON errors.
+//! What runs before every route: the body read up to its limit and axum's plain-text
+//! errors turned into the API's JSON errors (the bearer token is checked in `auth`).
 
 use axum::extract::{Request, State};
-use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use relay_protocol::api::ErrorCode;
 use tokio_stream::StreamExt;
 
-use super::{ApiState, HttpError};
-use crate::seal::token_matches;
+use super::HttpError;
 
 /// How much more of a body over the limit is read (and dropped) before it is refused.
 pub(super) const DRAIN_BYTES: usize = 4 * 1024 * 1024;
@@ -118,38 +116,4 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
         text
     };
     (status, HttpError::new(code, message)).into_response()
-}
-
-pub(super) async fn require_token(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    req: Request,
-    next: Next,
-) -> Response {
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let mut refused = match given {
-        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => {
-            return next.run(req).await
-        }
-        Some(_) => {
-            HttpError::new(ErrorCode::Unauthorized, "the bearer token is wrong").into_response()
-        }
-        None => HttpError::new(
-            ErrorCode::Unauthorized,
-            "a bearer token is required (Authorization: Bearer <token from api.json>)",
-        )
-        .into_response(),
-    };
-    // A client without the token gets no kept-alive connection to hold a slot with.
-    refused.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    refused
 }

@@ -2,12 +2,13 @@
 //! messages.
 
 use axum::extract::{Path, Query, State};
+use axum::Extension;
 use axum::Json;
 use relay_protocol::api::MessagePosted;
 use relay_protocol::domain::{Conversation, ConversationSpec, PostMessage};
 use serde::Deserialize;
 
-use super::{ApiJson, ApiResult, ApiState};
+use super::{ApiJson, ApiResult, ApiState, Principal};
 use crate::error::BrokerError;
 use crate::store::T;
 
@@ -51,11 +52,18 @@ pub(super) async fn read_messages(
     Ok(Json(messages))
 }
 
+/// An agent's token posts as that agent; its message is marked with the flight the agent
+/// is running (so what it mentions is asked within that flight's chain).
 pub(super) async fn post_message(
     State(s): State<ApiState>,
-    ApiJson(post): ApiJson<PostMessage>,
+    Extension(principal): Extension<Principal>,
+    ApiJson(mut post): ApiJson<PostMessage>,
 ) -> ApiResult<MessagePosted> {
-    Ok(Json(MessagePosted {
-        message: s.broker.post_message(post).await?,
-    }))
+    post.author = principal.act_as(Some(&post.author))?;
+    if let Principal::Agent(_) = principal {
+        post.meta.flight = principal
+            .parent_flight(&s.broker, post.meta.flight.take())
+            .await?;
+    }
+    Ok(Json(s.broker.post_message(post).await?))
 }

@@ -9,13 +9,15 @@
 //! the ones axum itself would answer in plain text (bad JSON, body too large).
 //!
 //! Its parts: [`serve`] (the listener and its limits), `layers` (what runs before every
-//! route: body limit, token, error shape), and the handlers by resource: `agents`,
+//! route: body limit, error shape), `auth` (the token: the operator or an agent, and
+//! what an agent's token may do), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, `events` (the event log and the SSE streams) and `replay`
-//! (a flight, an agent or a conversation read back from the log).
+//! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
+//! `replay` (a flight, an agent or a conversation read back from the log).
 
 mod agents;
 mod approvals;
+mod auth;
 mod events;
 mod flights;
 mod layers;
@@ -23,6 +25,7 @@ mod messages;
 mod replay;
 mod serve;
 
+pub use auth::Principal;
 pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 
 use std::sync::Arc;
@@ -49,6 +52,8 @@ pub type NatsStatusFn = Arc<dyn Fn() -> NatsStatus + Send + Sync>;
 pub struct ApiState {
     pub broker: Broker,
     pub token: Arc<str>,
+    /// Makes and checks each agent's scoped token (`None`: only the operator's token).
+    pub agent_tokens: Option<crate::seal::AgentTokens>,
     pub data_dir: String,
     pub control: Option<Arc<dyn FlightControl>>,
     pub nats: Option<NatsStatusFn>,
@@ -144,12 +149,14 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
             get(flights::flight_updates).post(flights::update_flight),
         )
         .route("/v1/flights/{id}/stream", get(events::flight_stream))
+        .route("/v1/flights/{id}/tree", get(flights::flight_tree))
         .route("/v1/flights/{id}/steer", post(flights::steer))
         .route("/v1/flights/{id}/interrupt", post(flights::interrupt))
         .route("/v1/approvals", get(approvals::list_approvals))
         .route("/v1/approvals/{id}", post(approvals::decide_approval))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::event_stream))
+        .route("/v1/watch", get(events::watch_stream))
         .route("/v1/replay/flights/{id}", get(replay::flight))
         .route("/v1/replay/agents/{name}", get(replay::agent))
         .route("/v1/replay/conversations/{id}", get(replay::conversation))
@@ -165,7 +172,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            layers::require_token,
+            auth::require_token,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(layers::json_errors))

@@ -1,5 +1,6 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
-//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once.
+//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; and `relay.v1.cmd.snapshot`, in JSON
+//! only, a watch's snapshot with where to follow it from ([`snapshot`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody};
 use relay_protocol::bus::{
-    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, TOKEN_HEADER,
-    TYPE_HEADER,
+    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE,
+    SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::convert::{self, ProtoEnum};
 use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
 use relay_protocol::pb;
+use relay_protocol::watch::{CatchUp, Scope, SnapshotReply, View, WatchRequest};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +44,7 @@ pub struct Counters {
 #[derive(Clone)]
 pub struct Service {
     client: async_nats::Client,
+    js: async_nats::jetstream::Context,
     broker: Broker,
     control: Option<Arc<dyn FlightControl>>,
     request_token: Option<Arc<str>>,
@@ -57,6 +60,7 @@ impl Service {
         request_token: Option<String>,
     ) -> Service {
         Service {
+            js: async_nats::jetstream::new(client.clone()),
             client,
             broker,
             control,
@@ -87,9 +91,16 @@ impl Service {
             let Some(reply) = msg.reply.clone() else {
                 continue; // a publish without a reply subject: nobody to answer
             };
+            let reply_to = if subjects::invoke_target(&msg.subject).is_some() {
+                ReplyTo::Invoke
+            } else if msg.subject.as_str() == subjects::CMD_SNAPSHOT {
+                ReplyTo::Snapshot
+            } else {
+                ReplyTo::Command
+            };
             let form = Form {
-                json: is_json(&msg),
-                invoke: subjects::invoke_target(&msg.subject).is_some(),
+                json: is_json(&msg) || reply_to == ReplyTo::Snapshot,
+                reply_to,
             };
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
@@ -118,21 +129,39 @@ impl Service {
             tracing::debug!(error = %e, "NATS request refused");
         }
         // Every reply to an invoke subject is an InvokeReply, to a cmd subject a
-        // CommandReply, errors included; JSON replies say `<type>+json`.
-        let name = match (form.invoke, form.json) {
-            (true, false) => type_name::<pb::InvokeReply>(),
-            (true, true) => json_type_name::<pb::InvokeReply>(),
-            (false, false) => type_name::<pb::CommandReply>(),
-            (false, true) => json_type_name::<pb::CommandReply>(),
+        // CommandReply (a snapshot's a SnapshotReply), errors included; JSON replies say
+        // `<type>+json`.
+        let name = match (form.reply_to, form.json) {
+            (ReplyTo::Snapshot, _) => SNAPSHOT_REPLY_TYPE.to_string(),
+            (ReplyTo::Invoke, false) => type_name::<pb::InvokeReply>(),
+            (ReplyTo::Invoke, true) => json_type_name::<pb::InvokeReply>(),
+            (ReplyTo::Command, false) => type_name::<pb::CommandReply>(),
+            (ReplyTo::Command, true) => json_type_name::<pb::CommandReply>(),
         };
         let mut headers = HeaderMap::new();
         headers.insert(TYPE_HEADER, name.as_str());
-        let payload = if form.json {
+        if form.json {
             headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
-            answer.to_json()
-        } else {
-            answer.to_pb(form.invoke)
+        }
+        let encode = |answer: &Answer| {
+            if form.json {
+                answer.to_json()
+            } else {
+                answer.to_pb(form.reply_to == ReplyTo::Invoke)
+            }
         };
+        let mut payload = encode(&answer);
+        // A reply over the server's limit (a long flight's snapshot) would never arrive:
+        // say so instead, with room for the headers.
+        let max = self.client.server_info().max_payload;
+        if max > 0 && payload.len() + 1024 > max {
+            let e = BrokerError::TooLarge {
+                what: "the reply (a long snapshot: read it over HTTP, GET /v1/watch)",
+                size: payload.len(),
+                limit: max.saturating_sub(1024),
+            };
+            payload = encode(&Answer::Error(e.to_api()));
+        }
         if let Err(e) = self
             .client
             .publish_with_headers(reply, headers, payload)
@@ -195,7 +224,7 @@ impl Service {
                     let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
-                Ok(Answer::Message(self.broker.post_message(post).await?))
+                Ok(Answer::Posted(self.broker.post_message(post).await?))
             }
             subjects::CMD_STEER => {
                 let (flight, text) = if json {
@@ -238,11 +267,53 @@ impl Service {
                     crate::ops::decide(&self.broker, control, &id, decision, &by, false).await?,
                 ))
             }
+            subjects::CMD_SNAPSHOT => {
+                let req: WatchRequest = from_json(&msg.payload)?;
+                let scope = req.scope().map_err(BrokerError::Invalid)?;
+                Ok(Answer::Snapshot(Box::new(self.snapshot(scope).await?)))
+            }
             other => Err(BrokerError::Invalid(format!(
                 "no such request subject {}",
                 quote(other)
             ))),
         }
+    }
+}
+
+impl Service {
+    /// A watch's snapshot and where a NATS client follows it. A flight's or an agent's
+    /// updates are in the flight stream: the stream's last sequence is read BEFORE the
+    /// snapshot, when every update in the stream is already published by the broker,
+    /// so at or below the snapshot's seq (the publisher sends only published events);
+    /// every update after the snapshot is therefore stored past that sequence. The
+    /// client starts a consumer there and drops what has `Relay-Seq` <= the seq.
+    async fn snapshot(&self, scope: Scope) -> Result<SnapshotReply, BrokerError> {
+        let stream_last = match scope {
+            Scope::Flight(_) | Scope::Agent(_) => Some(
+                self.js
+                    .get_stream(subjects::FLIGHT_STREAM)
+                    .await
+                    .map_err(|e| {
+                        BrokerError::Unavailable(format!("the flight stream cannot be read: {e}"))
+                    })?
+                    .cached_info()
+                    .state
+                    .last_sequence,
+            ),
+            Scope::Conversation { .. } => None,
+        };
+        let (snapshot, _) = crate::watch::watch(&self.broker, scope).await?;
+        let subject = match &snapshot.view {
+            View::Flight(v) => subjects::flight(&v.flight.agent, &v.flight.id),
+            View::Agent(v) => subjects::agent_flights(&v.agent.spec.name),
+            View::Conversation(v) => subjects::conversation(&v.conversation.spec.id),
+        };
+        let catch_up = CatchUp {
+            subject,
+            stream: stream_last.map(|_| subjects::FLIGHT_STREAM.to_string()),
+            start_sequence: stream_last.map(|q| q + 1),
+        };
+        Ok(SnapshotReply { snapshot, catch_up })
     }
 }
 
@@ -325,18 +396,30 @@ fn nats_actor() -> String {
     "nats".into()
 }
 
-/// How a request is answered: in JSON or protobuf, as an invoke or a command reply.
+/// How a request is answered: in JSON or protobuf, as an invoke, a command or a
+/// snapshot reply.
 #[derive(Clone, Copy)]
 struct Form {
     json: bool,
-    invoke: bool,
+    reply_to: ReplyTo,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReplyTo {
+    Invoke,
+    Command,
+    /// JSON only.
+    Snapshot,
 }
 
 enum Answer {
     Invoked(relay_protocol::api::InvokeAccepted),
-    Message(relay_protocol::domain::Message),
+    /// The JSON answer carries the consults the mentions started; the protobuf one the
+    /// message only (the flights are on the event stream).
+    Posted(relay_protocol::api::MessagePosted),
     Flight(relay_protocol::domain::Flight),
     Approval(relay_protocol::domain::Approval),
+    Snapshot(Box<SnapshotReply>),
     Error(ApiError),
 }
 
@@ -344,9 +427,10 @@ impl Answer {
     fn to_json(&self) -> Bytes {
         let v = match self {
             Answer::Invoked(a) => serde_json::to_vec(a),
-            Answer::Message(m) => serde_json::to_vec(&serde_json::json!({ "message": m })),
+            Answer::Posted(p) => serde_json::to_vec(p),
             Answer::Flight(f) => serde_json::to_vec(&serde_json::json!({ "flight": f })),
             Answer::Approval(a) => serde_json::to_vec(&serde_json::json!({ "approval": a })),
+            Answer::Snapshot(r) => serde_json::to_vec(r),
             Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
         };
         Bytes::from(v.unwrap_or_default())
@@ -373,8 +457,8 @@ impl Answer {
                 result: Some(C::Error(convert::error_to_pb(e))),
             }
             .encode_to_vec(),
-            Answer::Message(m) => pb::CommandReply {
-                result: Some(C::Message(convert::message_to_pb(m))),
+            Answer::Posted(p) => pb::CommandReply {
+                result: Some(C::Message(convert::message_to_pb(&p.message))),
             }
             .encode_to_vec(),
             Answer::Flight(f) => pb::CommandReply {
@@ -383,6 +467,14 @@ impl Answer {
             .encode_to_vec(),
             Answer::Approval(a) => pb::CommandReply {
                 result: Some(C::Approval(convert::approval_to_pb(a))),
+            }
+            .encode_to_vec(),
+            // Never asked for: snapshot replies are always JSON.
+            Answer::Snapshot(_) => pb::CommandReply {
+                result: Some(C::Error(pb::Error {
+                    code: "invalid_request".into(),
+                    message: "a snapshot is answered in JSON only".into(),
+                })),
             }
             .encode_to_vec(),
         };

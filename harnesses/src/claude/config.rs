@@ -60,7 +60,7 @@ mod tests {
             .0
             .insert("ANTHROPIC_API_KEY".into(), "s3cret".into());
         agent.model = Some("sonnet".into());
-        let config = ClaudeConfig::for_agent(&agent, &super::super::CLAUDE_CLI);
+        let config = ClaudeConfig::for_agent(&agent, &super::super::CLAUDE_CLI, None);
         assert_eq!(config.program, PathBuf::from("/opt/claude"));
         assert_eq!(
             config.env.clone().into_iter().collect::<Vec<_>>(),

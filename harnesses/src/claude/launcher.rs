@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use super::config::{command, ClaudeConfig, Start};
 use super::wire::{cannot_steer, ClaudeWire, Running};
 use super::CLAUDE_CLI;
+use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
@@ -39,9 +40,13 @@ impl Launcher for ClaudeLauncher {
     }
 
     /// Checks that the program is there; the process itself starts in `open`.
-    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+    fn spawn<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+        relay: Option<&'a RelayAccess>,
+    ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
         Box::pin(async move {
-            let config = ClaudeConfig::for_agent(agent, &CLAUDE_CLI);
+            let config = ClaudeConfig::for_agent(agent, &CLAUDE_CLI, relay);
             config.check_program()?;
             let (events, rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
             let session = ClaudeSession {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 
 use super::{CodexConfig, CodexSession, ThreadOptions, CODEX_CLI};
+use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
@@ -29,10 +30,14 @@ impl Launcher for CodexLauncher {
         CODEX_INFO
     }
 
-    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+    fn spawn<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+        relay: Option<&'a RelayAccess>,
+    ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
         Box::pin(async move {
             let (session, events) =
-                CodexSession::spawn(CodexConfig::for_agent(agent, &CODEX_CLI)).await?;
+                CodexSession::spawn(CodexConfig::for_agent(agent, &CODEX_CLI, relay)).await?;
             let options = ThreadOptions {
                 cwd: Some(PathBuf::from(&agent.cwd)),
                 model: agent.model.clone(),

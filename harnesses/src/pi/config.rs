@@ -41,7 +41,7 @@ mod tests {
         agent.env.insert("API_KEY".into(), "***".into());
         agent.secrets.0.insert("API_KEY".into(), "s3cret".into());
         agent.model = Some("m".into());
-        let config = PiConfig::for_agent(&agent, &super::super::PI_CLI);
+        let config = PiConfig::for_agent(&agent, &super::super::PI_CLI, None);
         let spec = command(&config, Some("0190-abc"));
         assert_eq!(spec.program, PathBuf::from("/opt/pi"));
         assert_eq!(

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::config::{command, PiConfig};
 use super::wire::{PiWire, REFUSED};
 use super::PI_CLI;
+use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::process::ExitInfo;
 use crate::seam::{
@@ -58,8 +59,12 @@ impl Launcher for PiLauncher {
         PI_INFO
     }
 
-    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
-        Box::pin(async move { PiLauncher::spawn_with(PiConfig::for_agent(agent, &PI_CLI)) })
+    fn spawn<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+        relay: Option<&'a RelayAccess>,
+    ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+        Box::pin(async move { PiLauncher::spawn_with(PiConfig::for_agent(agent, &PI_CLI, relay)) })
     }
 }
 

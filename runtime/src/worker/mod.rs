@@ -55,6 +55,8 @@ pub struct Deps {
     pub turn_idle_timeout: Option<Duration>,
     /// Flights interrupted before their turn started: never started here.
     pub cancelled: Arc<Cancelled>,
+    /// How the agent's session reaches Relay.
+    pub access: Option<relay_harnesses::AccessIssuer>,
 }
 
 enum Msg {

@@ -176,14 +176,18 @@ impl Worker {
         agent: &Agent,
     ) -> Result<Live, SessionError> {
         let info = launcher.info();
-        let Spawned { session, events } =
-            launcher
-                .spawn(&agent.spec)
-                .await
-                .map_err(|source| SessionError::Spawn {
-                    program: info.program,
-                    source,
-                })?;
+        let access = self
+            .deps
+            .access
+            .as_ref()
+            .and_then(|issuer| issuer.for_agent(&self.name));
+        let Spawned { session, events } = launcher
+            .spawn(&agent.spec, access.as_ref())
+            .await
+            .map_err(|source| SessionError::Spawn {
+                program: info.program,
+                source,
+            })?;
         match self.open_conversation(info, session.as_ref()).await {
             Ok(conversation) => Ok(Live {
                 session,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use relay_harnesses::seam::{
     BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
 };
-use relay_harnesses::{HarnessError, Harnesses};
+use relay_harnesses::{HarnessError, Harnesses, RelayAccess};
 use relay_protocol::domain::{
     AgentSpec, AgentState, ApprovalDecision, FlightChange, FlightState, Harness,
 };
@@ -128,7 +128,11 @@ impl Launcher for Scripted {
         self.info
     }
 
-    fn spawn<'a>(&'a self, agent: &'a AgentSpec) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
+    fn spawn<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+        _relay: Option<&'a RelayAccess>,
+    ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
         Box::pin(async move {
             let (events, rx) = mpsc::channel(64);
             ask(&self.calls, |reply| Call::Spawn {
@@ -333,6 +337,7 @@ pub fn runtime_in(
             shared_db: shared,
             node: None,
             turn_idle_timeout: idle,
+            access: None,
         },
         Harnesses::default().with(launcher),
         stop.clone(),

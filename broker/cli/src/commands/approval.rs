@@ -71,7 +71,7 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
     let a: Approval = client
         .post(
             &["v1", "approvals", &id],
-            &serde_json::json!({ "decision": decision, "decided_by": actor.name }),
+            &serde_json::json!({ "decision": decision, "decided_by": actor.name() }),
         )
         .await?;
     if json {

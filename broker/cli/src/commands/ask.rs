@@ -22,7 +22,9 @@ pub struct AskArgs {
     /// Conversation to post in (default: a direct one with the agent).
     #[arg(long)]
     conversation: Option<String>,
-    /// The flight this ask is made from (agent-to-agent).
+    /// The flight this ask is made from (agent-to-agent). Inside an agent's session
+    /// (RELAY_TOKEN is the agent's) the broker links the ask to the flight the agent is
+    /// running; this may name only a live flight of that agent.
     #[arg(long, env = "RELAY_FLIGHT")]
     parent_flight: Option<String>,
     /// Fail the flight after this many seconds.
@@ -55,7 +57,7 @@ pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
         InvokeRequest {
             target: agent,
             task: text_arg(text)?,
-            requester: actor.name,
+            requester: actor.name(),
             action: Default::default(),
             conversation,
             parent_flight,

@@ -10,7 +10,7 @@ use relay_protocol::domain::{
 use super::{text_arg, Actor, JsonFlag};
 use crate::client::Client;
 use crate::terminal::outln;
-use crate::views::print_json;
+use crate::views::{print_json, print_message};
 
 #[derive(Args)]
 pub struct SendArgs {
@@ -19,10 +19,12 @@ pub struct SendArgs {
     to: String,
     #[command(flatten)]
     actor: Actor,
-    /// Message text; `@name` mentions an agent. `-` (or nothing, with a pipe on
-    /// stdin) reads it from stdin.
+    /// Message text; `@name` mentions an agent, which is consulted: it gets the message
+    /// as a task and its answer is posted in reply to it. `-` (or nothing, with a pipe
+    /// on stdin) reads it from stdin.
     text: Vec<String>,
-    /// Print JSON (machine-readable) instead of text.
+    /// Print the answer as JSON (`message`, the `flights` its mentions started, the
+    /// mentions `refused` by the loop rules) instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -66,7 +68,8 @@ pub enum ConversationCmd {
     List(JsonFlag),
 }
 
-/// `relay send`.
+/// `relay send`: prints the message id, then a line per agent its mentions consult
+/// (with the flight to follow) or that the loop rules kept from it (with why).
 pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
     let SendArgs {
         to,
@@ -79,7 +82,7 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
             &["v1", "messages"],
             &PostMessage {
                 conversation: to,
-                author: actor.name,
+                author: actor.name(),
                 body: text_arg(text)?,
                 class: MessageClass::Agent,
                 reply_to: None,
@@ -88,9 +91,16 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
         )
         .await?;
     if json {
-        print_json(&posted.message)?;
+        print_json(&posted)?;
     } else {
+        // The message id first and alone on its line, as scripts read it.
         outln!("{}", posted.message.id);
+        for f in &posted.flights {
+            outln!("consulting {}: flight {}", f.agent, f.id);
+        }
+        for r in &posted.refused {
+            outln!("not consulting {}: {}", r.agent, r.error.message);
+        }
     }
     Ok(())
 }
@@ -111,13 +121,8 @@ pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
     if json {
         print_json(&msgs)?;
     } else {
-        for m in msgs {
-            let reply = m
-                .reply_to
-                .as_deref()
-                .map(|r| format!(" (reply to {r})"))
-                .unwrap_or_default();
-            outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
+        for m in &msgs {
+            print_message(m);
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! ask`, which starts one, in [`super::ask`]).
 
 use clap::Args;
+use relay_protocol::api::FlightTree;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
 
 use crate::client::Client;
@@ -48,8 +49,12 @@ pub struct FlightArgs {
     /// The flight's id.
     id: String,
     /// Also print every update.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tree")]
     updates: bool,
+    /// Print the agent-to-agent tree the flight belongs to, from its root: who asked
+    /// whom, each flight's state and summary (the flight asked about marked `*`).
+    #[arg(long)]
+    tree: bool,
     /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
     json: bool,
@@ -90,7 +95,21 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
 
 /// `relay flight`.
 pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
-    let FlightArgs { id, updates, json } = args;
+    let FlightArgs {
+        id,
+        updates,
+        tree,
+        json,
+    } = args;
+    if tree {
+        let tree: FlightTree = client.get(&["v1", "flights", &id, "tree"]).await?;
+        if json {
+            print_json(&tree)?;
+        } else {
+            print_tree(&tree, &id, "", "");
+        }
+        return Ok(());
+    }
     let flight: Flight = client.get(&["v1", "flights", &id]).await?;
     let ups: Vec<FlightUpdate> = if updates {
         client.get(&["v1", "flights", &id, "updates"]).await?
@@ -125,6 +144,40 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One flight of a tree and, indented under it, the flights it asked: `lead` goes before
+/// this line, `indent` before its children's.
+fn print_tree(tree: &FlightTree, marked: &str, lead: &str, indent: &str) {
+    let f = &tree.flight;
+    let text = f
+        .error
+        .as_deref()
+        .or(f.output.as_deref())
+        .or(f.summary.as_deref())
+        .unwrap_or("");
+    outln!(
+        "{lead}{}{} {:<10} {:<16} {}",
+        f.id,
+        if f.id == marked { "*" } else { "" },
+        f.state,
+        f.agent,
+        one_line(&text.chars().take(100).collect::<String>())
+    );
+    let last = tree.children.len().saturating_sub(1);
+    for (i, child) in tree.children.iter().enumerate() {
+        let (branch, next) = if i == last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        print_tree(
+            child,
+            marked,
+            &format!("{indent}{branch}"),
+            &format!("{indent}{next}"),
+        );
+    }
 }
 
 /// `relay steer`.

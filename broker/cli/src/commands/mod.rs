@@ -18,6 +18,7 @@ pub mod flight;
 pub mod replay;
 pub mod serve;
 pub mod status;
+pub mod watch;
 
 #[derive(Args)]
 pub struct JsonFlag {
@@ -30,14 +31,19 @@ pub struct JsonFlag {
 /// decider.
 #[derive(Args)]
 pub struct Actor {
-    /// Who is speaking, asking or deciding.
-    #[arg(
-        long = "as",
-        value_name = "ACTOR",
-        env = "RELAY_ACTOR",
-        default_value = "operator"
-    )]
-    pub name: String,
+    /// Who is speaking, asking or deciding. Default: the agent whose session this runs
+    /// in (RELAY_AGENT, with its scoped token), else `operator`.
+    #[arg(long = "as", value_name = "ACTOR", env = "RELAY_ACTOR")]
+    name: Option<String>,
+}
+
+impl Actor {
+    /// `--as`, else the session's agent, else `operator`.
+    pub fn name(self) -> String {
+        self.name
+            .or_else(|| std::env::var("RELAY_AGENT").ok().filter(|a| !a.is_empty()))
+            .unwrap_or_else(|| "operator".into())
+    }
 }
 
 /// The commands that talk to a running broker.
@@ -45,7 +51,7 @@ pub struct Actor {
 pub enum ClientCmd {
     /// Show the broker's state.
     Status(JsonFlag),
-    /// Post a message to a conversation.
+    /// Post a message to a conversation; each agent it @mentions answers in reply.
     Send(conversation::SendArgs),
     /// Print the last messages of a conversation.
     Read(conversation::ReadArgs),
@@ -72,6 +78,10 @@ pub enum ClientCmd {
     Approve(approval::ApproveArgs),
     /// Show one flight and its updates.
     Flight(flight::FlightArgs),
+    /// Show a flight, an agent or a conversation as it is now, then follow it live:
+    /// nothing missed, nothing twice. A flight's watch ends with the flight (exit 0 when
+    /// it completed, 1 when it failed or was cancelled).
+    Watch(watch::WatchArgs),
     /// Replay a flight, an agent's session or a conversation from the log: a readable
     /// transcript, or one JSON document with --json.
     #[command(subcommand)]
@@ -94,6 +104,7 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Approvals(args) => approval::list(client, args).await?,
         ClientCmd::Approve(args) => approval::approve(client, args).await?,
         ClientCmd::Flight(args) => flight::show(client, args).await?,
+        ClientCmd::Watch(args) => return watch::run(client, args).await,
         ClientCmd::Replay(cmd) => replay::run(client, cmd).await?,
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,6 @@
 //! How the client commands show what the broker answers: JSON, one-line
-//! summaries; the live view of `relay ask` ([`ask`]); the transcripts of `relay replay`
-//! ([`replay`]).
+//! summaries; the live views of `relay ask` ([`ask`]) and `relay watch` ([`watch`]);
+//! the transcripts of `relay replay` ([`replay`]).
 
 use relay_protocol::event::Event;
 use serde::Serialize;
@@ -9,11 +9,22 @@ use crate::terminal::outln;
 
 pub mod ask;
 pub mod replay;
+pub mod watch;
 
 /// `v` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
+}
+
+/// A message as `relay read` and `relay watch` show it: `[index] author: body`.
+pub fn print_message(m: &relay_protocol::domain::Message) {
+    let reply = m
+        .reply_to
+        .as_deref()
+        .map(|r| format!(" (reply to {r})"))
+        .unwrap_or_default();
+    outln!("[{}] {}{}: {}", m.index, m.author, reply, m.body);
 }
 
 /// A one-line description of the NATS connection (`relay status`).

@@ -1,12 +1,14 @@
 //! The rules of invocations and flights: an invocation (its depth and cycle checks, its
-//! conversation, its request message and its queued flight), and every update of a
-//! flight (state transitions, streamed text and summaries, the reply it posts).
+//! conversation, its request message and its queued flight; the loop rules and the
+//! record of a new invocation serve a mention's consult too, see `messages.rs`), and
+//! every update of a flight (state transitions, streamed text and summaries, the reply
+//! it posts, and the consults that reply's mentions start).
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
     id_token, Agent, Conversation, ConversationKind, ConversationSpec, DeliveryReason, Flight,
     FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemKind, ItemPhase,
-    MessageClass, MessageMeta, PostMessage,
+    Message, MessageClass, MessageMeta, PostMessage,
 };
 use relay_protocol::event::EventBody;
 
@@ -27,32 +29,7 @@ impl Ctx<'_, '_> {
                 "a requester is 1 to 128 characters".into(),
             ));
         }
-        let depth = match &req.parent_flight {
-            None => 0,
-            Some(parent) => {
-                let mut depth = 1u32;
-                let mut cursor = Some(parent.clone());
-                while let Some(id) = cursor {
-                    let f = self.flight(&id)?;
-                    if f.agent == req.target {
-                        return Err(BrokerError::Cycle {
-                            agent: req.target.clone(),
-                        });
-                    }
-                    cursor = f.parent_flight;
-                    if cursor.is_some() {
-                        depth += 1;
-                    }
-                }
-                if depth > self.config.max_depth {
-                    return Err(BrokerError::DepthLimit {
-                        depth,
-                        limit: self.config.max_depth,
-                    });
-                }
-                depth
-            }
-        };
+        let depth = self.loop_depth(&req.target, req.parent_flight.as_deref())?;
         let conversation = match &req.conversation {
             Some(id) => self.conversation(id)?,
             None => {
@@ -112,12 +89,66 @@ impl Ctx<'_, '_> {
             timeout_ms: req.timeout_ms,
             created_at: self.now,
         };
+        Ok(Outcome::Invoked(
+            self.create_invocation(invocation, flight_id)?,
+        ))
+    }
+
+    /// The loop rules of an invocation of `target` made from flight `parent`: its depth
+    /// (0 without a parent, the parent's + 1), refused when `target` runs `parent` itself
+    /// (asking oneself), works on a flight of the chain already (a cycle), or when deeper
+    /// than the limit. Shared by an ask
+    /// and a mention, so neither can start a loop the other would have stopped.
+    pub(super) fn loop_depth(
+        &self,
+        target: &str,
+        parent: Option<&str>,
+    ) -> Result<u32, BrokerError> {
+        let Some(parent) = parent else {
+            return Ok(0);
+        };
+        let mut depth = 1u32;
+        let mut cursor = Some(parent.to_string());
+        while let Some(id) = cursor {
+            let f = self.flight(&id)?;
+            if f.agent == target && id == parent {
+                return Err(BrokerError::SelfAsk {
+                    agent: target.to_string(),
+                });
+            }
+            if f.agent == target {
+                return Err(BrokerError::Cycle {
+                    agent: target.to_string(),
+                });
+            }
+            cursor = f.parent_flight;
+            if cursor.is_some() {
+                depth += 1;
+            }
+        }
+        if depth > self.config.max_depth {
+            return Err(BrokerError::DepthLimit {
+                depth,
+                limit: self.config.max_depth,
+            });
+        }
+        Ok(depth)
+    }
+
+    /// Records an invocation with its flight, `queued`: the one place both are made (an
+    /// ask, a mention). The dispatcher sends the flight to its agent's runtime when it
+    /// reads this event (at start too, while the flight is still queued).
+    pub(super) fn create_invocation(
+        &mut self,
+        invocation: Invocation,
+        flight_id: String,
+    ) -> Result<InvokeAccepted, BrokerError> {
         let flight = Flight::queued(flight_id, &invocation);
         self.emit(EventBody::InvocationCreated {
             invocation: invocation.clone(),
             flight: flight.clone(),
         })?;
-        Ok(Outcome::Invoked(InvokeAccepted { invocation, flight }))
+        Ok(InvokeAccepted { invocation, flight })
     }
 
     pub(super) fn update_flight(
@@ -145,6 +176,7 @@ impl Ctx<'_, '_> {
             });
         }
         let mut reply: Option<String> = None;
+        let mut reply_message: Option<Message> = None;
         // The task reached the agent (its turn runs) or never will (ended before).
         let mut delivered: Option<Result<(), String>> = None;
         match change {
@@ -264,7 +296,8 @@ impl Ctx<'_, '_> {
                     },
                 },
             )?;
-            flight.reply_message = Some(message.id);
+            flight.reply_message = Some(message.id.clone());
+            reply_message = Some(message);
         }
         flight.update_seq += 1;
         flight.updated_at = self.now;
@@ -281,6 +314,11 @@ impl Ctx<'_, '_> {
         })?;
         if let Some(outcome) = delivered {
             self.attempt_deliveries(&flight, outcome)?;
+        }
+        // The agents its reply mentions are consulted, as children of this flight (once
+        // it is recorded as completed).
+        if let Some(message) = reply_message {
+            self.consult_mentions(&message)?;
         }
         Ok(Outcome::Flight(UpdateResult {
             applied: true,

@@ -1,10 +1,25 @@
 //! The rules of conversations, messages and their deliveries: creating a conversation,
-//! checking and posting a message, planning a delivery to each agent it mentions (or
-//! each participant of a direct conversation), and recording the attempts.
+//! checking and posting a message, planning a delivery to each participant of a direct
+//! conversation, consulting each agent a message mentions, and recording the attempts.
+//!
+//! Mentions: a conversational (`agent` class) message posted by a client, or an agent's
+//! reply, consults every registered agent it mentions (`@name`; not its author; once
+//! each): an invocation (action `consult`, requester the author, the message itself as
+//! its request, so the reply is posted in reply to it) with its queued flight, and a
+//! `mention` delivery that the flight settles as it starts (or fails). A message posted
+//! during a flight of its author's (`meta.flight`: an agent's reply, or what it sends
+//! from its turn with its session's token) makes the consults children of that flight, so the loop rules of an
+//! ask hold ([`Ctx::loop_depth`]). A mention those rules refuse does not fail the
+//! post, which stands: its delivery fails with the reason, Relay answers the message
+//! with a `system` message saying why, and the post's answer lists it. An invocation's
+//! task message (an ask) and machine-made messages (`status`, `system`, `log`,
+//! `artifact`) consult nobody: their mentions are text.
 
+use relay_protocol::api::{MentionRefused, MessagePosted};
 use relay_protocol::domain::{
-    parse_mentions, valid_conversation_id, Agent, Conversation, ConversationKind, ConversationSpec,
-    Delivery, DeliveryReason, DeliveryState, Flight, Harness, Invocation, Message, PostMessage,
+    parse_mentions, valid_conversation_id, Action, Agent, Conversation, ConversationKind,
+    ConversationSpec, Delivery, DeliveryReason, DeliveryState, Flight, Harness, Invocation,
+    Message, MessageClass, PostMessage,
 };
 use relay_protocol::event::EventBody;
 
@@ -18,7 +33,12 @@ impl Ctx<'_, '_> {
         let conversation = self.conversation(&post.conversation)?;
         self.check_post(post)?;
         let message = self.post(conversation, post)?;
-        Ok(Outcome::Message(message))
+        let (flights, refused) = self.consult_mentions(&message)?;
+        Ok(Outcome::Posted(MessagePosted {
+            message,
+            flights,
+            refused,
+        }))
     }
 
     pub(super) fn create_conversation(
@@ -77,7 +97,8 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    /// Posts a checked message and plans its deliveries.
+    /// Posts a checked message and plans its deliveries to the participants of a direct
+    /// conversation (a mentioned one's is planned by its consult: [`Ctx::consult_mentions`]).
     pub(super) fn post(
         &mut self,
         mut conversation: Conversation,
@@ -96,48 +117,122 @@ impl Ctx<'_, '_> {
             created_at: self.now,
         };
         conversation.message_count += 1;
-        let mut targets: Vec<(String, DeliveryReason)> = message
-            .mentions
-            .iter()
-            .map(|m| (m.clone(), DeliveryReason::Mention))
-            .collect();
-        if conversation.spec.kind == ConversationKind::Direct {
-            for p in &conversation.spec.participants {
-                if !targets.iter().any(|(t, _)| t == p) {
-                    targets.push((p.clone(), DeliveryReason::DirectMessage));
-                }
-            }
-        }
+        let participants: Vec<String> = match conversation.spec.kind {
+            ConversationKind::Direct => conversation
+                .spec
+                .participants
+                .iter()
+                .filter(|p| **p != message.author && !message.mentions.contains(p))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
         self.emit(EventBody::MessagePosted {
             message: message.clone(),
             conversation,
         })?;
-        for (target, reason) in targets {
-            if target == message.author {
-                continue;
-            }
-            // Only registered agents get deliveries; a mention of anything else is text.
+        for target in participants {
+            // Only registered agents get deliveries.
             if let Some(agent) = self.tx.read::<Agent>(T::Agents, target.as_bytes())? {
-                self.plan_delivery(&message.id, &agent, reason)?;
+                self.plan_delivery(&message.id, &agent, DeliveryReason::DirectMessage)?;
             }
         }
         Ok(message)
     }
 
+    /// Consults every registered agent `message` mentions, other than its author: a
+    /// planned `mention` delivery and a consult invocation with its queued flight each,
+    /// or, when the loop rules refuse it, the delivery failed and a `system` answer
+    /// saying why (see the module header). Returns the flights started and the refusals.
+    pub(super) fn consult_mentions(
+        &mut self,
+        message: &Message,
+    ) -> Result<(Vec<Flight>, Vec<MentionRefused>), BrokerError> {
+        let mut started = Vec::new();
+        let mut refused = Vec::new();
+        if message.class != MessageClass::Agent {
+            return Ok((started, refused));
+        }
+        // Said by an agent during its own flight: the consults are that flight's children.
+        let parent = match &message.meta.flight {
+            Some(id) => self
+                .tx
+                .read::<Flight>(T::Flights, id.as_bytes())?
+                .filter(|f| f.agent == message.author)
+                .map(|f| f.id),
+            None => None,
+        };
+        for name in &message.mentions {
+            if *name == message.author {
+                continue;
+            }
+            // A mention of anything but a registered agent is text.
+            let Some(agent) = self.tx.read::<Agent>(T::Agents, name.as_bytes())? else {
+                continue;
+            };
+            let delivery = self.plan_delivery(&message.id, &agent, DeliveryReason::Mention)?;
+            let depth = match self.loop_depth(name, parent.as_deref()) {
+                Ok(depth) => depth,
+                Err(
+                    e @ (BrokerError::Cycle { .. }
+                    | BrokerError::SelfAsk { .. }
+                    | BrokerError::DepthLimit { .. }),
+                ) => {
+                    let why = format!("{name} was not consulted: {e}");
+                    self.settle_delivery(&delivery, Err(why.clone()))?;
+                    let conversation = self.conversation(&message.conversation)?;
+                    self.post(
+                        conversation,
+                        &PostMessage {
+                            conversation: message.conversation.clone(),
+                            author: RELAY_AUTHOR.into(),
+                            body: why,
+                            class: MessageClass::System,
+                            reply_to: Some(message.id.clone()),
+                            meta: Default::default(),
+                        },
+                    )?;
+                    refused.push(MentionRefused {
+                        agent: name.clone(),
+                        error: e.to_api(),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let invocation = Invocation {
+                id: new_id("inv"),
+                requester: message.author.clone(),
+                target: name.clone(),
+                action: Action::Consult,
+                task: mention_task(message),
+                conversation: message.conversation.clone(),
+                request_message: message.id.clone(),
+                parent_flight: parent.clone(),
+                depth,
+                timeout_ms: None,
+                created_at: self.now,
+            };
+            started.push(self.create_invocation(invocation, new_id("flt"))?.flight);
+        }
+        Ok((started, refused))
+    }
+
+    /// Plans a delivery (once: its id is deterministic) and returns its id.
     pub(super) fn plan_delivery(
         &mut self,
         message: &str,
         agent: &Agent,
         reason: DeliveryReason,
-    ) -> Result<(), BrokerError> {
+    ) -> Result<String, BrokerError> {
         let transport = agent.spec.harness;
         let id = relay_protocol::domain::delivery_id(message, &agent.spec.name, reason, transport);
         if self.tx.contains(T::Deliveries, id.as_bytes())? {
-            return Ok(());
+            return Ok(id);
         }
         self.emit(EventBody::DeliveryPlanned {
             delivery: Delivery {
-                id,
+                id: id.clone(),
                 message: message.into(),
                 target: agent.spec.name.clone(),
                 reason,
@@ -145,7 +240,8 @@ impl Ctx<'_, '_> {
                 state: DeliveryState::Pending,
                 attempts: vec![],
             },
-        })
+        })?;
+        Ok(id)
     }
 
     /// Records the attempt on the pending deliveries of a flight's task (its request
@@ -179,26 +275,48 @@ impl Ctx<'_, '_> {
                 reason,
                 transport,
             );
-            let Some(mut delivery) = self.tx.read::<Delivery>(T::Deliveries, id.as_bytes())? else {
-                continue;
-            };
-            if delivery.state != DeliveryState::Pending {
-                continue;
-            }
-            delivery.state = if outcome.is_ok() {
-                DeliveryState::Delivered
-            } else {
-                DeliveryState::Failed
-            };
-            delivery
-                .attempts
-                .push(relay_protocol::domain::DeliveryAttempt {
-                    at: self.now,
-                    ok: outcome.is_ok(),
-                    error: outcome.clone().err(),
-                });
-            self.emit(EventBody::DeliveryAttempted { delivery })?;
+            self.settle_delivery(&id, outcome.clone())?;
         }
         Ok(())
     }
+
+    /// Records the one attempt of delivery `id` if it is planned and still pending:
+    /// delivered, or failed with the reason.
+    fn settle_delivery(
+        &mut self,
+        id: &str,
+        outcome: Result<(), String>,
+    ) -> Result<(), BrokerError> {
+        let Some(mut delivery) = self.tx.read::<Delivery>(T::Deliveries, id.as_bytes())? else {
+            return Ok(());
+        };
+        if delivery.state != DeliveryState::Pending {
+            return Ok(());
+        }
+        delivery.state = if outcome.is_ok() {
+            DeliveryState::Delivered
+        } else {
+            DeliveryState::Failed
+        };
+        delivery
+            .attempts
+            .push(relay_protocol::domain::DeliveryAttempt {
+                at: self.now,
+                ok: outcome.is_ok(),
+                error: outcome.err(),
+            });
+        self.emit(EventBody::DeliveryAttempted { delivery })
+    }
+}
+
+/// Who Relay's own messages are from (a refused mention's answer).
+const RELAY_AUTHOR: &str = "relay";
+
+/// A mentioned agent's task: the message, with who said it and where, since the agent
+/// sees only its task (the conversation is not in its session).
+fn mention_task(message: &Message) -> String {
+    format!(
+        "{} mentioned you in conversation {} (message {}); your answer is posted there, in reply to it:\n\n{}",
+        message.author, message.conversation, message.id, message.body
+    )
 }

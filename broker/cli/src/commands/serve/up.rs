@@ -60,6 +60,8 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
             header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms),
             max_connections: args.max_connections,
         },
+        // This program: the agents' sessions run `relay ask` and `relay mcp` with it.
+        relay_program: std::env::current_exe().ok(),
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)

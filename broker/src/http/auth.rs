@@ -1,0 +1,223 @@
+//! Who is calling: the operator (the token of `api.json`, which can do everything) or an
+//! agent (its scoped token, `relay-agent.<name>.<mac>`, which its session has in
+//! `RELAY_TOKEN`).
+//!
+//! An agent's token asks, sends, replies and reads as that agent only:
+//! - every read route (`GET`) is open to it;
+//! - it may post messages, invoke, and steer or interrupt the flights it asked for, each
+//!   as itself (a handler checks the actor through [`Principal::act_as`]);
+//! - everything else (approving, registering, removing or waking agents, creating
+//!   conversations, writing flight updates) is refused here, before the route runs.
+//!
+//! What an agent asks is linked to the flight it is running ([`Principal::parent_flight`]):
+//! a persistent session serves many turns, so no flight id in its environment could be
+//! right, but an agent runs one turn at a time.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use relay_protocol::api::ErrorCode;
+use relay_protocol::domain::{Flight, FlightState};
+
+use super::{ApiState, HttpError};
+use crate::broker::Broker;
+use crate::error::{quote, BrokerError};
+use crate::seal::{token_matches, AgentTokens};
+
+/// The caller of a request, put in its extensions by [`require_token`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Operator,
+    Agent(String),
+}
+
+/// The routes an agent's token may write to (every `GET` is open to it).
+const AGENT_WRITES: &[&str] = &[
+    "/v1/messages",
+    "/v1/invocations",
+    "/v1/flights/{id}/steer",
+    "/v1/flights/{id}/interrupt",
+];
+
+impl Principal {
+    /// The actor a request acts as: `given`, checked, or for an agent its own name when
+    /// none is given. An agent may act only as itself.
+    pub fn act_as(&self, given: Option<&str>) -> Result<String, BrokerError> {
+        match (self, given) {
+            (Principal::Operator, Some(actor)) => Ok(actor.to_string()),
+            (Principal::Operator, None) => Ok("operator".to_string()),
+            (Principal::Agent(me), None) => Ok(me.clone()),
+            (Principal::Agent(me), Some(actor)) if actor == me => Ok(me.clone()),
+            (Principal::Agent(me), Some(actor)) => Err(BrokerError::Unauthorized(format!(
+                "agent {}'s token acts as {} only, not as {}",
+                quote(me),
+                quote(me),
+                quote(actor)
+            ))),
+        }
+    }
+
+    /// The parent flight of what this caller asks: for the operator, `given`; for an
+    /// agent, `given` when it is a live flight of its own, else the flight it is running
+    /// now (none when it runs none: a root invocation).
+    pub async fn parent_flight(
+        &self,
+        broker: &Broker,
+        given: Option<String>,
+    ) -> Result<Option<String>, BrokerError> {
+        let Principal::Agent(me) = self else {
+            return Ok(given);
+        };
+        if let Some(id) = given {
+            let flight = broker
+                .flight(&id)
+                .await?
+                .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
+            if &flight.agent != me || flight.state.is_terminal() {
+                return Err(BrokerError::Unauthorized(format!(
+                    "agent {}'s token can link what it asks only to a live flight of its own, and flight {} is {}",
+                    quote(me),
+                    quote(&id),
+                    if &flight.agent != me {
+                        format!("agent {}'s", quote(&flight.agent))
+                    } else {
+                        format!("{}", flight.state)
+                    }
+                )));
+            }
+            return Ok(Some(id));
+        }
+        Ok(running_flight(broker, me).await?.map(|f| f.id))
+    }
+
+    /// Refuses an agent a flight it did not ask for (steer, interrupt).
+    pub async fn may_control(&self, broker: &Broker, flight: &str) -> Result<(), BrokerError> {
+        let Principal::Agent(me) = self else {
+            return Ok(());
+        };
+        let id = flight.to_string();
+        let requester = broker
+            .store()
+            .read(move |st| {
+                let flight = st
+                    .flight(&id)?
+                    .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
+                Ok(st.invocation(&flight.invocation)?.map(|i| i.requester))
+            })
+            .await?;
+        match requester {
+            Some(requester) if &requester == me => Ok(()),
+            requester => Err(BrokerError::Unauthorized(format!(
+                "agent {}'s token controls only the flights it asked for; flight {} was asked by {}",
+                quote(me),
+                quote(flight),
+                quote(requester.as_deref().unwrap_or("someone else"))
+            ))),
+        }
+    }
+}
+
+/// The flight `agent` is running (or waiting in, for an approval), if any.
+async fn running_flight(broker: &Broker, agent: &str) -> Result<Option<Flight>, BrokerError> {
+    let agent = agent.to_string();
+    broker
+        .store()
+        .read(move |st| {
+            Ok(st.live_flights()?.into_iter().find(|f| {
+                f.agent == agent && matches!(f.state, FlightState::Running | FlightState::Waiting)
+            }))
+        })
+        .await
+}
+
+/// Checks the bearer token, refuses an agent's token the routes it may not use, and puts
+/// the [`Principal`] in the request's extensions.
+pub(super) async fn require_token(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        // The scheme is case-insensitive (RFC 9110).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let principal = match given {
+        Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => Ok(Principal::Operator),
+        Some(t) if AgentTokens::is_agent_token(t) => {
+            agent_principal(
+                &state,
+                t,
+                req.method(),
+                req.extensions().get::<MatchedPath>(),
+            )
+            .await
+        }
+        Some(_) => Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            "the bearer token is wrong",
+        )),
+        None => Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            "a bearer token is required (Authorization: Bearer <token from api.json>)",
+        )),
+    };
+    match principal {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
+        Err(e) => {
+            let mut refused = e.into_response();
+            // A client without the token gets no kept-alive connection to hold a slot with.
+            refused.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            refused
+        }
+    }
+}
+
+async fn agent_principal(
+    state: &ApiState,
+    token: &str,
+    method: &Method,
+    route: Option<&MatchedPath>,
+) -> Result<Principal, HttpError> {
+    let agent = state
+        .agent_tokens
+        .as_ref()
+        .and_then(|tokens| tokens.agent_of(token))
+        .ok_or_else(|| {
+            HttpError::new(
+                ErrorCode::Unauthorized,
+                "the bearer token is not an agent token of this broker",
+            )
+        })?;
+    if state.broker.agent(&agent).await?.is_none() {
+        return Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            format!(
+                "the token is agent {}'s, and no such agent is registered (removed?)",
+                quote(&agent)
+            ),
+        ));
+    }
+    let route = route.map(|r| r.as_str()).unwrap_or("");
+    if method != Method::GET && !AGENT_WRITES.contains(&route) {
+        return Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            format!(
+                "agent {}'s token cannot {method} {}: an agent's token asks, sends, replies and reads as itself; approving, registering or removing agents and the rest take the operator's token",
+                quote(&agent),
+                if route.is_empty() { "this route" } else { route }
+            ),
+        ));
+    }
+    Ok(Principal::Agent(agent))
+}

@@ -1,0 +1,484 @@
+//! Mentions end to end: a real `relay up`, the real pinned Codex and Claude Code CLIs
+//! against the mock model. `@name` in a message consults each mentioned agent, whose
+//! answer is posted under the message; an agent's answer that mentions another agent
+//! consults it as a child of its flight; the loop rules stop a mention loop without
+//! failing a post; what an agent sends from its shell (`relay send`) consults within
+//! the flight it runs, and it reads a refusal as the command's output; a mention of
+//! oneself or of an unknown name starts nothing; a consult still queued when the broker
+//! is killed runs after the restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use relay_mock_model::{RecordedRequest, Reply};
+use relay_tests::agents::{state, Env};
+use relay_tests::wait_until;
+use serde_json::Value;
+
+/// Answers by what the task says (a mentioned agent's task is the whole message with a
+/// line of context before it): the `(needle, answer)` of the first needle it contains,
+/// `hang` (at the start) never ends, anything else is a plain `ok` (never an echo: an
+/// echo of a task would mention its agents again).
+fn answers(table: &'static [(&'static str, &'static str)]) -> impl Fn(&RecordedRequest) -> Reply {
+    move |req| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.starts_with("hang") {
+            return Reply::hang();
+        }
+        let answer = table
+            .iter()
+            .find(|(needle, _)| text.contains(needle))
+            .map_or("ok", |(_, answer)| answer);
+        Reply::text(answer)
+    }
+}
+
+/// A broker with two agents, `codex-1` (Codex) and `claude-1` (Claude Code), whose
+/// model answers by `table` (see [`answers`]).
+async fn codex_and_claude(table: &'static [(&'static str, &'static str)]) -> Env {
+    let env = Env::start().await;
+    env.mock.set_handler(answers(table));
+    env.add_agent("codex-1", &[]);
+    env.add_claude("claude-1", &[]);
+    env
+}
+
+/// `relay send --json TEXT` as `author`: the post's answer.
+fn send(env: &Env, author: &str, text: &str) -> Value {
+    env.relay
+        .cli_json(&["send", "--as", author, "--json", text])
+}
+
+/// The flights a post's answer lists, as (agent, flight id).
+fn started(posted: &Value) -> Vec<(String, String)> {
+    posted["flights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["agent"].as_str().unwrap().to_string(),
+                f["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The operator sends `text`, which mentions `agent` only: the message id and the
+/// consult's flight.
+fn consult_one(env: &Env, agent: &str, text: &str) -> (String, String) {
+    let posted = send(env, "operator", text);
+    match &started(&posted)[..] {
+        [(consulted, flight)] if consulted == agent => (
+            posted["message"]["id"].as_str().unwrap().to_string(),
+            flight.clone(),
+        ),
+        _ => panic!("not one consult of {agent}: {posted}"),
+    }
+}
+
+/// The operator consults codex-1 with `text`, and its answer consults claude-1: the
+/// message id and the two flights, once both completed.
+async fn codex_then_claude(env: &Env, text: &str) -> (String, Value, Value) {
+    let (msg, first) = consult_one(env, "codex-1", text);
+    let first = completed(env, &first).await;
+    let second = only_flight_of(env, "claude-1").await;
+    let second = completed(env, second["id"].as_str().unwrap()).await;
+    (msg, first, second)
+}
+
+async fn completed(env: &Env, id: &str) -> Value {
+    let f = env
+        .wait_flight(id, 120, |f| {
+            ["completed", "failed", "cancelled"].contains(&state(f))
+        })
+        .await;
+    assert_eq!(state(&f), "completed", "{f}");
+    f
+}
+
+fn messages(env: &Env) -> Vec<Value> {
+    env.relay
+        .cli_json(&["read", "-n", "100", "--json"])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn message<'a>(all: &'a [Value], id: &str) -> &'a Value {
+    all.iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no message {id} in {all:?}"))
+}
+
+/// The whole event log.
+async fn events(env: &Env) -> Vec<Value> {
+    let (code, events) = env
+        .relay
+        .http()
+        .get("/v1/events?after=0&limit=100000")
+        .await;
+    assert_eq!(code, 200, "{events}");
+    events.as_array().unwrap().clone()
+}
+
+/// Every delivery of message `id`, by target, as last recorded.
+async fn deliveries_of(env: &Env, id: &str) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for e in events(env).await {
+        if e["type"] == "delivery_planned" || e["type"] == "delivery_attempted" {
+            let d = &e["delivery"];
+            if d["message"] == id {
+                out.insert(d["target"].as_str().unwrap().to_string(), d.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The invocation of a flight, from the event that created it.
+async fn invocation_of(env: &Env, flight: &str) -> Value {
+    events(env)
+        .await
+        .into_iter()
+        .find(|e| e["type"] == "invocation_created" && e["flight"]["id"] == flight)
+        .map(|e| e["invocation"].clone())
+        .unwrap_or_else(|| panic!("no invocation for {flight}"))
+}
+
+/// The flights of agent `agent`, oldest first.
+async fn flights_of(env: &Env, agent: &str) -> Vec<Value> {
+    let (code, list) = env
+        .relay
+        .http()
+        .get(&format!("/v1/flights?agent={agent}"))
+        .await;
+    assert_eq!(code, 200, "{list}");
+    list.as_array().unwrap().clone()
+}
+
+/// Waits for agent `agent`'s only flight to appear, and returns it.
+async fn only_flight_of(env: &Env, agent: &str) -> Value {
+    wait_until(
+        format!("a flight of {agent}"),
+        Duration::from_secs(120),
+        || async {
+            let list = flights_of(env, agent).await;
+            assert!(
+                list.len() <= 1,
+                "{agent} has more than one flight: {list:?}"
+            );
+            list.into_iter().next()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_mentioned_agent_answers_under_the_message() {
+    let env = codex_and_claude(&[("what is the answer", "forty-two")]).await;
+
+    let out = env.relay.cli_ok(&[
+        "send",
+        "@codex-1 @claude-1 what is the answer? (@codex-1, you too)",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let msg = lines[0].to_string();
+    let flight_in = |line: &str, agent: &str| {
+        line.strip_prefix(&format!("consulting {agent}: flight "))
+            .unwrap_or_else(|| panic!("{line:?}"))
+            .to_string()
+    };
+    let f_codex = flight_in(lines[1], "codex-1");
+    let f_claude = flight_in(lines[2], "claude-1");
+
+    let mut replies = BTreeMap::new();
+    for (agent, id) in [("codex-1", &f_codex), ("claude-1", &f_claude)] {
+        let f = completed(&env, id).await;
+        assert_eq!(f["agent"], agent);
+        assert_eq!(f["conversation"], "channel.shared");
+        assert_eq!(f["parent_flight"], Value::Null);
+        assert_eq!(f["output"], "forty-two");
+        let inv = invocation_of(&env, id).await;
+        assert_eq!(
+            (
+                &inv["action"],
+                &inv["requester"],
+                &inv["request_message"],
+                &inv["depth"]
+            ),
+            (
+                &Value::from("consult"),
+                &Value::from("operator"),
+                &Value::from(msg.as_str()),
+                &Value::from(0)
+            )
+        );
+        replies.insert(agent, f["reply_message"].as_str().unwrap().to_string());
+    }
+    // The agents got the message with who said it and where.
+    let task = env
+        .mock
+        .requests()
+        .iter()
+        .filter_map(RecordedRequest::last_user_text)
+        .find(|t| t.contains("what is the answer"))
+        .unwrap();
+    assert!(
+        task.starts_with(&format!(
+            "operator mentioned you in conversation channel.shared (message {msg})"
+        )),
+        "{task}"
+    );
+
+    // The conversation: the message (no copy of it as a task), then an answer from
+    // each agent under it.
+    let all = messages(&env);
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(all[0]["id"], msg.as_str());
+    for (agent, reply) in &replies {
+        let m = message(&all, reply);
+        assert_eq!(
+            (&m["author"], &m["reply_to"], &m["body"]),
+            (
+                &Value::from(*agent),
+                &Value::from(msg.as_str()),
+                &Value::from("forty-two")
+            )
+        );
+    }
+    // The deliveries the mentions planned were made when the turns ran.
+    let delivered = deliveries_of(&env, &msg).await;
+    assert_eq!(
+        delivered.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec!["claude-1", "codex-1"]
+    );
+    for d in delivered.values() {
+        assert_eq!(
+            (&d["reason"], &d["state"]),
+            (&Value::from("mention"), &Value::from("delivered")),
+            "{d}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_that_mentions_another_agent_consults_it_as_a_child() {
+    let env = codex_and_claude(&[
+        ("ask your colleague", "@claude-1 what do you think?"),
+        ("what do you think", "agreed"),
+    ])
+    .await;
+
+    let (msg, parent, child) = codex_then_claude(&env, "@codex-1 ask your colleague").await;
+    let msg = msg.as_str();
+    let asked = parent["reply_message"].as_str().unwrap();
+    let child_id = child["id"].as_str().unwrap();
+    assert_eq!(child["parent_flight"], parent["id"]);
+    let inv = invocation_of(&env, child_id).await;
+    assert_eq!(
+        (&inv["requester"], &inv["request_message"], &inv["depth"]),
+        (
+            &Value::from("codex-1"),
+            &Value::from(asked),
+            &Value::from(1)
+        )
+    );
+
+    let all = messages(&env);
+    let question = message(&all, asked);
+    assert_eq!(
+        (
+            &question["author"],
+            &question["reply_to"],
+            &question["body"]
+        ),
+        (
+            &Value::from("codex-1"),
+            &Value::from(msg),
+            &Value::from("@claude-1 what do you think?")
+        )
+    );
+    let answer = message(&all, child["reply_message"].as_str().unwrap());
+    assert_eq!(
+        (&answer["author"], &answer["reply_to"], &answer["body"]),
+        (
+            &Value::from("claude-1"),
+            &Value::from(asked),
+            &Value::from("agreed")
+        )
+    );
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(
+        deliveries_of(&env, asked).await["claude-1"]["state"],
+        "delivered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mention_loop_is_stopped_by_the_cycle_rule_and_no_post_fails() {
+    let env = codex_and_claude(&[
+        ("start the loop", "@claude-1 your move"),
+        ("your move", "@codex-1 back to you"),
+    ])
+    .await;
+
+    let (_, _, child) = codex_then_claude(&env, "@codex-1 start the loop").await;
+    let back = child["reply_message"].as_str().unwrap();
+
+    // claude-1's answer stands, and Relay answers it with why codex-1 was not asked.
+    let refusal = wait_until(
+        "Relay's answer to the refused mention",
+        Duration::from_secs(30),
+        || async {
+            messages(&env)
+                .into_iter()
+                .find(|m| m["author"] == "relay" && m["reply_to"] == back)
+        },
+    )
+    .await;
+    assert_eq!(refusal["class"], "system");
+    assert_eq!(
+        refusal["body"],
+        "codex-1 was not consulted: cycle: agent \"codex-1\" is already working on an ancestor flight"
+    );
+    let d = &deliveries_of(&env, back).await["codex-1"];
+    assert_eq!(d["state"], "failed", "{d}");
+    assert_eq!(d["attempts"][0]["error"], refusal["body"]);
+    // Nothing else started: one flight each, both completed.
+    let (_, flights) = env.relay.http().get("/v1/flights").await;
+    let flights = flights.as_array().unwrap();
+    assert_eq!(flights.len(), 2, "{flights:?}");
+    assert!(
+        flights.iter().all(|f| state(f) == "completed"),
+        "{flights:?}"
+    );
+
+    // What an agent posts during its flight (`meta.flight`) is held to the same rule:
+    // claude-1 (its flight a child of codex-1's) mentioning codex-1 is refused, the post
+    // stands, and its answer says why.
+    let posted: Value = {
+        let body = serde_json::json!({
+            "conversation": "channel.shared",
+            "author": "claude-1",
+            "body": "@codex-1 one more thing",
+            "meta": {"flight": child["id"]},
+        });
+        let (code, posted) = env.relay.http().post("/v1/messages", &body).await;
+        assert_eq!(code, 200, "{posted}");
+        posted
+    };
+    assert_eq!(posted["flights"], serde_json::json!([]));
+    assert_eq!(posted["refused"][0]["agent"], "codex-1");
+    assert_eq!(posted["refused"][0]["error"]["code"], "cycle");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mention_of_oneself_or_of_an_unknown_name_starts_nothing() {
+    let env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    for (author, text) in [
+        ("operator", "@nobody @operator are you there?"),
+        ("codex-1", "@codex-1 a note to self"),
+    ] {
+        let out = env.relay.cli_ok(&["send", "--as", author, text]);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        let posted = send(&env, author, text);
+        assert_eq!(posted["flights"], serde_json::json!([]), "{posted}");
+        assert!(posted.get("refused").is_none(), "{posted}");
+    }
+    let (_, flights) = env.relay.http().get("/v1/flights").await;
+    assert_eq!(flights, serde_json::json!([]));
+    let planned: Vec<Value> = events(&env)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "delivery_planned" || e["type"] == "invocation_created")
+        .collect();
+    assert_eq!(planned, Vec::<Value>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consult_still_queued_at_a_kill_9_runs_after_the_restart() {
+    let mut env = Env::start().await;
+    env.mock
+        .set_handler(answers(&[("after the hang", "answered after the restart")]));
+    env.add_agent("codex-1", &[]);
+    // The agent is busy: the consult waits in its queue.
+    let busy = env.ask_no_wait("codex-1", "hang here");
+    env.wait_flight(&busy, 60, |f| state(f) == "running").await;
+    let (msg, queued) = consult_one(&env, "codex-1", "@codex-1 after the hang");
+    assert_eq!(state(&env.flight(&queued).await), "queued");
+
+    env.relay.kill9();
+    env.relay.restart().unwrap();
+    let f = completed(&env, &queued).await;
+    assert_eq!(f["output"], "answered after the restart");
+    let reply = message(&messages(&env), f["reply_message"].as_str().unwrap()).clone();
+    assert_eq!(reply["reply_to"], msg.as_str());
+    assert_eq!(
+        deliveries_of(&env, &msg).await["codex-1"]["state"],
+        "delivered"
+    );
+    assert_eq!(state(&env.flight(&busy).await), "failed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_an_agent_sends_from_its_shell_consults_within_its_flight() {
+    // The default script: `exec:` runs the command with the agent's bash tool and
+    // answers with its output; anything else is echoed as `ok: ...`.
+    let env = Env::start().await;
+    env.add_pi("p1", &[]);
+    env.add_pi("p2", &[]);
+    env.add_claude("cl-1", &[]);
+
+    // p1's shell runs `relay send`: the message is p1's, and cl-1's consult is a child
+    // of the flight p1 is running. p1 reads the consult in the command's output.
+    let parent = env.ask_no_wait("p1", "exec:relay send '@cl-1 hello from a shell'");
+    let f = completed(&env, &parent).await;
+    let child = only_flight_of(&env, "cl-1").await;
+    let child_id = child["id"].as_str().unwrap();
+    assert_eq!(
+        f["output"]
+            .as_str()
+            .map(|o| o.contains(&format!("consulting cl-1: flight {child_id}"))),
+        Some(true),
+        "{f}"
+    );
+    let child = completed(&env, child_id).await;
+    assert_eq!(child["parent_flight"], parent.as_str());
+    let inv = invocation_of(&env, child_id).await;
+    assert_eq!(
+        (&inv["requester"], &inv["depth"]),
+        (&Value::from("p1"), &Value::from(1))
+    );
+    let all = messages(&env);
+    let said = message(&all, inv["request_message"].as_str().unwrap());
+    assert_eq!(
+        (&said["author"], &said["body"], &said["meta"]["flight"]),
+        (
+            &Value::from("p1"),
+            &Value::from("@cl-1 hello from a shell"),
+            &Value::from(parent.as_str())
+        )
+    );
+    let answer = message(&all, child["reply_message"].as_str().unwrap());
+    assert_eq!(answer["reply_to"], said["id"]);
+
+    // p1 asks p2, whose shell mentions p1 back: a cycle. p2's post stands, `relay send`
+    // says why p1 was not consulted, and p1 reads it through p2's reply.
+    let asks = env.ask_no_wait(
+        "p1",
+        "exec:relay ask p2 'exec:relay send \"@p1 back to you\"'",
+    );
+    let f = completed(&env, &asks).await;
+    let out = f["output"].as_str().unwrap();
+    assert!(
+        out.contains(
+            "not consulting p1: cycle: agent \"p1\" is already working on an ancestor flight"
+        ),
+        "{f}"
+    );
+    assert_eq!(flights_of(&env, "p1").await.len(), 2);
+}

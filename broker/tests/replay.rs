@@ -440,6 +440,20 @@ async fn unknown_names_are_typed_errors() {
     ));
 }
 
+/// The store at `path`, once the last handle of the broker that had it open is gone
+/// (the storage thread may still be dropping one just after it answered).
+async fn reopen(path: &std::path::Path) -> Store {
+    for _ in 0..300 {
+        match Store::open(path) {
+            Err(BrokerError::Locked(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            other => return other.unwrap(),
+        }
+    }
+    panic!("{} stays locked", path.display());
+}
+
 /// The id of the message at `index` in a conversation replay.
 fn all_id(replay: &relay_protocol::replay::ConversationReplay, index: u64) -> String {
     replay
@@ -476,13 +490,13 @@ async fn a_database_from_before_the_replay_index_gets_it_at_its_first_open() {
     drop(b);
     writer.await.unwrap();
     {
-        let store = Store::open(&path).unwrap();
+        let store = reopen(&path).await;
         store.tree(T::ReplayIndex).clear().unwrap();
         store.tree(T::Meta).remove(b"replay_indexed").unwrap();
         assert!(!store.verify().unwrap().is_consistent());
         store.durable().db().flush().unwrap();
     }
-    let store = Store::open(&path).unwrap();
+    let store = reopen(&path).await;
     assert!(store.verify().unwrap().is_consistent());
     let (b, stop, writer) = broker_on(store).await;
     assert_eq!(replays(b.clone(), f).await, before);

@@ -163,13 +163,15 @@ pub mod notification {
     ];
 }
 
-/// Server -> client request methods. The adapter answers the two approvals; every other
-/// server request gets a JSON-RPC error so Codex never waits on it.
+/// Server -> client request methods. The adapter answers the two approvals and MCP
+/// elicitations (tool call approvals among them); every other server request gets a
+/// JSON-RPC error so Codex never waits on it.
 pub mod server_request {
     pub const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval";
     pub const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
+    pub const MCP_ELICITATION: &str = "mcpServer/elicitation/request";
 
-    pub const ALL: [&str; 2] = [COMMAND_APPROVAL, FILE_CHANGE_APPROVAL];
+    pub const ALL: [&str; 3] = [COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, MCP_ELICITATION];
 }
 
 // ---------------------------------------------------------------------------------------

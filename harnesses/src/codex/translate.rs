@@ -201,7 +201,11 @@ impl Translator {
                 ),
             };
         };
-        let mut detail = format!("MCP server {}: {}", p.server_name, p.message);
+        // `MCP tool <server>.<tool>`, then the arguments it will run with.
+        let mut detail = match p.tool_name() {
+            Some(tool) => format!("MCP tool {}.{tool}", p.server_name),
+            None => format!("MCP server {}: {}", p.server_name, p.message),
+        };
         if let Some(params) = p.meta_field("tool_params") {
             detail.push('\n');
             detail.push_str(&serde_json::to_string_pretty(params).unwrap_or_default());
@@ -209,10 +213,7 @@ impl Translator {
         Elicitation::Approval {
             turn_id,
             detail,
-            reason: p
-                .meta_field("tool_description")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            reason: None,
         }
     }
 
@@ -478,6 +479,25 @@ impl Translator {
                     return Vec::new();
                 }
                 HarnessEvent::ApprovalResolved { request_id }
+            }
+            notification::MCP_SERVER_STATUS => {
+                let Some(n) = self.parse::<wire::McpServerStatusUpdatedNotification>(params, line)
+                else {
+                    return Vec::new();
+                };
+                if n.status != "failed" {
+                    tracing::debug!(server = %n.name, status = %n.status, "codex: MCP server");
+                    return Vec::new();
+                }
+                // Its tools are missing from the thread: say so, or the model's calls
+                // of them fail with nothing to tell why.
+                let message = format!(
+                    "codex could not start MCP server {}: {}",
+                    n.name,
+                    n.error.as_deref().unwrap_or("no reason given")
+                );
+                tracing::warn!(%message, "codex: MCP server failed");
+                HarnessEvent::Warning { message }
             }
             other => {
                 tracing::debug!(method = other, "codex: notification ignored");

@@ -70,8 +70,9 @@ pub struct ApprovalResponse {
 
 /// `mcpServer/elicitation/request`: an MCP server asks the user something through Codex.
 /// Codex sends the same request before every MCP tool call, as a form with no fields and
-/// `_meta.codex_approval_kind = "mcp_tool_call"` (then `tool_params` holds the call's
-/// arguments); any other is a real form (or a URL to open) meant for a person.
+/// `_meta.codex_approval_kind = "mcp_tool_call"` (then `_meta` also names the tool,
+/// `tool_name`, and holds the call's arguments, `tool_params`; seen with 0.169.0); any
+/// other is a real form (or a URL to open) meant for a person.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerElicitationRequestParams {
@@ -104,7 +105,12 @@ impl McpServerElicitationRequestParams {
         self.approval_kind() == Some(MCP_TOOL_CALL_APPROVAL)
     }
 
-    /// A field of `_meta` (`tool_params`, `tool_title`, `tool_description`...).
+    /// The tool a tool call approval is about (`_meta.tool_name`).
+    pub fn tool_name(&self) -> Option<&str> {
+        self.meta_field("tool_name")?.as_str()
+    }
+
+    /// A field of `_meta` (`tool_name`, `tool_params`, `tool_description`...).
     pub fn meta_field(&self, key: &str) -> Option<&Value> {
         self.meta.as_ref()?.get(key)
     }

@@ -145,8 +145,9 @@ pub mod notification {
     pub const ERROR: &str = "error";
     pub const WARNING: &str = "warning";
     pub const SERVER_REQUEST_RESOLVED: &str = "serverRequest/resolved";
+    pub const MCP_SERVER_STATUS: &str = "mcpServer/startupStatus/updated";
 
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         THREAD_STARTED,
         TURN_STARTED,
         TURN_COMPLETED,
@@ -160,6 +161,7 @@ pub mod notification {
         ERROR,
         WARNING,
         SERVER_REQUEST_RESOLVED,
+        MCP_SERVER_STATUS,
     ];
 }
 

@@ -387,14 +387,18 @@ fn approvals_are_surfaced_and_unsupported_requests_refused() {
     );
 }
 
-/// Codex's request before an MCP tool call, as the pinned Codex sends it.
+/// Codex's request before an MCP tool call, as the pinned Codex sent it (recorded from
+/// `tests/a2a_mcp.rs`, ids and the description shortened).
 fn tool_call_approval(id: i64, server: &str, turn: Option<&str>) -> serde_json::Value {
     json!({"method":"mcpServer/elicitation/request","id":id,"params":{
         "threadId":"th","turnId":turn,"serverName":server,"mode":"form",
-        "message":format!("Allow the {server} MCP server to run tool \"ask\"?"),
-        "requestedSchema":{"type":"object","properties":{}},
         "_meta":{"codex_approval_kind":"mcp_tool_call","persist":["session","always"],
-            "tool_params":{"agent":"claude-1","text":"hi"}}}})
+            "tool_name":"ask","tool_description":"Ask another agent.",
+            "tool_params":{"agent":"claude-1","text":"hi"},
+            "tool_params_display":[{"name":"agent","value":"claude-1","display_name":"agent"},
+                {"name":"text","value":"hi","display_name":"text"}]},
+        "message":format!("Allow the {server} MCP server to run tool \"ask\"?"),
+        "requestedSchema":{"type":"object","properties":{}}}})
 }
 
 #[test]
@@ -419,7 +423,8 @@ fn a_relay_tool_call_runs_unasked_and_any_other_server_asks_a_person() {
             turn_id: "t1".into(),
             request_id: "4".into(),
             kind: ApprovalKind::Other,
-            detail: "MCP server files: Allow the files MCP server to run tool \"ask\"?\n{\n  \"agent\": \"claude-1\",\n  \"text\": \"hi\"\n}".into(),
+            detail: "MCP tool files.ask\n{\n  \"agent\": \"claude-1\",\n  \"text\": \"hi\"\n}"
+                .into(),
             reason: None
         }]
     );

@@ -81,6 +81,18 @@ async fn a_sandboxed_codex_agent_asks_a_claude_agent_through_the_mcp_ask_tool() 
     assert_eq!(child["agent"], "cl");
     assert_eq!(child["state"], "completed");
     assert_eq!(child["output"], "ok: what is six times seven?");
+    assert_eq!(child["parent_flight"], id.as_str(), "{child}");
+    // Asked as cx: the child's request message is cx's.
+    let messages = env
+        .relay
+        .cli_json(&["read", child["conversation"].as_str().unwrap(), "--json"]);
+    let asked = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["body"] == "what is six times seven?")
+        .unwrap_or_else(|| panic!("no request message: {messages}"));
+    assert_eq!(asked["author"], "cx", "{asked}");
 
     // Codex's model got that reply as the result of its call, and said so.
     let codex = requests_to(&env, "/responses");
@@ -103,4 +115,126 @@ async fn a_sandboxed_codex_agent_asks_a_claude_agent_through_the_mcp_ask_tool() 
         .relay
         .cli_json(&["approvals", "--state", "all", "--json"]);
     assert_eq!(approvals, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_agent_asks_a_pi_agent_through_the_mcp_ask_tool() {
+    let env = Env::start().await;
+    env.add_claude("cl", &[]);
+    env.add_pi("pi", &[]);
+
+    let id = env.ask_no_wait("cl", &ask_task("pi", "name a colour"));
+    let f = completed(&env, &id).await;
+    // Claude Code's model got Pi's reply as the `mcp__relay__ask` tool result.
+    assert_eq!(f["output"], "tool said: ok: name a colour", "{f}");
+    let tree = tree(&env, &id).await;
+    let child = &tree["children"][0]["flight"];
+    assert_eq!(
+        (&child["agent"], &child["state"], &child["output"]),
+        (
+            &json!("pi"),
+            &json!("completed"),
+            &json!("ok: name a colour")
+        ),
+        "{tree}"
+    );
+    // Relay's tool ran without a prompt to a person.
+    let approvals = env
+        .relay
+        .cli_json(&["approvals", "--state", "all", "--json"]);
+    assert_eq!(approvals, json!([]));
+}
+
+/// Codex asks Claude Code, whose model tries to ask Codex back: the broker refuses the
+/// cycle, Claude's model reads the refusal as its tool result and answers with it, and
+/// both flights end.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ask_that_loops_back_gets_the_cycle_error_as_its_tool_result() {
+    let env = Env::start().await;
+    env.add_agent("cx", &[]);
+    env.add_claude("cl", &[]);
+
+    let back = ask_task("cx", "and what do you think?");
+    let id = env.ask_no_wait("cx", &ask_task("cl", &back));
+    let f = completed(&env, &id).await;
+    let tree = tree(&env, &id).await;
+    let children = tree["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{tree}");
+    assert_eq!(children[0]["children"], json!([]), "no grandchild: {tree}");
+    let child = &children[0]["flight"];
+    assert_eq!(child["state"], "completed", "{child}");
+
+    // Claude's model got the refusal as the result of its `ask` call.
+    let claude = requests_to(&env, "/messages");
+    let refusal = tool_outputs(claude.last().unwrap());
+    assert_eq!(refusal.len(), 1, "{refusal:?}");
+    assert!(
+        refusal[0].starts_with("relay refused the ask:") && refusal[0].contains("(cycle)"),
+        "{refusal:?}"
+    );
+    assert_eq!(child["output"], format!("tool said: {}", refusal[0]));
+    // And Codex's got Claude's answer, refusal included.
+    assert!(f["output"].as_str().unwrap().contains(&refusal[0]), "{f}");
+    // Only the one ask of cx ran: the loop made no flight.
+    let cx_flights = env.relay.cli_json(&["flights", "--agent", "cx", "--json"]);
+    assert_eq!(cx_flights.as_array().unwrap().len(), 1, "{cx_flights}");
+}
+
+/// A tool of any MCP server but Relay's asks a person, as a command does: Codex's
+/// approval request becomes a Relay approval naming the server, the tool and its
+/// arguments; accepted, the tool runs; declined, the model is told.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_to_another_mcp_server_from_codex_is_a_relay_approval() {
+    let env = Env::start().await;
+    // The other server: `relay mcp` again, under another name, so that only the name
+    // tells it from Relay's own.
+    let relay = relay_tests::relay_bin().display().to_string();
+    let overrides = [
+        format!("mcp_servers.other.command={}", json!(relay)),
+        r#"mcp_servers.other.args=["mcp"]"#.to_string(),
+        r#"mcp_servers.other.env_vars=["RELAY_AGENT","RELAY_URL","RELAY_TOKEN"]"#.to_string(),
+    ];
+    let mut extra = Vec::new();
+    for o in &overrides {
+        extra.extend(["--arg", "-c", "--arg", o.as_str()]);
+    }
+    env.add_agent("cx", &extra);
+
+    for (decision, said) in [("accept", "\"name\": \"cx\""), ("decline", "rejected")] {
+        let id = env.ask_no_wait("cx", "mcp:other:list_agents {}");
+        let approval = wait_for_approval(&env, &id).await;
+        assert_eq!(approval["state"], "pending", "{approval}");
+        assert_eq!(approval["kind"], "other", "{approval}");
+        assert_eq!(
+            approval["detail"], "MCP tool other.list_agents\n{}",
+            "{approval}"
+        );
+        env.relay
+            .cli_ok(&["approve", approval["id"].as_str().unwrap(), decision]);
+        let f = completed(&env, &id).await;
+        let output = f["output"].as_str().unwrap();
+        assert!(
+            output.starts_with("tool said: ") && output.contains(said),
+            "{decision}: {f}"
+        );
+    }
+}
+
+/// The approval of flight `id`, once Codex has asked for it.
+async fn wait_for_approval(env: &Env, id: &str) -> Value {
+    relay_tests::wait_until(
+        format!("an approval of flight {id}"),
+        std::time::Duration::from_secs(SECS),
+        || async {
+            let all = env
+                .relay
+                .cli_json(&["approvals", "--state", "all", "--json"]);
+            all.as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["flight"] == id)
+                .cloned()
+        },
+    )
+    .await
 }

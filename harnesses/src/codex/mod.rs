@@ -34,6 +34,25 @@
 //!   `decline`, but `decline` works: the model gets `exec_command failed: ... rejected by
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
+//! - Its shell commands run in its sandbox, which refuses every socket (`read-only`):
+//!   `relay ask` cannot reach the broker from there. MCP servers Codex hosts run outside
+//!   it, so an agent that reaches Relay gets `relay mcp` as MCP server `relay`, through
+//!   `-c mcp_servers.relay.{command,args,env_vars,tool_timeout_sec}` overrides
+//!   (`app_server_args`). Codex gives an MCP server only a few of its own variables
+//!   (`HOME`, `PATH`...) plus those `env_vars` names, which is how the token reaches it
+//!   without being on a command line. The server starts with the thread
+//!   (`mcpServer/startupStatus/updated` `starting`, then `ready`, before the first model
+//!   request; `failed` becomes a warning) and the model sees its tools as namespace
+//!   `mcp__relay`.
+//! - Before every MCP tool call Codex asks the client: `mcpServer/elicitation/request`, a
+//!   form without fields whose `_meta` holds `codex_approval_kind: "mcp_tool_call"`,
+//!   `tool_name`, `tool_params`. The translator accepts a call of Relay's own server at
+//!   once (`{"action":"accept","content":{}}`; the scoped token bounds what it can do),
+//!   makes a call of any other server an [`HarnessEvent::ApprovalRequested`] (`MCP tool
+//!   <server>.<tool>` and the arguments; a decline reaches the model as `user rejected
+//!   MCP tool call`), and declines any other elicitation (a form or URL for a person),
+//!   with a warning: nothing is answered as if a person had filled it in. A tool's result
+//!   reaches the model as `Wall time: ... Output:` followed by its text.
 //!
 //! The wire work is in `translate.rs`, the pipes in [`crate::stdio`], the seam in
 //! `launcher.rs`.

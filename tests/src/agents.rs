@@ -203,17 +203,45 @@ impl Env {
         waited.unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.relay.log_text()))
     }
 
-    /// The approval (in any state) of a flight.
-    pub fn approval_of(&self, flight: &str) -> Value {
+    /// Every approval, in any state.
+    pub fn approvals(&self) -> Vec<Value> {
         let all = self
             .relay
             .cli_json(&["approvals", "--state", "all", "--json"]);
-        all.as_array()
+        all.as_array().unwrap().clone()
+    }
+
+    /// The approval (in any state) of a flight.
+    pub fn approval_of(&self, flight: &str) -> Value {
+        self.find_approval(flight)
+            .unwrap_or_else(|| panic!("no approval for {flight}: {:?}", self.approvals()))
+    }
+
+    fn find_approval(&self, flight: &str) -> Option<Value> {
+        self.approvals().into_iter().find(|a| a["flight"] == flight)
+    }
+
+    /// Waits until the flight has asked for an approval, and returns it.
+    pub async fn wait_approval(&self, flight: &str) -> Value {
+        wait_until(
+            format!("an approval of flight {flight}"),
+            Duration::from_secs(60),
+            || async { self.find_approval(flight) },
+        )
+        .await
+    }
+
+    /// The message of `conversation` whose body is `body` (the request message of an
+    /// ask, say).
+    pub fn message_with_body(&self, conversation: &str, body: &str) -> Value {
+        let messages = self.relay.cli_json(&["read", conversation, "--json"]);
+        messages
+            .as_array()
             .unwrap()
             .iter()
-            .find(|a| a["flight"] == flight)
+            .find(|m| m["body"] == body)
             .cloned()
-            .unwrap_or_else(|| panic!("no approval for {flight}: {all}"))
+            .unwrap_or_else(|| panic!("no message {body:?} in {conversation}: {messages}"))
     }
 
     /// Waits until the flight has streamed its first delta.

@@ -83,15 +83,8 @@ async fn a_sandboxed_codex_agent_asks_a_claude_agent_through_the_mcp_ask_tool() 
     assert_eq!(child["output"], "ok: what is six times seven?");
     assert_eq!(child["parent_flight"], id.as_str(), "{child}");
     // Asked as cx: the child's request message is cx's.
-    let messages = env
-        .relay
-        .cli_json(&["read", child["conversation"].as_str().unwrap(), "--json"]);
-    let asked = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["body"] == "what is six times seven?")
-        .unwrap_or_else(|| panic!("no request message: {messages}"));
+    let conversation = child["conversation"].as_str().unwrap();
+    let asked = env.message_with_body(conversation, "what is six times seven?");
     assert_eq!(asked["author"], "cx", "{asked}");
 
     // Codex's model got that reply as the result of its call, and said so.
@@ -111,10 +104,7 @@ async fn a_sandboxed_codex_agent_asks_a_claude_agent_through_the_mcp_ask_tool() 
         "{f}"
     );
     // Relay's own tool ran without asking anyone.
-    let approvals = env
-        .relay
-        .cli_json(&["approvals", "--state", "all", "--json"]);
-    assert_eq!(approvals, json!([]));
+    assert_eq!(env.approvals(), Vec::<Value>::new());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -139,10 +129,7 @@ async fn a_claude_agent_asks_a_pi_agent_through_the_mcp_ask_tool() {
         "{tree}"
     );
     // Relay's tool ran without a prompt to a person.
-    let approvals = env
-        .relay
-        .cli_json(&["approvals", "--state", "all", "--json"]);
-    assert_eq!(approvals, json!([]));
+    assert_eq!(env.approvals(), Vec::<Value>::new());
 }
 
 /// Codex asks Claude Code, whose model tries to ask Codex back: the broker refuses the
@@ -202,7 +189,7 @@ async fn a_call_to_another_mcp_server_from_codex_is_a_relay_approval() {
 
     for (decision, said) in [("accept", "\"name\": \"cx\""), ("decline", "rejected")] {
         let id = env.ask_no_wait("cx", "mcp:other:list_agents {}");
-        let approval = wait_for_approval(&env, &id).await;
+        let approval = env.wait_approval(&id).await;
         assert_eq!(approval["state"], "pending", "{approval}");
         assert_eq!(approval["kind"], "other", "{approval}");
         assert_eq!(
@@ -218,23 +205,4 @@ async fn a_call_to_another_mcp_server_from_codex_is_a_relay_approval() {
             "{decision}: {f}"
         );
     }
-}
-
-/// The approval of flight `id`, once Codex has asked for it.
-async fn wait_for_approval(env: &Env, id: &str) -> Value {
-    relay_tests::wait_until(
-        format!("an approval of flight {id}"),
-        std::time::Duration::from_secs(SECS),
-        || async {
-            let all = env
-                .relay
-                .cli_json(&["approvals", "--state", "all", "--json"]);
-            all.as_array()
-                .unwrap()
-                .iter()
-                .find(|a| a["flight"] == id)
-                .cloned()
-        },
-    )
-    .await
 }

@@ -4,6 +4,13 @@
 //! with its sandbox on (`read-only`, approvals `on-request`: what the Env writes), Claude
 //! Code, Pi; one mock model, scripted by the last user text (`mcp:SERVER:TOOL ARGS` calls
 //! an MCP tool, then answers `tool said: <its result>`; see `relay_tests::agents::script`).
+//!
+//! - Codex asks Claude Code, Claude Code asks Pi: the reply comes back as the tool's
+//!   result, the child flight hangs under the parent, and no person was asked;
+//! - an ask that loops back is refused (`cycle`) and the model reads why as its tool
+//!   result, while every flight ends;
+//! - a tool of any other MCP server is a Relay approval, from Codex (its elicitation)
+//!   and from Claude Code (its permission prompt).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_mock_model::RecordedRequest;
@@ -205,4 +212,39 @@ async fn a_call_to_another_mcp_server_from_codex_is_a_relay_approval() {
             "{decision}: {f}"
         );
     }
+}
+
+/// Claude Code asks its permission prompt before an MCP tool, like any tool: another
+/// server's tool becomes a Relay approval (so the `mcp__relay__*` calls above ran
+/// unasked because Relay allowed them, not because Claude Code never asks).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_to_another_mcp_server_from_claude_is_a_relay_approval() {
+    let env = Env::start().await;
+    let other = json!({"mcpServers": {"other": {
+        "type": "stdio",
+        "command": relay_tests::relay_bin(),
+        "args": ["mcp"],
+    }}})
+    .to_string();
+    env.add_claude("cl", &["--arg", "--mcp-config", "--arg", &other]);
+
+    let id = env.ask_no_wait("cl", "mcp:other:list_agents {}");
+    let approval = env.wait_approval(&id).await;
+    assert_eq!(
+        (&approval["state"], &approval["kind"], &approval["detail"]),
+        (
+            &json!("pending"),
+            &json!("other"),
+            &json!("mcp__other__list_agents {}")
+        ),
+        "{approval}"
+    );
+    env.relay
+        .cli_ok(&["approve", approval["id"].as_str().unwrap(), "accept"]);
+    let f = completed(&env, &id).await;
+    let output = f["output"].as_str().unwrap();
+    assert!(
+        output.starts_with("tool said: ") && output.contains("\"name\": \"cl\""),
+        "{f}"
+    );
 }

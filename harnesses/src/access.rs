@@ -23,6 +23,16 @@ pub const TOKEN_ENV: &str = "RELAY_TOKEN";
 /// The `relay` program, for scripts that cannot count on `relay` being on `PATH`.
 pub const BIN_ENV: &str = "RELAY_BIN";
 
+/// The name Relay's own MCP server (`relay mcp`) has in an agent CLI's configuration: its
+/// tools reach the model as `mcp__relay__<tool>` (Claude Code) or in the `mcp__relay`
+/// namespace (Codex), and the adapters let them run without asking a person (the
+/// scoped token bounds what they can do).
+pub const MCP_SERVER: &str = "relay";
+
+/// The variables `relay mcp` reads, which an agent CLI that does not pass its whole
+/// environment to its MCP servers (Codex) must be told to pass on.
+pub const MCP_ENV: [&str; 3] = [AGENT_ENV, URL_ENV, TOKEN_ENV];
+
 /// Everything an agent's session needs to reach Relay as that agent. Its `Debug` hides
 /// the token.
 #[derive(Clone, PartialEq, Eq)]
@@ -57,6 +67,13 @@ impl RelayAccess {
             (TOKEN_ENV, self.token.clone()),
             (BIN_ENV, self.program.display().to_string()),
         ]
+    }
+
+    /// The command line of Relay's MCP server for this agent: the `relay` program and
+    /// its arguments. No secret is on it: the token reaches `relay mcp` through the
+    /// environment ([`MCP_ENV`]).
+    pub fn mcp_command(&self) -> (String, Vec<String>) {
+        (self.program.display().to_string(), vec!["mcp".to_string()])
     }
 
     /// `path` (a `PATH` value) with the directory of the `relay` program appended when it

@@ -635,6 +635,15 @@ fn properties(def: &Value) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// The strings of a schema's `enum` list.
+fn enum_strings(list: &Value) -> BTreeSet<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect()
+}
+
 /// The keys of `value` (a serialised sample of one of our types).
 fn keys(value: &impl serde::Serialize) -> BTreeSet<String> {
     serde_json::to_value(value)
@@ -1009,6 +1018,50 @@ async fn wire_names_exist_in_the_generated_schema() {
         keys(&ApprovalResponse {
             decision: wire::ApprovalDecision::Accept,
         }),
+    );
+    // The elicitation's fields are split: the thread, turn and server at the top, the
+    // form's (`mode`, `message`, `_meta`) in each `oneOf` variant.
+    let elicitation = McpServerElicitationRequestParams {
+        thread_id: "t".into(),
+        turn_id: s(),
+        server_name: "relay".into(),
+        mode: "form".into(),
+        message: "m".into(),
+        meta: Some(Value::Null),
+    };
+    let elicitation_def = def("McpServerElicitationRequestParams");
+    let mut theirs = properties(elicitation_def);
+    for variant in elicitation_def["oneOf"].as_array().unwrap() {
+        theirs.extend(properties(variant));
+    }
+    let missing: Vec<_> = keys(&elicitation).difference(&theirs).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "elicitation: {missing:?} not in schema {theirs:?}"
+    );
+    parses_with_only_required::<McpServerElicitationRequestParams>(
+        "McpServerElicitationRequestParams",
+        elicitation_def,
+        &elicitation,
+    );
+    check(
+        "McpServerElicitationRequestResponse",
+        keys(&McpServerElicitationResponse::accept_tool_call()),
+    );
+    assert_eq!(
+        enum_strings(&def("McpServerElicitationAction")["enum"]),
+        [
+            McpElicitationAction::Accept,
+            McpElicitationAction::Decline,
+            McpElicitationAction::Cancel
+        ]
+        .iter()
+        .map(|a| serde_json::to_value(a)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string())
+        .collect::<BTreeSet<_>>()
     );
     read_type!(
         "FileUpdateChange",

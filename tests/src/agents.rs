@@ -19,10 +19,14 @@ use crate::{wait_until, RelayProcess};
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
 /// run the command (escalated in Codex, which makes it ask for approval; with the `Bash`
 /// tool in Claude Code, which asks; with `bash` in Pi, which runs it) and then reports its
-/// output, `hang` never ends, anything else is echoed as `ok: <text>`; `fail` fails the
-/// model request.
+/// output, `mcp:SERVER:TOOL ARGS` calls tool TOOL of MCP server SERVER with the JSON
+/// object ARGS (see [`mcp_call`]), `hang` never ends, anything else is echoed as
+/// `ok: <text>`; `fail` fails the model request.
 pub fn script(req: &RecordedRequest) -> Reply {
     let text = req.last_user_text().unwrap_or_default();
+    if let Some(call) = text.strip_prefix("mcp:") {
+        return mcp_call(req, call);
+    }
     if let Some(words) = text.strip_prefix("slow:") {
         Reply::slow_chunks(
             words.trim().split_inclusive(' ').map(str::to_string),
@@ -51,6 +55,28 @@ pub fn script(req: &RecordedRequest) -> Reply {
     } else {
         Reply::text(format!("ok: {text}"))
     }
+}
+
+/// What `[mcp:]SERVER:TOOL ARGS` answers: the call of the tool (a `function_call` in
+/// namespace `mcp__SERVER` for Codex, a `tool_use` of `mcp__SERVER__TOOL` for Claude
+/// Code), then, once the request carries its result, `tool said: <result>`.
+fn mcp_call(req: &RecordedRequest, call: &str) -> Reply {
+    if let Some(output) = req.tool_output_since_prompt() {
+        return Reply::text(format!("tool said: {output}"));
+    }
+    let (target, args) = call.split_once(' ').unwrap_or((call, "{}"));
+    let Some((server, tool)) = target.split_once(':') else {
+        return Reply::failed(format!(
+            "the test script wants mcp:SERVER:TOOL, not {call:?}"
+        ));
+    };
+    let args: Value = match serde_json::from_str(args) {
+        Ok(args) => args,
+        Err(e) => return Reply::failed(format!("the test script's arguments: {e}")),
+    };
+    // Unique per request (Claude Code drops a call whose id it saw before).
+    let call_id = format!("toolu_{}", req.messages().len() + req.input().len());
+    Reply::mcp_call(call_id, server, tool, &args)
 }
 
 pub struct Env {
@@ -177,17 +203,45 @@ impl Env {
         waited.unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.relay.log_text()))
     }
 
-    /// The approval (in any state) of a flight.
-    pub fn approval_of(&self, flight: &str) -> Value {
+    /// Every approval, in any state.
+    pub fn approvals(&self) -> Vec<Value> {
         let all = self
             .relay
             .cli_json(&["approvals", "--state", "all", "--json"]);
-        all.as_array()
+        all.as_array().unwrap().clone()
+    }
+
+    /// The approval (in any state) of a flight.
+    pub fn approval_of(&self, flight: &str) -> Value {
+        self.find_approval(flight)
+            .unwrap_or_else(|| panic!("no approval for {flight}: {:?}", self.approvals()))
+    }
+
+    fn find_approval(&self, flight: &str) -> Option<Value> {
+        self.approvals().into_iter().find(|a| a["flight"] == flight)
+    }
+
+    /// Waits until the flight has asked for an approval, and returns it.
+    pub async fn wait_approval(&self, flight: &str) -> Value {
+        wait_until(
+            format!("an approval of flight {flight}"),
+            Duration::from_secs(60),
+            || async { self.find_approval(flight) },
+        )
+        .await
+    }
+
+    /// The message of `conversation` whose body is `body` (the request message of an
+    /// ask, say).
+    pub fn message_with_body(&self, conversation: &str, body: &str) -> Value {
+        let messages = self.relay.cli_json(&["read", conversation, "--json"]);
+        messages
+            .as_array()
             .unwrap()
             .iter()
-            .find(|a| a["flight"] == flight)
+            .find(|m| m["body"] == body)
             .cloned()
-            .unwrap_or_else(|| panic!("no approval for {flight}: {all}"))
+            .unwrap_or_else(|| panic!("no message {body:?} in {conversation}: {messages}"))
     }
 
     /// Waits until the flight has streamed its first delta.

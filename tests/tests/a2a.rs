@@ -63,13 +63,7 @@ async fn a_pi_agent_asks_a_claude_agent_from_its_shell() {
 
     // Asked as pi-1: the request message of the child is pi-1's.
     let conversation = child["conversation"].as_str().unwrap();
-    let messages = env.relay.cli_json(&["read", conversation, "--json"]);
-    let asked = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["body"] == "what is the answer")
-        .unwrap_or_else(|| panic!("no request message: {messages}"));
+    let asked = env.message_with_body(conversation, "what is the answer");
     assert_eq!(asked["author"], "pi-1", "{asked}");
 
     // The tree, from either flight: the parent, the child under it.

@@ -8,9 +8,10 @@
 //!   (`commands::serve`);
 //! - `relay doctor`, the check of a stopped broker's data dir (`commands::doctor`);
 //! - the client commands (`commands`: status, messages and conversations, events,
-//!   agents, flights and `ask`, approvals, `replay`), which find a running broker and
-//!   talk to it through [`client`], its HTTP API, and print through `views` (JSON,
-//!   one-line summaries, the live view of `relay ask`, replay transcripts).
+//!   agents, flights and `ask`, approvals, `replay`, and `relay mcp`, the same as MCP
+//!   tools on stdio), which find a running broker and talk to it through [`client`], its
+//!   HTTP API, and print through `views` (JSON, one-line summaries, the live view of
+//!   `relay ask`, replay transcripts).
 //!
 //! Whatever they print of agent or model text goes through [`terminal`] first.
 //!

@@ -1,5 +1,6 @@
 //! How `claude -p` is started for an agent: its command line over a [`CliConfig`].
 
+use crate::access::MCP_SERVER;
 use crate::config::CliConfig;
 use crate::process::ProcessSpec;
 
@@ -14,7 +15,13 @@ pub(super) enum Start<'a> {
 }
 
 /// The command line: stream-json both ways, permission prompts on stdio, the model,
-/// the conversation to start or resume, then the agent's arguments.
+/// the conversation to start or resume, Relay's MCP server when the agent reaches Relay,
+/// then the agent's arguments.
+///
+/// Relay's server is given as `--mcp-config` JSON on the command line: the `relay`
+/// program and `mcp`, no secret. Claude Code starts a stdio MCP server with its own whole
+/// environment (checked with 2.1.197), so `relay mcp` finds the agent's `RELAY_*`
+/// variables there; the token is never on a command line.
 pub(super) fn command(config: &ClaudeConfig, start: &Start<'_>) -> ProcessSpec {
     let mut args: Vec<String> = [
         "-p",
@@ -36,6 +43,15 @@ pub(super) fn command(config: &ClaudeConfig, start: &Start<'_>) -> ProcessSpec {
         Start::New(id) => format!("--session-id={id}"),
         Start::Resume(id) => format!("--resume={id}"),
     });
+    if let Some(relay) = &config.relay {
+        let (program, program_args) = relay.mcp_command();
+        let servers = serde_json::json!({ "mcpServers": { (MCP_SERVER): {
+            "type": "stdio",
+            "command": program,
+            "args": program_args,
+        }}});
+        args.extend(["--mcp-config".to_string(), servers.to_string()]);
+    }
     args.extend(config.args.iter().cloned());
     config.process(args)
 }
@@ -47,6 +63,30 @@ mod tests {
     use relay_protocol::domain::{AgentSpec, Harness};
 
     use super::*;
+
+    #[test]
+    fn relay_mcp_is_given_without_its_token() {
+        let mut config = ClaudeConfig::new("claude");
+        config.relay = Some(crate::RelayAccess {
+            agent: "cl".into(),
+            url: "http://127.0.0.1:7450".into(),
+            token: "relay-agent.cl.s3cret".into(),
+            program: "/opt/relay/relay".into(),
+        });
+        config.args = vec!["--add-dir".into(), "/data".into()];
+        let args = command(&config, &Start::New("9a1f")).args;
+        assert_eq!(
+            args[9..],
+            [
+                "--session-id=9a1f",
+                "--mcp-config",
+                r#"{"mcpServers":{"relay":{"args":["mcp"],"command":"/opt/relay/relay","type":"stdio"}}}"#,
+                "--add-dir",
+                "/data",
+            ]
+        );
+        assert!(!args.iter().any(|a| a.contains("s3cret")));
+    }
 
     #[test]
     fn an_agent_spec_becomes_the_claude_config_with_its_secrets() {

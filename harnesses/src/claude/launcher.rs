@@ -111,7 +111,7 @@ impl ClaudeSession {
         let events = Self::lock(&self.events)
             .clone()
             .ok_or(HarnessError::ChannelClosed)?;
-        let wire = ClaudeWire::new();
+        let wire = ClaudeWire::new().with_relay_mcp(self.config.relay.is_some());
         let running = wire.running();
         let malformed = wire.malformed();
         let conversation = match start {

@@ -65,6 +65,10 @@
 //!   (`aborted_streaming` mid-stream) without a `result` text. The partial text comes in
 //!   an `assistant` line without a `content_block_stop`. An interrupt between turns is
 //!   answered `success` and does nothing, so the adapter refuses it itself.
+//! - With `relay mcp` wired in (`--mcp-config`, see `config.rs`), Claude Code starts it
+//!   with its own whole environment and offers its tools as `mcp__relay__<tool>`. A call
+//!   of one asks `can_use_tool` like any tool; the wire allows Relay's own at once (the
+//!   agent's scoped token bounds them), any other tool still asks a person.
 //! - A user message sent while a turn runs is queued as the next turn when the model is
 //!   streaming text, but folded into the running turn between tool calls ("The user sent
 //!   a new message while you were working"): so one turn at a time

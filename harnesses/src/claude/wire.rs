@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::items::{approval_detail, str_field, Items};
+use crate::access::MCP_SERVER;
 use crate::error::HarnessError;
 use crate::stdio::{Action, Outgoing, Wire};
 
@@ -46,6 +47,9 @@ pub struct ClaudeWire {
     approvals: HashMap<String, Value>,
     next_request: u64,
     malformed: Arc<AtomicU64>,
+    /// Relay's own MCP server is wired in (`--mcp-config`): its tools
+    /// (`mcp__relay__*`) run without a prompt to a person.
+    relay_mcp: bool,
 }
 
 struct Turn {
@@ -70,7 +74,25 @@ impl ClaudeWire {
             approvals: HashMap::new(),
             next_request: 0,
             malformed: Arc::default(),
+            relay_mcp: false,
         }
+    }
+
+    /// With Relay's MCP server wired in: permission prompts for its tools are allowed at
+    /// once, since the agent's scoped token bounds what they can do. Any other tool still
+    /// asks a person.
+    pub fn with_relay_mcp(mut self, relay_mcp: bool) -> Self {
+        self.relay_mcp = relay_mcp;
+        self
+    }
+
+    /// Whether `tool` is one of Relay's own MCP tools (and Relay wired them in).
+    fn is_relay_tool(&self, tool: &str) -> bool {
+        self.relay_mcp
+            && tool
+                .strip_prefix("mcp__")
+                .and_then(|t| t.strip_prefix(MCP_SERVER))
+                .is_some_and(|t| t.starts_with("__"))
     }
 
     /// Follows the running turn.
@@ -215,6 +237,18 @@ impl ClaudeWire {
         let can_use = (request.subtype() == CanUseTool::SUBTYPE)
             .then(|| serde_json::from_value::<CanUseTool>(request.request.clone()));
         let action = match (can_use, &self.turn) {
+            (Some(Ok(ask)), Some(_)) if self.is_relay_tool(&ask.tool_name) => {
+                tracing::debug!(tool = %ask.tool_name, "claude: relay tool allowed");
+                let line = Input::ControlResponse {
+                    response: ControlReply::Success {
+                        request_id: request.request_id,
+                        response: PermissionResult::Allow {
+                            updated_input: ask.input,
+                        },
+                    },
+                };
+                serde_json::to_value(line).map(Action::Send)
+            }
             (Some(Ok(ask)), Some(turn)) => {
                 let (kind, detail) = approval_detail(&ask);
                 out.push(Action::Event(HarnessEvent::ApprovalRequested {

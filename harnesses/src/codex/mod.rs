@@ -34,6 +34,25 @@
 //!   `decline`, but `decline` works: the model gets `exec_command failed: ... rejected by
 //!   user`. Codex then sends `serverRequest/resolved`.
 //! - Codex runs each command in a session of its own (`setsid`); see [`crate::process`].
+//! - Its shell commands run in its sandbox, which refuses every socket (`read-only`):
+//!   `relay ask` cannot reach the broker from there. MCP servers Codex hosts run outside
+//!   it, so an agent that reaches Relay gets `relay mcp` as MCP server `relay`, through
+//!   `-c mcp_servers.relay.{command,args,env_vars,tool_timeout_sec}` overrides
+//!   (`app_server_args`). Codex gives an MCP server only a few of its own variables
+//!   (`HOME`, `PATH`...) plus those `env_vars` names, which is how the token reaches it
+//!   without being on a command line. The server starts with the thread
+//!   (`mcpServer/startupStatus/updated` `starting`, then `ready`, before the first model
+//!   request; `failed` becomes a warning) and the model sees its tools as namespace
+//!   `mcp__relay`.
+//! - Before every MCP tool call Codex asks the client: `mcpServer/elicitation/request`, a
+//!   form without fields whose `_meta` holds `codex_approval_kind: "mcp_tool_call"`,
+//!   `tool_name`, `tool_params`. The translator accepts a call of Relay's own server at
+//!   once (`{"action":"accept","content":{}}`; the scoped token bounds what it can do),
+//!   makes a call of any other server an [`HarnessEvent::ApprovalRequested`] (`MCP tool
+//!   <server>.<tool>` and the arguments; a decline reaches the model as `user rejected
+//!   MCP tool call`), and declines any other elicitation (a form or URL for a person),
+//!   with a warning: nothing is answered as if a person had filled it in. A tool's result
+//!   reaches the model as `Wall time: ... Output:` followed by its text.
 //!
 //! The wire work is in `translate.rs`, the pipes in [`crate::stdio`], the seam in
 //! `launcher.rs`.
@@ -48,10 +67,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use relay_protocol::codex::{
-    self as wire, method, ApprovalResponse, AskForApproval, ClientInfo, InitializeParams,
-    InitializeResponse, Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse,
-    ThreadStartParams, ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse,
-    TurnStartParams, TurnStartResponse, TurnSteerParams, TurnSteerResponse, UserInput,
+    self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
+    Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams,
+    ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse, TurnStartParams,
+    TurnStartResponse, TurnSteerParams, TurnSteerResponse, UserInput,
 };
 use relay_protocol::domain::ApprovalDecision;
 use relay_protocol::harness::HarnessEvent;
@@ -84,6 +103,37 @@ pub fn codex_program(explicit: Option<&str>) -> PathBuf {
 /// agent's arguments come after `app-server`; its model is the default of the threads
 /// it starts.
 pub type CodexConfig = CliConfig;
+
+/// How long Codex lets one call of a Relay tool run: an `ask` waits for another agent's
+/// whole turn, far beyond Codex's default of 60 s. The ask's own `timeout_secs` (or an
+/// interrupt of the asking flight) is what bounds it.
+const RELAY_TOOL_TIMEOUT_SECS: u64 = 24 * 3600;
+
+/// The command line after the program: `app-server`, Relay's MCP server when the agent
+/// reaches Relay (as `-c mcp_servers.relay.*` overrides: the `relay` program, `mcp`,
+/// and the variables Codex must pass it, since it gives an MCP server only a few of its
+/// own; the token stays in the environment, never on the command line), then the
+/// agent's own arguments, which may override any of it.
+fn app_server_args(config: &CodexConfig) -> Vec<String> {
+    let mut args = vec!["app-server".to_string()];
+    if let Some(relay) = &config.relay {
+        let (program, program_args) = relay.mcp_command();
+        let server = format!("mcp_servers.{}", crate::access::MCP_SERVER);
+        // A JSON string or list of strings is a TOML one too, and Codex parses the value
+        // of `-c` as TOML.
+        let toml = |v: serde_json::Value| v.to_string();
+        for (key, value) in [
+            ("command", toml(program.into())),
+            ("args", toml(program_args.into())),
+            ("env_vars", toml(crate::access::MCP_ENV.to_vec().into())),
+            ("tool_timeout_sec", RELAY_TOOL_TIMEOUT_SECS.to_string()),
+        ] {
+            args.extend(["-c".to_string(), format!("{server}.{key}={value}")]);
+        }
+    }
+    args.extend(config.args.iter().cloned());
+    args
+}
 
 /// How Relay introduces itself in Codex's `initialize`.
 const CLIENT_NAME: &str = "relay";
@@ -146,15 +196,11 @@ impl CodexSession {
     pub async fn spawn(
         config: CodexConfig,
     ) -> Result<(CodexSession, mpsc::Receiver<HarnessEvent>), HarnessError> {
-        let spec = config.process(
-            std::iter::once("app-server".to_string())
-                .chain(config.args.iter().cloned())
-                .collect(),
-        );
+        let spec = config.process(app_server_args(&config));
         let (events, event_rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
         let child = StdioChild::spawn(
             &spec,
-            CodexWire::new(Arc::new(AtomicU64::new(0))),
+            CodexWire::new(Arc::new(AtomicU64::new(0)), config.relay.is_some()),
             events,
             config.request_timeout,
             config.shutdown_grace,
@@ -320,14 +366,11 @@ impl CodexSession {
         decision: ApprovalDecision,
     ) -> Result<(), HarnessError> {
         let request_id = request_id.to_string();
-        let decision = wire::ApprovalDecision::from(decision);
         self.child
             .call("approval", move |w| {
-                let Some(id) = w.translator.take_server_request(&request_id) else {
+                let Some(message) = w.translator.answer(&request_id, decision) else {
                     return Err(HarnessError::UnknownRequest { request_id });
                 };
-                let result = serde_json::to_value(ApprovalResponse { decision })?;
-                let message = Message::Response(wire::Response { id, result });
                 Ok(Outgoing::send(serde_json::to_value(message)?))
             })
             .await
@@ -422,6 +465,40 @@ mod tests {
             },
         );
         assert!(matches!(err, HarnessError::Rpc { .. }));
+    }
+
+    #[test]
+    fn relay_mcp_is_wired_in_with_no_secret_on_the_command_line() {
+        let mut config = CodexConfig::new("codex");
+        config.args = vec!["-c".into(), "model=\"m\"".into()];
+        assert_eq!(
+            app_server_args(&config),
+            ["app-server", "-c", "model=\"m\""]
+        );
+        config.relay = Some(crate::RelayAccess {
+            agent: "cx".into(),
+            url: "http://127.0.0.1:7450".into(),
+            token: "relay-agent.cx.s3cret".into(),
+            program: "/opt/relay \"x\"/relay".into(),
+        });
+        let args = app_server_args(&config);
+        assert_eq!(
+            args,
+            [
+                "app-server",
+                "-c",
+                r#"mcp_servers.relay.command="/opt/relay \"x\"/relay""#,
+                "-c",
+                r#"mcp_servers.relay.args=["mcp"]"#,
+                "-c",
+                r#"mcp_servers.relay.env_vars=["RELAY_AGENT","RELAY_URL","RELAY_TOKEN"]"#,
+                "-c",
+                "mcp_servers.relay.tool_timeout_sec=86400",
+                "-c",
+                "model=\"m\"",
+            ]
+        );
+        assert!(!args.iter().any(|a| a.contains("s3cret")));
     }
 
     #[test]

@@ -17,13 +17,14 @@ use relay_protocol::codex::{
     self as wire, error_code, notification, server_request, FileUpdateChange, KnownThreadItem,
     Message, RequestId, ThreadItem, TokenUsageBreakdown, TurnStatus,
 };
-use relay_protocol::domain::ApprovalKind;
+use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::access::MCP_SERVER;
 use crate::error::HarnessError;
 use crate::stdio::{self, Outgoing};
 
@@ -74,6 +75,44 @@ struct TurnState {
     usage_baseline: TokenUsageBreakdown,
 }
 
+/// A server request surfaced as an approval and not yet resolved.
+#[derive(Debug)]
+struct Pending {
+    /// Its id on the wire.
+    id: RequestId,
+    /// Relay answered it already (Codex has yet to say it is resolved).
+    answered: bool,
+    /// How its answer is written.
+    answer: AnswerShape,
+}
+
+/// How an approval is answered on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AnswerShape {
+    /// `{"decision": ...}` (commands, file changes).
+    Decision,
+    /// `{"action": ...}` (an MCP tool call, asked as an elicitation).
+    ToolCall,
+}
+
+/// What Relay does with an `mcpServer/elicitation/request`
+/// ([`Translator::elicitation`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Elicitation {
+    /// A call of a tool of Relay's own server: accepted at once, since the agent's
+    /// scoped token bounds what it can do.
+    RunRelayTool,
+    /// A call of another server's tool: a Relay approval, decided like a command.
+    Approval {
+        turn_id: String,
+        detail: String,
+        reason: Option<String>,
+    },
+    /// A form to fill in or a URL to open, meant for a person Relay cannot show it to
+    /// (or a tool call outside a turn): declined, never answered as if filled in.
+    Decline { why: String },
+}
+
 #[derive(Debug)]
 pub(crate) struct Translator {
     pub malformed: Arc<AtomicU64>,
@@ -84,8 +123,12 @@ pub(crate) struct Translator {
     /// the item, not the changes.
     file_changes: HashMap<String, Vec<FileUpdateChange>>,
     /// Approval requests surfaced and not yet resolved, by the id handed out in
-    /// `ApprovalRequested`: the wire id, and whether Relay already answered.
-    server_requests: HashMap<String, (RequestId, bool)>,
+    /// `ApprovalRequested`.
+    server_requests: HashMap<String, Pending>,
+    /// Relay's own MCP server (`relay mcp`) is wired into this Codex: calls of its tools
+    /// run without asking a person. `false` when it is not, so that a server the user
+    /// named `relay` is never taken for Relay's.
+    relay_mcp: bool,
     /// `commandExecution` items in progress that streamed output: item id -> turn id. Codex does
     /// not always stream a fast command's output (it may land only in the completed
     /// item's `aggregatedOutput`); for an item absent here, that output is emitted as one
@@ -94,26 +137,83 @@ pub(crate) struct Translator {
 }
 
 impl Translator {
-    pub fn new(malformed: Arc<AtomicU64>) -> Self {
+    /// `relay_mcp`: Relay's own MCP server is wired into this Codex (see the field).
+    pub fn new(malformed: Arc<AtomicU64>, relay_mcp: bool) -> Self {
         Self {
             malformed,
             turns: HashMap::new(),
             thread_usage: HashMap::new(),
             file_changes: HashMap::new(),
             server_requests: HashMap::new(),
+            relay_mcp,
             streamed_output: HashMap::new(),
         }
     }
 
-    /// The wire id of an unanswered approval request, marking it answered: each is
-    /// answered once.
-    pub fn take_server_request(&mut self, request_id: &str) -> Option<RequestId> {
-        match self.server_requests.get_mut(request_id) {
-            Some((id, answered)) if !*answered => {
-                *answered = true;
-                Some(id.clone())
+    /// The answer to an unanswered approval request, marking it answered: each is
+    /// answered once. `None` when there is no such request, or it was answered.
+    pub fn answer(&mut self, request_id: &str, decision: ApprovalDecision) -> Option<Message> {
+        let pending = self
+            .server_requests
+            .get_mut(request_id)
+            .filter(|p| !p.answered)?;
+        pending.answered = true;
+        let result = match pending.answer {
+            AnswerShape::Decision => serde_json::to_value(wire::ApprovalResponse {
+                decision: decision.into(),
+            }),
+            AnswerShape::ToolCall => {
+                serde_json::to_value(wire::McpServerElicitationResponse::tool_call(decision))
             }
-            _ => None,
+        };
+        Some(Message::Response(wire::Response {
+            id: pending.id.clone(),
+            // Plain structs of strings: they always serialise.
+            result: result.unwrap_or_default(),
+        }))
+    }
+
+    /// What to do with an MCP elicitation: see [`Elicitation`]. Only a tool call
+    /// approval (`_meta.codex_approval_kind = "mcp_tool_call"`) of the server named
+    /// [`MCP_SERVER`], when Relay wired it in, runs unasked.
+    pub fn elicitation(&self, p: &wire::McpServerElicitationRequestParams) -> Elicitation {
+        if !p.is_tool_call_approval() {
+            let what = match p.approval_kind() {
+                Some(kind) => format!("{} {kind}", p.mode),
+                None => p.mode.clone(),
+            };
+            return Elicitation::Decline {
+                why: format!(
+                    "MCP server {} asked for input only a person can give ({what}: {}); \
+                     Relay cannot show it, so it declined",
+                    p.server_name, p.message
+                ),
+            };
+        }
+        if self.relay_mcp && p.server_name == MCP_SERVER {
+            return Elicitation::RunRelayTool;
+        }
+        let Some(turn_id) = p.turn_id.clone() else {
+            return Elicitation::Decline {
+                why: format!(
+                    "MCP server {} tool call outside a turn: no flight to ask about it; declined",
+                    p.server_name
+                ),
+            };
+        };
+        // `MCP tool <server>.<tool>`, then the arguments it will run with.
+        let mut detail = match p.tool_name() {
+            Some(tool) => format!("MCP tool {}.{tool}", p.server_name),
+            None => format!("MCP server {}: {}", p.server_name, p.message),
+        };
+        if let Some(params) = p.meta_field("tool_params") {
+            detail.push('\n');
+            detail.push_str(&serde_json::to_string_pretty(params).unwrap_or_default());
+        }
+        Elicitation::Approval {
+            turn_id,
+            detail,
+            reason: None,
         }
     }
 
@@ -380,6 +480,25 @@ impl Translator {
                 }
                 HarnessEvent::ApprovalResolved { request_id }
             }
+            notification::MCP_SERVER_STATUS => {
+                let Some(n) = self.parse::<wire::McpServerStatusUpdatedNotification>(params, line)
+                else {
+                    return Vec::new();
+                };
+                if n.status != "failed" {
+                    tracing::debug!(server = %n.name, status = %n.status, "codex: MCP server");
+                    return Vec::new();
+                }
+                // Its tools are missing from the thread: say so, or the model's calls
+                // of them fail with nothing to tell why.
+                let message = format!(
+                    "codex could not start MCP server {}: {}",
+                    n.name,
+                    n.error.as_deref().unwrap_or("no reason given")
+                );
+                tracing::warn!(%message, "codex: MCP server failed");
+                HarnessEvent::Warning { message }
+            }
             other => {
                 tracing::debug!(method = other, "codex: notification ignored");
                 return Vec::new();
@@ -395,6 +514,17 @@ impl Translator {
         params: Option<&RawValue>,
         line: &str,
     ) -> Vec<Action> {
+        if method == server_request::MCP_ELICITATION {
+            let Some(p) = self.parse::<wire::McpServerElicitationRequestParams>(params, line)
+            else {
+                return vec![refuse(
+                    id,
+                    error_code::INVALID_PARAMS,
+                    format!("relay could not read the params of {method}"),
+                )];
+            };
+            return self.answer_elicitation(id, &p);
+        }
         let parsed = match method {
             server_request::COMMAND_APPROVAL => self
                 .parse::<wire::CommandExecutionRequestApprovalParams>(params, line)
@@ -430,8 +560,27 @@ impl Translator {
                 format!("relay could not read the params of {}", method),
             )];
         };
+        self.surface(id, AnswerShape::Decision, turn_id, kind, detail, reason)
+    }
+
+    /// An approval request for a person (or a policy): remembered until answered or
+    /// resolved, and announced.
+    fn surface(
+        &mut self,
+        id: RequestId,
+        answer: AnswerShape,
+        turn_id: String,
+        kind: ApprovalKind,
+        detail: String,
+        reason: Option<String>,
+    ) -> Vec<Action> {
         let request_id = id.to_string();
-        self.server_requests.insert(request_id.clone(), (id, false));
+        let pending = Pending {
+            id,
+            answered: false,
+            answer,
+        };
+        self.server_requests.insert(request_id.clone(), pending);
         vec![Action::Event(HarnessEvent::ApprovalRequested {
             turn_id,
             request_id,
@@ -439,6 +588,52 @@ impl Translator {
             detail,
             reason,
         })]
+    }
+
+    fn answer_elicitation(
+        &mut self,
+        id: RequestId,
+        p: &wire::McpServerElicitationRequestParams,
+    ) -> Vec<Action> {
+        let respond = |id: RequestId, response: wire::McpServerElicitationResponse| {
+            Action::Send(Message::Response(wire::Response {
+                id,
+                result: serde_json::to_value(response).unwrap_or_default(),
+            }))
+        };
+        match self.elicitation(p) {
+            Elicitation::RunRelayTool => {
+                tracing::debug!(server = %p.server_name, "codex: relay tool call accepted");
+                vec![respond(
+                    id,
+                    wire::McpServerElicitationResponse::accept_tool_call(),
+                )]
+            }
+            Elicitation::Approval {
+                turn_id,
+                detail,
+                reason,
+            } => self.surface(
+                id,
+                AnswerShape::ToolCall,
+                turn_id,
+                ApprovalKind::Other,
+                detail,
+                reason,
+            ),
+            Elicitation::Decline { why } => {
+                tracing::warn!(server = %p.server_name, %why, "codex: elicitation declined");
+                vec![
+                    respond(
+                        id,
+                        wire::McpServerElicitationResponse::declined(
+                            wire::McpElicitationAction::Decline,
+                        ),
+                    ),
+                    Action::Event(HarnessEvent::Warning { message: why }),
+                ]
+            }
+        }
     }
 
     fn file_change_detail(&self, p: &wire::FileChangeRequestApprovalParams) -> String {
@@ -470,9 +665,10 @@ pub(crate) struct CodexWire {
 }
 
 impl CodexWire {
-    pub fn new(malformed: Arc<AtomicU64>) -> Self {
+    /// `relay_mcp`: Relay's MCP server is wired in ([`Translator::new`]).
+    pub fn new(malformed: Arc<AtomicU64>, relay_mcp: bool) -> Self {
         Self {
-            translator: Translator::new(malformed),
+            translator: Translator::new(malformed, relay_mcp),
             next_id: 1,
         }
     }

@@ -67,3 +67,99 @@ impl From<crate::domain::ApprovalDecision> for ApprovalDecision {
 pub struct ApprovalResponse {
     pub decision: ApprovalDecision,
 }
+
+/// `mcpServer/elicitation/request`: an MCP server asks the user something through Codex.
+/// Codex sends the same request before every MCP tool call, as a form with no fields and
+/// `_meta.codex_approval_kind = "mcp_tool_call"` (then `_meta` also names the tool,
+/// `tool_name`, and holds the call's arguments, `tool_params`; seen with 0.169.0); any
+/// other is a real form (or a URL to open) meant for a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerElicitationRequestParams {
+    pub thread_id: String,
+    /// The turn running when it came, when Codex could tell.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// The server's name in Codex's `mcp_servers`.
+    pub server_name: String,
+    /// `form`, `openai/form`, `openaiForm` or `url`.
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, rename = "_meta")]
+    pub meta: Option<Value>,
+}
+
+/// `_meta.codex_approval_kind` of a tool call approval.
+pub const MCP_TOOL_CALL_APPROVAL: &str = "mcp_tool_call";
+
+impl McpServerElicitationRequestParams {
+    /// `_meta.codex_approval_kind`, when Codex set one.
+    pub fn approval_kind(&self) -> Option<&str> {
+        self.meta_field("codex_approval_kind")?.as_str()
+    }
+
+    /// Whether this is Codex asking before an MCP tool call (not a form for a person).
+    pub fn is_tool_call_approval(&self) -> bool {
+        self.approval_kind() == Some(MCP_TOOL_CALL_APPROVAL)
+    }
+
+    /// The tool a tool call approval is about (`_meta.tool_name`).
+    pub fn tool_name(&self) -> Option<&str> {
+        self.meta_field("tool_name")?.as_str()
+    }
+
+    /// A field of `_meta` (`tool_name`, `tool_params`, `tool_description`...).
+    pub fn meta_field(&self, key: &str) -> Option<&Value> {
+        self.meta.as_ref()?.get(key)
+    }
+}
+
+/// The answer to `mcpServer/elicitation/request`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpServerElicitationResponse {
+    pub action: McpElicitationAction,
+    /// What the form was filled with; `{}` accepts a tool call approval (a form without
+    /// fields), absent when declined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum McpElicitationAction {
+    Accept,
+    Decline,
+    Cancel,
+}
+
+impl McpServerElicitationResponse {
+    /// A person's decision on a tool call approval. Accepting "for the session" is an
+    /// accept here: Relay keeps such decisions itself (its policies), it does not ask
+    /// Codex to remember them.
+    pub fn tool_call(decision: crate::domain::ApprovalDecision) -> Self {
+        use crate::domain::ApprovalDecision as D;
+        match decision {
+            D::Accept | D::AcceptForSession => Self::accept_tool_call(),
+            D::Decline => Self::declined(McpElicitationAction::Decline),
+            D::Cancel => Self::declined(McpElicitationAction::Cancel),
+        }
+    }
+
+    /// Runs the tool call.
+    pub fn accept_tool_call() -> Self {
+        Self {
+            action: McpElicitationAction::Accept,
+            content: Some(Value::Object(Default::default())),
+        }
+    }
+
+    /// Declines or cancels, with nothing filled in.
+    pub fn declined(action: McpElicitationAction) -> Self {
+        Self {
+            action,
+            content: None,
+        }
+    }
+}

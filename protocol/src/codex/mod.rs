@@ -145,8 +145,9 @@ pub mod notification {
     pub const ERROR: &str = "error";
     pub const WARNING: &str = "warning";
     pub const SERVER_REQUEST_RESOLVED: &str = "serverRequest/resolved";
+    pub const MCP_SERVER_STATUS: &str = "mcpServer/startupStatus/updated";
 
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         THREAD_STARTED,
         TURN_STARTED,
         TURN_COMPLETED,
@@ -160,16 +161,19 @@ pub mod notification {
         ERROR,
         WARNING,
         SERVER_REQUEST_RESOLVED,
+        MCP_SERVER_STATUS,
     ];
 }
 
-/// Server -> client request methods. The adapter answers the two approvals; every other
-/// server request gets a JSON-RPC error so Codex never waits on it.
+/// Server -> client request methods. The adapter answers the two approvals and MCP
+/// elicitations (tool call approvals among them); every other server request gets a
+/// JSON-RPC error so Codex never waits on it.
 pub mod server_request {
     pub const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval";
     pub const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
+    pub const MCP_ELICITATION: &str = "mcpServer/elicitation/request";
 
-    pub const ALL: [&str; 2] = [COMMAND_APPROVAL, FILE_CHANGE_APPROVAL];
+    pub const ALL: [&str; 3] = [COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, MCP_ELICITATION];
 }
 
 // ---------------------------------------------------------------------------------------

@@ -124,3 +124,18 @@ pub struct ServerRequestResolvedNotification {
     pub thread_id: String,
     pub request_id: RequestId,
 }
+
+/// `mcpServer/startupStatus/updated`: an MCP server of a thread is starting, ready,
+/// failed or cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerStatusUpdatedNotification {
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    /// The server's name in Codex's `mcp_servers`.
+    pub name: String,
+    /// `starting`, `ready`, `failed` or `cancelled`.
+    pub status: String,
+    #[serde(default)]
+    pub error: Option<String>,
+}

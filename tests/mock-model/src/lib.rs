@@ -56,6 +56,10 @@ pub enum Reply {
         call_id: String,
         name: String,
         arguments: String,
+        /// The tool's namespace: an MCP server's tools are `mcp__<server>`. Responses
+        /// carry it as the item's `namespace`; Messages as the tool name's prefix
+        /// (`mcp__<server>__<tool>`), as each CLI names MCP tools.
+        namespace: Option<String>,
     },
     /// `response.created` then `response.failed` with this error.
     Failed { code: String, message: String },
@@ -96,6 +100,24 @@ impl Reply {
             call_id: call_id.into(),
             name: name.to_string(),
             arguments: arguments.to_string(),
+            namespace: None,
+        }
+    }
+
+    /// A call of tool `tool` of the MCP server named `server` in the CLI's
+    /// configuration: Codex's `function_call` in namespace `mcp__<server>`, Claude Code's
+    /// `tool_use` of `mcp__<server>__<tool>`.
+    pub fn mcp_call(
+        call_id: impl Into<String>,
+        server: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> Self {
+        Self::FunctionCall {
+            call_id: call_id.into(),
+            name: tool.to_string(),
+            arguments: arguments.to_string(),
+            namespace: Some(format!("mcp__{server}")),
         }
     }
 

@@ -22,7 +22,12 @@ fn block(reply: &Reply, n: u64) -> Option<(Value, &'static str)> {
             call_id,
             name,
             arguments,
+            namespace,
         } => {
+            let name = match namespace {
+                Some(ns) => format!("{ns}__{name}"),
+                None => name.clone(),
+            };
             let input: Value = serde_json::from_str(arguments).unwrap_or_else(|_| json!({}));
             let id = if call_id.is_empty() {
                 format!("toolu_{n}")

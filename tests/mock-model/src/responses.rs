@@ -77,20 +77,25 @@ pub(crate) async fn stream(
             call_id,
             name,
             arguments,
+            namespace,
         } => {
+            let mut item = json!({
+                "type": "function_call",
+                "id": format!("fc_{n}"),
+                "status": "completed",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
+            });
+            if let Some(namespace) = namespace {
+                item["namespace"] = json!(namespace);
+            }
             sse.event(
                 "response.output_item.done",
                 &json!({
                     "type": "response.output_item.done",
                     "output_index": 0,
-                    "item": {
-                        "type": "function_call",
-                        "id": format!("fc_{n}"),
-                        "status": "completed",
-                        "call_id": call_id,
-                        "name": name,
-                        "arguments": arguments,
-                    },
+                    "item": item,
                 }),
             )
             .await?;

@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use relay_protocol::api::InvokeAccepted;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate, InvokeRequest};
 
 use super::{text_arg, Actor};
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::terminal::{errln, outln};
 use crate::views::ask::AskView;
 use crate::views::print_json;
@@ -69,6 +70,44 @@ pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
     .await
 }
 
+/// Asks: posts the invocation (refused with the broker's typed error: an unknown agent,
+/// a self-ask, a cycle, a chain too deep, a token acting as someone else).
+pub(crate) async fn invoke(
+    client: &Client,
+    req: &InvokeRequest,
+) -> Result<InvokeAccepted, ClientError> {
+    client.post(&["v1", "invocations"], req).await
+}
+
+/// Follows flight `id` over its SSE stream until its terminal update, calling `on_update`
+/// for each, then returns the flight as it ended. Shared by `relay ask` and the `ask`
+/// tool of `relay mcp`.
+pub(crate) async fn follow(
+    client: &Client,
+    id: &str,
+    mut on_update: impl FnMut(&FlightUpdate),
+) -> anyhow::Result<Flight> {
+    let mut failure = None;
+    client
+        .sse(&["v1", "flights", id, "stream"], &[], |kind, data| {
+            if kind != "update" {
+                failure = Some(data.to_string());
+                return false;
+            }
+            let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
+                failure = Some(format!("bad update: {data}"));
+                return false;
+            };
+            on_update(&u);
+            true
+        })
+        .await?;
+    if let Some(f) = failure {
+        anyhow::bail!("the flight stream failed: {f}");
+    }
+    Ok(client.get(&["v1", "flights", id]).await?)
+}
+
 /// `relay ask`: invoke, then follow the flight's updates, printing deltas as they come.
 async fn ask(
     client: &Client,
@@ -77,8 +116,7 @@ async fn ask(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal;
-    let accepted: relay_protocol::api::InvokeAccepted =
-        client.post(&["v1", "invocations"], &req).await?;
+    let accepted = invoke(client, &req).await?;
     let id = accepted.flight.id.clone();
     if no_wait {
         if json {
@@ -102,24 +140,12 @@ async fn ask(
             }
         })
     });
-    let mut failure = None;
-    client
-        .sse(&["v1", "flights", &id, "stream"], &[], |kind, data| {
-            if kind != "update" {
-                failure = Some(data.to_string());
-                return false;
-            }
-            let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
-                failure = Some(format!("bad update: {data}"));
-                return false;
-            };
-            let Ok(mut v) = shared.lock() else {
-                return false;
-            };
+    let followed = follow(client, &id, |u| {
+        if let Ok(mut v) = shared.lock() {
             v.apply(&u.change, !json);
-            true
-        })
-        .await?;
+        }
+    })
+    .await;
     if let Some(s) = spinner {
         s.abort();
     }
@@ -127,10 +153,7 @@ async fn ask(
         v.clear_status();
         v.finish()
     });
-    if let Some(f) = failure {
-        anyhow::bail!("the flight stream failed: {f}");
-    }
-    let flight: Flight = client.get(&["v1", "flights", &id]).await?;
+    let flight = followed?;
     if json {
         print_json(&flight)?;
     } else if let Some(output) = flight.output.as_deref().filter(|o| !o.trim().is_empty()) {

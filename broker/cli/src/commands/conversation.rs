@@ -8,7 +8,7 @@ use relay_protocol::domain::{
 };
 
 use super::{text_arg, Actor, JsonFlag};
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::terminal::outln;
 use crate::views::{print_json, print_message};
 
@@ -23,6 +23,9 @@ pub struct SendArgs {
     /// as a task and its answer is posted in reply to it. `-` (or nothing, with a pipe
     /// on stdin) reads it from stdin.
     text: Vec<String>,
+    /// The id of the message this one answers (it threads under it).
+    #[arg(long, value_name = "MESSAGE")]
+    reply_to: Option<String>,
     /// Print the answer as JSON (`message`, the `flights` its mentions started, the
     /// mentions `refused` by the loop rules) instead of text.
     #[arg(long)]
@@ -68,38 +71,77 @@ pub enum ConversationCmd {
     List(JsonFlag),
 }
 
-/// `relay send`: prints the message id, then a line per agent its mentions consult
-/// (with the flight to follow) or that the loop rules kept from it (with why).
+/// Posts `body` to `conversation` as `author` (an agent's token posts as that agent
+/// only), answering `reply_to` if given; the answer names the consults its mentions
+/// started or the loop rules refused. Shared by `relay send` and `relay mcp`.
+pub(crate) async fn post(
+    client: &Client,
+    conversation: String,
+    author: String,
+    body: String,
+    reply_to: Option<String>,
+) -> Result<MessagePosted, ClientError> {
+    client
+        .post(
+            &["v1", "messages"],
+            &PostMessage {
+                conversation,
+                author,
+                body,
+                class: MessageClass::Agent,
+                reply_to,
+                meta: Default::default(),
+            },
+        )
+        .await
+}
+
+/// What a post did besides posting, a line each: the agents its mentions consult (with
+/// the flight to follow), those the loop rules kept from it (with why).
+pub(crate) fn consult_lines(posted: &MessagePosted) -> Vec<String> {
+    let consulting = posted
+        .flights
+        .iter()
+        .map(|f| format!("consulting {}: flight {}", f.agent, f.id));
+    let refused = posted
+        .refused
+        .iter()
+        .map(|r| format!("not consulting {}: {}", r.agent, r.error.message));
+    consulting.chain(refused).collect()
+}
+
+/// The last `n` messages of `conversation`, oldest first. Shared by `relay read` and
+/// `relay mcp`.
+pub(crate) async fn last_messages(
+    client: &Client,
+    conversation: &str,
+    n: usize,
+) -> Result<Vec<Message>, ClientError> {
+    client
+        .get_query(
+            &["v1", "conversations", conversation, "messages"],
+            &[("limit", n.to_string())],
+        )
+        .await
+}
+
+/// `relay send`: prints the message id, then [`consult_lines`].
 pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
     let SendArgs {
         to,
         actor,
         text,
+        reply_to,
         json,
     } = args;
-    let posted: MessagePosted = client
-        .post(
-            &["v1", "messages"],
-            &PostMessage {
-                conversation: to,
-                author: actor.name(),
-                body: text_arg(text)?,
-                class: MessageClass::Agent,
-                reply_to: None,
-                meta: Default::default(),
-            },
-        )
-        .await?;
+    let posted = post(client, to, actor.name(), text_arg(text)?, reply_to).await?;
     if json {
         print_json(&posted)?;
     } else {
         // The message id first and alone on its line, as scripts read it.
         outln!("{}", posted.message.id);
-        for f in &posted.flights {
-            outln!("consulting {}: flight {}", f.agent, f.id);
-        }
-        for r in &posted.refused {
-            outln!("not consulting {}: {}", r.agent, r.error.message);
+        for line in consult_lines(&posted) {
+            outln!("{line}");
         }
     }
     Ok(())
@@ -112,12 +154,7 @@ pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
         n,
         json,
     } = args;
-    let msgs: Vec<Message> = client
-        .get_query(
-            &["v1", "conversations", &conversation, "messages"],
-            &[("limit", n.to_string())],
-        )
-        .await?;
+    let msgs = last_messages(client, &conversation, n).await?;
     if json {
         print_json(&msgs)?;
     } else {

@@ -15,6 +15,7 @@ pub mod conversation;
 pub mod doctor;
 pub mod events;
 pub mod flight;
+pub mod mcp;
 pub mod replay;
 pub mod serve;
 pub mod status;
@@ -82,6 +83,16 @@ pub enum ClientCmd {
     /// nothing missed, nothing twice. A flight's watch ends with the flight (exit 0 when
     /// it completed, 1 when it failed or was cancelled).
     Watch(watch::WatchArgs),
+    /// Serve Relay's tools (ask, send, reply, read_conversation, list_agents,
+    /// show_flight) as an MCP server on stdin/stdout, acting as --as (default: the agent
+    /// of RELAY_AGENT with its RELAY_TOKEN). Relay wires it into its Codex and Claude Code
+    /// agents itself; an MCP client starts it as `relay mcp`.
+    #[command(
+        after_help = "The broker comes from RELAY_URL + RELAY_TOKEN (an agent's session has both), \
+or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
+{\"command\": \"relay\", \"args\": [\"mcp\"]}"
+    )]
+    Mcp(mcp::McpArgs),
     /// Replay a flight, an agent's session or a conversation from the log: a readable
     /// transcript, or one JSON document with --json.
     #[command(subcommand)]
@@ -105,6 +116,7 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Approve(args) => approval::approve(client, args).await?,
         ClientCmd::Flight(args) => flight::show(client, args).await?,
         ClientCmd::Watch(args) => return watch::run(client, args).await,
+        ClientCmd::Mcp(args) => mcp::run(client, args).await?,
         ClientCmd::Replay(cmd) => replay::run(client, cmd).await?,
     }
     Ok(ExitCode::SUCCESS)

@@ -443,3 +443,47 @@ fn approval_details_are_what_runs() {
         ["bash", "-c", "echo $HOME; ls *"]
     );
 }
+
+#[test]
+fn relay_tools_are_allowed_at_once_and_other_mcp_tools_ask_a_person() {
+    let prompt = |id: &str, tool: &str| {
+        json!({"type": "control_request", "request_id": id, "request": {
+            "subtype": "can_use_tool", "tool_name": tool,
+            "input": {"agent": "pi-1", "text": "hi"}, "tool_use_id": "toolu_1"}})
+        .to_string()
+    };
+    let mut wire = ClaudeWire::new().with_relay_mcp(true);
+    wire.start_turn(TURN, "hello").unwrap();
+    let mut out = Vec::new();
+    wire.line(&prompt("r1", "mcp__relay__ask"), &mut out);
+    assert_eq!(events_of(&out), [turn_started()]);
+    assert_eq!(
+        sent(&out),
+        [
+            json!({"type": "control_response", "response": {"subtype": "success",
+            "request_id": "r1", "response": {"behavior": "allow",
+                "updatedInput": {"agent": "pi-1", "text": "hi"}}}})
+        ]
+    );
+    // Another server's tool, one merely named like Relay's, and Relay's own when Relay
+    // did not wire its server in: each a prompt for a person.
+    for (wire, id, tool) in [
+        (&mut wire, "r2", "mcp__files__read"),
+        (&mut started(), "r3", "mcp__relay__ask"),
+    ]
+    .into_iter()
+    .chain([(
+        &mut ClaudeWire::new().with_relay_mcp(true),
+        "r4",
+        "mcp__relayx__ask",
+    )]) {
+        wire.start_turn(TURN, "hello").ok();
+        let mut out = Vec::new();
+        wire.line(&prompt(id, tool), &mut out);
+        assert!(sent(&out).is_empty(), "{tool}: {out:?}");
+        assert!(
+            matches!(events_of(&out).last(), Some(HarnessEvent::ApprovalRequested { request_id, .. }) if request_id == id),
+            "{tool}: {out:?}"
+        );
+    }
+}

@@ -68,7 +68,7 @@ fn the_envelope_reads_every_shape_as_the_whole_message_does() {
 
 fn translator() -> (Translator, Arc<AtomicU64>) {
     let counter = Arc::new(AtomicU64::new(0));
-    (Translator::new(counter.clone()), counter)
+    (Translator::new(counter.clone(), true), counter)
 }
 
 fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
@@ -354,8 +354,14 @@ fn approvals_are_surfaced_and_unsupported_requests_refused() {
             },
         ]
     );
-    assert_eq!(t.take_server_request("0"), Some(RequestId::Integer(0)));
-    assert_eq!(t.take_server_request("0"), None);
+    assert_eq!(
+        t.answer("0", ApprovalDecision::AcceptForSession),
+        Some(Message::Response(wire::Response {
+            id: RequestId::Integer(0),
+            result: json!({"decision": "acceptForSession"})
+        }))
+    );
+    assert_eq!(t.answer("0", ApprovalDecision::Accept), None);
     // Resolved by Codex itself: no longer answerable.
     let evs = feed(
         &mut t,
@@ -367,7 +373,7 @@ fn approvals_are_surfaced_and_unsupported_requests_refused() {
             request_id: "s1".into()
         }]
     );
-    assert_eq!(t.take_server_request("s1"), None);
+    assert_eq!(t.answer("s1", ApprovalDecision::Accept), None);
 
     let actions = t
         .handle_line(r#"{"method":"item/tool/requestUserInput","id":7,"params":{"questions":[]}}"#);
@@ -379,4 +385,119 @@ fn approvals_are_surfaced_and_unsupported_requests_refused() {
         ),
         "{actions:?}"
     );
+}
+
+/// Codex's request before an MCP tool call, as the pinned Codex sent it (recorded from
+/// `tests/a2a_mcp.rs`, ids and the description shortened).
+fn tool_call_approval(id: i64, server: &str, turn: Option<&str>) -> serde_json::Value {
+    json!({"method":"mcpServer/elicitation/request","id":id,"params":{
+        "threadId":"th","turnId":turn,"serverName":server,"mode":"form",
+        "_meta":{"codex_approval_kind":"mcp_tool_call","persist":["session","always"],
+            "tool_name":"ask","tool_description":"Ask another agent.",
+            "tool_params":{"agent":"claude-1","text":"hi"},
+            "tool_params_display":[{"name":"agent","value":"claude-1","display_name":"agent"},
+                {"name":"text","value":"hi","display_name":"text"}]},
+        "message":format!("Allow the {server} MCP server to run tool \"ask\"?"),
+        "requestedSchema":{"type":"object","properties":{}}}})
+}
+
+#[test]
+fn a_relay_tool_call_runs_unasked_and_any_other_server_asks_a_person() {
+    let (mut t, _) = translator();
+    // Relay's own server: accepted at once, nothing surfaced.
+    let actions = t.handle_line(&tool_call_approval(3, "relay", Some("t1")).to_string());
+    assert_eq!(
+        actions,
+        vec![Action::Send(Message::Response(wire::Response {
+            id: RequestId::Integer(3),
+            result: json!({"action": "accept", "content": {}})
+        }))]
+    );
+    assert_eq!(t.answer("3", ApprovalDecision::Accept), None);
+
+    // Another server: a Relay approval, answered in the elicitation's words.
+    let evs = feed(&mut t, &[tool_call_approval(4, "files", Some("t1"))]);
+    assert_eq!(
+        evs,
+        vec![HarnessEvent::ApprovalRequested {
+            turn_id: "t1".into(),
+            request_id: "4".into(),
+            kind: ApprovalKind::Other,
+            detail: "MCP tool files.ask\n{\n  \"agent\": \"claude-1\",\n  \"text\": \"hi\"\n}"
+                .into(),
+            reason: None
+        }]
+    );
+    let answer = |t: &mut Translator, id: &str, d| {
+        t.answer(id, d).map(|m| match m {
+            Message::Response(r) => r.result,
+            other => panic!("{other:?}"),
+        })
+    };
+    assert_eq!(
+        answer(&mut t, "4", ApprovalDecision::Decline),
+        Some(json!({"action": "decline"}))
+    );
+    feed(&mut t, &[tool_call_approval(5, "files", Some("t1"))]);
+    assert_eq!(
+        answer(&mut t, "5", ApprovalDecision::AcceptForSession),
+        Some(json!({"action": "accept", "content": {}}))
+    );
+    feed(&mut t, &[tool_call_approval(6, "files", Some("t1"))]);
+    assert_eq!(
+        answer(&mut t, "6", ApprovalDecision::Cancel),
+        Some(json!({"action": "cancel"}))
+    );
+}
+
+#[test]
+fn a_server_named_relay_is_not_trusted_unless_relay_wired_it_in() {
+    let mut t = Translator::new(Arc::default(), false);
+    let evs = feed(&mut t, &[tool_call_approval(1, "relay", Some("t1"))]);
+    assert!(
+        matches!(&evs[..], [HarnessEvent::ApprovalRequested { request_id, .. }] if request_id == "1"),
+        "{evs:?}"
+    );
+}
+
+#[test]
+fn a_form_for_a_person_is_declined_never_filled_in() {
+    let (mut t, _) = translator();
+    let declined = |id: i64| {
+        Action::Send(Message::Response(wire::Response {
+            id: RequestId::Integer(id),
+            result: json!({"action": "decline"}),
+        }))
+    };
+    // A real form, even from Relay's own server name.
+    let form = json!({"method":"mcpServer/elicitation/request","id":8,"params":{
+        "threadId":"th","turnId":"t1","serverName":"relay","mode":"form",
+        "message":"Your GitHub password?",
+        "requestedSchema":{"type":"object","properties":{"password":{"type":"string"}}}}});
+    let actions = t.handle_line(&form.to_string());
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert_eq!(actions[0], declined(8));
+    assert!(
+        matches!(&actions[1], Action::Event(HarnessEvent::Warning { message })
+            if message.contains("Your GitHub password?") && message.contains("declined")),
+        "{actions:?}"
+    );
+    // A URL to open, and an approval kind Relay does not know.
+    let url = json!({"method":"mcpServer/elicitation/request","id":9,"params":{
+        "threadId":"th","serverName":"files","mode":"url","message":"Log in",
+        "url":"https://example.com","elicitationId":"e"}});
+    assert_eq!(t.handle_line(&url.to_string())[0], declined(9));
+    let other_kind = json!({"method":"mcpServer/elicitation/request","id":10,"params":{
+        "threadId":"th","turnId":"t1","serverName":"relay","mode":"form","message":"Install?",
+        "requestedSchema":{"type":"object","properties":{}},
+        "_meta":{"codex_approval_kind":"tool_suggestion"}}});
+    assert_eq!(t.handle_line(&other_kind.to_string())[0], declined(10));
+    // A tool call of another server outside a turn: nobody to ask.
+    assert_eq!(
+        t.handle_line(&tool_call_approval(11, "files", None).to_string())[0],
+        declined(11)
+    );
+    for id in ["8", "9", "10", "11"] {
+        assert_eq!(t.answer(id, ApprovalDecision::Accept), None);
+    }
 }

@@ -20,7 +20,11 @@ macro_rules! out {
 macro_rules! errln {
     ($($t:tt)*) => { eprintln!("{}", $crate::terminal::inert(&format!($($t)*))) };
 }
-pub(crate) use {errln, out, outln};
+/// `println!` of JSON text: made inert the JSON way ([`json_inert`]), so it stays JSON.
+macro_rules! jsonln {
+    ($json:expr) => { println!("{}", $crate::terminal::json_inert($json)) };
+}
+pub(crate) use {errln, jsonln, out, outln};
 
 fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
@@ -50,6 +54,25 @@ pub fn inert(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`inert`] for JSON text (serde's output, or a JSON line the broker sent): what
+/// [`inert`] escapes becomes a JSON `\uXXXX` escape, valid JSON that reads back as the
+/// same string. Such characters can only stand inside JSON strings (the structure is
+/// ASCII, and raw newlines and tabs are left alone), and none is outside the BMP.
+pub fn json_inert(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(needs_escape) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if needs_escape(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// [`inert`] for a field shown on one line (an approval's command, a summary): newlines
 /// and tabs are escaped too, so a second line can never pass for another row.
 pub fn one_line(text: &str) -> String {
@@ -59,6 +82,18 @@ pub fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_stays_json_and_inert() {
+        let text = "rm\u{7f} \u{202e}evil\u{9b}31m \x1b[2K\nline \u{feff}";
+        let json = serde_json::to_string_pretty(&serde_json::json!({ "body": text })).unwrap();
+        let shown = json_inert(&json);
+        assert!(!shown.chars().any(needs_escape), "{shown}");
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["body"], text);
+        // Plain JSON is untouched.
+        assert!(matches!(json_inert("{\n  \"a\": 1\n}"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn escapes_are_shown_not_obeyed() {

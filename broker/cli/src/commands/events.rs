@@ -5,7 +5,7 @@ use relay_protocol::api::Status;
 use relay_protocol::event::Event;
 
 use crate::client::Client;
-use crate::terminal::{errln, outln};
+use crate::terminal::{errln, jsonln, outln};
 use crate::views::{describe_event, print_json};
 
 #[derive(Args)]
@@ -35,7 +35,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     } = args;
     let print = |e: &Event| -> anyhow::Result<()> {
         if json {
-            outln!("{}", serde_json::to_string(e)?);
+            jsonln!(&serde_json::to_string(e)?);
         } else {
             outln!("{:>8} {} {}", e.seq, e.body.type_name(), describe_event(e));
         }

@@ -10,7 +10,7 @@ use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{Scope, Snapshot, View, WatchRequest, DEFAULT_MESSAGES};
 
 use crate::client::Client;
-use crate::terminal::{errln, outln};
+use crate::terminal::{errln, jsonln};
 use crate::views::watch::WatchView;
 
 #[derive(Args)]
@@ -121,7 +121,7 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
 /// view.
 fn show(json: bool, data: &str, text: impl FnOnce()) {
     if json {
-        outln!("{data}");
+        jsonln!(data);
     } else {
         text();
     }

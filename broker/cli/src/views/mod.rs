@@ -5,7 +5,7 @@
 use relay_protocol::event::Event;
 use serde::Serialize;
 
-use crate::terminal::outln;
+use crate::terminal::{jsonln, outln};
 
 pub mod ask;
 pub mod replay;
@@ -13,7 +13,7 @@ pub mod watch;
 
 /// `v` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(v)?);
+    jsonln!(&serde_json::to_string_pretty(v)?);
     Ok(())
 }
 

@@ -22,7 +22,9 @@ macro_rules! errln {
 }
 /// `println!` of JSON text: made inert the JSON way ([`json_inert`]), so it stays JSON.
 macro_rules! jsonln {
-    ($json:expr) => { println!("{}", $crate::terminal::json_inert($json)) };
+    ($json:expr) => {
+        println!("{}", $crate::terminal::json_inert($json))
+    };
 }
 pub(crate) use {errln, jsonln, out, outln};
 

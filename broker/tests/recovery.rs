@@ -151,13 +151,5 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
 }
 
 fn invoke(task: &str) -> InvokeRequest {
-    InvokeRequest {
-        target: "codex-1".into(),
-        task: task.into(),
-        requester: "operator".into(),
-        action: Default::default(),
-        conversation: None,
-        parent_flight: None,
-        timeout_ms: None,
-    }
+    InvokeRequest::new("codex-1", task)
 }

@@ -34,13 +34,8 @@ async fn broker_with_a1(harness: Harness) -> Broker {
 
 fn invoke(target: &str, task: &str, conversation: Option<&str>) -> InvokeRequest {
     InvokeRequest {
-        target: target.into(),
-        task: task.into(),
-        requester: "operator".into(),
-        action: Default::default(),
         conversation: conversation.map(str::to_string),
-        parent_flight: None,
-        timeout_ms: None,
+        ..InvokeRequest::new(target, task)
     }
 }
 

@@ -33,15 +33,7 @@ fn spec(name: &str) -> AgentSpec {
 }
 
 fn invoke(target: &str) -> InvokeRequest {
-    InvokeRequest {
-        target: target.into(),
-        task: "do it".into(),
-        requester: "operator".into(),
-        action: Default::default(),
-        conversation: None,
-        parent_flight: None,
-        timeout_ms: None,
-    }
+    InvokeRequest::new(target, "do it")
 }
 
 /// A message from `author` to the default conversation.

@@ -38,15 +38,7 @@ async fn broker() -> Broker {
 }
 
 fn invoke(target: &str, task: &str) -> InvokeRequest {
-    InvokeRequest {
-        target: target.into(),
-        task: task.into(),
-        requester: "operator".into(),
-        action: Default::default(),
-        conversation: None,
-        parent_flight: None,
-        timeout_ms: None,
-    }
+    InvokeRequest::new(target, task)
 }
 
 fn state(to: FlightState) -> FlightChange {

@@ -39,6 +39,21 @@ fn default_requester() -> String {
     "operator".to_string()
 }
 
+impl InvokeRequest {
+    /// The operator asks `target` to do `task`: a root consult in a direct conversation.
+    pub fn new(target: impl Into<String>, task: impl Into<String>) -> InvokeRequest {
+        InvokeRequest {
+            target: target.into(),
+            task: task.into(),
+            requester: default_requester(),
+            action: Action::default(),
+            conversation: None,
+            parent_flight: None,
+            timeout_ms: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Invocation {
     pub id: String,

@@ -81,6 +81,14 @@ pub enum HarnessError {
     /// Writing to or reading from the agent failed.
     #[error("agent i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// A tmux command failed: `command` is its name (`new-session`), `stderr` what tmux
+    /// said. Not retryable as such (a missing pane stays missing).
+    #[error("tmux {command}: {stderr}")]
+    Tmux { command: String, stderr: String },
+    /// A pane did not take a task: after the paste and the submit key (sent twice), its
+    /// screen did not change. Not retryable on this pane as it is; a person should look.
+    #[error("pane {pane} stalled: {detail}")]
+    Stalled { pane: String, detail: String },
     /// A message could not be encoded, or a result did not have the expected shape.
     #[error("agent json: {0}")]
     Json(#[from] serde_json::Error),

@@ -9,6 +9,9 @@
 //!   [`codex::CodexLauncher`], the seam over it.
 //! - [`claude`]: Claude Code (`claude -p`, stream-json over stdio) and [`pi`]: Pi
 //!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
+//! - [`tmux`]: a tmux pane ([`tmux::TmuxLauncher`]): the agent's command in a detached
+//!   session on Relay's own socket, tasks pasted in, output followed through a pipe.
+//!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
 //! - [`pinned`]: where each CLI's program is (the pinned install, an override);
@@ -25,7 +28,7 @@
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
 //! Layering, one way: [`error`], [`lines`] and [`access`] depend on no other module, [`process`] and
-//! [`seam`], [`pinned`] and [`stdio`] on them, each adapter (`codex`, `claude`, `pi`) on
+//! [`seam`], [`pinned`] and [`stdio`] on them, each adapter (`codex`, `claude`, `pi`, `tmux`) on
 //! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
 //! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
@@ -46,6 +49,7 @@ pub mod process;
 pub mod registry;
 pub mod seam;
 pub mod stdio;
+pub mod tmux;
 
 pub use access::{AccessIssuer, RelayAccess};
 pub use error::HarnessError;

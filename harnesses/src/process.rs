@@ -98,6 +98,12 @@ fn inherited(name: &OsStr) -> bool {
         .is_some_and(|name| name.starts_with("LC_") || INHERITED_ENV.contains(&name))
 }
 
+/// The variables of Relay's environment a child inherits ([`INHERITED_ENV`], `LC_*`):
+/// the whole environment of a program Relay runs besides the agent's own.
+pub(crate) fn inherited_env() -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().filter(|(name, _)| inherited(name))
+}
+
 /// What to run. Its `Debug` names the variables but never shows their values (an
 /// agent's secrets are among them).
 #[derive(Clone, Default)]
@@ -150,7 +156,7 @@ pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 /// (CSI, OSC, DCS and the other strings, with their payloads) are removed by
 /// `strip-ansi-escapes` (a `vte` parser), and so is every control character left, tabs
 /// excepted (they become spaces).
-fn strip_ansi(line: &str) -> String {
+pub(crate) fn strip_ansi(line: &str) -> String {
     // The parser knows the 7-bit forms of escape sequences; a C1 control (U+0080..U+009F)
     // is the same control as ESC followed by it minus 0x40 (ECMA-48), so `\u{9b}` opens a
     // CSI like `ESC [`. The parser drops tabs; they separate words, so keep a space.
@@ -232,7 +238,7 @@ impl Supervised {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .env_clear()
-            .envs(std::env::vars_os().filter(|(name, _)| inherited(name)))
+            .envs(inherited_env())
             .envs(&spec.env)
             .env(MARKER_ENV, &marker)
             .stdin(Stdio::piped())

@@ -46,6 +46,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 // API say it too); re-exported here for the adapters.
 pub use relay_protocol::domain::Capabilities;
 
+/// [`HarnessSession::respond_approval`] of a harness that never asks (Pi, a tmux pane):
+/// no request of its is ever pending.
+pub fn never_pending<'a>(request_id: &str) -> BoxFuture<'a, Result<(), HarnessError>> {
+    let request_id = request_id.to_string();
+    Box::pin(async move { Err(HarnessError::UnknownRequest { request_id }) })
+}
+
 /// What the runtime knows of a harness before it spawns anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HarnessInfo {

@@ -262,12 +262,7 @@ impl HarnessSession for PiSession {
         request_id: &'a str,
         _decision: ApprovalDecision,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
-        // Pi never asks: no request of its is ever pending.
-        Box::pin(async move {
-            Err(HarnessError::UnknownRequest {
-                request_id: request_id.to_string(),
-            })
-        })
+        crate::seam::never_pending(request_id)
     }
 
     /// The pid of pi, or 0 before the session is opened.

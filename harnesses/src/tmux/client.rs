@@ -1,0 +1,209 @@
+//! A small typed client of one tmux server: each method runs one `tmux -L SOCKET ...`
+//! command and turns its failure into [`HarnessError::Tmux`].
+//!
+//! The `tmux` client starts from a clean environment, like every agent process
+//! ([`crate::process::inherited_env`]): when it is the one that starts the server, the
+//! server (and so every pane's base environment) holds none of Relay's secrets. A server
+//! Relay starts reads no configuration file (`-f /dev/null`), so a user's `~/.tmux.conf`
+//! cannot change how panes behave under Relay (key bindings, `remain-on-exit`); a server
+//! that already runs keeps its own.
+//!
+//! Panes are named by their id (`%3`), which tmux never reuses while the server lives;
+//! a `session:window.pane` target would follow whatever pane holds that place now.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::error::HarnessError;
+
+/// The program run for every command.
+const TMUX: &str = "tmux";
+
+/// One tmux server, reached by its socket name (`tmux -L NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmux {
+    socket: String,
+}
+
+/// What to start in a new detached session.
+#[derive(Debug, Clone)]
+pub struct NewSession<'a> {
+    /// The session's name (tmux refuses `.` and `:` in it).
+    pub name: &'a str,
+    /// The program and its arguments, run directly (no shell in between).
+    pub command: &'a [String],
+    /// Variables set in the pane's environment, over the server's.
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: Option<&'a Path>,
+    /// Columns and rows.
+    pub size: (u16, u16),
+}
+
+impl Tmux {
+    pub fn new(socket: impl Into<String>) -> Tmux {
+        Tmux {
+            socket: socket.into(),
+        }
+    }
+
+    /// The socket name (`-L`).
+    pub fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    /// Runs `tmux -L SOCKET ARGS`, with `input` on its stdin, and returns its stdout.
+    async fn run(&self, args: &[&str], input: Option<&[u8]>) -> Result<String, HarnessError> {
+        let command = args.first().copied().unwrap_or_default().to_string();
+        let mut cmd = Command::new(TMUX);
+        cmd.arg("-L")
+            .arg(&self.socket)
+            .arg("-f")
+            .arg("/dev/null")
+            .args(args)
+            .env_clear()
+            .envs(crate::process::inherited_env())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            program: TMUX.to_string(),
+            source,
+        })?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin.write_all(input).await?;
+            // Dropped: tmux reads to end of file.
+        }
+        let out = child.wait_with_output().await?;
+        if !out.status.success() {
+            return Err(HarnessError::Tmux {
+                command,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Starts `new` in a detached session (starting the server if need be) and returns
+    /// its pane's id.
+    pub async fn new_session(&self, new: &NewSession<'_>) -> Result<String, HarnessError> {
+        let (x, y) = (new.size.0.to_string(), new.size.1.to_string());
+        let env: Vec<String> = new.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let cwd = new.cwd.map(|c| c.display().to_string());
+        let mut args = vec![
+            "new-session",
+            "-d",
+            "-P",
+            "-F",
+            "#{pane_id}",
+            "-s",
+            new.name,
+            "-x",
+            &x,
+            "-y",
+            &y,
+        ];
+        if let Some(cwd) = &cwd {
+            args.extend(["-c", cwd]);
+        }
+        for var in &env {
+            args.extend(["-e", var]);
+        }
+        args.push("--");
+        args.extend(new.command.iter().map(String::as_str));
+        let pane = self.run(&args, None).await?.trim().to_string();
+        if !pane.starts_with('%') {
+            return Err(HarnessError::Tmux {
+                command: "new-session".into(),
+                stderr: format!("no pane id in its answer: {pane:?}"),
+            });
+        }
+        Ok(pane)
+    }
+
+    /// Whether `pane` exists and its program runs. `false` when the server is gone too.
+    pub async fn pane_alive(&self, pane: &str) -> Result<bool, HarnessError> {
+        // `display -t %N` of a missing pane falls back to another one; a listing does not.
+        let listed = match self
+            .run(&["list-panes", "-a", "-F", "#{pane_id} #{pane_dead}"], None)
+            .await
+        {
+            Ok(listed) => listed,
+            Err(HarnessError::Tmux { stderr, .. }) if no_server(&stderr) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        Ok(listed
+            .lines()
+            .any(|line| line.split_once(' ') == Some((pane, "0"))))
+    }
+
+    /// Pastes `text` into `pane` as one bracketed paste: loaded from stdin into the
+    /// named `buffer` (no length limit on a command line, nothing in `ps`), then
+    /// `paste-buffer -p -d` (bracketed when the program asked for it; the buffer is
+    /// deleted after).
+    pub async fn paste(&self, pane: &str, buffer: &str, text: &str) -> Result<(), HarnessError> {
+        self.run(&["load-buffer", "-b", buffer, "-"], Some(text.as_bytes()))
+            .await?;
+        self.run(
+            &["paste-buffer", "-p", "-d", "-b", buffer, "-t", pane],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Sends `keys` (tmux key names: `Enter`, `C-c`) to `pane`.
+    pub async fn send_keys(&self, pane: &str, keys: &[&str]) -> Result<(), HarnessError> {
+        let mut args = vec!["send-keys", "-t", pane];
+        args.extend(keys);
+        self.run(&args, None).await.map(drop)
+    }
+
+    /// The pane's visible text, lines joined, without escape codes.
+    pub async fn capture(&self, pane: &str) -> Result<String, HarnessError> {
+        self.run(&["capture-pane", "-p", "-J", "-t", pane], None)
+            .await
+    }
+
+    /// Streams what `pane` prints from now on into the FIFO (or file) at `path`, through
+    /// a `cat` tmux runs; tmux closes it when the pane is gone.
+    pub async fn pipe_output(&self, pane: &str, path: &Path) -> Result<(), HarnessError> {
+        let path = path.display().to_string();
+        let quoted = shlex::try_quote(&path).map_err(|_| HarnessError::Tmux {
+            command: "pipe-pane".into(),
+            stderr: format!("cannot quote {path:?} for the shell"),
+        })?;
+        let shell = format!("exec cat > {quoted}");
+        self.run(&["pipe-pane", "-O", "-t", pane, &shell], None)
+            .await
+            .map(drop)
+    }
+
+    /// Ends the session that holds `pane` (its programs get SIGHUP).
+    pub async fn kill_session_of(&self, pane: &str) -> Result<(), HarnessError> {
+        self.run(&["kill-session", "-t", pane], None)
+            .await
+            .map(drop)
+    }
+
+    /// Ends the server and every pane on it.
+    pub async fn kill_server(&self) -> Result<(), HarnessError> {
+        match self.run(&["kill-server"], None).await {
+            Err(HarnessError::Tmux { stderr, .. }) if no_server(&stderr) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+}
+
+/// Whether tmux said no server runs on the socket.
+fn no_server(stderr: &str) -> bool {
+    stderr.contains("no server running") || stderr.contains("error connecting to")
+}

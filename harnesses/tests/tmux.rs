@@ -106,7 +106,8 @@ fn access() -> RelayAccess {
     RelayAccess {
         agent: "pane-agent".into(),
         url: "http://127.0.0.1:9".into(),
-        token: "tok-123".into(),
+        // Everything tmux's command language could expand or split on.
+        token: "tok'1 $HOME ~ #{pane_id} \"q\" \\ ; \nline2".into(),
         program: "/opt/relay/bin/relay".into(),
     }
 }
@@ -240,7 +241,10 @@ async fn a_pasted_task_reaches_the_pane_whole_and_its_output_comes_back_as_the_t
     let mut pane = repl().await;
     // The pane has the agent's access to Relay in its environment.
     let env = std::fs::read_to_string(pane.dir.path().join("env")).unwrap();
-    assert_eq!(env, "pane-agent|http://127.0.0.1:9|tok-123\n");
+    assert_eq!(
+        env,
+        "pane-agent|http://127.0.0.1:9|tok'1 $HOME ~ #{pane_id} \"q\" \\ ; \nline2\n"
+    );
 
     let task = "hello pane\n  two words\tand a tab\nlast line";
     let turn = pane

@@ -94,32 +94,48 @@ impl Tmux {
 
     /// Starts `new` in a detached session (starting the server if need be) and returns
     /// its pane's id.
+    ///
+    /// The command goes to tmux on stdin (`start-server ; source-file -`), not on the
+    /// client's command line: the pane's variables include the agent's token and
+    /// secrets, and a command line is readable by every process of the machine.
     pub async fn new_session(&self, new: &NewSession<'_>) -> Result<String, HarnessError> {
-        let (x, y) = (new.size.0.to_string(), new.size.1.to_string());
-        let env: Vec<String> = new.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let cwd = new.cwd.map(|c| c.display().to_string());
-        let mut args = vec![
-            "new-session",
-            "-d",
-            "-P",
-            "-F",
-            "#{pane_id}",
-            "-s",
-            new.name,
-            "-x",
-            &x,
-            "-y",
-            &y,
+        let mut words = vec![
+            "new-session".to_string(),
+            "-d".into(),
+            "-P".into(),
+            "-F".into(),
+            quote("#{pane_id}"),
+            "-s".into(),
+            quote(new.name),
+            "-x".into(),
+            new.size.0.to_string(),
+            "-y".into(),
+            new.size.1.to_string(),
         ];
-        if let Some(cwd) = &cwd {
-            args.extend(["-c", cwd]);
+        if let Some(cwd) = new.cwd {
+            words.extend(["-c".into(), quote(&cwd.display().to_string())]);
         }
-        for var in &env {
-            args.extend(["-e", var]);
+        for (name, value) in new.env {
+            words.extend(["-e".into(), quote(&format!("{name}={value}"))]);
         }
-        args.push("--");
-        args.extend(new.command.iter().map(String::as_str));
-        let pane = self.run(&args, None).await?.trim().to_string();
+        words.push("--".into());
+        words.extend(new.command.iter().map(|word| quote(word)));
+        let line = words.join(" ") + "\n";
+        let pane = self
+            .run(
+                &["start-server", ";", "source-file", "-"],
+                Some(line.as_bytes()),
+            )
+            .await
+            .map_err(|e| match e {
+                HarnessError::Tmux { stderr, .. } => HarnessError::Tmux {
+                    command: "new-session".into(),
+                    stderr,
+                },
+                other => other,
+            })?
+            .trim()
+            .to_string();
         if !pane.starts_with('%') {
             return Err(HarnessError::Tmux {
                 command: "new-session".into(),
@@ -203,7 +219,38 @@ impl Tmux {
     }
 }
 
+/// `word` as one word of tmux's command language, taken literally: in single quotes
+/// (no `$`, `~` or `\\` expansion there), with a quote as `'\\''` and a line break as
+/// `"\\n"` / `"\\r"` between quoted parts (tmux joins adjacent parts into one word).
+fn quote(word: &str) -> String {
+    let mut quoted = String::with_capacity(word.len() + 2);
+    quoted.push('\'');
+    for c in word.chars() {
+        match c {
+            '\'' => quoted.push_str(r"'\''"),
+            '\n' => quoted.push_str(r#"'"\n"'"#),
+            '\r' => quoted.push_str(r#"'"\r"'"#),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
+}
+
 /// Whether tmux said no server runs on the socket.
 fn no_server(stderr: &str) -> bool {
     stderr.contains("no server running") || stderr.contains("error connecting to")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_is_quoted_whole_and_literal() {
+        assert_eq!(quote("plain"), "'plain'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote("a\nb\rc"), r#"'a'"\n"'b'"\r"'c'"#);
+        assert_eq!(quote("$HOME ~ #{x} ; \\"), r"'$HOME ~ #{x} ; \'");
+    }
 }

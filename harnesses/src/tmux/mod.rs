@@ -10,7 +10,8 @@
 //! How a session works (facts in `HARNESSES.md`, "tmux panes"):
 //! - **Start.** `new-session -d` runs the agent's command directly (no shell) in a new
 //!   session, with the agent's variables and its access to Relay (`RELAY_AGENT`,
-//!   `RELAY_URL`, `RELAY_TOKEN`) set in the pane with `-e`. The conversation is the pane.
+//!   `RELAY_URL`, `RELAY_TOKEN`) set in the pane with `-e`; the command reaches tmux on
+//!   stdin, so no secret is ever on a command line. The conversation is the pane.
 //! - **Output, pushed.** `pipe-pane -O` runs a `cat` into a FIFO in a private temporary
 //!   directory, which the session reads as the pane prints: no polling of
 //!   `capture-pane`. The bytes are rendered to plain text by one escape parser across

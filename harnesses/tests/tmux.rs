@@ -28,15 +28,18 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// A REPL with bracketed paste: prints `ready> `, records every pasted line in
 /// `$RECEIVED`, evaluates whatever comes outside a paste, and says how many lines it
-/// took. Writes its Relay variables to `$ENV_SEEN` first.
+/// took; says `interrupted` on `C-c`. Writes its Relay variables to `$ENV_SEEN` first.
 const REPL: &str = r#"#!/bin/sh
 printf '%s|%s|%s\n' "$RELAY_AGENT" "$RELAY_URL" "$RELAY_TOKEN" > "$ENV_SEEN"
+trap 'printf "interrupted\n"; intr=1' INT
 esc=$(printf '\033')
 printf '\033[?2004h'
 printf 'ready> '
 inpaste=0
 lines=0
-while IFS= read -r line; do
+while :; do
+  intr=0
+  IFS= read -r line || { [ "$intr" = 1 ] && continue; break; }
   case $line in "$esc[200~"*) inpaste=1; line=${line#"$esc[200~"} ;; esac
   if [ "$inpaste" = 1 ]; then
     case $line in
@@ -377,4 +380,42 @@ async fn a_pane_that_goes_ends_the_stream_with_its_last_output() {
     within(WAIT, "shutdown", pane.session.shutdown())
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn interrupt_reaches_the_pane_as_ctrl_c_and_ends_the_turn() {
+    let mut pane = repl().await;
+    pane.session
+        .start_turn(&pane.conversation, "think about it", "t1")
+        .await
+        .unwrap();
+    assert!(matches!(
+        pane.session.interrupt(&pane.conversation, "t2").await,
+        Err(HarnessError::NoActiveTurn { .. })
+    ));
+    pane.session
+        .interrupt(&pane.conversation, "t1")
+        .await
+        .unwrap();
+    let seen = until(&mut pane.events, WAIT, |e| {
+        matches!(e, HarnessEvent::TurnCompleted { .. })
+    })
+    .await;
+    assert_eq!(
+        seen.last(),
+        Some(&HarnessEvent::TurnCompleted {
+            turn_id: "t1".into(),
+            outcome: TurnOutcome::Interrupted
+        })
+    );
+    let (tmux, id) = (pane.server.tmux.clone(), pane.pane.clone());
+    wait_until("the pane says it was interrupted", WAIT, || {
+        let (tmux, id) = (tmux.clone(), id.clone());
+        async move {
+            let screen = tmux.capture(&id).await.unwrap();
+            screen.contains("interrupted").then_some(()).ok_or(screen)
+        }
+    })
+    .await;
+    shut_down(pane).await;
 }

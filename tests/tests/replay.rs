@@ -572,23 +572,19 @@ async fn claude_and_pi_sessions_replay_their_commands_and_decisions() {
         "pi asks for none:\n{pi_text}"
     );
 
-    let before: Vec<String> = [
-        ("agent", "cl-1"),
-        ("agent", "pi-1"),
-        ("flight", cl.as_str()),
-    ]
-    .iter()
-    .map(|(what, id)| env.relay.cli_ok(&["replay", what, id, "--json"]))
-    .collect();
+    let replays = |env: &Env| -> Vec<String> {
+        [
+            ("agent", "cl-1"),
+            ("agent", "pi-1"),
+            ("flight", cl.as_str()),
+        ]
+        .iter()
+        .map(|(what, id)| env.relay.cli_ok(&["replay", what, id, "--json"]))
+        .collect()
+    };
+    let before = replays(&env);
     env.relay.kill9();
     env.relay.restart().unwrap();
-    let after: Vec<String> = [
-        ("agent", "cl-1"),
-        ("agent", "pi-1"),
-        ("flight", cl.as_str()),
-    ]
-    .iter()
-    .map(|(what, id)| env.relay.cli_ok(&["replay", what, id, "--json"]))
-    .collect();
+    let after = replays(&env);
     assert_eq!(before, after);
 }

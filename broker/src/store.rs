@@ -363,7 +363,8 @@ impl Store {
         Ok(relay_protocol::api::FlightTree { flight, children })
     }
 
-    /// The flights asked from flight `id` (agent-to-agent), oldest first.
+    /// The flights asked from flight `id` (agent-to-agent), oldest first (the index's keys
+    /// end in the child's time-ordered id).
     pub fn children(&self, id: &str) -> Result<Vec<Flight>, BrokerError> {
         let mut prefix = id.as_bytes().to_vec();
         prefix.push(0);
@@ -374,7 +375,6 @@ impl Store {
                 out.push(flight);
             }
         }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
 

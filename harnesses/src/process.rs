@@ -35,7 +35,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
@@ -91,6 +91,12 @@ pub const INHERITED_ENV: &[&str] = &[
     "NO_PROXY",
     "no_proxy",
 ];
+
+/// `mutex` locked, even if a thread panicked holding it: what it guards (a child's
+/// handle, a stderr tail) stays usable, and a panic elsewhere must not stop a session.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Whether a child inherits Relay's variable `name`; see [`INHERITED_ENV`].
 fn inherited(name: &OsStr) -> bool {
@@ -188,7 +194,7 @@ impl StderrTail {
         if cut {
             line.push('…');
         }
-        let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lines = lock(&self.0);
         if lines.len() == STDERR_TAIL_LINES {
             lines.pop_front();
         }
@@ -197,7 +203,7 @@ impl StderrTail {
 
     /// The lines joined with `\n`.
     pub fn snapshot(&self) -> String {
-        let lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let lines = lock(&self.0);
         lines
             .iter()
             .map(String::as_str)

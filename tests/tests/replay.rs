@@ -515,3 +515,76 @@ async fn an_agent_session_and_its_conversation_replay_the_same_after_kill_9() {
         flight_json
     );
 }
+
+/// Claude Code and Pi sessions replay through the same code as Codex: a Claude command
+/// behind an approval accepted by a person, a Pi command run without one, each with its
+/// output, and the same `--json` bytes after a `kill -9` and a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_and_pi_sessions_replay_their_commands_and_decisions() {
+    let mut env = Env::start().await;
+    env.add_claude("cl-1", &[]);
+    env.add_pi("pi-1", &[]);
+    let cl = env.ask_no_wait("cl-1", "exec:touch made-by-claude");
+    env.wait_flight(&cl, 120, |f| state(f) == "waiting").await;
+    let approval = env.approval_of(&cl);
+    env.relay.cli_ok(&[
+        "approve",
+        approval["id"].as_str().unwrap(),
+        "accept",
+        "--as",
+        "reviewer",
+    ]);
+    let pi = env.ask_no_wait("pi-1", "exec:echo printed-by-pi");
+    for id in [&cl, &pi] {
+        let f = env
+            .wait_flight(id, 120, |f| {
+                matches!(state(f), "completed" | "failed" | "cancelled")
+            })
+            .await;
+        assert_eq!(state(&f), "completed", "{f}");
+    }
+
+    let claude = env.relay.cli_ok(&["replay", "agent", "cl-1"]);
+    let command = line_of(&claude, "$ ");
+    assert!(
+        claude
+            .lines()
+            .nth(command)
+            .unwrap()
+            .contains("touch made-by-claude"),
+        "{claude}"
+    );
+    let decided = line_of(&claude, "accepted by reviewer");
+    assert!(
+        line_of(&claude, "exec:touch made-by-claude") < decided,
+        "the task comes before the decision:\n{claude}"
+    );
+    assert!(claude.contains("outputs:"), "the reply is shown:\n{claude}");
+
+    let pi_text = env.relay.cli_ok(&["replay", "flight", &pi]);
+    let command = line_of(&pi_text, "$ echo printed-by-pi");
+    assert!(
+        line_of(&pi_text, "printed-by-pi") <= command + 1,
+        "the command's output follows it:\n{pi_text}"
+    );
+    assert!(
+        !pi_text.contains("approval"),
+        "pi asks for none:\n{pi_text}"
+    );
+
+    let replays = |env: &Env| -> Vec<String> {
+        [
+            ("agent", "cl-1"),
+            ("agent", "pi-1"),
+            ("flight", cl.as_str()),
+        ]
+        .iter()
+        .map(|(what, id)| env.relay.cli_ok(&["replay", what, id, "--json"]))
+        .collect()
+    };
+    let before = replays(&env);
+    env.relay.kill9();
+    env.relay.restart().unwrap();
+    let after = replays(&env);
+    assert_eq!(before, after);
+}

@@ -41,15 +41,13 @@ const AGENT_WRITES: &[&str] = &[
 ];
 
 impl Principal {
-    /// The actor a request acts as: `given`, checked, or for an agent its own name when
-    /// none is given. An agent may act only as itself.
-    pub fn act_as(&self, given: Option<&str>) -> Result<String, BrokerError> {
-        match (self, given) {
-            (Principal::Operator, Some(actor)) => Ok(actor.to_string()),
-            (Principal::Operator, None) => Ok("operator".to_string()),
-            (Principal::Agent(me), None) => Ok(me.clone()),
-            (Principal::Agent(me), Some(actor)) if actor == me => Ok(me.clone()),
-            (Principal::Agent(me), Some(actor)) => Err(BrokerError::Unauthorized(format!(
+    /// Whether this caller may act as `actor` (a message's author, an ask's requester):
+    /// the operator as anyone, an agent only as itself.
+    pub fn act_as(&self, actor: &str) -> Result<(), BrokerError> {
+        match self {
+            Principal::Operator => Ok(()),
+            Principal::Agent(me) if actor == me => Ok(()),
+            Principal::Agent(me) => Err(BrokerError::Unauthorized(format!(
                 "agent {}'s token acts as {} only, not as {}",
                 quote(me),
                 quote(me),

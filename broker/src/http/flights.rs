@@ -17,7 +17,7 @@ pub(super) async fn invoke(
     Extension(principal): Extension<Principal>,
     ApiJson(mut req): ApiJson<InvokeRequest>,
 ) -> ApiResult<relay_protocol::api::InvokeAccepted> {
-    req.requester = principal.act_as(Some(&req.requester))?;
+    principal.act_as(&req.requester)?;
     req.parent_flight = principal
         .parent_flight(&s.broker, req.parent_flight.take())
         .await?;

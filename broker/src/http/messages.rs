@@ -59,11 +59,9 @@ pub(super) async fn post_message(
     Extension(principal): Extension<Principal>,
     ApiJson(mut post): ApiJson<PostMessage>,
 ) -> ApiResult<MessagePosted> {
-    post.author = principal.act_as(Some(&post.author))?;
-    if let Principal::Agent(_) = principal {
-        post.meta.flight = principal
-            .parent_flight(&s.broker, post.meta.flight.take())
-            .await?;
-    }
+    principal.act_as(&post.author)?;
+    post.meta.flight = principal
+        .parent_flight(&s.broker, post.meta.flight.take())
+        .await?;
     Ok(Json(s.broker.post_message(post).await?))
 }

@@ -3,7 +3,9 @@
 //! conversation (resumed with `--resume`, or new with `--session-id`, the loss said).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::process::lock;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
@@ -87,12 +89,8 @@ struct Child {
 }
 
 impl ClaudeSession {
-    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-        m.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn child(&self) -> Option<Child> {
-        Self::lock(&self.child).clone()
+        lock(&self.child).clone()
     }
 
     /// The process of `conversation`; [`HarnessError::ThreadNotFound`] when this session
@@ -108,7 +106,7 @@ impl ClaudeSession {
     /// Starts `claude` on `start` and does the handshake. Only then is the process's end
     /// reported as `ProcessExited`: a process that refuses the conversation ends quietly.
     async fn start(&self, start: Start<'_>) -> Result<Child, HarnessError> {
-        let events = Self::lock(&self.events)
+        let events = lock(&self.events)
             .clone()
             .ok_or(HarnessError::ChannelClosed)?;
         let wire = ClaudeWire::new().with_relay_mcp(self.config.relay.is_some());
@@ -214,7 +212,7 @@ impl HarnessSession for ClaudeSession {
             }
             let (child, lost) = self.open_child(stored).await?;
             let id = child.conversation.clone();
-            *Self::lock(&self.child) = Some(child);
+            *lock(&self.child) = Some(child);
             Ok(Conversation { id, lost })
         })
     }
@@ -309,7 +307,7 @@ impl HarnessSession for ClaudeSession {
                 }
                 return Ok(());
             }
-            let events = Self::lock(&self.events).take();
+            let events = lock(&self.events).take();
             match self.child() {
                 // Armed: its owner task sends `ProcessExited` last.
                 Some(child) => {

@@ -2,7 +2,9 @@
 //! agent; the session starts `pi --mode rpc` when it opens the conversation, and drives
 //! it through the stdio owner ([`StdioChild`]) with [`PiWire`].
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::process::lock;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
@@ -84,10 +86,6 @@ struct PiSession {
     live: Mutex<Option<Live>>,
     /// One `open` or `shutdown` at a time.
     opening: tokio::sync::Mutex<()>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PiSession {

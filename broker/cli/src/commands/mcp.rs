@@ -147,13 +147,9 @@ deep; an error result also says when the agent's work failed or was cancelled."
     )]
     async fn ask(&self, Parameters(args): Parameters<AskArgs>) -> CallToolResult {
         let req = InvokeRequest {
-            target: args.agent,
-            task: args.text,
             requester: self.actor.clone(),
-            action: Default::default(),
-            conversation: None,
-            parent_flight: None,
             timeout_ms: args.timeout_secs.map(|s| s.saturating_mul(1000)),
+            ..InvokeRequest::new(args.agent, args.text)
         };
         let accepted = match ask::invoke(&self.client, &req).await {
             Ok(a) => a,

@@ -369,7 +369,8 @@ fn split_call(text: Option<&str>) -> (Option<&str>, &str) {
 fn call_line(kind: &ItemKind, call: Option<&str>) -> String {
     let call = call.unwrap_or("(not recorded)");
     match kind {
-        ItemKind::CommandExecution => format!("$ {call}"),
+        // Claude Code's item already reads `$ command`; Codex's and Pi's the bare command.
+        ItemKind::CommandExecution => format!("$ {}", call.strip_prefix("$ ").unwrap_or(call)),
         ItemKind::FileChange => format!("file change: {call}"),
         _ => format!("tool call: {call}"),
     }

@@ -39,21 +39,47 @@ pub async fn steer(
     flight: &str,
     text: String,
 ) -> Result<Flight, BrokerError> {
-    if text.trim().is_empty() {
-        return Err(BrokerError::Invalid("the steer text is empty".into()));
-    }
     // The message limit, like a message or a task; a queued flight's task with its
     // steers is held to it too, where the steers are added (the runtime's queue).
+    check_text(broker, "steer text", &text)?;
+    let (flight, control) = live_flight(broker, control, flight).await?;
+    control.steer(flight.clone(), text).await?;
+    Ok(flight)
+}
+
+/// A text a client sends into a flight (a steer, an answer): not blank, and within the
+/// message limit.
+fn check_text(broker: &Broker, what: &'static str, text: &str) -> Result<(), BrokerError> {
+    if text.trim().is_empty() {
+        return Err(BrokerError::Invalid(format!("the {what} is empty")));
+    }
     let limit = broker.config().max_message_bytes;
     if text.len() > limit {
         return Err(BrokerError::TooLarge {
-            what: "steer text",
+            what,
             size: text.len(),
             limit,
         });
     }
+    Ok(())
+}
+
+/// The agent's answer to a running flight (`relay reply`), for a harness whose turns end
+/// only that way (a tmux pane): the runtime ends the turn with `text` as its output, and
+/// the flight's completion posts it as the reply, like any other agent's. Returns the
+/// flight as it was when the runtime took the answer; its completion follows.
+pub async fn reply(
+    broker: &Broker,
+    control: Option<&Arc<dyn FlightControl>>,
+    flight: &str,
+    text: String,
+) -> Result<Flight, BrokerError> {
+    check_text(broker, "answer", &text)?;
     let (flight, control) = live_flight(broker, control, flight).await?;
-    control.steer(flight.clone(), text).await?;
+    // Even a flight the log shows `queued` may have its task in the pane already (the
+    // runtime's report of it is on its way): the runtime that runs it decides, and
+    // refuses a flight that is not its running turn.
+    control.reply(flight.clone(), text).await?;
     Ok(flight)
 }
 

@@ -14,6 +14,8 @@ use crate::error::BrokerError;
 pub trait FlightControl: Send + Sync + 'static {
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;
     fn interrupt(&self, flight: Flight) -> BoxFuture<'static, Result<(), BrokerError>>;
+    /// Passes the agent's answer to its running turn (`relay reply`) to the harness.
+    fn reply(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;
     /// Passes a decided approval on to the harness that asked.
     fn approval_decided(&self, approval: Approval) -> BoxFuture<'static, Result<(), BrokerError>>;
     /// Starts an agent's session now instead of at its first turn.

@@ -16,12 +16,14 @@ pub struct Harnesses {
 }
 
 impl Harnesses {
-    /// The adapters this build has: Codex app-server, Claude Code stream-json, Pi RPC.
+    /// The adapters this build has: Codex app-server, Claude Code stream-json, Pi RPC,
+    /// tmux panes.
     pub fn builtin() -> Harnesses {
         Harnesses::default()
             .with(Arc::new(crate::codex::CodexLauncher))
             .with(Arc::new(crate::claude::ClaudeLauncher))
             .with(Arc::new(crate::pi::PiLauncher))
+            .with(Arc::new(crate::tmux::TmuxLauncher))
     }
 
     /// These launchers and `launcher`, which replaces any other of its harness.
@@ -52,22 +54,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_harness_without_a_launcher_is_refused_with_the_ones_there_are() {
+    fn every_harness_has_a_builtin_launcher() {
         let harnesses = Harnesses::builtin();
-        assert_eq!(
-            harnesses
-                .get(Harness::CodexAppServer)
-                .map(|l| l.info().harness)
-                .ok(),
-            Some(Harness::CodexAppServer)
-        );
+        for harness in Harness::ALL {
+            assert_eq!(
+                harnesses.get(harness).map(|l| l.info().harness).ok(),
+                Some(harness)
+            );
+        }
+    }
+
+    #[test]
+    fn a_harness_without_a_launcher_is_refused_with_the_ones_there_are() {
+        let harnesses = Harnesses::default()
+            .with(Arc::new(crate::codex::CodexLauncher))
+            .with(Arc::new(crate::pi::PiLauncher));
         match harnesses.get(Harness::Tmux) {
             Err(e @ HarnessError::Unsupported { .. }) => assert_eq!(
                 e.to_string(),
-                "harness tmux is not supported by this runtime yet (only codex_app_server, claude_stream_json, pi_rpc)"
+                "harness tmux is not supported by this runtime yet (only codex_app_server, pi_rpc)"
             ),
             Err(other) => panic!("{other:?}"),
-            Ok(_) => panic!("tmux has no launcher"),
+            Ok(_) => panic!("tmux has no launcher here"),
         }
     }
 }

@@ -192,6 +192,21 @@ pub trait HarnessSession: Send + Sync {
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>>;
 
+    /// Ends the running turn with `text` as its answer, given by the agent through Relay
+    /// (`relay reply`), for a harness whose turns end only that way
+    /// ([`Capabilities::reply`]); the turn then completes with `text`. The others have
+    /// no turn waiting for a reply ([`HarnessError::NoActiveTurn`]; the runtime does not
+    /// ask them).
+    fn reply<'a>(
+        &'a self,
+        _conversation: &'a str,
+        turn_id: &'a str,
+        _text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        let detail = format!("turn {turn_id} ends on its own, not by a reply through Relay");
+        Box::pin(async move { Err(HarnessError::NoActiveTurn { detail }) })
+    }
+
     /// Answers a [`HarnessEvent::ApprovalRequested`]. [`HarnessError::UnknownRequest`]
     /// when it is no longer pending.
     fn respond_approval<'a>(

@@ -123,7 +123,8 @@ async fn text_turn_streams_deltas_before_it_completes() {
             approvals: false,
             resume: true,
             interrupt: true,
-            turn_ids: false
+            turn_ids: false,
+            reply: false,
         }
     );
 

@@ -20,6 +20,7 @@ use relay_harnesses::tmux::{Tmux, TmuxConfig, TmuxLauncher};
 use relay_harnesses::{Endpoint, HarnessError, HarnessSession, RelayAccess, Spawned};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
 use relay_tests::harness_events::{assert_ended, until, within};
+use relay_tests::tmux::TmuxServer;
 use relay_tests::wait::wait_until;
 use tempfile::TempDir;
 use tokio::sync::mpsc::Receiver;
@@ -61,32 +62,19 @@ while :; do
 done
 "#;
 
-/// A tmux server on a socket of its own, killed on drop.
+/// A tmux server on a socket of its own, killed on drop, and a client of it.
 struct Server {
+    _server: TmuxServer,
     tmux: Tmux,
 }
 
 impl Server {
     fn new() -> Server {
+        let server = TmuxServer::new();
         Server {
-            tmux: Tmux::new(format!("relay-test-{}", uuid::Uuid::new_v4().simple())),
+            tmux: Tmux::new(server.socket()),
+            _server: server,
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("tmux")
-            .args(["-L", self.tmux.socket(), "kill-server"])
-            .output();
-        // tmux leaves its socket file behind: `$TMUX_TMPDIR/tmux-UID/NAME`.
-        let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
-        let uid = rustix::process::getuid().as_raw();
-        let _ = std::fs::remove_file(
-            Path::new(&dir)
-                .join(format!("tmux-{uid}"))
-                .join(self.tmux.socket()),
-        );
     }
 }
 
@@ -174,12 +162,14 @@ async fn repl() -> Pane {
     start(server, dir, config, "ready>").await
 }
 
-/// Waits until the REPL's record of pasted lines is `want` (a long mismatch is reported
+/// Waits until the REPL's record of pasted lines is task `want` (as sanitised) as turn
+/// `t1` gets it, with the flight and how to answer after it (a long mismatch is reported
 /// by size, not printed whole).
 async fn wait_received(pane: &Pane, want: &str) {
+    let want = format!("{}\n", relay_harnesses::tmux::task_text(want, "t1", false));
     let path = pane.received();
     wait_until("the pasted text recorded whole", WAIT, || {
-        let path = path.clone();
+        let (path, want) = (path.clone(), want.clone());
         async move {
             let got = tokio::fs::read_to_string(&path).await.unwrap_or_default();
             match got == want {
@@ -256,8 +246,8 @@ async fn a_pasted_task_reaches_the_pane_whole_and_its_output_comes_back_as_the_t
         .await
         .unwrap();
     assert_eq!(turn, "t1");
-    wait_received(&pane, "hello pane\n  two words and a tab\nlast line\n").await;
-    let seen = until_output(&mut pane.events, "t1", "received 3 lines").await;
+    wait_received(&pane, "hello pane\n  two words and a tab\nlast line").await;
+    let seen = until_output(&mut pane.events, "t1", "received 5 lines").await;
     assert_eq!(
         seen.first(),
         Some(&HarnessEvent::TurnStarted {
@@ -267,7 +257,7 @@ async fn a_pasted_task_reaches_the_pane_whole_and_its_output_comes_back_as_the_t
     // Rendered: no escape codes, no carriage returns.
     let output = deltas(&seen, "t1");
     assert!(!output.contains(['\x1b', '\r']), "{output:?}");
-    assert!(pane.session.stderr_tail().contains("received 3 lines"));
+    assert!(pane.session.stderr_tail().contains("received 5 lines"));
     shut_down(pane).await;
 }
 
@@ -291,7 +281,7 @@ async fn a_hostile_task_arrives_as_inert_text_and_nothing_runs() {
         .await
         .unwrap();
     let want =
-        format!("first; touch {c}\ntouch {c}\ntitle\nx\ntouch {c}\n$(touch {c}); rm -rf {c}\n");
+        format!("first; touch {c}\ntouch {c}\ntitle\nx\ntouch {c}\n$(touch {c}); rm -rf {c}");
     wait_received(&pane, &want).await;
     assert!(!canary.exists(), "a command in the task ran");
     shut_down(pane).await;
@@ -308,7 +298,7 @@ async fn a_100_kb_task_arrives_whole() {
         .start_turn(&pane.conversation, &task, "t1")
         .await
         .unwrap();
-    wait_received(&pane, &format!("{task}\n")).await;
+    wait_received(&pane, &task).await;
     shut_down(pane).await;
 }
 

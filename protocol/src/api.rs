@@ -140,6 +140,23 @@ pub struct SteerRequest {
     pub text: String,
 }
 
+/// `POST /v1/flights/{id}/reply`: the agent's answer to its running flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyRequest {
+    pub text: String,
+}
+
+/// `GET /v1/agents/{name}/peek`: what a tmux agent's pane shows now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peek {
+    pub agent: String,
+    pub pane: String,
+    /// How a person looks at the pane (`tmux -L relay attach -t %3`).
+    pub attach: String,
+    /// The pane's last lines as plain text (no escape codes), oldest first.
+    pub lines: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecideApproval {
     pub decision: ApprovalDecision,

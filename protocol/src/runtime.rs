@@ -33,6 +33,13 @@ pub enum Control {
         agent: String,
         flight: String,
     },
+    /// The agent's answer to its running turn (`relay reply`): ends the turn with
+    /// `text` as its output, where the harness ends turns by reply.
+    Reply {
+        agent: String,
+        flight: String,
+        text: String,
+    },
     Approval {
         agent: String,
         flight: String,
@@ -55,6 +62,7 @@ impl Control {
         match self {
             Control::Steer { agent, .. }
             | Control::Interrupt { agent, .. }
+            | Control::Reply { agent, .. }
             | Control::Approval { agent, .. }
             | Control::AgentRemoved { agent } => agent,
             Control::Wake { spec } => &spec.spec.name,

@@ -331,7 +331,7 @@ impl Runtime {
                 }
             }
             Control::Wake { spec } => return self.warm(spec),
-            Control::Approval { .. } => {}
+            Control::Approval { .. } | Control::Reply { .. } => {}
         }
         let Some(handle) = handle else {
             if matches!(control, Control::AgentRemoved { .. }) {

@@ -323,6 +323,7 @@ async fn what_a_harness_cannot_do_is_refused_with_a_reason_not_attempted() {
         resume: false,
         interrupt: false,
         turn_ids: false,
+        reply: false,
     };
     let pane = Endpoint::Pane {
         pane: "relay:a1.0".into(),
@@ -350,6 +351,14 @@ async fn what_a_harness_cannot_do_is_refused_with_a_reason_not_attempted() {
         (steer("f1", "more"), "steer a running turn"),
         (interrupt("f1"), "interrupt a running turn"),
         (approval, "answer approval requests"),
+        (
+            Control::Reply {
+                agent: "a1".into(),
+                flight: "f1".into(),
+                text: "done".into(),
+            },
+            "take an answer through Relay (its turns end on their own, with the agent's reply)",
+        ),
     ] {
         let err = runtime.control(control).await.unwrap_err();
         assert!(

@@ -14,6 +14,7 @@ use relay_mock_model::{
 };
 use serde_json::{json, Value};
 
+use crate::tmux::TmuxServer;
 use crate::{wait_until, RelayProcess};
 
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
@@ -26,6 +27,9 @@ pub fn script(req: &RecordedRequest) -> Reply {
     let text = req.last_user_text().unwrap_or_default();
     if let Some(call) = text.strip_prefix("mcp:") {
         return mcp_call(req, call);
+    }
+    if let Some(answer) = text.strip_prefix("answer:") {
+        return answer_flight(req, &text, answer);
     }
     if let Some(words) = text.strip_prefix("slow:") {
         Reply::slow_chunks(
@@ -79,6 +83,22 @@ fn mcp_call(req: &RecordedRequest, call: &str) -> Reply {
     Reply::mcp_call(call_id, server, tool, &args)
 }
 
+/// What `answer:TEXT` answers, for an agent CLI in a tmux pane whose task names its
+/// flight (`[Relay flight ID. ...]`, after the text): a call of Relay's MCP `reply`
+/// tool with that flight and TEXT's first line, then `tool said: <result>`.
+fn answer_flight(req: &RecordedRequest, task: &str, answer: &str) -> Reply {
+    let flight = task
+        .split("[Relay flight ")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next());
+    let Some(flight) = flight else {
+        return Reply::failed(format!("no flight named in the task {task:?}"));
+    };
+    let answer = answer.lines().next().unwrap_or_default().trim();
+    let args = json!({ "flight": flight, "text": answer });
+    mcp_call(req, &format!("relay:reply {args}"))
+}
+
 pub struct Env {
     pub tmp: tempfile::TempDir,
     pub mock: MockModel,
@@ -89,6 +109,8 @@ pub struct Env {
     pub pi_dir: PathBuf,
     pub work: PathBuf,
     pub relay: RelayProcess,
+    /// The tmux server of this test's tmux agents (`add_tmux`), killed with the test.
+    pub tmux: TmuxServer,
 }
 
 impl Env {
@@ -118,6 +140,7 @@ impl Env {
             pi_dir,
             work,
             relay,
+            tmux: TmuxServer::new(),
         }
     }
 
@@ -145,6 +168,13 @@ impl Env {
             "mock-model",
         ]);
         self.add(name, "pi_rpc", env, &extra);
+    }
+
+    /// Registers a tmux agent running `command` in a pane of this test's tmux server.
+    pub fn add_tmux(&self, name: &str, command: &str, extra: &[&str]) {
+        let mut args = vec!["--command", command, "--socket", self.tmux.socket()];
+        args.extend_from_slice(extra);
+        self.add(name, "tmux", Vec::new(), &args);
     }
 
     fn add(&self, name: &str, harness: &str, env: Vec<(String, String)>, extra: &[&str]) {

@@ -18,6 +18,7 @@ pub mod harness_events;
 pub mod load;
 pub mod nats;
 pub mod procs;
+pub mod tmux;
 pub mod wait;
 
 pub use wait::{try_wait_until, wait_until, wait_until_blocking, TimedOut};

@@ -1,8 +1,9 @@
-//! The agent routes: list, add, show, remove, wake.
+//! The agent routes: list, add, show, remove, wake, and peek at a tmux agent's pane.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::Json;
-use relay_protocol::domain::{Agent, AgentSpec};
+use relay_protocol::api::Peek;
+use relay_protocol::domain::{Agent, AgentSpec, Harness};
 
 use super::{ApiJson, ApiResult, ApiState};
 use crate::error::BrokerError;
@@ -36,6 +37,30 @@ pub(super) async fn add_agent(
     State(s): State<ApiState>,
     ApiJson(spec): ApiJson<AgentSpec>,
 ) -> ApiResult<Agent> {
+    if let Some(pane) = spec.pane.clone().filter(|p| p.target.is_some()) {
+        // Two agents answering through one pane would take each other's tasks.
+        let name = spec.name.clone();
+        let taken = s
+            .broker
+            .store()
+            .read(move |st| {
+                let agents: Vec<Agent> = st.values(T::Agents)?;
+                Ok(agents
+                    .into_iter()
+                    .find(|a| a.spec.pane.as_ref() == Some(&pane) && a.spec.name != name))
+            })
+            .await?;
+        if let Some(other) = taken {
+            let pane = other.spec.pane.clone().unwrap_or_default();
+            return Err(BrokerError::Invalid(format!(
+                "pane {} of tmux server {} is agent {}'s already",
+                pane.target.unwrap_or_default(),
+                pane.socket,
+                other.spec.name
+            ))
+            .into());
+        }
+    }
     Ok(Json(s.broker.register_agent(spec).await?))
 }
 
@@ -49,6 +74,64 @@ pub(super) async fn show_agent(
             .await?
             .ok_or(BrokerError::UnknownAgent(name))?,
     ))
+}
+
+/// How many lines `peek` shows when the caller does not say, and at most.
+const PEEK_DEFAULT: usize = 40;
+const PEEK_MAX: usize = 10_000;
+
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct PeekQuery {
+    lines: Option<usize>,
+}
+
+/// `relay peek`: what a tmux agent's pane shows now, as plain text. Only for a pane on
+/// this broker's host (the embedded runtime's agents).
+pub(super) async fn peek_agent(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<PeekQuery>,
+) -> ApiResult<Peek> {
+    let agent = s
+        .broker
+        .agent(&name)
+        .await?
+        .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
+    if agent.spec.harness != Harness::Tmux {
+        return Err(BrokerError::Invalid(format!(
+            "agent {name} runs {}, not in a tmux pane: there is no pane to peek at (`relay watch --agent {name}` follows its flights)",
+            agent.spec.harness
+        ))
+        .into());
+    }
+    if let Some(node) = &agent.spec.node {
+        return Err(BrokerError::Unavailable(format!(
+            "agent {name}'s pane is on node {node}'s host; peek at it there"
+        ))
+        .into());
+    }
+    let spec = agent.spec.pane.clone().unwrap_or_default();
+    let pane = agent
+        .endpoint
+        .as_ref()
+        .and_then(|e| e.pane.clone())
+        .or_else(|| spec.target.clone())
+        .ok_or_else(|| {
+            BrokerError::Unavailable(format!(
+                "agent {name} has no pane yet ({}): it starts with its first task or `relay agent wake {name}`",
+                agent.state
+            ))
+        })?;
+    let lines = q.lines.unwrap_or(PEEK_DEFAULT).clamp(1, PEEK_MAX);
+    let shown = relay_harnesses::tmux::peek(&spec.socket, &pane, lines)
+        .await
+        .map_err(|e| BrokerError::Unavailable(format!("agent {name}'s pane {pane}: {e}")))?;
+    Ok(Json(Peek {
+        agent: name,
+        attach: spec.attach_hint(&pane),
+        pane,
+        lines: shown,
+    }))
 }
 
 pub(super) async fn remove_agent(

@@ -38,6 +38,7 @@ const AGENT_WRITES: &[&str] = &[
     "/v1/invocations",
     "/v1/flights/{id}/steer",
     "/v1/flights/{id}/interrupt",
+    "/v1/flights/{id}/reply",
 ];
 
 impl Principal {
@@ -111,6 +112,29 @@ impl Principal {
                 quote(me),
                 quote(flight),
                 quote(requester.as_deref().unwrap_or("someone else"))
+            ))),
+        }
+    }
+}
+
+impl Principal {
+    /// Refuses an agent the answer to a flight it does not run (`relay reply`).
+    pub async fn may_answer(&self, broker: &Broker, flight: &str) -> Result<(), BrokerError> {
+        let Principal::Agent(me) = self else {
+            return Ok(());
+        };
+        let runs = broker
+            .flight(flight)
+            .await?
+            .ok_or_else(|| BrokerError::UnknownFlight(flight.into()))?
+            .agent;
+        match &runs == me {
+            true => Ok(()),
+            false => Err(BrokerError::Unauthorized(format!(
+                "agent {}'s token answers only its own flights; flight {} runs on {}",
+                quote(me),
+                quote(flight),
+                quote(&runs)
             ))),
         }
     }

@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::api::{SteerRequest, UpdateFlight};
+use relay_protocol::api::{ReplyRequest, SteerRequest, UpdateFlight};
 use relay_protocol::domain::{Flight, FlightState, InvokeRequest};
 use serde::Deserialize;
 
@@ -122,6 +122,19 @@ pub(super) async fn interrupt(
     principal.may_control(&s.broker, &id).await?;
     Ok(Json(
         crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+    ))
+}
+
+/// `relay reply`: the agent's answer to its running flight.
+pub(super) async fn reply(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReplyRequest>,
+) -> ApiResult<Flight> {
+    principal.may_answer(&s.broker, &id).await?;
+    Ok(Json(
+        crate::ops::reply(&s.broker, s.control.as_ref(), &id, body.text).await?,
     ))
 }
 

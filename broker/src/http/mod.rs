@@ -132,6 +132,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
             get(agents::show_agent).delete(agents::remove_agent),
         )
         .route("/v1/agents/{name}/wake", post(agents::wake_agent))
+        .route("/v1/agents/{name}/peek", get(agents::peek_agent))
         .route(
             "/v1/conversations",
             get(messages::list_conversations).post(messages::add_conversation),
@@ -152,6 +153,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/flights/{id}/tree", get(flights::flight_tree))
         .route("/v1/flights/{id}/steer", post(flights::steer))
         .route("/v1/flights/{id}/interrupt", post(flights::interrupt))
+        .route("/v1/flights/{id}/reply", post(flights::reply))
         .route("/v1/approvals", get(approvals::list_approvals))
         .route("/v1/approvals/{id}", post(approvals::decide_approval))
         .route("/v1/events", get(events::list_events))

@@ -1,4 +1,4 @@
-//! Controls: steer, interrupt, approval decisions and wake, sent to the runtime that
+//! Controls: steer, interrupt, an agent's reply, approval decisions and wake, sent to the runtime that
 //! serves the agent (this one, or its node's over NATS): the plane as the domain's
 //! [`FlightControl`].
 
@@ -80,6 +80,14 @@ impl FlightControl for Plane {
         self.route(Control::Interrupt {
             agent: flight.agent,
             flight: flight.id,
+        })
+    }
+
+    fn reply(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {
+        self.route(Control::Reply {
+            agent: flight.agent,
+            flight: flight.id,
+            text,
         })
     }
 

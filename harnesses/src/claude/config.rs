@@ -44,16 +44,22 @@ pub(super) fn command(config: &ClaudeConfig, start: &Start<'_>) -> ProcessSpec {
         Start::Resume(id) => format!("--resume={id}"),
     });
     if let Some(relay) = &config.relay {
-        let (program, program_args) = relay.mcp_command();
-        let servers = serde_json::json!({ "mcpServers": { (MCP_SERVER): {
-            "type": "stdio",
-            "command": program,
-            "args": program_args,
-        }}});
-        args.extend(["--mcp-config".to_string(), servers.to_string()]);
+        args.extend(relay_mcp_args(relay));
     }
     args.extend(config.args.iter().cloned());
     config.process(args)
+}
+
+/// Relay's MCP server for any `claude` command line (stream-json's, a TUI's in a tmux
+/// pane): `--mcp-config` with the `relay` program and `mcp`, no secret.
+pub(crate) fn relay_mcp_args(relay: &crate::access::RelayAccess) -> [String; 2] {
+    let (program, program_args) = relay.mcp_command();
+    let servers = serde_json::json!({ "mcpServers": { (MCP_SERVER): {
+        "type": "stdio",
+        "command": program,
+        "args": program_args,
+    }}});
+    ["--mcp-config".to_string(), servers.to_string()]
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@
 //!   ([`crate::HarnessError::TurnRunning`]), and no steer.
 
 mod config;
+pub(crate) use config::relay_mcp_args;
 mod items;
 mod launcher;
 mod wire;

@@ -23,7 +23,8 @@ use crate::error::HarnessError;
 /// The program run for every command.
 const TMUX: &str = "tmux";
 
-/// One tmux server, reached by its socket name (`tmux -L NAME`).
+/// One tmux server, reached by its socket name (`tmux -L NAME`) or path (`tmux -S
+/// PATH`, when it holds a `/`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tmux {
     socket: String,
@@ -57,15 +58,26 @@ impl Tmux {
 
     /// Runs `tmux -L SOCKET ARGS`, with `input` on its stdin, and returns its stdout.
     async fn run(&self, args: &[&str], input: Option<&[u8]>) -> Result<String, HarnessError> {
+        self.run_with_path(args, input, None).await
+    }
+
+    /// [`run`](Self::run) with `PATH` set to `path` in the client's environment, when
+    /// given.
+    async fn run_with_path(
+        &self,
+        args: &[&str],
+        input: Option<&[u8]>,
+        path: Option<&str>,
+    ) -> Result<String, HarnessError> {
         let command = args.first().copied().unwrap_or_default().to_string();
         let mut cmd = Command::new(TMUX);
-        cmd.arg("-L")
-            .arg(&self.socket)
+        cmd.args(relay_protocol::domain::tmux_socket_args(&self.socket))
             .arg("-f")
             .arg("/dev/null")
             .args(args)
             .env_clear()
             .envs(crate::process::inherited_env())
+            .envs(path.map(|p| ("PATH", p)))
             .stdin(if input.is_some() {
                 Stdio::piped()
             } else {
@@ -121,10 +133,13 @@ impl Tmux {
         words.push("--".into());
         words.extend(new.command.iter().map(|word| quote(word)));
         let line = words.join(" ") + "\n";
+        // A new session's first process gets the client's PATH, whatever `-e` says.
+        let path = new.env.get("PATH").map(String::as_str);
         let pane = self
-            .run(
+            .run_with_path(
                 &["start-server", ";", "source-file", "-"],
                 Some(line.as_bytes()),
+                path,
             )
             .await
             .map_err(|e| match e {
@@ -187,6 +202,92 @@ impl Tmux {
     pub async fn capture(&self, pane: &str) -> Result<String, HarnessError> {
         self.run(&["capture-pane", "-p", "-J", "-t", pane], None)
             .await
+    }
+
+    /// The pane's visible text, then its cursor's place (`x,y`) on a last line: what a
+    /// person sees change when a line-based program takes a line (the cursor moves on,
+    /// the text may not).
+    pub async fn screen(&self, pane: &str) -> Result<String, HarnessError> {
+        self.run(
+            &[
+                "capture-pane",
+                "-p",
+                "-J",
+                "-t",
+                pane,
+                ";",
+                "display-message",
+                "-p",
+                "-t",
+                pane,
+                "#{cursor_x},#{cursor_y}",
+            ],
+            None,
+        )
+        .await
+    }
+
+    /// The pane's visible text and up to `history` lines above it, lines joined, without
+    /// escape codes.
+    pub async fn capture_history(&self, pane: &str, history: u32) -> Result<String, HarnessError> {
+        let start = format!("-{history}");
+        self.run(
+            &["capture-pane", "-p", "-J", "-S", &start, "-t", pane],
+            None,
+        )
+        .await
+    }
+
+    /// The id of the live pane `target` names: a pane id (`%3`) or `session:window.pane`;
+    /// `None` when there is no such pane, it is dead, or no server runs.
+    pub async fn find_pane(&self, target: &str) -> Result<Option<String>, HarnessError> {
+        let format = "#{pane_id} #{session_name}:#{window_index}.#{pane_index} #{pane_dead}";
+        let listed = match self.run(&["list-panes", "-a", "-F", format], None).await {
+            Ok(listed) => listed,
+            Err(HarnessError::Tmux { stderr, .. }) if no_server(&stderr) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(listed.lines().find_map(|line| {
+            let mut words = line.rsplitn(3, ' ');
+            let (dead, address, id) = (words.next()?, words.next()?, words.next()?);
+            (dead == "0" && (id == target || address == target)).then(|| id.to_string())
+        }))
+    }
+
+    /// The first pane of session `name` and whether its program has ended; `None` when
+    /// there is no such session.
+    pub async fn session_pane(&self, name: &str) -> Result<Option<(String, bool)>, HarnessError> {
+        let exact = format!("={name}");
+        match self
+            .run(
+                &[
+                    "list-panes",
+                    "-s",
+                    "-t",
+                    &exact,
+                    "-F",
+                    "#{pane_id} #{pane_dead}",
+                ],
+                None,
+            )
+            .await
+        {
+            Ok(listed) => Ok(listed.lines().next().and_then(|line| {
+                let (id, dead) = line.split_once(' ')?;
+                Some((id.to_string(), dead == "1"))
+            })),
+            Err(HarnessError::Tmux { stderr, .. })
+                if no_server(&stderr) || stderr.contains("can't find") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops sending `pane`'s output anywhere (ends the `pipe-pane` command).
+    pub async fn stop_pipe(&self, pane: &str) -> Result<(), HarnessError> {
+        self.run(&["pipe-pane", "-t", pane], None).await.map(drop)
     }
 
     /// Streams what `pane` prints from now on into the FIFO (or file) at `path`, through

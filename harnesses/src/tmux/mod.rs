@@ -32,4 +32,25 @@ pub mod sanitize;
 mod session;
 
 pub use client::Tmux;
-pub use session::{session_name, TmuxConfig, TmuxLauncher, DEFAULT_SOCKET, TMUX_INFO};
+
+/// The last `lines` lines `pane` of server `socket` shows (its screen and the history
+/// above it), as plain text: no escape codes or control characters, trailing blank
+/// lines dropped (`relay peek`).
+pub async fn peek(
+    socket: &str,
+    pane: &str,
+    lines: usize,
+) -> Result<Vec<String>, crate::HarnessError> {
+    let history = u32::try_from(lines).unwrap_or(u32::MAX);
+    let text = Tmux::new(socket).capture_history(pane, history).await?;
+    let mut all: Vec<String> = sanitize::sanitize(&text)
+        .split('\n')
+        .map(|line| line.trim_end().to_string())
+        .collect();
+    while all.last().is_some_and(|l| l.is_empty()) {
+        all.pop();
+    }
+    let skip = all.len().saturating_sub(lines);
+    Ok(all.split_off(skip))
+}
+pub use session::{session_name, task_text, TmuxConfig, TmuxLauncher, DEFAULT_SOCKET, TMUX_INFO};

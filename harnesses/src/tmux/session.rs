@@ -32,7 +32,7 @@ pub const TMUX_INFO: HarnessInfo = HarnessInfo {
 };
 
 /// Relay's own tmux server (`tmux -L relay`), apart from the user's default one.
-pub const DEFAULT_SOCKET: &str = "relay";
+pub use relay_protocol::domain::DEFAULT_TMUX_SOCKET as DEFAULT_SOCKET;
 
 /// What a pane runs when the agent names no command: `sh` from `PATH`, unless
 /// `RELAY_TMUX_SHELL` names another program. Nothing is pinned for it.
@@ -54,23 +54,43 @@ const PIPE_OPEN: Duration = Duration::from_secs(10);
 /// How long a pane's output must be quiet before a paste counts as shown.
 const PASTE_QUIET: Duration = Duration::from_millis(150);
 
-/// How to start an agent in a pane.
+/// How long a pane's output must be quiet before it counts as ready for a task (a TUI
+/// done drawing, a REPL showing its prompt).
+const READY_QUIET: Duration = Duration::from_millis(300);
+
+/// What a TUI shows in its input box for a long paste not yet submitted (codex: `[Pasted
+/// Content 3047 chars]`, Claude Code: `[Pasted text #1 ...]`): while one shows, the task
+/// has not been taken.
+const PASTE_MARKERS: [&str; 2] = ["[Pasted Content", "[Pasted text"];
+
+/// How to start an agent in a pane, or which pane to follow.
 #[derive(Debug, Clone)]
 pub struct TmuxConfig {
-    /// The tmux server's socket name (`-L`).
+    /// The tmux server: a socket name (`-L`) or path (`-S`, when it holds a `/`).
     pub socket: String,
-    /// The tmux session's name.
+    /// The tmux session's name, for a pane Relay starts.
     pub session: String,
+    /// A pane started outside Relay to follow instead (`relay agent attach`): never
+    /// started or ended by Relay.
+    pub target: Option<String>,
     /// The command (program and arguments), its variables (with the agent's access to
     /// Relay) and directory.
     pub cli: CliConfig,
     /// The pane's columns and rows.
     pub size: (u16, u16),
     /// After a paste, and again after each submit key, how long the pane gets to show a
-    /// change before delivery counts as stalled.
+    /// change before delivery counts as stalled; also the longest wait for a pane to be
+    /// ready (quiet) before a paste.
     pub confirm_timeout: Duration,
     /// Pane output is sent as one text delta per this period at most.
     pub coalesce: Duration,
+    /// Relay's MCP server is wired into the pane's program (a known agent CLI started
+    /// by Relay): the task tells the agent to answer with its `reply` tool rather than
+    /// `relay reply` from a shell (which a sandboxed CLI cannot run).
+    pub mcp: bool,
+    /// The key that stops a turn: `C-c`, or `Escape` for the codex TUI, which quits on
+    /// a `C-c` at an empty prompt.
+    pub interrupt_key: &'static str,
 }
 
 impl TmuxConfig {
@@ -80,21 +100,99 @@ impl TmuxConfig {
         TmuxConfig {
             socket: DEFAULT_SOCKET.to_string(),
             session: session.into(),
+            target: None,
             cli,
             size: (160, 45),
             confirm_timeout: Duration::from_secs(5),
             coalesce: Duration::from_millis(250),
+            mcp: false,
+            interrupt_key: "C-c",
         }
     }
 
     /// How `agent` runs in a pane: its command (else a shell) and arguments, variables
-    /// with its secrets and its access to Relay, directory; session `relay-NAME`.
+    /// with its secrets and its access to Relay, directory; session `relay-NAME` on its
+    /// [`PaneSpec`](relay_protocol::domain::PaneSpec)'s server, or the pane it was
+    /// attached to.
+    ///
+    /// A known agent CLI that Relay starts (`codex`, `claude`; a bare name means the
+    /// pinned one) gets Relay's MCP server wired in as its app-server twin does, since
+    /// its shell may be sandboxed away from Relay (the codex TUI's is).
     pub fn for_agent(agent: &AgentSpec, relay: Option<&RelayAccess>) -> TmuxConfig {
-        TmuxConfig::new(
+        let pane = agent.pane.clone().unwrap_or_default();
+        let mut config = TmuxConfig::new(
             session_name(&agent.name),
             CliConfig::for_agent(agent, &PANE_SHELL, relay),
-        )
+        );
+        config.socket = pane.socket;
+        config.target = pane.target;
+        if config.target.is_none() {
+            wire_known_cli(&mut config, relay);
+        }
+        config
     }
+}
+
+/// The agent CLIs Relay knows how to wire its MCP server into, by program name.
+const KNOWN_CLIS: [&PinnedCli; 2] = [&crate::codex::CODEX_CLI, &crate::claude::CLAUDE_CLI];
+
+/// The codex TUI's arguments in a pane Relay drives (facts in `HARNESSES.md`): Relay's
+/// MCP server, its tools run without the TUI's own "Allow the relay MCP server…" dialog
+/// (Relay's scoped token bounds them, as for the app-server, whose calls of that server
+/// Relay accepts); the agent's directory trusted, so no "Trust this folder?" dialog
+/// holds the pane (the app-server asks neither); and `--no-daemon`, so that no
+/// background app-server outlives the pane.
+fn codex_tui_args(cli: &CliConfig, relay: &RelayAccess) -> Vec<String> {
+    let mut args = vec!["--no-daemon".to_string()];
+    args.extend(crate::codex::relay_mcp_args(relay));
+    let server = format!("mcp_servers.{}", crate::access::MCP_SERVER);
+    args.extend([
+        "-c".to_string(),
+        format!("{server}.default_tools_approval_mode=\"approve\""),
+    ]);
+    if let Some(cwd) = &cli.cwd {
+        // An inline table: a quoted dotted key (`projects."/dir".trust_level`) is not
+        // taken by this version.
+        let dir = serde_json::Value::from(cwd.display().to_string());
+        args.extend([
+            "-c".to_string(),
+            format!("projects={{{dir}={{trust_level=\"trusted\"}}}}"),
+        ]);
+    }
+    args
+}
+
+/// When `config` runs a known agent CLI: a bare name becomes the pinned program, codex
+/// is interrupted by `Escape`, and with `relay`, Relay's MCP server goes first among its
+/// arguments ([`TmuxConfig::mcp`]).
+fn wire_known_cli(config: &mut TmuxConfig, relay: Option<&RelayAccess>) {
+    let cli = &mut config.cli;
+    let name = cli
+        .program
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let Some(known) = KNOWN_CLIS.into_iter().find(|k| k.name == name) else {
+        return;
+    };
+    if cli.program.as_os_str() == known.name {
+        cli.program = known.program(None);
+    }
+    let codex = known.name == crate::codex::CODEX_CLI.name;
+    if codex {
+        config.interrupt_key = "Escape";
+    }
+    let Some(relay) = relay else {
+        return;
+    };
+    let mut args = match codex {
+        true => codex_tui_args(cli, relay),
+        false => crate::claude::relay_mcp_args(relay).to_vec(),
+    };
+    args.append(&mut cli.args);
+    cli.args = args;
+    config.mcp = true;
 }
 
 /// The tmux session of agent `agent`: `relay-NAME`, with the characters tmux refuses in
@@ -107,25 +205,34 @@ pub fn session_name(agent: &str) -> String {
     format!("relay-{name}")
 }
 
-/// Makes pane sessions on a socket.
-#[derive(Debug, Clone)]
-pub struct TmuxLauncher {
-    pub socket: String,
-}
-
-impl Default for TmuxLauncher {
-    fn default() -> Self {
-        TmuxLauncher {
-            socket: DEFAULT_SOCKET.to_string(),
-        }
-    }
-}
+/// Makes pane sessions, on the server each agent names (Relay's own by default).
+#[derive(Debug, Clone, Default)]
+pub struct TmuxLauncher;
 
 impl TmuxLauncher {
-    /// Starts `config`'s command in a new detached session and follows its pane.
+    /// Follows `config`'s pane: the one it was attached to, else its session's if that
+    /// still runs (Relay restarted while the agent kept working), else a new detached
+    /// session running its command.
     pub async fn spawn_with(config: TmuxConfig) -> Result<Spawned, HarnessError> {
-        config.cli.check_program()?;
         let tmux = Tmux::new(&config.socket);
+        if let Some(target) = &config.target {
+            let pane = tmux
+                .find_pane(target)
+                .await?
+                .ok_or_else(|| HarnessError::Tmux {
+                    command: "list-panes".into(),
+                    stderr: format!("no live pane {target} on tmux server {}", config.socket),
+                })?;
+            return follow(&tmux, &pane, &config, Ownership::Attached).await;
+        }
+        match tmux.session_pane(&config.session).await? {
+            Some((pane, false)) => {
+                return follow(&tmux, &pane, &config, Ownership::Adopted).await;
+            }
+            Some((pane, true)) => tmux.kill_session_of(&pane).await?,
+            None => {}
+        }
+        config.cli.check_program()?;
         let mut command = vec![config.cli.program.display().to_string()];
         command.extend(config.cli.args.iter().cloned());
         let pane = tmux
@@ -137,7 +244,7 @@ impl TmuxLauncher {
                 size: config.size,
             })
             .await?;
-        match follow(&tmux, &pane, &config).await {
+        match follow(&tmux, &pane, &config, Ownership::Started).await {
             Ok(spawned) => Ok(spawned),
             Err(e) => {
                 let _ = tmux.kill_session_of(&pane).await;
@@ -157,12 +264,35 @@ impl Launcher for TmuxLauncher {
         agent: &'a AgentSpec,
         relay: Option<&'a RelayAccess>,
     ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
-        Box::pin(async move {
-            let mut config = TmuxConfig::for_agent(agent, relay);
-            config.socket = self.socket.clone();
-            TmuxLauncher::spawn_with(config).await
-        })
+        Box::pin(TmuxLauncher::spawn_with(TmuxConfig::for_agent(
+            agent, relay,
+        )))
     }
+}
+
+/// How a session came by its pane, which decides what shutting it down does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    /// Started now by Relay: ended with the session.
+    Started,
+    /// Relay's own session, still running from before Relay restarted: ended with the
+    /// session, like one it started.
+    Adopted,
+    /// A pane of the user's (`relay agent attach`): only no longer followed.
+    Attached,
+}
+
+/// The task as a pane gets it (before sanitising): the text, then which flight it is
+/// and how to answer it: the MCP `reply` tool where Relay wired its server in (`mcp`),
+/// else `relay reply` from a shell.
+pub fn task_text(text: &str, flight: &str, mcp: bool) -> String {
+    let how = match mcp {
+        true => format!(
+            "call the reply tool of the relay MCP server with flight \"{flight}\" and your answer as text"
+        ),
+        false => format!("run: relay reply {flight} 'YOUR ANSWER'"),
+    };
+    format!("{text}\n\n[Relay flight {flight}. When you are done, answer it: {how}]")
 }
 
 /// What the session and its output reader share.
@@ -223,7 +353,12 @@ impl Shared {
 
 /// Pipes `pane`'s output into a FIFO in a private directory, starts the reader, and
 /// makes the session.
-async fn follow(tmux: &Tmux, pane: &str, config: &TmuxConfig) -> Result<Spawned, HarnessError> {
+async fn follow(
+    tmux: &Tmux,
+    pane: &str,
+    config: &TmuxConfig,
+    ownership: Ownership,
+) -> Result<Spawned, HarnessError> {
     let dir = tempfile::Builder::new().prefix("relay-tmux-").tempdir()?;
     let fifo = dir.path().join("output");
     rustix::fs::mkfifoat(
@@ -256,6 +391,9 @@ async fn follow(tmux: &Tmux, pane: &str, config: &TmuxConfig) -> Result<Spawned,
         shared,
         confirm_timeout: config.confirm_timeout,
         delivering: tokio::sync::Mutex::new(()),
+        ownership,
+        mcp: config.mcp,
+        interrupt_key: config.interrupt_key,
     };
     Ok(Spawned {
         session: Arc::new(session),
@@ -378,6 +516,10 @@ struct TmuxSession {
     confirm_timeout: Duration,
     /// One delivery at a time: two pastes must not interleave.
     delivering: tokio::sync::Mutex<()>,
+    ownership: Ownership,
+    /// Relay's MCP server is wired into the pane's program.
+    mcp: bool,
+    interrupt_key: &'static str,
 }
 
 impl TmuxSession {
@@ -390,10 +532,38 @@ impl TmuxSession {
         }
     }
 
-    /// Pastes `text` (sanitised) and submits it, confirmed by the pane printing
-    /// something after the submit key; the key is sent a second time if it did not.
+    /// Waits until the pane is ready for a task: it shows something (when Relay started
+    /// it) and has then been quiet for [`READY_QUIET`]. A pane still busy after the
+    /// confirm timeout gets the task anyway (a clock or spinner may never stop).
+    async fn ready(&self) {
+        let mut printed = self.shared.printed.subscribe();
+        let deadline = tokio::time::Instant::now() + self.confirm_timeout;
+        // It may have drawn before its output reached Relay: the screen says so.
+        if self.ownership == Ownership::Started
+            && *printed.borrow() == 0
+            && self
+                .tmux
+                .capture(&self.pane)
+                .await
+                .is_ok_and(|screen| screen.trim().is_empty())
+        {
+            let _ = tokio::time::timeout_at(deadline, printed.wait_for(|&n| n > 0)).await;
+        }
+        printed.borrow_and_update();
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout(READY_QUIET, printed.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) | Err(_) => return,
+            }
+        }
+    }
+
+    /// Pastes `text` (sanitised) and submits it, confirmed by the pane changing after
+    /// the submit key: something printed, a screen other than before, and no collapsed
+    /// paste still waiting in a TUI's input box. The key is sent a second time if not.
     async fn deliver(&self, text: &str) -> Result<(), HarnessError> {
         let text = sanitize(text);
+        self.ready().await;
         let mut printed = self.shared.printed.subscribe();
         let before = *printed.borrow_and_update();
         let buffer = format!("relay-{}", uuid::Uuid::new_v4());
@@ -406,19 +576,51 @@ impl TmuxSession {
             {}
         }
         for _ in 0..2 {
+            let screen = self.tmux.screen(&self.pane).await?;
             let mark = *printed.borrow_and_update();
             self.tmux.send_keys(&self.pane, &["Enter"]).await?;
-            if self.printed_after(&mut printed, mark).await {
+            if self.printed_after(&mut printed, mark).await
+                && self.taken(&screen, &mut printed).await?
+            {
                 return Ok(());
             }
         }
         Err(HarnessError::Stalled {
             pane: self.pane.clone(),
             detail: format!(
-                "nothing changed within {:?} of the paste and of each of two submit keys",
+                "the pane did not take the task within {:?} of the paste and of each of two submit keys",
                 self.confirm_timeout
             ),
         })
+    }
+
+    /// Whether the pane, which printed after the submit key, took the task: its screen
+    /// (once its output settles) is not the one before the key (text or cursor), and
+    /// shows no collapsed paste still waiting to be submitted.
+    async fn taken(
+        &self,
+        before: &str,
+        printed: &mut watch::Receiver<u64>,
+    ) -> Result<bool, HarnessError> {
+        let deadline = tokio::time::Instant::now() + self.confirm_timeout;
+        loop {
+            let _ = tokio::time::timeout(PASTE_QUIET, printed.changed()).await;
+            let now = self.tmux.screen(&self.pane).await?;
+            let waiting = PASTE_MARKERS.iter().any(|m| now.contains(m));
+            if now != before && !waiting {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // Nothing new to look at until the pane prints again.
+            if tokio::time::timeout_at(deadline, printed.changed())
+                .await
+                .is_err()
+            {
+                return Ok(false);
+            }
+        }
     }
 
     /// Whether the pane prints past `mark` within the confirm timeout.
@@ -426,6 +628,26 @@ impl TmuxSession {
         tokio::time::timeout(self.confirm_timeout, printed.wait_for(|&now| now > mark))
             .await
             .is_ok_and(|seen| seen.is_ok())
+    }
+
+    /// Ends the running turn `turn_id` with `outcome`, or says it is not running.
+    async fn end_turn(&self, turn_id: &str, outcome: TurnOutcome) -> Result<(), HarnessError> {
+        {
+            let mut running = lock(&self.shared.turn);
+            if running.as_deref() != Some(turn_id) {
+                return Err(HarnessError::NoActiveTurn {
+                    detail: format!("turn {turn_id} is not running in pane {}", self.pane),
+                });
+            }
+            *running = None;
+        }
+        self.shared
+            .emit(HarnessEvent::TurnCompleted {
+                turn_id: turn_id.to_string(),
+                outcome,
+            })
+            .await;
+        Ok(())
     }
 }
 
@@ -467,7 +689,10 @@ impl HarnessSession for TmuxSession {
                 })
                 .await;
             *lock(&self.shared.turn) = Some(turn_id.clone());
-            if let Err(e) = self.deliver(text).await {
+            if let Err(e) = self
+                .deliver(&task_text(text, relay_turn_id, self.mcp))
+                .await
+            {
                 *lock(&self.shared.turn) = None;
                 self.shared
                     .emit(HarnessEvent::TurnCompleted {
@@ -497,7 +722,7 @@ impl HarnessSession for TmuxSession {
         })
     }
 
-    /// Sends `C-c` to the pane and ends the turn as interrupted (a pane says nothing of
+    /// Sends `C-c` (`Escape` to codex) to the pane and ends the turn as interrupted (a pane says nothing of
     /// its turns).
     fn interrupt<'a>(
         &'a self,
@@ -506,21 +731,31 @@ impl HarnessSession for TmuxSession {
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
             self.check_conversation(conversation)?;
-            let running = lock(&self.shared.turn).clone();
-            if running.as_deref() != Some(turn_id) {
+            if lock(&self.shared.turn).as_deref() != Some(turn_id) {
                 return Err(HarnessError::NoActiveTurn {
                     detail: format!("turn {turn_id} is not running in pane {}", self.pane),
                 });
             }
-            self.tmux.send_keys(&self.pane, &["C-c"]).await?;
-            *lock(&self.shared.turn) = None;
-            self.shared
-                .emit(HarnessEvent::TurnCompleted {
-                    turn_id: turn_id.to_string(),
-                    outcome: TurnOutcome::Interrupted,
-                })
-                .await;
-            Ok(())
+            self.tmux
+                .send_keys(&self.pane, &[self.interrupt_key])
+                .await?;
+            self.end_turn(turn_id, TurnOutcome::Interrupted).await
+        })
+    }
+
+    /// The agent answered (`relay reply`): the turn completes with its answer.
+    fn reply<'a>(
+        &'a self,
+        conversation: &'a str,
+        turn_id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move {
+            self.check_conversation(conversation)?;
+            let outcome = TurnOutcome::Completed {
+                text: text.to_string(),
+            };
+            self.end_turn(turn_id, outcome).await
         })
     }
 
@@ -543,13 +778,19 @@ impl HarnessSession for TmuxSession {
         self.shared.tail()
     }
 
-    /// Ends the pane's session and returns once its end is reported.
+    /// Ends the pane's session (a pane Relay started), or only stops following it (a
+    /// pane the agent was attached to), and returns once its end is reported.
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
             let mut gone = self.shared.gone.subscribe();
             if !*gone.borrow_and_update() {
                 // Already gone when tmux cannot find it: the reader reports that too.
-                let _ = self.tmux.kill_session_of(&self.pane).await;
+                let _ = match self.ownership {
+                    Ownership::Attached => self.tmux.stop_pipe(&self.pane).await,
+                    Ownership::Started | Ownership::Adopted => {
+                        self.tmux.kill_session_of(&self.pane).await
+                    }
+                };
                 let _ = gone.wait_for(|&gone| gone).await;
             }
             Ok(())

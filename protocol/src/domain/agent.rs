@@ -33,7 +33,19 @@ pub struct Capabilities {
     pub interrupt: bool,
     /// The CLI names its turns. Without, a turn goes by the id Relay gives it.
     pub turn_ids: bool,
+    /// A turn ends only when the agent answers it through Relay (`relay reply FLIGHT
+    /// TEXT`, or the MCP `reply` tool with the flight): the program says nothing of its
+    /// turns (a tmux pane). Such a turn fails at its timeout when no answer comes
+    /// (the ask's `--timeout`, else the agent's `turn_timeout_secs`, else
+    /// [`DEFAULT_REPLY_TIMEOUT_SECS`]). Without, turns end on their own and an answer
+    /// through Relay is refused.
+    #[serde(default)]
+    pub reply: bool,
 }
+
+/// How long a turn of a harness that ends turns by reply ([`Capabilities::reply`]) waits
+/// for its answer when neither the ask nor the agent says: 30 minutes.
+pub const DEFAULT_REPLY_TIMEOUT_SECS: u64 = 30 * 60;
 
 impl Capabilities {
     /// Everything (Codex app-server).
@@ -43,6 +55,7 @@ impl Capabilities {
         resume: true,
         interrupt: true,
         turn_ids: true,
+        reply: false,
     };
 }
 
@@ -55,6 +68,8 @@ impl Harness {
     /// | Claude Code stream-json | no | `can_use_tool` | `--resume` | control request | no |
     /// | Pi RPC | `steer` | none: tools run at once | `--session` | `abort` | no |
     /// | tmux pane | no | none | no | keys | no |
+    ///
+    /// Only a tmux pane's turns end by a reply through Relay ([`Capabilities::reply`]).
     pub const fn capabilities(self) -> Capabilities {
         match self {
             Harness::CodexAppServer => Capabilities::ALL,
@@ -64,6 +79,7 @@ impl Harness {
                 resume: true,
                 interrupt: true,
                 turn_ids: false,
+                reply: false,
             },
             Harness::PiRpc => Capabilities {
                 steer: true,
@@ -71,6 +87,7 @@ impl Harness {
                 resume: true,
                 interrupt: true,
                 turn_ids: false,
+                reply: false,
             },
             Harness::Tmux => Capabilities {
                 steer: false,
@@ -78,6 +95,7 @@ impl Harness {
                 resume: false,
                 interrupt: true,
                 turn_ids: false,
+                reply: true,
             },
         }
     }
@@ -163,6 +181,94 @@ pub struct AgentSpec {
     pub secrets: Secrets,
     #[serde(default)]
     pub approval_policy: ApprovalPolicy,
+    /// Where a tmux agent's pane is: Relay's own server, or a pane it was attached to.
+    /// Only for [`Harness::Tmux`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<PaneSpec>,
+    /// A turn that has not ended after this many seconds fails (and is interrupted),
+    /// unless the ask gave its own timeout. `None`: no limit, except for a harness whose
+    /// turns end by reply ([`DEFAULT_REPLY_TIMEOUT_SECS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_secs: Option<u64>,
+}
+
+/// The tmux socket Relay starts its agents' panes on (`tmux -L relay`), apart from the
+/// user's own server.
+pub const DEFAULT_TMUX_SOCKET: &str = "relay";
+
+/// The `tmux` arguments that reach server `socket`: `-S PATH` for a path (it holds a
+/// `/`), else `-L NAME`.
+pub fn tmux_socket_args(socket: &str) -> [&str; 2] {
+    match socket.contains('/') {
+        true => ["-S", socket],
+        false => ["-L", socket],
+    }
+}
+
+/// Where a tmux agent lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaneSpec {
+    /// The tmux server: a socket name (`tmux -L NAME`; Relay's own is
+    /// [`DEFAULT_TMUX_SOCKET`], the user's usual one is `default`) or a socket path
+    /// (`tmux -S PATH`, when it holds a `/`).
+    pub socket: String,
+    /// A pane started outside Relay that this agent was attached to (`%3`, or
+    /// `session:window.pane`): Relay follows it and never ends it. `None`: Relay starts
+    /// the agent's command in a session of its own (`relay-NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl Default for PaneSpec {
+    fn default() -> Self {
+        PaneSpec {
+            socket: DEFAULT_TMUX_SOCKET.to_string(),
+            target: None,
+        }
+    }
+}
+
+impl PaneSpec {
+    /// The `tmux` arguments that reach this server (`-L NAME` or `-S PATH`).
+    pub fn socket_args(&self) -> [&str; 2] {
+        tmux_socket_args(&self.socket)
+    }
+
+    /// Why this spec cannot be used, if it cannot: a socket is a name of `[A-Za-z0-9_.-]`
+    /// or an absolute path, a target a pane id (`%3`) or `session:window.pane`, each
+    /// without spaces or control characters and at most 256 bytes.
+    pub fn problem(&self) -> Option<String> {
+        let plain = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 256
+                && !s.starts_with('-')
+                && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+        };
+        let socket_ok = plain(&self.socket)
+            && (self.socket.starts_with('/')
+                || self
+                    .socket
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)));
+        if !socket_ok {
+            return Some(format!(
+                "tmux socket {:?} is neither a name ([A-Za-z0-9_.-]) nor an absolute path",
+                self.socket
+            ));
+        }
+        match &self.target {
+            Some(t) if !plain(t) => Some(format!(
+                "pane {t:?} is not a tmux pane (a pane id like %3, or session:window.pane)"
+            )),
+            _ => None,
+        }
+    }
+
+    /// How a person looks at `pane` of this server: `tmux -L relay attach -t %3`.
+    pub fn attach_hint(&self, pane: &str) -> String {
+        let [flag, socket] = self.socket_args();
+        format!("tmux {flag} {socket} attach -t {pane}")
+    }
 }
 
 /// What a secret variable's value is shown as, everywhere.
@@ -256,6 +362,8 @@ impl AgentSpec {
             env: BTreeMap::new(),
             secrets: Secrets::default(),
             approval_policy: ApprovalPolicy::default(),
+            pane: None,
+            turn_timeout_secs: None,
         }
     }
 }
@@ -376,6 +484,8 @@ mod tests {
                 env: BTreeMap::new(),
                 secrets: Default::default(),
                 approval_policy: ApprovalPolicy::default(),
+                pane: None,
+                turn_timeout_secs: None,
             },
             state: AgentState::Idle,
             session_id: Some("t1".into()),

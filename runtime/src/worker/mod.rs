@@ -242,6 +242,7 @@ fn control_flight(c: &Control) -> &str {
     match c {
         Control::Steer { flight, .. }
         | Control::Interrupt { flight, .. }
+        | Control::Reply { flight, .. }
         | Control::Approval { flight, .. } => flight,
         Control::AgentRemoved { .. } | Control::Wake { .. } => "",
     }

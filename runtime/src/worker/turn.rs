@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
 use relay_harnesses::HarnessError;
-use relay_protocol::domain::{AgentState, FlightChange, FlightState, WakePolicy};
+use relay_protocol::domain::{
+    AgentState, FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS,
+};
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::{mpsc, oneshot};
@@ -151,7 +153,7 @@ impl Worker {
             answering: HashSet::new(),
             over: CancellationToken::new(),
         };
-        let deadline = d.invocation.timeout_ms.map(Duration::from_millis);
+        let deadline = turn_deadline(&d, turn.info.capabilities);
         let timeout = async {
             match deadline {
                 Some(t) => tokio::time::sleep(t).await,
@@ -182,7 +184,15 @@ impl Worker {
                 _ = &mut timeout => {
                     self.interrupt_own(&on, &turn).await;
                     let after = deadline.unwrap_or_default();
-                    self.fail(&turn.flight, &format!("timed out after {} ms", after.as_millis())).await;
+                    let why = match turn.info.capabilities.reply {
+                        true => format!(
+                            "no answer within {} s: the agent did not reply (relay reply {} TEXT); the turn was interrupted",
+                            after.as_secs(),
+                            turn.flight
+                        ),
+                        false => format!("timed out after {} ms", after.as_millis()),
+                    };
+                    self.fail(&turn.flight, &why).await;
                     break TurnEnd::Done;
                 }
                 _ = &mut idle, if watching => {
@@ -379,12 +389,27 @@ impl Worker {
     }
 }
 
+/// How long a turn may run: the ask's timeout, else the agent's, else for a harness
+/// whose turns end only by a reply, [`DEFAULT_REPLY_TIMEOUT_SECS`]; else no limit.
+fn turn_deadline(d: &Dispatch, can: Capabilities) -> Option<Duration> {
+    d.invocation
+        .timeout_ms
+        .map(Duration::from_millis)
+        .or(d.agent.spec.turn_timeout_secs.map(Duration::from_secs))
+        .or(can
+            .reply
+            .then_some(Duration::from_secs(DEFAULT_REPLY_TIMEOUT_SECS)))
+}
+
 /// What a control of the running turn asks that the harness cannot do, if anything.
 fn unsupported(c: &Control, can: Capabilities) -> Option<&'static str> {
     match c {
         Control::Steer { .. } if !can.steer => Some("steer a running turn"),
         Control::Interrupt { .. } if !can.interrupt => Some("interrupt a running turn"),
         Control::Approval { .. } if !can.approvals => Some("answer approval requests"),
+        Control::Reply { .. } if !can.reply => Some(
+            "take an answer through Relay (its turns end on their own, with the agent's reply)",
+        ),
         _ => None,
     }
 }
@@ -439,6 +464,7 @@ async fn run_control(
                 .respond_approval(&harness_request_id, decision)
                 .await?
         }
+        Control::Reply { text, .. } => session.reply(conversation, turn_id, &text).await?,
         // Handled by the runtime and the worker's loop, never sent here.
         Control::AgentRemoved { .. } | Control::Wake { .. } => {}
     }

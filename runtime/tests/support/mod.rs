@@ -35,7 +35,7 @@ pub type Reply<T> = oneshot::Sender<Result<T, HarnessError>>;
 pub enum Call {
     /// Answer `Ok` to hand the worker a session whose events come from `events`.
     Spawn {
-        agent: AgentSpec,
+        agent: Box<AgentSpec>,
         events: mpsc::Sender<HarnessEvent>,
         reply: Reply<()>,
     },
@@ -136,7 +136,7 @@ impl Launcher for Scripted {
         Box::pin(async move {
             let (events, rx) = mpsc::channel(64);
             ask(&self.calls, |reply| Call::Spawn {
-                agent: agent.clone(),
+                agent: Box::new(agent.clone()),
                 events,
                 reply,
             })

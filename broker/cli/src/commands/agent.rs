@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use relay_protocol::domain::{Agent, AgentSpec, ApprovalPolicy, Harness, WakePolicy};
+use relay_protocol::domain::{
+    Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
+};
 
 use super::JsonFlag;
 use crate::client::Client;
@@ -25,9 +27,20 @@ pub enum AgentCmd {
         /// Working directory of the agent.
         #[arg(long)]
         cwd: PathBuf,
-        /// Program to run instead of the harness's default binary.
+        /// Program to run instead of the harness's default binary. For a tmux agent, the
+        /// command line to start in its pane (`--command "codex --search"`; shell-quoted
+        /// words, no shell in between); a shell when not given.
         #[arg(long)]
         command: Option<String>,
+        /// tmux: the server to start the agent's pane on, a socket name (`tmux -L`) or
+        /// path (`tmux -S`) [default: relay, Relay's own server].
+        #[arg(long, value_name = "SOCKET")]
+        socket: Option<String>,
+        /// A turn that has not ended after this many seconds fails (an ask's --timeout
+        /// wins). Default: no limit, except 1800 for a tmux agent, whose turns end only
+        /// when it answers.
+        #[arg(long, value_name = "SECS")]
+        turn_timeout: Option<u64>,
         /// Extra argument for the program (repeatable).
         #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
         args: Vec<String>,
@@ -64,6 +77,35 @@ pub enum AgentCmd {
         /// (repeatable; same syntax as --auto-accept).
         #[arg(long = "auto-decline", value_name = "RULE")]
         auto_decline: Vec<String>,
+        /// Print JSON (machine-readable) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Adopt an agent already running in a tmux pane of yours (started outside Relay) as
+    /// a tmux agent: Relay pastes its tasks into that pane, follows what it prints, and
+    /// never ends it. The agent answers with `relay reply FLIGHT TEXT` (the pasted task
+    /// says how); it needs RELAY_URL and a token in its environment to do so.
+    #[command(
+        after_help = "Example, from a shell inside the pane:\n  relay agent attach helper\n\
+From anywhere:\n  relay agent attach helper --pane %3 --socket default"
+    )]
+    Attach {
+        /// The agent's name.
+        name: String,
+        /// The pane: its id (`%3`) or `session:window.pane` [default: this pane,
+        /// $TMUX_PANE].
+        #[arg(long)]
+        pane: Option<String>,
+        /// The tmux server holding it: a socket name (`-L`) or path (`-S`) [default:
+        /// the server of this shell ($TMUX), else `default`, your usual one].
+        #[arg(long)]
+        socket: Option<String>,
+        /// The agent's working directory, for the record [default: here].
+        #[arg(long, default_value = ".")]
+        cwd: PathBuf,
+        /// A turn with no answer after this many seconds fails [default: 1800].
+        #[arg(long, value_name = "SECS")]
+        turn_timeout: Option<u64>,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -106,7 +148,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             harness,
             cwd,
             command,
-            args,
+            socket,
+            turn_timeout,
+            mut args,
             env,
             secret,
             model,
@@ -117,6 +161,25 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            let mut command = command;
+            let mut pane = None;
+            if harness == Harness::Tmux {
+                // A pane's command is a command line: its words, then any --arg.
+                if let Some(line) = command.take() {
+                    let mut words = shlex::split(&line)
+                        .filter(|w| !w.is_empty())
+                        .ok_or_else(|| anyhow::anyhow!("--command {line:?}: unbalanced quotes"))?;
+                    words.append(&mut args);
+                    command = Some(words.remove(0));
+                    args = words;
+                }
+                pane = Some(PaneSpec {
+                    socket: socket.unwrap_or_else(|| DEFAULT_TMUX_SOCKET.to_string()),
+                    target: None,
+                });
+            } else if socket.is_some() {
+                anyhow::bail!("--socket is for a tmux agent (--harness tmux) only");
+            }
             for (name, value) in &env {
                 if relay_protocol::domain::looks_secret(name)
                     || relay_protocol::domain::looks_secret_value(value)
@@ -154,6 +217,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                             decline_commands: auto_decline,
                             accept_file_changes: false,
                         },
+                        pane,
+                        turn_timeout_secs: turn_timeout,
                     },
                 )
                 .await?;
@@ -161,6 +226,51 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 print_json(&agent)?;
             } else {
                 outln!("{} ({})", agent.spec.name, agent.spec.harness);
+            }
+        }
+        AgentCmd::Attach {
+            name,
+            pane,
+            socket,
+            cwd,
+            turn_timeout,
+            json,
+        } => {
+            let target = pane
+                .or_else(|| std::env::var("TMUX_PANE").ok().filter(|p| !p.is_empty()))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("which pane? give --pane %N (or session:window.pane), or run this inside the pane")
+                })?;
+            // $TMUX is "socket path,server pid,session".
+            let socket = socket
+                .or_else(|| {
+                    std::env::var("TMUX")
+                        .ok()
+                        .and_then(|t| t.split(',').next().map(str::to_string))
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| "default".to_string());
+            let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+            let spec = AgentSpec {
+                pane: Some(PaneSpec {
+                    socket,
+                    target: Some(target),
+                }),
+                turn_timeout_secs: turn_timeout,
+                // Its program runs already: nothing to start before a task comes.
+                ..AgentSpec::new(name, Harness::Tmux, cwd.display().to_string())
+            };
+            let agent: Agent = client.post(&["v1", "agents"], &spec).await?;
+            if json {
+                print_json(&agent)?;
+            } else {
+                let pane = agent.spec.pane.clone().unwrap_or_default();
+                let target = pane.target.clone().unwrap_or_default();
+                outln!(
+                    "{} (tmux) attached to pane {target}; look at it: {}",
+                    agent.spec.name,
+                    pane.attach_hint(&target)
+                );
             }
         }
         AgentCmd::List(f) => {
@@ -195,6 +305,19 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 }
                 if let Some(pid) = a.endpoint.as_ref().and_then(|e| e.pid) {
                     outln!("pid       {pid}");
+                }
+                if let Some(spec) = &a.spec.pane {
+                    let live = a.endpoint.as_ref().and_then(|e| e.pane.clone());
+                    match live.or_else(|| spec.target.clone()) {
+                        Some(pane) => {
+                            outln!("pane      {pane} on tmux server {}", spec.socket);
+                            outln!("look      {}", spec.attach_hint(&pane));
+                        }
+                        None => outln!(
+                            "pane      none yet (started on tmux server {} with its first task)",
+                            spec.socket
+                        ),
+                    }
                 }
                 for line in capability_lines(a.spec.harness) {
                     outln!("{line}");

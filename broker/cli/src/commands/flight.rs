@@ -6,7 +6,7 @@ use relay_protocol::api::FlightTree;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
 
 use crate::client::Client;
-use crate::terminal::{one_line, outln};
+use crate::terminal::{errln, one_line, outln};
 use crate::views::print_json;
 
 #[derive(Args)]
@@ -36,6 +36,30 @@ pub struct SteerArgs {
     /// What to add to the turn.
     #[arg(required = true, num_args = 1..)]
     text: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ReplyArgs {
+    /// The flight's id (the task a tmux agent gets names it).
+    flight: String,
+    /// The answer: the flight's output, posted as the agent's reply. `-` (or no words
+    /// with stdin not a terminal) reads it from stdin.
+    text: Vec<String>,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct PeekArgs {
+    /// The tmux agent's name.
+    agent: String,
+    /// How many of the pane's last lines to show (its screen and the history above).
+    #[arg(short = 'n', long = "lines", default_value_t = 40)]
+    lines: usize,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -190,6 +214,51 @@ pub async fn steer(client: &Client, args: SteerArgs) -> anyhow::Result<()> {
         )
         .await?;
     outln!("steered {}", f.id);
+    Ok(())
+}
+
+/// `relay reply`.
+pub async fn reply(client: &Client, args: ReplyArgs) -> anyhow::Result<()> {
+    let ReplyArgs { flight, text, json } = args;
+    let text = super::text_arg(text)?;
+    let f: Flight = client
+        .post(
+            &["v1", "flights", &flight, "reply"],
+            &relay_protocol::api::ReplyRequest { text },
+        )
+        .await?;
+    if json {
+        print_json(&f)?;
+    } else {
+        outln!(
+            "answered {} (agent {}): it completes with this answer, posted as the reply",
+            f.id,
+            f.agent
+        );
+    }
+    Ok(())
+}
+
+/// `relay peek`.
+pub async fn peek(client: &Client, args: PeekArgs) -> anyhow::Result<()> {
+    let PeekArgs { agent, lines, json } = args;
+    let n = lines.to_string();
+    let peek: relay_protocol::api::Peek = client
+        .get_query(&["v1", "agents", &agent, "peek"], &[("lines", n)])
+        .await?;
+    if json {
+        print_json(&peek)?;
+    } else {
+        for line in &peek.lines {
+            outln!("{line}");
+        }
+        errln!(
+            "(pane {} of {}; look at it live: {})",
+            peek.pane,
+            peek.agent,
+            peek.attach
+        );
+    }
     Ok(())
 }
 

@@ -90,8 +90,14 @@ pub struct SendArgs {
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 pub struct ReplyArgs {
-    /// The id of the message to answer (as `read_conversation` shows it).
-    pub reply_to: String,
+    /// The id of the message to answer (as `read_conversation` shows it). Give this or
+    /// `flight`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    /// The flight to answer: the one a task pasted into your pane names ("Relay flight
+    /// flt-..."). It completes with `text` as its output, posted as your reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight: Option<String>,
     /// The reply.
     pub text: String,
     /// The conversation of that message (default: `channel.shared`).
@@ -171,10 +177,36 @@ and answers in reply to it; the result names the agents consulted."
         self.post(args.conversation, args.text, None).await
     }
 
-    #[tool(description = "Post a reply to a message, threaded under it. Returns the reply's id.")]
+    #[tool(
+        description = "Answer a flight you were given (`flight`: the task names it; the flight \
+completes with your text as its output), or post a reply to a message, threaded under it \
+(`reply_to`). Give one of the two."
+    )]
     async fn reply(&self, Parameters(args): Parameters<ReplyArgs>) -> CallToolResult {
-        self.post(args.conversation, args.text, Some(args.reply_to))
-            .await
+        match (args.flight, args.reply_to) {
+            (Some(flight), None) => {
+                let body = relay_protocol::api::ReplyRequest { text: args.text };
+                match self
+                    .client
+                    .post::<_, Flight>(&["v1", "flights", &flight, "reply"], &body)
+                    .await
+                {
+                    Ok(f) => CallToolResult::success(vec![ContentBlock::text(format!(
+                        "answered flight {}: it completes with your answer",
+                        f.id
+                    ))]),
+                    Err(e) => refused(e.to_string()),
+                }
+            }
+            (None, Some(reply_to)) => {
+                self.post(args.conversation, args.text, Some(reply_to))
+                    .await
+            }
+            _ => refused(
+                "give either `flight` (to answer a flight) or `reply_to` (to reply to a message)"
+                    .into(),
+            ),
+        }
     }
 
     #[tool(
@@ -341,7 +373,7 @@ mod tests {
                 ("ask".to_string(), s(&["agent", "text"])),
                 ("list_agents".to_string(), s(&[])),
                 ("read_conversation".to_string(), s(&[])),
-                ("reply".to_string(), s(&["reply_to", "text"])),
+                ("reply".to_string(), s(&["text"])),
                 ("send".to_string(), s(&["text"])),
                 ("show_flight".to_string(), s(&["flight"])),
             ]

@@ -71,8 +71,16 @@ pub enum ClientCmd {
     Ask(ask::AskArgs),
     /// Add instructions to the turn a flight is running.
     Steer(flight::SteerArgs),
-    /// Interrupt the turn a flight is running (the flight ends cancelled).
+    /// Interrupt the turn a flight is running (the flight ends cancelled; a tmux pane
+    /// gets C-c).
     Interrupt(flight::InterruptArgs),
+    /// Answer a flight you are running: it completes with TEXT as its output, posted as
+    /// your reply. How a tmux agent answers the task pasted into its pane (the task names
+    /// the flight); run from its pane, it acts as that agent.
+    Reply(flight::ReplyArgs),
+    /// Show what a tmux agent's pane shows now (its last lines as plain text) and how to
+    /// look at it live.
+    Peek(flight::PeekArgs),
     /// List approval requests (pending ones by default).
     Approvals(approval::ApprovalsArgs),
     /// Decide an approval request: accept, accept_for_session, decline or cancel.
@@ -112,6 +120,8 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Ask(args) => return ask::run(client, args).await,
         ClientCmd::Steer(args) => flight::steer(client, args).await?,
         ClientCmd::Interrupt(args) => flight::interrupt(client, args).await?,
+        ClientCmd::Reply(args) => flight::reply(client, args).await?,
+        ClientCmd::Peek(args) => flight::peek(client, args).await?,
         ClientCmd::Approvals(args) => approval::list(client, args).await?,
         ClientCmd::Approve(args) => approval::approve(client, args).await?,
         ClientCmd::Flight(args) => flight::show(client, args).await?,

@@ -220,6 +220,8 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
     let calls = calls(&turn.entries);
     let mut shown: Vec<&str> = Vec::new();
     let mut streamed: Vec<&str> = Vec::new();
+    // Everything the agent streamed as text in this turn.
+    let mut said = String::new();
     let mut text_since_item = false;
     for entry in &turn.entries {
         let seq = entry.seq;
@@ -229,6 +231,7 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
             TurnStep::Update(change) => match change {
                 FlightChange::Delta { text } => {
                     text_since_item = true;
+                    said.push_str(text);
                     out.at(seq, "", &format!("{}: {text}", turn.agent));
                 }
                 FlightChange::CommandOutput { item_id, text } => {
@@ -270,7 +273,14 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                         }
                     }
                 }
-                FlightChange::State { to, reason, .. } => {
+                FlightChange::State { to, reason, output } => {
+                    // An answer that is not what the agent streamed (a tmux agent's
+                    // `relay reply`, after what its pane printed) is shown as such.
+                    if let Some(answer) = output.as_deref().filter(|o| {
+                        *to == FlightState::Completed && !said.trim_end().ends_with(o.trim())
+                    }) {
+                        out.at(seq, "", &format!("{} answered: {answer}", turn.agent));
+                    }
                     let mut line = format!("-- {to}");
                     if matches!(to, FlightState::Failed | FlightState::Cancelled) {
                         if let Some(r) = reason {

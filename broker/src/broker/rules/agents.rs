@@ -12,6 +12,24 @@ use crate::error::{quote, BrokerError};
 use crate::store::{encode, T};
 
 impl Ctx<'_, '_> {
+    /// A pane is only a tmux agent's, and well formed.
+    fn check_pane(&mut self, spec: &AgentSpec) -> Result<(), BrokerError> {
+        let Some(pane) = &spec.pane else {
+            return Ok(());
+        };
+        if spec.harness != Harness::Tmux {
+            return Err(BrokerError::Invalid(format!(
+                "agent {} runs {}: only a tmux agent has a pane",
+                quote(&spec.name),
+                spec.harness
+            )));
+        }
+        if let Some(problem) = pane.problem() {
+            return Err(BrokerError::Invalid(problem));
+        }
+        Ok(())
+    }
+
     pub(super) fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
         if !valid_agent_name(&spec.name) {
             return Err(BrokerError::Invalid(format!(
@@ -31,6 +49,7 @@ impl Ctx<'_, '_> {
             return Err(BrokerError::Invalid("the agent's cwd is empty".into()));
         }
         crate::policy::validate(&spec.approval_policy).map_err(BrokerError::Invalid)?;
+        self.check_pane(spec)?;
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }

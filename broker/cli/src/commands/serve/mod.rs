@@ -14,7 +14,9 @@ pub mod up;
 
 #[derive(Subcommand)]
 pub enum ServeCmd {
-    /// Run the broker with its embedded runtime until SIGINT/SIGTERM.
+    /// Run the broker with its embedded runtime until SIGINT/SIGTERM. An option given
+    /// twice takes its last value.
+    #[command(args_override_self = true)]
     Up(up::UpArgs),
     /// Run only the harness-session plane for the agents registered on one node
     /// (`relay agent add ... --node NAME`), connected to the broker through NATS.

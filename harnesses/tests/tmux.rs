@@ -265,23 +265,11 @@ async fn a_pasted_task_reaches_the_pane_whole_and_its_output_comes_back_as_the_t
 async fn a_hostile_task_arrives_as_inert_text_and_nothing_runs() {
     let pane = repl().await;
     let canary = pane.dir.path().join("canary");
-    let c = canary.display();
-    // Each line tries another way out of the paste: a bracketed-paste end marker (7-bit
-    // and C1), a title escape, control characters (Ctrl-C, Ctrl-D, a carriage return
-    // that would submit the line), command substitution.
-    let task = format!(
-        "first\x1b[201~; touch {c}\n\
-         \u{9b}201~touch {c}\n\
-         \x1b]0;owned\x07title\x1b[2J\n\
-         \x03\x04x\rtouch {c}\n\
-         $(touch {c}); rm -rf {c}"
-    );
+    let (task, want) = relay_tests::tmux::hostile_task(&canary);
     pane.session
         .start_turn(&pane.conversation, &task, "t1")
         .await
         .unwrap();
-    let want =
-        format!("first; touch {c}\ntouch {c}\ntitle\nx\ntouch {c}\n$(touch {c}); rm -rf {c}");
     wait_received(&pane, &want).await;
     assert!(!canary.exists(), "a command in the task ran");
     shut_down(pane).await;

@@ -78,3 +78,21 @@ impl Drop for TmuxServer {
         );
     }
 }
+
+/// A task that tries every way out of a paste that would make a pane run
+/// `touch <canary>`: a bracketed-paste end marker (7-bit and C1), a title escape,
+/// control characters (Ctrl-C, Ctrl-D, a carriage return that would submit the line),
+/// command substitution. Returns it and the plain text it must arrive as.
+pub fn hostile_task(canary: &Path) -> (String, String) {
+    let c = canary.display();
+    let task = format!(
+        "first\x1b[201~; touch {c}\n\
+         \u{9b}201~touch {c}\n\
+         \x1b]0;owned\x07title\x1b[2J\n\
+         \x03\x04x\rtouch {c}\n\
+         $(touch {c}); rm -rf {c}"
+    );
+    let inert =
+        format!("first; touch {c}\ntouch {c}\ntitle\nx\ntouch {c}\n$(touch {c}); rm -rf {c}");
+    (task, inert)
+}

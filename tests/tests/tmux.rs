@@ -160,22 +160,19 @@ async fn a_scripted_agent_in_a_pane_answers_through_relay_reply() {
     let replay = env.relay.cli_ok(&["replay", "flight", id]);
     assert!(replay.contains("done: hello pane"), "{replay}");
 
-    // A hostile task: escape sequences, bracketed-paste end markers (7-bit and C1),
-    // control characters that would submit or end the input, command substitution.
+    // A hostile task: escape sequences, paste end markers, control characters, command
+    // substitution.
     let canary = env.tmp.path().join("canary");
-    let c = canary.display();
-    let hostile = format!(
-        "first\x1b[201~; touch {c}\n\
-         \u{9b}201~touch {c}\n\
-         \x1b]0;owned\x07title\x1b[2J\n\
-         \x03\x04x\rtouch {c}\n\
-         $(touch {c}); rm -rf {c}"
-    );
+    let (hostile, inert) = relay_tests::tmux::hostile_task(&canary);
     let (id, f) = ask(&env, "tm-1", &hostile).await;
     assert_eq!(state(&f), "completed", "{f}");
-    assert_eq!(received(&env, &id).unwrap(), recorded(&hostile, &id));
+    assert_eq!(received(&env, &id).unwrap(), format!("{inert}\n\n"));
     assert!(!canary.exists(), "a command in the task ran");
-    assert_eq!(f["output"], format!("done: first; touch {c}"), "{f}");
+    assert_eq!(
+        f["output"],
+        format!("done: first; touch {}", canary.display()),
+        "{f}"
+    );
 
     // 100 KB (in lines a terminal's line discipline takes) arrives whole.
     let big: String = (0..1000)
@@ -374,4 +371,47 @@ async fn the_pane_outlives_kill_9_of_relay_and_is_adopted_not_started_twice() {
     assert_eq!(f["output"], "done: after", "{f}");
     assert_eq!(env.tmux.panes(), panes, "the same pane, adopted");
     assert!(Path::new(&env.tmp.path().join("received")).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_codex_tui_in_a_pane_answers_through_relays_mcp_reply_tool() {
+    let env = Env::start().await;
+    let home = env.codex_home.display().to_string();
+    let (codex_home, home) = (format!("CODEX_HOME={home}"), format!("HOME={home}"));
+    // `codex`: the pinned CLI, its TUI, with Relay's MCP server wired in.
+    env.add_tmux("cx-tui", "codex", &["--env", &codex_home, "--env", &home]);
+    let (id, f) = ask(&env, "cx-tui", "answer: from the codex tui").await;
+    assert_eq!(state(&f), "completed", "{f}");
+    assert_eq!(f["output"], "from the codex tui", "{f}");
+    // The model was told the flight and to use the MCP tool, and called it.
+    let told = env
+        .mock
+        .requests()
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .find(|t| t.starts_with("answer: from the codex tui"))
+        .unwrap();
+    assert_eq!(told, task_text("answer: from the codex tui", &id, true));
+    let reply = env.message_with_body(f["conversation"].as_str().unwrap(), "from the codex tui");
+    assert_eq!(reply["author"], "cx-tui", "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_agent_asks_a_tmux_agent_through_relay_mcp() {
+    let env = Env::start().await;
+    add_agent(&env, "tm-1", &[]);
+    env.add_agent("cx-1", &[]);
+    let ask_tmux = json!({"agent": "tm-1", "text": "what is in the pane"});
+    let (parent, f) = ask(&env, "cx-1", &format!("mcp:relay:ask {ask_tmux}")).await;
+    assert_eq!(state(&f), "completed", "{f}");
+    let output = f["output"].as_str().unwrap_or_default();
+    assert!(output.contains("done: what is in the pane"), "{f}");
+    let children = env
+        .relay
+        .cli_json(&["flights", "--agent", "tm-1", "--json"]);
+    let child = &children[0];
+    assert_eq!(child["parent_flight"], parent.as_str(), "{child}");
+    assert_eq!(child["output"], "done: what is in the pane", "{child}");
+    let tree = env.relay.cli_json(&["flight", &parent, "--tree", "--json"]);
+    assert_eq!(tree["children"][0]["flight"]["id"], child["id"], "{tree}");
 }

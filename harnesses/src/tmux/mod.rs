@@ -7,24 +7,44 @@
 //!   reach a pane; newlines stay).
 //! - `session`: [`TmuxLauncher`] and the session behind the seam.
 //!
-//! How a session works (facts in `HARNESSES.md`, "tmux panes"):
+//! How a session works (facts in `HARNESSES.md`, "tmux panes", and below):
 //! - **Start.** `new-session -d` runs the agent's command directly (no shell) in a new
-//!   session, with the agent's variables and its access to Relay (`RELAY_AGENT`,
-//!   `RELAY_URL`, `RELAY_TOKEN`) set in the pane with `-e`; the command reaches tmux on
-//!   stdin, so no secret is ever on a command line. The conversation is the pane.
+//!   session `relay-NAME` on the agent's server (Relay's own, `tmux -L relay`, unless
+//!   it names another), with the agent's variables and its access to Relay
+//!   (`RELAY_AGENT`, `RELAY_URL`, `RELAY_TOKEN`; `PATH` with the `relay` program) set
+//!   in the pane; the command reaches tmux on stdin, so no secret is ever on a command
+//!   line (tmux gives a new session's process the client's `PATH`, so the client runs
+//!   with that `PATH`). A session of that name still running (Relay restarted while the
+//!   agent kept working) is adopted, not started twice. A pane the agent was attached to
+//!   (`relay agent attach`) is followed, never started or ended by Relay. The
+//!   conversation is the pane.
+//! - **Known CLIs.** `codex` and `claude` started by Relay get Relay's MCP server, as
+//!   their app-server twins do (a bare name is the pinned CLI). The codex TUI also gets
+//!   `--no-daemon` (else a background app-server outlives the pane), its MCP tools of
+//!   Relay's server run without the TUI's approval dialog
+//!   (`default_tools_approval_mode="approve"`), and the agent's directory is trusted
+//!   (else a "Trust this folder?" dialog holds the pane inside a git repository). Codex
+//!   is interrupted with `Escape`: a `C-c` at its empty prompt quits it.
 //! - **Output, pushed.** `pipe-pane -O` runs a `cat` into a FIFO in a private temporary
 //!   directory, which the session reads as the pane prints: no polling of
 //!   `capture-pane`. The bytes are rendered to plain text by one escape parser across
 //!   reads and sent to the running turn as text deltas, coalesced (one per 250 ms at
 //!   most). tmux closes the pipe when the pane goes; the reader then reports
 //!   `ProcessExited` with the pane's last lines (a pane's exit status is not known).
-//! - **Delivery.** The sanitised task is loaded from stdin into a named buffer and
-//!   pasted with `paste-buffer -p -d` (bracketed paste when the program asked for it, so
-//!   newlines are text, not submits), then the submit key is sent as a separate step.
-//!   The task counts as taken when the pane prints after the submit key (the paste's own
-//!   echo is let pass first); the key is sent once more otherwise, and then delivery
-//!   fails with [`HarnessError::Stalled`](crate::HarnessError::Stalled).
-//! - **Interrupt** is `C-c`. No steer, approvals, resume or turn ids
+//! - **Delivery.** The pane must be ready: it shows something, then is quiet for 300 ms
+//!   (a pane busy past the confirm timeout gets the task anyway). The sanitised task,
+//!   followed by its flight and how to answer ([`task_text`]), is loaded from stdin into
+//!   a named buffer and pasted with `paste-buffer -p -d` (bracketed paste when the
+//!   program asked for it, so newlines are text, not submits); the submit key is a
+//!   separate step. The task counts as taken when, after the key, the pane printed and
+//!   its screen changed (text or cursor) with no collapsed paste (`[Pasted Content N
+//!   chars]`, `[Pasted text #N]`) left in an input box; the key is sent once more
+//!   otherwise, and then delivery fails with [`HarnessError::Stalled`](crate::HarnessError::Stalled).
+//! - **The answer.** A pane says nothing of its turns: a turn ends when the agent
+//!   answers through Relay (`relay reply FLIGHT TEXT`, or the MCP `reply` tool with the
+//!   flight), which reaches [`HarnessSession::reply`](crate::HarnessSession::reply) and
+//!   completes the turn with that text; or at its timeout (the runtime's), or by
+//!   interrupt (`C-c`). No steer, approvals, resume or turn ids
 //!   ([`Harness::Tmux`](relay_protocol::domain::Harness::Tmux)'s capabilities).
 
 pub mod client;

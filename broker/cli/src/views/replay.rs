@@ -182,6 +182,15 @@ pub fn print_conversation(replay: &ConversationReplay) {
 }
 
 /// `#3 codex-1 (reply to #2): text`.
+/// The letters and digits of `text` without its escape sequences: what two texts must
+/// share to read the same.
+fn letters(text: &str) -> String {
+    strip_ansi_escapes::strip_str(text)
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
 fn message_line(m: &Message, index: &HashMap<&str, u64>) -> String {
     let mut line = format!("#{} {}", m.index, m.author);
     if let Some(to) = &m.reply_to {
@@ -277,7 +286,7 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                     // An answer that is not what the agent streamed (a tmux agent's
                     // `relay reply`, after what its pane printed) is shown as such.
                     if let Some(answer) = output.as_deref().filter(|o| {
-                        *to == FlightState::Completed && !said.trim_end().ends_with(o.trim())
+                        *to == FlightState::Completed && !letters(&said).ends_with(&letters(o))
                     }) {
                         out.at(seq, "", &format!("{} answered: {answer}", turn.agent));
                     }

@@ -277,7 +277,9 @@ impl Tmux {
                 Some((id.to_string(), dead == "1"))
             })),
             Err(HarnessError::Tmux { stderr, .. })
-                if no_server(&stderr) || stderr.contains("can't find") =>
+                if no_server(&stderr)
+                    || stderr.contains("can't find")
+                    || stderr.contains("no current target") =>
             {
                 Ok(None)
             }

@@ -693,6 +693,20 @@ impl HarnessSession for TmuxSession {
                 .deliver(&task_text(text, relay_turn_id, self.mcp))
                 .await
             {
+                // A pane that went during the delivery (tmux then fails, or the server
+                // with it) is said to be gone, not a tmux error.
+                let e = match self.tmux.pane_alive(&self.pane).await {
+                    Ok(false) => HarnessError::ProcessExited {
+                        code: None,
+                        signal: None,
+                        stderr_tail: format!(
+                            "pane {} is gone; its last output:\n{}",
+                            self.pane,
+                            self.shared.tail()
+                        ),
+                    },
+                    _ => e,
+                };
                 *lock(&self.shared.turn) = None;
                 self.shared
                     .emit(HarnessEvent::TurnCompleted {

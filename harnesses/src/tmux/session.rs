@@ -630,14 +630,18 @@ impl TmuxSession {
             .is_ok_and(|seen| seen.is_ok())
     }
 
+    fn not_running(&self, turn_id: &str) -> HarnessError {
+        HarnessError::NoActiveTurn {
+            detail: format!("turn {turn_id} is not running in pane {}", self.pane),
+        }
+    }
+
     /// Ends the running turn `turn_id` with `outcome`, or says it is not running.
     async fn end_turn(&self, turn_id: &str, outcome: TurnOutcome) -> Result<(), HarnessError> {
         {
             let mut running = lock(&self.shared.turn);
             if running.as_deref() != Some(turn_id) {
-                return Err(HarnessError::NoActiveTurn {
-                    detail: format!("turn {turn_id} is not running in pane {}", self.pane),
-                });
+                return Err(self.not_running(turn_id));
             }
             *running = None;
         }
@@ -736,8 +740,8 @@ impl HarnessSession for TmuxSession {
         })
     }
 
-    /// Sends `C-c` (`Escape` to codex) to the pane and ends the turn as interrupted (a pane says nothing of
-    /// its turns).
+    /// Sends `C-c` (`Escape` to codex) to the pane and ends the turn as interrupted (a
+    /// pane says nothing of its turns).
     fn interrupt<'a>(
         &'a self,
         conversation: &'a str,
@@ -746,9 +750,7 @@ impl HarnessSession for TmuxSession {
         Box::pin(async move {
             self.check_conversation(conversation)?;
             if lock(&self.shared.turn).as_deref() != Some(turn_id) {
-                return Err(HarnessError::NoActiveTurn {
-                    detail: format!("turn {turn_id} is not running in pane {}", self.pane),
-                });
+                return Err(self.not_running(turn_id));
             }
             self.tmux
                 .send_keys(&self.pane, &[self.interrupt_key])

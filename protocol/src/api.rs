@@ -249,3 +249,32 @@ mod control_answer_tests {
         assert!(serde_json::from_str::<ControlAnswer>(r#"{"nope":1}"#).is_err());
     }
 }
+
+/// `POST /v1/login` (the operator's token only): a one-time link that logs a browser in
+/// to the dashboard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    /// Who will use the page: its approvals are recorded as decided by `NAME@dashboard`
+    /// (default `operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A one-time login link: open `url` once, within `expires_in_secs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginLink {
+    pub url: String,
+    /// Where the page is once logged in (the link's URL without its code).
+    pub dashboard: String,
+    pub expires_in_secs: u64,
+}
+
+/// `GET /v1/session`: who the caller is, and the name its decisions are recorded under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub name: String,
+    pub decided_by: String,
+    /// `dashboard` (a login link's cookie), `operator` or `agent` (a bearer token).
+    pub via: String,
+}

@@ -14,12 +14,14 @@
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
+//! - [`text`]: agent text made inert (control characters and bidi overrides escaped)
+//!   before a person sees it.
 //! - [`watch`]: snapshots of a flight, an agent or a conversation, valid at an event seq
 //!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
 //! [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
-//! [`convert`] on those and [`pb`]. The crate depends on no other crate of the
+//! [`convert`] on those and [`pb`]; [`text`] on none. The crate depends on no other crate of the
 //! workspace: every other one depends on it.
 
 pub mod api;
@@ -34,6 +36,7 @@ pub mod harness;
 mod names;
 pub mod replay;
 pub mod runtime;
+pub mod text;
 pub mod watch;
 
 /// Types generated from `proto/relay/v1/relay.proto`.

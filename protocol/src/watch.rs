@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Agent, Conversation, Flight, FlightUpdate, Message};
+use crate::domain::{Agent, Approval, Conversation, Flight, FlightUpdate, Message};
 
 /// Messages a conversation's snapshot holds when the request names no limit (the same
 /// default as `GET /v1/conversations/{id}/messages`).
@@ -17,9 +17,12 @@ pub const DEFAULT_MESSAGES: usize = 50;
 /// Most messages a conversation's snapshot holds.
 pub const MAX_MESSAGES: usize = 10_000;
 
-/// What to watch: one flight, one agent or one conversation.
+/// What to watch: one flight, one agent, one conversation, or the whole fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
+    /// Every agent, the flights not ended and the approvals waiting: what the dashboard
+    /// shows at a glance. Its events are the agents', the flights' and the approvals'.
+    Fleet,
     Flight(String),
     Agent(String),
     /// The conversation and its last `limit` messages.
@@ -30,10 +33,13 @@ pub enum Scope {
 }
 
 /// A watch request: the HTTP query of `GET /v1/watch` and the JSON body of the NATS
-/// request. Exactly one of `flight`, `agent`, `conversation`.
+/// request. Exactly one of `fleet` (true), `flight`, `agent`, `conversation`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchRequest {
+    /// The whole fleet ([`Scope::Fleet`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fleet: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flight: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,18 +56,18 @@ impl WatchRequest {
     /// The scope the request names; an error (in words for a person) unless it names
     /// exactly one, or gives a limit to anything but a conversation.
     pub fn scope(&self) -> Result<Scope, String> {
-        let scope = match (&self.flight, &self.agent, &self.conversation) {
-            (Some(f), None, None) => Scope::Flight(f.clone()),
-            (None, Some(a), None) => Scope::Agent(a.clone()),
-            (None, None, Some(c)) => Scope::Conversation {
+        let scope = match (self.fleet, &self.flight, &self.agent, &self.conversation) {
+            (true, None, None, None) => Scope::Fleet,
+            (false, Some(f), None, None) => Scope::Flight(f.clone()),
+            (false, None, Some(a), None) => Scope::Agent(a.clone()),
+            (false, None, None, Some(c)) => Scope::Conversation {
                 id: c.clone(),
                 limit: self.limit.unwrap_or(DEFAULT_MESSAGES),
             },
-            _ => {
-                return Err(
-                    "name exactly one thing to watch: a flight, an agent or a conversation".into(),
-                )
-            }
+            _ => return Err(
+                "name exactly one thing to watch: the fleet, a flight, an agent or a conversation"
+                    .into(),
+            ),
         };
         match (&scope, self.limit) {
             (Scope::Conversation { .. }, Some(n)) if n > MAX_MESSAGES => Err(format!(
@@ -76,6 +82,10 @@ impl WatchRequest {
 impl From<&Scope> for WatchRequest {
     fn from(scope: &Scope) -> WatchRequest {
         match scope {
+            Scope::Fleet => WatchRequest {
+                fleet: true,
+                ..WatchRequest::default()
+            },
             Scope::Flight(f) => WatchRequest {
                 flight: Some(f.clone()),
                 ..WatchRequest::default()
@@ -103,10 +113,12 @@ pub struct Snapshot {
     pub view: View,
 }
 
-/// What a snapshot holds, by scope (`"scope": "flight" | "agent" | "conversation"`).
+/// What a snapshot holds, by scope (`"scope": "fleet" | "flight" | "agent" |
+/// "conversation"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "scope", rename_all = "snake_case")]
 pub enum View {
+    Fleet(FleetView),
     Flight(FlightView),
     Agent(AgentView),
     Conversation(ConversationView),
@@ -117,6 +129,16 @@ pub enum View {
 pub struct FlightView {
     pub flight: Flight,
     pub updates: Vec<FlightUpdate>,
+}
+
+/// Every agent (by name), every flight not yet ended (oldest first, without its
+/// updates: the flight record has its state and summary) and every approval waiting for
+/// a decision (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub agents: Vec<Agent>,
+    pub flights: Vec<Flight>,
+    pub approvals: Vec<Approval>,
 }
 
 /// An agent and its flights not yet ended (running, waiting, queued), oldest first,
@@ -171,6 +193,9 @@ mod tests {
     fn a_request_names_one_scope() {
         let r: WatchRequest = serde_json::from_value(json!({"flight": "flt_1"})).unwrap();
         assert_eq!(r.scope(), Ok(Scope::Flight("flt_1".into())));
+        let r: WatchRequest = serde_json::from_value(json!({"fleet": true})).unwrap();
+        assert_eq!(r.scope(), Ok(Scope::Fleet));
+        assert_eq!(WatchRequest::from(&Scope::Fleet), r);
         let r: WatchRequest =
             serde_json::from_value(json!({"conversation": "channel.shared"})).unwrap();
         assert_eq!(
@@ -184,6 +209,9 @@ mod tests {
         for bad in [
             json!({}),
             json!({"flight": "f", "agent": "a"}),
+            json!({"fleet": true, "agent": "a"}),
+            json!({"fleet": false}),
+            json!({"fleet": true, "limit": 3}),
             json!({"agent": "a", "limit": 3}),
             json!({"conversation": "c", "limit": MAX_MESSAGES + 1}),
         ] {

@@ -151,6 +151,11 @@ pub struct ApprovalPolicy {
     /// Accept every file change automatically.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_file_changes: bool,
+    /// An approval no rule decided and nobody answered within this many seconds is
+    /// declined, recorded as decided by `policy:timeout:<N>s`. `None`: it waits for a
+    /// person, however long (until its turn ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
 }
 
 /// What a client sends to register an agent.

@@ -36,14 +36,16 @@
 
 use std::sync::Arc;
 
-use relay_protocol::domain::{Flight, FlightUpdate};
+use relay_protocol::domain::{Agent, Approval, ApprovalState, Flight, FlightUpdate};
 use relay_protocol::event::{Event, EventBody};
-use relay_protocol::watch::{AgentView, ConversationView, FlightView, Scope, Snapshot, View};
+use relay_protocol::watch::{
+    AgentView, ConversationView, FleetView, FlightView, Scope, Snapshot, View,
+};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
-use crate::store::Store;
+use crate::store::{Store, T};
 
 /// Events read from the log per step while rolling a snapshot forward.
 const ROLL_PAGE: usize = 1024;
@@ -81,6 +83,18 @@ pub fn snapshot(store: &Store, scope: &Scope) -> Result<Snapshot, BrokerError> {
 /// The scope's records as the projections hold them now.
 fn read_view(store: &Store, scope: &Scope) -> Result<View, BrokerError> {
     Ok(match scope {
+        Scope::Fleet => {
+            let mut agents: Vec<Agent> = store.values(T::Agents)?;
+            agents.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+            let mut approvals: Vec<Approval> = store.values(T::Approvals)?;
+            approvals.retain(|a| a.state == ApprovalState::Pending);
+            approvals.sort_by(|a, b| a.id.cmp(&b.id));
+            View::Fleet(FleetView {
+                agents,
+                flights: store.live_flights()?,
+                approvals,
+            })
+        }
         Scope::Flight(id) => {
             let flight = store
                 .flight(id)?
@@ -122,6 +136,17 @@ fn flight_view(store: &Store, flight: Flight) -> Result<FlightView, BrokerError>
 pub fn matches(scope: &Scope, event: &Event) -> bool {
     use EventBody as B;
     match (scope, &event.body) {
+        (Scope::Fleet, body) => matches!(
+            body,
+            B::AgentRegistered { .. }
+                | B::AgentUpdated { .. }
+                | B::AgentRemoved { .. }
+                | B::ThreadLost { .. }
+                | B::InvocationCreated { .. }
+                | B::FlightUpdated { .. }
+                | B::ApprovalRequested { .. }
+                | B::ApprovalDecided { .. }
+        ),
         (Scope::Flight(id), B::FlightUpdated { update, .. }) => update.flight == *id,
         (Scope::Agent(name), body) => match body {
             B::AgentRegistered { agent } | B::AgentUpdated { agent } => agent.spec.name == *name,
@@ -143,6 +168,7 @@ pub fn matches(scope: &Scope, event: &Event) -> bool {
 fn apply(store: &Store, view: &mut View, event: &Event) -> Result<(), BrokerError> {
     use EventBody as B;
     match (view, &event.body) {
+        (View::Fleet(v), body) => apply_fleet(v, body),
         (View::Flight(v), B::FlightUpdated { update, flight }) => {
             extend(v, update, flight);
         }
@@ -196,6 +222,47 @@ fn apply(store: &Store, view: &mut View, event: &Event) -> Result<(), BrokerErro
         _ => {}
     }
     Ok(())
+}
+
+/// Applies one event to the fleet: each record it carries replaces the one held (by
+/// key); a flight that ended and an approval decided or expired leave the view.
+fn apply_fleet(v: &mut FleetView, body: &EventBody) {
+    use EventBody as B;
+    match body {
+        B::AgentRegistered { agent } | B::AgentUpdated { agent } => {
+            match v
+                .agents
+                .binary_search_by(|a| a.spec.name.cmp(&agent.spec.name))
+            {
+                Ok(i) => v.agents[i] = agent.clone(),
+                Err(i) => v.agents.insert(i, agent.clone()),
+            }
+        }
+        B::AgentRemoved { name, .. } => v.agents.retain(|a| a.spec.name != *name),
+        B::InvocationCreated { flight, .. } | B::FlightUpdated { flight, .. } => {
+            let at = v.flights.binary_search_by(|f| f.id.cmp(&flight.id));
+            match (at, flight.state.is_terminal()) {
+                (Ok(i), true) => {
+                    v.flights.remove(i);
+                }
+                (Ok(i), false) => v.flights[i] = flight.clone(),
+                (Err(i), false) => v.flights.insert(i, flight.clone()),
+                (Err(_), true) => {}
+            }
+        }
+        B::ApprovalRequested { approval } | B::ApprovalDecided { approval } => {
+            let at = v.approvals.binary_search_by(|a| a.id.cmp(&approval.id));
+            match (at, approval.state == ApprovalState::Pending) {
+                (Ok(i), true) => v.approvals[i] = approval.clone(),
+                (Ok(i), false) => {
+                    v.approvals.remove(i);
+                }
+                (Err(i), true) => v.approvals.insert(i, approval.clone()),
+                (Err(_), false) => {}
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The flight after `update`, with `update` appended unless the read had it.

@@ -111,7 +111,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
         runtime.threads().dispatch_state(&invocation).await.unwrap(),
         Some(DispatchState::Started)
     );
-    let (_plane, _task) = Plane::start(broker.clone(), runtime, reports)
+    let (_plane, _task) = Plane::start(broker.clone(), runtime, reports, None)
         .await
         .unwrap();
     let f = broker.store().flight(&flight).unwrap().unwrap();

@@ -1,6 +1,6 @@
 //! Snapshot, then follow, over a real (temporary) sled store and the real writer: while
 //! flights stream deltas, an agent changes state and messages are posted, watchers of a
-//! flight, an agent and a conversation join at spread moments (after the k-th event
+//! flight, an agent, a conversation and the fleet join at spread moments (after the k-th event
 //! committed). Each snapshot must equal the scope rebuilt from the log up to its seq
 //! (written out here, independently of the implementation), and the events each
 //! watcher follows must be exactly the scope's events in the log after that seq.
@@ -14,12 +14,13 @@ use relay_broker::store::Store;
 use relay_broker::watch::watch;
 use relay_broker::{Broker, BrokerConfig, BrokerError, Command};
 use relay_protocol::domain::{
-    AgentSpec, AgentState, FlightChange, FlightState, Harness, InvokeRequest, PostMessage,
+    AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalKind, ApprovalRequest,
+    ApprovalState, FlightChange, FlightState, Harness, InvokeRequest, PostMessage,
     DEFAULT_CONVERSATION,
 };
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{
-    AgentView, ConversationView, FlightView, Scope, Snapshot, View, MAX_MESSAGES,
+    AgentView, ConversationView, FleetView, FlightView, Scope, Snapshot, View, MAX_MESSAGES,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +85,36 @@ async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
                 .await
                 .unwrap(),
             );
+            // An approval asked now and then, decided a little later: the fleet's.
+            if d % 50 == 5 {
+                let request = ApprovalRequest {
+                    flight: id.clone(),
+                    kind: ApprovalKind::Command,
+                    detail: format!("cargo test {f}.{d}"),
+                    reason: None,
+                    harness_request_id: format!("r{f}.{d}"),
+                };
+                let asked = Command::RequestApproval {
+                    agent: "a1".into(),
+                    request,
+                };
+                pending.push(b.submit(asked).await.unwrap());
+            }
+            if d % 50 == 30 {
+                let open: Vec<_> = b
+                    .store()
+                    .read(|s| s.values::<Approval>(relay_broker::store::T::Approvals))
+                    .await
+                    .unwrap();
+                for a in open
+                    .into_iter()
+                    .filter(|a| a.state == ApprovalState::Pending)
+                {
+                    b.decide_approval(&a.id, ApprovalDecision::Accept, "operator")
+                        .await
+                        .unwrap();
+                }
+            }
             if d % 10 == 0 {
                 let post = PostMessage {
                     conversation: DEFAULT_CONVERSATION.into(),
@@ -120,6 +151,41 @@ async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
 fn rebuilt(log: &[Event], scope: &Scope, seq: u64) -> View {
     let upto = || log.iter().filter(move |e| e.seq <= seq);
     match scope {
+        Scope::Fleet => {
+            let mut agents = BTreeMap::new();
+            let mut flights = BTreeMap::new();
+            let mut approvals = BTreeMap::new();
+            for e in upto() {
+                match &e.body {
+                    EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
+                        agents.insert(agent.spec.name.clone(), agent.clone());
+                    }
+                    EventBody::AgentRemoved { name, .. } => {
+                        agents.remove(name);
+                    }
+                    EventBody::InvocationCreated { flight, .. }
+                    | EventBody::FlightUpdated { flight, .. } => {
+                        flights.insert(flight.id.clone(), flight.clone());
+                    }
+                    EventBody::ApprovalRequested { approval }
+                    | EventBody::ApprovalDecided { approval } => {
+                        approvals.insert(approval.id.clone(), approval.clone());
+                    }
+                    _ => {}
+                }
+            }
+            View::Fleet(FleetView {
+                agents: agents.into_values().collect(),
+                flights: flights
+                    .into_values()
+                    .filter(|f| !f.state.is_terminal())
+                    .collect(),
+                approvals: approvals
+                    .into_values()
+                    .filter(|a| a.state == ApprovalState::Pending)
+                    .collect(),
+            })
+        }
         Scope::Flight(id) => {
             let mut view = None;
             for e in upto() {
@@ -205,6 +271,17 @@ fn rebuilt(log: &[Event], scope: &Scope, seq: u64) -> View {
 /// Whether an event is of the scope, written out.
 fn of_scope(scope: &Scope, e: &Event) -> bool {
     match (scope, &e.body) {
+        (
+            Scope::Fleet,
+            EventBody::AgentRegistered { .. }
+            | EventBody::AgentUpdated { .. }
+            | EventBody::AgentRemoved { .. }
+            | EventBody::ThreadLost { .. }
+            | EventBody::InvocationCreated { .. }
+            | EventBody::FlightUpdated { .. }
+            | EventBody::ApprovalRequested { .. }
+            | EventBody::ApprovalDecided { .. },
+        ) => true,
         (Scope::Flight(id), EventBody::FlightUpdated { update, .. }) => update.flight == *id,
         (
             Scope::Agent(n),
@@ -280,6 +357,7 @@ async fn watchers_joining_under_load_get_an_exact_snapshot_then_every_event_once
             }
         }
         let mut scopes = vec![
+            Scope::Fleet,
             Scope::Agent("a1".into()),
             Scope::Conversation {
                 id: DEFAULT_CONVERSATION.into(),
@@ -298,18 +376,24 @@ async fn watchers_joining_under_load_get_an_exact_snapshot_then_every_event_once
     let flights = driver.await.unwrap();
     assert_eq!(flights.len(), 3);
     let log = whole_log(&b).await;
+    let asked = |e: &&Event| matches!(e.body, EventBody::ApprovalRequested { .. });
+    assert!(
+        log.iter().filter(asked).count() >= 6,
+        "approvals came and went"
+    );
     let mut scopes = BTreeMap::new();
     for w in watchers {
         let (scope, snapshot, mut followed) = w.await.unwrap();
         check(&log, &scope, &snapshot, &mut followed).await;
         let kind = match scope {
+            Scope::Fleet => "fleet",
             Scope::Flight(_) => "flight",
             Scope::Agent(_) => "agent",
             Scope::Conversation { .. } => "conversation",
         };
         *scopes.entry(kind).or_insert(0) += 1;
     }
-    assert_eq!(scopes.len(), 3, "every scope was watched: {scopes:?}");
+    assert_eq!(scopes.len(), 4, "every scope was watched: {scopes:?}");
 }
 
 #[tokio::test]

@@ -289,6 +289,12 @@ impl Service {
     /// client starts a consumer there and drops what has `Relay-Seq` <= the seq.
     async fn snapshot(&self, scope: Scope) -> Result<SnapshotReply, BrokerError> {
         let stream_last = match scope {
+            // Its events are on many subjects and in no one stream.
+            Scope::Fleet => {
+                return Err(BrokerError::Invalid(
+                    "the fleet is watched over HTTP (GET /v1/watch?fleet=true), not on the bus: watch a flight, an agent or a conversation".into(),
+                ))
+            }
             Scope::Flight(_) | Scope::Agent(_) => Some(
                 self.js
                     .get_stream(subjects::FLIGHT_STREAM)
@@ -304,6 +310,11 @@ impl Service {
         };
         let (snapshot, _) = crate::watch::watch(&self.broker, scope).await?;
         let subject = match &snapshot.view {
+            View::Fleet(_) => {
+                return Err(BrokerError::Invalid(
+                    "the fleet is not watched on the bus".into(),
+                ))
+            }
             View::Flight(v) => subjects::flight(&v.flight.agent, &v.flight.id),
             View::Agent(v) => subjects::agent_flights(&v.agent.spec.name),
             View::Conversation(v) => subjects::conversation(&v.conversation.spec.id),

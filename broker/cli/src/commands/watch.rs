@@ -1,4 +1,4 @@
-//! `relay watch`: a flight's, an agent's or a conversation's snapshot, then its events
+//! `relay watch`: the fleet's, a flight's, an agent's or a conversation's snapshot, then its events
 //! live, from `GET /v1/watch` (the broker makes the snapshot exact at a seq and follows
 //! from there: nothing is missed or shown twice).
 
@@ -14,8 +14,13 @@ use crate::terminal::{errln, jsonln};
 use crate::views::watch::WatchView;
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("scope").required(true).args(["flight", "agent", "conversation"])))]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["fleet", "flight", "agent", "conversation"])))]
 pub struct WatchArgs {
+    /// Watch the whole fleet (what the dashboard shows): every agent, the flights not
+    /// ended and the approvals waiting, then each change of state, new flight and
+    /// approval (not the streamed text) until interrupted.
+    #[arg(long)]
+    fleet: bool,
     /// Watch one flight: its record and every update so far, then each new update;
     /// ends with the flight (exit 0 when it completed, 1 when it failed or was
     /// cancelled).
@@ -40,6 +45,7 @@ pub struct WatchArgs {
 /// `relay watch`.
 pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
     let WatchArgs {
+        fleet,
         flight,
         agent,
         conversation,
@@ -47,6 +53,7 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
         json,
     } = args;
     let scope = match (flight, agent, conversation) {
+        _ if fleet => Scope::Fleet,
         (Some(f), _, _) => Scope::Flight(f),
         (_, Some(a), _) => Scope::Agent(a),
         (_, _, Some(id)) => Scope::Conversation { id, limit },
@@ -86,7 +93,7 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
                             state = Some(flight.state);
                         }
                     }
-                    show(json, data, || view.event(flight_scope, &e));
+                    show(json, data, || view.event(&scope, &e));
                 }),
             };
             match shown {

@@ -5,7 +5,7 @@
 
 use relay_protocol::domain::{FlightChange, FlightUpdate};
 use relay_protocol::event::{Event, EventBody};
-use relay_protocol::watch::{Snapshot, View};
+use relay_protocol::watch::{Scope, Snapshot, View};
 
 use super::print_message;
 use crate::terminal::{one_line, out, outln};
@@ -19,6 +19,24 @@ pub struct WatchView {
 impl WatchView {
     pub fn snapshot(&mut self, s: &Snapshot) {
         match &s.view {
+            View::Fleet(v) => {
+                outln!(
+                    "fleet: {} agents, {} flights not ended, {} approvals waiting (at seq {})",
+                    v.agents.len(),
+                    v.flights.len(),
+                    v.approvals.len(),
+                    s.seq
+                );
+                for a in &v.agents {
+                    outln!("  agent {} ({}): {}", a.spec.name, a.spec.harness, a.state);
+                }
+                for f in &v.flights {
+                    outln!("  flight {} of {}: {}", f.id, f.agent, f.state);
+                }
+                for a in &v.approvals {
+                    print_approval(a);
+                }
+            }
             View::Flight(v) => {
                 let f = &v.flight;
                 outln!(
@@ -67,10 +85,19 @@ impl WatchView {
         }
     }
 
-    /// One followed event (a flight's update, or an agent's or a conversation's event).
-    pub fn event(&mut self, flight_scope: bool, e: &Event) {
+    /// One followed event (a flight's update, or an agent's, a conversation's or the
+    /// fleet's event). The fleet's flights show their changes of state only.
+    pub fn event(&mut self, scope: &Scope, e: &Event) {
         match &e.body {
-            EventBody::FlightUpdated { update, .. } if flight_scope => self.update(update),
+            EventBody::FlightUpdated { update, .. } if matches!(scope, Scope::Flight(_)) => {
+                self.update(update)
+            }
+            EventBody::FlightUpdated { update, .. }
+                if *scope == Scope::Fleet
+                    && !matches!(update.change, FlightChange::State { .. }) => {}
+            EventBody::ApprovalRequested { approval } | EventBody::ApprovalDecided { approval } => {
+                print_approval(approval)
+            }
             EventBody::FlightUpdated { update, .. } => outln!(
                 "flight {} #{} {}",
                 update.flight,
@@ -119,6 +146,22 @@ impl WatchView {
             self.mid_line = false;
         }
     }
+}
+
+/// An approval on one line: its state, agent, flight and command.
+fn print_approval(a: &relay_protocol::domain::Approval) {
+    let decided = match (&a.decision, &a.decided_by) {
+        (Some(d), Some(by)) => format!(" {d} by {by}"),
+        _ => String::new(),
+    };
+    outln!(
+        "  approval {} {}{decided}: {} in flight {}: {}",
+        a.id,
+        a.state,
+        a.agent,
+        a.request.flight,
+        one_line(&a.request.detail)
+    );
 }
 
 /// A flight change on one line.

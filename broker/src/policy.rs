@@ -213,6 +213,7 @@ mod tests {
             accept_commands: accept.iter().map(|s| s.to_string()).collect(),
             decline_commands: decline.iter().map(|s| s.to_string()).collect(),
             accept_file_changes: false,
+            timeout_secs: None,
         }
     }
 

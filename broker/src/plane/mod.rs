@@ -8,7 +8,9 @@
 //!   order it arrived. The replies are awaited by a separate drain task, so a stream of
 //!   deltas costs one group commit per batch, not one flush per delta.
 //! - Approvals: a requested approval is persisted; the agent's policy may decide it at
-//!   once (recorded as `policy:...`), otherwise a person does through the API.
+//!   once (recorded as `policy:...`), otherwise a person does through the API, told by
+//!   the notify command, or the agent's approval timeout declines it
+//!   ([`crate::alerts`]).
 //!
 //! This file holds [`Plane`] and its start; `dispatch.rs` the dispatch of flights (and
 //! recovery at start), `reports.rs` the reports of the embedded runtime and the approval
@@ -24,6 +26,7 @@ use relay_runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::alerts::Notifier;
 use crate::broker::Broker;
 use crate::error::BrokerError;
 use crate::ports::FlightControl;
@@ -47,6 +50,8 @@ pub struct Plane {
     remote: Arc<tokio::sync::OnceCell<mpsc::Sender<(String, Dispatch)>>>,
     /// NATS is configured (if not yet reached): remote flights wait for it.
     nats_expected: Arc<std::sync::atomic::AtomicBool>,
+    /// Runs the user's command when an approval waits for a person.
+    notifier: Option<Notifier>,
 }
 
 impl Plane {
@@ -56,6 +61,7 @@ impl Plane {
         broker: Broker,
         runtime: Runtime,
         reports: mpsc::Receiver<Report>,
+        notifier: Option<Notifier>,
     ) -> Result<(Plane, JoinHandle<()>), BrokerError> {
         let plane = Plane {
             broker,
@@ -63,6 +69,7 @@ impl Plane {
             nats: Arc::new(tokio::sync::OnceCell::new()),
             remote: Arc::new(tokio::sync::OnceCell::new()),
             nats_expected: Arc::default(),
+            notifier,
         };
         let from_seq = plane.broker.last_seq();
         // Reports must flow before recovery dispatches anything, or a full report

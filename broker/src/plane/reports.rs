@@ -2,7 +2,7 @@
 //! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
 //! its agent's policy applied (`apply_policy`).
 
-use relay_protocol::domain::Approval;
+use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy};
 use relay_protocol::runtime::Report;
 use tokio::sync::{mpsc, oneshot};
 
@@ -153,6 +153,7 @@ impl Plane {
         };
         let decision = crate::policy::decide(&agent.spec.approval_policy, &approval);
         let Some((decision, by)) = decision else {
+            self.waits_for_person(&agent.spec.approval_policy, approval);
             return;
         };
         let control = control(self);
@@ -168,5 +169,41 @@ impl Plane {
         if let Err(e) = decided {
             tracing::warn!(approval = %approval.id, error = %e, "policy decision not applied");
         }
+    }
+}
+
+impl Plane {
+    /// No rule decided `approval`: tell the user (`--notify-command`), and decline it
+    /// if nobody answers within the agent's timeout (see [`crate::alerts`]).
+    fn waits_for_person(&self, policy: &ApprovalPolicy, approval: Approval) {
+        if let Some(notifier) = &self.notifier {
+            notifier.approval_waits(&approval);
+        }
+        let Some(secs) = policy.timeout_secs else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+            let decided = crate::ops::decide(
+                &this.broker,
+                Some(&control(&this)),
+                &approval.id,
+                ApprovalDecision::Decline,
+                &crate::alerts::timeout_decider(secs),
+                true,
+            )
+            .await;
+            match decided {
+                Ok(_) => {
+                    tracing::info!(approval = %approval.id, secs, "approval declined at its timeout")
+                }
+                // Someone decided first, or its turn ended.
+                Err(BrokerError::ApprovalClosed(_)) => {}
+                Err(e) => {
+                    tracing::warn!(approval = %approval.id, error = %e, "approval timeout not applied")
+                }
+            }
+        });
     }
 }

@@ -77,6 +77,12 @@ pub enum AgentCmd {
         /// (repeatable; same syntax as --auto-accept).
         #[arg(long = "auto-decline", value_name = "RULE")]
         auto_decline: Vec<String>,
+        /// Decline an approval request that no rule decided and nobody answered within
+        /// SECS seconds; it is recorded as decided by `policy:timeout:<SECS>s`. Without
+        /// it, a request waits for a person however long (until its turn ends): `relay
+        /// up --notify-command` and the dashboard tell you it waits.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        approval_timeout: Option<u64>,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -158,6 +164,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             wake,
             auto_accept,
             auto_decline,
+            approval_timeout,
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
@@ -216,6 +223,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                             accept_commands: auto_accept,
                             decline_commands: auto_decline,
                             accept_file_changes: false,
+                            timeout_secs: approval_timeout,
                         },
                         pane,
                         turn_timeout_secs: turn_timeout,
@@ -318,6 +326,20 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                             spec.socket
                         ),
                     }
+                }
+                let policy = &a.spec.approval_policy;
+                for rule in &policy.accept_commands {
+                    outln!("accept    {rule}");
+                }
+                for rule in &policy.decline_commands {
+                    outln!("decline   {rule}");
+                }
+                match policy.timeout_secs {
+                    Some(secs) => outln!("approvals declined when nobody answers within {secs} s"),
+                    None if a.spec.harness.capabilities().approvals => {
+                        outln!("approvals wait for a person (no --approval-timeout)")
+                    }
+                    None => {}
                 }
                 for line in capability_lines(a.spec.harness) {
                     outln!("{line}");

@@ -32,6 +32,14 @@ pub struct UpArgs {
     /// Hidden: tests lower it.
     #[arg(long, hide = true, env = "RELAY_MAX_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_connections: usize,
+    /// A command of yours (run with `sh -c`) for when an approval waits for a person:
+    /// it runs once per approval, with RELAY_APPROVAL_ID, RELAY_APPROVAL_AGENT,
+    /// RELAY_APPROVAL_FLIGHT, RELAY_APPROVAL_KIND, RELAY_APPROVAL_COMMAND and
+    /// RELAY_APPROVAL_REASON (control characters escaped) and RELAY_DASHBOARD in its
+    /// environment, e.g. `notify-send "Relay: $RELAY_APPROVAL_AGENT asks" "$RELAY_APPROVAL_COMMAND"`.
+    /// Killed if still running after 60 s.
+    #[arg(long, value_name = "CMD", env = "RELAY_NOTIFY_COMMAND")]
+    notify_command: Option<String>,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -62,6 +70,7 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
         },
         // This program: the agents' sessions run `relay ask` and `relay mcp` with it.
         relay_program: std::env::current_exe().ok(),
+        notify_command: args.notify_command,
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,166 @@
+//! An approval that waits for a person must not wait unseen (agents left idle overnight
+//! on a question nobody saw is the top complaint with the peers). When an approval is
+//! recorded and no rule of its agent's policy decided it:
+//!
+//! - the user's `relay up --notify-command CMD` runs, once for that approval, in the
+//!   background: `/bin/sh -c CMD` with `relay up`'s environment (so a desktop notifier
+//!   finds the display) plus the approval's `RELAY_APPROVAL_ID`, `_AGENT`, `_FLIGHT`,
+//!   `_KIND`, `_COMMAND` and `_REASON` (made inert: control characters and newlines
+//!   escaped, [`relay_protocol::text::one_line`]) and `RELAY_DASHBOARD` (the page of
+//!   approvals). The approval's text only ever reaches the command as variables, never
+//!   as part of the command line. The command gets [`NOTIFY_DEADLINE`] to finish; then
+//!   its process group is killed. What it prints is logged.
+//! - the agent's `--approval-timeout SECS` starts: an approval still pending after it is
+//!   declined, recorded as decided by `policy:timeout:<SECS>s`, like any decision (the
+//!   harness gets the answer first). Without one, an approval waits for a person until
+//!   its turn ends.
+//!
+//! Neither survives a restart of the broker, and neither needs to: a restart ends the
+//! turns that were waiting, and their approvals expire with them (`relay:restart`).
+
+use std::collections::{HashSet, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use relay_protocol::domain::Approval;
+use relay_protocol::text::one_line;
+
+/// How long the notify command may run.
+pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(60);
+/// Approvals remembered as notified (a report delivered twice notifies once).
+const REMEMBERED: usize = 4096;
+/// Most of the command's output that is logged.
+const LOGGED_OUTPUT: usize = 2048;
+
+/// `relay up --notify-command`: what runs when an approval waits for a person.
+#[derive(Clone)]
+pub struct Notifier {
+    command: Arc<str>,
+    /// `http://127.0.0.1:PORT/#/approvals`
+    dashboard: Arc<str>,
+    notified: Arc<Mutex<Remembered>>,
+}
+
+#[derive(Default)]
+struct Remembered {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Remembered {
+    /// Whether `id` is new (and remember it).
+    fn first(&mut self, id: &str) -> bool {
+        if !self.ids.insert(id.to_string()) {
+            return false;
+        }
+        self.order.push_back(id.to_string());
+        if self.order.len() > REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+impl Notifier {
+    /// `command` runs with `sh -c`; `dashboard` is the broker's page (`http://HOST:PORT/`).
+    pub fn new(command: &str, dashboard: &str) -> Notifier {
+        Notifier {
+            command: Arc::from(command),
+            dashboard: Arc::from(format!("{}/#/approvals", dashboard.trim_end_matches('/'))),
+            notified: Arc::default(),
+        }
+    }
+
+    /// Runs the command for `approval` in the background, unless it ran for it already.
+    pub fn approval_waits(&self, approval: &Approval) {
+        let first = self
+            .notified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first(&approval.id);
+        if !first {
+            return;
+        }
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&*self.command)
+            .env_remove("RELAY_TOKEN")
+            .env("RELAY_APPROVAL_ID", &approval.id)
+            .env("RELAY_APPROVAL_AGENT", &approval.agent)
+            .env("RELAY_APPROVAL_FLIGHT", &approval.request.flight)
+            .env("RELAY_APPROVAL_KIND", approval.request.kind.to_string())
+            .env("RELAY_APPROVAL_COMMAND", one_line(&approval.request.detail))
+            .env(
+                "RELAY_APPROVAL_REASON",
+                one_line(approval.request.reason.as_deref().unwrap_or("")),
+            )
+            .env("RELAY_DASHBOARD", &*self.dashboard)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let id = approval.id.clone();
+        tokio::spawn(async move { run(cmd, &id).await });
+    }
+}
+
+/// Runs the notify command to its end or its deadline, and logs how it went.
+async fn run(mut cmd: tokio::process::Command, approval: &str) {
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            tracing::warn!(%approval, error = %e, "the notify command did not start");
+            return;
+        }
+    };
+    let group = child.id();
+    match tokio::time::timeout(NOTIFY_DEADLINE, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let said = |bytes: &[u8]| {
+                let text = String::from_utf8_lossy(bytes);
+                one_line(text.get(..LOGGED_OUTPUT).unwrap_or(&text).trim())
+            };
+            let (stdout, stderr) = (said(&out.stdout), said(&out.stderr));
+            if out.status.success() {
+                tracing::info!(%approval, %stdout, %stderr, "notify command ran");
+            } else {
+                tracing::warn!(%approval, status = %out.status, %stdout, %stderr, "notify command failed");
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(%approval, error = %e, "notify command"),
+        Err(_) => {
+            // The shell is killed with its future; its children too, with the group.
+            if let Some(pid) = group.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            tracing::warn!(%approval, deadline = ?NOTIFY_DEADLINE, "notify command killed at its deadline");
+        }
+    }
+}
+
+/// `policy:timeout:<SECS>s`: who an approval's timeout decides as.
+pub fn timeout_decider(secs: u64) -> String {
+    format!("policy:timeout:{secs}s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_is_notified_once_and_memory_is_bounded() {
+        let mut r = Remembered::default();
+        assert!(r.first("a"));
+        assert!(!r.first("a"));
+        for i in 0..REMEMBERED + 10 {
+            r.first(&i.to_string());
+        }
+        assert_eq!(r.ids.len(), REMEMBERED);
+        assert_eq!(r.order.len(), REMEMBERED);
+        assert!(r.first("a"), "the oldest ids are forgotten first");
+    }
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Relay and its tests need, idempotently: nats-server and tmux from Debian
-# packages, the pinned agent CLIs from npm into a cache outside the checkout (keyed by
+# Installs what Relay and its tests need, idempotently: nats-server, tmux, and Chromium
+# with its chromedriver (the dashboard's browser tests) from Debian packages, the pinned agent CLIs from npm into a cache outside the checkout (keyed by
 # version, so a fresh clone does not download them again), and the Rust build.
 #
 #   ops/setup.sh                 everything
@@ -26,6 +26,9 @@ need_pkgs=()
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_pkgs+=(nats-server)
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
 command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
+# Where the browser tests look for them (tests/src/browser.rs), whatever is on PATH.
+[ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo -n"

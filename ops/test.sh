@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it: set-up, formatting, lints, the dependency
 # check (cargo deny, deny.toml), then every test (unit, real processes, real nats-server,
-# the real pinned agent CLIs).
+# the real pinned agent CLIs, a real headless Chromium), and where their artifacts are.
 #
 # The advisory check needs the RustSec database, a git repository on GitHub. Where it
 # cannot be fetched (no route to GitHub), the advisories are reported NOT checked and the
@@ -26,8 +26,14 @@ else
   echo "test: WARNING: advisories NOT checked: the RustSec advisory database cannot be fetched (above; set RELAY_REQUIRE_ADVISORIES=1 to fail instead)" >&2
 fi
 echo "== tests" >&2
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast --failure-output final
+  cargo nextest run --workspace --no-fail-fast --failure-output final || status=$?
 else
-  cargo test --workspace --no-fail-fast
+  cargo test --workspace --no-fail-fast || status=$?
 fi
+# The browser tests' screenshots (tests/src/browser.rs: artifacts_dir), failed run or not.
+artifacts="${RELAY_TEST_ARTIFACTS:-target/test-artifacts}"
+case "$artifacts" in /*) ;; *) artifacts="$PWD/$artifacts" ;; esac
+echo "test: artifacts (browser screenshots) in $artifacts" >&2
+exit "$status"

@@ -1,17 +1,19 @@
 //! Helpers shared by the integration tests: the `relay` binary as a real process
 //! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API; waiting
 //! for something to happen ([`wait_until`], the one polling loop) and reading processes
-//! ([`procs`], the one reader of `/proc`).
+//! ([`procs`], the one reader of `/proc`); a headless Chromium ([`browser::Browser`]).
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 //!
 //! Layering: [`environ`] depends on [`load`]; [`harness_events`] and [`nats`] on
-//! [`procs`]; [`agents`] on the process handles here and [`wait`]; the other modules on
-//! none. The crate depends on every other crate of the workspace, and none on it.
+//! [`procs`]; [`browser`] on [`procs`] and [`wait`]; [`agents`] on the process handles
+//! here and [`wait`]; the other modules on none. The crate depends on every other crate
+//! of the workspace, and none on it.
 
 pub mod agents;
 pub mod bench;
+pub mod browser;
 pub mod codex_turns;
 pub mod environ;
 pub mod harness_events;

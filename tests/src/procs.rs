@@ -1,6 +1,6 @@
 //! The processes the tests start and watch, read from `/proc` in one place: whether a pid
 //! is alive, the members of a process group, a process's children, the processes running
-//! one command line, a process's resident memory, and signals.
+//! one command line (or naming a path in one), a process's resident memory, and signals.
 //!
 //! A zombie (exited, not yet reaped by its parent) counts as gone everywhere: it runs
 //! nothing and holds nothing but its `/proc` entry.
@@ -104,11 +104,17 @@ pub fn cmdline(pid: u32) -> Option<Vec<String>> {
 
 /// Live processes whose command line is exactly `argv`.
 pub fn running(argv: &[&str]) -> Vec<u32> {
-    live()
-        .into_iter()
-        .map(|s| s.pid)
-        .filter(|&pid| cmdline(pid).is_some_and(|c| c == argv))
-        .collect()
+    live_running(|c| c == argv)
+}
+
+/// Live processes with an argument that contains `needle` (a directory of the test's own
+/// that every process of a fixture names, say).
+pub fn mentioning(needle: &str) -> Vec<u32> {
+    live_running(|c| c.iter().any(|a| a.contains(needle)))
+}
+
+fn live_running(keep: impl Fn(&[String]) -> bool) -> Vec<u32> {
+    live_where(|s| cmdline(s.pid).is_some_and(|c| keep(&c)))
 }
 
 /// The resident memory of `pid` (`VmRSS`), in bytes.
@@ -197,6 +203,8 @@ mod tests {
         assert_eq!(group_members(pid), vec![pid]);
         assert!(children(me).contains(&pid));
         assert!(running(&["sleep", "30.5"]).contains(&pid));
+        assert!(mentioning("30.5").contains(&pid));
+        assert!(!mentioning("no process has this argument 30.5").contains(&pid));
         assert!(rss_bytes(pid).unwrap() > 0);
         signal(pid, Signal::KILL);
         // Dead but not reaped: a zombie, already gone for these helpers.

@@ -17,6 +17,8 @@
 //!   another host.
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
 //!   and drained; [`shutdown`]: the signals that stop them.
+//! - [`alerts`]: an approval waiting for a person runs the user's notify command, and
+//!   its agent's timeout declines it (used by `plane`).
 //! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
 //!   by all of the above.
 //!
@@ -28,7 +30,7 @@
 //!
 //! Modules depend one way, each only on the layers above it:
 //!
-//! 1. `error`, `files`, `seal`, `shutdown`, `policy`: no other module;
+//! 1. `error`, `files`, `seal`, `shutdown`, `policy`, `alerts`: no other module;
 //! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
 //!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
@@ -43,6 +45,7 @@
 //! port the domain calls lives in [`ports`]. `tests/tests/module_graph.rs` fails on any
 //! cycle.
 
+pub mod alerts;
 pub mod broker;
 pub mod error;
 pub mod feed;

@@ -42,6 +42,8 @@ pub struct ServerConfig {
     /// The `relay` program: each agent's session gets the broker's URL, its scoped
     /// token and `relay mcp` from it (`None`: sessions run without access to Relay).
     pub relay_program: Option<PathBuf>,
+    /// Runs (`sh -c`) when an approval waits for a person ([`crate::alerts`]).
+    pub notify_command: Option<String>,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -96,7 +98,12 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     let stop = runtime_stop.clone();
     let (runtime, reports) =
         relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
-    let (plane, plane_task) = Plane::start(broker.clone(), runtime.clone(), reports).await?;
+    let notifier = config
+        .notify_command
+        .as_deref()
+        .map(|command| crate::alerts::Notifier::new(command, &url));
+    let (plane, plane_task) =
+        Plane::start(broker.clone(), runtime.clone(), reports, notifier).await?;
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
     let mut bus = None;
     if let Some(nats) = &config.nats {
@@ -165,6 +172,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         control: Some(crate::plane::control(&plane)),
         nats: nats_status,
         shutdown: shutdown.clone(),
+        web: Arc::new(crate::http::WebAuth::new(&url)),
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");

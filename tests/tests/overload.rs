@@ -63,6 +63,7 @@ impl InProcess {
                 turn_idle_timeout: None,
                 http: Default::default(),
                 relay_program: None,
+                notify_command: None,
             },
             shutdown.clone(),
         ));

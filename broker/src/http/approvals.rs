@@ -1,12 +1,12 @@
 //! The approval routes: list approvals and decide one.
 
 use axum::extract::{Path, Query, State};
-use axum::Json;
+use axum::{Extension, Json};
 use relay_protocol::api::{DecideApproval, ErrorCode};
 use relay_protocol::domain::{Approval, ApprovalState};
 use serde::Deserialize;
 
-use super::{ApiJson, ApiResult, ApiState, HttpError};
+use super::{ApiJson, ApiResult, ApiState, HttpError, WebSession};
 use crate::error::quote;
 use crate::store::T;
 
@@ -43,18 +43,25 @@ pub(super) async fn list_approvals(
     ))
 }
 
+/// Decides an approval; a dashboard session's decision is recorded under its name
+/// (`alice@dashboard`), whatever the body says.
 pub(super) async fn decide_approval(
     State(s): State<ApiState>,
     Path(id): Path<String>,
+    session: Option<Extension<WebSession>>,
     ApiJson(body): ApiJson<DecideApproval>,
 ) -> ApiResult<Approval> {
+    let decided_by = match session {
+        Some(Extension(web)) => web.decided_by(),
+        None => body.decided_by,
+    };
     Ok(Json(
         crate::ops::decide(
             &s.broker,
             s.control.as_ref(),
             &id,
             body.decision,
-            &body.decided_by,
+            &decided_by,
             false,
         )
         .await?,

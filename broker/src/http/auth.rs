@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use relay_protocol::api::ErrorCode;
 use relay_protocol::domain::{Flight, FlightState};
 
-use super::{ApiState, HttpError};
+use super::{ApiState, HttpError, WebSession};
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
 use crate::seal::{token_matches, AgentTokens};
@@ -169,6 +169,18 @@ pub(super) async fn require_token(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     let principal = match given {
+        // A dashboard session's cookie, when no token is given.
+        None => match state.web.session(&headers) {
+            Some(session) => web_principal(&headers, req.method(), session)
+                .map(|session| {
+                    req.extensions_mut().insert(session);
+                    Principal::Operator
+                }),
+            None => Err(HttpError::new(
+                ErrorCode::Unauthorized,
+                "a bearer token is required (Authorization: Bearer <token from api.json>), or a dashboard session (relay open)",
+            )),
+        },
         Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => Ok(Principal::Operator),
         Some(t) if AgentTokens::is_agent_token(t) => {
             agent_principal(
@@ -182,10 +194,6 @@ pub(super) async fn require_token(
         Some(_) => Err(HttpError::new(
             ErrorCode::Unauthorized,
             "the bearer token is wrong",
-        )),
-        None => Err(HttpError::new(
-            ErrorCode::Unauthorized,
-            "a bearer token is required (Authorization: Bearer <token from api.json>)",
         )),
     };
     match principal {
@@ -203,6 +211,25 @@ pub(super) async fn require_token(
             refused
         }
     }
+}
+
+/// A dashboard session acts as the operator, but its writes must carry the dashboard's
+/// header (see `web`): a page of another site can send neither.
+fn web_principal(
+    headers: &HeaderMap,
+    method: &Method,
+    session: WebSession,
+) -> Result<WebSession, HttpError> {
+    let marked = headers
+        .get(super::web::DASHBOARD_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"1");
+    if method != Method::GET && !marked {
+        return Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            format!("a dashboard session's {method} must carry the header X-Relay-Dashboard: 1"),
+        ));
+    }
+    Ok(session)
 }
 
 async fn agent_principal(

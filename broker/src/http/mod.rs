@@ -13,7 +13,8 @@
 //! what an agent's token may do), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
-//! `replay` (a flight, an agent or a conversation read back from the log).
+//! `replay` (a flight, an agent or a conversation read back from the log), and `web`
+//! (the dashboard's page and its login).
 
 mod agents;
 mod approvals;
@@ -24,9 +25,11 @@ mod layers;
 mod messages;
 mod replay;
 mod serve;
+mod web;
 
 pub use auth::Principal;
 pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use web::{WebAuth, WebSession, CODE_LIFETIME};
 
 use std::sync::Arc;
 
@@ -59,6 +62,8 @@ pub struct ApiState {
     pub nats: Option<NatsStatusFn>,
     /// Ends live streams, so a graceful shutdown does not wait on open SSE clients.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The dashboard's login links and sessions.
+    pub web: Arc<WebAuth>,
 }
 
 /// An error as the API answers it.
@@ -162,6 +167,9 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/replay/flights/{id}", get(replay::flight))
         .route("/v1/replay/agents/{name}", get(replay::agent))
         .route("/v1/replay/conversations/{id}", get(replay::conversation))
+        .route("/v1/login", post(web::new_login))
+        .route("/v1/logout", post(web::logout))
+        .route("/v1/session", get(web::whoami))
         .fallback(|| async {
             HttpError::new(
                 ErrorCode::NotFound,
@@ -178,6 +186,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(layers::json_errors))
+        // The page: after the layers above, so it takes the session cookie, not the token.
+        .merge(web::routes())
         .with_state(state)
 }
 

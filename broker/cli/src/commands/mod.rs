@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod events;
 pub mod flight;
 pub mod mcp;
+pub mod open;
 pub mod replay;
 pub mod serve;
 pub mod status;
@@ -105,6 +106,9 @@ or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
     /// transcript, or one JSON document with --json.
     #[command(subcommand)]
     Replay(replay::ReplayCmd),
+    /// Open the dashboard (agents, live flights, approvals to decide, replays): prints
+    /// a one-time login link and, on a desktop, opens it in your browser.
+    Open(open::OpenArgs),
 }
 
 /// Runs `cmd` on the broker `client` talks to.
@@ -128,6 +132,7 @@ pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
         ClientCmd::Watch(args) => return watch::run(client, args).await,
         ClientCmd::Mcp(args) => mcp::run(client, args).await?,
         ClientCmd::Replay(cmd) => replay::run(client, cmd).await?,
+        ClientCmd::Open(args) => open::run(client, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
@@ -19,6 +19,7 @@ use crate::access::RelayAccess;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
 use crate::pinned::PinnedCli;
+use crate::process::lock;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
 };
@@ -307,10 +308,6 @@ struct Shared {
     printed: watch::Sender<u64>,
     /// Set once the reader has reported the pane's end.
     gone: watch::Sender<bool>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {

@@ -19,6 +19,12 @@ use anyhow::{bail, Context};
 use crate::procs::signal;
 use crate::wait::try_wait_until_blocking;
 
+/// The JetStream storage a test server offers. Set, because a nats-server without
+/// `max_file_store` offers 75% of the disk free when it starts, and a CI machine with
+/// little disk left then refused the broker's 1 GiB flight stream in every NATS test.
+/// Nothing a test writes comes near it.
+pub const STORE_LIMIT: u64 = 8 << 30;
+
 /// How long a start or restart may take before it is an error.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a restart keeps retrying while the old socket still holds the port.
@@ -60,15 +66,20 @@ pub struct NatsServer {
 impl NatsServer {
     /// A server without authentication.
     pub fn start() -> anyhow::Result<NatsServer> {
-        Self::launch(None)
+        Self::launch(None, STORE_LIMIT)
+    }
+
+    /// A server without authentication whose JetStream offers only `bytes` of storage.
+    pub fn start_with_store_limit(bytes: u64) -> anyhow::Result<NatsServer> {
+        Self::launch(None, bytes)
     }
 
     /// A server that requires `auth` from every client.
     pub fn start_with_auth(auth: Auth) -> anyhow::Result<NatsServer> {
-        Self::launch(Some(auth))
+        Self::launch(Some(auth), STORE_LIMIT)
     }
 
-    fn launch(auth: Option<Auth>) -> anyhow::Result<NatsServer> {
+    fn launch(auth: Option<Auth>, store_limit: u64) -> anyhow::Result<NatsServer> {
         let dir = tempfile::Builder::new()
             .prefix("relay-nats-")
             .tempdir()
@@ -77,8 +88,11 @@ impl NatsServer {
         let store_dir = dir.path().join("js");
         let conf = dir.path().join("nats.conf");
         let log = dir.path().join("nats.log");
-        std::fs::write(&conf, config_text(port, &store_dir, auth.as_ref()))
-            .with_context(|| format!("writing {}", conf.display()))?;
+        std::fs::write(
+            &conf,
+            config_text(port, &store_dir, store_limit, auth.as_ref()),
+        )
+        .with_context(|| format!("writing {}", conf.display()))?;
         let mut envs = Vec::new();
         if let Some(Auth::RelayUsers {
             broker,
@@ -327,12 +341,12 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn config_text(port: u16, store_dir: &Path, auth: Option<&Auth>) -> String {
+fn config_text(port: u16, store_dir: &Path, store_limit: u64, auth: Option<&Auth>) -> String {
     let store = quote(&store_dir.to_string_lossy());
     // No `http`/`http_port`: the monitoring endpoint stays off.
     let mut conf = format!(
         "listen: 127.0.0.1:{port}\n\
-         jetstream {{\n  store_dir: {store}\n}}\n"
+         jetstream {{\n  store_dir: {store}\n  max_file_store: {store_limit}\n}}\n"
     );
     match auth {
         None => {}
@@ -377,6 +391,7 @@ mod tests {
         let conf = config_text(
             4222,
             Path::new("/tmp/x/js"),
+            1 << 20,
             Some(&Auth::UserPassword {
                 user: "u".into(),
                 password: "p$\"\\".into(),
@@ -384,7 +399,7 @@ mod tests {
         );
         assert_eq!(
             conf,
-            "listen: 127.0.0.1:4222\njetstream {\n  store_dir: \"/tmp/x/js\"\n}\n\
+            "listen: 127.0.0.1:4222\njetstream {\n  store_dir: \"/tmp/x/js\"\n  max_file_store: 1048576\n}\n\
              authorization {\n  user: \"u\"\n  password: \"p$\\\"\\\\\"\n}\n"
         );
     }

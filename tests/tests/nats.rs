@@ -67,6 +67,21 @@ async fn collect_pb(sub: &mut async_nats::Subscriber, flight: &str) -> Vec<pb::F
 
 /// The error of a reply, checking that it is the reply type its subject promises: an
 /// `InvokeReply` from `relay.v1.invoke.*`, a `CommandReply` from `relay.v1.cmd.*`.
+/// Posts `body` to channel.shared over NATS (JSON) and returns the answer.
+async fn post_over_nats(client: &async_nats::Client, body: &str) -> Value {
+    let reply = client
+        .request_with_headers(
+            "relay.v1.cmd.post",
+            json_headers(),
+            json!({"conversation": "channel.shared", "author": "a", "body": body})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    serde_json::from_slice(&reply.payload).unwrap()
+}
+
 fn reply_error(reply: &async_nats::Message, json: bool) -> pb::Error {
     let type_name = reply
         .headers
@@ -623,17 +638,7 @@ async fn wrong_nats_credentials_are_refused_and_right_ones_work() {
             .connect(url.as_str())
             .await
             .unwrap();
-    let reply = client
-        .request_with_headers(
-            "relay.v1.cmd.post",
-            json_headers(),
-            json!({"conversation": "channel.shared", "author": "a", "body": "authed"})
-                .to_string()
-                .into(),
-        )
-        .await
-        .unwrap();
-    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let v = post_over_nats(&client, "authed").await;
     assert_eq!(v["message"]["body"], "authed");
 }
 
@@ -881,4 +886,46 @@ async fn a_broker_started_while_nats_is_down_serves_and_joins_the_bus_later() {
         "over nats"
     );
     assert!(!relay.log_text().contains("urlpass"), "password logged");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_with_too_little_jetstream_storage_is_refused_with_what_to_do() {
+    // What a nearly full disk does to a nats-server without `max_file_store`: it offers
+    // JetStream less than the flight stream's default limit of 1 GiB.
+    let nats = NatsServer::start_with_store_limit(64 << 20).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let err = RelayProcess::start_with(&tmp.path().join("default"), &["--nats", &url], &[])
+        .err()
+        .expect("a 1 GiB stream on a 64 MiB store must be refused");
+    let text = format!("{err:#}");
+    assert!(text.contains("relay up exited with"), "{text}");
+    for hint in [
+        "less JetStream storage than the flight stream's limit of 1073741824 bytes",
+        "insufficient storage resources",
+        "--nats-stream-max-bytes",
+        "max_file_store",
+    ] {
+        assert!(text.contains(hint), "{hint:?} missing from: {text}");
+    }
+
+    // Following the first hint, the same server serves.
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("smaller"),
+        &["--nats", &url, "--nats-stream-max-bytes", "33554432"],
+        &[],
+    )
+    .unwrap();
+    let status = relay.cli_json(&["status", "--json"]);
+    assert_eq!(status["nats"]["state"], "connected", "{status}");
+    let client = async_nats::connect(url.as_str()).await.unwrap();
+    let stream = async_nats::jetstream::new(client.clone())
+        .get_stream(relay_protocol::bus::subjects::FLIGHT_STREAM)
+        .await
+        .unwrap()
+        .cached_info()
+        .clone();
+    assert_eq!(stream.config.max_bytes, 33554432);
+    let v = post_over_nats(&client, "small store").await;
+    assert_eq!(v["message"]["body"], "small store", "{v}");
 }

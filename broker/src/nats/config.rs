@@ -270,13 +270,38 @@ pub async fn ensure_flight_stream(
         },
         ..Default::default()
     };
-    match js.get_stream(subjects::FLIGHT_STREAM).await {
-        Ok(_) => {
-            js.update_stream(stream_config).await?;
-        }
-        Err(_) => {
-            js.create_stream(stream_config).await?;
-        }
+    let made = match js.get_stream(subjects::FLIGHT_STREAM).await {
+        Ok(_) => js.update_stream(stream_config).await.map(drop),
+        Err(_) => js.create_stream(stream_config).await.map(drop),
+    };
+    made.map_err(|e| stream_error(e, config.stream_max_bytes))
+}
+
+/// A refused flight stream, with what to do when the server has too little storage for
+/// its byte limit: a nats-server without `max_file_store` offers JetStream 75% of the
+/// disk that is free when it starts, so a full disk refuses the default 1 GiB.
+fn stream_error(
+    error: async_nats::jetstream::context::CreateStreamError,
+    max_bytes: i64,
+) -> anyhow::Error {
+    use async_nats::jetstream::context::CreateStreamErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    let short = match error.kind() {
+        CreateStreamErrorKind::JetStream(e) => [
+            ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+            ErrorCode::INSUFFICIENT_RESOURCES,
+            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+        ]
+        .contains(&e.error_code()),
+        _ => false,
+    };
+    if !short {
+        return anyhow::Error::new(error).context("creating the flight stream");
     }
-    Ok(())
+    anyhow::anyhow!(
+        "the NATS server has less JetStream storage than the flight stream's limit of \
+         {max_bytes} bytes ({error}): lower --nats-stream-max-bytes, free disk space where \
+         the server stores (without `max_file_store` it offers 75% of the free disk), or \
+         set `max_file_store` in its `jetstream` block"
+    )
 }

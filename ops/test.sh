@@ -14,6 +14,9 @@ cargo fmt --all --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo deny" >&2
+# deny reads the metadata of every platform's crates, and a build fetches only this
+# one's: fetch the rest first (from crates.io; a no-op when they are here).
+cargo fetch --locked --quiet
 # Licenses, duplicate versions (warnings) and sources: Cargo.lock and the registry only.
 cargo deny --offline check --hide-inclusion-graph bans licenses sources
 # A fetch that cannot connect ends in at most 5 minutes, never waits for a prompt.

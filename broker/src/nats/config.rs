@@ -298,10 +298,15 @@ fn stream_error(
     if !short {
         return anyhow::Error::new(error).context("creating the flight stream");
     }
+    // -1 reserves nothing, so only an account's own limit can refuse it.
+    let wanted = match max_bytes {
+        n if n > 0 => format!("the flight stream's limit of {n} bytes"),
+        _ => "the flight stream".to_string(),
+    };
     anyhow::anyhow!(
-        "the NATS server has less JetStream storage than the flight stream's limit of \
-         {max_bytes} bytes ({error}): lower --nats-stream-max-bytes, free disk space where \
-         the server stores (without `max_file_store` it offers 75% of the free disk), or \
-         set `max_file_store` in its `jetstream` block"
+        "the NATS server has less JetStream storage than {wanted} ({error}): lower \
+         --nats-stream-max-bytes, free disk space where the server stores (without \
+         `max_file_store` it offers 75% of the free disk), or set `max_file_store` in its \
+         `jetstream` block"
     )
 }

@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use relay_protocol::domain::Approval;
+use relay_protocol::domain::{truncate_bytes, Approval};
 use relay_protocol::text::one_line;
 
 /// How long the notify command may run.
@@ -120,11 +120,7 @@ async fn run(mut cmd: tokio::process::Command, approval: &str) {
     let group = child.id();
     match tokio::time::timeout(NOTIFY_DEADLINE, child.wait_with_output()).await {
         Ok(Ok(out)) => {
-            let said = |bytes: &[u8]| {
-                let text = String::from_utf8_lossy(bytes);
-                one_line(text.get(..LOGGED_OUTPUT).unwrap_or(&text).trim())
-            };
-            let (stdout, stderr) = (said(&out.stdout), said(&out.stderr));
+            let (stdout, stderr) = (logged(&out.stdout), logged(&out.stderr));
             if out.status.success() {
                 tracing::info!(%approval, %stdout, %stderr, "notify command ran");
             } else {
@@ -140,6 +136,14 @@ async fn run(mut cmd: tokio::process::Command, approval: &str) {
             tracing::warn!(%approval, deadline = ?NOTIFY_DEADLINE, "notify command killed at its deadline");
         }
     }
+}
+
+/// What the command printed, as logged: its first [`LOGGED_OUTPUT`] bytes (cut at a
+/// character boundary), on one inert line.
+fn logged(bytes: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(bytes).into_owned();
+    truncate_bytes(&mut text, LOGGED_OUTPUT);
+    one_line(text.trim())
 }
 
 /// `policy:timeout:<SECS>s`: who an approval's timeout decides as.
@@ -162,5 +166,14 @@ mod tests {
         assert_eq!(r.ids.len(), REMEMBERED);
         assert_eq!(r.order.len(), REMEMBERED);
         assert!(r.first("a"), "the oldest ids are forgotten first");
+    }
+
+    #[test]
+    fn logged_output_is_cut_at_a_character_boundary() {
+        // One byte short of the limit, then a 2-byte character across it.
+        let printed = format!("{}é and more", "a".repeat(LOGGED_OUTPUT - 1));
+        let line = logged(printed.as_bytes());
+        assert_eq!(line, "a".repeat(LOGGED_OUTPUT - 1));
+        assert_eq!(logged(b"  done\n\x1b[0m"), "done\\n\\x1b[0m");
     }
 }

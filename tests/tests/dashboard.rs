@@ -179,11 +179,8 @@ async fn a_flight_asked_with_relay_ask_streams_into_the_page() {
     let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
     let output = f["output"].as_str().unwrap();
     assert!(output.contains("word16"), "{f}");
-    let shown = b
-        .js("document.querySelector('#flight-text').textContent")
-        .await;
     assert_eq!(
-        shown.as_str().unwrap(),
+        shown_text(&b).await,
         output,
         "the page's text is the output"
     );
@@ -207,6 +204,14 @@ async fn a_flight_asked_with_relay_ask_streams_into_the_page() {
         t.contains("slow: word1") && t.contains(output.trim())
     })
     .await;
+}
+
+/// The streamed text the flight view shows (`#flight-text`).
+async fn shown_text(b: &Browser) -> String {
+    let shown = b
+        .js("document.querySelector('#flight-text').textContent")
+        .await;
+    shown.as_str().unwrap().to_string()
 }
 
 /// Waits until `flight` completed; checks its output holds `text`.
@@ -559,11 +564,8 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
             "every delta stored"
         );
     }
-    let shown = b
-        .js("document.querySelector('#flight-text').textContent")
-        .await;
     assert_eq!(
-        shown.as_str().unwrap(),
+        shown_text(&b).await,
         streamed,
         "the page shows every delta, in order"
     );

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs what Relay and its tests need, idempotently: nats-server, tmux, and Chromium
-# with its chromedriver (the dashboard's browser tests) from Debian packages, the pinned agent CLIs from npm into a cache outside the checkout (keyed by
-# version, so a fresh clone does not download them again), and the Rust build.
+# Installs what Relay and its tests need, idempotently: tmux, nats-server, and Chromium
+# with its chromedriver (the dashboard's browser tests) from Debian packages, the pinned
+# agent CLIs from npm into a cache outside the checkout (keyed by version, so a fresh
+# clone does not download them again), cargo-deny, and the debug build.
 #
-#   ops/setup.sh                 everything
+#   ops/setup.sh                 everything the test suite needs
+#   ops/setup.sh --run           only what running Relay needs (tmux, npm, the agent
+#                                CLIs): no nats-server, browser, cargo-deny or debug
+#                                build (ops/up.sh uses this, beside its release build)
 #   ops/setup.sh --no-agents     skip the agent CLIs
 #   ops/setup.sh --no-test-tools skip cargo-deny (ops/test.sh's dependency check)
 set -euo pipefail
@@ -11,11 +15,14 @@ cd "$(dirname "$0")/.."
 
 want_agents=1
 want_test_tools=1
+want_test_pkgs=1
+want_build=1
 for a in "$@"; do
   case "$a" in
+    --run) want_test_tools=0; want_test_pkgs=0; want_build=0 ;;
     --no-agents) want_agents=0 ;;
     --no-test-tools) want_test_tools=0 ;;
-    *) echo "setup: unknown option $a" >&2; exit 2 ;;
+    *) echo "setup: unknown option $a (see the top of ops/setup.sh)" >&2; exit 2 ;;
   esac
 done
 
@@ -23,12 +30,14 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------
 need_pkgs=()
-command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_pkgs+=(nats-server)
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
-command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
-# Where the browser tests look for them (tests/src/browser.rs), whatever is on PATH.
-[ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
-[ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
+[ "$want_agents" -eq 0 ] || command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
+if [ "$want_test_pkgs" -eq 1 ]; then
+  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_pkgs+=(nats-server)
+  # Where the browser tests look for them (tests/src/browser.rs), whatever is on PATH.
+  [ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
+  [ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo -n"
@@ -49,7 +58,8 @@ pinned() { # adapter-dir constant
 CODEX_VERSION=$(pinned harnesses/src/codex CODEX_VERSION) || exit 1
 CLAUDE_VERSION=$(pinned harnesses/src/claude CLAUDE_VERSION) || exit 1
 PI_VERSION=$(pinned harnesses/src/pi PI_VERSION) || exit 1
-AGENTS_DIR="${RELAY_AGENTS_DIR:-$HOME/.cache/relay/agents}"
+# As harnesses/src/pinned.rs: RELAY_AGENTS_DIR, else $XDG_CACHE_HOME/relay/agents.
+AGENTS_DIR="${RELAY_AGENTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/relay/agents}"
 install_npm() { # name version package binary
   local dir="$AGENTS_DIR/$1-$2"
   if [ -x "$dir/node_modules/.bin/$4" ]; then
@@ -62,9 +72,12 @@ install_npm() { # name version package binary
   mv "$dir.tmp" "$dir"
 }
 if [ "$want_agents" -eq 1 ]; then
-  install_npm codex "$CODEX_VERSION" @openai/codex codex
-  install_npm claude "$CLAUDE_VERSION" @anthropic-ai/claude-code claude
-  install_npm pi "$PI_VERSION" @mariozechner/pi-coding-agent pi
+  # The three at once: each is mostly a download.
+  pids=()
+  install_npm codex "$CODEX_VERSION" @openai/codex codex & pids+=($!)
+  install_npm claude "$CLAUDE_VERSION" @anthropic-ai/claude-code claude & pids+=($!)
+  install_npm pi "$PI_VERSION" @mariozechner/pi-coding-agent pi & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p"; done
 fi
 
 # --- test tools ------------------------------------------------------------------------
@@ -76,5 +89,7 @@ if [ "$want_test_tools" -eq 1 ] && ! cargo deny --version 2>/dev/null | grep -qx
 fi
 
 # --- Rust build ------------------------------------------------------------------------
-say "building (cargo build --workspace --bins)"
-cargo build --workspace --bins --quiet
+if [ "$want_build" -eq 1 ]; then
+  say "building (cargo build --workspace --bins)"
+  cargo build --workspace --bins --quiet
+fi

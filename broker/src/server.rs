@@ -176,10 +176,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");
-    eprintln!(
-        "relay: listening on {url} (token in {})",
-        config.data_dir.join(API_FILE).display()
-    );
+    eprintln!("{}", banner(&url, &config.data_dir));
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
     let server = tokio::spawn(crate::http::serve(
@@ -364,5 +361,18 @@ fn write_api_info(dir: &Path, info: &ApiInfo) -> anyhow::Result<()> {
     crate::files::write_private(
         &dir.join(API_FILE),
         serde_json::to_string_pretty(info)?.as_bytes(),
+    )
+}
+
+/// What `relay up` says on stderr once it serves: where, the dashboard and how to log a
+/// browser in, and where clients find it (a data dir other than the default must be
+/// named to them).
+fn banner(url: &str, data_dir: &Path) -> String {
+    format!(
+        "relay: serving on {url} (data dir {dir}; token in {api})\n\
+         relay: dashboard at {url}/ : run `relay open` for a one-time login link\n\
+         relay: clients find this broker through {api} (`relay --data-dir {dir} ...` or RELAY_DATA_DIR={dir}; the default data dir needs neither)",
+        dir = data_dir.display(),
+        api = data_dir.join(API_FILE).display(),
     )
 }

@@ -285,11 +285,72 @@ pub async fn watch(
         .read(move |s| snapshot(s, &read_scope))
         .await?;
     published(broker, snapshot.seq).await?;
-    let (tx, rx) = mpsc::channel(256);
     if matches!(&snapshot.view, View::Flight(v) if v.flight.state.is_terminal()) {
+        let (_, rx) = mpsc::channel(1);
         return Ok((snapshot, rx));
     }
-    let mut feed = crate::feed::follow(broker.clone(), snapshot.seq);
+    let rx = follow_scope(broker, scope, snapshot.seq);
+    Ok((snapshot, rx))
+}
+
+/// A watch of `scope` that broke, resumed: its events after global seq `after` (the
+/// last one the watcher had), with no snapshot. A flight that ended at or before
+/// `after` has nothing more: the stream ends at once; one that ended after it ends with
+/// its terminal update, as a watch does.
+pub async fn resume(
+    broker: &Broker,
+    scope: Scope,
+    after: u64,
+) -> Result<mpsc::Receiver<Result<Arc<Event>, BrokerError>>, BrokerError> {
+    let last = broker.last_seq();
+    if after > last {
+        return Err(BrokerError::Invalid(format!(
+            "after {after} is past the log's last seq {last}: resume from the last event received"
+        )));
+    }
+    let check = scope.clone();
+    let ended_before = broker
+        .store()
+        .read(move |st| match &check {
+            Scope::Flight(id) => {
+                let flight = st
+                    .flight(id)?
+                    .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
+                if !flight.state.is_terminal() {
+                    return Ok(false);
+                }
+                // Terminal now: its end is the last update; was it seen already?
+                Ok(st
+                    .last_stored_update(id, u64::MAX)?
+                    .is_some_and(|u| u.event_seq <= after))
+            }
+            Scope::Agent(name) => st
+                .agent(name)?
+                .map(|_| false)
+                .ok_or_else(|| BrokerError::UnknownAgent(name.clone())),
+            Scope::Conversation { id, .. } => st
+                .conversation(id)?
+                .map(|_| false)
+                .ok_or_else(|| BrokerError::UnknownConversation(id.clone())),
+            Scope::Fleet => Ok(false),
+        })
+        .await?;
+    if ended_before {
+        let (_, rx) = mpsc::channel(1);
+        return Ok(rx);
+    }
+    Ok(follow_scope(broker, scope, after))
+}
+
+/// The events of `scope` after global seq `from`, live; a flight's end after its
+/// terminal update.
+fn follow_scope(
+    broker: &Broker,
+    scope: Scope,
+    from: u64,
+) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
+    let (tx, rx) = mpsc::channel(256);
+    let mut feed = crate::feed::follow(broker.clone(), from);
     tokio::spawn(async move {
         while let Some(item) = feed.recv().await {
             let keep = match &item {
@@ -309,7 +370,7 @@ pub async fn watch(
             }
         }
     });
-    Ok((snapshot, rx))
+    rx
 }
 
 /// The update that makes a flight terminal: a flight's watch ends after it.

@@ -3,6 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
+/// Where the set-up installs the pinned CLIs: `RELAY_AGENTS_DIR`, else
+/// `$XDG_CACHE_HOME/relay/agents`, else `~/.cache/relay/agents` (as `ops/setup.sh`).
+pub fn agents_dir() -> Option<PathBuf> {
+    let set = |name| std::env::var_os(name).filter(|d: &std::ffi::OsString| !d.is_empty());
+    set("RELAY_AGENTS_DIR").map(PathBuf::from).or_else(|| {
+        set("XDG_CACHE_HOME")
+            .map(|c| Path::new(&c).join("relay/agents"))
+            .or_else(|| set("HOME").map(|h| Path::new(&h).join(".cache/relay/agents")))
+    })
+}
+
 /// One pinned agent CLI. The set-up script (`ops/setup.sh`) reads the `version` of each
 /// from the adapter's source, installs the npm package into
 /// `$RELAY_AGENTS_DIR/<name>-<version>`, and the binary is found there.
@@ -19,7 +30,7 @@ impl PinnedCli {
     /// Where the program is: `explicit` if given (an agent's `--command`), else the
     /// override variable, else the pinned install
     /// `$RELAY_AGENTS_DIR/<name>-<version>/node_modules/.bin/<name>` (`RELAY_AGENTS_DIR`
-    /// defaults to `$HOME/.cache/relay/agents`) if it exists, else `<name>` from `PATH`.
+    /// defaults to [`agents_dir`]) if it exists, else `<name>` from `PATH`.
     pub fn program(&self, explicit: Option<&str>) -> PathBuf {
         if let Some(program) = explicit.filter(|p| !p.is_empty()) {
             return PathBuf::from(program);
@@ -27,13 +38,7 @@ impl PinnedCli {
         if let Some(program) = std::env::var_os(self.override_env).filter(|p| !p.is_empty()) {
             return PathBuf::from(program);
         }
-        let agents_dir = std::env::var_os("RELAY_AGENTS_DIR")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/relay/agents"))
-            });
-        if let Some(dir) = agents_dir {
+        if let Some(dir) = agents_dir() {
             let pinned = dir
                 .join(format!("{}-{}", self.name, self.version))
                 .join("node_modules/.bin")

@@ -50,6 +50,11 @@ pub struct WatchRequest {
     /// ([`DEFAULT_MESSAGES`]; at most [`MAX_MESSAGES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// Resume a watch that broke (the broker restarted): no snapshot, only the scope's
+    /// events after this global seq, the last one the watcher received (a flight's ends
+    /// with it, at once if it ended at or before that seq). Over HTTP only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
 }
 
 impl WatchRequest {

@@ -11,12 +11,12 @@ pub enum DataDir {
     Given(PathBuf),
     /// `RELAY_DATA_DIR`.
     FromEnv(PathBuf),
-    /// Neither: `~/.local/share/relay`.
+    /// Neither: [`default_path`].
     Default,
 }
 
 impl DataDir {
-    /// The directory: the one named, else `~/.local/share/relay`.
+    /// The directory: the one named, else [`default_path`].
     pub fn path(self) -> PathBuf {
         match self {
             DataDir::Given(dir) | DataDir::FromEnv(dir) => dir,
@@ -25,8 +25,13 @@ impl DataDir {
     }
 }
 
-/// `~/.local/share/relay`.
+/// `$XDG_DATA_HOME/relay`, else `~/.local/share/relay`: absolute, so every directory a
+/// command runs in finds the same broker.
 pub fn default_path() -> PathBuf {
-    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    let set = |name| std::env::var_os(name).filter(|d: &std::ffi::OsString| !d.is_empty());
+    if let Some(data) = set("XDG_DATA_HOME").filter(|d| Path::new(d).is_absolute()) {
+        return Path::new(&data).join("relay");
+    }
+    let home = set("HOME").unwrap_or_else(|| ".".into());
     Path::new(&home).join(".local/share/relay")
 }

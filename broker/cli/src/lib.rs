@@ -29,15 +29,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Command, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches, Parser};
 
 pub mod client;
 mod commands;
 pub mod data_dir;
+pub mod exit;
+mod help;
 pub mod terminal;
 mod views;
 
 use data_dir::DataDir;
+use exit::Exit;
 use terminal::errln;
 
 #[derive(Parser)]
@@ -47,12 +50,15 @@ use terminal::errln;
     about = "Relay: a message broker for coding agents",
     long_about = "Relay is the source of truth for conversations, messages, invocations and \
 flights between people and coding agents (Codex, Claude Code, Pi, tmux panes).\n\n\
-Start a broker with `relay up`. Client commands find it through RELAY_DATA_DIR (reading \
-<data-dir>/api.json), or RELAY_URL + RELAY_TOKEN.",
-    after_help = "Examples:\n  relay up --data-dir ./.relay\n  relay send \"hello @codex-1\"\n  relay read -n 20\n  relay agent add codex-1 --harness codex_app_server --cwd .\n  relay flights --json"
+Start a broker with `relay up`. Client commands find it through its data dir's api.json \
+(--data-dir or RELAY_DATA_DIR, default $XDG_DATA_HOME/relay or ~/.local/share/relay), or \
+RELAY_URL + RELAY_TOKEN.",
+    after_help = help::TOP_AFTER_HELP,
+    after_long_help = help::TOP_AFTER_LONG_HELP,
 )]
 struct Cli {
-    /// Data directory of the broker (else ~/.local/share/relay).
+    /// Data directory of the broker [default: $XDG_DATA_HOME/relay, else
+    /// ~/.local/share/relay].
     #[arg(long, global = true, value_name = "DIR", env = "RELAY_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// URL of the broker's API, for client commands: with RELAY_TOKEN, used instead of
@@ -63,37 +69,36 @@ struct Cli {
     /// it with ps), set RELAY_TOKEN.
     #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-/// One command line: the families are flattened, so `relay up` and `relay send` stand
-/// side by side.
-#[derive(Subcommand)]
-enum Cmd {
-    #[command(flatten)]
-    Serve(commands::serve::ServeCmd),
-    #[command(flatten)]
-    Client(commands::ClientCmd),
-    /// Check a STOPPED broker's data directory: rebuild every projection from the event
-    /// log and compare it with the stored one, and check the log has no gap in its
-    /// sequence. Exits 0 when consistent, 1 when not. It writes no record (opening the
-    /// database lets sled recover it, as `relay up` would).
-    #[command(
-        after_help = "Run it with the broker stopped (`relay up` holds the database lock).\n\nExamples:\n  relay doctor --data-dir ./.relay\n  relay doctor --json"
+    /// Colour states and headers: auto (on a terminal, unless NO_COLOR is set), always
+    /// or never.
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        default_value = "auto",
+        hide_default_value = true
     )]
-    Doctor(commands::JsonFlag),
+    color: terminal::ColorChoice,
+    #[command(subcommand)]
+    command: commands::Cmd,
 }
 
-/// `relay`: parses the command line, runs the command, and turns its error into a
-/// message on stderr and exit code 1.
+/// The whole command line, its help grouped ([`help::grouped`]): what `relay` parses,
+/// and what its completions and man page are made from.
+pub fn command() -> Command {
+    help::grouped(Cli::command())
+}
+
+/// `relay`: parses the command line, runs the command, and turns its outcome into an
+/// exit code ([`exit`]); an error is said on stderr.
 pub fn main() -> ExitCode {
-    let command = Cli::command();
+    let command = command();
     let matches = command.clone().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => e.format(&mut Cli::command()).exit(),
+        Err(e) => e.format(&mut self::command()).exit(),
     };
+    terminal::set_color(cli.color);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -101,38 +106,36 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             errln!("relay: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return Exit::Internal.into();
         }
     };
     let result = refuse_secrets_on_command_line(&command, &matches)
         .and_then(|()| rt.block_on(run(cli, &matches)));
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             errln!("relay: {e:#}");
-            ExitCode::FAILURE
+            Exit::of_error(&e).into()
         }
-    }
+    };
+    // Streams still open to a broker that went away must not hold the exit.
+    rt.shutdown_background();
+    code
 }
 
 async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir, matches);
-    match cli.command {
-        Cmd::Serve(cmd) => commands::serve::run(data_dir, cmd).await,
-        Cmd::Client(cmd) => {
-            let client = client::Client::discover(data_dir, cli.url, cli.token)?;
-            commands::run(&client, cmd).await
-        }
-        Cmd::Doctor(f) => commands::doctor::run(data_dir, f.json).await,
-    }
+    let exit = commands::run(data_dir, cli.url, cli.token, cli.command).await?;
+    Ok(exit.into())
 }
 
 /// `--data-dir` (clap gives the global argument's value and source to the top level,
-/// wherever it stood).
+/// wherever it stood). A relative one is made absolute here, once.
 fn data_dir(dir: Option<PathBuf>, matches: &ArgMatches) -> DataDir {
+    let absolute = |d: PathBuf| std::path::absolute(&d).unwrap_or(d);
     match (dir, matches.value_source("data_dir")) {
-        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(dir),
-        (Some(dir), _) => DataDir::FromEnv(dir),
+        (Some(dir), Some(ValueSource::CommandLine)) => DataDir::Given(absolute(dir)),
+        (Some(dir), _) => DataDir::FromEnv(absolute(dir)),
         (None, _) => DataDir::Default,
     }
 }
@@ -175,18 +178,18 @@ mod tests {
     use super::*;
 
     fn matches(args: &[&str]) -> ArgMatches {
-        Cli::command().try_get_matches_from(args).unwrap()
+        command().try_get_matches_from(args).unwrap()
     }
 
     fn refused(args: &[&str]) -> Option<String> {
-        refuse_secrets_on_command_line(&Cli::command(), &matches(args))
+        refuse_secrets_on_command_line(&command(), &matches(args))
             .err()
             .map(|e| e.to_string())
     }
 
     #[test]
     fn the_command_line_is_well_formed() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]
@@ -223,7 +226,7 @@ mod tests {
             let cli = Cli::from_arg_matches(&m).unwrap();
             assert_eq!(
                 data_dir(cli.data_dir, &m),
-                DataDir::Given("d".into()),
+                DataDir::Given(std::path::absolute("d").unwrap()),
                 "{args:?}"
             );
         }

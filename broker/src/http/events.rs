@@ -86,7 +86,9 @@ pub(super) async fn event_stream(
 /// `GET /v1/watch?flight=ID|agent=NAME|conversation=ID[&limit=N]` over SSE: first
 /// `event: snapshot` (`id:` = the seq it is valid at), then each event of the scope
 /// (`id:` = global seq, `event:` = its type). A flight's stream ends after the update
-/// that makes it terminal; the others run until the client leaves.
+/// that makes it terminal; the others run until the client leaves. With `after=SEQ`
+/// (not a flight's) the watch is resumed: `event: resumed`, then the scope's events
+/// after SEQ.
 pub(super) async fn watch_stream(
     State(s): State<ApiState>,
     Query(q): Query<WatchRequest>,
@@ -94,8 +96,19 @@ pub(super) async fn watch_stream(
     let scope = q
         .scope()
         .map_err(|m| HttpError::new(ErrorCode::InvalidRequest, m))?;
-    let (snapshot, rx) = crate::watch::watch(&s.broker, scope).await?;
-    let first = sse_json(snapshot.seq, "snapshot", &snapshot);
+    let (first, rx) = match q.after {
+        // A watch that broke, resumed: a `resumed` event (`id:` = the seq resumed
+        // after) instead of a snapshot, then the events after it.
+        Some(after) => {
+            let rx = crate::watch::resume(&s.broker, scope, after).await?;
+            let first = sse_json(after, "resumed", &serde_json::json!({ "seq": after }));
+            (first, rx)
+        }
+        None => {
+            let (snapshot, rx) = crate::watch::watch(&s.broker, scope).await?;
+            (sse_json(snapshot.seq, "snapshot", &snapshot), rx)
+        }
+    };
     let events = ReceiverStream::new(rx).map(|item| match item {
         Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
         Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),

@@ -270,6 +270,11 @@ impl Service {
             subjects::CMD_SNAPSHOT => {
                 let req: WatchRequest = from_json(&msg.payload)?;
                 let scope = req.scope().map_err(BrokerError::Invalid)?;
+                if req.after.is_some() {
+                    return Err(BrokerError::Invalid(
+                        "`after` resumes an HTTP watch; over NATS, a watcher resumes its JetStream consumer from the last sequence it had".into(),
+                    ));
+                }
                 Ok(Answer::Snapshot(Box::new(self.snapshot(scope).await?)))
             }
             other => Err(BrokerError::Invalid(format!(

@@ -1,4 +1,4 @@
-//! Agents: `relay agent add|list|show|wake|remove`.
+//! Agents: `relay agent add|attach|list|show|wake|remove|peek`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,19 +10,24 @@ use relay_protocol::domain::{
 
 use super::JsonFlag;
 use crate::client::Client;
+use crate::exit::usage;
+use crate::help;
 use crate::terminal::{errln, outln};
 use crate::views::print_json;
+use crate::views::table::{Cell, Table};
 
 // Parsed once per run: the size of the largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum AgentCmd {
     /// Register an agent.
+    #[command(after_help = help::AGENT_ADD)]
     Add {
         /// The agent's name: letters, digits, `-` and `_` (it appears in NATS subjects).
         name: String,
-        /// codex_app_server, claude_stream_json, pi_rpc or tmux.
-        #[arg(long)]
+        /// The agent CLI: codex, claude, pi or tmux (also by their long names
+        /// codex_app_server, claude_stream_json, pi_rpc).
+        #[arg(long, value_parser = parse_harness)]
         harness: Harness,
         /// Working directory of the agent.
         #[arg(long)]
@@ -106,9 +111,9 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
         /// the server of this shell ($TMUX), else `default`, your usual one].
         #[arg(long)]
         socket: Option<String>,
-        /// The agent's working directory, for the record [default: here].
-        #[arg(long, default_value = ".")]
-        cwd: PathBuf,
+        /// The agent's working directory, for the record [default: this directory].
+        #[arg(long)]
+        cwd: Option<PathBuf>,
         /// A turn with no answer after this many seconds fails [default: 1800].
         #[arg(long, value_name = "SECS")]
         turn_timeout: Option<u64>,
@@ -116,10 +121,17 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
         #[arg(long)]
         json: bool,
     },
-    /// List agents.
+    /// List agents: name, harness, state, node and directory.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  relay agent list\n  relay agent list --json"
+    )]
     List(JsonFlag),
     /// Show one agent: its harness's session id (`session_id`; Codex's `thread_id` too)
     /// and what its harness can do (steer, approvals, resume, interrupt).
+    #[command(
+        after_help = "Examples:\n  relay agent show codex-1\n  relay agent show codex-1 --json"
+    )]
     Show {
         /// The agent's name.
         name: String,
@@ -129,6 +141,7 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
     },
     /// Start an agent's session now instead of at its first turn (an agent with wake
     /// policy `manual` runs no turn until this).
+    #[command(after_help = "Example:\n  relay agent wake codex-1")]
     Wake {
         /// The agent's name.
         name: String,
@@ -136,7 +149,8 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
         #[arg(long)]
         json: bool,
     },
-    /// Remove an agent.
+    /// Remove an agent (its running turn ends; its history stays in the log).
+    #[command(alias = "rm", after_help = "Example:\n  relay agent remove codex-1")]
     Remove {
         /// The agent's name.
         name: String,
@@ -144,9 +158,25 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
         #[arg(long)]
         json: bool,
     },
+    /// Show what a tmux agent's pane shows now (its last lines as plain text) and how to
+    /// look at it live.
+    #[command(after_help = "Example:\n  relay agent peek tm-1 -n 20")]
+    Peek(super::flight::PeekArgs),
 }
 
-/// `relay agent add|list|show|wake|remove`.
+/// `--harness`: a harness's name, or its short name (`codex`, `claude`, `pi`).
+fn parse_harness(s: &str) -> Result<Harness, String> {
+    match s {
+        "codex" => Ok(Harness::CodexAppServer),
+        "claude" | "claude-code" => Ok(Harness::ClaudeStreamJson),
+        "pi" => Ok(Harness::PiRpc),
+        other => other
+            .parse()
+            .map_err(|_| format!("unknown harness {other:?}: codex, claude, pi or tmux")),
+    }
+}
+
+/// `relay agent add|attach|list|show|wake|remove|peek`.
 pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
     match cmd {
         AgentCmd::Add {
@@ -173,9 +203,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if harness == Harness::Tmux {
                 // A pane's command is a command line: its words, then any --arg.
                 if let Some(line) = command.take() {
-                    let mut words = shlex::split(&line)
-                        .filter(|w| !w.is_empty())
-                        .ok_or_else(|| anyhow::anyhow!("--command {line:?}: unbalanced quotes"))?;
+                    let Some(mut words) = shlex::split(&line).filter(|w| !w.is_empty()) else {
+                        usage!("--command {line:?}: unbalanced quotes, or no command");
+                    };
                     words.append(&mut args);
                     command = Some(words.remove(0));
                     args = words;
@@ -185,7 +215,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     target: None,
                 });
             } else if socket.is_some() {
-                anyhow::bail!("--socket is for a tmux agent (--harness tmux) only");
+                usage!("--socket is for a tmux agent (--harness tmux) only");
             }
             for (name, value) in &env {
                 if relay_protocol::domain::looks_secret(name)
@@ -198,11 +228,11 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
             let mut secrets = BTreeMap::new();
             for name in secret {
-                let value = std::env::var(&name).map_err(|_| {
-                    anyhow::anyhow!(
+                let Ok(value) = std::env::var(&name) else {
+                    usage!(
                         "--secret {name}: {name} is not set in this command's environment (run `{name}=... relay agent add ... --secret {name}`)"
-                    )
-                })?;
+                    );
+                };
                 secrets.insert(name, value);
             }
             let agent: Agent = client
@@ -244,11 +274,11 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             turn_timeout,
             json,
         } => {
-            let target = pane
-                .or_else(|| std::env::var("TMUX_PANE").ok().filter(|p| !p.is_empty()))
-                .ok_or_else(|| {
-                    anyhow::anyhow!("which pane? give --pane %N (or session:window.pane), or run this inside the pane")
-                })?;
+            let Some(target) =
+                pane.or_else(|| std::env::var("TMUX_PANE").ok().filter(|p| !p.is_empty()))
+            else {
+                usage!("which pane? give --pane %N (or session:window.pane), or run this inside the pane");
+            };
             // $TMUX is "socket path,server pid,session".
             let socket = socket
                 .or_else(|| {
@@ -258,6 +288,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         .filter(|s| !s.is_empty())
                 })
                 .unwrap_or_else(|| "default".to_string());
+            let cwd = cwd.unwrap_or_else(|| PathBuf::from("."));
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
             let spec = AgentSpec {
                 pane: Some(PaneSpec {
@@ -286,15 +317,20 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if f.json {
                 print_json(&agents)?;
             } else {
-                for a in agents {
-                    outln!(
-                        "{:<20} {:<20} {:<9} {}",
-                        a.spec.name,
-                        a.spec.harness,
-                        a.state.as_str(),
-                        a.spec.cwd
-                    );
+                let mut table = Table::new(&["NAME", "HARNESS", "STATE", "NODE", "CWD"]);
+                for a in &agents {
+                    table.row(vec![
+                        Cell::new(&a.spec.name),
+                        Cell::new(a.spec.harness.to_string()),
+                        Cell::state(a.state.as_str()),
+                        Cell::dim(a.spec.node.as_deref().unwrap_or("local")),
+                        Cell::new(&a.spec.cwd),
+                    ]);
                 }
+                table.print(
+                    crate::terminal::width(),
+                    "no agents yet: relay agent add NAME --harness codex|claude|pi|tmux --cwd DIR",
+                );
             }
         }
         AgentCmd::Show { name, json } => {
@@ -354,6 +390,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("removed {}", a.spec.name);
             }
         }
+        AgentCmd::Peek(args) => super::flight::peek(client, args).await?,
         AgentCmd::Wake { name, json } => {
             let a: Agent = client
                 .post(&["v1", "agents", &name, "wake"], &serde_json::json!({}))
@@ -407,7 +444,21 @@ fn capability_lines(harness: Harness) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    #[test]
+    fn harnesses_have_short_names() {
+        assert_eq!(parse_harness("codex"), Ok(Harness::CodexAppServer));
+        assert_eq!(parse_harness("claude"), Ok(Harness::ClaudeStreamJson));
+        assert_eq!(parse_harness("pi"), Ok(Harness::PiRpc));
+        assert_eq!(parse_harness("tmux"), Ok(Harness::Tmux));
+        assert_eq!(parse_harness("pi_rpc"), Ok(Harness::PiRpc));
+        assert!(parse_harness("gpt")
+            .unwrap_err()
+            .contains("codex, claude, pi or tmux"));
+    }
 
     #[test]
     fn show_says_which_harness_has_no_approval_step() {

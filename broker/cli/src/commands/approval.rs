@@ -1,17 +1,38 @@
-//! Approvals: `relay approvals`, `relay approve`.
+//! Approvals: `relay approval list|decide` (the older `relay approvals` and `relay
+//! approve` are kept).
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use relay_protocol::domain::{Approval, ApprovalDecision};
 
 use super::Actor;
 use crate::client::Client;
-use crate::terminal::{errln, one_line, outln};
+use crate::help;
+use crate::terminal::outln;
 use crate::views::print_json;
+use crate::views::table::{age, Cell, Table};
+
+#[derive(Subcommand)]
+pub enum ApprovalCmd {
+    /// List approval requests (the pending ones by default).
+    #[command(alias = "ls", after_help = help::APPROVAL_LIST)]
+    List(ApprovalsArgs),
+    /// Decide an approval request: accept, accept_for_session, decline or cancel.
+    #[command(after_help = help::APPROVAL_DECIDE)]
+    Decide(ApproveArgs),
+}
+
+/// `relay approval list|decide`.
+pub async fn run(client: &Client, cmd: ApprovalCmd) -> anyhow::Result<()> {
+    match cmd {
+        ApprovalCmd::List(args) => list(client, args).await,
+        ApprovalCmd::Decide(args) => approve(client, args).await,
+    }
+}
 
 #[derive(Args)]
 pub struct ApprovalsArgs {
     /// pending, decided, expired or all.
-    #[arg(long, default_value = "pending")]
+    #[arg(long, default_value = "pending", value_parser = ["pending", "decided", "expired", "all"])]
     state: String,
     /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
@@ -20,7 +41,7 @@ pub struct ApprovalsArgs {
 
 #[derive(Args)]
 pub struct ApproveArgs {
-    /// The approval's id (from `relay approvals`).
+    /// The approval's id (from `relay approval list`).
     id: String,
     /// accept, accept_for_session, decline or cancel.
     decision: ApprovalDecision,
@@ -39,24 +60,43 @@ pub async fn list(client: &Client, args: ApprovalsArgs) -> anyhow::Result<()> {
         .await?;
     if json {
         print_json(&list)?;
-    } else if list.is_empty() {
-        errln!("no {state} approvals");
-    } else {
-        for a in list {
-            outln!(
-                "{}  {:<12} {:<10} {}  {}",
-                a.id,
-                a.agent,
-                serde_json::to_value(a.request.kind)?
-                    .as_str()
-                    .unwrap_or("?"),
-                one_line(&a.request.detail),
-                a.decided_by
-                    .map(|d| format!("(decided by {})", one_line(&d)))
-                    .unwrap_or_default()
-            );
-        }
+        return Ok(());
     }
+    let decided = state != "pending";
+    let mut headers = vec!["APPROVAL", "AGENT", "KIND", "ASKED"];
+    if decided {
+        headers.extend(["STATE", "DECISION", "BY"]);
+    }
+    headers.push("COMMAND");
+    // The command whole, however wide: its end may be what matters.
+    let mut table = Table::new(&headers).uncut();
+    for a in &list {
+        let kind = serde_json::to_value(a.request.kind)?;
+        let mut row = vec![
+            Cell::new(&a.id),
+            Cell::new(&a.agent),
+            Cell::new(kind.as_str().unwrap_or("?")),
+            Cell::dim(age(a.created_at)),
+        ];
+        if decided {
+            let decision = a
+                .decision
+                .map(|d| d.as_str().to_string())
+                .unwrap_or_default();
+            row.extend([
+                Cell::state(a.state.to_string()),
+                Cell::state(decision),
+                Cell::new(a.decided_by.as_deref().unwrap_or("")),
+            ]);
+        }
+        row.push(Cell::new(&a.request.detail));
+        table.row(row);
+    }
+    let empty = match state.as_str() {
+        "pending" => "no approval waits for a decision".to_string(),
+        s => format!("no {s} approvals"),
+    };
+    table.print(crate::terminal::width(), &empty);
     Ok(())
 }
 

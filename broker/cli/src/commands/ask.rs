@@ -1,15 +1,17 @@
 //! `relay ask`: invoke an agent, then follow its flight live ([`crate::views::ask`]).
 
-use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use relay_protocol::api::InvokeAccepted;
-use relay_protocol::domain::{Flight, FlightState, FlightUpdate, InvokeRequest};
+use relay_protocol::domain::{Flight, FlightChange, FlightState, FlightUpdate, InvokeRequest};
 
 use super::{text_arg, Actor};
 use crate::client::{Client, ClientError};
+use crate::exit::Exit;
 use crate::terminal::{errln, outln};
-use crate::views::ask::AskView;
+use crate::views::ask::{AskView, Status};
 use crate::views::print_json;
 
 #[derive(Args)]
@@ -34,15 +36,14 @@ pub struct AskArgs {
     /// Print the flight id and return at once.
     #[arg(long)]
     no_wait: bool,
-    /// Print only the final flight record as JSON.
-    /// Print JSON (machine-readable) instead of text.
+    /// Print the final flight record as JSON instead of the streamed reply.
     #[arg(long)]
     json: bool,
 }
 
 /// `relay ask`: invokes, then follows the flight (unless `--no-wait`); its exit code
 /// says how the flight ended.
-pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(client: &Client, args: AskArgs) -> anyhow::Result<Exit> {
     let AskArgs {
         agent,
         text,
@@ -79,42 +80,124 @@ pub(crate) async fn invoke(
     client.post(&["v1", "invocations"], req).await
 }
 
-/// Follows flight `id` over its SSE stream until its terminal update, calling `on_update`
-/// for each, then returns the flight as it ended. Shared by `relay ask` and the `ask`
-/// tool of `relay mcp`.
+/// What [`follow`] reports as it follows a flight.
+pub(crate) enum Followed<'a> {
+    /// The next update, in order.
+    Update(&'a FlightUpdate),
+    /// The stream broke (the broker went away or stopped): it is tried again.
+    Lost(&'a ClientError),
+    /// Following again, from the update after the last one seen.
+    Back,
+}
+
+/// How long [`follow`] tries to reach a broker that went away before it gives up.
+const RECONNECT_FOR: Duration = Duration::from_secs(300);
+
+/// Follows flight `id` over its SSE stream until its terminal update, calling `on` for
+/// each update, then returns the flight as it ended. When the broker goes away (a
+/// restart, even `kill -9`) it follows again from the update after the last one seen,
+/// through the data dir's api.json as it is then (the port may change), for up to
+/// [`RECONNECT_FOR`]: nothing is missed or shown twice. Shared by `relay ask` and the
+/// `ask` tool of `relay mcp`.
 pub(crate) async fn follow(
     client: &Client,
     id: &str,
-    mut on_update: impl FnMut(&FlightUpdate),
+    mut on: impl FnMut(Followed<'_>),
 ) -> anyhow::Result<Flight> {
-    let mut failure = None;
-    client
-        .sse(&["v1", "flights", id, "stream"], &[], |kind, data| {
-            if kind != "update" {
-                failure = Some(data.to_string());
-                return false;
-            }
-            let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
-                failure = Some(format!("bad update: {data}"));
-                return false;
-            };
-            on_update(&u);
-            true
-        })
-        .await?;
-    if let Some(f) = failure {
-        anyhow::bail!("the flight stream failed: {f}");
+    let mut client = client.clone();
+    let mut after = 0u64;
+    let mut ended = false;
+    let mut lost_since: Option<Instant> = None;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let mut failure = None;
+        let streamed = client
+            .sse(
+                &["v1", "flights", id, "stream"],
+                &[("after", after.to_string())],
+                |kind, data| {
+                    if kind != "update" {
+                        failure = Some(data.to_string());
+                        return false;
+                    }
+                    let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
+                        failure = Some(format!("bad update: {data}"));
+                        return false;
+                    };
+                    if u.seq <= after {
+                        return true;
+                    }
+                    after = u.seq;
+                    ended = matches!(&u.change, FlightChange::State { to, .. } if to.is_terminal());
+                    on(Followed::Update(&u));
+                    !ended
+                },
+            )
+            .await;
+        if let Some(f) = failure {
+            anyhow::bail!("the flight stream failed: {f}");
+        }
+        let broke = match streamed {
+            Ok(_) if ended => break,
+            // The broker ended the stream before the flight ended: it is stopping.
+            Ok(_) => ClientError::Closed {
+                url: client.url().to_string(),
+                source: None,
+            },
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e.into()),
+        };
+        if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
+            return Err(anyhow::Error::from(broke).context(format!(
+                "gave up following flight {id} after {} s without the broker (it goes on if the broker comes back: relay watch --flight {id})",
+                RECONNECT_FOR.as_secs()
+            )));
+        }
+        if lost_since.is_none() {
+            on(Followed::Lost(&broke));
+            lost_since = Some(Instant::now());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+        client = client.rediscover();
+        if reachable(&client).await {
+            on(Followed::Back);
+            lost_since = None;
+            pause = Duration::from_millis(100);
+        }
     }
-    Ok(client.get(&["v1", "flights", id]).await?)
+    // The flight as it ended; a broker that goes away at this moment is waited for too.
+    let mut tries = 0;
+    loop {
+        match client.get(&["v1", "flights", id]).await {
+            Ok(f) => return Ok(f),
+            Err(e) if e.is_transient() && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                client = client.rediscover();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The broker answers (its status).
+async fn reachable(client: &Client) -> bool {
+    client
+        .get::<serde_json::Value>(&["v1", "status"])
+        .await
+        .is_ok()
 }
 
 /// `relay ask`: invoke, then follow the flight's updates, printing deltas as they come.
+/// Ctrl-C interrupts the flight (as Codex and Claude Code do) and says how to follow it;
+/// a second Ctrl-C leaves it running and exits at once. Either way the exit is 130.
 async fn ask(
     client: &Client,
     req: InvokeRequest,
     no_wait: bool,
     json: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     use std::io::IsTerminal;
     let accepted = invoke(client, &req).await?;
     let id = accepted.flight.id.clone();
@@ -124,61 +207,100 @@ async fn ask(
         } else {
             outln!("{id}");
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Ok);
     }
-    let status_line = !json && std::io::stderr().is_terminal();
-    let shared = std::sync::Arc::new(std::sync::Mutex::new(AskView::new(accepted.flight.state)));
-    let spinner = status_line.then(|| {
-        let shared = shared.clone();
-        let agent = req.target.clone();
+    let status = if std::io::stderr().is_terminal() {
+        Status::Line
+    } else {
+        Status::Lines
+    };
+    let view = Arc::new(Mutex::new(AskView::new(
+        &req.target,
+        accepted.flight.state,
+        status,
+        !json,
+    )));
+    let with_view = |f: &mut dyn FnMut(&mut AskView)| {
+        if let Ok(mut v) = view.lock() {
+            f(&mut v)
+        }
+    };
+    if status == Status::Lines {
+        with_view(&mut |v| v.line(&format!("asked {} (flight {id})", req.target)));
+    }
+    let spinner = (status == Status::Line).then(|| {
+        let view = view.clone();
         tokio::spawn(async move {
             let frames = ['|', '/', '-', '\\'];
             for i in 0.. {
-                tokio::time::sleep(std::time::Duration::from_millis(120)).await;
-                let Ok(mut v) = shared.lock() else { return };
-                v.draw_status(&agent, frames[i % 4]);
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                let Ok(mut v) = view.lock() else { return };
+                v.draw_status(frames[i % 4], crate::terminal::stderr_width());
             }
         })
     });
-    let followed = follow(client, &id, |u| {
-        if let Ok(mut v) = shared.lock() {
-            v.apply(&u.change, !json);
+    let followed = follow(client, &id, |f| match f {
+        Followed::Update(u) => with_view(&mut |v| v.apply(&u.change)),
+        Followed::Lost(e) => with_view(&mut |v| {
+            v.line(&format!(
+                "lost the broker ({e}); following flight {id} again when it is back"
+            ))
+        }),
+        Followed::Back => {
+            with_view(&mut |v| v.line(&format!("the broker is back; following flight {id}")))
         }
-    })
-    .await;
+    });
+    tokio::pin!(followed);
+    let mut interrupted = false;
+    let result = loop {
+        tokio::select! {
+            r = &mut followed => break r,
+            _ = tokio::signal::ctrl_c() => {
+                if interrupted {
+                    with_view(&mut |v| { v.finish(); });
+                    errln!("relay: left flight {id} running; follow it: relay watch --flight {id}; stop it: relay flight interrupt {id}");
+                    return Ok(Exit::Interrupted);
+                }
+                interrupted = true;
+                with_view(&mut |v| v.line(&format!(
+                    "interrupting flight {id} (Ctrl-C again to leave it running; follow it: relay watch --flight {id})"
+                )));
+                let sent: Result<Flight, ClientError> = client
+                    .post(&["v1", "flights", &id, "interrupt"], &serde_json::json!({}))
+                    .await;
+                if let Err(e) = sent {
+                    with_view(&mut |v| v.line(&format!("cannot interrupt flight {id}: {e}")));
+                }
+            }
+        }
+    };
     if let Some(s) = spinner {
         s.abort();
     }
-    let view = shared.lock().map(|mut v| {
-        v.clear_status();
-        v.finish()
-    });
-    let flight = followed?;
+    let last = view.lock().ok().and_then(|mut v| v.finish());
+    let flight = result?;
     if json {
         print_json(&flight)?;
     } else if let Some(output) = flight.output.as_deref().filter(|o| !o.trim().is_empty()) {
-        match view {
+        match last {
             // Nothing streamed: the reply is all there is to show.
-            Ok(None) => outln!("{output}"),
+            None => outln!("{output}"),
             // What streamed last is not the final reply (a steered turn, several
             // messages): say what the reply is.
-            Ok(Some(last)) if last.trim() != output.trim() => {
-                outln!("\n[final reply]\n{output}")
-            }
+            Some(last) if last.trim() != output.trim() => outln!("\n[final reply]\n{output}"),
             _ => {}
         }
     }
-    if flight.state == FlightState::Completed {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        if !json {
-            errln!(
-                "relay: flight {} {}: {}",
-                flight.id,
-                flight.state,
-                flight.error.as_deref().unwrap_or("no reason given")
-            );
-        }
-        Ok(ExitCode::FAILURE)
+    if flight.state != FlightState::Completed && !json {
+        errln!(
+            "relay: flight {} {}: {}",
+            flight.id,
+            flight.state,
+            flight.error.as_deref().unwrap_or("no reason given")
+        );
     }
+    if interrupted {
+        return Ok(Exit::Interrupted);
+    }
+    Ok(Exit::of_flight(flight.state))
 }

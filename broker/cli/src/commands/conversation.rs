@@ -10,6 +10,7 @@ use relay_protocol::domain::{
 use super::{text_arg, Actor, JsonFlag};
 use crate::client::{Client, ClientError};
 use crate::terminal::outln;
+use crate::views::table::{Cell, Table};
 use crate::views::{print_json, print_message};
 
 #[derive(Args)]
@@ -161,6 +162,9 @@ pub async fn read(client: &Client, args: ReadArgs) -> anyhow::Result<()> {
         for m in &msgs {
             print_message(m);
         }
+        if msgs.is_empty() {
+            crate::terminal::errln!("no messages in {conversation} yet");
+        }
     }
     Ok(())
 }
@@ -199,14 +203,20 @@ pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
             if f.json {
                 print_json(&list)?;
             } else {
-                for c in list {
-                    outln!(
-                        "{:<32} {:<8} {:>6} messages",
-                        c.spec.id,
-                        serde_json::to_value(c.spec.kind)?.as_str().unwrap_or("?"),
-                        c.message_count
-                    );
+                let mut table = Table::new(&["CONVERSATION", "KIND", "MESSAGES", "TITLE"]);
+                for c in &list {
+                    let kind = serde_json::to_value(c.spec.kind)?;
+                    table.row(vec![
+                        Cell::new(&c.spec.id),
+                        Cell::new(kind.as_str().unwrap_or("?")),
+                        Cell::new(c.message_count.to_string()),
+                        Cell::new(c.spec.title.as_deref().unwrap_or("")),
+                    ]);
                 }
+                table.print(
+                    crate::terminal::width(),
+                    "no conversations yet: `relay send TEXT` posts to channel.shared",
+                );
             }
         }
     }

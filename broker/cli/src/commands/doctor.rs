@@ -1,14 +1,14 @@
 //! `relay doctor`: the rebuild-and-compare check of a stopped broker's data dir
 //! ([`relay_broker::Store::doctor`]).
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use crate::data_dir::DataDir;
 use crate::terminal::outln;
 use crate::views::print_json;
 
 /// `relay doctor`: the rebuild-and-compare check of a stopped data dir.
-pub async fn run(data_dir: DataDir, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, json: bool) -> anyhow::Result<Exit> {
     let dir = data_dir.path();
     let db = dir.join("db");
     if !db.exists() {
@@ -56,8 +56,8 @@ pub async fn run(data_dir: DataDir, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(if report.consistent {
-        ExitCode::SUCCESS
+        Exit::Ok
     } else {
-        ExitCode::FAILURE
+        Exit::Failed
     })
 }

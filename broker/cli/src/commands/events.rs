@@ -49,22 +49,50 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         }
     };
     if follow {
-        let mut failed = None;
-        client
-            .sse(
-                &["v1", "events", "stream"],
-                &[("after", since.to_string())],
-                |_, data| match serde_json::from_str::<Event>(data) {
-                    Ok(e) => print(&e).is_ok(),
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
-                },
-            )
-            .await?;
-        if let Some(e) = failed {
-            anyhow::bail!("bad event from the broker: {e}");
+        // Followed from the last event printed again when the broker goes away and
+        // comes back (a restart), through the data dir's api.json as it is then.
+        let mut after = since;
+        let mut client = client.clone();
+        let mut lost = false;
+        loop {
+            let mut failed = None;
+            let streamed = client
+                .sse(
+                    &["v1", "events", "stream"],
+                    &[("after", after.to_string())],
+                    |_, data| match serde_json::from_str::<Event>(data) {
+                        Ok(e) => {
+                            after = e.seq;
+                            print(&e).is_ok()
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    },
+                )
+                .await;
+            if let Some(e) = failed {
+                anyhow::bail!("bad event from the broker: {e}");
+            }
+            match streamed {
+                Ok(crate::client::SseEnd::Stopped) => return Ok(()),
+                Ok(crate::client::SseEnd::Closed) => {}
+                Err(e) if e.is_transient() => {}
+                Err(e) => return Err(e.into()),
+            }
+            if !lost {
+                errln!(
+                    "relay: lost the broker; following again after event {after} when it is back"
+                );
+                lost = true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            client = client.rediscover();
+            if client.get::<Status>(&["v1", "status"]).await.is_ok() {
+                errln!("relay: the broker is back");
+                lost = false;
+            }
         }
     } else {
         let events: Vec<Event> = client

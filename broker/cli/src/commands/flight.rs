@@ -1,13 +1,62 @@
-//! Flights: `relay flights`, `relay flight`, `relay steer`, `relay interrupt` (and `relay
-//! ask`, which starts one, in [`super::ask`]).
+//! Flights: `relay flight list|show|steer|interrupt|reply` (`relay flight ID` shows one;
+//! the older `relay flights`, `steer`, `interrupt` and `peek` are kept), and `relay
+//! ask`, which starts one, in [`super::ask`].
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use relay_protocol::api::FlightTree;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
 
 use crate::client::Client;
+use crate::exit::Exit;
+use crate::help;
 use crate::terminal::{errln, one_line, outln};
 use crate::views::print_json;
+use crate::views::table::{age, Cell, Table};
+use crate::views::watch::WatchView;
+
+/// `relay flight`: a verb, or a flight's id to show it (`relay flight flt_...`).
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct FlightCmdArgs {
+    #[command(subcommand)]
+    cmd: Option<FlightCmd>,
+    #[command(flatten)]
+    show: FlightArgs,
+}
+
+#[derive(Subcommand)]
+pub enum FlightCmd {
+    /// List flights, newest last.
+    #[command(alias = "ls", after_help = help::FLIGHT_LIST)]
+    List(FlightsArgs),
+    /// Show one flight; --updates adds its whole run as a transcript, --tree who asked
+    /// whom.
+    #[command(after_help = help::FLIGHT_SHOW)]
+    Show(FlightArgs),
+    /// Add instructions to the turn a flight is running (a queued flight: to its task).
+    #[command(after_help = "Example:\n  relay flight steer flt_01... \"also update the tests\"")]
+    Steer(SteerArgs),
+    /// Interrupt the turn a flight is running: it ends cancelled (a queued one never
+    /// runs; a tmux pane gets C-c).
+    #[command(after_help = "Example:\n  relay flight interrupt flt_01...")]
+    Interrupt(InterruptArgs),
+    /// Answer a flight you are running (a tmux agent's way to end its turn): it
+    /// completes with TEXT as its output, posted as your reply.
+    Reply(ReplyArgs),
+}
+
+/// `relay flight ...`.
+pub async fn run(client: &Client, args: FlightCmdArgs) -> anyhow::Result<Exit> {
+    match args.cmd {
+        None => show(client, args.show).await?,
+        Some(FlightCmd::List(a)) => list(client, a).await?,
+        Some(FlightCmd::Show(a)) => show(client, a).await?,
+        Some(FlightCmd::Steer(a)) => steer(client, a).await?,
+        Some(FlightCmd::Interrupt(a)) => interrupt(client, a).await?,
+        Some(FlightCmd::Reply(a)) => reply(client, a).await?,
+    }
+    Ok(Exit::Ok)
+}
 
 #[derive(Args)]
 pub struct FlightsArgs {
@@ -71,8 +120,10 @@ pub struct InterruptArgs {
 #[derive(Args)]
 pub struct FlightArgs {
     /// The flight's id.
-    id: String,
-    /// Also print every update.
+    #[arg(required = true)]
+    id: Option<String>,
+    /// Also print its whole run as a transcript: the streamed text joined, each item,
+    /// state change and note on a line of its own (--json: the raw updates).
     #[arg(long, conflicts_with = "tree")]
     updates: bool,
     /// Print the agent-to-agent tree the flight belongs to, from its root: who asked
@@ -103,18 +154,41 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
     let flights: Vec<Flight> = client.get_query(&["v1", "flights"], &query).await?;
     if json {
         print_json(&flights)?;
-    } else {
-        for f in flights {
-            outln!(
-                "{}  {:<10} {:<16} {}",
-                f.id,
-                f.state,
-                f.agent,
-                one_line(f.summary.as_deref().unwrap_or(""))
-            );
-        }
+        return Ok(());
     }
+    let mut table = Table::new(&["FLIGHT", "AGENT", "STATE", "UPDATED", "SUMMARY"]);
+    for f in &flights {
+        table.row(vec![
+            Cell::new(&f.id),
+            Cell::new(&f.agent),
+            Cell::state(f.state.to_string()),
+            Cell::dim(age(f.updated_at)),
+            Cell::new(flight_summary(f)),
+        ]);
+    }
+    table.print(
+        crate::terminal::width(),
+        "no flights (`relay ask AGENT TEXT` starts one)",
+    );
     Ok(())
+}
+
+/// What a flight amounts to, on one line: its error when it failed, the start of its
+/// reply when it completed, else what it is doing.
+pub(crate) fn flight_summary(f: &Flight) -> String {
+    let first = |s: &str| {
+        s.lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .to_string()
+    };
+    match f.state {
+        FlightState::Failed | FlightState::Cancelled => {
+            f.error.as_deref().map(first).unwrap_or_default()
+        }
+        FlightState::Completed => f.output.as_deref().map(first).unwrap_or_default(),
+        _ => f.summary.clone().unwrap_or_default(),
+    }
 }
 
 /// `relay flight`.
@@ -125,6 +199,9 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         tree,
         json,
     } = args;
+    let Some(id) = id else {
+        crate::exit::usage!("which flight? give its id (`relay flight list` lists them)");
+    };
     if tree {
         let tree: FlightTree = client.get(&["v1", "flights", &id, "tree"]).await?;
         if json {
@@ -149,7 +226,11 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
     } else {
         outln!("flight     {}", flight.id);
         outln!("agent      {}", flight.agent);
-        outln!("state      {}", flight.state);
+        outln!(
+            "state      {} (updated {})",
+            flight.state,
+            age(flight.updated_at)
+        );
         outln!("invocation {}", flight.invocation);
         if let Some(t) = &flight.thread_id {
             outln!("thread     {t}");
@@ -163,8 +244,13 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         if let Some(o) = &flight.output {
             outln!("output\n{o}");
         }
-        for u in ups {
-            outln!("{:>6} {}", u.seq, serde_json::to_string(&u.change)?);
+        if updates {
+            outln!("--- updates ---");
+            let mut view = WatchView::default();
+            for u in &ups {
+                view.update(u);
+            }
+            view.end_line();
         }
     }
     Ok(())

@@ -1,12 +1,15 @@
-//! The commands, one module per family: each holds its clap arguments and what it
-//! does. [`serve`] (`up`, `node`, `node-key`) and [`doctor`] run without a broker; the
-//! client commands ([`ClientCmd`]) find one ([`Client::discover`](crate::client::Client::discover)) and call its API.
-
-use std::process::ExitCode;
+//! The commands ([`Cmd`]), one module per family: each holds its clap arguments and
+//! what it does. [`serve`] (`up`, `node`, `node-key`), [`doctor`], `completions` and
+//! `man` run without a broker; the client commands find one
+//! ([`Client::discover`](crate::client::Client::discover)) and call its API. Each
+//! returns how it ended as an [`Exit`].
 
 use clap::{Args, Subcommand};
 
 use crate::client::Client;
+use crate::data_dir::DataDir;
+use crate::exit::Exit;
+use crate::help;
 
 pub mod agent;
 pub mod approval;
@@ -48,93 +51,180 @@ impl Actor {
     }
 }
 
-/// The commands that talk to a running broker.
+/// Every command. The help groups them ([`crate::help`]); the hidden ones are the
+/// older spellings, kept so scripts go on working (`relay flights` is `relay flight
+/// list`, `relay approve` is `relay approval decide`...).
 #[derive(Subcommand)]
-pub enum ClientCmd {
-    /// Show the broker's state.
-    Status(JsonFlag),
-    /// Post a message to a conversation; each agent it @mentions answers in reply.
+pub enum Cmd {
+    // --- daily -----------------------------------------------------------------------
+    /// Ask an agent; its reply streams here.
+    ///
+    /// The exit code says how the flight ended: 0 completed, 1 failed, 6 cancelled.
+    #[command(after_help = help::ASK)]
+    Ask(ask::AskArgs),
+    /// Post a message; each agent it @mentions answers.
+    ///
+    /// Each agent the message @mentions is asked (a flight), and its answer is posted in
+    /// reply to the message.
+    #[command(after_help = help::SEND)]
     Send(conversation::SendArgs),
     /// Print the last messages of a conversation.
+    #[command(after_help = help::READ)]
     Read(conversation::ReadArgs),
-    /// Print the event log: the last N events, or N events after --since SEQ.
-    Events(events::EventsArgs),
-    /// Register, list, show or remove agents.
+    /// Follow a flight, an agent, a conversation or the fleet live.
+    ///
+    /// Shows it as it is now, then follows it live: nothing missed, nothing twice, across
+    /// a broker restart.
+    #[command(after_help = help::WATCH)]
+    Watch(watch::WatchArgs),
+    /// Flights: list, show, steer, interrupt, reply.
+    ///
+    /// A flight is one tracked run of an agent (each ask and each mention makes one).
+    /// `relay flight ID` shows one.
+    Flight(flight::FlightCmdArgs),
+    /// Approvals an agent waits for: list, decide.
+    ///
+    /// An agent asks to run a command or change files; a person (or a rule) decides.
+    #[command(subcommand)]
+    Approval(approval::ApprovalCmd),
+    /// Replay a flight, an agent's session or a conversation.
+    ///
+    /// Read from the log: a readable transcript, or one JSON document with --json.
+    #[command(subcommand)]
+    Replay(replay::ReplayCmd),
+    /// Open the dashboard in your browser.
+    ///
+    /// The dashboard shows agents, live flights, approvals to decide and replays. This
+    /// prints a one-time login link and, on a desktop, opens it in your browser.
+    Open(open::OpenArgs),
+
+    // --- agents and conversations ----------------------------------------------------
+    /// Agents: add, attach, list, show, wake, remove, peek.
+    ///
+    /// `attach` adopts a tmux pane of yours; `peek` shows what a tmux agent's pane shows.
     #[command(subcommand)]
     Agent(agent::AgentCmd),
-    /// Create or list conversations.
+    /// Conversations: add, list.
     #[command(subcommand)]
     Conversation(conversation::ConversationCmd),
-    /// List flights, newest last.
-    Flights(flight::FlightsArgs),
-    /// Ask an agent: prints the reply live as it streams; exits 0 when the flight
-    /// completed, 1 when it failed or was cancelled.
-    Ask(ask::AskArgs),
-    /// Add instructions to the turn a flight is running.
-    Steer(flight::SteerArgs),
-    /// Interrupt the turn a flight is running (the flight ends cancelled; a tmux pane
-    /// gets C-c).
-    Interrupt(flight::InterruptArgs),
-    /// Answer a flight you are running: it completes with TEXT as its output, posted as
-    /// your reply. How a tmux agent answers the task pasted into its pane (the task names
-    /// the flight); run from its pane, it acts as that agent.
+    /// Answer a flight you are running (a tmux agent's answer).
+    ///
+    /// How a tmux agent answers the task pasted into its pane (the task names the
+    /// flight): the flight completes with TEXT as its output.
     Reply(flight::ReplyArgs),
-    /// Show what a tmux agent's pane shows now (its last lines as plain text) and how to
-    /// look at it live.
-    Peek(flight::PeekArgs),
-    /// List approval requests (pending ones by default).
-    Approvals(approval::ApprovalsArgs),
-    /// Decide an approval request: accept, accept_for_session, decline or cancel.
-    Approve(approval::ApproveArgs),
-    /// Show one flight and its updates.
-    Flight(flight::FlightArgs),
-    /// Show a flight, an agent or a conversation as it is now, then follow it live:
-    /// nothing missed, nothing twice. A flight's watch ends with the flight (exit 0 when
-    /// it completed, 1 when it failed or was cancelled).
-    Watch(watch::WatchArgs),
-    /// Serve Relay's tools (ask, send, reply, read_conversation, list_agents,
-    /// show_flight) as an MCP server on stdin/stdout, acting as --as (default: the agent
-    /// of RELAY_AGENT with its RELAY_TOKEN). Relay wires it into its Codex and Claude Code
-    /// agents itself; an MCP client starts it as `relay mcp`.
+    /// Serve Relay's tools to an agent as an MCP server on stdio.
+    ///
+    /// The tools: ask, send, reply, read_conversation, list_agents, show_flight; acting
+    /// as --as (default: the agent of RELAY_AGENT with its RELAY_TOKEN). Relay wires it
+    /// into its Codex and Claude Code agents itself; an MCP client starts it as `relay
+    /// mcp`.
     #[command(
         after_help = "The broker comes from RELAY_URL + RELAY_TOKEN (an agent's session has both), \
 or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
 {\"command\": \"relay\", \"args\": [\"mcp\"]}"
     )]
     Mcp(mcp::McpArgs),
-    /// Replay a flight, an agent's session or a conversation from the log: a readable
-    /// transcript, or one JSON document with --json.
-    #[command(subcommand)]
-    Replay(replay::ReplayCmd),
-    /// Open the dashboard (agents, live flights, approvals to decide, replays): prints
-    /// a one-time login link and, on a desktop, opens it in your browser.
-    Open(open::OpenArgs),
+
+    // --- operations ------------------------------------------------------------------
+    #[command(flatten)]
+    Serve(serve::ServeCmd),
+    /// Show the broker's state.
+    #[command(after_help = "Examples:\n  relay status\n  relay status --json")]
+    Status(JsonFlag),
+    /// Print the event log, or follow it.
+    ///
+    /// The last N events, or N events after --since SEQ; --follow goes on live (across a
+    /// broker restart).
+    #[command(after_help = help::EVENTS)]
+    Events(events::EventsArgs),
+    /// Check a stopped broker's data directory.
+    ///
+    /// Rebuilds every projection from the event log and compares it with the stored one,
+    /// and checks the log has no gap in its sequence. Exits 0 when consistent, 1 when
+    /// not. It writes no record (opening the database lets sled recover it, as `relay up`
+    /// would).
+    #[command(
+        after_help = "Run it with the broker stopped (`relay up` holds the database lock).\n\nExamples:\n  relay doctor\n  relay doctor --data-dir /srv/relay --json"
+    )]
+    Doctor(JsonFlag),
+    /// Print a shell's completion script (bash, zsh, fish...).
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print relay's man page, or write one per command.
+    #[command(
+        after_help = "Examples:\n  relay man | man -l -\n  relay man --out ~/.local/share/man/man1"
+    )]
+    Man {
+        /// Write relay.1 and a page per command (relay-ask.1, relay-agent-add.1...) here.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
+
+    // --- the older spellings, hidden -------------------------------------------------
+    /// `relay flight list`.
+    #[command(hide = true)]
+    Flights(flight::FlightsArgs),
+    /// `relay flight steer`.
+    #[command(hide = true)]
+    Steer(flight::SteerArgs),
+    /// `relay flight interrupt`.
+    #[command(hide = true)]
+    Interrupt(flight::InterruptArgs),
+    /// `relay agent peek`.
+    #[command(hide = true)]
+    Peek(flight::PeekArgs),
+    /// `relay approval list`.
+    #[command(hide = true)]
+    Approvals(approval::ApprovalsArgs),
+    /// `relay approval decide`.
+    #[command(hide = true)]
+    Approve(approval::ApproveArgs),
 }
 
-/// Runs `cmd` on the broker `client` talks to.
-pub async fn run(client: &Client, cmd: ClientCmd) -> anyhow::Result<ExitCode> {
+/// Runs `cmd`: the processes and `doctor` on the data dir, the rest as a client of the
+/// broker found there (or at `url` with `token`).
+pub async fn run(
+    data_dir: DataDir,
+    url: Option<String>,
+    token: Option<String>,
+    cmd: Cmd,
+) -> anyhow::Result<Exit> {
+    let client = |data_dir| Client::discover(data_dir, url, token);
+    let done = Ok(Exit::Ok);
     match cmd {
-        ClientCmd::Status(f) => status::run(client, f.json).await?,
-        ClientCmd::Send(args) => conversation::send(client, args).await?,
-        ClientCmd::Read(args) => conversation::read(client, args).await?,
-        ClientCmd::Events(args) => events::run(client, args).await?,
-        ClientCmd::Agent(cmd) => agent::run(client, cmd).await?,
-        ClientCmd::Conversation(cmd) => conversation::run(client, cmd).await?,
-        ClientCmd::Flights(args) => flight::list(client, args).await?,
-        ClientCmd::Ask(args) => return ask::run(client, args).await,
-        ClientCmd::Steer(args) => flight::steer(client, args).await?,
-        ClientCmd::Interrupt(args) => flight::interrupt(client, args).await?,
-        ClientCmd::Reply(args) => flight::reply(client, args).await?,
-        ClientCmd::Peek(args) => flight::peek(client, args).await?,
-        ClientCmd::Approvals(args) => approval::list(client, args).await?,
-        ClientCmd::Approve(args) => approval::approve(client, args).await?,
-        ClientCmd::Flight(args) => flight::show(client, args).await?,
-        ClientCmd::Watch(args) => return watch::run(client, args).await,
-        ClientCmd::Mcp(args) => mcp::run(client, args).await?,
-        ClientCmd::Replay(cmd) => replay::run(client, cmd).await?,
-        ClientCmd::Open(args) => open::run(client, args).await?,
+        Cmd::Serve(cmd) => serve::run(data_dir, cmd).await,
+        Cmd::Doctor(f) => doctor::run(data_dir, f.json).await,
+        Cmd::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut crate::command(), "relay", &mut out);
+            crate::terminal::write_stdout(&String::from_utf8_lossy(&out));
+            done
+        }
+        Cmd::Man { out } => help::man(out),
+        Cmd::Ask(args) => ask::run(&client(data_dir)?, args).await,
+        Cmd::Watch(args) => watch::run(&client(data_dir)?, args).await,
+        Cmd::Flight(args) => flight::run(&client(data_dir)?, args).await,
+        Cmd::Status(f) => status::run(&client(data_dir)?, f.json).await.and(done),
+        Cmd::Send(args) => conversation::send(&client(data_dir)?, args).await.and(done),
+        Cmd::Read(args) => conversation::read(&client(data_dir)?, args).await.and(done),
+        Cmd::Events(args) => events::run(&client(data_dir)?, args).await.and(done),
+        Cmd::Agent(cmd) => agent::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Conversation(cmd) => conversation::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Approval(cmd) => approval::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Reply(args) => flight::reply(&client(data_dir)?, args).await.and(done),
+        Cmd::Mcp(args) => mcp::run(&client(data_dir)?, args).await.and(done),
+        Cmd::Replay(cmd) => replay::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Open(args) => open::run(&client(data_dir)?, args).await.and(done),
+        Cmd::Flights(args) => flight::list(&client(data_dir)?, args).await.and(done),
+        Cmd::Steer(args) => flight::steer(&client(data_dir)?, args).await.and(done),
+        Cmd::Interrupt(args) => flight::interrupt(&client(data_dir)?, args).await.and(done),
+        Cmd::Peek(args) => flight::peek(&client(data_dir)?, args).await.and(done),
+        Cmd::Approvals(args) => approval::list(&client(data_dir)?, args).await.and(done),
+        Cmd::Approve(args) => approval::approve(&client(data_dir)?, args).await.and(done),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The words of a text argument joined by spaces; `-`, or no words with stdin not a

@@ -2,7 +2,7 @@
 //! live, from `GET /v1/watch` (the broker makes the snapshot exact at a seq and follows
 //! from there: nothing is missed or shown twice).
 
-use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use relay_protocol::domain::FlightState;
@@ -10,6 +10,7 @@ use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{Scope, Snapshot, View, WatchRequest, DEFAULT_MESSAGES};
 
 use crate::client::Client;
+use crate::exit::Exit;
 use crate::terminal::{errln, jsonln};
 use crate::views::watch::WatchView;
 
@@ -42,8 +43,10 @@ pub struct WatchArgs {
     json: bool,
 }
 
-/// `relay watch`.
-pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
+/// `relay watch`. When the broker goes away (a restart, even `kill -9`), the watch goes
+/// on from the last event it showed (`after`), through the data dir's api.json as it is
+/// then, saying so on stderr: nothing is missed or shown twice.
+pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<Exit> {
     let WatchArgs {
         fleet,
         flight,
@@ -57,72 +60,123 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<ExitCode> {
         (Some(f), _, _) => Scope::Flight(f),
         (_, Some(a), _) => Scope::Agent(a),
         (_, _, Some(id)) => Scope::Conversation { id, limit },
-        _ => anyhow::bail!("name a flight, an agent or a conversation to watch"),
+        _ => crate::exit::usage!("name a flight, an agent or a conversation to watch"),
     };
     let flight_scope = matches!(scope, Scope::Flight(_));
-    let query = serde_json::to_value(WatchRequest::from(&scope))?;
-    let query: Vec<(&str, String)> = query
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| {
-            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            (k.as_str(), v)
-        })
-        .collect();
+    let mut request = WatchRequest::from(&scope);
     let mut view = WatchView::default();
     // The flight's state as last seen: the snapshot's, then each update's.
     let mut state: Option<FlightState> = None;
-    let mut failure = None;
-    client
-        .sse(&["v1", "watch"], &query, |kind, data| {
-            let shown = match kind {
-                "snapshot" => serde_json::from_str::<Snapshot>(data).map(|s| {
-                    if let View::Flight(v) = &s.view {
-                        state = Some(v.flight.state);
-                    }
-                    show(json, data, || view.snapshot(&s));
-                }),
-                "error" => {
-                    failure = Some(data.to_string());
-                    return false;
-                }
-                _ => serde_json::from_str::<Event>(data).map(|e| {
-                    if let EventBody::FlightUpdated { flight, .. } = &e.body {
-                        if flight_scope {
-                            state = Some(flight.state);
+    // The last event shown: where a broken watch resumes.
+    let mut seen: Option<u64> = None;
+    let mut client = client.clone();
+    let mut lost_since: Option<Instant> = None;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        request.after = seen;
+        let query = serde_json::to_value(&request)?;
+        let query: Vec<(&str, String)> = query
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                (k.as_str(), v)
+            })
+            .collect();
+        let mut failure = None;
+        let streamed = client
+            .sse(&["v1", "watch"], &query, |kind, data| {
+                let shown = match kind {
+                    "snapshot" => serde_json::from_str::<Snapshot>(data).map(|s| {
+                        if let View::Flight(v) = &s.view {
+                            state = Some(v.flight.state);
                         }
+                        seen = Some(s.seq);
+                        show(json, data, || view.snapshot(&s));
+                    }),
+                    "resumed" => return true,
+                    "error" => {
+                        failure = Some(data.to_string());
+                        return false;
                     }
-                    show(json, data, || view.event(&scope, &e));
-                }),
-            };
-            match shown {
-                Ok(()) => true,
-                Err(e) => {
-                    failure = Some(format!("bad {kind} from the broker: {e}"));
-                    false
+                    _ => serde_json::from_str::<Event>(data).map(|e| {
+                        if let EventBody::FlightUpdated { flight, .. } = &e.body {
+                            if flight_scope {
+                                state = Some(flight.state);
+                            }
+                        }
+                        seen = Some(e.seq);
+                        show(json, data, || view.event(&scope, &e));
+                    }),
+                };
+                match shown {
+                    Ok(()) => !(flight_scope && state.is_some_and(|s| s.is_terminal())),
+                    Err(e) => {
+                        failure = Some(format!("bad {kind} from the broker: {e}"));
+                        false
+                    }
                 }
+            })
+            .await;
+        if let Some(f) = failure {
+            view.end_line();
+            anyhow::bail!("the watch failed: {f}");
+        }
+        let ended = flight_scope && state.is_some_and(|s| s.is_terminal());
+        match streamed {
+            Ok(_) if ended => break,
+            // The broker ended the stream (it is stopping), or the connection went.
+            Ok(_) => {}
+            Err(e) if e.is_transient() && seen.is_some() => {}
+            Err(e) => {
+                view.end_line();
+                return Err(e.into());
             }
-        })
-        .await?;
+        }
+        if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
+            view.end_line();
+            anyhow::bail!(
+                "gave up after {} s without the broker; watch again when it is back",
+                RECONNECT_FOR.as_secs()
+            );
+        }
+        if lost_since.is_none() {
+            view.end_line();
+            errln!(
+                "relay: lost the broker; watching again from event {} when it is back",
+                seen.unwrap_or(0)
+            );
+            lost_since = Some(Instant::now());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+        client = client.rediscover();
+        if client
+            .get::<serde_json::Value>(&["v1", "status"])
+            .await
+            .is_ok()
+        {
+            errln!("relay: the broker is back; watching on");
+            lost_since = None;
+            pause = Duration::from_millis(100);
+        }
+    }
     view.end_line();
-    if let Some(f) = failure {
-        anyhow::bail!("the watch failed: {f}");
-    }
-    if !flight_scope {
-        return Ok(ExitCode::SUCCESS);
-    }
     match state {
-        Some(FlightState::Completed) => Ok(ExitCode::SUCCESS),
+        Some(FlightState::Completed) => Ok(Exit::Ok),
         Some(s) if s.is_terminal() => {
             if !json {
                 errln!("relay: the flight ended {s}");
             }
-            Ok(ExitCode::FAILURE)
+            Ok(Exit::of_flight(s))
         }
-        _ => anyhow::bail!("the broker ended the watch before the flight ended"),
+        _ => Ok(Exit::Ok),
     }
 }
+
+/// How long a watch tries to reach a broker that went away before it gives up.
+const RECONNECT_FOR: Duration = Duration::from_secs(300);
 
 /// The JSON line as the broker sent it (one line: SSE data has no newline), or the text
 /// view.

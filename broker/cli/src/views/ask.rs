@@ -1,13 +1,28 @@
-//! The live view of `relay ask`: the reply as it streams, and a status line.
+//! The live view of `relay ask`: the reply as it streams on stdout, and what the agent
+//! is doing on stderr. On a terminal that is a status line, redrawn in place and cut to
+//! the terminal's width (so it never wraps and fills the scrollback); in a pipe, it is a
+//! line for each thing a person would want to know while waiting (a harness note such
+//! as "Reconnecting... 2/5", an approval to decide, the broker going away and coming
+//! back). An approval is always said on a line of its own, whole, with how to answer it.
 
 use relay_protocol::domain::{FlightChange, FlightState, ItemKind};
 
-use crate::terminal::{inert, one_line, out, outln};
+use crate::terminal::{cut, errln, inert, one_line, out, outln, write_stderr};
 
-/// What `relay ask` shows: the reply as it streams on stdout, and on a terminal a
-/// status line on stderr whenever nothing has printed for a moment (what the agent is
-/// doing, and how to answer an approval it waits for).
+/// How `relay ask` tells what happens on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// A status line, redrawn in place (stderr is a terminal).
+    Line,
+    /// A line per note, approval or reconnection (stderr is not a terminal).
+    Lines,
+}
+
 pub struct AskView {
+    agent: String,
+    status: Status,
+    /// Print the streamed text on stdout (not with --json).
+    print: bool,
     state: FlightState,
     /// What the flight is doing, for the status line.
     activity: String,
@@ -18,11 +33,16 @@ pub struct AskView {
     message: String,
     status_shown: bool,
     last_print: std::time::Instant,
+    /// The last note said as a line (the same note again is not repeated).
+    last_note: Option<String>,
 }
 
 impl AskView {
-    pub fn new(state: FlightState) -> AskView {
+    pub fn new(agent: &str, state: FlightState, status: Status, print: bool) -> AskView {
         AskView {
+            agent: agent.to_string(),
+            status,
+            print,
             state,
             activity: "waiting for the agent".into(),
             printed: false,
@@ -30,15 +50,17 @@ impl AskView {
             message: String::new(),
             status_shown: false,
             last_print: std::time::Instant::now(),
+            last_note: None,
         }
     }
 
-    pub fn apply(&mut self, change: &FlightChange, print: bool) {
+    pub fn apply(&mut self, change: &FlightChange) {
         use relay_protocol::domain::ItemPhase;
         match change {
             FlightChange::Delta { text } => {
                 self.message.push_str(text);
-                if print {
+                self.activity = "writing".into();
+                if self.print {
                     self.print(text);
                 }
             }
@@ -47,7 +69,7 @@ impl AskView {
             } => match (item_kind, phase) {
                 (ItemKind::AgentMessage, ItemPhase::Started) => {
                     // A new message of the same turn starts on a paragraph of its own.
-                    if print && self.printed {
+                    if self.print && self.printed {
                         self.print(if self.mid_line { "\n\n" } else { "\n" });
                     }
                     self.message.clear();
@@ -66,79 +88,106 @@ impl AskView {
             FlightChange::State { to, reason, .. } => {
                 self.state = *to;
                 self.activity = match (to, reason) {
-                    (FlightState::Waiting, Some(reason)) => approval_hint(reason),
+                    (FlightState::Waiting, Some(reason)) => self.approval(reason),
                     (FlightState::Waking, _) => "starting the agent's session".into(),
+                    (FlightState::Queued, _) => "queued behind the agent's other work".into(),
                     _ => "working".into(),
                 };
+            }
+            FlightChange::Note { text } => {
+                self.activity = format!("note: {}", one_line(text));
+                if self.last_note.as_deref() != Some(text.as_str()) {
+                    self.last_note = Some(text.clone());
+                    if self.status == Status::Lines {
+                        self.line(&format!("{}: {}", self.agent, one_line(text)));
+                    }
+                }
             }
             _ => {}
         }
     }
 
+    /// An approval the flight waits for, from its state reason (`approval apr_...:
+    /// <command>`): said whole on a line of its own; the status line keeps it short.
+    fn approval(&mut self, reason: &str) -> String {
+        match parse_approval(reason) {
+            Some((id, detail)) => {
+                self.line(&format!(
+                    "{} asks for approval {id}: {}\n  answer: relay approval decide {id} accept|decline",
+                    self.agent,
+                    one_line(detail)
+                ));
+                format!("waiting for approval {id} (relay approval decide {id} accept|decline)")
+            }
+            None => one_line(reason),
+        }
+    }
+
+    /// Says `text` on stderr as a line, below the streamed text, never over it.
+    pub fn line(&mut self, text: &str) {
+        self.clear_status();
+        if self.mid_line && self.print {
+            outln!();
+            self.mid_line = false;
+        }
+        errln!("relay: {text}");
+    }
+
     fn print(&mut self, text: &str) {
-        use std::io::Write;
         self.clear_status();
         out!("{text}");
-        let _ = std::io::stdout().flush();
         self.printed = true;
         self.mid_line = !text.ends_with('\n');
         self.last_print = std::time::Instant::now();
     }
 
-    pub fn draw_status(&mut self, agent: &str, frame: char) {
-        if self.state.is_terminal()
+    /// Redraws the status line (a terminal only), cut to `width` columns.
+    pub fn draw_status(&mut self, frame: char, width: usize) {
+        if self.status != Status::Line
+            || self.state.is_terminal()
             || self.last_print.elapsed() < std::time::Duration::from_millis(400)
         {
             return;
         }
-        if self.mid_line && !self.status_shown {
+        if self.mid_line && !self.status_shown && self.print {
             // Under the unfinished line, never over it.
             outln!();
             self.mid_line = false;
         }
-        eprint!(
-            "\r\x1b[K{}",
-            inert(&format!(
-                "{frame} {agent}: {} ({})",
-                self.activity, self.state
-            ))
-        );
+        let text = format!("{frame} {}: {} ({})", self.agent, self.activity, self.state);
+        // One column spare: a line that fills the last column wraps on some terminals.
+        let text = cut(&inert(&text), width.saturating_sub(1));
+        write_stderr(&format!("\r\x1b[K{text}"));
         self.status_shown = true;
     }
 
     pub fn clear_status(&mut self) {
         if self.status_shown {
-            eprint!("\r\x1b[K");
+            write_stderr("\r\x1b[K");
             self.status_shown = false;
         }
     }
 
     /// Ends the streamed text; returns the last agent message if anything streamed.
     pub fn finish(&mut self) -> Option<String> {
+        self.clear_status();
         if !self.printed {
             return None;
         }
         if self.mid_line {
             outln!();
+            self.mid_line = false;
         }
         Some(std::mem::take(&mut self.message))
     }
 }
 
-/// The status line for a flight waiting on an approval, from its state reason
-/// (`approval apr_...: <command>`).
-fn approval_hint(reason: &str) -> String {
-    match reason
+/// The approval id and the command of a waiting state's reason (`approval apr_...:
+/// <command>`).
+fn parse_approval(reason: &str) -> Option<(&str, &str)> {
+    reason
         .strip_prefix("approval ")
         .and_then(|r| r.split_once(": "))
-    {
-        // The whole command on one line: a second line must not hide.
-        Some((id, detail)) => format!(
-            "waiting for approval of `{}`: relay approve {id} accept|decline",
-            one_line(detail)
-        ),
-        None => reason.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -148,58 +197,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_status_line_says_how_to_answer_an_approval() {
+    fn an_approval_reason_is_read_back() {
         assert_eq!(
-            approval_hint("approval apr_123: cargo test -p x\nmore"),
-            "waiting for approval of `cargo test -p x\\nmore`: relay approve apr_123 accept|decline"
+            parse_approval("approval apr_123: cargo test -p x\nmore"),
+            Some(("apr_123", "cargo test -p x\nmore"))
         );
-        assert_eq!(approval_hint("something else"), "something else");
+        assert_eq!(parse_approval("something else"), None);
     }
 
     #[test]
     fn the_ask_view_follows_the_flight() {
-        let mut v = AskView::new(FlightState::Queued);
-        v.apply(
-            &FlightChange::State {
-                to: FlightState::Waking,
-                reason: None,
-                output: None,
-            },
-            false,
-        );
+        let mut v = AskView::new("cx", FlightState::Queued, Status::Line, false);
+        v.apply(&FlightChange::State {
+            to: FlightState::Waking,
+            reason: None,
+            output: None,
+        });
         assert_eq!(v.activity, "starting the agent's session");
-        v.apply(
-            &FlightChange::Delta {
-                text: "draft".into(),
-            },
-            false,
+        v.apply(&FlightChange::Note {
+            text: "Reconnecting... 2/5 (stream disconnected)".into(),
+        });
+        assert_eq!(
+            v.activity,
+            "note: Reconnecting... 2/5 (stream disconnected)"
         );
-        v.apply(
-            &FlightChange::Item {
-                item_id: "m2".into(),
-                item_kind: ItemKind::AgentMessage,
-                phase: relay_protocol::domain::ItemPhase::Started,
-                text: None,
-            },
-            false,
-        );
-        v.apply(
-            &FlightChange::Delta {
-                text: "final".into(),
-            },
-            false,
-        );
+        v.apply(&FlightChange::Delta {
+            text: "draft".into(),
+        });
+        v.apply(&FlightChange::Item {
+            item_id: "m2".into(),
+            item_kind: ItemKind::AgentMessage,
+            phase: relay_protocol::domain::ItemPhase::Started,
+            text: None,
+        });
+        v.apply(&FlightChange::Delta {
+            text: "final".into(),
+        });
         assert_eq!(v.message, "final", "a new message replaces the last one");
-        v.apply(
-            &FlightChange::State {
-                to: FlightState::Waiting,
-                reason: Some("approval apr_9: rm -rf x".into()),
-                output: None,
-            },
-            false,
-        );
+        v.apply(&FlightChange::State {
+            to: FlightState::Waiting,
+            reason: Some("approval apr_9: rm -rf x".into()),
+            output: None,
+        });
         assert_eq!(v.state, FlightState::Waiting);
-        assert!(v.activity.contains("relay approve apr_9"), "{}", v.activity);
+        assert_eq!(
+            v.activity,
+            "waiting for approval apr_9 (relay approval decide apr_9 accept|decline)"
+        );
         // Nothing printed (print = false): nothing to finish.
         assert_eq!(v.finish(), None);
     }

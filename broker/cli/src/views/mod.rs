@@ -9,6 +9,7 @@ use crate::terminal::{jsonln, outln};
 
 pub mod ask;
 pub mod replay;
+pub mod table;
 pub mod watch;
 
 /// `v` as pretty JSON on stdout.

@@ -14,6 +14,9 @@ use crate::terminal::{one_line, out, outln};
 pub struct WatchView {
     /// The last line printed is unfinished (streamed text without its newline).
     mid_line: bool,
+    /// The flight whose transcript is being shown (an agent's watch switches between
+    /// its flights, each under a header line).
+    current: Option<String>,
 }
 
 impl WatchView {
@@ -88,8 +91,22 @@ impl WatchView {
     /// One followed event (a flight's update, or an agent's, a conversation's or the
     /// fleet's event). The fleet's flights show their changes of state only.
     pub fn event(&mut self, scope: &Scope, e: &Event) {
+        let transcript = matches!(e.body, EventBody::FlightUpdated { .. })
+            && matches!(scope, Scope::Flight(_) | Scope::Agent(_));
+        if !transcript {
+            self.end_line();
+        }
         match &e.body {
             EventBody::FlightUpdated { update, .. } if matches!(scope, Scope::Flight(_)) => {
+                self.update(update)
+            }
+            // An agent's flights read as transcripts, each under its id.
+            EventBody::FlightUpdated { update, flight } if matches!(scope, Scope::Agent(_)) => {
+                if self.current.as_deref() != Some(flight.id.as_str()) {
+                    self.end_line();
+                    outln!("── flight {} ──", flight.id);
+                    self.current = Some(flight.id.clone());
+                }
                 self.update(update)
             }
             EventBody::FlightUpdated { update, .. }
@@ -115,23 +132,25 @@ impl WatchView {
                     one_line(reason)
                 )
             }
-            EventBody::InvocationCreated { invocation, flight } => outln!(
-                "flight {} {} from {}: {}",
-                flight.id,
-                flight.state,
-                invocation.requester,
-                one_line(&invocation.task)
-            ),
+            EventBody::InvocationCreated { invocation, flight } => {
+                self.end_line();
+                outln!(
+                    "flight {} {} from {}: {}",
+                    flight.id,
+                    flight.state,
+                    invocation.requester,
+                    one_line(&invocation.task)
+                )
+            }
             _ => {}
         }
     }
 
-    /// A flight's update: streamed text as is, anything else on a line of its own.
-    fn update(&mut self, u: &FlightUpdate) {
+    /// A flight's update as a transcript: streamed text as is, anything else on a line
+    /// of its own in brackets.
+    pub fn update(&mut self, u: &FlightUpdate) {
         if let FlightChange::Delta { text } = &u.change {
-            use std::io::Write;
             out!("{text}");
-            let _ = std::io::stdout().flush();
             self.mid_line = !text.ends_with('\n');
             return;
         }

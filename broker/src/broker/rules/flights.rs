@@ -331,14 +331,31 @@ impl Ctx<'_, '_> {
 fn summarize(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
     match line.char_indices().nth(SUMMARY_CHARS) {
-        Some((i, _)) => format!("{}...", &line[..i]),
+        Some((i, _)) => {
+            let head = &line[..i];
+            // At the last word boundary, unless that throws most of it away.
+            let head = match head.rfind(' ') {
+                Some(space) if space >= i / 2 => &head[..space],
+                _ => head,
+            };
+            format!("{}…", head.trim_end())
+        }
         None => line.to_string(),
     }
 }
 
-/// The last `n` characters of `s`, on one line.
+/// The last `n` characters of `s`, on one line; when cut, from the start of a word and
+/// marked with `…` (never the middle of a word, unless one word is all there is).
 fn tail(s: &str, n: usize) -> String {
     let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
     let count = flat.chars().count();
-    flat.chars().skip(count.saturating_sub(n)).collect()
+    if count <= n {
+        return flat;
+    }
+    let cut: String = flat.chars().skip(count - n).collect();
+    let from_word = match cut.find(' ') {
+        Some(space) if space < cut.len() / 2 => cut[space..].trim_start(),
+        _ => cut.as_str(),
+    };
+    format!("…{from_word}")
 }

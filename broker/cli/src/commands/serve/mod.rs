@@ -1,8 +1,8 @@
 //! The processes: `relay up` ([`up`]), `relay node` and `relay node-key` ([`node`]),
 //! with the settings `up` and `node` share ([`settings`]).
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Subcommand;
 
@@ -14,16 +14,21 @@ pub mod up;
 
 #[derive(Subcommand)]
 pub enum ServeCmd {
-    /// Run the broker with its embedded runtime until SIGINT/SIGTERM. An option given
-    /// twice takes its last value.
+    /// Run the broker (with its embedded runtime).
+    ///
+    /// Runs until SIGINT/SIGTERM. An option given twice takes its last value.
     #[command(args_override_self = true)]
     Up(up::UpArgs),
-    /// Run only the harness-session plane for the agents registered on one node
+    /// Run a node: another host's agents, through NATS.
+    ///
+    /// Runs only the harness-session plane for the agents registered on one node
     /// (`relay agent add ... --node NAME`), connected to the broker through NATS.
     Node(node::NodeArgs),
-    /// Write a node's key, derived from this broker's bus key (made if missing): copy it
-    /// to the node's host and pass it to `relay node --key-file`. Run it where the
-    /// broker's data dir is.
+    /// Write a node's key.
+    ///
+    /// The key is derived from this broker's bus key (made if missing): copy it to the
+    /// node's host and pass it to `relay node --key-file`. Run it where the broker's data
+    /// dir is.
     NodeKey {
         /// The node's name.
         name: String,
@@ -34,7 +39,7 @@ pub enum ServeCmd {
 }
 
 /// Runs `cmd` until it ends (the processes: until SIGINT/SIGTERM).
-pub async fn run(data_dir: DataDir, cmd: ServeCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, cmd: ServeCmd) -> anyhow::Result<Exit> {
     match cmd {
         ServeCmd::Up(args) => up::run(data_dir, args).await,
         ServeCmd::Node(args) => node::run(data_dir, args).await,

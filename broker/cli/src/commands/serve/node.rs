@@ -1,8 +1,8 @@
 //! `relay node`: a runtime on another host ([`relay_broker::node::run`]), and `relay
 //! node-key`, which writes its key on the broker's host.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 
@@ -26,7 +26,7 @@ pub struct NodeArgs {
 }
 
 /// `relay node`: runs the node until SIGINT/SIGTERM.
-pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<Exit> {
     init_logs();
     args.runtime.apply();
     let Some(nats) = args.nats.config(None)? else {
@@ -54,7 +54,7 @@ pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<ExitCode> 
         shutdown,
     )
     .await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
 /// `relay node-key NAME`: the node's key, from the broker's bus key.
@@ -62,7 +62,7 @@ pub async fn write_key(
     data_dir: DataDir,
     name: String,
     out: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let dir = data_dir.path();
     let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
         let key = relay_broker::server::node_key(&dir, &name)?;
@@ -82,5 +82,5 @@ pub async fn write_key(
     if let Some(path) = wrote {
         errln!("relay: wrote the node key to {}", path.display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }

@@ -1,7 +1,7 @@
 //! `relay up`: the broker with its embedded runtime ([`relay_broker::server::run`]).
 
+use crate::exit::Exit;
 use std::net::SocketAddr;
-use std::process::ExitCode;
 
 use clap::Args;
 
@@ -49,7 +49,7 @@ pub struct UpArgs {
 }
 
 /// `relay up`: runs the broker until SIGINT/SIGTERM.
-pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
     init_logs();
     args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -73,5 +73,5 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<ExitCode> {
         notify_command: args.notify_command,
     };
     relay_broker::server::run(config, shutdown).await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }

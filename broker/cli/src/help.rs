@@ -1,0 +1,241 @@
+//! The help a person reads: the top-level command list grouped by use (daily, agents,
+//! running Relay), made from the commands themselves so it cannot drift; each common
+//! command's examples; and the man pages (`relay man`, from the same command).
+
+use std::path::PathBuf;
+
+use clap::Command;
+
+use crate::exit::Exit;
+
+/// The top-level commands by group, in the order `relay --help` shows them. A test
+/// checks every visible command is in exactly one.
+const GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Daily",
+        &[
+            "ask", "send", "read", "watch", "flight", "approval", "replay", "open",
+        ],
+    ),
+    (
+        "Agents and conversations",
+        &["agent", "conversation", "reply", "mcp"],
+    ),
+    (
+        "Running Relay",
+        &[
+            "up",
+            "node",
+            "node-key",
+            "status",
+            "events",
+            "doctor",
+            "completions",
+            "man",
+            "help",
+        ],
+    ),
+];
+
+/// `cmd` with its help listing the subcommands by [`GROUPS`] instead of in one list.
+pub fn grouped(cmd: Command) -> Command {
+    let cmd = cmd.disable_help_subcommand(false);
+    let mut built = cmd.clone();
+    built.build();
+    let width = built
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().len())
+        .max()
+        .unwrap_or(0);
+    let mut text = String::new();
+    for (title, names) in GROUPS {
+        text.push_str(&format!("{title}:\n"));
+        for name in *names {
+            let about = built
+                .find_subcommand(name)
+                .and_then(|c| c.get_about())
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            let first = about.trim_end_matches('.');
+            text.push_str(&format!("  {name:<width$}  {first}\n"));
+        }
+        text.push('\n');
+    }
+    cmd.help_template(format!(
+        "{{before-help}}{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{text}Options:\n{{options}}{{after-help}}"
+    ))
+}
+
+pub const TOP_AFTER_HELP: &str = "\
+First steps:
+  relay up                                   # the broker, in a terminal of its own
+  relay agent add codex-1 --harness codex --cwd ~/src/project
+  relay ask codex-1 \"what does this repo do?\"
+  relay open                                 # the dashboard in your browser
+
+Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 refused, 5 broker unavailable,
+6 cancelled, 70 internal error, 130 Ctrl-C (`relay --help` says more).";
+
+pub const TOP_AFTER_LONG_HELP: &str = "\
+First steps:
+  relay up                                   # the broker, in a terminal of its own
+  relay agent add codex-1 --harness codex --cwd ~/src/project
+  relay ask codex-1 \"what does this repo do?\"
+  relay open                                 # the dashboard in your browser
+
+Exit codes:
+  0    done: the command did what it was asked (an ask's flight completed)
+  1    failed: the flight failed (relay doctor: the data dir has a problem)
+  2    usage: bad arguments, or a request the broker refused as invalid
+  3    not found: no such agent, flight, conversation, message or approval
+  4    refused: not allowed (an agent's token), or a conflict (exists already, a
+       cycle, a chain too deep, a flight already ended)
+  5    unavailable: no broker runs, it cannot be reached, or it is overloaded (try again)
+  6    cancelled: the flight was cancelled or interrupted
+  70   internal: an unexpected answer (a bug: please report it)
+  130  stopped by Ctrl-C
+
+Every listing and show takes --json. Text from agents and models is shown with its
+control characters escaped. Colour follows --color, NO_COLOR and the terminal.";
+
+pub const ASK: &str = "\
+Examples:
+  relay ask codex-1 \"what does this repo do?\"
+  relay ask codex-1 - < task.md              # the task from a file
+  relay ask reviewer --timeout 600 \"is this diff safe?\"
+  relay ask codex-1 --no-wait \"refactor the parser\"   # prints the flight id
+  relay ask codex-1 --json \"summarise\" | jq .output
+
+While it waits, a status line on stderr says what the agent is doing (on a terminal) or
+notes and approvals go to stderr as lines (in a pipe). Ctrl-C interrupts the flight and
+says how to follow it; a second Ctrl-C leaves it running and exits. A broker restart is
+followed through: the reply goes on from where it was.";
+
+pub const SEND: &str = "\
+Examples:
+  relay send \"the build is green\"
+  relay send \"@codex-1 @claude-1 which approach is faster?\"   # both are asked
+  relay send --to team.backend --reply-to msg_01... \"fixed\"";
+
+pub const READ: &str = "\
+Examples:
+  relay read                                 # the last 20 messages of channel.shared
+  relay read team.backend -n 50 --json";
+
+pub const WATCH: &str = "\
+Examples:
+  relay watch --flight flt_01...             # its text so far, then live; ends with it
+  relay watch --agent codex-1                # every turn of the agent, as a transcript
+  relay watch --conversation channel.shared
+  relay watch --fleet --json | jq .";
+
+pub const EVENTS: &str = "\
+Examples:
+  relay events                               # the last 50 events
+  relay events --since 1200 -n 100
+  relay events --follow --json | head -1";
+
+pub const COMPLETIONS: &str = "\
+Examples:
+  relay completions bash > ~/.local/share/bash-completion/completions/relay
+  relay completions zsh > ~/.zfunc/_relay    # with fpath+=~/.zfunc before compinit
+  relay completions fish > ~/.config/fish/completions/relay.fish";
+
+pub const FLIGHT_LIST: &str = "\
+Examples:
+  relay flight list
+  relay flight list --agent codex-1 --live
+  relay flight list --state failed -n 10 --json";
+
+pub const FLIGHT_SHOW: &str = "\
+Examples:
+  relay flight show flt_01...                # or: relay flight flt_01...
+  relay flight show flt_01... --updates      # the whole run as a transcript
+  relay flight show flt_01... --tree         # who asked whom";
+
+pub const APPROVAL_LIST: &str = "\
+Examples:
+  relay approval list                        # the pending ones
+  relay approval list --state all --json";
+
+pub const APPROVAL_DECIDE: &str = "\
+Examples:
+  relay approval decide apr_01... accept
+  relay approval decide apr_01... decline";
+
+pub const AGENT_ADD: &str = "\
+Examples:
+  relay agent add codex-1 --harness codex --cwd ~/src/project
+  OPENAI_API_KEY=... relay agent add codex-2 --harness codex --cwd . --secret OPENAI_API_KEY
+  relay agent add claude-1 --harness claude --cwd . --model sonnet
+  relay agent add careful --harness codex --cwd . --auto-accept \"cargo test\"
+  relay agent add tm-1 --harness tmux --cwd . --command \"codex\"
+
+Credentials: each agent CLI uses its own login under HOME (`codex login`, `claude` then
+/login, Pi's auth file) or a key you pass with --secret (OPENAI_API_KEY,
+ANTHROPIC_API_KEY...). See README.md, Credentials.";
+
+/// `relay man`: the top page on stdout, or every command's page into `out`.
+pub fn man(out: Option<PathBuf>) -> anyhow::Result<Exit> {
+    use anyhow::Context;
+    let cmd = crate::command();
+    let Some(dir) = out else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page)?;
+        crate::terminal::write_stdout(&String::from_utf8_lossy(&page));
+        return Ok(Exit::Ok);
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    let mut written = 0;
+    let mut pending = vec![("relay".to_string(), cmd)];
+    while let Some((name, mut cmd)) = pending.pop() {
+        cmd.build();
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let full = format!("{name}-{}", sub.get_name());
+            pending.push((full.clone(), sub.clone().name(full)));
+        }
+        let path = dir.join(format!("{name}.1"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.name(name)).render(&mut page)?;
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+        written += 1;
+    }
+    crate::terminal::errln!("relay: wrote {written} man pages to {}", dir.display());
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_visible_command_is_in_exactly_one_group() {
+        let mut cmd = crate::command();
+        cmd.build();
+        let listed: Vec<&str> = GROUPS.iter().flat_map(|(_, n)| n.iter().copied()).collect();
+        for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+            let n = listed.iter().filter(|l| **l == sub.get_name()).count();
+            assert_eq!(n, 1, "{} is in {n} groups", sub.get_name());
+        }
+        for name in &listed {
+            assert!(cmd.find_subcommand(name).is_some(), "{name} is no command");
+        }
+    }
+
+    #[test]
+    fn the_top_help_is_grouped() {
+        let help = crate::command().render_help().to_string();
+        let daily = help.find("Daily:").unwrap_or(usize::MAX);
+        let running = help.find("Running Relay:").unwrap_or(0);
+        assert!(daily < running, "{help}");
+        assert!(help.contains("  ask "), "{help}");
+        assert!(
+            !help.contains("  approve "),
+            "hidden aliases stay hidden: {help}"
+        );
+    }
+}

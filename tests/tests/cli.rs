@@ -1,7 +1,7 @@
 //! The `relay` command line on bad input: arguments it refuses itself (a usage error,
-//! exit 2, before any broker is asked), input the broker refuses (exit 1 with the
-//! error's code), and an `api.json` that does not lead to a broker. Nothing refused is
-//! written.
+//! exit 2, before any broker is asked), input the broker refuses (exit 2 when invalid,
+//! 3 when it names nothing known, with the error's code), and an `api.json` that does
+//! not lead to a broker (exit 5). Nothing refused is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_cli::client::{Client, ClientError};
@@ -66,31 +66,31 @@ async fn bad_arguments_are_refused_with_their_reason_and_write_nothing() {
         (
             "--secret of a variable that is not set",
             add(&["--secret", "RELAY_TEST_NOT_SET_ANYWHERE"]),
-            1,
+            2,
             "--secret RELAY_TEST_NOT_SET_ANYWHERE: RELAY_TEST_NOT_SET_ANYWHERE is not set",
         ),
         (
             "an empty agent name",
             add_as("", &[]),
-            1,
+            2,
             "(invalid_request)",
         ),
         (
             "an agent name over 64 bytes",
             add_as(&"a".repeat(65), &[]),
-            1,
+            2,
             "(invalid_request)",
         ),
         (
             "an empty message",
             vec!["send".into(), String::new()],
-            1,
+            2,
             "(invalid_request)",
         ),
         (
             "a message to an unknown conversation",
             words("send --to nope hi"),
-            1,
+            3,
             "(unknown_conversation)",
         ),
     ];
@@ -139,7 +139,7 @@ async fn an_api_json_that_leads_nowhere_is_a_typed_error_and_the_broker_replaces
         );
         let out = relay_cmd(&dir, &["status"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+        assert_eq!(out.status.code(), Some(5), "{what}: {stderr}");
         assert!(stderr.contains("no broker found"), "{what}: {stderr}");
     }
     // Half of RELAY_URL + RELAY_TOKEN is no broker either.

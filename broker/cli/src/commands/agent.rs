@@ -317,7 +317,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if f.json {
                 print_json(&agents)?;
             } else {
-                let mut table = Table::new(&["NAME", "HARNESS", "STATE", "NODE", "CWD"]);
+                let mut table = Table::new(&["NAME", "HARNESS", "STATE", "NODE", "CWD"])
+                    .optional(&["NODE", "HARNESS"]);
                 for a in &agents {
                     table.row(vec![
                         Cell::new(&a.spec.name),

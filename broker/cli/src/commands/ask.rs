@@ -84,8 +84,9 @@ pub(crate) async fn invoke(
 pub(crate) enum Followed<'a> {
     /// The next update, in order.
     Update(&'a FlightUpdate),
-    /// The stream broke (the broker went away or stopped): it is tried again.
-    Lost(&'a ClientError),
+    /// The stream broke (the broker went away or stopped), for this reason: it is tried
+    /// again.
+    Lost(&'a str),
     /// Following again, from the update after the last one seen.
     Back,
 }
@@ -147,6 +148,10 @@ pub(crate) async fn follow(
             Err(e) if e.is_transient() => e,
             Err(e) => return Err(e.into()),
         };
+        let why = match &broke {
+            ClientError::Closed { source: None, .. } => "its stream ended".to_string(),
+            e => e.to_string(),
+        };
         if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
             return Err(anyhow::Error::from(broke).context(format!(
                 "gave up following flight {id} after {} s without the broker (it goes on if the broker comes back: relay watch --flight {id})",
@@ -154,7 +159,7 @@ pub(crate) async fn follow(
             )));
         }
         if lost_since.is_none() {
-            on(Followed::Lost(&broke));
+            on(Followed::Lost(&why));
             lost_since = Some(Instant::now());
         }
         tokio::time::sleep(pause).await;
@@ -251,11 +256,14 @@ async fn ask(
         }
     });
     tokio::pin!(followed);
+    // One listener for the whole ask: a second Ctrl-C that comes while the first one's
+    // interrupt is being sent is kept for the next turn of the loop, not lost.
+    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut interrupted = false;
     let result = loop {
         tokio::select! {
             r = &mut followed => break r,
-            _ = tokio::signal::ctrl_c() => {
+            _ = ctrl_c.recv() => {
                 if interrupted {
                     with_view(&mut |v| { v.finish(); });
                     errln!("relay: left flight {id} running; follow it: relay watch --flight {id}; stop it: relay flight interrupt {id}");

@@ -156,7 +156,8 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         print_json(&flights)?;
         return Ok(());
     }
-    let mut table = Table::new(&["FLIGHT", "AGENT", "STATE", "UPDATED", "SUMMARY"]);
+    let mut table = Table::new(&["FLIGHT", "AGENT", "STATE", "UPDATED", "SUMMARY"])
+        .optional(&["UPDATED", "AGENT"]);
     for f in &flights {
         table.row(vec![
             Cell::new(&f.id),

@@ -44,10 +44,14 @@ pub struct Table {
     /// The column cut to fit the terminal (the last one by default); none: nothing is
     /// cut, long rows wrap.
     flex: Option<usize>,
+    /// Columns left out, in this order, when the table does not fit even with the
+    /// flexible column cut to [`MIN_FLEX`].
+    optional: Vec<usize>,
 }
 
-/// The narrowest the flexible column is cut to before the table is let wrap.
-const MIN_FLEX: usize = 12;
+/// The narrowest the flexible column is cut to before columns are left out (and, with
+/// none left to leave out, the table is let wrap).
+const MIN_FLEX: usize = 10;
 
 impl Table {
     pub fn new(headers: &[&'static str]) -> Table {
@@ -55,7 +59,17 @@ impl Table {
             headers: headers.to_vec(),
             rows: Vec::new(),
             flex: Some(headers.len().saturating_sub(1)),
+            optional: Vec::new(),
         }
+    }
+
+    /// The columns (by header) a narrow terminal may do without, the first to go first.
+    pub fn optional(mut self, headers: &[&str]) -> Table {
+        self.optional = headers
+            .iter()
+            .filter_map(|h| self.headers.iter().position(|x| x == h))
+            .collect();
+        self
     }
 
     /// A table whose last column is never cut: what a person must read whole (the
@@ -92,11 +106,27 @@ impl Table {
                 widths[i] = widths[i].max(columns(&cell.text));
             }
         }
+        let mut shown: Vec<usize> = (0..n).collect();
         if let (Some(width), Some(flex)) = (width, self.flex) {
-            let total: usize = widths.iter().sum::<usize>() + 2 * (n - 1);
-            if total > width {
+            let mut dropping = self.optional.iter();
+            loop {
+                let total: usize =
+                    shown.iter().map(|&i| widths[i]).sum::<usize>() + 2 * (shown.len() - 1);
+                if total <= width {
+                    break;
+                }
                 let others = total - widths[flex];
-                widths[flex] = width.saturating_sub(others).max(MIN_FLEX.min(widths[flex]));
+                if width.saturating_sub(others) >= MIN_FLEX.min(widths[flex]) {
+                    widths[flex] = width - others;
+                    break;
+                }
+                match dropping.next() {
+                    Some(i) => shown.retain(|s| s != i),
+                    None => {
+                        widths[flex] = MIN_FLEX.min(widths[flex]);
+                        break;
+                    }
+                }
             }
         }
         let mut lines = Vec::with_capacity(self.rows.len() + 1);
@@ -110,8 +140,11 @@ impl Table {
             .collect();
         for row in std::iter::once(&header).chain(&self.rows) {
             let mut line = String::new();
-            for (i, cell) in row.iter().enumerate().take(n) {
-                let last = i + 1 == n || row[i + 1..].iter().all(|c| c.text.is_empty());
+            for (k, &i) in shown.iter().enumerate() {
+                let Some(cell) = row.get(i) else { break };
+                let last = shown[k + 1..]
+                    .iter()
+                    .all(|&j| row.get(j).is_none_or(|c| c.text.is_empty()));
                 let text = match self.flex {
                     Some(_) => cut(&cell.text, widths[i]),
                     None => cell.text.clone(),
@@ -181,6 +214,14 @@ mod tests {
             lines[1],
             "codex-1                   running  writing the parser tests…"
         );
+    }
+
+    #[test]
+    fn a_very_narrow_terminal_leaves_optional_columns_out() {
+        let lines = table().optional(&["STATE"]).render(Some(38));
+        assert_eq!(lines[0], "NAME                      SUMMARY");
+        assert_eq!(lines[1], "codex-1                   writing the…");
+        assert!(lines.iter().all(|l| columns(l) <= 38), "{lines:#?}");
     }
 
     #[test]

@@ -483,43 +483,52 @@ fn shutdown_is_not_held_up_by_an_open_event_stream() {
             .args(["events", "--follow"])
             .env("RELAY_DATA_DIR", &dir)
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
     );
     relay.cli_ok(&["send", "while someone follows"]);
-    // The follower's lines, read on a thread of their own (a read blocks).
-    let (lines, printed) = std::sync::mpsc::channel();
-    let stdout = follower.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines.send(line).is_err() {
-                break;
+    // The follower's lines, stdout and stderr, each read on a thread of its own (a read
+    // blocks).
+    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
+        let (lines, printed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
             }
-        }
-    });
+        });
+        printed
+    };
+    let printed = lines_of(Box::new(follower.0.stdout.take().unwrap()));
+    let said = lines_of(Box::new(follower.0.stderr.take().unwrap()));
+    let (mut text, mut notes) = (String::new(), String::new());
+    let mut wait_for = |what: &str, rx: &std::sync::mpsc::Receiver<String>, into: &mut String| {
+        wait_until_blocking(
+            format!("the follower to print {what:?}"),
+            std::time::Duration::from_secs(60),
+            || {
+                into.extend(rx.try_iter().map(|l| l + "\n"));
+                into.contains(what).then_some(())
+            },
+        )
+    };
     // The stream is open and has delivered the message: now stop the broker under it.
-    let mut text = String::new();
-    wait_until_blocking(
-        "the follower to print the message",
-        std::time::Duration::from_secs(60),
-        || {
-            text.extend(printed.try_iter().map(|l| l + "\n"));
-            text.contains("while someone follows").then_some(())
-        },
-    );
+    wait_for("while someone follows", &printed, &mut text);
     // terminate() fails if relay takes more than 20 s to exit after SIGTERM.
     let status = relay.terminate().unwrap();
     assert!(status.success(), "{status}");
-    // The stream ended with the broker: the follower's stdout closes.
-    reader.join().unwrap();
-    text.extend(printed.try_iter().map(|l| l + "\n"));
-    assert!(text.contains("while someone follows"), "{text}");
-    let status = follower.0.wait().unwrap();
-    assert!(
-        status.code().is_some(),
-        "the follower exited by itself: {status}"
-    );
+    // The stream ended with the broker; the follower says so and waits for it.
+    wait_for("lost the broker", &said, &mut notes);
+    // A broker on the same data dir: the follower goes on from the last event it
+    // printed, nothing missed, nothing twice.
+    relay.restart().unwrap();
+    relay.cli_ok(&["send", "after the restart"]);
+    wait_for("after the restart", &printed, &mut text);
+    assert_eq!(text.matches("while someone follows").count(), 1, "{text}");
+    wait_for("the broker is back", &said, &mut notes);
 }
 
 /// A child process killed on drop, so a failing test leaves nothing running.

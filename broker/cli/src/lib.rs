@@ -1,7 +1,9 @@
 //! Relay's command line, the `relay` binary.
 //!
 //! [`main`] parses the command line (`Cli` below; each command family defines its own
-//! arguments in its module) and runs one command of three kinds:
+//! arguments in its module, one noun-verb grammar: `relay flight list`, `relay approval
+//! decide`..., the older spellings kept as hidden aliases; [`help`] groups the list by
+//! use and holds the examples) and runs one command of three kinds:
 //!
 //! - the processes: `relay up` (the broker, [`relay_broker::server::run`]) and `relay
 //!   node` (a runtime on another host, [`relay_broker::node::run`]), and `relay node-key`
@@ -13,7 +15,10 @@
 //!   HTTP API, and print through `views` (JSON, one-line summaries, the live view of
 //!   `relay ask`, replay transcripts).
 //!
-//! Whatever they print of agent or model text goes through [`terminal`] first.
+//! Whatever they print of agent or model text goes through [`terminal`] first, which
+//! also ends the command quietly with 0 when stdout's reader is gone (`| head`). How a
+//! command ended becomes its exit code through [`exit`] (documented there and in
+//! `relay --help`).
 //!
 //! Every setting is a flag and, where it has one, its environment variable, both read by
 //! clap, so `--help` names them all ([`data_dir`]: where `--data-dir` came from matters
@@ -21,8 +26,8 @@
 //! secret on the command line is refused (`ps` shows it to every user).
 //!
 //! Layering: [`terminal`] and [`data_dir`] depend on no other module; [`client`] on
-//! `data_dir`, `views` on `terminal`; `commands` on all of them, and `main` here on
-//! `commands`. The crate depends on the broker library; nothing but the tests depends
+//! `data_dir`; [`exit`] on `client`; `views` on `terminal`; `help` on `exit` and
+//! `terminal`; `commands` on all of them, and `main` here on `commands`. The crate depends on the broker library; nothing but the tests depends
 //! on it.
 
 use std::path::PathBuf;

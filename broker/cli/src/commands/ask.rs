@@ -230,9 +230,6 @@ async fn ask(
             f(&mut v)
         }
     };
-    if status == Status::Lines {
-        with_view(&mut |v| v.line(&format!("asked {} (flight {id})", req.target)));
-    }
     let spinner = (status == Status::Line).then(|| {
         let view = view.clone();
         tokio::spawn(async move {

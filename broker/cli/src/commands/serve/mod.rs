@@ -17,7 +17,10 @@ pub enum ServeCmd {
     /// Run the broker (with its embedded runtime).
     ///
     /// Runs until SIGINT/SIGTERM. An option given twice takes its last value.
-    #[command(args_override_self = true)]
+    #[command(
+        args_override_self = true,
+        after_help = "Examples:\n  relay up                                   # the default data dir, 127.0.0.1:7450\n  relay up --data-dir /srv/relay --listen 127.0.0.1:7451\n  relay up --nats nats://127.0.0.1:4222     # also serve NATS clients and remote nodes"
+    )]
     Up(up::UpArgs),
     /// Run a node: another host's agents, through NATS.
     ///

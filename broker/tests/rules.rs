@@ -7,9 +7,10 @@
 
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, BrokerError};
+use relay_protocol::api::MentionSkipped;
 use relay_protocol::domain::{
     AgentSpec, ApprovalKind, ApprovalRequest, ConversationKind, ConversationSpec, FlightChange,
-    FlightState, Harness, InvokeRequest, PostMessage, DEFAULT_CONVERSATION,
+    FlightState, Harness, InvokeRequest, MentionSkip, PostMessage, DEFAULT_CONVERSATION,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -641,6 +642,14 @@ async fn a_mention_consults_each_agent_once_and_its_turn_delivers_the_message() 
         .await
         .unwrap();
     assert!(own.flights.is_empty() && own.refused.is_empty());
+    assert_eq!(own.unknown, vec!["ghost"]);
+    assert_eq!(
+        own.skipped,
+        vec![MentionSkipped {
+            name: "a1".into(),
+            reason: MentionSkip::Author
+        }]
+    );
     let mut status = said("me", "@a1 @a2 build done");
     status.class = MessageClass::Status;
     assert!(b.post_message(status).await.unwrap().flights.is_empty());
@@ -1209,4 +1218,85 @@ async fn large_events_reach_followers_whole_from_the_log_and_are_not_kept_in_mem
         }
     }
     assert_eq!(texts, vec![big, "tail".to_string()]);
+}
+
+#[tokio::test]
+async fn an_agents_reply_asks_again_only_the_names_it_addresses() {
+    use relay_protocol::domain::MessageMeta;
+    let b = broker().await;
+    for n in ["a1", "a2", "a3"] {
+        b.register_agent(spec(n)).await.unwrap();
+    }
+    let asked = b
+        .post_message(said("me", "@a1 @a2 which is faster?"))
+        .await
+        .unwrap();
+    let question = asked.message.id.clone();
+    let f1 = asked.flights[0].clone();
+    assert_eq!(f1.agent, "a1");
+    b.update_flight(&f1.id, to(Running)).await.unwrap();
+    // a1 posts from its flight, in reply to the question: what it repeats asks nobody,
+    // what it addresses on a line of its own does, and a new name counts anywhere.
+    let reply = |body: &str| PostMessage {
+        reply_to: Some(question.clone()),
+        meta: MessageMeta {
+            flight: Some(f1.id.clone()),
+            ..Default::default()
+        },
+        ..said("a1", body)
+    };
+    let echoed = b
+        .post_message(reply(
+            "@a1 @a2 which is faster?\nRust, says `@a3`, as @a2 said.\n> @a2 asked",
+        ))
+        .await
+        .unwrap();
+    assert!(echoed.flights.is_empty(), "{echoed:?}");
+    assert_eq!(
+        echoed.skipped,
+        vec![
+            MentionSkipped {
+                name: "a1".into(),
+                reason: MentionSkip::Author
+            },
+            MentionSkipped {
+                name: "a2".into(),
+                reason: MentionSkip::Repeated
+            },
+            MentionSkipped {
+                name: "a3".into(),
+                reason: MentionSkip::Code
+            },
+        ]
+    );
+    assert!(deliveries_of(&b, &echoed.message.id).is_empty());
+    let meant = b
+        .post_message(reply("Rust.\n@a2 can you measure it? And @a3 too."))
+        .await
+        .unwrap();
+    assert_eq!(
+        meant
+            .flights
+            .iter()
+            .map(|f| (f.agent.as_str(), f.parent_flight.as_deref()))
+            .collect::<Vec<_>>(),
+        vec![("a2", Some(f1.id.as_str())), ("a3", Some(f1.id.as_str()))]
+    );
+    assert!(meant.skipped.is_empty() && meant.unknown.is_empty());
+    // The same text from a person (no flight of theirs) asks everyone it names.
+    let mut from_me = said("me", "as @a3 said");
+    from_me.reply_to = Some(question.clone());
+    let posted = b.post_message(from_me).await.unwrap();
+    assert_eq!(posted.flights.len(), 1);
+    // And a flight's own answer is held to the rule: a1's answer repeating the question
+    // (its output) asks nobody.
+    let repeat = FlightChange::State {
+        to: Completed,
+        reason: None,
+        output: Some("@a1 @a2 which is faster?\n\nRust.".into()),
+    };
+    let before = flights_of(&b, "a2").len();
+    let done = b.update_flight(&f1.id, repeat).await.unwrap();
+    assert!(done.flight.reply_message.is_some());
+    assert_eq!(flights_of(&b, "a2").len(), before);
 }

@@ -1168,6 +1168,14 @@ function messageItem(m) {
     h("pre", { class: "body" }, m.body));
 }
 
+/** Why a mention asked nobody (`skipped[].reason` of a post's answer). */
+const SKIP_REASONS = {
+  author: "it wrote the message",
+  code: "the mention is inside code",
+  quote: "the mention is on a quoted line",
+  repeated: "the message this answers mentioned it already",
+};
+
 function conversationView(id) {
   const msgs = new Map(); // id -> {index, li}
   const list = h("ol", { id: "messages", class: "messages" });
@@ -1257,6 +1265,12 @@ function conversationView(id) {
       }
       for (const r of got?.refused || []) {
         result.append(h("p", { class: "error" }, `@${r.agent} was not asked: `, r.error?.message || "", ` (${r.error?.code || "?"})`));
+      }
+      for (const s of got?.skipped || []) {
+        result.append(h("p", null, `@${s.name} was not asked: `, SKIP_REASONS[s.reason] || s.reason));
+      }
+      for (const name of got?.unknown || []) {
+        result.append(h("p", { class: "error" }, `@${name} is not an agent (see Agents)`));
       }
     } catch (err) {
       result.append(errorNode(err));

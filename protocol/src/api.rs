@@ -181,6 +181,22 @@ pub struct MessagePosted {
     /// the conversation with a `system` message that says why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<MentionRefused>,
+    /// Mentioned names that are not registered agents (in the order mentioned): nobody
+    /// was asked, the mention is text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
+    /// Mentions the mention rules did not count, and why: the author, a mention inside
+    /// code or on a quoted line (listed only when it names an agent), an agent's reply
+    /// repeating a mention of the message it answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<MentionSkipped>,
+}
+
+/// A mention that the mention rules did not count, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MentionSkipped {
+    pub name: String,
+    pub reason: crate::domain::MentionSkip,
 }
 
 /// A mention that did not start a consult, and why.

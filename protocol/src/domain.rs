@@ -3,7 +3,8 @@
 //! One module per concern, every type re-exported here:
 //!
 //! - [`agent`]: agents, their harness, wake policy, secrets and approval policy.
-//! - [`conversation`]: conversations, messages, mentions and conversation ids.
+//! - [`conversation`]: conversations, messages and conversation ids.
+//! - [`mention`]: which `@name`s in a message count, and the rule for an agent's reply.
 //! - [`flight`]: invocations, flights, their state machine, changes and updates.
 //! - [`delivery`]: deliveries of messages to agents, bindings to outside channels.
 //! - [`approval`]: approval requests and decisions.
@@ -16,12 +17,14 @@ pub mod approval;
 pub mod conversation;
 pub mod delivery;
 pub mod flight;
+pub mod mention;
 
 pub use agent::*;
 pub use approval::*;
 pub use conversation::*;
 pub use delivery::*;
 pub use flight::*;
+pub use mention::{parse_mentions, MentionSkip};
 
 /// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.
 pub fn truncate_bytes(text: &mut String, max: usize) -> bool {

@@ -11,6 +11,8 @@
 //!   result, while every flight ends;
 //! - a tool of any other MCP server is a Relay approval, from Codex (its elicitation)
 //!   and from Claude Code (its permission prompt).
+//! - the `send` tool's result says whom the message's mentions asked, which were
+//!   skipped and which names are not agents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_mock_model::RecordedRequest;
@@ -247,4 +249,36 @@ async fn a_call_to_another_mcp_server_from_claude_is_a_relay_approval() {
         output.starts_with("tool said: ") && output.contains("\"name\": \"cl\""),
         "{f}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_send_tool_says_whom_the_mentions_asked_and_which_names_are_not_agents() {
+    let env = Env::start().await;
+    env.add_claude("cl", &[]);
+    env.add_pi("p1", &[]);
+
+    let task = format!(
+        "mcp:relay:send {}",
+        json!({ "text": "@p1 @cl hello, @ghost" })
+    );
+    let id = env.ask_no_wait("cl", &task);
+    let f = completed(&env, &id).await;
+    // p1 was asked, as a child of cl's flight (cl posted from its turn).
+    let tree = tree(&env, &id).await;
+    let children = tree["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{tree}");
+    let child = &children[0]["flight"];
+    assert_eq!(child["agent"], "p1");
+    let child_id = child["id"].as_str().unwrap();
+    // The model read what the post did as the tool's result.
+    let out = f["output"].as_str().unwrap();
+    for line in [
+        format!("asked p1 ({child_id}): relay watch --flight {child_id}"),
+        "@cl not asked: it wrote the message".to_string(),
+        "@ghost is not an agent (relay agent list)".to_string(),
+    ] {
+        assert!(out.contains(&line), "{line:?} not in {out}");
+    }
+    assert!(out.starts_with("tool said: posted msg_"), "{out}");
+    completed(&env, child_id).await;
 }

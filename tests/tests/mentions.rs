@@ -50,6 +50,36 @@ fn send(env: &Env, author: &str, text: &str) -> Value {
         .cli_json(&["send", "--as", author, "--json", text])
 }
 
+/// `relay send ARGS` as text: the message id (stdout, alone) and the lines saying what
+/// its mentions did (stderr).
+fn send_text(env: &Env, args: &[&str]) -> (String, Vec<String>) {
+    let mut all = vec!["send"];
+    all.extend_from_slice(args);
+    let out = env.relay.cli(&all);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let ids: Vec<&str> = stdout.lines().collect();
+    assert!(
+        matches!(&ids[..], [id] if id.starts_with("msg_")),
+        "stdout is the message id alone: {stdout:?}"
+    );
+    (
+        ids[0].to_string(),
+        stderr.lines().map(str::to_string).collect(),
+    )
+}
+
+/// The flight id in `relay send`'s line saying it asked `agent`, checking the line.
+fn asked_in(line: &str, agent: &str) -> String {
+    let id = line
+        .strip_prefix(&format!("asked {agent} ("))
+        .and_then(|rest| rest.split_once("): relay watch --flight "))
+        .filter(|(id, again)| id == again && id.starts_with("flt_"))
+        .map(|(id, _)| id.to_string());
+    id.unwrap_or_else(|| panic!("not a consult of {agent}: {line:?}"))
+}
+
 /// The flights a post's answer lists, as (agent, flight id).
 fn started(posted: &Value) -> Vec<(String, String)> {
     posted["flights"]
@@ -179,20 +209,13 @@ async fn only_flight_of(env: &Env, agent: &str) -> Value {
 async fn each_mentioned_agent_answers_under_the_message() {
     let env = codex_and_claude(&[("what is the answer", "forty-two")]).await;
 
-    let out = env.relay.cli_ok(&[
-        "send",
-        "@codex-1 @claude-1 what is the answer? (@codex-1, you too)",
-    ]);
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 3, "{out}");
-    let msg = lines[0].to_string();
-    let flight_in = |line: &str, agent: &str| {
-        line.strip_prefix(&format!("consulting {agent}: flight "))
-            .unwrap_or_else(|| panic!("{line:?}"))
-            .to_string()
-    };
-    let f_codex = flight_in(lines[1], "codex-1");
-    let f_claude = flight_in(lines[2], "claude-1");
+    let (msg, said) = send_text(
+        &env,
+        &["@codex-1 @claude-1 what is the answer? (@codex-1, you too)"],
+    );
+    assert_eq!(said.len(), 2, "{said:?}");
+    let f_codex = asked_in(&said[0], "codex-1");
+    let f_claude = asked_in(&said[1], "claude-1");
 
     let mut replies = BTreeMap::new();
     for (agent, id) in [("codex-1", &f_codex), ("claude-1", &f_claude)] {
@@ -379,15 +402,35 @@ async fn a_mention_loop_is_stopped_by_the_cycle_rule_and_no_post_fails() {
 async fn a_mention_of_oneself_or_of_an_unknown_name_starts_nothing() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);
-    for (author, text) in [
-        ("operator", "@nobody @operator are you there?"),
-        ("codex-1", "@codex-1 a note to self"),
+    for (author, text, said, skipped, unknown) in [
+        (
+            "operator",
+            "@nobody @operator are you there?",
+            vec![
+                "@operator not asked: it wrote the message",
+                "@nobody is not an agent (relay agent list)",
+            ],
+            serde_json::json!([{"name": "operator", "reason": "author"}]),
+            serde_json::json!(["nobody"]),
+        ),
+        (
+            "codex-1",
+            "@codex-1 a note to self",
+            vec!["@codex-1 not asked: it wrote the message"],
+            serde_json::json!([{"name": "codex-1", "reason": "author"}]),
+            Value::Null,
+        ),
     ] {
-        let out = env.relay.cli_ok(&["send", "--as", author, text]);
-        assert_eq!(out.lines().count(), 1, "{out}");
+        let (_, lines) = send_text(&env, &["--as", author, text]);
+        assert_eq!(lines, said);
         let posted = send(&env, author, text);
         assert_eq!(posted["flights"], serde_json::json!([]), "{posted}");
         assert!(posted.get("refused").is_none(), "{posted}");
+        assert_eq!(posted["skipped"], skipped, "{posted}");
+        assert_eq!(
+            posted.get("unknown").cloned().unwrap_or(Value::Null),
+            unknown
+        );
     }
     let (_, flights) = env.relay.http().get("/v1/flights").await;
     assert_eq!(flights, serde_json::json!([]));
@@ -440,9 +483,9 @@ async fn what_an_agent_sends_from_its_shell_consults_within_its_flight() {
     let child = only_flight_of(&env, "cl-1").await;
     let child_id = child["id"].as_str().unwrap();
     assert_eq!(
-        f["output"]
-            .as_str()
-            .map(|o| o.contains(&format!("consulting cl-1: flight {child_id}"))),
+        f["output"].as_str().map(|o| o.contains(&format!(
+            "asked cl-1 ({child_id}): relay watch --flight {child_id}"
+        ))),
         Some(true),
         "{f}"
     );
@@ -475,10 +518,189 @@ async fn what_an_agent_sends_from_its_shell_consults_within_its_flight() {
     let f = completed(&env, &asks).await;
     let out = f["output"].as_str().unwrap();
     assert!(
-        out.contains(
-            "not consulting p1: cycle: agent \"p1\" is already working on an ancestor flight"
-        ),
+        out.contains("@p1 not asked: cycle: agent \"p1\" is already working on an ancestor flight"),
         "{f}"
     );
     assert_eq!(flights_of(&env, "p1").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_says_whom_it_asked_and_which_names_are_not_agents() {
+    let env = codex_and_claude(&[]).await;
+
+    // `relay send`: the id on stdout, what the mentions did on stderr.
+    let (msg, said) = send_text(&env, &["hello @codex-1 @nobody, mail a@b.c"]);
+    assert_eq!(said.len(), 2, "{said:?}");
+    let flight = asked_in(&said[0], "codex-1");
+    assert_eq!(said[1], "@nobody is not an agent (relay agent list)");
+    let f = completed(&env, &flight).await;
+    assert_eq!(invocation_of(&env, &flight).await["request_message"], msg);
+    assert_eq!(f["agent"], "codex-1");
+
+    // Over HTTP: the answer carries the consult, the unknown names and the mentions
+    // the rules skipped (code, a quoted line, the author), each once.
+    let body = serde_json::json!({
+        "conversation": "channel.shared",
+        "author": "operator",
+        "body": "@claude-1: see `@codex-1`, @ghost and @ghost.\n> @codex-1 said so\n@operator\n```\n@Override @ghost2\n```",
+    });
+    let (code, posted) = env.relay.http().post("/v1/messages", &body).await;
+    assert_eq!(code, 200, "{posted}");
+    let flights = started(&posted);
+    assert_eq!(
+        flights.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+        vec!["claude-1"],
+        "{posted}"
+    );
+    assert_eq!(posted["unknown"], serde_json::json!(["ghost"]), "{posted}");
+    // codex-1 is in code first and on a quoted line then: the quote is the reason.
+    assert_eq!(
+        posted["skipped"],
+        serde_json::json!([
+            {"name": "codex-1", "reason": "quote"},
+            {"name": "operator", "reason": "author"},
+        ]),
+        "{posted}"
+    );
+    assert_eq!(
+        posted["message"]["mentions"],
+        serde_json::json!(["claude-1", "ghost", "operator"])
+    );
+    completed(&env, &flights[0].1).await;
+    // Nothing but the two consults ran.
+    let (_, all) = env.relay.http().get("/v1/flights").await;
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_repeating_the_question_asks_only_whom_it_addresses() {
+    // Both agents answer the question by repeating it first (as models do), and address
+    // codex-1 on a line of their own; asked to measure, they just answer.
+    let env = codex_and_claude(&[
+        ("please measure it", "measured: 3 ms"),
+        (
+            "which is faster",
+            "@codex-1 @claude-1 which is faster?\n\nRust, by a little.\n> @claude-1 asked too\n@codex-1 please measure it.",
+        ),
+    ])
+    .await;
+    let posted = send(&env, "operator", "@codex-1 @claude-1 which is faster?");
+    let msg = posted["message"]["id"].as_str().unwrap().to_string();
+    let asked = started(&posted);
+    assert_eq!(asked.len(), 2, "{posted}");
+    // A flight's reply and the consults it starts are one commit: once both flights
+    // completed, every consult their replies start exists.
+    let mut replies = BTreeMap::new();
+    for (agent, id) in &asked {
+        let f = completed(&env, id).await;
+        replies.insert(
+            agent.clone(),
+            f["reply_message"].as_str().unwrap().to_string(),
+        );
+    }
+    // codex-1's reply repeats both names and addresses itself: nobody is asked.
+    assert_eq!(
+        deliveries_of(&env, &replies["codex-1"]).await,
+        BTreeMap::new()
+    );
+    // claude-1's reply repeats the question and quotes it, which asks nobody again, but
+    // addresses codex-1 on a line of its own: that one consult, a child of its flight.
+    let from_claude = deliveries_of(&env, &replies["claude-1"]).await;
+    assert_eq!(
+        from_claude.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec!["codex-1"]
+    );
+    let codex = flights_of(&env, "codex-1").await;
+    let claude = flights_of(&env, "claude-1").await;
+    assert_eq!((codex.len(), claude.len()), (2, 1), "{codex:?} {claude:?}");
+    let child = codex
+        .iter()
+        .find(|f| f["id"] != asked[0].1.as_str())
+        .unwrap();
+    let child_id = child["id"].as_str().unwrap();
+    assert_eq!(child["parent_flight"], asked[1].1.as_str());
+    assert_eq!(
+        invocation_of(&env, child_id).await["request_message"],
+        replies["claude-1"].as_str()
+    );
+    let child = completed(&env, child_id).await;
+    assert_eq!(child["output"], "measured: 3 ms");
+    // Nothing more: three flights, all completed; the question's deliveries only.
+    let (_, all) = env.relay.http().get("/v1/flights").await;
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(all.iter().all(|f| state(f) == "completed"), "{all:?}");
+    assert_eq!(deliveries_of(&env, &msg).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_posts_each_get_their_own_answer() {
+    // The agents' model never answers: the consults stay queued or running, and each
+    // answer is checked against the flights the broker holds.
+    let env = Env::start().await;
+    env.mock.set_handler(|_: &RecordedRequest| Reply::hang());
+    env.add_agent("codex-1", &[]);
+    env.add_claude("claude-1", &[]);
+    const POSTS: usize = 24;
+    let http = env.relay.http();
+    let posts = (0..POSTS).map(|i| {
+        let http = http.clone();
+        async move {
+            let agent = if i % 2 == 0 { "codex-1" } else { "claude-1" };
+            let other = if i % 2 == 0 { "claude-1" } else { "codex-1" };
+            let body = format!("post {i}: @{agent} and @ghost-{i}, not `@{other}`");
+            let (code, posted) = http
+                .post(
+                    "/v1/messages",
+                    &serde_json::json!({
+                        "conversation": "channel.shared",
+                        "author": format!("client-{i}"),
+                        "body": body,
+                    }),
+                )
+                .await;
+            assert_eq!(code, 200, "{posted}");
+            (i, agent, other, body, posted)
+        }
+    });
+    let answers = futures::future::join_all(posts).await;
+    let mut flight_ids = Vec::new();
+    for (i, agent, other, body, posted) in &answers {
+        assert_eq!(posted["message"]["body"], body.as_str());
+        let flights = started(posted);
+        assert_eq!(
+            flights.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+            vec![*agent],
+            "{posted}"
+        );
+        assert_eq!(posted["unknown"], serde_json::json!([format!("ghost-{i}")]));
+        assert_eq!(
+            posted["skipped"],
+            serde_json::json!([{"name": other, "reason": "code"}])
+        );
+        let inv = invocation_of(&env, &flights[0].1).await;
+        assert_eq!(
+            (&inv["requester"], &inv["target"], &inv["request_message"]),
+            (
+                &Value::from(format!("client-{i}")),
+                &Value::from(*agent),
+                &posted["message"]["id"]
+            ),
+            "{inv}"
+        );
+        flight_ids.push(flights[0].1.clone());
+    }
+    // The broker holds exactly those flights, one per post.
+    let (_, all) = env.relay.http().get("/v1/flights").await;
+    let mut held: Vec<String> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect();
+    held.sort();
+    flight_ids.sort();
+    flight_ids.dedup();
+    assert_eq!(flight_ids.len(), POSTS);
+    assert_eq!(held, flight_ids);
 }

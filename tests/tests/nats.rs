@@ -253,6 +253,16 @@ async fn a_json_client_invokes_and_follows_every_delta() {
         .collect();
     assert_eq!(text, vec!["one ", "two ", "three"]);
     assert_eq!(got.last().unwrap()["flight"]["output"], "one two three");
+
+    // A post's JSON answer says what its mentions did, as over HTTP.
+    let posted = post_over_nats(&client, "see `@codex-1`, @ghost").await;
+    assert_eq!(posted["flights"], json!([]), "{posted}");
+    assert_eq!(posted["unknown"], json!(["ghost"]), "{posted}");
+    assert_eq!(
+        posted["skipped"],
+        json!([{"name": "codex-1", "reason": "code"}]),
+        "{posted}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

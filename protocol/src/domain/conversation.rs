@@ -97,6 +97,8 @@ pub struct Message {
     pub author: String,
     pub class: MessageClass,
     pub body: String,
+    /// The names its text mentions (not in code or quoted), in order, once each:
+    /// [`super::parse_mentions`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mentions: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,36 +106,6 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "MessageMeta::is_empty")]
     pub meta: MessageMeta,
     pub created_at: u64,
-}
-
-/// `@name` tokens in a message body, in order of first appearance, without duplicates.
-/// A name is ASCII letters, digits, `-`, `_` and `.` (a trailing `.` is punctuation).
-pub fn parse_mentions(body: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let bytes = body.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let at_word_start = i == 0 || !is_name_byte(bytes[i - 1]);
-        if bytes[i] == b'@' && at_word_start {
-            let start = i + 1;
-            let mut end = start;
-            while end < bytes.len() && is_name_byte(bytes[end]) {
-                end += 1;
-            }
-            let name = body[start..end].trim_end_matches('.');
-            if !name.is_empty() && !out.iter().any(|n| n == name) {
-                out.push(name.to_string());
-            }
-            i = end.max(i + 1);
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-fn is_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
 }
 
 /// `true` when `id` is a valid conversation id: 1..=200 bytes of dot-separated tokens,
@@ -173,15 +145,6 @@ pub fn id_token(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mentions_are_parsed_in_order_without_duplicates() {
-        assert_eq!(
-            parse_mentions("@codex-1 and @pi_2, ask @codex-1 again. mail a@b.c @x."),
-            vec!["codex-1", "pi_2", "x"]
-        );
-        assert_eq!(parse_mentions("no mentions @ here"), Vec::<String>::new());
-    }
 
     #[test]
     fn conversation_ids_are_subject_tokens() {

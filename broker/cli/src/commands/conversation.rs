@@ -3,13 +3,13 @@
 use clap::{Args, Subcommand};
 use relay_protocol::api::MessagePosted;
 use relay_protocol::domain::{
-    Conversation, ConversationKind, ConversationSpec, Message, MessageClass, PostMessage,
-    DEFAULT_CONVERSATION,
+    Conversation, ConversationKind, ConversationSpec, MentionSkip, Message, MessageClass,
+    PostMessage, DEFAULT_CONVERSATION,
 };
 
 use super::{text_arg, Actor, JsonFlag};
 use crate::client::{Client, ClientError};
-use crate::terminal::outln;
+use crate::terminal::{errln, outln};
 use crate::views::table::{Cell, Table};
 use crate::views::{print_json, print_message};
 
@@ -21,14 +21,16 @@ pub struct SendArgs {
     #[command(flatten)]
     actor: Actor,
     /// Message text; `@name` mentions an agent, which is consulted: it gets the message
-    /// as a task and its answer is posted in reply to it. `-` (or nothing, with a pipe
-    /// on stdin) reads it from stdin.
+    /// as a task and its answer is posted in reply to it (not in code or `> ` quotes;
+    /// stderr says who was asked and which names are not agents). `-` (or nothing, with
+    /// a pipe on stdin) reads it from stdin.
     text: Vec<String>,
     /// The id of the message this one answers (it threads under it).
     #[arg(long, value_name = "MESSAGE")]
     reply_to: Option<String>,
     /// Print the answer as JSON (`message`, the `flights` its mentions started, the
-    /// mentions `refused` by the loop rules) instead of text.
+    /// mentions `refused` by the loop rules, those `skipped` by the mention rules, the
+    /// `unknown` names) instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -97,18 +99,33 @@ pub(crate) async fn post(
         .await
 }
 
-/// What a post did besides posting, a line each: the agents its mentions consult (with
-/// the flight to follow), those the loop rules kept from it (with why).
+/// What a post did besides posting, a line each: the agents its mentions asked (with
+/// how to follow each flight), those the loop rules kept from it (with why), the
+/// mentions the mention rules skipped (with why), and the names that are not agents.
 pub(crate) fn consult_lines(posted: &MessagePosted) -> Vec<String> {
-    let consulting = posted
-        .flights
-        .iter()
-        .map(|f| format!("consulting {}: flight {}", f.agent, f.id));
+    let asked = posted.flights.iter().map(|f| {
+        format!(
+            "asked {} ({}): relay watch --flight {}",
+            f.agent, f.id, f.id
+        )
+    });
     let refused = posted
         .refused
         .iter()
-        .map(|r| format!("not consulting {}: {}", r.agent, r.error.message));
-    consulting.chain(refused).collect()
+        .map(|r| format!("@{} not asked: {}", r.agent, r.error.message));
+    let skipped = posted.skipped.iter().map(|s| {
+        let again = if s.reason == MentionSkip::Repeated {
+            " again"
+        } else {
+            ""
+        };
+        format!("@{} not asked{again}: {}", s.name, s.reason.describe())
+    });
+    let unknown = posted
+        .unknown
+        .iter()
+        .map(|name| format!("@{name} is not an agent (relay agent list)"));
+    asked.chain(refused).chain(skipped).chain(unknown).collect()
 }
 
 /// The last `n` messages of `conversation`, oldest first. Shared by `relay read` and
@@ -126,7 +143,8 @@ pub(crate) async fn last_messages(
         .await
 }
 
-/// `relay send`: prints the message id, then [`consult_lines`].
+/// `relay send`: prints the message id (alone on stdout, for scripts), and on stderr
+/// [`consult_lines`].
 pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
     let SendArgs {
         to,
@@ -142,7 +160,7 @@ pub async fn send(client: &Client, args: SendArgs) -> anyhow::Result<()> {
         // The message id first and alone on its line, as scripts read it.
         outln!("{}", posted.message.id);
         for line in consult_lines(&posted) {
-            outln!("{line}");
+            errln!("{line}");
         }
     }
     Ok(())

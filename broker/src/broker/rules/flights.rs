@@ -318,7 +318,7 @@ impl Ctx<'_, '_> {
         // The agents its reply mentions are consulted, as children of this flight (once
         // it is recorded as completed).
         if let Some(message) = reply_message {
-            self.consult_mentions(&message)?;
+            self.consult_mentions(message)?;
         }
         Ok(Outcome::Flight(UpdateResult {
             applied: true,

@@ -3,23 +3,28 @@
 //! conversation, consulting each agent a message mentions, and recording the attempts.
 //!
 //! Mentions: a conversational (`agent` class) message posted by a client, or an agent's
-//! reply, consults every registered agent it mentions (`@name`; not its author; once
-//! each): an invocation (action `consult`, requester the author, the message itself as
-//! its request, so the reply is posted in reply to it) with its queued flight, and a
-//! `mention` delivery that the flight settles as it starts (or fails). A message posted
-//! during a flight of its author's (`meta.flight`: an agent's reply, or what it sends
-//! from its turn with its session's token) makes the consults children of that flight, so the loop rules of an
-//! ask hold ([`Ctx::loop_depth`]). A mention those rules refuse does not fail the
-//! post, which stands: its delivery fails with the reason, Relay answers the message
-//! with a `system` message saying why, and the post's answer lists it. An invocation's
-//! task message (an ask) and machine-made messages (`status`, `system`, `log`,
-//! `artifact`) consult nobody: their mentions are text.
+//! reply, consults every registered agent it mentions (`@name`, by the rules of
+//! [`relay_protocol::domain::mention`]: not in code or quoted lines, and in a reply an
+//! agent posts from its flight not a name the answered message mentioned unless the
+//! reply addresses it; not its author; once each): an invocation (action `consult`,
+//! requester the author, the message itself as its request, so the reply is posted in
+//! reply to it) with its queued flight, and a `mention` delivery that the flight settles
+//! as it starts (or fails). A message posted during a flight of its author's
+//! (`meta.flight`: an agent's reply, or what it sends from its turn with its session's
+//! token) makes the consults children of that flight, so the loop rules of an ask hold
+//! ([`Ctx::loop_depth`]). A mention those rules refuse does not fail the post, which
+//! stands: its delivery fails with the reason, Relay answers the message with a `system`
+//! message saying why, and the post's answer lists it. The answer also lists the names
+//! that are not agents and the mentions the rules skipped (with why), so no mention
+//! turns into text unsaid. An invocation's task message (an ask) and machine-made
+//! messages (`status`, `system`, `log`, `artifact`) consult nobody: their mentions are
+//! text.
 
-use relay_protocol::api::{MentionRefused, MessagePosted};
+use relay_protocol::api::{MentionRefused, MentionSkipped, MessagePosted};
 use relay_protocol::domain::{
-    parse_mentions, valid_conversation_id, Action, Agent, Conversation, ConversationKind,
+    mention, parse_mentions, valid_conversation_id, Action, Agent, Conversation, ConversationKind,
     ConversationSpec, Delivery, DeliveryReason, DeliveryState, Flight, Harness, Invocation,
-    Message, MessageClass, PostMessage,
+    MentionSkip, Message, MessageClass, PostMessage,
 };
 use relay_protocol::event::EventBody;
 
@@ -33,12 +38,7 @@ impl Ctx<'_, '_> {
         let conversation = self.conversation(&post.conversation)?;
         self.check_post(post)?;
         let message = self.post(conversation, post)?;
-        let (flights, refused) = self.consult_mentions(&message)?;
-        Ok(Outcome::Posted(MessagePosted {
-            message,
-            flights,
-            refused,
-        }))
+        Ok(Outcome::Posted(self.consult_mentions(message)?))
     }
 
     pub(super) fn create_conversation(
@@ -140,18 +140,28 @@ impl Ctx<'_, '_> {
         Ok(message)
     }
 
-    /// Consults every registered agent `message` mentions, other than its author: a
-    /// planned `mention` delivery and a consult invocation with its queued flight each,
-    /// or, when the loop rules refuse it, the delivery failed and a `system` answer
-    /// saying why (see the module header). Returns the flights started and the refusals.
+    /// Consults every registered agent `message` mentions by the mention rules, other
+    /// than its author: a planned `mention` delivery and a consult invocation with its
+    /// queued flight each, or, when the loop rules refuse it, the delivery failed and a
+    /// `system` answer saying why (see the module header). Returns the post's answer: the
+    /// flights started, the refusals, the names that are not agents and the mentions
+    /// the rules skipped.
     pub(super) fn consult_mentions(
         &mut self,
-        message: &Message,
-    ) -> Result<(Vec<Flight>, Vec<MentionRefused>), BrokerError> {
+        message: Message,
+    ) -> Result<MessagePosted, BrokerError> {
         let mut started = Vec::new();
         let mut refused = Vec::new();
+        let mut unknown = Vec::new();
+        let mut skipped = Vec::new();
         if message.class != MessageClass::Agent {
-            return Ok((started, refused));
+            return Ok(MessagePosted {
+                message,
+                flights: started,
+                refused,
+                unknown,
+                skipped,
+            });
         }
         // Said by an agent during its own flight: the consults are that flight's children.
         let parent = match &message.meta.flight {
@@ -162,14 +172,41 @@ impl Ctx<'_, '_> {
                 .map(|f| f.id),
             None => None,
         };
-        for name in &message.mentions {
-            if *name == message.author {
-                continue;
-            }
-            // A mention of anything but a registered agent is text.
-            let Some(agent) = self.tx.read::<Agent>(T::Agents, name.as_bytes())? else {
-                continue;
+        // An agent's reply from its flight: the reply rule weighs what it repeats of
+        // the message it answers.
+        let answered = match (&parent, &message.reply_to) {
+            (Some(_), Some(id)) => self.message_by_id(id)?.map(|m| m.body),
+            _ => None,
+        };
+        for (name, skip) in mention::judge(&message.body, answered.as_deref()) {
+            let agent = self.tx.read::<Agent>(T::Agents, name.as_bytes())?;
+            let agent = match (skip, agent) {
+                // Code and quotes are text: worth a word only when they name an agent
+                // (a `@decorator` in a code block is no one's concern).
+                (Some(reason @ (MentionSkip::Code | MentionSkip::Quote)), agent) => {
+                    if agent.is_some() && name != message.author {
+                        skipped.push(MentionSkipped { name, reason });
+                    }
+                    continue;
+                }
+                _ if name == message.author => {
+                    skipped.push(MentionSkipped {
+                        name,
+                        reason: MentionSkip::Author,
+                    });
+                    continue;
+                }
+                (_, None) => {
+                    unknown.push(name);
+                    continue;
+                }
+                (Some(reason), Some(_)) => {
+                    skipped.push(MentionSkipped { name, reason });
+                    continue;
+                }
+                (None, Some(agent)) => agent,
             };
+            let name = &name;
             let delivery = self.plan_delivery(&message.id, &agent, DeliveryReason::Mention)?;
             let depth = match self.loop_depth(name, parent.as_deref()) {
                 Ok(depth) => depth,
@@ -205,7 +242,7 @@ impl Ctx<'_, '_> {
                 requester: message.author.clone(),
                 target: name.clone(),
                 action: Action::Consult,
-                task: mention_task(message),
+                task: mention_task(&message),
                 conversation: message.conversation.clone(),
                 request_message: message.id.clone(),
                 parent_flight: parent.clone(),
@@ -215,7 +252,21 @@ impl Ctx<'_, '_> {
             };
             started.push(self.create_invocation(invocation, new_id("flt"))?.flight);
         }
-        Ok((started, refused))
+        Ok(MessagePosted {
+            message,
+            flights: started,
+            refused,
+            unknown,
+            skipped,
+        })
+    }
+
+    /// The message with id `id`, if there is one.
+    fn message_by_id(&self, id: &str) -> Result<Option<Message>, BrokerError> {
+        match crate::store::Sink::get(self.tx, T::MessageIds, id.as_bytes())? {
+            Some(key) => self.tx.read(T::Messages, &key),
+            None => Ok(None),
+        }
     }
 
     /// Plans a delivery (once: its id is deterministic) and returns its id.

@@ -89,6 +89,16 @@ pub enum HarnessError {
     /// screen did not change. Not retryable on this pane as it is; a person should look.
     #[error("pane {pane} stalled: {detail}")]
     Stalled { pane: String, detail: String },
+    /// A pane was not given a task: its screen needs a person first (a sign-in, a trust
+    /// question), or it did not show that it was ready within the ready timeout.
+    /// `detail` says which, what it shows and how to get past it; nothing was pasted.
+    /// Not retryable until a person acts.
+    #[error("stalled: {detail}")]
+    NotReady { pane: String, detail: String },
+    /// The agent's configuration cannot be run as it is (a tmux agent with no program,
+    /// a ready pattern that is not one). Not retryable until it changes.
+    #[error("{detail}")]
+    Config { detail: String },
     /// A message could not be encoded, or a result did not have the expected shape.
     #[error("agent json: {0}")]
     Json(#[from] serde_json::Error),

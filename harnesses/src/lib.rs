@@ -10,7 +10,8 @@
 //! - [`claude`]: Claude Code (`claude -p`, stream-json over stdio) and [`pi`]: Pi
 //!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
 //! - [`tmux`]: a tmux pane ([`tmux::TmuxLauncher`]): the agent's command in a detached
-//!   session on Relay's own socket, tasks pasted in, output followed through a pipe.
+//!   session on Relay's own socket, tasks pasted in once its screen says it is ready
+//!   ([`tmux::screens`]), output followed through a pipe.
 //!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.

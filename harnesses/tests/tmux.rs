@@ -1,6 +1,7 @@
 //! The tmux adapter against a real tmux server, through the harness seam: a pane starts,
 //! a pasted task arrives whole and inert, a pane that takes nothing stalls, a pane that
-//! goes is reported.
+//! goes is reported, a pane whose ready pattern does not show gets nothing and fails
+//! with what it shows, and a pane with neither a command nor a shell is refused.
 //!
 //! Each test has its own server on a random socket name, killed by a guard however the
 //! test ends, and its own directory. The pane runs a small REPL (a shell script) that
@@ -16,8 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_harnesses::config::CliConfig;
+use relay_harnesses::tmux::screens::ReadyPattern;
 use relay_harnesses::tmux::{Tmux, TmuxConfig, TmuxLauncher};
 use relay_harnesses::{Endpoint, HarnessError, HarnessSession, RelayAccess, Spawned};
+use relay_protocol::domain::{AgentSpec, Harness, PaneSpec};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
 use relay_tests::harness_events::{assert_ended, until, within};
 use relay_tests::tmux::TmuxServer;
@@ -396,4 +399,130 @@ async fn interrupt_reaches_the_pane_as_ctrl_c_and_ends_the_turn() {
     })
     .await;
     shut_down(pane).await;
+}
+
+/// Loads until `$GO` exists (printing `loading`), recording in `$EARLY` any line that
+/// reaches it meanwhile; then runs the REPL, which prompts `ready> `.
+const LOADING: &str = r#"#!/bin/bash
+printf 'loading\n'
+while [ ! -e "$GO" ]; do
+  if IFS= read -r -t 0.1 line; then printf '%s\n' "$line" >> "$EARLY"; fi
+done
+exec sh "$REPL_SCRIPT"
+"#;
+
+#[tokio::test]
+async fn a_pane_whose_ready_pattern_does_not_show_gets_nothing_and_fails_with_its_screen() {
+    let server = Server::new();
+    let dir = TempDir::new().unwrap();
+    let (repl, loading) = (dir.path().join("repl.sh"), dir.path().join("loading.sh"));
+    std::fs::write(&repl, REPL).unwrap();
+    std::fs::write(&loading, LOADING).unwrap();
+    let (go, early) = (dir.path().join("go"), dir.path().join("early"));
+    let mut config = config(
+        &server,
+        dir.path(),
+        "/bin/bash",
+        &[loading.to_str().unwrap()],
+    );
+    for (name, path) in [("GO", &go), ("EARLY", &early), ("REPL_SCRIPT", &repl)] {
+        config
+            .cli
+            .env
+            .insert(name.into(), path.display().to_string());
+    }
+    config.judge.pattern = Some(ReadyPattern::new(r"^ready>\z").unwrap());
+    config.ready_timeout = Duration::from_secs(1);
+    let mut pane = start(server, dir, config, "loading").await;
+
+    let err = pane
+        .session
+        .start_turn(&pane.conversation, "too early", "t1")
+        .await
+        .unwrap_err();
+    let HarnessError::NotReady { pane: p, detail } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(*p, pane.pane);
+    assert!(
+        detail.contains("did not show its ready pattern \"^ready>\\\\z\"")
+            && detail.ends_with("its screen ends: loading"),
+        "{detail}"
+    );
+    assert!(err.to_string().starts_with("stalled: "), "{err}");
+    let seen = until(&mut pane.events, WAIT, |e| {
+        matches!(e, HarnessEvent::TurnCompleted { .. })
+    })
+    .await;
+    assert!(matches!(
+        seen.last(),
+        Some(HarnessEvent::TurnCompleted { outcome: TurnOutcome::Failed { error }, .. })
+            if error.contains("did not show its ready pattern")
+    ));
+    // Nothing was pasted, nor a key sent.
+    assert!(!early.exists(), "{:?}", std::fs::read_to_string(&early));
+
+    // Once it shows its prompt, it gets the next task.
+    std::fs::write(&go, "").unwrap();
+    let tmux = pane.server.tmux.clone();
+    let id = pane.pane.clone();
+    wait_until("the prompt", WAIT, || {
+        let (tmux, id) = (tmux.clone(), id.clone());
+        async move {
+            tmux.capture(&id)
+                .await
+                .unwrap()
+                .contains("ready>")
+                .then_some(())
+        }
+    })
+    .await;
+    pane.session
+        .start_turn(&pane.conversation, "now", "t1")
+        .await
+        .unwrap();
+    wait_received(&pane, "now").await;
+    assert!(!early.exists(), "{:?}", std::fs::read_to_string(&early));
+    shut_down(pane).await;
+}
+
+#[tokio::test]
+async fn a_pane_to_start_with_neither_a_command_nor_a_shell_is_refused() {
+    let mut agent = AgentSpec::new("bare", Harness::Tmux, "/tmp");
+    let err = TmuxConfig::for_agent(&agent, None).unwrap_err();
+    assert!(
+        matches!(&err, HarnessError::Config { detail } if detail.contains("--command") && detail.contains("--shell")),
+        "{err:?}"
+    );
+    // Asked for explicitly, a shell it is.
+    agent.pane = Some(PaneSpec {
+        shell: true,
+        ..PaneSpec::default()
+    });
+    let config = TmuxConfig::for_agent(&agent, None).unwrap();
+    // Nothing judges a shell's screen: it is ready once quiet.
+    assert!(!config.judge.judges());
+    // A known CLI's screens judge its pane.
+    agent.pane = None;
+    agent.command = Some("codex".into());
+    let config = TmuxConfig::for_agent(&agent, None).unwrap();
+    assert!(config.judge.judges());
+    agent.command = None;
+    // A pane to attach to runs what it runs.
+    agent.pane = Some(PaneSpec {
+        target: Some("%1".into()),
+        ..PaneSpec::default()
+    });
+    assert!(TmuxConfig::for_agent(&agent, None).is_ok());
+    // A ready pattern that is not one is refused too.
+    agent.command = Some("codex".into());
+    agent.pane = Some(PaneSpec {
+        ready_pattern: Some("(".into()),
+        ..PaneSpec::default()
+    });
+    let err = TmuxConfig::for_agent(&agent, None).unwrap_err();
+    assert!(
+        matches!(&err, HarnessError::Config { detail } if detail.contains("not a valid regular expression")),
+        "{err:?}"
+    );
 }

@@ -120,6 +120,9 @@ pub struct Snapshot {
 
 /// What a snapshot holds, by scope (`"scope": "fleet" | "flight" | "agent" |
 /// "conversation"`).
+// One per snapshot, built and sent once: the size of the largest variant (an agent's
+// view, with its whole spec) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "scope", rename_all = "snake_case")]
 pub enum View {

@@ -11,7 +11,13 @@
 //!   the pane gets `C-c`; `relay interrupt` sends `C-c`;
 //! - a pane started outside Relay is attached, answers, and its death fails the running
 //!   flight and marks the agent offline;
-//! - the pane outlives `kill -9` of `relay up` and is adopted, not started twice.
+//! - the pane outlives `kill -9` of `relay up` and is adopted, not started twice;
+//! - a real codex TUI with no credentials (a fresh CODEX_HOME) shows its sign-in screen:
+//!   the flight stalls with that reason and how to fix it, and nothing is pasted;
+//! - a pane with a ready pattern gets its task only once the pattern shows (also under
+//!   many clients at once);
+//! - a tmux agent with neither `--command` nor `--shell` is refused, by the CLI and over
+//!   HTTP (many at once), and so is a ready pattern that is not a regular expression.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -193,6 +199,9 @@ async fn many_clients_ask_tmux_agents_at_once() {
     for a in agents {
         add_agent(&env, a, &[]);
     }
+    // And one that is judged ready by its prompt, not by a quiet pane.
+    let agents = ["tm-a", "tm-b", "tm-c", "tm-p"];
+    add_agent(&env, "tm-p", &["--ready-pattern", r"^agent>\z"]);
     let http = env.relay.http();
     let mut asks = Vec::new();
     for i in 0..24 {
@@ -414,4 +423,192 @@ async fn a_codex_agent_asks_a_tmux_agent_through_relay_mcp() {
     assert_eq!(child["output"], "done: what is in the pane", "{child}");
     let tree = env.relay.cli_json(&["flight", &parent, "--tree", "--json"]);
     assert_eq!(tree["children"][0]["flight"]["id"], child["id"], "{tree}");
+}
+
+/// The output of a CLI run, stdout then stderr.
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_tui_at_its_sign_in_screen_stalls_the_flight_and_gets_nothing() {
+    let env = Env::start().await;
+    // A fresh CODEX_HOME: no credentials and no provider of its own, so the real codex
+    // TUI shows its sign-in picker.
+    let fresh = env.tmp.path().join("fresh-codex");
+    std::fs::create_dir_all(&fresh).unwrap();
+    let (codex_home, home) = (
+        format!("CODEX_HOME={}", fresh.display()),
+        format!("HOME={}", fresh.display()),
+    );
+    env.add_tmux("cx-new", "codex", &["--env", &codex_home, "--env", &home]);
+    // (The timeout only bounds this test should the stall go unnoticed.)
+    let out = env
+        .relay
+        .cli(&["ask", "cx-new", "--timeout", "60", "hello from relay"]);
+    assert!(!out.status.success(), "{out:?}");
+    let panes = env.tmux.panes();
+    assert_eq!(panes.len(), 1, "{panes:?}");
+    let pane = &panes[0];
+    let why = format!(
+        "stalled: codex in pane {pane} shows its sign-in screen; sign in there (tmux -L {} attach -t {pane}) or give it credentials",
+        env.tmux.socket()
+    );
+    assert!(said(&out).contains(&why), "{}", said(&out));
+    let flights = env
+        .relay
+        .cli_json(&["flights", "--agent", "cx-new", "--json"]);
+    let f = &flights[0];
+    assert_eq!(state(f), "failed", "{f}");
+    let reason = f["error"].as_str().unwrap_or_default();
+    assert!(reason.contains(&why), "{f}");
+    // Nothing was pasted: the pane still shows the picker, and no trace of the task.
+    let screen = env.tmux.capture(pane);
+    assert!(screen.contains("Sign in with ChatGPT"), "{screen}");
+    assert!(
+        !screen.contains("hello from relay") && !screen.contains("Relay flight"),
+        "{screen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pane_with_a_ready_pattern_gets_its_task_once_the_pattern_shows() {
+    let env = Env::start().await;
+    let (received_env, command) = agent_files(&env);
+    let received = env.tmp.path().join("received");
+    // Loads until `go` exists, recording anything typed meanwhile; then the agent,
+    // which prompts `agent> `.
+    let slow = env.tmp.path().join("slow.sh");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/bash\nprintf 'loading\\n'\nwhile [ ! -e \"$RECEIVED/go\" ]; do\n  if IFS= read -r -t 0.1 line; then printf '%s\\n' \"$line\" >> \"$RECEIVED/early\"; fi\ndone\nexec {command}\n"
+        ),
+    )
+    .unwrap();
+    env.add_tmux(
+        "slow",
+        &format!("bash {}", slow.display()),
+        &["--env", &received_env, "--ready-pattern", r"^agent>\z"],
+    );
+    let id = env.ask_no_wait("slow", "hello when ready");
+    // Relay looked at the loading pane and waits for its prompt (the quiet rule would
+    // have pasted by now).
+    wait_until("relay waits for the pane's prompt", WAIT, || async {
+        env.relay
+            .log_text()
+            .contains("pane not ready for a task yet")
+            .then_some(())
+    })
+    .await;
+    let waiting = env.flight(&id).await;
+    assert!(matches!(state(&waiting), "queued" | "waking"), "{waiting}");
+    std::fs::write(received.join("go"), "").unwrap();
+    let f = env.wait_flight(&id, TURN, terminal).await;
+    assert_eq!(state(&f), "completed", "{f}");
+    assert_eq!(f["output"], "done: hello when ready", "{f}");
+    assert_eq!(received_task(&env, &id), recorded("hello when ready", &id));
+    let early = received.join("early");
+    assert!(!early.exists(), "{:?}", std::fs::read_to_string(&early));
+}
+
+/// What the agent recorded of flight `flight`'s task (it must have).
+fn received_task(env: &Env, flight: &str) -> String {
+    received(env, flight).unwrap_or_else(|| panic!("no task recorded for {flight}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tmux_agent_without_a_command_is_refused_unless_it_asks_for_a_shell() {
+    let env = Env::start().await;
+    let work = env.work.display().to_string();
+    let add = |name: &str, extra: &[&str]| {
+        let mut args = vec!["agent", "add", name, "--harness", "tmux", "--cwd", &work];
+        args.extend_from_slice(extra);
+        env.relay.cli(&args)
+    };
+    // No --command, no --shell: refused by the broker, saying what to pass.
+    let out = add("bare", &["--socket", env.tmux.socket()]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("names no program")
+            && err.contains("--command CMD")
+            && err.contains("--shell"),
+        "{err}"
+    );
+    // Both: clap says they conflict.
+    let out = add("both", &["--shell", "--command", "codex"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // A ready pattern that is not a regular expression.
+    let out = add("badre", &["--command", "sh", "--ready-pattern", "agent> ("]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a valid regular expression"), "{err}");
+    // --shell and --ready-pattern are a tmux agent's only.
+    for flag in [&["--shell"][..], &["--ready-pattern", "x"][..]] {
+        let mut args = vec![
+            "agent",
+            "add",
+            "cx",
+            "--harness",
+            "codex_app_server",
+            "--cwd",
+            &work,
+        ];
+        args.extend_from_slice(flag);
+        let out = env.relay.cli(&args);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is for a tmux agent"),
+            "{out:?}"
+        );
+    }
+
+    // Over HTTP, from many clients at once: each refused, none registered.
+    let http = env.relay.http();
+    let mut posts = Vec::new();
+    for i in 0..16 {
+        let http = http.clone();
+        let work = work.clone();
+        posts.push(tokio::spawn(async move {
+            let body = match i % 2 {
+                0 => json!({"name": format!("bare-{i}"), "harness": "tmux", "cwd": work}),
+                _ => json!({"name": format!("bare-{i}"), "harness": "tmux", "cwd": work,
+                            "command": "sh", "pane": {"ready_pattern": "(", "shell": false}}),
+            };
+            http.post("/v1/agents", &body).await
+        }));
+    }
+    for (i, post) in posts.into_iter().enumerate() {
+        let (code, body) = post.await.unwrap();
+        assert_eq!(code, 400, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        let want = match i % 2 {
+            0 => "names no program",
+            _ => "not a valid regular expression",
+        };
+        assert!(message.contains(want), "{message}");
+    }
+    let agents = env.relay.cli_json(&["agent", "list", "--json"]);
+    assert_eq!(agents.as_array().unwrap().len(), 0, "{agents}");
+
+    // Asked for explicitly, a shell pane is accepted: by the CLI, and over HTTP.
+    let out = add("sh-1", &["--shell", "--socket", env.tmux.socket()]);
+    assert!(out.status.success(), "{out:?}");
+    let shown = env.agent("sh-1").await;
+    assert_eq!(shown["pane"]["shell"], true, "{shown}");
+    let (code, body) = http
+        .post(
+            "/v1/agents",
+            &json!({"name": "sh-2", "harness": "tmux", "cwd": work, "pane": {"shell": true}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["pane"]["socket"], "relay", "{body}");
+    assert_eq!(body["pane"]["shell"], true, "{body}");
 }

@@ -5,6 +5,8 @@
 //!   (`tmux -L relay` by default), run from a clean environment.
 //! - [`sanitize`]: task text made inert (no escape sequences or control characters
 //!   reach a pane; newlines stay).
+//! - [`screens`]: what a pane's screen says: ready, held by a screen that needs a
+//!   person, or neither yet (the known CLIs' screens, an agent's ready pattern).
 //! - `session`: [`TmuxLauncher`] and the session behind the seam.
 //!
 //! How a session works (facts in `HARNESSES.md`, "tmux panes", and below):
@@ -31,8 +33,19 @@
 //!   reads and sent to the running turn as text deltas, coalesced (one per 250 ms at
 //!   most). tmux closes the pipe when the pane goes; the reader then reports
 //!   `ProcessExited` with the pane's last lines (a pane's exit status is not known).
-//! - **Delivery.** The pane must be ready: it shows something, then is quiet for 300 ms
-//!   (a pane busy past the confirm timeout gets the task anyway). The sanitised task,
+//! - **Ready.** Relay pastes only into a pane ready for a task, judged from its screen
+//!   (`capture-pane`) by [`screens`]: the codex and claude TUIs' ready screens (their
+//!   prompt) when Relay started one, else the agent's ready pattern (a regular
+//!   expression); a pane neither judges is ready once it showed something and was then
+//!   quiet for 300 ms (busy past the confirm timeout, it gets the task anyway). A known
+//!   CLI at a screen that needs a person (sign-in, folder trust, first-run setup, an API
+//!   key question) fails the delivery at once with
+//!   [`HarnessError::NotReady`](crate::HarnessError::NotReady), saying which screen and
+//!   how to get past it; a judged pane not ready within the ready timeout (30 s) fails
+//!   the same way with its screen's last lines. Nothing is pasted then.
+//! - **Start refused.** A pane Relay starts runs the agent's command; a shell only when
+//!   the agent asked for one ([`PaneSpec::shell`](relay_protocol::domain::PaneSpec::shell)).
+//! - **Delivery.** The sanitised task,
 //!   followed by its flight and how to answer ([`task_text`]), is loaded from stdin into
 //!   a named buffer and pasted with `paste-buffer -p -d` (bracketed paste when the
 //!   program asked for it, so newlines are text, not submits); the submit key is a
@@ -49,6 +62,7 @@
 
 pub mod client;
 pub mod sanitize;
+pub mod screens;
 mod session;
 
 pub use client::Tmux;

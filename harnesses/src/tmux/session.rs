@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::client::{NewSession, Tmux};
 use super::sanitize::sanitize;
+use super::screens::{last_lines, Judge, KnownCli, Readiness, ReadyPattern};
 use crate::access::RelayAccess;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
@@ -35,8 +36,9 @@ pub const TMUX_INFO: HarnessInfo = HarnessInfo {
 /// Relay's own tmux server (`tmux -L relay`), apart from the user's default one.
 pub use relay_protocol::domain::DEFAULT_TMUX_SOCKET as DEFAULT_SOCKET;
 
-/// What a pane runs when the agent names no command: `sh` from `PATH`, unless
-/// `RELAY_TMUX_SHELL` names another program. Nothing is pinned for it.
+/// What a pane runs when the agent names no command and asked for a shell
+/// ([`PaneSpec::shell`](relay_protocol::domain::PaneSpec::shell)): `sh` from `PATH`,
+/// unless `RELAY_TMUX_SHELL` names another program. Nothing is pinned for it.
 const PANE_SHELL: PinnedCli = PinnedCli {
     name: "sh",
     version: "system",
@@ -59,6 +61,13 @@ const PASTE_QUIET: Duration = Duration::from_millis(150);
 /// done drawing, a REPL showing its prompt).
 const READY_QUIET: Duration = Duration::from_millis(300);
 
+/// How long a pane that keeps printing (a spinner, an animation) prints before its
+/// screen is judged anyway.
+const READY_BUSY: Duration = Duration::from_secs(1);
+
+/// How many of a pane's last lines an error says it showed.
+const SCREEN_LINES: usize = 6;
+
 /// What a TUI shows in its input box for a long paste not yet submitted (codex: `[Pasted
 /// Content 3047 chars]`, Claude Code: `[Pasted text #1 ...]`): while one shows, the task
 /// has not been taken.
@@ -80,9 +89,16 @@ pub struct TmuxConfig {
     /// The pane's columns and rows.
     pub size: (u16, u16),
     /// After a paste, and again after each submit key, how long the pane gets to show a
-    /// change before delivery counts as stalled; also the longest wait for a pane to be
-    /// ready (quiet) before a paste.
+    /// change before delivery counts as stalled; also the longest wait for a pane that
+    /// nothing judges ([`judge`](Self::judge)) to be quiet before a paste.
     pub confirm_timeout: Duration,
+    /// How long a judged pane gets to show that it is ready before delivery fails
+    /// with what its screen shows.
+    pub ready_timeout: Duration,
+    /// How the pane's screen says it is ready, or held by a screen that needs a
+    /// person: the known CLI it runs (a pane Relay starts), the agent's ready pattern.
+    /// Judging nothing, the pane is ready once it is quiet.
+    pub judge: Judge,
     /// Pane output is sent as one text delta per this period at most.
     pub coalesce: Duration,
     /// Relay's MCP server is wired into the pane's program (a known agent CLI started
@@ -96,7 +112,8 @@ pub struct TmuxConfig {
 
 impl TmuxConfig {
     /// `command` (program first) in session `session` on Relay's socket, 160x45, 5 s to
-    /// confirm, output coalesced over 250 ms.
+    /// confirm, 30 s to be ready (a TUI starting its MCP servers on a busy machine),
+    /// output coalesced over 250 ms, no judge of its screen.
     pub fn new(session: impl Into<String>, cli: CliConfig) -> TmuxConfig {
         TmuxConfig {
             socket: DEFAULT_SOCKET.to_string(),
@@ -105,21 +122,34 @@ impl TmuxConfig {
             cli,
             size: (160, 45),
             confirm_timeout: Duration::from_secs(5),
+            ready_timeout: Duration::from_secs(30),
+            judge: Judge::default(),
             coalesce: Duration::from_millis(250),
             mcp: false,
             interrupt_key: "C-c",
         }
     }
 
-    /// How `agent` runs in a pane: its command (else a shell) and arguments, variables
+    /// How `agent` runs in a pane: its command (or the shell it asked for) and arguments, variables
     /// with its secrets and its access to Relay, directory; session `relay-NAME` on its
     /// [`PaneSpec`](relay_protocol::domain::PaneSpec)'s server, or the pane it was
-    /// attached to.
+    /// attached to; its screen judged by its ready pattern and, for a known CLI, by
+    /// that CLI's screens.
     ///
     /// A known agent CLI that Relay starts (`codex`, `claude`; a bare name means the
     /// pinned one) gets Relay's MCP server wired in as its app-server twin does, since
     /// its shell may be sandboxed away from Relay (the codex TUI's is).
-    pub fn for_agent(agent: &AgentSpec, relay: Option<&RelayAccess>) -> TmuxConfig {
+    ///
+    /// Refused: a pane to start with neither a command nor an explicit shell (a record
+    /// from before that was refused at registration), and a ready pattern that is not
+    /// one.
+    pub fn for_agent(
+        agent: &AgentSpec,
+        relay: Option<&RelayAccess>,
+    ) -> Result<TmuxConfig, HarnessError> {
+        if let Some(problem) = agent.pane_program_problem() {
+            return Err(HarnessError::Config { detail: problem });
+        }
         let pane = agent.pane.clone().unwrap_or_default();
         let mut config = TmuxConfig::new(
             session_name(&agent.name),
@@ -127,10 +157,16 @@ impl TmuxConfig {
         );
         config.socket = pane.socket;
         config.target = pane.target;
+        if let Some(pattern) = &pane.ready_pattern {
+            let pattern = ReadyPattern::new(pattern).map_err(|e| HarnessError::Config {
+                detail: format!("agent {}: {e}", agent.name),
+            })?;
+            config.judge.pattern = Some(pattern);
+        }
         if config.target.is_none() {
             wire_known_cli(&mut config, relay);
         }
-        config
+        Ok(config)
     }
 }
 
@@ -163,9 +199,9 @@ fn codex_tui_args(cli: &CliConfig, relay: &RelayAccess) -> Vec<String> {
     args
 }
 
-/// When `config` runs a known agent CLI: a bare name becomes the pinned program, codex
-/// is interrupted by `Escape`, and with `relay`, Relay's MCP server goes first among its
-/// arguments ([`TmuxConfig::mcp`]).
+/// When `config` runs a known agent CLI: a bare name becomes the pinned program, its
+/// screens judge the pane's, codex is interrupted by `Escape`, and with `relay`, Relay's
+/// MCP server goes first among its arguments ([`TmuxConfig::mcp`]).
 fn wire_known_cli(config: &mut TmuxConfig, relay: Option<&RelayAccess>) {
     let cli = &mut config.cli;
     let name = cli
@@ -180,6 +216,7 @@ fn wire_known_cli(config: &mut TmuxConfig, relay: Option<&RelayAccess>) {
     if cli.program.as_os_str() == known.name {
         cli.program = known.program(None);
     }
+    config.judge.cli = KnownCli::by_name(known.name);
     let codex = known.name == crate::codex::CODEX_CLI.name;
     if codex {
         config.interrupt_key = "Escape";
@@ -265,9 +302,9 @@ impl Launcher for TmuxLauncher {
         agent: &'a AgentSpec,
         relay: Option<&'a RelayAccess>,
     ) -> BoxFuture<'a, Result<Spawned, HarnessError>> {
-        Box::pin(TmuxLauncher::spawn_with(TmuxConfig::for_agent(
-            agent, relay,
-        )))
+        Box::pin(
+            async move { TmuxLauncher::spawn_with(TmuxConfig::for_agent(agent, relay)?).await },
+        )
     }
 }
 
@@ -387,6 +424,8 @@ async fn follow(
         pane: pane.to_string(),
         shared,
         confirm_timeout: config.confirm_timeout,
+        ready_timeout: config.ready_timeout,
+        judge: config.judge.clone(),
         delivering: tokio::sync::Mutex::new(()),
         ownership,
         mcp: config.mcp,
@@ -505,12 +544,34 @@ async fn send_output(shared: &Shared, pending: &mut String) {
     }
 }
 
+/// Waits until the pane's output has been quiet for [`READY_QUIET`], or `deadline`, or
+/// (with `busy`) until it has printed without a pause for that long.
+async fn settle(
+    printed: &mut watch::Receiver<u64>,
+    deadline: tokio::time::Instant,
+    busy: Option<Duration>,
+) {
+    let busy_until = busy.map(|b| tokio::time::Instant::now() + b);
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline || busy_until.is_some_and(|b| now >= b) {
+            return;
+        }
+        match tokio::time::timeout(READY_QUIET, printed.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) | Err(_) => return,
+        }
+    }
+}
+
 /// One agent's pane.
 struct TmuxSession {
     tmux: Tmux,
     pane: String,
     shared: Arc<Shared>,
     confirm_timeout: Duration,
+    ready_timeout: Duration,
+    judge: Judge,
     /// One delivery at a time: two pastes must not interleave.
     delivering: tokio::sync::Mutex<()>,
     ownership: Ownership,
@@ -529,12 +590,24 @@ impl TmuxSession {
         }
     }
 
-    /// Waits until the pane is ready for a task: it shows something (when Relay started
-    /// it) and has then been quiet for [`READY_QUIET`]. A pane still busy after the
-    /// confirm timeout gets the task anyway (a clock or spinner may never stop).
-    async fn ready(&self) {
+    /// Waits until the pane is ready for a task, or says why it is not.
+    ///
+    /// It shows something first (when Relay started it). A pane nothing judges is then
+    /// ready once quiet for [`READY_QUIET`], and still busy after the confirm timeout it
+    /// gets the task anyway (a clock or spinner may never stop). A judged pane
+    /// ([`Judge`]) is looked at each time its output settles (quiet, or busy for
+    /// [`READY_BUSY`]): ready, it gets the task; at a screen that needs a person (a
+    /// sign-in, a trust question), delivery fails at once saying which and how to get
+    /// past it; neither within the ready timeout, it fails with the screen's last lines.
+    /// Nothing is pasted in either failure.
+    async fn ready(&self) -> Result<(), HarnessError> {
         let mut printed = self.shared.printed.subscribe();
-        let deadline = tokio::time::Instant::now() + self.confirm_timeout;
+        let start = tokio::time::Instant::now();
+        let quiet_deadline = start + self.confirm_timeout;
+        let deadline = match self.judge.judges() {
+            true => start + self.ready_timeout,
+            false => quiet_deadline,
+        };
         // It may have drawn before its output reached Relay: the screen says so.
         if self.ownership == Ownership::Started
             && *printed.borrow() == 0
@@ -547,12 +620,61 @@ impl TmuxSession {
             let _ = tokio::time::timeout_at(deadline, printed.wait_for(|&n| n > 0)).await;
         }
         printed.borrow_and_update();
-        while tokio::time::Instant::now() < deadline {
-            match tokio::time::timeout(READY_QUIET, printed.changed()).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(_)) | Err(_) => return,
+        if !self.judge.judges() {
+            settle(&mut printed, quiet_deadline, None).await;
+            return Ok(());
+        }
+        let mut waited = false;
+        loop {
+            settle(&mut printed, deadline, Some(READY_BUSY)).await;
+            let screen = self.tmux.capture(&self.pane).await?;
+            match self.judge.judge(&screen) {
+                Readiness::Ready => return Ok(()),
+                Readiness::Blocked(cli, blocker) => {
+                    return Err(HarnessError::NotReady {
+                        pane: self.pane.clone(),
+                        detail: blocker.explain(cli, &self.pane, &self.look()),
+                    });
+                }
+                Readiness::NotYet if tokio::time::Instant::now() >= deadline => {
+                    return Err(HarnessError::NotReady {
+                        pane: self.pane.clone(),
+                        detail: self.not_ready(&screen),
+                    });
+                }
+                // Nothing new to look at until the pane prints again.
+                Readiness::NotYet => {
+                    if !waited {
+                        waited = true;
+                        tracing::info!(pane = %self.pane, "pane not ready for a task yet; waiting for its ready screen");
+                    }
+                    let _ = tokio::time::timeout_at(deadline, printed.changed()).await;
+                }
             }
         }
+    }
+
+    /// How a person looks at the pane: `tmux -L relay attach -t %3`.
+    fn look(&self) -> String {
+        let [flag, socket] = relay_protocol::domain::tmux_socket_args(self.tmux.socket());
+        format!("tmux {flag} {socket} attach -t {}", self.pane)
+    }
+
+    /// Why a judged pane showing `screen` at the ready timeout is not ready.
+    fn not_ready(&self, screen: &str) -> String {
+        let what = match (&self.judge.pattern, self.judge.cli) {
+            (Some(p), _) => format!("its ready pattern {:?}", p.as_str()),
+            (None, Some(KnownCli::Codex)) => "codex's prompt (› )".to_string(),
+            (None, Some(KnownCli::Claude)) => "claude's prompt (❯ )".to_string(),
+            (None, None) => "its prompt".to_string(),
+        };
+        format!(
+            "pane {} did not show {what} within {} s; look at it ({}); its screen ends: {}",
+            self.pane,
+            self.ready_timeout.as_secs(),
+            self.look(),
+            last_lines(screen, SCREEN_LINES)
+        )
     }
 
     /// Pastes `text` (sanitised) and submits it, confirmed by the pane changing after
@@ -560,7 +682,7 @@ impl TmuxSession {
     /// paste still waiting in a TUI's input box. The key is sent a second time if not.
     async fn deliver(&self, text: &str) -> Result<(), HarnessError> {
         let text = sanitize(text);
-        self.ready().await;
+        self.ready().await?;
         let mut printed = self.shared.printed.subscribe();
         let before = *printed.borrow_and_update();
         let buffer = format!("relay-{}", uuid::Uuid::new_v4());

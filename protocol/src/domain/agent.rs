@@ -210,8 +210,10 @@ pub fn tmux_socket_args(socket: &str) -> [&str; 2] {
     }
 }
 
-/// Where a tmux agent lives.
+/// Where a tmux agent lives, and how Relay tells that its pane is ready for a task.
+/// Every field has a default (a registration may give `"pane": {"shell": true}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PaneSpec {
     /// The tmux server: a socket name (`tmux -L NAME`; Relay's own is
     /// [`DEFAULT_TMUX_SOCKET`], the user's usual one is `default`) or a socket path
@@ -222,6 +224,20 @@ pub struct PaneSpec {
     /// the agent's command in a session of its own (`relay-NAME`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// A regular expression (Rust `regex` syntax, at most 1024 bytes) that the pane's
+    /// screen matches when its program is ready for a task (`^agent>\z`): searched in
+    /// the visible screen with each line's trailing spaces removed, `^`/`$` matching at
+    /// line ends and `\z` after the last non-blank line. Relay pastes only once it
+    /// matches, and fails the flight with the screen's last lines when it does not
+    /// within the ready timeout. `None`: the codex and claude TUIs' own ready screens
+    /// when the pane runs one, else the pane is ready once its output is quiet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_pattern: Option<String>,
+    /// The pane runs a shell, asked for explicitly (`relay agent add --shell`): each
+    /// task is typed into it and runs as shell commands. A tmux agent that Relay starts
+    /// names its program (`command`) or asks for this; with neither it is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shell: bool,
 }
 
 impl Default for PaneSpec {
@@ -229,6 +245,8 @@ impl Default for PaneSpec {
         PaneSpec {
             socket: DEFAULT_TMUX_SOCKET.to_string(),
             target: None,
+            ready_pattern: None,
+            shell: false,
         }
     }
 }
@@ -349,6 +367,31 @@ impl AgentSpec {
         }
         for name in self.secrets.0.keys() {
             self.env.insert(name.clone(), SECRET_SHOWN.to_string());
+        }
+    }
+
+    /// Why a tmux agent's pane cannot be started as given, if it cannot: Relay starts
+    /// it (no pane to attach to) and it names no program (`command`) and did not ask for
+    /// a shell ([`PaneSpec::shell`]), or it asks for both. A shell is never the silent
+    /// default: it would run each task as shell commands.
+    pub fn pane_program_problem(&self) -> Option<String> {
+        if self.harness != Harness::Tmux {
+            return None;
+        }
+        let pane = self.pane.clone().unwrap_or_default();
+        if pane.target.is_some() {
+            return None;
+        }
+        match (&self.command, pane.shell) {
+            (None, false) => Some(format!(
+                "tmux agent {:?} names no program to start in its pane: pass --command CMD (the \"command\" field; e.g. --command codex), or --shell (\"pane\": {{\"shell\": true}}) to run a shell there, which runs each task as shell commands",
+                self.name
+            )),
+            (Some(_), true) => Some(format!(
+                "tmux agent {:?} names a program and asks for a shell: give one of --command and --shell",
+                self.name
+            )),
+            _ => None,
         }
     }
 

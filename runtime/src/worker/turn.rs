@@ -296,8 +296,13 @@ impl Worker {
                 Err(source) => {
                     let tail = session.stderr_tail();
                     let tail = tail.trim();
-                    let quiet =
-                        tail.is_empty() || matches!(source, HarnessError::ProcessExited { .. });
+                    // A pane not ready says what its screen shows: its output's tail,
+                    // a TUI's redraws stripped of their escapes, adds only noise.
+                    let quiet = tail.is_empty()
+                        || matches!(
+                            source,
+                            HarnessError::ProcessExited { .. } | HarnessError::NotReady { .. }
+                        );
                     return Err(SessionError::TurnStart {
                         source,
                         name: info.name,

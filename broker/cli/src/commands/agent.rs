@@ -34,9 +34,22 @@ pub enum AgentCmd {
         cwd: PathBuf,
         /// Program to run instead of the harness's default binary. For a tmux agent, the
         /// command line to start in its pane (`--command "codex --search"`; shell-quoted
-        /// words, no shell in between); a shell when not given.
+        /// words, no shell in between): required, unless --shell.
         #[arg(long)]
         command: Option<String>,
+        /// tmux: run a shell in the pane instead of a --command. Relay then types each
+        /// task into that shell, where it runs as shell commands: ask for it only if
+        /// that is what you want.
+        #[arg(long, conflicts_with = "command")]
+        shell: bool,
+        /// tmux: a regular expression the pane's screen matches when its program is
+        /// ready for a task (`--ready-pattern '^agent>\z'`; each line's trailing spaces
+        /// removed, `^`/`$` at line ends, `\z` after the last non-blank line). Relay
+        /// pastes only once it matches, and fails the flight with what the pane shows
+        /// when it does not within 30 s. Default: codex's and claude's own ready
+        /// screens, else a pane is ready once its output is quiet.
+        #[arg(long, value_name = "RE")]
+        ready_pattern: Option<String>,
         /// tmux: the server to start the agent's pane on, a socket name (`tmux -L`) or
         /// path (`tmux -S`) [default: relay, Relay's own server].
         #[arg(long, value_name = "SOCKET")]
@@ -184,6 +197,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             harness,
             cwd,
             command,
+            shell,
+            ready_pattern,
             socket,
             turn_timeout,
             mut args,
@@ -210,12 +225,23 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     command = Some(words.remove(0));
                     args = words;
                 }
+                // Neither --command nor --shell: the broker refuses it, saying so.
                 pane = Some(PaneSpec {
                     socket: socket.unwrap_or_else(|| DEFAULT_TMUX_SOCKET.to_string()),
                     target: None,
+                    ready_pattern,
+                    shell,
                 });
-            } else if socket.is_some() {
-                usage!("--socket is for a tmux agent (--harness tmux) only");
+            } else {
+                for (given, flag) in [
+                    (socket.is_some(), "--socket"),
+                    (shell, "--shell"),
+                    (ready_pattern.is_some(), "--ready-pattern"),
+                ] {
+                    if given {
+                        usage!("{flag} is for a tmux agent (--harness tmux) only");
+                    }
+                }
             }
             for (name, value) in &env {
                 if relay_protocol::domain::looks_secret(name)
@@ -294,6 +320,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 pane: Some(PaneSpec {
                     socket,
                     target: Some(target),
+                    ..PaneSpec::default()
                 }),
                 turn_timeout_secs: turn_timeout,
                 // Its program runs already: nothing to start before a task comes.

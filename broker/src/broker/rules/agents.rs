@@ -12,8 +12,13 @@ use crate::error::{quote, BrokerError};
 use crate::store::{encode, T};
 
 impl Ctx<'_, '_> {
-    /// A pane is only a tmux agent's, and well formed.
+    /// A pane is only a tmux agent's, and well formed: its ready pattern a regular
+    /// expression, and a pane Relay starts runs a named program or, asked for
+    /// explicitly, a shell (never a shell by default: it runs each task as commands).
     fn check_pane(&mut self, spec: &AgentSpec) -> Result<(), BrokerError> {
+        if let Some(problem) = spec.pane_program_problem() {
+            return Err(BrokerError::Invalid(problem));
+        }
         let Some(pane) = &spec.pane else {
             return Ok(());
         };
@@ -26,6 +31,10 @@ impl Ctx<'_, '_> {
         }
         if let Some(problem) = pane.problem() {
             return Err(BrokerError::Invalid(problem));
+        }
+        if let Some(pattern) = &pane.ready_pattern {
+            relay_harnesses::tmux::screens::ReadyPattern::new(pattern)
+                .map_err(|e| BrokerError::Invalid(format!("agent {}: {e}", quote(&spec.name))))?;
         }
         Ok(())
     }

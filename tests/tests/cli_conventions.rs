@@ -222,8 +222,21 @@ async fn an_overloaded_broker_reads_as_overloaded_not_unreachable() {
     let relay =
         RelayProcess::start_with(&tmp.path().join("data"), &["--max-connections", "1"], &[])
             .unwrap();
-    // The one connection, held by a follower.
-    let follower = spawn(&relay, &["events", "--follow"]);
+    // The one connection, held by a follower once it printed the log's first event
+    // (the stream is open then).
+    let mut follower = spawn(&relay, &["events", "--follow"]);
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    relay_tests::wait_until_blocking(
+        "the follower to print an event",
+        Duration::from_secs(30),
+        || printed.try_recv().ok().filter(|l| !l.is_empty()),
+    );
     let mut said = String::new();
     let code = wait_until("a refused request", Duration::from_secs(30), || {
         let out = relay.cli(&["agent", "list"]);

@@ -289,7 +289,13 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if json {
                 print_json(&agent)?;
             } else {
-                outln!("{} ({})", agent.spec.name, agent.spec.harness);
+                outln!(
+                    "added {} ({} in {}); ask it: relay ask {} \"...\"",
+                    agent.spec.name,
+                    agent.spec.harness,
+                    agent.spec.cwd,
+                    agent.spec.name
+                );
             }
         }
         AgentCmd::Attach {

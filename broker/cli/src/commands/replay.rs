@@ -12,11 +12,15 @@ use crate::views::{print_json, replay};
 pub enum ReplayCmd {
     /// One flight: who asked what, its commands and their output, approvals and who
     /// decided them, the text, token usage and how it ended.
-    #[command(after_help = "Examples:\n  relay replay flight flt_01...\n  relay replay flight flt_01... --json > turn.json")]
+    #[command(
+        after_help = "Examples:\n  relay replay flight flt_01...\n  relay replay flight flt_01... --json > turn.json"
+    )]
     Flight(ReplayArgs),
     /// An agent's session across turns: every flight it ran (as `replay flight` shows
     /// one), its registrations and the sessions it lost.
-    #[command(after_help = "Examples:\n  relay replay agent codex-1\n  relay replay agent codex-1 --from-seq 1200 --json")]
+    #[command(
+        after_help = "Examples:\n  relay replay agent codex-1\n  relay replay agent codex-1 --from-seq 1200 --json"
+    )]
     Agent(ReplayArgs),
     /// A conversation: who said what (replies under the message they answer) and the
     /// flights its messages started.

@@ -505,7 +505,7 @@ fn shutdown_is_not_held_up_by_an_open_event_stream() {
     let printed = lines_of(Box::new(follower.0.stdout.take().unwrap()));
     let said = lines_of(Box::new(follower.0.stderr.take().unwrap()));
     let (mut text, mut notes) = (String::new(), String::new());
-    let mut wait_for = |what: &str, rx: &std::sync::mpsc::Receiver<String>, into: &mut String| {
+    let wait_for = |what: &str, rx: &std::sync::mpsc::Receiver<String>, into: &mut String| {
         wait_until_blocking(
             format!("the follower to print {what:?}"),
             std::time::Duration::from_secs(60),

@@ -277,7 +277,7 @@ async fn ctrl_c_on_ask_interrupts_the_flight_and_says_how_to_follow_it() {
     assert_eq!(state(&f), "cancelled", "{f}");
 
     // A second Ctrl-C leaves the flight running and says how to stop it.
-    let ask = spawn(&env.relay, &["ask", "codex-1", "hang again"]);
+    let mut ask = spawn(&env.relay, &["ask", "codex-1", "hang again"]);
     let id = wait_until(
         "the second flight to run",
         Duration::from_secs(60),
@@ -292,7 +292,7 @@ async fn ctrl_c_on_ask_interrupts_the_flight_and_says_how_to_follow_it() {
     )
     .await;
     let pid = ask.id();
-    let mut stderr = ask.stderr.unwrap();
+    let mut stderr = ask.stderr.take().unwrap();
     procs::signal(pid, Signal::INT);
     // The first interrupt is said before the second Ctrl-C comes.
     let mut seen = Vec::new();
@@ -310,7 +310,12 @@ async fn ctrl_c_on_ask_interrupts_the_flight_and_says_how_to_follow_it() {
             || rest.contains(&format!("flight {id} cancelled")),
         "{rest}"
     );
-    assert!(procs::wait_gone(pid, Duration::from_secs(30)).await);
+    let status = wait_until("the ask to exit", Duration::from_secs(30), || {
+        let status = ask.try_wait().unwrap();
+        async move { status }
+    })
+    .await;
+    assert_eq!(status.code(), Some(130));
     // The interrupt sent by the first Ctrl-C ends it either way.
     let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
     assert_eq!(state(&f), "cancelled", "{f}");

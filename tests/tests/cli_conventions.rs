@@ -28,6 +28,19 @@ fn spawn(relay: &RelayProcess, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// The id of the flight that runs (waits until one does).
+async fn running_flight(relay: &RelayProcess) -> String {
+    wait_until("a flight to run", Duration::from_secs(60), || async {
+        let live = relay.cli_json(&["flight", "list", "--live", "--json"]);
+        live.as_array()
+            .unwrap()
+            .iter()
+            .find(|f| state(f) == "running")
+            .map(|f| f["id"].as_str().unwrap().to_string())
+    })
+    .await
+}
+
 /// Waits for `child` to exit (at most `secs`); its exit code, stdout and stderr.
 async fn finish(mut child: Child, secs: u64) -> (Option<i32>, String, String) {
     let mut out = child.stdout.take();
@@ -180,19 +193,7 @@ async fn each_outcome_has_its_exit_code() {
 
     // Cancelled: a flight interrupted by someone else ends the ask with 6.
     let ask = spawn(relay, &["ask", "codex-1", "hang on"]);
-    let id = wait_until(
-        "the hanging flight to run",
-        Duration::from_secs(60),
-        || async {
-            let live = relay.cli_json(&["flight", "list", "--live", "--json"]);
-            live.as_array()
-                .unwrap()
-                .iter()
-                .find(|f| state(f) == "running")
-                .map(|f| f["id"].as_str().unwrap().to_string())
-        },
-    )
-    .await;
+    let id = running_flight(relay).await;
     relay.cli_ok(&["flight", "interrupt", &id]);
     let (got, _, stderr) = finish(ask, 60).await;
     assert_eq!(got, Some(6), "cancelled: {stderr}");
@@ -256,15 +257,7 @@ async fn ctrl_c_on_ask_interrupts_the_flight_and_says_how_to_follow_it() {
     let env = Env::start().await;
     env.add_agent("codex-1", &[]);
     let ask = spawn(&env.relay, &["ask", "codex-1", "hang on"]);
-    let id = wait_until("the flight to run", Duration::from_secs(60), || async {
-        let live = env.relay.cli_json(&["flight", "list", "--live", "--json"]);
-        live.as_array()
-            .unwrap()
-            .iter()
-            .find(|f| state(f) == "running")
-            .map(|f| f["id"].as_str().unwrap().to_string())
-    })
-    .await;
+    let id = running_flight(&env.relay).await;
     procs::signal(ask.id(), Signal::INT);
     let (code, _, stderr) = finish(ask, 60).await;
     assert_eq!(code, Some(130), "{stderr}");
@@ -278,19 +271,7 @@ async fn ctrl_c_on_ask_interrupts_the_flight_and_says_how_to_follow_it() {
 
     // A second Ctrl-C leaves the flight running and says how to stop it.
     let mut ask = spawn(&env.relay, &["ask", "codex-1", "hang again"]);
-    let id = wait_until(
-        "the second flight to run",
-        Duration::from_secs(60),
-        || async {
-            let live = env.relay.cli_json(&["flight", "list", "--live", "--json"]);
-            live.as_array()
-                .unwrap()
-                .iter()
-                .find(|f| state(f) == "running")
-                .map(|f| f["id"].as_str().unwrap().to_string())
-        },
-    )
-    .await;
+    let id = running_flight(&env.relay).await;
     let pid = ask.id();
     let mut stderr = ask.stderr.take().unwrap();
     procs::signal(pid, Signal::INT);

@@ -67,23 +67,29 @@ pub fn grouped(cmd: Command) -> Command {
     ))
 }
 
-pub const TOP_AFTER_HELP: &str = "\
+/// The first steps both top-level helps end with.
+macro_rules! first_steps {
+    () => {
+        "\
 First steps:
   relay up                                   # the broker, in a terminal of its own
   relay agent add codex-1 --harness codex --cwd ~/src/project
   relay ask codex-1 \"what does this repo do?\"
   relay open                                 # the dashboard in your browser
+"
+    };
+}
 
+pub const TOP_AFTER_HELP: &str = concat!(
+    first_steps!(),
+    "
 Exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 refused, 5 broker unavailable,
-6 cancelled, 70 internal error, 130 Ctrl-C (`relay --help` says more).";
+6 cancelled, 70 internal error, 130 Ctrl-C (`relay --help` says more)."
+);
 
-pub const TOP_AFTER_LONG_HELP: &str = "\
-First steps:
-  relay up                                   # the broker, in a terminal of its own
-  relay agent add codex-1 --harness codex --cwd ~/src/project
-  relay ask codex-1 \"what does this repo do?\"
-  relay open                                 # the dashboard in your browser
-
+pub const TOP_AFTER_LONG_HELP: &str = concat!(
+    first_steps!(),
+    "
 Exit codes:
   0    done: the command did what it was asked (an ask's flight completed)
   1    failed: the flight failed (relay doctor: the data dir has a problem)
@@ -97,7 +103,8 @@ Exit codes:
   130  stopped by Ctrl-C
 
 Every listing and show takes --json. Text from agents and models is shown with its
-control characters escaped. Colour follows --color, NO_COLOR and the terminal.";
+control characters escaped. Colour follows --color, NO_COLOR and the terminal."
+);
 
 pub const ASK: &str = "\
 Examples:

@@ -115,6 +115,9 @@ pub struct Snapshot {
 
 /// What a snapshot holds, by scope (`"scope": "fleet" | "flight" | "agent" |
 /// "conversation"`).
+// One per watch, built once: the size of its largest variant (an agent's view) costs
+// nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "scope", rename_all = "snake_case")]
 pub enum View {

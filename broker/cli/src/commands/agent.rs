@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{
-    Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
+    Agent, AgentSpec, ApprovalPolicy, Harness, Note, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
 };
 
 use super::JsonFlag;
@@ -205,7 +206,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 })?;
                 secrets.insert(name, value);
             }
-            let agent: Agent = client
+            let added: AgentAdded = client
                 .post(
                     &["v1", "agents"],
                     &AgentSpec {
@@ -230,10 +231,14 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
+            // What the broker's checks found but did not refuse (credentials not found...).
+            for warning in &added.warnings {
+                errln!("relay: warning: {warning}");
+            }
             if json {
-                print_json(&agent)?;
+                print_json(&added)?;
             } else {
-                outln!("{} ({})", agent.spec.name, agent.spec.harness);
+                outln!("{} ({})", added.agent.spec.name, added.agent.spec.harness);
             }
         }
         AgentCmd::Attach {
@@ -306,6 +311,12 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("harness   {}", a.spec.harness);
                 outln!("cwd       {}", a.spec.cwd);
                 outln!("state     {}", a.state.as_str());
+                if let Some(reason) = &a.state_reason {
+                    outln!("why       {}", reason.replace('\n', "\n          "));
+                }
+                if let Some(note) = &a.note {
+                    outln!("note      {}", note_text(note));
+                }
                 outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
                 outln!("session   {}", a.session_id.as_deref().unwrap_or("-"));
                 if let Some(thread) = &a.thread_id {
@@ -370,6 +381,21 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A note as `relay agent show` and `relay flight show` print it: its text, how long
+/// ago it came and, on an agent, from which flight.
+pub(crate) fn note_text(note: &Note) -> String {
+    let secs = relay_protocol::clock::now_ms().saturating_sub(note.at) / 1000;
+    let ago = match secs {
+        0..=119 => format!("{secs} s ago"),
+        120..=7199 => format!("{} min ago", secs / 60),
+        _ => format!("{} h ago", secs / 3600),
+    };
+    match &note.flight {
+        Some(flight) => format!("{} ({ago}, flight {flight})", note.text),
+        None => format!("{} ({ago})", note.text),
+    }
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

@@ -160,6 +160,9 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         if let Some(e) = &flight.error {
             outln!("error      {e}");
         }
+        if let Some(note) = &flight.note {
+            outln!("note       {}", super::agent::note_text(note));
+        }
         if let Some(o) = &flight.output {
             outln!("output\n{o}");
         }

@@ -24,8 +24,9 @@ use crate::error::HarnessError;
 /// machine takes a second or two. Past it the agent is accepted with a warning.
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The most of its output a version check keeps (for the error message).
+/// The most of its output a version check keeps, and the lines of it an error shows.
 const OUTPUT_BYTES: usize = 4096;
+const OUTPUT_LINES: usize = 3;
 
 /// What a check found that does not refuse the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,7 +126,17 @@ pub async fn check_runs(
         (Some(c), None) => format!("exited with code {c}"),
         (None, None) => "failed".to_string(),
     };
-    let said = said.trim();
+    // Its first lines say enough (a usage message or a version banner can be long).
+    let mut lines = said
+        .trim()
+        .lines()
+        .take(OUTPUT_LINES)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if said.trim().lines().count() > OUTPUT_LINES {
+        lines.push_str("\n…");
+    }
+    let said = lines.as_str();
     Err(HarnessError::DoesNotRun {
         program,
         flag: flag.to_string(),

@@ -1,7 +1,13 @@
 //! The harness-session plane: one persistent session per agent.
 //!
 //! - [`Runtime`] is a cheap handle. [`Runtime::dispatch`] queues a flight on its agent's
-//!   worker; [`Runtime::control`] steers, interrupts or answers an approval.
+//!   worker; [`Runtime::control`] steers, interrupts or answers an approval;
+//!   [`Runtime::preflight`] checks an agent on this host before it is registered
+//!   (through its launcher: its directory, program and credentials).
+//! - A turn is watched: past its deadline, after [`RuntimeConfig::turn_idle_timeout`]
+//!   without any harness event, or after [`RuntimeConfig::turn_stall_timeout`] without
+//!   progress since the harness's first note (a model it cannot reach), it is
+//!   interrupted and its flight failed with the reason.
 //! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
 //!   run one at a time; different agents run in parallel), the harness session (spawned
 //!   on demand, or at start for `keep_warm`), and the turn in progress. It drives the

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{
-    Agent, AgentSpec, ApprovalPolicy, Harness, Note, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
+    Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
 };
 
 use super::JsonFlag;
@@ -315,7 +315,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     outln!("why       {}", reason.replace('\n', "\n          "));
                 }
                 if let Some(note) = &a.note {
-                    outln!("note      {}", note_text(note));
+                    outln!("note      {}", super::flight::note_text(note));
                 }
                 outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
                 outln!("session   {}", a.session_id.as_deref().unwrap_or("-"));
@@ -381,21 +381,6 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A note as `relay agent show` and `relay flight show` print it: its text, how long
-/// ago it came and, on an agent, from which flight.
-pub(crate) fn note_text(note: &Note) -> String {
-    let secs = relay_protocol::clock::now_ms().saturating_sub(note.at) / 1000;
-    let ago = match secs {
-        0..=119 => format!("{secs} s ago"),
-        120..=7199 => format!("{} min ago", secs / 60),
-        _ => format!("{} h ago", secs / 3600),
-    };
-    match &note.flight {
-        Some(flight) => format!("{} ({ago}, flight {flight})", note.text),
-        None => format!("{} ({ago})", note.text),
-    }
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

@@ -47,6 +47,14 @@ pub enum BrokerError {
         agent: String,
         harness: Harness,
     },
+    /// The checks before registering an agent refused it (its directory is missing,
+    /// its program does not run). Not retryable until that is fixed.
+    #[error("agent {} cannot be added: {source}", quote(.name))]
+    AgentCheck {
+        name: String,
+        #[source]
+        source: relay_harnesses::HarnessError,
+    },
     #[error("{0}")]
     Unavailable(String),
     #[error("invocation depth {depth} exceeds the limit of {limit}")]
@@ -124,7 +132,9 @@ impl BrokerError {
             BrokerError::IllegalTransition { .. } => ErrorCode::IllegalTransition,
             BrokerError::FlightTerminal { .. } => ErrorCode::FlightTerminal,
             BrokerError::ApprovalClosed(_) => ErrorCode::ApprovalClosed,
-            BrokerError::NoApprovalStep { .. } => ErrorCode::InvalidRequest,
+            BrokerError::NoApprovalStep { .. } | BrokerError::AgentCheck { .. } => {
+                ErrorCode::InvalidRequest
+            }
             BrokerError::Unavailable(_) | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,

@@ -175,6 +175,8 @@ pub struct NodeConfig {
     pub key: NodeKey,
     /// See [`RuntimeConfig::turn_idle_timeout`].
     pub turn_idle_timeout: Option<Duration>,
+    /// See [`RuntimeConfig::turn_stall_timeout`].
+    pub turn_stall_timeout: Option<Duration>,
 }
 
 /// The key of node `name` in `key_file`, where `relay node-key NAME --out FILE` wrote it
@@ -228,6 +230,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         shared_db: None,
         node: Some(config.name.clone()),
         turn_idle_timeout: config.turn_idle_timeout,
+        turn_stall_timeout: config.turn_stall_timeout,
         // A node's agents do not reach the broker's API: it listens on its own host's loopback.
         access: None,
     };

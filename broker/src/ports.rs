@@ -6,11 +6,12 @@
 //! points one way (see the crate's header).
 
 use futures::future::BoxFuture;
-use relay_protocol::domain::{Agent, Approval, Flight};
+use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight};
 
 use crate::error::BrokerError;
 
-/// What the runtime offers the API: live control of a flight's turn.
+/// What the runtime offers the API: live control of a flight's turn, waking an agent,
+/// and the checks of an agent before it is registered.
 pub trait FlightControl: Send + Sync + 'static {
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;
     fn interrupt(&self, flight: Flight) -> BoxFuture<'static, Result<(), BrokerError>>;
@@ -20,4 +21,8 @@ pub trait FlightControl: Send + Sync + 'static {
     fn approval_decided(&self, approval: Approval) -> BoxFuture<'static, Result<(), BrokerError>>;
     /// Starts an agent's session now instead of at its first turn.
     fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>>;
+    /// Checks, before it is registered, what the runtime that would serve the agent can
+    /// check of it (its directory, its program, its credentials): `Ok` with warnings
+    /// worth saying, or why it cannot be accepted ([`BrokerError::AgentCheck`]).
+    fn check_agent(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Vec<String>, BrokerError>>;
 }

@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub nats: Option<crate::nats::NatsConfig>,
     /// See [`RuntimeConfig::turn_idle_timeout`].
     pub turn_idle_timeout: Option<Duration>,
+    /// See [`RuntimeConfig::turn_stall_timeout`].
+    pub turn_stall_timeout: Option<Duration>,
     /// Limits on the API's connections.
     pub http: HttpLimits,
     /// The `relay` program: each agent's session gets the broker's URL, its scoped
@@ -83,6 +85,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         shared_db: Some(broker.store().durable().clone()),
         node: None,
         turn_idle_timeout: config.turn_idle_timeout,
+        turn_stall_timeout: config.turn_stall_timeout,
         access: config.relay_program.clone().map(|program| {
             let (url, tokens) = (url.clone(), agent_tokens.clone());
             AccessIssuer::new(move |agent| {

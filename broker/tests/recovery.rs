@@ -35,6 +35,7 @@ fn runtime(
             shared_db: None,
             node: None,
             turn_idle_timeout: None,
+            turn_stall_timeout: None,
             access: None,
         },
         CancellationToken::new(),
@@ -73,6 +74,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
                     pid: Some(999_999),
                     pane: None,
                 })),
+                reason: None,
             })
             .await
             .unwrap();

@@ -60,6 +60,7 @@ async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
         state: Some(s),
         thread_id: None,
         endpoint: None,
+        reason: None,
     };
     for f in 0..flights {
         let id = b

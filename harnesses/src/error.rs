@@ -21,6 +21,19 @@ pub enum HarnessError {
         #[source]
         source: std::io::Error,
     },
+    /// The agent's working directory is missing, or not a directory: nothing can start
+    /// in it. Not retryable until it is there.
+    #[error("the agent's working directory {cwd} {problem}")]
+    Cwd { cwd: String, problem: String },
+    /// The program starts but its check failed: `PROGRAM --version` (run before an agent
+    /// is registered) exited with an error or was killed. Not retryable until the
+    /// configuration changes.
+    #[error("{program} does not run: `{program} {flag}` {problem}")]
+    DoesNotRun {
+        program: String,
+        flag: String,
+        problem: String,
+    },
     /// The agent process is gone; the request in flight died with it. Retryable with a new
     /// session.
     #[error(

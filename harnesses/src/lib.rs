@@ -19,6 +19,8 @@
 //!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
+//! - [`preflight`]: the checks of an agent before it is registered (its directory, that
+//!   its program runs, its credentials), which each launcher's `preflight` puts together.
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
@@ -29,7 +31,8 @@
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
 //! Layering, one way: [`error`], [`lines`] and [`access`] depend on no other module, [`process`] and
-//! [`seam`], [`pinned`] and [`stdio`] on them, each adapter (`codex`, `claude`, `pi`, `tmux`) on
+//! [`seam`], [`pinned`] and [`stdio`] on them ([`preflight`] on [`process`] and [`config`], and
+//! [`seam`] on [`preflight`]), each adapter (`codex`, `claude`, `pi`, `tmux`) on
 //! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
 //! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
@@ -46,6 +49,7 @@ mod fixtures;
 pub mod lines;
 pub mod pi;
 pub mod pinned;
+pub mod preflight;
 pub mod process;
 pub mod registry;
 pub mod seam;
@@ -56,5 +60,6 @@ pub use access::{AccessIssuer, RelayAccess};
 pub use error::HarnessError;
 pub use registry::Harnesses;
 pub use seam::{
-    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
+    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
+    Spawned,
 };

@@ -98,6 +98,20 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The agent's working directory exists and is a directory. Blocking (a `stat`).
+pub fn check_cwd(cwd: &std::path::Path) -> Result<(), HarnessError> {
+    let problem = match std::fs::metadata(cwd) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => "is not a directory".to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+        Err(e) => format!("cannot be read: {e}"),
+    };
+    Err(HarnessError::Cwd {
+        cwd: cwd.display().to_string(),
+        problem,
+    })
+}
+
 /// Whether a child inherits Relay's variable `name`; see [`INHERITED_ENV`].
 fn inherited(name: &OsStr) -> bool {
     name.to_str()
@@ -257,9 +271,22 @@ impl Supervised {
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
         }
-        let mut child = cmd.spawn().map_err(|source| HarnessError::Spawn {
-            program: program.clone(),
-            source,
+        let mut child = cmd.spawn().map_err(|source| {
+            // exec's ENOENT names no file: a missing directory reads as a missing
+            // program ("cannot start .../codex: No such file or directory").
+            match &spec.cwd {
+                Some(cwd) if source.kind() == io::ErrorKind::NotFound => match check_cwd(cwd) {
+                    Err(e) => e,
+                    Ok(()) => HarnessError::Spawn {
+                        program: program.clone(),
+                        source,
+                    },
+                },
+                _ => HarnessError::Spawn {
+                    program: program.clone(),
+                    source,
+                },
+            }
         })?;
         let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
             child.id(),

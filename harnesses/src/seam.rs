@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::access::RelayAccess;
 use crate::error::HarnessError;
+pub use crate::preflight::Preflight;
 
 /// The future of a seam method.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -150,6 +151,23 @@ pub trait Launcher: Send + Sync {
         agent: &'a AgentSpec,
         relay: Option<&'a RelayAccess>,
     ) -> BoxFuture<'a, Result<Spawned, HarnessError>>;
+
+    /// Checks on this host, before `agent` is registered, what would make its sessions
+    /// fail: an error refuses it ([`HarnessError::Cwd`], [`HarnessError::Spawn`],
+    /// [`HarnessError::DoesNotRun`]); warnings do not (its credentials not found). See
+    /// [`crate::preflight`]. By default, its working directory only.
+    fn preflight<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+    ) -> BoxFuture<'a, Result<Preflight, HarnessError>> {
+        let cwd = std::path::PathBuf::from(&agent.cwd);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || crate::preflight::check_cwd(&cwd))
+                .await
+                .map_err(|e| HarnessError::Io(std::io::Error::other(e)))??;
+            Ok(Preflight::default())
+        })
+    }
 }
 
 /// A live session of one agent. Cheap to share (`Arc`); every method may be called from

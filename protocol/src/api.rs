@@ -146,6 +146,18 @@ pub struct ReplyRequest {
     pub text: String,
 }
 
+/// `POST /v1/agents`'s answer: the registered agent (its fields flat, as `GET
+/// /v1/agents/{name}` answers) and what the checks before accepting it found worth
+/// saying without refusing it (credentials not found, a program slow to answer
+/// `--version`, an agent on another node whose host was not checked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentAdded {
+    #[serde(flatten)]
+    pub agent: crate::domain::Agent,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
 /// `GET /v1/agents/{name}/peek`: what a tmux agent's pane shows now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peek {

@@ -46,6 +46,49 @@ pub struct System {
     pub subtype: String,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// Subtype [`System::API_RETRY`]: the model request failed and is tried again
+    /// (`attempt` of `max_retries`, after `retry_delay_ms`); `error` and `error_status`
+    /// say why ("unknown" and none for a refused connection).
+    #[serde(default)]
+    pub attempt: Option<u64>,
+    #[serde(default)]
+    pub max_retries: Option<u64>,
+    #[serde(default)]
+    pub retry_delay_ms: Option<f64>,
+    #[serde(default)]
+    pub error_status: Option<serde_json::Value>,
+    #[serde(default)]
+    pub error: Option<serde_json::Value>,
+}
+
+impl System {
+    /// Claude Code retries the model request (2.1.197: `{"type":"system","subtype":
+    /// "api_retry","attempt":1,"max_retries":3,"retry_delay_ms":513.5,"error_status":null,
+    /// "error":"unknown",...}`).
+    pub const API_RETRY: &'static str = "api_retry";
+
+    /// An `api_retry` line as a note for a person: "Claude Code retries its model
+    /// request (1/3, in 0.5 s): unknown error".
+    pub fn retry_note(&self) -> String {
+        let of = match (self.attempt, self.max_retries) {
+            (Some(a), Some(m)) => format!("{a}/{m}, "),
+            (Some(a), None) => format!("{a}, "),
+            _ => String::new(),
+        };
+        let delay = self.retry_delay_ms.unwrap_or(0.0) / 1000.0;
+        let text = |v: &Option<serde_json::Value>| match v {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Null) | None => None,
+            Some(other) => Some(other.to_string()),
+        };
+        let why = match (text(&self.error), text(&self.error_status)) {
+            (Some(e), Some(status)) => format!("{e} (HTTP {status})"),
+            (Some(e), None) => format!("{e} error"),
+            (None, Some(status)) => format!("HTTP {status}"),
+            (None, None) => "no reason given".to_string(),
+        };
+        format!("Claude Code retries its model request ({of}in {delay:.1} s): {why}")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -120,6 +120,8 @@ pub fn flight_to_pb(f: &Flight) -> pb::Flight {
         reply_message: f.reply_message.clone(),
         created_at: f.created_at,
         updated_at: f.updated_at,
+        note: f.note.as_ref().map(|n| n.text.clone()),
+        note_at: f.note.as_ref().map(|n| n.at),
     }
 }
 

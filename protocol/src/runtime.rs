@@ -86,6 +86,10 @@ pub enum Report {
         thread_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         endpoint: Option<Endpoint>,
+        /// Why the agent is in `state` (a session that could not start: the error, with
+        /// the exit status and stderr tail); see [`Agent::state_reason`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     ThreadLost {
         agent: String,

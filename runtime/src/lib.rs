@@ -1,7 +1,13 @@
 //! The harness-session plane: one persistent session per agent.
 //!
 //! - [`Runtime`] is a cheap handle. [`Runtime::dispatch`] queues a flight on its agent's
-//!   worker; [`Runtime::control`] steers, interrupts or answers an approval.
+//!   worker; [`Runtime::control`] steers, interrupts or answers an approval;
+//!   [`Runtime::preflight`] checks an agent on this host before it is registered
+//!   (through its launcher: its directory, program and credentials).
+//! - A turn is watched: past its deadline, after [`RuntimeConfig::turn_idle_timeout`]
+//!   without any harness event, or after [`RuntimeConfig::turn_stall_timeout`] without
+//!   progress since the harness's first note (a model it cannot reach), it is
+//!   interrupted and its flight failed with the reason.
 //! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
 //!   run one at a time; different agents run in parallel), the harness session (spawned
 //!   on demand, or at start for `keep_warm`), and the turn in progress. It drives the
@@ -114,6 +120,12 @@ pub struct RuntimeConfig {
     /// A running turn without a harness event for this long is interrupted and failed
     /// (`None`: never). Waiting for an approval does not count.
     pub turn_idle_timeout: Option<std::time::Duration>,
+    /// A running turn whose harness said something is wrong (a warning or a retry note:
+    /// Codex's "Reconnecting... waiting for network") and then made no progress (no
+    /// text, item, command output, approval request or other event than more notes)
+    /// for this long, counted from that first note, is interrupted and failed with the
+    /// latest note as its cause (`None`: never; the idle watchdog still applies).
+    pub turn_stall_timeout: Option<std::time::Duration>,
     /// How each agent's session reaches Relay (its scoped token, the broker's URL);
     /// `None`: sessions run without it.
     pub access: Option<relay_harnesses::AccessIssuer>,
@@ -121,6 +133,9 @@ pub struct RuntimeConfig {
 
 /// The default of [`RuntimeConfig::turn_idle_timeout`].
 pub const DEFAULT_TURN_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The default of [`RuntimeConfig::turn_stall_timeout`].
+pub const DEFAULT_TURN_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Flights interrupted before their turn started are remembered, up to this many, so
 /// that their dispatch is dropped whenever it comes (or the turn is not started).
@@ -182,7 +197,13 @@ struct Inner {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     cancelled: Arc<Cancelled>,
+    /// Checks of agents before registration running at once ([`Runtime::preflight`]):
+    /// each may start a process, so a burst of registrations waits its turn.
+    checks: tokio::sync::Semaphore,
 }
+
+/// At most this many agent checks ([`Runtime::preflight`]) run at once.
+pub const CONCURRENT_CHECKS: usize = 4;
 
 impl Runtime {
     /// Starts the runtime with the harnesses this build has
@@ -219,6 +240,7 @@ impl Runtime {
                     shutdown,
                     tasks: TaskTracker::new(),
                     cancelled: Arc::default(),
+                    checks: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
                 }),
             },
             rx,
@@ -227,6 +249,19 @@ impl Runtime {
 
     pub fn node(&self) -> Option<&str> {
         self.inner.config.node.as_deref()
+    }
+
+    /// Checks on this host, through its harness's launcher, what would make the agent's
+    /// sessions fail (its directory, its program, its credentials; see
+    /// [`relay_harnesses::preflight`]), before it is registered: an error refuses it,
+    /// the warnings do not. At most [`CONCURRENT_CHECKS`] run at once; the others wait.
+    pub async fn preflight(
+        &self,
+        spec: &relay_protocol::domain::AgentSpec,
+    ) -> Result<relay_harnesses::Preflight, relay_harnesses::HarnessError> {
+        let launcher = self.inner.harnesses.get(spec.harness)?;
+        let _permit = self.inner.checks.acquire().await;
+        launcher.preflight(spec).await
     }
 
     pub fn threads(&self) -> &ThreadStore {
@@ -387,6 +422,7 @@ impl Runtime {
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),
                 turn_idle_timeout: self.inner.config.turn_idle_timeout,
+                turn_stall_timeout: self.inner.config.turn_stall_timeout,
                 access: self.inner.config.access.clone(),
                 cancelled: self.inner.cancelled.clone(),
             },

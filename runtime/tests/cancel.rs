@@ -53,6 +53,7 @@ fn start() -> (tempfile::TempDir, Runtime, Receiver<Report>) {
             shared_db: None,
             node: None,
             turn_idle_timeout: None,
+            turn_stall_timeout: None,
             access: None,
         },
         CancellationToken::new(),

@@ -504,7 +504,10 @@ async fn a_session_that_cannot_start_fails_the_flight_with_the_reason() {
     let want = vec![
         state("f1", FlightState::Waking, None),
         agent(AgentState::Starting),
-        agent(AgentState::Failed),
+        agent_because(
+            AgentState::Failed,
+            "cannot start fake-cli: cannot start /opt/fake: entity not found",
+        ),
         state(
             "f1",
             FlightState::Failed,

@@ -35,6 +35,8 @@ fn evil_agent(dir: &Path, marker: &Path) -> Agent {
         session_id: None,
         thread_id: None,
         endpoint: None,
+        state_reason: None,
+        note: None,
         created_at: 0,
         updated_at: 0,
     }

@@ -102,12 +102,14 @@ async fn stopped_data_dir(data: &std::path::Path) -> DoctorReport {
         "codex_app_server",
         "--cwd",
         "/tmp",
-        "--command",
-        "/nonexistent/codex",
+        // No session is ever started: a program that does not run is refused when the
+        // agent is added, so its flight fails for want of a session instead.
+        "--wake",
+        "manual",
     ]);
     relay.cli_ok(&["send", "one"]);
     relay.cli_ok(&["send", "two"]);
-    // Dispatched, and failed at once: its program does not exist.
+    // Dispatched, and failed at once: a manual agent with no live session.
     let flight = relay.cli_ok(&["ask", "a1", "--no-wait", "hello"]);
     let http = relay.http();
     let path = format!("/v1/flights/{}", flight.trim());

@@ -61,6 +61,7 @@ impl InProcess {
                 },
                 nats: Some(NatsConfig::new(nats.url(), NatsAuth::None)),
                 turn_idle_timeout: None,
+                turn_stall_timeout: None,
                 http: Default::default(),
                 relay_program: None,
                 notify_command: None,

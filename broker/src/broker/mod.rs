@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use relay_protocol::api::{InvokeAccepted, MessagePosted, UpdateResult};
+use relay_protocol::api::{AgentAdded, InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
     ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage,
@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
+use crate::ports::FlightControl;
 use crate::store::{Store, T};
 
 mod rules;
@@ -75,12 +76,15 @@ impl Default for BrokerConfig {
 pub enum Command {
     RegisterAgent(AgentSpec),
     RemoveAgent(String),
-    /// The runtime reports an agent's session state, thread id or endpoint.
+    /// The runtime reports an agent's session state (with why, if it said), thread id or
+    /// endpoint.
     UpdateAgent {
         name: String,
         state: Option<AgentState>,
         thread_id: Option<String>,
         endpoint: Option<Option<Endpoint>>,
+        /// Why the agent is in `state`; kept as [`Agent::state_reason`] (only with a state).
+        reason: Option<String>,
     },
     ThreadLost {
         agent: String,
@@ -385,6 +389,37 @@ macro_rules! expect_outcome {
 }
 
 impl Broker {
+    /// Registers an agent as clients do (HTTP, NATS, the CLI): first `checks` (the
+    /// runtime's, see [`FlightControl::check_agent`]) refuse it or say what to warn of,
+    /// then [`Broker::register_agent`]. The rules run before the checks too, so a name
+    /// taken or a bad spec is refused without starting anything.
+    pub async fn add_agent(
+        &self,
+        mut spec: AgentSpec,
+        checks: Option<&dyn FlightControl>,
+    ) -> Result<AgentAdded, BrokerError> {
+        spec.move_secrets();
+        let warnings = match checks {
+            Some(checks) => {
+                self.precheck(&spec).await?;
+                checks.check_agent(spec.clone()).await?
+            }
+            None => Vec::new(),
+        };
+        let agent = self.register_agent(spec).await?;
+        Ok(AgentAdded { agent, warnings })
+    }
+
+    /// The registration rules that need no runtime, read before the (slower) checks: the
+    /// name is free. The command re-checks everything when it runs.
+    async fn precheck(&self, spec: &AgentSpec) -> Result<(), BrokerError> {
+        if self.agent(&spec.name).await?.is_some() {
+            return Err(BrokerError::AgentExists(spec.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// Registers an agent without the runtime's checks (see [`Broker::add_agent`]).
     pub async fn register_agent(&self, mut spec: AgentSpec) -> Result<Agent, BrokerError> {
         // Secrets apart from here on: the command's `Debug` (logs) shows names only.
         spec.move_secrets();

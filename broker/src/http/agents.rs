@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use relay_protocol::api::Peek;
+use relay_protocol::api::{AgentAdded, Peek};
 use relay_protocol::domain::{Agent, AgentSpec, Harness};
 
 use super::{ApiJson, ApiResult, ApiState};
@@ -36,7 +36,7 @@ pub(super) async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agen
 pub(super) async fn add_agent(
     State(s): State<ApiState>,
     ApiJson(spec): ApiJson<AgentSpec>,
-) -> ApiResult<Agent> {
+) -> ApiResult<AgentAdded> {
     if let Some(pane) = spec.pane.clone().filter(|p| p.target.is_some()) {
         // Two agents answering through one pane would take each other's tasks.
         let name = spec.name.clone();
@@ -61,7 +61,7 @@ pub(super) async fn add_agent(
             .into());
         }
     }
-    Ok(Json(s.broker.register_agent(spec).await?))
+    Ok(Json(s.broker.add_agent(spec, s.control.as_deref()).await?))
 }
 
 pub(super) async fn show_agent(

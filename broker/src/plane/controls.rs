@@ -1,9 +1,9 @@
 //! Controls: steer, interrupt, an agent's reply, approval decisions and wake, sent to the runtime that
-//! serves the agent (this one, or its node's over NATS): the plane as the domain's
-//! [`FlightControl`].
+//! serves the agent (this one, or its node's over NATS), and the checks of an agent
+//! before it is registered: the plane as the domain's [`FlightControl`].
 
 use futures::future::BoxFuture;
-use relay_protocol::domain::{Agent, Approval, Flight};
+use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight};
 use relay_protocol::runtime::Control;
 
 use super::Plane;
@@ -61,9 +61,39 @@ impl Plane {
     }
 }
 
+impl Plane {
+    /// The checks of an agent before it is registered, by the runtime that would serve
+    /// it: this one's, on this host. A node's agent is not checked here (this host is
+    /// not its host): a warning says so, and the node says what is wrong when its
+    /// session cannot start (its directory, its program: the flight fails with it).
+    fn check_agent(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Vec<String>, BrokerError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            if spec.node.as_deref() != this.runtime.node() {
+                let node = spec.node.clone().unwrap_or_default();
+                return Ok(vec![format!(
+                    "agent {} runs on node {node}: its directory, program and credentials are on that host and were not checked here; the node checks the directory and the program when it starts the session (a flight then fails saying what is wrong)",
+                    spec.name
+                )]);
+            }
+            match this.runtime.preflight(&spec).await {
+                Ok(found) => Ok(found.warnings),
+                Err(source) => Err(BrokerError::AgentCheck {
+                    name: spec.name.clone(),
+                    source,
+                }),
+            }
+        })
+    }
+}
+
 impl FlightControl for Plane {
     fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>> {
         Plane::wake(self, agent)
+    }
+
+    fn check_agent(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Vec<String>, BrokerError>> {
+        Plane::check_agent(self, spec)
     }
 
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {

@@ -83,6 +83,7 @@ impl Plane {
                         state: Some(relay_protocol::domain::AgentState::Offline),
                         thread_id: None,
                         endpoint: Some(None),
+                        reason: None,
                     })
                     .await;
                 if let Err(e) = r {

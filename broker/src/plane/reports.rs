@@ -67,12 +67,14 @@ impl Plane {
                 state,
                 thread_id,
                 endpoint,
+                reason,
             } => (
                 Command::UpdateAgent {
                     name: agent,
                     state,
                     thread_id,
                     endpoint: endpoint.map(Some),
+                    reason,
                 },
                 "agent update",
             ),

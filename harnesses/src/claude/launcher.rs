@@ -17,7 +17,8 @@ use super::CLAUDE_CLI;
 use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
+    Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -29,6 +30,47 @@ pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
     capabilities: Harness::ClaudeStreamJson.capabilities(),
 };
 
+/// The variables Claude Code 2.1.197 takes a key or token from.
+const CLAUDE_KEY_VARS: [&str; 3] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+/// Why Claude Code will find no credentials, if none of its ways is there: a key
+/// variable of the agent's, a cloud provider chosen (`CLAUDE_CODE_USE_BEDROCK`,
+/// `..._VERTEX`: its own credentials, not checked here), `claude login`'s
+/// `.credentials.json` in its config dir (`CLAUDE_CONFIG_DIR`, else `~/.claude`), or an
+/// `apiKeyHelper` in its `settings.json`.
+pub(crate) fn credentials(
+    env: &std::collections::BTreeMap<String, String>,
+    _agent: &AgentSpec,
+) -> Option<String> {
+    use crate::preflight::{config_dir, has_var};
+    if CLAUDE_KEY_VARS.iter().any(|k| has_var(env, k))
+        || ["CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"]
+            .iter()
+            .any(|k| has_var(env, k))
+    {
+        return None;
+    }
+    let dir = config_dir(env, "CLAUDE_CONFIG_DIR", ".claude");
+    if let Some(dir) = &dir {
+        let settings = std::fs::read_to_string(dir.join("settings.json")).unwrap_or_default();
+        if dir.join(".credentials.json").is_file() || settings.contains("\"apiKeyHelper\"") {
+            return None;
+        }
+    }
+    let file = match &dir {
+        Some(dir) => dir.join(".credentials.json").display().to_string(),
+        None => "$CLAUDE_CONFIG_DIR/.credentials.json (no HOME or CLAUDE_CONFIG_DIR is set)".into(),
+    };
+    Some(format!(
+        "no Claude Code credentials found: no {file} (run `claude` and log in as the user relay runs as, or set CLAUDE_CONFIG_DIR), and no {} among the agent's variables (add one with --secret ANTHROPIC_API_KEY); its turns will fail until it has one",
+        CLAUDE_KEY_VARS.join(", ")
+    ))
+}
+
 /// What Claude Code says on stderr for a `--resume` id it has no conversation for.
 const NO_CONVERSATION: &str = "No conversation found";
 
@@ -39,6 +81,17 @@ pub struct ClaudeLauncher;
 impl Launcher for ClaudeLauncher {
     fn info(&self) -> HarnessInfo {
         CLAUDE_INFO
+    }
+
+    fn preflight<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+    ) -> BoxFuture<'a, Result<Preflight, HarnessError>> {
+        Box::pin(crate::preflight::check_cli(
+            ClaudeConfig::for_agent(agent, &CLAUDE_CLI, None),
+            agent,
+            credentials,
+        ))
     }
 
     /// Checks that the program is there; the process itself starts in `open`.
@@ -331,5 +384,35 @@ impl HarnessSession for ClaudeSession {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn credentials_are_a_key_a_login_file_or_a_helper_else_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = AgentSpec::new("c", Harness::ClaudeStreamJson, "/w");
+        let config = dir.path().display().to_string();
+        let mut env = BTreeMap::from([("CLAUDE_CONFIG_DIR".to_string(), config.clone())]);
+        let warning = credentials(&env, &agent).unwrap();
+        assert!(
+            warning.starts_with(&format!(
+                "no Claude Code credentials found: no {config}/.credentials.json"
+            )),
+            "{warning}"
+        );
+        std::fs::write(dir.path().join("settings.json"), r#"{"apiKeyHelper":"k"}"#).unwrap();
+        assert_eq!(credentials(&env, &agent), None);
+        std::fs::remove_file(dir.path().join("settings.json")).unwrap();
+        std::fs::write(dir.path().join(".credentials.json"), "{}").unwrap();
+        assert_eq!(credentials(&env, &agent), None);
+        std::fs::remove_file(dir.path().join(".credentials.json")).unwrap();
+        env.insert("ANTHROPIC_API_KEY".into(), "***".into());
+        assert_eq!(credentials(&env, &agent), None);
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use relay_protocol::claude::{
     CanUseTool, ControlReply, ControlRequest, ControlResponse, HostRequest, Input, Line,
-    PermissionResult, TurnResult, Usage,
+    PermissionResult, System, TurnResult, Usage,
 };
 use relay_protocol::domain::{ApprovalDecision, Harness};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
@@ -383,6 +383,13 @@ impl Wire for ClaudeWire {
                         request_id: cancel.request_id,
                     }));
                 }
+            }
+            // The model cannot be reached (or refuses): a note, which the runtime's stall
+            // watchdog counts from.
+            Line::System(system) if system.subtype == System::API_RETRY => {
+                out.push(Action::Event(HarnessEvent::Warning {
+                    message: system.retry_note(),
+                }))
             }
             Line::System(_) => {}
             Line::Other => tracing::debug!("claude line of an unknown type skipped"),

@@ -2,6 +2,7 @@
 //! `codex app-server` for an agent, and its session opens the agent's thread (resumed,
 //! or started with the loss said) and runs turns through [`CodexSession`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
@@ -9,8 +10,9 @@ use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use super::{CodexConfig, CodexSession, ThreadOptions, CODEX_CLI};
 use crate::access::RelayAccess;
 use crate::error::HarnessError;
+use crate::preflight::{config_dir, has_var};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
 };
 
 /// Codex app-server: everything the seam offers.
@@ -49,6 +51,71 @@ impl Launcher for CodexLauncher {
             })
         })
     }
+
+    fn preflight<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+    ) -> BoxFuture<'a, Result<Preflight, HarnessError>> {
+        Box::pin(crate::preflight::check_cli(
+            CodexConfig::for_agent(agent, &CODEX_CLI, None),
+            agent,
+            credentials,
+        ))
+    }
+}
+
+/// What codex 0.169.0 takes its credentials from, besides `codex login`'s
+/// `$CODEX_HOME/auth.json` (`CODEX_HOME` defaults to `~/.codex`).
+const CODEX_KEY_VARS: [&str; 3] = ["OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN"];
+
+/// Why codex will find no credentials, if none of its ways is there: a key variable of
+/// the agent's, `auth.json`, or a config naming another model provider (which has its
+/// own auth, not checked here), in `config.toml` or `-c model_provider=...`.
+fn credentials(env: &BTreeMap<String, String>, agent: &AgentSpec) -> Option<String> {
+    if CODEX_KEY_VARS.iter().any(|k| has_var(env, k)) {
+        return None;
+    }
+    if agent.args.iter().any(|a| a.contains("model_provider")) {
+        return None;
+    }
+    let home = config_dir(env, "CODEX_HOME", ".codex");
+    if let Some(home) = &home {
+        if home.join("auth.json").is_file() {
+            return None;
+        }
+        let config = std::fs::read_to_string(home.join("config.toml")).unwrap_or_default();
+        if top_level_string(&config, "model_provider").is_some_and(|p| p != "openai") {
+            return None;
+        }
+    }
+    let auth = match &home {
+        Some(home) => home.join("auth.json").display().to_string(),
+        None => "$CODEX_HOME/auth.json (no HOME or CODEX_HOME is set)".into(),
+    };
+    Some(format!(
+        "no codex credentials found: no {auth} (run `codex login` as the user relay runs as, or set CODEX_HOME), no {} among the agent's variables (add one with --secret OPENAI_API_KEY), and no other model_provider in its config.toml; its turns will fail until it has one",
+        CODEX_KEY_VARS.join(", ")
+    ))
+}
+
+/// The value of `key = "value"` at the top of a TOML file (before any `[table]`): enough
+/// to read `model_provider` without a TOML parser.
+fn top_level_string(toml: &str, key: &str) -> Option<String> {
+    for line in toml.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            return None;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if k.trim() != key {
+            continue;
+        }
+        let v = v.split('#').next().unwrap_or("").trim();
+        return Some(v.trim_matches(|c| c == '"' || c == '\'').to_string());
+    }
+    None
 }
 
 /// One agent's `codex app-server`, with the settings of the threads it starts.
@@ -173,6 +240,51 @@ fn no_active_turn(err: HarnessError) -> HarnessError {
 mod tests {
     use super::*;
     use relay_protocol::codex::error_code::INVALID_REQUEST;
+
+    #[test]
+    fn credentials_are_found_in_each_way_codex_reads_them_or_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("codex-home");
+        std::fs::create_dir_all(&home).unwrap();
+        let agent = AgentSpec::new("a", Harness::CodexAppServer, "/w");
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let codex_home = home.display().to_string();
+        let bare = env(&[("CODEX_HOME", &codex_home)]);
+        let warning = credentials(&bare, &agent).unwrap();
+        assert!(
+            warning.starts_with(&format!(
+                "no codex credentials found: no {}/auth.json",
+                codex_home
+            )),
+            "{warning}"
+        );
+        // A key among the agent's variables.
+        let keyed = env(&[("CODEX_HOME", &codex_home), ("OPENAI_API_KEY", "sk-1")]);
+        assert_eq!(credentials(&keyed, &agent), None);
+        // The OpenAI provider named: still nothing.
+        std::fs::write(home.join("config.toml"), "model_provider = \"openai\"\n").unwrap();
+        assert!(credentials(&bare, &agent).is_some());
+        // Another provider (its own auth).
+        std::fs::write(
+            home.join("config.toml"),
+            "# a mock\nmodel = \"m\"\nmodel_provider = \"mock\" # here\n[model_providers.mock]\n",
+        )
+        .unwrap();
+        assert_eq!(credentials(&bare, &agent), None);
+        std::fs::remove_file(home.join("config.toml")).unwrap();
+        // `codex login`'s file, under CODEX_HOME or else ~/.codex.
+        std::fs::write(home.join("auth.json"), "{}").unwrap();
+        assert_eq!(credentials(&bare, &agent), None);
+        let in_home = env(&[("HOME", &dir.path().display().to_string())]);
+        assert!(credentials(&in_home, &agent).is_some());
+        std::fs::rename(&home, dir.path().join(".codex")).unwrap();
+        assert_eq!(credentials(&in_home, &agent), None);
+    }
 
     #[test]
     fn no_active_turn_refusals_are_typed_and_read_as_before() {

@@ -453,9 +453,13 @@ impl Translator {
                     return Vec::new();
                 };
                 if n.will_retry {
-                    HarnessEvent::Warning {
-                        message: n.error.message,
-                    }
+                    // Codex says what failed in `additionalDetails` ("Reconnecting... waiting
+                    // for network" / "Connection failed: error sending request").
+                    let message = match n.error.additional_details.filter(|d| !d.is_empty()) {
+                        Some(details) => format!("{} ({details})", n.error.message),
+                        None => n.error.message,
+                    };
+                    HarnessEvent::Warning { message }
                 } else {
                     // The turn is failing; `turn/completed` follows and reports it.
                     self.turns.entry(n.turn_id).or_default().error = Some(n.error.message);

@@ -18,7 +18,7 @@ use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::process::ExitInfo;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -30,6 +30,66 @@ pub const PI_INFO: HarnessInfo = HarnessInfo {
     program: "pi --mode rpc",
     capabilities: Harness::PiRpc.capabilities(),
 };
+
+/// The variables pi 0.73.1 takes a provider's key from (`pi-ai`'s `env-api-keys.js`).
+const PI_KEY_VARS: [&str; 29] = [
+    "ANTHROPIC_OAUTH_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_CLOUD_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GROQ_API_KEY",
+    "CEREBRAS_API_KEY",
+    "XAI_API_KEY",
+    "OPENROUTER_API_KEY",
+    "AI_GATEWAY_API_KEY",
+    "ZAI_API_KEY",
+    "MISTRAL_API_KEY",
+    "MINIMAX_API_KEY",
+    "MINIMAX_CN_API_KEY",
+    "MOONSHOT_API_KEY",
+    "HF_TOKEN",
+    "FIREWORKS_API_KEY",
+    "OPENCODE_API_KEY",
+    "KIMI_API_KEY",
+    "CLOUDFLARE_API_KEY",
+    "XIAOMI_API_KEY",
+    "COPILOT_GITHUB_TOKEN",
+    "GH_TOKEN",
+    "GITHUB_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+];
+
+/// Why pi will find no credentials, if none of its ways is there: a provider's key
+/// variable of the agent's, `pi`'s `/login` file `auth.json`, or a `models.json` (its
+/// own providers, each with its key) in its agent dir (`PI_CODING_AGENT_DIR`, else
+/// `~/.pi/agent`).
+pub(crate) fn credentials(
+    env: &std::collections::BTreeMap<String, String>,
+    _agent: &AgentSpec,
+) -> Option<String> {
+    use crate::preflight::{config_dir, has_var};
+    if PI_KEY_VARS.iter().any(|k| has_var(env, k)) {
+        return None;
+    }
+    let dir = config_dir(env, "PI_CODING_AGENT_DIR", ".pi/agent");
+    if let Some(dir) = &dir {
+        if dir.join("auth.json").is_file() || dir.join("models.json").is_file() {
+            return None;
+        }
+    }
+    let where_ = match &dir {
+        Some(dir) => dir.display().to_string(),
+        None => "$PI_CODING_AGENT_DIR (no HOME or PI_CODING_AGENT_DIR is set)".into(),
+    };
+    Some(format!(
+        "no pi credentials found: no auth.json or models.json in {where_} (run `pi` and /login as the user relay runs as, or set PI_CODING_AGENT_DIR), and no provider key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY...) among the agent's variables (add one with --secret); its turns will fail until it has one"
+    ))
+}
 
 /// What pi says on stderr, before it exits, when `--session` names no session it has.
 const NO_SESSION: &str = "No session found matching";
@@ -59,6 +119,17 @@ impl PiLauncher {
 impl Launcher for PiLauncher {
     fn info(&self) -> HarnessInfo {
         PI_INFO
+    }
+
+    fn preflight<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+    ) -> BoxFuture<'a, Result<Preflight, HarnessError>> {
+        Box::pin(crate::preflight::check_cli(
+            PiConfig::for_agent(agent, &PI_CLI, None),
+            agent,
+            credentials,
+        ))
     }
 
     fn spawn<'a>(
@@ -312,6 +383,26 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn credentials_are_a_provider_key_or_pis_own_files_else_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = AgentSpec::new("p", Harness::PiRpc, "/w");
+        let home = dir.path().display().to_string();
+        let mut env = std::collections::BTreeMap::from([("HOME".to_string(), home.clone())]);
+        let warning = credentials(&env, &agent).unwrap();
+        assert!(
+            warning.contains(&format!("no auth.json or models.json in {home}/.pi/agent")),
+            "{warning}"
+        );
+        let agent_dir = dir.path().join(".pi/agent");
+        std::fs::create_dir_all(&agent_dir).unwrap();
+        std::fs::write(agent_dir.join("auth.json"), "{}").unwrap();
+        assert_eq!(credentials(&env, &agent), None);
+        std::fs::remove_file(agent_dir.join("auth.json")).unwrap();
+        env.insert("GEMINI_API_KEY".into(), "g".into());
+        assert_eq!(credentials(&env, &agent), None);
+    }
 
     #[tokio::test]
     async fn a_missing_program_fails_the_spawn_and_approvals_are_never_pending() {

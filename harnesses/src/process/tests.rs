@@ -229,3 +229,21 @@ async fn missing_program_is_a_spawn_error() {
     .unwrap();
     assert!(matches!(err, HarnessError::Spawn { .. }), "{err:?}");
 }
+
+/// A missing directory is named as such, not as the (present) program missing: exec's
+/// ENOENT names no file.
+#[tokio::test]
+async fn a_missing_cwd_is_named_not_taken_for_a_missing_program() {
+    let err = Supervised::spawn(&ProcessSpec {
+        program: "/bin/sh".into(),
+        cwd: Some("/nonexistent/relay-dir".into()),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "the agent's working directory /nonexistent/relay-dir does not exist"
+    );
+    assert!(matches!(err, HarnessError::Cwd { .. }), "{err:?}");
+}

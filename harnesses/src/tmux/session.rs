@@ -22,7 +22,7 @@ use crate::error::HarnessError;
 use crate::pinned::PinnedCli;
 use crate::process::lock;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
 };
 
 /// A tmux pane: interrupt by keys; no steer, approvals, resume or turn ids.
@@ -305,6 +305,30 @@ impl Launcher for TmuxLauncher {
         Box::pin(
             async move { TmuxLauncher::spawn_with(TmuxConfig::for_agent(agent, relay)?).await },
         )
+    }
+
+    /// `tmux` itself runs (`tmux -V`), and a pane Relay starts has its directory. The
+    /// agent's command is a shell line run in the pane: not run here.
+    fn preflight<'a>(
+        &'a self,
+        agent: &'a AgentSpec,
+    ) -> BoxFuture<'a, Result<Preflight, HarnessError>> {
+        Box::pin(async move {
+            let attached = agent.pane.as_ref().is_some_and(|p| p.target.is_some());
+            if !attached {
+                let cwd = PathBuf::from(&agent.cwd);
+                tokio::task::spawn_blocking(move || crate::preflight::check_cwd(&cwd))
+                    .await
+                    .map_err(|e| HarnessError::Io(std::io::Error::other(e)))??;
+            }
+            let tmux = CliConfig::new("tmux");
+            let warnings =
+                crate::preflight::check_runs(&tmux, "-V", crate::preflight::VERSION_TIMEOUT)
+                    .await?
+                    .into_iter()
+                    .collect();
+            Ok(Preflight { warnings })
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::api::ErrorCode;
-use crate::domain::{ApprovalKind, ApprovalRequest, ApprovalState, ItemKind, ItemPhase};
+use crate::domain::{ApprovalKind, ApprovalRequest, ApprovalState, ItemKind, ItemPhase, Note};
 
 /// Through the encoded bytes too, so absent vs default survives the wire.
 fn reencode<M: prost::Message + Default>(m: &M) -> M {
@@ -80,6 +80,11 @@ fn flight_full() -> Flight {
         parent_flight: Some("flt_0".into()),
         conversation: "direct.operator.codex-1".into(),
         reply_message: Some("msg_9".into()),
+        note: Some(Note {
+            text: "Reconnecting... waiting for network".into(),
+            at: 150,
+            flight: None,
+        }),
         created_at: 100,
         updated_at: 200,
     }
@@ -100,6 +105,7 @@ fn flight_bare() -> Flight {
         parent_flight: None,
         conversation: "channel.shared".into(),
         reply_message: None,
+        note: None,
         created_at: 1,
         updated_at: 1,
     }
@@ -125,6 +131,8 @@ fn flights_are_sent_whole_with_every_option_set_or_absent() {
             reply_message: Some("msg_9".into()),
             created_at: 100,
             updated_at: 200,
+            note: Some("Reconnecting... waiting for network".into()),
+            note_at: Some(150),
         }
     );
     assert_eq!(

@@ -431,6 +431,16 @@ pub struct Agent {
     pub thread_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Endpoint>,
+    /// Why the agent is in its state, as its runtime said with it: for `failed`, the
+    /// error its session could not start with (a spawn error, an exit status and the
+    /// stderr tail); for `offline` after its process died, how it ended. Cleared by the
+    /// next state reported without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
+    /// The latest note of any of its flights (see [`crate::domain::FlightChange::Note`]),
+    /// with its time and flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<crate::domain::Note>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -539,6 +549,8 @@ mod tests {
             session_id: Some("t1".into()),
             thread_id: Some("t1".into()),
             endpoint: None,
+            state_reason: None,
+            note: None,
             created_at: 1,
             updated_at: 2,
         };

@@ -142,8 +142,23 @@ pub struct Flight {
     pub conversation: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_message: Option<String>,
+    /// The latest note of the flight ([`FlightChange::Note`]: the harness reconnecting,
+    /// rate limited, its model unreachable; a steer; a restarted session), with its time.
+    /// Kept after the flight ends: a failed flight's last note often says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<Note>,
     pub created_at: u64,
     pub updated_at: u64,
+}
+
+/// A note and when it came (ms since the UNIX epoch). On an agent, also the flight it
+/// came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    pub text: String,
+    pub at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight: Option<String>,
 }
 
 impl Flight {
@@ -163,6 +178,7 @@ impl Flight {
             parent_flight: invocation.parent_flight.clone(),
             conversation: invocation.conversation.clone(),
             reply_message: None,
+            note: None,
             created_at: invocation.created_at,
             updated_at: invocation.created_at,
         }
@@ -217,7 +233,10 @@ pub enum FlightChange {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn_id: Option<String>,
     },
-    /// A note from the runtime (thread lost and restarted, session respawned...).
+    /// A note from the harness (Codex's `error {willRetry}` "Reconnecting...", its
+    /// warnings, a rate limit) or the runtime (a steer, a thread lost and restarted, a
+    /// session respawned...). The flight keeps the latest as [`Flight::note`], its agent
+    /// as [`crate::domain::Agent::note`].
     Note {
         text: String,
     },

@@ -53,6 +53,8 @@ pub struct Deps {
     /// A running turn without a harness event for this long is interrupted and failed
     /// (`None`: never). Time spent waiting for an approval does not count.
     pub turn_idle_timeout: Option<Duration>,
+    /// See [`crate::RuntimeConfig::turn_stall_timeout`].
+    pub turn_stall_timeout: Option<Duration>,
     /// Flights interrupted before their turn started: never started here.
     pub cancelled: Arc<Cancelled>,
     /// How the agent's session reaches Relay.
@@ -228,11 +230,17 @@ impl Worker {
     }
 
     async fn agent_state(&self, state: AgentState) {
+        self.agent_state_because(state, None).await;
+    }
+
+    /// Reports the agent's state with why it is in it (kept with the state).
+    async fn agent_state_because(&self, state: AgentState, reason: Option<String>) {
         self.report(Report::Agent {
             agent: self.name.clone(),
             state: Some(state),
             thread_id: None,
             endpoint: None,
+            reason,
         })
         .await;
     }

@@ -122,6 +122,7 @@ impl Worker {
             state: Some(AgentState::Offline),
             thread_id: None,
             endpoint: None,
+            reason: None,
         })
         .await;
         self.schedule_rewarm();
@@ -158,13 +159,16 @@ impl Worker {
                         pid: endpoint.pid(),
                         pane: endpoint.pane().map(str::to_string),
                     }),
+                    reason: None,
                 })
                 .await;
                 self.session = Some(live);
                 Ok(())
             }
             Err(e) => {
-                self.agent_state(AgentState::Failed).await;
+                // The reason stays with the state: `relay agent show` says why.
+                self.agent_state_because(AgentState::Failed, Some(e.to_string()))
+                    .await;
                 Err(e)
             }
         }

@@ -1,6 +1,7 @@
 //! The turn in progress: starting it (waking the session first, recording the start on
 //! disk before the harness sees the task), waiting on its events, its controls, its
-//! deadline and its idle watchdog, and closing it.
+//! deadline, its idle watchdog (nothing at all from the harness) and its stall watchdog
+//! (a note such as "Reconnecting...", then no progress), and closing it.
 //!
 //! Controls of the running turn are carried out by tasks of their own, so the worker
 //! keeps draining the harness's events while the harness answers them (a full event
@@ -163,6 +164,11 @@ impl Worker {
         tokio::pin!(timeout);
         let idle = tokio::time::sleep(self.deps.turn_idle_timeout.unwrap_or(Duration::MAX));
         tokio::pin!(idle);
+        // The stall watchdog: armed by the first note after the last progress, disarmed
+        // by progress (see `RuntimeConfig::turn_stall_timeout`).
+        let mut stall = Stall::default();
+        let stall_clock = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(stall_clock);
         // Controls in progress, stopped when the turn ends (a late interrupt retry must
         // never reach the next turn); each reports the approval it answered, if any.
         let mut controls = tokio::task::JoinSet::new();
@@ -193,6 +199,19 @@ impl Worker {
                         false => format!("timed out after {} ms", after.as_millis()),
                     };
                     self.fail(&turn.flight, &why).await;
+                    break TurnEnd::Done;
+                }
+                _ = &mut stall_clock, if stall.armed && turn.approvals.is_empty() => {
+                    self.interrupt_own(&on, &turn).await;
+                    let secs = self.deps.turn_stall_timeout.unwrap_or_default().as_secs();
+                    self.fail(
+                        &turn.flight,
+                        &format!(
+                            "{} could not reach its model for {secs} s: {}; the turn was interrupted",
+                            turn.info.name, stall.note
+                        ),
+                    )
+                    .await;
                     break TurnEnd::Done;
                 }
                 _ = &mut idle, if watching => {
@@ -235,6 +254,17 @@ impl Worker {
                 }
                 ev = super::session::next_event(&mut self.session) => {
                     let activity = ev.as_ref().is_some_and(counts_as_activity);
+                    if let (Some(HarnessEvent::Warning { message }), Some(limit)) =
+                        (&ev, self.deps.turn_stall_timeout)
+                    {
+                        if !stall.armed {
+                            stall_clock.as_mut().reset(tokio::time::Instant::now() + limit);
+                        }
+                        stall = Stall { armed: true, note: message.clone() };
+                    }
+                    if activity {
+                        stall.armed = false;
+                    }
                     if self.turn_event(&mut turn, ev).await {
                         break TurnEnd::Done;
                     }
@@ -417,6 +447,14 @@ fn unsupported(c: &Control, can: Capabilities) -> Option<&'static str> {
         ),
         _ => None,
     }
+}
+
+/// The stall watchdog's state: whether a note came since the last progress, and the
+/// latest note (the cause a stalled turn fails with).
+#[derive(Default)]
+struct Stall {
+    armed: bool,
+    note: String,
 }
 
 /// Whether an event shows the turn is alive. A harness's own retry warnings (Codex's

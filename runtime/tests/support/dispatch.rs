@@ -26,6 +26,8 @@ pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
             session_id: None,
             thread_id: None,
             endpoint: None,
+            state_reason: None,
+            note: None,
             created_at: 0,
             updated_at: 0,
         },

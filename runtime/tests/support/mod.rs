@@ -318,8 +318,17 @@ pub fn runtime(
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
 ) -> (tempfile::TempDir, Runtime, Reports, CancellationToken) {
+    runtime_stalling(launcher, idle, None)
+}
+
+/// [`runtime`] with a stall limit too (`RuntimeConfig::turn_stall_timeout`).
+pub fn runtime_stalling(
+    launcher: Arc<Scripted>,
+    idle: Option<std::time::Duration>,
+    stall: Option<std::time::Duration>,
+) -> (tempfile::TempDir, Runtime, Reports, CancellationToken) {
     let dir = tempfile::tempdir().unwrap();
-    let (runtime, reports, stop) = runtime_in(dir.path(), None, launcher, idle);
+    let (runtime, reports, stop) = start(dir.path(), None, launcher, idle, stall);
     (dir, runtime, reports, stop)
 }
 
@@ -330,6 +339,16 @@ pub fn runtime_in(
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
 ) -> (Runtime, Reports, CancellationToken) {
+    start(dir, shared, launcher, idle, None)
+}
+
+fn start(
+    dir: &std::path::Path,
+    shared: Option<relay_runtime::storage::Durable>,
+    launcher: Arc<Scripted>,
+    idle: Option<std::time::Duration>,
+    stall: Option<std::time::Duration>,
+) -> (Runtime, Reports, CancellationToken) {
     let stop = CancellationToken::new();
     let (runtime, reports) = Runtime::start_with(
         RuntimeConfig {
@@ -337,6 +356,7 @@ pub fn runtime_in(
             shared_db: shared,
             node: None,
             turn_idle_timeout: idle,
+            turn_stall_timeout: stall,
             access: None,
         },
         Harnesses::default().with(launcher),
@@ -370,6 +390,18 @@ pub fn agent(state: AgentState) -> Report {
         state: Some(state),
         thread_id: None,
         endpoint: None,
+        reason: None,
+    }
+}
+
+/// The agent reported `state` because of `reason`.
+pub fn agent_because(state: AgentState, reason: &str) -> Report {
+    Report::Agent {
+        agent: "a1".into(),
+        state: Some(state),
+        thread_id: None,
+        endpoint: None,
+        reason: Some(reason.into()),
     }
 }
 
@@ -388,6 +420,7 @@ pub fn came_up(harness: Harness, conversation: &str, endpoint: &Endpoint) -> Vec
                 pid: endpoint.pid(),
                 pane: endpoint.pane().map(str::to_string),
             }),
+            reason: None,
         },
     ]
 }
@@ -443,8 +476,17 @@ pub struct Running {
 }
 
 pub async fn running(task: &str, idle: Option<std::time::Duration>) -> Running {
+    running_stalling(task, idle, None).await
+}
+
+/// [`running`] on a runtime with a stall limit too.
+pub async fn running_stalling(
+    task: &str,
+    idle: Option<std::time::Duration>,
+    stall: Option<std::time::Duration>,
+) -> Running {
     let (launcher, mut script) = full();
-    let (dir, runtime, mut reports, stop) = runtime(launcher, idle);
+    let (dir, runtime, mut reports, stop) = runtime_stalling(launcher, idle, stall);
     runtime
         .dispatch(dispatch(Harness::ClaudeStreamJson, "f1", task))
         .await

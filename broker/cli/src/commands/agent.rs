@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{
     Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
 };
@@ -261,7 +262,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 };
                 secrets.insert(name, value);
             }
-            let agent: Agent = client
+            let added: AgentAdded = client
                 .post(
                     &["v1", "agents"],
                     &AgentSpec {
@@ -286,9 +287,14 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
+            // What the broker's checks found but did not refuse (credentials not found...).
+            for warning in &added.warnings {
+                errln!("relay: warning: {warning}");
+            }
             if json {
-                print_json(&agent)?;
+                print_json(&added)?;
             } else {
+                let agent = &added.agent;
                 outln!(
                     "added {} ({} in {}); ask it: relay ask {} \"...\"",
                     agent.spec.name,
@@ -376,6 +382,12 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("harness   {}", a.spec.harness);
                 outln!("cwd       {}", a.spec.cwd);
                 outln!("state     {}", a.state.as_str());
+                if let Some(reason) = &a.state_reason {
+                    outln!("why       {}", reason.replace('\n', "\n          "));
+                }
+                if let Some(note) = &a.note {
+                    outln!("note      {}", super::flight::note_text(note));
+                }
                 outln!("node      {}", a.spec.node.as_deref().unwrap_or("(local)"));
                 outln!("session   {}", a.session_id.as_deref().unwrap_or("-"));
                 if let Some(thread) = &a.thread_id {

@@ -242,6 +242,9 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         if let Some(e) = &flight.error {
             outln!("error      {e}");
         }
+        if let Some(note) = &flight.note {
+            outln!("note       {}", note_text(note));
+        }
         if let Some(o) = &flight.output {
             outln!("output\n{o}");
         }
@@ -360,4 +363,19 @@ pub async fn interrupt(client: &Client, args: InterruptArgs) -> anyhow::Result<(
         .await?;
     outln!("interrupting {}", f.id);
     Ok(())
+}
+
+/// A note as `relay agent show` and `relay flight show` print it: its text, how long
+/// ago it came and, on an agent, from which flight.
+pub(crate) fn note_text(note: &relay_protocol::domain::Note) -> String {
+    let secs = relay_protocol::clock::now_ms().saturating_sub(note.at) / 1000;
+    let ago = match secs {
+        0..=119 => format!("{secs} s ago"),
+        120..=7199 => format!("{} min ago", secs / 60),
+        _ => format!("{} h ago", secs / 3600),
+    };
+    match &note.flight {
+        Some(flight) => format!("{} ({ago}, flight {flight})", note.text),
+        None => format!("{} ({ago})", note.text),
+    }
 }

@@ -8,8 +8,11 @@ use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::Outcome;
-use crate::error::{quote, BrokerError};
+use crate::error::{clip, quote, BrokerError};
 use crate::store::{encode, T};
+
+/// The longest reason kept with an agent's state (a stderr tail can be long).
+const STATE_REASON_BYTES: usize = 4096;
 
 impl Ctx<'_, '_> {
     /// A pane is only a tmux agent's, and well formed: its ready pattern a regular
@@ -72,6 +75,8 @@ impl Ctx<'_, '_> {
             session_id: None,
             thread_id: None,
             endpoint: None,
+            state_reason: None,
+            note: None,
             created_at: self.now,
             updated_at: self.now,
         };
@@ -91,19 +96,22 @@ impl Ctx<'_, '_> {
         Ok(Outcome::Agent(agent))
     }
 
-    /// The runtime reports an agent's session state, thread id or endpoint: an event only
-    /// if something changed.
+    /// The runtime reports an agent's session state (and why), thread id or endpoint: an
+    /// event only if something changed. A state reported without a reason clears the
+    /// previous one: it explained a state the agent has left.
     pub(super) fn update_agent(
         &mut self,
         name: &str,
         state: Option<AgentState>,
         thread_id: &Option<String>,
         endpoint: &Option<Option<Endpoint>>,
+        reason: &Option<String>,
     ) -> Result<Outcome, BrokerError> {
         let mut agent = self.agent(name)?;
         let before = agent.clone();
         if let Some(s) = state {
             agent.state = s;
+            agent.state_reason = reason.as_deref().map(|r| clip(r, STATE_REASON_BYTES));
         }
         if let Some(t) = thread_id {
             agent.session_id = Some(t.clone());

@@ -8,17 +8,19 @@ use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
     id_token, Agent, Conversation, ConversationKind, ConversationSpec, DeliveryReason, Flight,
     FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemKind, ItemPhase,
-    Message, MessageClass, MessageMeta, PostMessage,
+    Message, MessageClass, MessageMeta, Note, PostMessage,
 };
 use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::{new_id, Outcome};
-use crate::error::BrokerError;
+use crate::error::{clip, BrokerError};
 use crate::store::T;
 
 /// Longest live summary kept on a flight.
 const SUMMARY_CHARS: usize = 160;
+/// Longest note kept on a flight and its agent (the update itself keeps all of it).
+const NOTE_BYTES: usize = 2048;
 
 impl Ctx<'_, '_> {
     pub(super) fn invoke(&mut self, req: &InvokeRequest) -> Result<Outcome, BrokerError> {
@@ -260,7 +262,14 @@ impl Ctx<'_, '_> {
                     flight.turn_id = turn_id.clone();
                 }
             }
-            FlightChange::Note { text } => flight.summary = Some(summarize(text)),
+            FlightChange::Note { text } => {
+                flight.summary = Some(summarize(text));
+                flight.note = Some(Note {
+                    text: clip(text, NOTE_BYTES),
+                    at: self.now,
+                    flight: None,
+                });
+            }
             FlightChange::Item { .. }
             | FlightChange::CommandOutput { .. }
             | FlightChange::Plan { .. }
@@ -315,6 +324,9 @@ impl Ctx<'_, '_> {
         if let Some(outcome) = delivered {
             self.attempt_deliveries(&flight, outcome)?;
         }
+        if let (FlightChange::Note { .. }, Some(note)) = (change, &flight.note) {
+            self.agent_noted(&flight.agent, note, &flight.id)?;
+        }
         // The agents its reply mentions are consulted, as children of this flight (once
         // it is recorded as completed).
         if let Some(message) = reply_message {
@@ -324,6 +336,21 @@ impl Ctx<'_, '_> {
             applied: true,
             flight,
         }))
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// Keeps a flight's note as its agent's latest (an agent removed since keeps none).
+    fn agent_noted(&mut self, agent: &str, note: &Note, flight: &str) -> Result<(), BrokerError> {
+        let Some(mut agent) = self.tx.read::<Agent>(T::Agents, agent.as_bytes())? else {
+            return Ok(());
+        };
+        agent.note = Some(Note {
+            flight: Some(flight.to_string()),
+            ..note.clone()
+        });
+        agent.updated_at = self.now;
+        self.emit(EventBody::AgentUpdated { agent })
     }
 }
 

@@ -53,7 +53,8 @@ impl Ctx<'_, '_> {
                 state,
                 thread_id,
                 endpoint,
-            } => self.update_agent(name, *state, thread_id, endpoint),
+                reason,
+            } => self.update_agent(name, *state, thread_id, endpoint, reason),
             Command::ThreadLost {
                 agent,
                 old_thread_id,

@@ -487,3 +487,34 @@ fn relay_tools_are_allowed_at_once_and_other_mcp_tools_ask_a_person() {
         );
     }
 }
+
+/// Claude Code 2.1.197 with its model on a closed port (`CLAUDE_CODE_MAX_RETRIES=3`)
+/// says each retry on a `system` line: each is a note (the runtime's stall watchdog
+/// counts from it), with the attempt, the wait and the error.
+#[test]
+fn a_retried_model_request_is_a_note_per_retry() {
+    let mut wire = started();
+    let lines = concat!(
+        r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":3,"retry_delay_ms":513.5069395909335,"error_status":null,"error":"unknown","session_id":"78243362-3909-4d51-bf54-cec69a1be86b","uuid":"36176123-a33b-4c02-8477-b8a9ce5c8512"}"#,
+        "\n",
+        r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":3,"retry_delay_ms":1028.155747160839,"error_status":529,"error":"overloaded_error","session_id":"78243362-3909-4d51-bf54-cec69a1be86b"}"#,
+        "\n",
+    );
+    assert_eq!(
+        events(feed(&mut wire, lines)),
+        vec![
+            HarnessEvent::TurnStarted {
+                turn_id: TURN.into()
+            },
+            HarnessEvent::Warning {
+                message: "Claude Code retries its model request (1/3, in 0.5 s): unknown error"
+                    .into()
+            },
+            HarnessEvent::Warning {
+                message:
+                    "Claude Code retries its model request (2/3, in 1.0 s): overloaded_error (HTTP 529)"
+                        .into()
+            },
+        ]
+    );
+}

@@ -257,6 +257,8 @@ fn failures_take_the_turn_error_or_the_last_error_notification() {
         &mut t,
         &[
             json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":true,"error":{"message":"retrying"}}}),
+            // As codex 0.169.0 sends it with its provider on a closed port.
+            json!({"method":"error","params":{"error":{"message":"Reconnecting... waiting for network","codexErrorInfo":{"responseStreamDisconnected":{"httpStatusCode":null}},"additionalDetails":"Connection failed: error sending request","misalignment":null},"willRetry":true,"threadId":"th","turnId":"t1"},"emittedAtMs":1_795_710_959_927_u64}),
             json!({"method":"error","params":{"threadId":"th","turnId":"t1","willRetry":false,"error":{"message":"boom"}}}),
             json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t1","status":"failed","items":[]}}}),
             json!({"method":"turn/completed","params":{"threadId":"th","turn":{"id":"t2","status":"failed","error":{"message":"own"}}}}),
@@ -268,6 +270,11 @@ fn failures_take_the_turn_error_or_the_last_error_notification() {
         vec![
             HarnessEvent::Warning {
                 message: "retrying".into()
+            },
+            HarnessEvent::Warning {
+                message:
+                    "Reconnecting... waiting for network (Connection failed: error sending request)"
+                        .into()
             },
             HarnessEvent::TurnCompleted {
                 turn_id: "t1".into(),

@@ -50,6 +50,7 @@ pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<Exit> {
             nats,
             key,
             turn_idle_timeout: args.runtime.turn_idle_timeout(),
+            turn_stall_timeout: args.runtime.turn_stall_timeout(),
         },
         shutdown,
     )

@@ -18,6 +18,18 @@ pub struct RuntimeArgs {
         value_name = "SECONDS"
     )]
     turn_idle_timeout: u64,
+    /// A running turn whose harness said something is wrong (a warning, or a retry such
+    /// as codex's "Reconnecting... waiting for network") and then made no progress (no
+    /// text, item or approval request, only more such notes) for this many seconds,
+    /// counted from that note, is interrupted and failed with the latest note as its
+    /// cause; 0: never (the idle timeout still applies).
+    #[arg(
+        long,
+        env = "RELAY_TURN_STALL_TIMEOUT",
+        default_value_t = relay_runtime::DEFAULT_TURN_STALL_TIMEOUT.as_secs(),
+        value_name = "SECONDS"
+    )]
+    turn_stall_timeout: u64,
     /// Memory each sled database may use as cache, in MiB: bounds the process's
     /// memory whatever the history's size (reads past it go to disk).
     #[arg(
@@ -39,6 +51,11 @@ impl RuntimeArgs {
 
     pub fn turn_idle_timeout(&self) -> Option<std::time::Duration> {
         (self.turn_idle_timeout > 0).then(|| std::time::Duration::from_secs(self.turn_idle_timeout))
+    }
+
+    pub fn turn_stall_timeout(&self) -> Option<std::time::Duration> {
+        (self.turn_stall_timeout > 0)
+            .then(|| std::time::Duration::from_secs(self.turn_stall_timeout))
     }
 }
 

@@ -64,6 +64,7 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
         },
         nats: args.nats.config(Some(&args.bus))?,
         turn_idle_timeout: args.runtime.turn_idle_timeout(),
+        turn_stall_timeout: args.runtime.turn_stall_timeout(),
         http: relay_broker::http::HttpLimits {
             header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms),
             max_connections: args.max_connections,

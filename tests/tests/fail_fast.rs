@@ -109,12 +109,15 @@ async fn an_unreachable_model_fails_the_flight_with_its_note_within_the_stall_ti
         .position(|k| *k == ("state", "failed"))
         .unwrap();
     assert!(first_note < failed, "{kinds:?}");
-    // `relay ask` said why on stderr.
-    assert!(
-        text(&ask.stderr).contains(flight["error"].as_str().unwrap()),
-        "{}",
-        text(&ask.stderr)
-    );
+    // `relay ask` said why on stderr: the note as a line while it waited (no terminal:
+    // no status line), then the failure with its cause; and its exit code says failed.
+    let said = text(&ask.stderr);
+    assert!(said.contains(&format!("relay: lost-1: {note}")), "{said}");
+    assert!(said.contains(flight["error"].as_str().unwrap()), "{said}");
+    let noted = said.find(&format!("relay: lost-1: {note}")).unwrap();
+    let failed_at = said.find("relay: flight ").unwrap();
+    assert!(noted < failed_at, "the note came before the end: {said}");
+    assert_eq!(ask.status.code(), Some(1), "{said}");
 
     // `agent show` and `flight show`, as text and JSON.
     let shown = env.relay.cli_ok(&["agent", "show", "lost-1"]);

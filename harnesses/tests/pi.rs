@@ -447,7 +447,7 @@ async fn a_retried_error_goes_on_in_its_turn_and_one_pi_gives_up_on_fails_it() {
         .count();
     assert_eq!(starts, 1);
     assert!(seen.iter().any(|e| matches!(e,
-        HarnessEvent::Warning { message } if message.contains("overloaded"))));
+        HarnessEvent::Retrying { message } if message.contains("overloaded"))));
 
     // Still failing after the retry.
     s.mock.push(Reply::failed("overloaded"));

@@ -86,6 +86,13 @@ pub enum HarnessEvent {
     Warning {
         message: String,
     },
+    /// The harness cannot reach or use its model and tries again (Codex's `error` with
+    /// `willRetry`, Claude Code's `api_retry`, Pi's auto-retry): the turn goes on, but
+    /// makes no progress. Shown like a warning; it also starts the runtime's stall
+    /// watchdog, which a plain warning does not.
+    Retrying {
+        message: String,
+    },
     /// The child process exited. Every turn in progress has failed.
     ProcessExited {
         /// Exit code, or `None` when killed by a signal.

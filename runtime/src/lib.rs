@@ -6,7 +6,7 @@
 //!   (through its launcher: its directory, program and credentials).
 //! - A turn is watched: past its deadline, after [`RuntimeConfig::turn_idle_timeout`]
 //!   without any harness event, or after [`RuntimeConfig::turn_stall_timeout`] without
-//!   progress since the harness's first note (a model it cannot reach), it is
+//!   progress since the harness's first retry (a model it cannot reach), it is
 //!   interrupted and its flight failed with the reason.
 //! - Each agent has one worker task. It owns the agent's turn queue (turns of one agent
 //!   run one at a time; different agents run in parallel), the harness session (spawned
@@ -120,8 +120,9 @@ pub struct RuntimeConfig {
     /// A running turn without a harness event for this long is interrupted and failed
     /// (`None`: never). Waiting for an approval does not count.
     pub turn_idle_timeout: Option<std::time::Duration>,
-    /// A running turn whose harness said something is wrong (a warning or a retry note:
-    /// Codex's "Reconnecting... waiting for network") and then made no progress (no
+    /// A running turn whose harness retries its model (`HarnessEvent::Retrying`: Codex's
+    /// "Reconnecting... waiting for network"; a plain warning does not count) and then
+    /// made no progress (no
     /// text, item, command output, approval request or other event than more notes)
     /// for this long, counted from that first note, is interrupted and failed with the
     /// latest note as its cause (`None`: never; the idle watchdog still applies).

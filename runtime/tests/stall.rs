@@ -1,5 +1,6 @@
 //! The stall watchdog (`RuntimeConfig::turn_stall_timeout`), on paused time with the
-//! scripted harness of `support`: after a harness note ("Reconnecting..."), a turn that
+//! scripted harness of `support`: after a harness retry note ("Reconnecting..."; a plain
+//! warning does not count), a turn that
 //! makes no progress for the limit, counted from that first note, is interrupted and
 //! fails with the latest note as its cause; progress disarms it, and the next note arms
 //! it afresh; waiting for an approval does not count. Each test asserts whole reports.
@@ -17,8 +18,8 @@ use support::*;
 const STALL: Duration = Duration::from_secs(60);
 const IDLE: Duration = Duration::from_secs(600);
 
-fn warning(text: &str) -> HarnessEvent {
-    HarnessEvent::Warning {
+fn retrying(text: &str) -> HarnessEvent {
+    HarnessEvent::Retrying {
         message: text.into(),
     }
 }
@@ -38,10 +39,16 @@ fn f() -> &'static str {
 async fn a_turn_that_only_retries_fails_with_its_latest_note_after_the_limit() {
     let mut r = running_stalling("hang", Some(IDLE), Some(STALL)).await;
     let started = tokio::time::Instant::now();
-    r.events.send(warning("Reconnecting... 1/5")).await.unwrap();
+    r.events
+        .send(retrying("Reconnecting... 1/5"))
+        .await
+        .unwrap();
     assert_eq!(r.reports.take(1).await, vec![note("Reconnecting... 1/5")]);
     tokio::time::sleep(Duration::from_secs(40)).await;
-    r.events.send(warning("Reconnecting... 2/5")).await.unwrap();
+    r.events
+        .send(retrying("Reconnecting... 2/5"))
+        .await
+        .unwrap();
     assert_eq!(r.reports.take(1).await, vec![note("Reconnecting... 2/5")]);
     expect_call!(r.script, Call::Interrupt { turn_id, reply, .. } => {
         assert_eq!(turn_id, "t1");
@@ -63,7 +70,10 @@ async fn a_turn_that_only_retries_fails_with_its_latest_note_after_the_limit() {
 #[tokio::test(start_paused = true)]
 async fn progress_after_a_note_disarms_it_and_the_next_note_arms_it_afresh() {
     let mut r = running_stalling("recovers", Some(IDLE), Some(STALL)).await;
-    r.events.send(warning("Reconnecting... 1/5")).await.unwrap();
+    r.events
+        .send(retrying("Reconnecting... 1/5"))
+        .await
+        .unwrap();
     assert_eq!(r.reports.take(1).await, vec![note("Reconnecting... 1/5")]);
     tokio::time::sleep(Duration::from_secs(50)).await;
     r.events
@@ -86,7 +96,7 @@ async fn progress_after_a_note_disarms_it_and_the_next_note_arms_it_afresh() {
     // Quiet for 5 minutes: longer than the stall limit, shorter than the idle one.
     tokio::time::sleep(Duration::from_secs(300)).await;
     let armed = tokio::time::Instant::now();
-    r.events.send(warning("rate limited")).await.unwrap();
+    r.events.send(retrying("rate limited")).await.unwrap();
     assert_eq!(r.reports.take(1).await, vec![note("rate limited")]);
     expect_call!(r.script, Call::Interrupt { reply, .. } => {
         reply.send(Ok(())).unwrap();
@@ -106,7 +116,7 @@ async fn progress_after_a_note_disarms_it_and_the_next_note_arms_it_afresh() {
 #[tokio::test(start_paused = true)]
 async fn waiting_for_an_approval_is_not_a_stall() {
     let mut r = running_stalling("asks", None, Some(STALL)).await;
-    r.events.send(warning("slow network")).await.unwrap();
+    r.events.send(retrying("slow network")).await.unwrap();
     r.events
         .send(HarnessEvent::ApprovalRequested {
             turn_id: "t1".into(),
@@ -132,6 +142,38 @@ async fn waiting_for_an_approval_is_not_a_stall() {
     ];
     assert_eq!(r.reports.take(want.len()).await, want);
     tokio::time::sleep(STALL * 10).await;
+    r.events
+        .send(HarnessEvent::TurnCompleted {
+            turn_id: "t1".into(),
+            outcome: TurnOutcome::Completed {
+                text: "done".into(),
+            },
+        })
+        .await
+        .unwrap();
+    let mut want = vec![completed(f(), "done")];
+    want.extend(turn_closed(f()));
+    assert_eq!(r.reports.take(want.len()).await, want);
+    assert!(r.script.quiet(), "the harness was interrupted");
+}
+
+/// A plain warning (codex's "Model metadata ... not found", an MCP server that did not
+/// start) is a note, not a retry: it does not start the watchdog, however quiet the turn
+/// is afterwards (shorter than the idle limit).
+#[tokio::test(start_paused = true)]
+async fn a_plain_warning_is_a_note_but_not_a_stall() {
+    let mut r = running_stalling("warned", Some(IDLE), Some(STALL)).await;
+    r.events
+        .send(HarnessEvent::Warning {
+            message: "Model metadata for `m` not found".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.reports.take(1).await,
+        vec![note("Model metadata for `m` not found")]
+    );
+    tokio::time::sleep(STALL * 5).await;
     r.events
         .send(HarnessEvent::TurnCompleted {
             turn_id: "t1".into(),

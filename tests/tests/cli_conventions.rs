@@ -343,11 +343,24 @@ async fn ask_follows_its_flight_across_a_broker_kill_9_and_restart() {
 
 /// `relay ARGS` in a pane `width` columns wide; its screen once it exited.
 fn in_pane(tmux: &TmuxServer, relay: &RelayProcess, width: u16, args: &str) -> Vec<String> {
+    in_pane_as(tmux, relay, width, "", args, false)
+}
+
+/// [`in_pane`] with `env` (`NAME=VALUE ...`) in the command's environment, and the
+/// screen's colours as escape sequences when `escapes`.
+fn in_pane_as(
+    tmux: &TmuxServer,
+    relay: &RelayProcess,
+    width: u16,
+    env: &str,
+    args: &str,
+    escapes: bool,
+) -> Vec<String> {
     // A session of its own, left to the server's end (the server ends with its last
     // session, and a command sent as it ends finds no server).
     let name = format!("w{}", uuid::Uuid::new_v4().simple());
     let command = format!(
-        "env RELAY_DATA_DIR={} {} {args}; echo EXITED-$?; sleep 600",
+        "env {env} RELAY_DATA_DIR={} {} {args}; echo EXITED-$?; sleep 600",
         relay.data_dir.display(),
         relay.bin.display()
     );
@@ -366,7 +379,8 @@ fn in_pane(tmux: &TmuxServer, relay: &RelayProcess, width: u16, args: &str) -> V
         "the command to exit in its pane",
         Duration::from_secs(30),
         || {
-            let out = tmux.ok(&["capture-pane", "-p", "-t", &name]);
+            let flags = if escapes { "-pe" } else { "-p" };
+            let out = tmux.ok(&["capture-pane", flags, "-t", &name]);
             out.contains("EXITED-").then_some(out)
         },
     );
@@ -415,6 +429,23 @@ async fn tables_fit_a_narrow_and_a_wide_terminal_and_the_status_line_never_wraps
             .any(|l| l.starts_with("an-agent-with-a-rather-long-name")),
         "{agents:#?}"
     );
+    // Colour on a terminal, for states; none with NO_COLOR, none in a pipe, always with
+    // --color always.
+    let coloured = in_pane_as(&tmux, &env.relay, 120, "", "flight list", true).join("\n");
+    assert!(coloured.contains("\x1b[32mcompleted"), "{coloured:?}");
+    for (env_, args) in [
+        ("NO_COLOR=1", "flight list"),
+        ("", "--color never flight list"),
+    ] {
+        let plain = in_pane_as(&tmux, &env.relay, 120, env_, args, true).join("\n");
+        assert!(plain.contains("completed"), "{env_} {args}: {plain:?}");
+        assert!(!plain.contains("\x1b[32m"), "{env_} {args}: {plain:?}");
+    }
+    let piped = env.relay.cli_ok(&["flight", "list"]);
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    let forced = env.relay.cli_ok(&["--color", "always", "flight", "list"]);
+    assert!(forced.contains("\x1b[32mcompleted\x1b[0m"), "{forced:?}");
+
     let empty = in_pane(&tmux, &env.relay, 60, "approval list");
     assert_eq!(empty, vec!["no approval waits for a decision".to_string()]);
 
@@ -508,4 +539,89 @@ fn help_lists_the_commands_by_use_and_the_old_spellings_still_work() {
     ] {
         assert!(dir.path().join(page).exists(), "{page}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn updates_and_an_agents_watch_read_as_transcripts_and_the_watch_survives_a_restart() {
+    use std::io::BufRead;
+    let mut env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    // An agent's watch, started before its first flight.
+    let mut watch = spawn(&env.relay, &["watch", "--agent", "codex-1"]);
+    let (tx, printed) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut shown = String::new();
+    let wait_for = |what: &str, shown: &mut String| {
+        relay_tests::wait_until_blocking(
+            format!("the watch to show {what:?}"),
+            Duration::from_secs(60),
+            || {
+                shown.extend(printed.try_iter().map(|l| l + "\n"));
+                shown.contains(what).then_some(())
+            },
+        )
+    };
+    wait_for("agent codex-1", &mut shown);
+    let out = env
+        .relay
+        .cli_ok(&["ask", "codex-1", "slow: one two three four"]);
+    assert_eq!(out.trim(), "one two three four");
+    // The streamed words on one line, under the flight's header: not a line per delta.
+    wait_for("one two three four", &mut shown);
+    let id = env.relay.cli_json(&["flight", "list", "--json"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(shown.contains(&format!("── flight {id} ──")), "{shown}");
+    assert!(!shown.contains("\"kind\""), "no raw JSON: {shown}");
+
+    // `flight show --updates`: the same transcript, after the flight's fields.
+    let text = env.relay.cli_ok(&["flight", "show", &id, "--updates"]);
+    assert!(text.contains("--- updates ---"), "{text}");
+    assert!(
+        text.contains("one two three four\n"),
+        "deltas joined: {text}"
+    );
+    assert!(text.contains("[completed]"), "{text}");
+    assert!(!text.contains("\"kind\""), "no raw JSON: {text}");
+    // --json keeps the raw records.
+    let json = env
+        .relay
+        .cli_json(&["flight", "show", &id, "--updates", "--json"]);
+    assert!(json["updates"].as_array().unwrap().len() >= 4, "{json}");
+
+    // The broker restarts under the watch: it says so, goes on from the last event it
+    // showed, and shows the next flight once.
+    let codex = env.codex_pid("codex-1").await;
+    env.relay.kill9();
+    assert!(procs::wait_gone(codex, Duration::from_secs(15)).await);
+    env.relay.restart().unwrap();
+    env.relay.cli_ok(&["ask", "codex-1", "after the restart"]);
+    wait_for("ok: after the restart", &mut shown);
+    // Nothing of the first flight was shown again after the restart.
+    assert_eq!(
+        shown
+            .matches("queued from operator: slow: one two three four")
+            .count(),
+        1,
+        "{shown}"
+    );
+    assert_eq!(
+        shown.matches(&format!("── flight {id} ──")).count(),
+        1,
+        "{shown}"
+    );
+    assert_eq!(shown.matches("[completed]").count(), 2, "{shown}");
+    procs::signal(watch.id(), Signal::KILL);
+    let (_, _, stderr) = finish(watch, 10).await;
+    assert!(stderr.contains("lost the broker"), "{stderr}");
+    assert!(stderr.contains("the broker is back"), "{stderr}");
 }

@@ -387,7 +387,7 @@ impl Wire for ClaudeWire {
             // The model cannot be reached (or refuses): a note, which the runtime's stall
             // watchdog counts from.
             Line::System(system) if system.subtype == System::API_RETRY => {
-                out.push(Action::Event(HarnessEvent::Warning {
+                out.push(Action::Event(HarnessEvent::Retrying {
                     message: system.retry_note(),
                 }))
             }

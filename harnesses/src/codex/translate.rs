@@ -459,7 +459,7 @@ impl Translator {
                         Some(details) => format!("{} ({details})", n.error.message),
                         None => n.error.message,
                     };
-                    HarnessEvent::Warning { message }
+                    HarnessEvent::Retrying { message }
                 } else {
                     // The turn is failing; `turn/completed` follows and reports it.
                     self.turns.entry(n.turn_id).or_default().error = Some(n.error.message);

@@ -130,9 +130,11 @@ impl PiWire {
                 max_attempts,
                 error_message,
             } => {
-                out.push(warn(format!(
-                    "pi retries ({attempt}/{max_attempts}) after: {error_message}"
-                )));
+                out.push(Action::Event(HarnessEvent::Retrying {
+                    message: format!(
+                        "pi retries ({attempt}/{max_attempts}) after: {error_message}"
+                    ),
+                }));
                 self.retrying();
             }
             Line::CompactionStart { reason } if reason == "overflow" => self.retrying(),

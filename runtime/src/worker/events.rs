@@ -145,7 +145,7 @@ impl Worker {
                 })
                 .await;
             }
-            HarnessEvent::Warning { message } => {
+            HarnessEvent::Warning { message } | HarnessEvent::Retrying { message } => {
                 self.change(&flight, FlightChange::Note { text: message })
                     .await;
             }

@@ -254,7 +254,7 @@ impl Worker {
                 }
                 ev = super::session::next_event(&mut self.session) => {
                     let activity = ev.as_ref().is_some_and(counts_as_activity);
-                    if let (Some(HarnessEvent::Warning { message }), Some(limit)) =
+                    if let (Some(HarnessEvent::Retrying { message }), Some(limit)) =
                         (&ev, self.deps.turn_stall_timeout)
                     {
                         if !stall.armed {
@@ -457,10 +457,14 @@ struct Stall {
     note: String,
 }
 
-/// Whether an event shows the turn is alive. A harness's own retry warnings (Codex's
-/// "Reconnecting... waiting for network") do not: a turn that only retries is stuck.
+/// Whether an event shows the turn is alive. A harness's warnings and its retries
+/// (Codex's "Reconnecting... waiting for network") do not: a turn that only retries is
+/// stuck.
 fn counts_as_activity(ev: &HarnessEvent) -> bool {
-    !matches!(ev, HarnessEvent::Warning { .. })
+    !matches!(
+        ev,
+        HarnessEvent::Warning { .. } | HarnessEvent::Retrying { .. }
+    )
 }
 
 /// Steers, interrupts or answers an approval of the running turn.

@@ -506,11 +506,11 @@ fn a_retried_model_request_is_a_note_per_retry() {
             HarnessEvent::TurnStarted {
                 turn_id: TURN.into()
             },
-            HarnessEvent::Warning {
+            HarnessEvent::Retrying {
                 message: "Claude Code retries its model request (1/3, in 0.5 s): unknown error"
                     .into()
             },
-            HarnessEvent::Warning {
+            HarnessEvent::Retrying {
                 message:
                     "Claude Code retries its model request (2/3, in 1.0 s): overloaded_error (HTTP 529)"
                         .into()

@@ -268,10 +268,10 @@ fn failures_take_the_turn_error_or_the_last_error_notification() {
     assert_eq!(
         evs,
         vec![
-            HarnessEvent::Warning {
+            HarnessEvent::Retrying {
                 message: "retrying".into()
             },
-            HarnessEvent::Warning {
+            HarnessEvent::Retrying {
                 message:
                     "Reconnecting... waiting for network (Connection failed: error sending request)"
                         .into()

@@ -220,7 +220,7 @@ fn a_retried_error_goes_on_in_the_same_turn() {
             matches!(
                 e,
                 HarnessEvent::TurnStarted { .. }
-                    | HarnessEvent::Warning { .. }
+                    | HarnessEvent::Retrying { .. }
                     | HarnessEvent::TurnCompleted { .. }
             )
         })
@@ -230,7 +230,7 @@ fn a_retried_error_goes_on_in_the_same_turn() {
         turn_level,
         vec![
             turn_started(),
-            HarnessEvent::Warning {
+            HarnessEvent::Retrying {
                 message: r#"pi retries (1/3) after: {"error":{"message":"overloaded","type":"server_error"},"type":"error"}"#.into()
             },
             completed(TurnOutcome::Completed {

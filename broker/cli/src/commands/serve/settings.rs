@@ -18,11 +18,11 @@ pub struct RuntimeArgs {
         value_name = "SECONDS"
     )]
     turn_idle_timeout: u64,
-    /// A running turn whose harness said something is wrong (a warning, or a retry such
-    /// as codex's "Reconnecting... waiting for network") and then made no progress (no
-    /// text, item or approval request, only more such notes) for this many seconds,
-    /// counted from that note, is interrupted and failed with the latest note as its
-    /// cause; 0: never (the idle timeout still applies).
+    /// A running turn whose harness retries its model (codex's "Reconnecting... waiting
+    /// for network", a rate limit, an overload) and then made no progress (no text, item
+    /// or approval request, only more such notes) for this many seconds, counted from
+    /// that first retry, is interrupted and failed with the latest note as its cause; 0:
+    /// never (the idle timeout still applies).
     #[arg(
         long,
         env = "RELAY_TURN_STALL_TIMEOUT",

@@ -67,7 +67,7 @@ install_npm() { # name version package binary
   fi
   say "installing $3@$2 into $dir (npm)"
   mkdir -p "$dir.tmp"
-  (cd "$dir.tmp" && npm install --no-audit --no-fund --loglevel=error --prefix . "$3@$2" >/dev/null)
+  (cd "$dir.tmp" && npm install --no-audit --no-fund --no-update-notifier --loglevel=error --prefix . "$3@$2" >/dev/null)
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
 }

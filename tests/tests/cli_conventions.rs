@@ -625,3 +625,73 @@ async fn updates_and_an_agents_watch_read_as_transcripts_and_the_watch_survives_
     assert!(stderr.contains("lost the broker"), "{stderr}");
     assert!(stderr.contains("the broker is back"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flights_watch_resumes_after_a_restart_and_ends_with_the_flight() {
+    let mut env = Env::start().await;
+    env.add_agent("codex-1", &[]);
+    let id = env.ask_no_wait("codex-1", "hang on");
+    env.wait_flight(&id, 60, |f| state(f) == "running").await;
+    let mut watch = spawn(&env.relay, &["watch", "--flight", &id]);
+    // Its stdout, line by line, on a thread (a read blocks): the broker dies only once
+    // the watch showed its snapshot.
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut shown = String::new();
+    let mut wait_for = |what: String| {
+        relay_tests::wait_until_blocking(
+            format!("the watch to show {what:?}"),
+            Duration::from_secs(60),
+            || {
+                shown.extend(printed.try_iter().map(|l| l + "\n"));
+                shown.contains(&what).then_some(())
+            },
+        );
+    };
+    wait_for(format!("flight {id} of codex-1: running"));
+    let codex = env.codex_pid("codex-1").await;
+    env.relay.kill9();
+    assert!(procs::wait_gone(codex, Duration::from_secs(15)).await);
+    env.relay.restart().unwrap();
+    // The restarted broker fails the flight that was running; the watch, resumed, shows
+    // that and ends with it: exit 1.
+    wait_for("[failed: relay stopped".to_string());
+    let (code, _, stderr) = finish(watch, 60).await;
+    shown.extend(printed.try_iter().map(|l| l + "\n"));
+    let f = env.wait_flight(&id, 30, |f| state(f) != "running").await;
+    assert_eq!(state(&f), "failed", "{f}");
+    assert_eq!(code, Some(1), "{shown}\n{stderr}");
+    assert!(stderr.contains("lost the broker"), "{stderr}");
+    assert_eq!(shown.matches("[running]").count(), 1, "{shown}");
+
+    // A resumed watch of a flight that ended at or before `after` ends at once.
+    let (status, last) = env.relay.http().get("/v1/status").await;
+    assert_eq!(status, 200);
+    let after = last["last_seq"].as_u64().unwrap();
+    let resumed = Command::new(&env.relay.bin)
+        .args(["watch", "--flight", &id, "--json"])
+        .env("RELAY_DATA_DIR", &env.relay.data_dir)
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(1));
+    let url = format!("{}/v1/watch?flight={id}&after={after}", env.relay.api.url);
+    let body = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(&env.relay.api.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("event: resumed"), "{body}");
+    assert!(!body.contains("event: flight_updated"), "{body}");
+}

@@ -16,7 +16,11 @@ use crate::views::watch::WatchView;
 
 /// `relay flight`: a verb, or a flight's id to show it (`relay flight flt_...`).
 #[derive(Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    arg_required_else_help = true
+)]
 pub struct FlightCmdArgs {
     #[command(subcommand)]
     cmd: Option<FlightCmd>,

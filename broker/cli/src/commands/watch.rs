@@ -9,7 +9,7 @@ use relay_protocol::domain::FlightState;
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{Scope, Snapshot, View, WatchRequest, DEFAULT_MESSAGES};
 
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::exit::Exit;
 use crate::terminal::{errln, jsonln};
 use crate::views::watch::WatchView;
@@ -124,22 +124,26 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<Exit> {
             anyhow::bail!("the watch failed: {f}");
         }
         let ended = flight_scope && state.is_some_and(|s| s.is_terminal());
-        match streamed {
+        let broke = match streamed {
             Ok(_) if ended => break,
             // The broker ended the stream (it is stopping), or the connection went.
-            Ok(_) => {}
-            Err(e) if e.is_transient() && seen.is_some() => {}
+            Ok(_) => ClientError::Closed {
+                url: client.url().to_string(),
+                source: None,
+            },
+            Err(e) if e.is_transient() && seen.is_some() => e,
             Err(e) => {
                 view.end_line();
                 return Err(e.into());
             }
-        }
+        };
         if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
             view.end_line();
-            anyhow::bail!(
+            // Unavailable (exit 5), with the last reason the broker could not be had.
+            return Err(anyhow::Error::from(broke).context(format!(
                 "gave up after {} s without the broker; watch again when it is back",
                 RECONNECT_FOR.as_secs()
-            );
+            )));
         }
         if lost_since.is_none() {
             view.end_line();

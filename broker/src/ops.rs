@@ -115,15 +115,18 @@ pub async fn interrupt(
     Ok(flight)
 }
 
-/// Identities only Relay records as deciders: its approval policies (`policy:...`),
-/// Relay itself (`relay:restart`, `relay:turn-ended`) and a harness settling its own
-/// request (`codex:withdrawn`). A client may not claim them, so the record always tells
-/// a person's decision from an automatic one.
-const RESERVED_DECIDERS: [&str; 3] = ["policy:", "relay:", "codex:"];
+/// Where a client's decision comes from: the API and the bus (its `decided_by` as given),
+/// or a dashboard login (recorded as `NAME@dashboard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Client,
+    Dashboard,
+}
 
-/// Checks the `decided_by` a client (HTTP, NATS) gives: 1 to 128 bytes, and not one of
-/// Relay's own identities ([`RESERVED_DECIDERS`], in any case).
-pub fn check_client_decider(decided_by: &str) -> Result<(), BrokerError> {
+/// Checks the `decided_by` a client (HTTP, NATS, a dashboard login) gives: 1 to 128
+/// bytes, and not one of Relay's own identities
+/// ([`decider::reserved`](relay_protocol::domain::decider::reserved), the one list).
+pub fn check_client_decider(decided_by: &str, via: Via) -> Result<(), BrokerError> {
     // Printable ASCII names only: an invisible or look-alike character must not make
     // a reserved identity pass for another.
     let printable = decided_by
@@ -135,10 +138,10 @@ pub fn check_client_decider(decided_by: &str) -> Result<(), BrokerError> {
             quote(decided_by)
         )));
     }
-    let lower = decided_by.trim_start().to_ascii_lowercase();
-    if let Some(prefix) = RESERVED_DECIDERS.iter().find(|p| lower.starts_with(**p)) {
+    if let Some(why) = relay_protocol::domain::decider::reserved(decided_by, via == Via::Dashboard)
+    {
         return Err(BrokerError::Invalid(format!(
-            "decided_by {} is not allowed: `{prefix}` names a decision Relay made on its own (`policy:` an agent's approval policy, `relay:` Relay, `codex:` the harness); decide under your own name, or leave decided_by out",
+            "decided_by {} is not allowed: {why}; decide under your own name, or leave decided_by out",
             quote(decided_by)
         )));
     }
@@ -147,8 +150,8 @@ pub fn check_client_decider(decided_by: &str) -> Result<(), BrokerError> {
 
 /// Decides an approval: the harness gets the answer first, and only once it has it is
 /// the decision recorded, so the record never claims an answer the agent did not get.
-/// `internal`: Relay's own policies, which wait for room in the command queue and may
-/// record a reserved identity; a client's `decided_by` is checked first
+/// `by`: `None` for Relay's own policies, which wait for room in the command queue and
+/// may record a reserved identity; a client's `decided_by` is checked first
 /// ([`check_client_decider`]).
 pub async fn decide(
     broker: &Broker,
@@ -156,10 +159,11 @@ pub async fn decide(
     approval: &str,
     decision: ApprovalDecision,
     decided_by: &str,
-    internal: bool,
+    by: Option<Via>,
 ) -> Result<Approval, BrokerError> {
-    if !internal {
-        check_client_decider(decided_by)?;
+    let internal = by.is_none();
+    if let Some(via) = by {
+        check_client_decider(decided_by, via)?;
     }
     let id = approval.to_string();
     let (pending, flight_agent) = broker
@@ -212,23 +216,55 @@ mod tests {
 
     #[test]
     fn a_client_decides_under_its_own_name_only() {
-        for ok in ["operator", "nats", "alice", "ci-bot", "policy", "relayer:x"] {
-            assert!(check_client_decider(ok).is_ok(), "{ok}");
+        for ok in [
+            "operator",
+            "nats",
+            "alice",
+            "ci-bot",
+            "policy",
+            "relayer:x",
+            "dashboard",
+            "alice@example",
+        ] {
+            assert!(check_client_decider(ok, Via::Client).is_ok(), "{ok}");
         }
         for refused in [
             "policy:auto-accept:echo",
             "relay:turn-ended",
             "codex:withdrawn",
+            "claude:withdrawn",
+            "pi:withdrawn",
+            "tmux:withdrawn",
+            "claude_stream_json:x",
             "Policy:x",
             " RELAY:restart",
+            "alice@dashboard",
+            "ALICE@Dashboard",
             "",
             "  ",
             &"a".repeat(129),
         ] {
             assert!(
-                matches!(check_client_decider(refused), Err(BrokerError::Invalid(_))),
+                matches!(
+                    check_client_decider(refused, Via::Client),
+                    Err(BrokerError::Invalid(_))
+                ),
                 "{refused:?}"
             );
         }
+        // A dashboard login decides as NAME@dashboard, and as nothing else reserved.
+        assert!(check_client_decider("alice@dashboard", Via::Dashboard).is_ok());
+        assert!(check_client_decider("codex:withdrawn", Via::Dashboard).is_err());
+    }
+
+    #[test]
+    fn every_identity_relay_records_is_reserved() {
+        use relay_protocol::domain::{decider, Harness};
+        for h in Harness::ALL {
+            let by = decider::withdrawn(h);
+            assert!(decider::reserved(&by, false).is_some(), "{by}");
+        }
+        assert!(decider::reserved(&decider::dashboard("bob"), false).is_some());
+        assert!(decider::reserved(&decider::dashboard("bob"), true).is_none());
     }
 }

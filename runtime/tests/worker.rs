@@ -298,7 +298,8 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
         asked("r2"),
         Report::ApprovalsExpired {
             flight: "f1".into(),
-            by: Some("fake:withdrawn".into()),
+            // Recorded under the harness's short name (the fake registers as H).
+            by: Some(relay_protocol::domain::decider::withdrawn(H)),
             request: Some("r2".into()),
         },
         state(

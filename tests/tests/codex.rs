@@ -340,6 +340,10 @@ async fn a_client_cannot_decide_as_a_policy_or_as_relay() {
         "relay:turn-ended",
         "Policy:anything",
         "codex:withdrawn",
+        // Every harness's and a dashboard login's names are Relay's to record too.
+        "claude:withdrawn",
+        "pi:withdrawn",
+        "alice@dashboard",
     ] {
         let (code, body) = http
             .post(&path, &json!({"decision": "accept", "decided_by": claimed}))

@@ -51,9 +51,9 @@ pub(super) async fn decide_approval(
     session: Option<Extension<WebSession>>,
     ApiJson(body): ApiJson<DecideApproval>,
 ) -> ApiResult<Approval> {
-    let decided_by = match session {
-        Some(Extension(web)) => web.decided_by(),
-        None => body.decided_by,
+    let (decided_by, via) = match session {
+        Some(Extension(web)) => (web.decided_by(), crate::ops::Via::Dashboard),
+        None => (body.decided_by, crate::ops::Via::Client),
     };
     Ok(Json(
         crate::ops::decide(
@@ -62,7 +62,7 @@ pub(super) async fn decide_approval(
             &id,
             body.decision,
             &decided_by,
-            false,
+            Some(via),
         )
         .await?,
     ))

@@ -86,7 +86,7 @@ pub struct WebSession {
 impl WebSession {
     /// Who its decisions are recorded as.
     pub fn decided_by(&self) -> String {
-        format!("{}@dashboard", self.name)
+        relay_protocol::domain::decider::dashboard(&self.name)
     }
 }
 
@@ -305,7 +305,7 @@ pub(super) async fn new_login(
     }
     let name = req.name.unwrap_or_else(|| "operator".into());
     let session = WebSession { name };
-    crate::ops::check_client_decider(&session.decided_by())?;
+    crate::ops::check_client_decider(&session.decided_by(), crate::ops::Via::Dashboard)?;
     let code = s.web.issue(session.name);
     Ok(Json(LoginLink {
         url: format!("{}/login?code={code}", s.web.origin),

@@ -264,7 +264,15 @@ impl Service {
                     (r.approval, d, by)
                 };
                 Ok(Answer::Approval(
-                    crate::ops::decide(&self.broker, control, &id, decision, &by, false).await?,
+                    crate::ops::decide(
+                        &self.broker,
+                        control,
+                        &id,
+                        decision,
+                        &by,
+                        Some(crate::ops::Via::Client),
+                    )
+                    .await?,
                 ))
             }
             subjects::CMD_SNAPSHOT => {

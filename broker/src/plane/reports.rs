@@ -165,7 +165,7 @@ impl Plane {
             &approval.id,
             decision,
             &by,
-            true,
+            None,
         )
         .await;
         if let Err(e) = decided {
@@ -193,7 +193,7 @@ impl Plane {
                 &approval.id,
                 ApprovalDecision::Decline,
                 &crate::alerts::timeout_decider(secs),
-                true,
+                None,
             )
             .await;
             match decided {

@@ -60,6 +60,24 @@ impl Capabilities {
 }
 
 impl Harness {
+    /// The short name a person types (`relay agent add --harness codex`) and the name
+    /// Relay records a harness's own decisions under (`codex:withdrawn`).
+    pub const fn short_name(self) -> &'static str {
+        match self {
+            Harness::CodexAppServer => "codex",
+            Harness::ClaudeStreamJson => "claude",
+            Harness::PiRpc => "pi",
+            Harness::Tmux => "tmux",
+        }
+    }
+
+    /// The harness named by its short name or its wire name.
+    pub fn from_name(name: &str) -> Option<Harness> {
+        Harness::ALL
+            .into_iter()
+            .find(|h| h.short_name() == name || h.as_str() == name)
+    }
+
     /// What the harness's CLI can do (facts in `HARNESSES.md`):
     ///
     /// | | steer | approvals | resume | interrupt | turn ids |

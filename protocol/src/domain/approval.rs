@@ -31,6 +31,59 @@ wire_enum! {
     }
 }
 
+/// Who decides an approval, as its record names them: a person or client by its own
+/// name, and the identities only Relay records, from this one list: its approval
+/// policies (`policy:...`), Relay itself (`relay:restart`, `relay:turn-ended`), a
+/// harness settling its own request (`codex:withdrawn`, `claude:withdrawn`... for every
+/// harness, by short and wire name) and a dashboard login (`alice@dashboard`). A client
+/// may not claim any of them, so the record always tells who really decided.
+pub mod decider {
+    use crate::domain::Harness;
+
+    /// An agent's approval policy decided: `policy:auto-accept:RULE`...
+    pub const POLICY: &str = "policy:";
+    /// Relay decided on its own: `relay:restart`, `relay:turn-ended`.
+    pub const RELAY: &str = "relay:";
+    /// The suffix of a dashboard login's decisions.
+    pub const DASHBOARD: &str = "@dashboard";
+
+    /// A harness withdrew its own request.
+    pub fn withdrawn(harness: Harness) -> String {
+        format!("{}:withdrawn", harness.short_name())
+    }
+
+    /// How a dashboard login `name`'s decisions are recorded.
+    pub fn dashboard(name: &str) -> String {
+        format!("{name}{DASHBOARD}")
+    }
+
+    /// Why `decided_by` is one of Relay's own identities (compared without case and
+    /// leading space), or `None` when a client may use it. `dashboard`: the decision
+    /// comes from a dashboard login, which may use its own `@dashboard` name.
+    pub fn reserved(decided_by: &str, dashboard: bool) -> Option<String> {
+        let lower = decided_by.trim_start().to_ascii_lowercase();
+        let mut prefixes = vec![
+            (POLICY.to_string(), "an agent's approval policy"),
+            (RELAY.to_string(), "Relay"),
+        ];
+        for h in Harness::ALL {
+            prefixes.push((format!("{}:", h.short_name()), "a harness"));
+            prefixes.push((format!("{}:", h.as_str()), "a harness"));
+        }
+        if let Some((prefix, who)) = prefixes.iter().find(|(p, _)| lower.starts_with(p)) {
+            return Some(format!(
+                "`{prefix}` names a decision of {who}, made on its own"
+            ));
+        }
+        if !dashboard && lower.trim_end().ends_with(DASHBOARD) {
+            return Some(format!(
+                "`{DASHBOARD}` names a decision made on the dashboard by its login"
+            ));
+        }
+        None
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     pub flight: String,

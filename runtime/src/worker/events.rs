@@ -35,7 +35,9 @@ impl Worker {
                 if turn.approvals.remove(&request_id) {
                     self.report(Report::ApprovalsExpired {
                         flight: flight.clone(),
-                        by: Some(format!("{}:withdrawn", turn.info.name)),
+                        by: Some(relay_protocol::domain::decider::withdrawn(
+                            turn.info.harness,
+                        )),
                         request: Some(request_id),
                     })
                     .await;

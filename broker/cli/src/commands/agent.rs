@@ -178,16 +178,9 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
     Peek(super::flight::PeekArgs),
 }
 
-/// `--harness`: a harness's name, or its short name (`codex`, `claude`, `pi`).
+/// `--harness`: a harness's short name (`codex`, `claude`, `pi`, `tmux`) or its long one.
 fn parse_harness(s: &str) -> Result<Harness, String> {
-    match s {
-        "codex" => Ok(Harness::CodexAppServer),
-        "claude" | "claude-code" => Ok(Harness::ClaudeStreamJson),
-        "pi" => Ok(Harness::PiRpc),
-        other => other
-            .parse()
-            .map_err(|_| format!("unknown harness {other:?}: codex, claude, pi or tmux")),
-    }
+    Harness::from_name(s).ok_or_else(|| format!("unknown harness {s:?}: codex, claude, pi or tmux"))
 }
 
 /// `relay agent add|attach|list|show|wake|remove|peek`.

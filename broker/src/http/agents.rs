@@ -85,7 +85,7 @@ pub(super) struct PeekQuery {
     lines: Option<usize>,
 }
 
-/// `relay peek`: what a tmux agent's pane shows now, as plain text. Only for a pane on
+/// `relay agent peek`: what a tmux agent's pane shows now, as plain text. Only for a pane on
 /// this broker's host (the embedded runtime's agents).
 pub(super) async fn peek_agent(
     State(s): State<ApiState>,

@@ -69,7 +69,7 @@ pub use client::Tmux;
 
 /// The last `lines` lines `pane` of server `socket` shows (its screen and the history
 /// above it), as plain text: no escape codes or control characters, trailing blank
-/// lines dropped (`relay peek`).
+/// lines dropped (`relay agent peek`).
 pub async fn peek(
     socket: &str,
     pane: &str,

@@ -464,7 +464,7 @@ fn capability_lines(harness: Harness) -> Vec<String> {
             "approvals {}",
             yes_no(
                 can.approvals,
-                "asks before it runs commands or edits (`relay approvals`)",
+                "asks before it runs commands or edits (`relay approval list`)",
                 &format!("none: {harness} has no approval step, its tools run without asking"),
             )
         ),

@@ -52,7 +52,7 @@ pub struct ApproveArgs {
     json: bool,
 }
 
-/// `relay approvals`.
+/// `relay approval list` (and `relay approvals`).
 pub async fn list(client: &Client, args: ApprovalsArgs) -> anyhow::Result<()> {
     let ApprovalsArgs { state, json } = args;
     let list: Vec<Approval> = client

@@ -139,7 +139,7 @@ pub struct FlightArgs {
     json: bool,
 }
 
-/// `relay flights`.
+/// `relay flight list` (and `relay flights`).
 pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
     let FlightsArgs {
         agent,
@@ -298,7 +298,7 @@ fn print_tree(tree: &FlightTree, marked: &str, lead: &str, indent: &str) {
     }
 }
 
-/// `relay steer`.
+/// `relay flight steer` (and `relay steer`).
 pub async fn steer(client: &Client, args: SteerArgs) -> anyhow::Result<()> {
     let SteerArgs { flight, text } = args;
     let f: Flight = client
@@ -333,7 +333,7 @@ pub async fn reply(client: &Client, args: ReplyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `relay peek`.
+/// `relay agent peek` (and `relay peek`).
 pub async fn peek(client: &Client, args: PeekArgs) -> anyhow::Result<()> {
     let PeekArgs { agent, lines, json } = args;
     let n = lines.to_string();
@@ -356,7 +356,7 @@ pub async fn peek(client: &Client, args: PeekArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `relay interrupt`.
+/// `relay flight interrupt` (and `relay interrupt`).
 pub async fn interrupt(client: &Client, args: InterruptArgs) -> anyhow::Result<()> {
     let InterruptArgs { flight } = args;
     let f: Flight = client

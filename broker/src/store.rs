@@ -1,5 +1,8 @@
 //! sled storage: the append-only event log and one tree per projection.
 //!
+//! Over 600 lines, whole for now: keys, projections, queries and the doctor check all
+//! read the same trees through one handle; issue 24 splits it by concern.
+//!
 //! Layout (every value starts with a version byte, then JSON):
 //! - `events`: global seq (u64 big-endian) -> [`Event`]
 //! - `agents`: name -> [`Agent`]

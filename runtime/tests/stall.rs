@@ -32,6 +32,33 @@ fn f() -> &'static str {
     "f1"
 }
 
+/// The reports of a turn the watchdog failed with `latest` as its cause (after its
+/// interrupt).
+async fn failed_stalled(r: &mut Running, latest: &str) {
+    let why =
+        format!("fake could not reach its model for 60 s: {latest}; the turn was interrupted");
+    let mut want = vec![state(f(), FlightState::Failed, Some(&why))];
+    want.extend(turn_closed(f()));
+    assert_eq!(r.reports.take(want.len()).await, want);
+}
+
+/// The turn ends on its own (`done`), and nothing interrupted it.
+async fn completes_uninterrupted(r: &mut Running) {
+    r.events
+        .send(HarnessEvent::TurnCompleted {
+            turn_id: "t1".into(),
+            outcome: TurnOutcome::Completed {
+                text: "done".into(),
+            },
+        })
+        .await
+        .unwrap();
+    let mut want = vec![completed(f(), "done")];
+    want.extend(turn_closed(f()));
+    assert_eq!(r.reports.take(want.len()).await, want);
+    assert!(r.script.quiet(), "the harness was interrupted");
+}
+
 /// Notes keep coming (codex retries with a growing pause) but nothing else: the turn
 /// fails exactly the limit after the FIRST note, with the latest one as its cause; the
 /// idle watchdog (600 s) never gets its turn.
@@ -55,13 +82,7 @@ async fn a_turn_that_only_retries_fails_with_its_latest_note_after_the_limit() {
         reply.send(Ok(())).unwrap();
     });
     assert_eq!(started.elapsed(), STALL);
-    let mut want = vec![state(
-        f(),
-        FlightState::Failed,
-        Some("fake could not reach its model for 60 s: Reconnecting... 2/5; the turn was interrupted"),
-    )];
-    want.extend(turn_closed(f()));
-    assert_eq!(r.reports.take(want.len()).await, want);
+    failed_stalled(&mut r, "Reconnecting... 2/5").await;
 }
 
 /// Progress after a note disarms the watchdog: a turn that recovered (text streams
@@ -102,13 +123,7 @@ async fn progress_after_a_note_disarms_it_and_the_next_note_arms_it_afresh() {
         reply.send(Ok(())).unwrap();
     });
     assert_eq!(armed.elapsed(), STALL);
-    let mut want = vec![state(
-        f(),
-        FlightState::Failed,
-        Some("fake could not reach its model for 60 s: rate limited; the turn was interrupted"),
-    )];
-    want.extend(turn_closed(f()));
-    assert_eq!(r.reports.take(want.len()).await, want);
+    failed_stalled(&mut r, "rate limited").await;
 }
 
 /// A note, then an approval request: the turn waits for a person, which is not a stall,
@@ -142,19 +157,7 @@ async fn waiting_for_an_approval_is_not_a_stall() {
     ];
     assert_eq!(r.reports.take(want.len()).await, want);
     tokio::time::sleep(STALL * 10).await;
-    r.events
-        .send(HarnessEvent::TurnCompleted {
-            turn_id: "t1".into(),
-            outcome: TurnOutcome::Completed {
-                text: "done".into(),
-            },
-        })
-        .await
-        .unwrap();
-    let mut want = vec![completed(f(), "done")];
-    want.extend(turn_closed(f()));
-    assert_eq!(r.reports.take(want.len()).await, want);
-    assert!(r.script.quiet(), "the harness was interrupted");
+    completes_uninterrupted(&mut r).await;
 }
 
 /// A plain warning (codex's "Model metadata ... not found", an MCP server that did not
@@ -174,17 +177,5 @@ async fn a_plain_warning_is_a_note_but_not_a_stall() {
         vec![note("Model metadata for `m` not found")]
     );
     tokio::time::sleep(STALL * 5).await;
-    r.events
-        .send(HarnessEvent::TurnCompleted {
-            turn_id: "t1".into(),
-            outcome: TurnOutcome::Completed {
-                text: "done".into(),
-            },
-        })
-        .await
-        .unwrap();
-    let mut want = vec![completed(f(), "done")];
-    want.extend(turn_closed(f()));
-    assert_eq!(r.reports.take(want.len()).await, want);
-    assert!(r.script.quiet(), "the harness was interrupted");
+    completes_uninterrupted(&mut r).await;
 }

@@ -18,26 +18,8 @@ fn unreachable_codex_home(dir: &std::path::Path) -> std::path::PathBuf {
         // Dropped: the port is closed.
     };
     let home = dir.join("unreachable-codex-home");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            r#"model = "mock-model"
-model_provider = "mock"
-approval_policy = "on-request"
-sandbox_mode = "read-only"
-
-[model_providers.mock]
-name = "mock"
-base_url = "http://127.0.0.1:{port}/v1"
-wire_api = "responses"
-request_max_retries = 5
-stream_max_retries = 5
-supports_websockets = false
-"#
-        ),
-    )
-    .unwrap();
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    relay_mock_model::write_codex_home_retrying(&home, &base_url, 5).unwrap();
     home
 }
 

@@ -1,5 +1,8 @@
 //! A tmux pane behind the harness seam: [`TmuxLauncher`] starts the agent's command in a
 //! detached session and follows the pane; the session delivers tasks into it.
+//!
+//! Over 600 lines, whole on purpose: launching, the readiness wait, delivery and turn end
+//! all work on one pane's shared state (`Shared`), which a split would expose across modules.
 
 use std::collections::VecDeque;
 use std::io::Write;

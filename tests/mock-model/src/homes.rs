@@ -20,6 +20,12 @@ pub fn codex_env(codex_home: &Path) -> Vec<(String, String)> {
 /// Retries are off so a failed or dead mock fails a turn at once, and websockets are off
 /// because otherwise Codex tries a websocket first and retries for a long time.
 pub fn write_codex_home(dir: &Path, base_url: &str) -> std::io::Result<()> {
+    write_codex_home_retrying(dir, base_url, 0)
+}
+
+/// [`write_codex_home`] with Codex's request and stream retries at `retries`: a model
+/// that cannot be reached then gives "Reconnecting..." notes instead of a failed turn.
+pub fn write_codex_home_retrying(dir: &Path, base_url: &str, retries: u32) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let config = format!(
         r#"model = "mock-model"
@@ -31,8 +37,8 @@ sandbox_mode = "read-only"
 name = "mock"
 base_url = "{base_url}"
 wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
+request_max_retries = {retries}
+stream_max_retries = {retries}
 supports_websockets = false
 "#
     );

@@ -27,7 +27,7 @@ mod http;
 mod messages;
 mod responses;
 
-pub use homes::{claude_env, codex_env, write_codex_home, write_pi_dir};
+pub use homes::{claude_env, codex_env, write_codex_home, write_codex_home_retrying, write_pi_dir};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

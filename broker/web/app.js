@@ -2,12 +2,17 @@
 //
 // Parts, top to bottom: inert text (the one way broker text reaches the DOM), DOM
 // helpers, the per-frame scheduler, the API client and its streams, the fleet model
-// (one `GET /v1/watch?fleet=true`), the header (badge, title, live indicator,
+// (one fleet watch), the header (badge, title, live indicator,
 // notifications), reusable pieces (keyed table, approval items, replay entries), the
 // views, the router and the keyboard.
 //
 // Every text from the broker goes in through `text()` (text nodes, never innerHTML);
 // the page runs under a CSP that allows no inline script or style.
+//
+// Every route and enum value it uses comes from `api.gen.js`, generated from the
+// method table (`relay_protocol::methods`): the page spells no route of its own.
+
+import { METHODS, LIVE_FLIGHT_STATES, methodPath } from "/api.gen.js";
 
 // ---------------------------------------------------------------------------------
 // Inert text: control characters (C0 but \n and \t, DEL, C1) and invisible format
@@ -86,7 +91,7 @@ const flightHref = (id) => "#/flight/" + enc(id);
 const flightLink = (id) => h("a", { href: flightHref(id), class: "mono" }, id);
 const agentHref = (name) => "#/replay/agent/" + enc(name);
 const muted = (s) => h("span", { class: "muted" }, s);
-const LIVE_STATES = new Set(["queued", "waking", "running", "waiting"]);
+const LIVE_STATES = new Set(LIVE_FLIGHT_STATES);
 const isLive = (state) => LIVE_STATES.has(state);
 
 function stateTag(state) {
@@ -172,8 +177,8 @@ function runFrame() {
 }
 
 // ---------------------------------------------------------------------------------
-// The API: every call sends `X-Relay-Dashboard: 1` and the session cookie; an error is
-// the broker's `{"error":{"code","message"}}`; a 401 ends the session.
+// The API: every call sends `X-Relay-Dashboard: 1` and the login cookie; an error is
+// the broker's `{"error":{"code","message"}}`; a 401 ends the login.
 
 class ApiError extends Error {
   constructor(status, code, message) {
@@ -181,6 +186,18 @@ class ApiError extends Error {
     this.status = status;
     this.code = code;
   }
+}
+
+/** `path` with the `query` object's entries as its query string. */
+function withQuery(path, query) {
+  const q = query ? new URLSearchParams(query).toString() : "";
+  return q ? path + "?" + q : path;
+}
+
+/** Calls the API method `name` (api.gen.js) with its route's `params`, a `query` object
+ * and a JSON `body`. */
+function call(name, params = [], { query, body } = {}) {
+  return api(withQuery(methodPath(name, ...params), query), { method: METHODS[name].verb, body });
 }
 
 async function api(path, { method = "GET", body } = {}) {
@@ -206,7 +223,7 @@ async function api(path, { method = "GET", body } = {}) {
     data = null;
   }
   if (!res.ok) {
-    if (res.status === 401) sessionEnded();
+    if (res.status === 401) loginEnded();
     const e = data && data.error;
     throw new ApiError(res.status, e?.code || "http_" + res.status,
       e?.message || `${res.status} ${res.statusText}`);
@@ -214,22 +231,22 @@ async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
-const session = { name: null, ended: false };
+const login = { name: null, ended: false };
 const streams = new Set();
 
-function sessionEnded() {
-  if (session.ended) return;
-  session.ended = true;
-  document.body.dataset.session = "ended";
+function loginEnded() {
+  if (login.ended) return;
+  login.ended = true;
+  document.body.dataset.login = "ended";
   setLive(false);
-  document.getElementById("session-ended").hidden = false;
+  document.getElementById("login-ended").hidden = false;
   for (const s of [...streams]) s.close();
 }
 
-/** True unless the broker says the session is gone (a 401). */
-async function sessionAlive() {
+/** True unless the broker says the login is gone (a 401). */
+async function loginAlive() {
   try {
-    await api("/v1/session");
+    await call("login.show");
     return true;
   } catch (e) {
     return e.status !== 401;
@@ -239,7 +256,7 @@ async function sessionAlive() {
 /**
  * An EventSource on `url`; `handlers` maps event types to functions of the parsed JSON.
  * The browser reconnects by itself after a network error; a stream the browser gave up
- * on (a non-200 answer) is opened again after checking the session is alive.
+ * on (a non-200 answer) is opened again after checking the login is alive.
  */
 function openStream(url, handlers, { onError } = {}) {
   let es = null;
@@ -254,7 +271,7 @@ function openStream(url, handlers, { onError } = {}) {
     },
   };
   const start = () => {
-    if (closed || session.ended) return;
+    if (closed || login.ended) return;
     es = new EventSource(url);
     for (const [type, fn] of Object.entries(handlers)) {
       es.addEventListener(type, (ev) => {
@@ -272,7 +289,7 @@ function openStream(url, handlers, { onError } = {}) {
       if (closed) return;
       if (onError) onError();
       if (es.readyState === EventSource.CLOSED) {
-        sessionAlive().then((alive) => {
+        loginAlive().then((alive) => {
           if (alive && !closed) timer = setTimeout(start, 2000);
         });
       }
@@ -345,7 +362,7 @@ function putApproval(a, fresh) {
 }
 
 function startFleet() {
-  openStream("/v1/watch?fleet=true", {
+  openStream(withQuery(methodPath("watch"), { fleet: true }), {
     snapshot(s) {
       fleet.agents = new Map((s.agents || []).map((a) => [a.name, a]));
       fleet.live = new Map((s.flights || []).map((f) => [f.id, f]));
@@ -380,12 +397,12 @@ function startFleet() {
 }
 
 // ---------------------------------------------------------------------------------
-// The header: live indicator, badge and title, notifications, session.
+// The header: live indicator, badge and title, notifications, login.
 
 function setLive(live) {
   document.body.dataset.live = live ? "true" : "false";
   const el = document.getElementById("live");
-  el.textContent = live ? "live" : session.ended ? "session ended" : "disconnected";
+  el.textContent = live ? "live" : login.ended ? "logged out" : "disconnected";
   el.dataset.live = live ? "true" : "false";
 }
 
@@ -447,20 +464,20 @@ function setupHeader() {
 
   document.getElementById("logout").addEventListener("click", async () => {
     try {
-      await api("/v1/logout", { method: "POST" });
+      await call("login.end");
     } catch {
-      // The session may already be gone; either way it ends here.
+      // The login may already be gone; either way it ends here.
     }
-    sessionEnded();
+    loginEnded();
   });
 
-  api("/v1/session").then((s) => {
-    session.name = s.name;
-    setText(document.getElementById("session-name"), s.name);
-    for (const el of document.querySelectorAll(".session-name")) setText(el, s.name);
+  call("login.show").then((s) => {
+    login.name = s.name;
+    setText(document.getElementById("login-name"), s.name);
+    for (const el of document.querySelectorAll(".login-name")) setText(el, s.name);
   }, (e) => {
-    setText(document.getElementById("session-name"), "?");
-    console.warn("session", e);
+    setText(document.getElementById("login-name"), "?");
+    console.warn("login", e);
   });
 }
 
@@ -549,7 +566,7 @@ function approvalItem(initial) {
     li.setAttribute("aria-busy", "true");
     error.hidden = true;
     try {
-      const got = await api("/v1/approvals/" + enc(a.id), { method: "POST", body: { decision: choice } });
+      const got = await call("approval.decide", [a.id], { body: { decision: choice } });
       if (got && got.id) {
         update(got);
         putApproval(got, false);
@@ -755,7 +772,7 @@ function flightsView() {
 
   function refetch() {
     fetchedAt = fleet.snapshots;
-    api("/v1/flights?limit=100").then((list) => {
+    call("flight.list", [], { query: { limit: 100 } }).then((list) => {
       for (const f of list || []) recent.set(f.id, f);
       errBox.hidden = true;
       dirty.all = true;
@@ -850,7 +867,7 @@ function flightView(id) {
     interrupt.disabled = true;
     actionError.hidden = true;
     try {
-      const f = await api(`/v1/flights/${enc(id)}/interrupt`, { method: "POST" });
+      const f = await call("flight.interrupt", [id]);
       if (f && f.id === id && (f.update_seq ?? 0) >= (flight?.update_seq ?? 0)) applyFlight(f);
     } catch (e) {
       showError(actionError, e);
@@ -1022,7 +1039,7 @@ function flightView(id) {
   }
   const approvalItems = new ApprovalItems();
 
-  stream = openStream("/v1/watch?flight=" + enc(id), {
+  stream = openStream(withQuery(methodPath("watch"), { flight: id }), {
     snapshot(s) {
       status.hidden = true;
       fetchError.hidden = true;
@@ -1037,7 +1054,7 @@ function flightView(id) {
     onError() {
       if (!flight) {
         // No snapshot: find out why (an unknown flight says so).
-        api("/v1/flights/" + enc(id)).then(() => setText(status, "Reconnecting…"), (e) => {
+        call("flight.show", [id]).then(() => setText(status, "Reconnecting…"), (e) => {
           showError(fetchError, e);
           status.hidden = true;
           if (e.status === 404 && stream) {
@@ -1086,7 +1103,7 @@ function approvalsView() {
       pendingTitle, noneWaiting, pendingList,
       h("h2", { id: "decided-title" }, "Decided"), noneDecided, decidedList));
 
-  api("/v1/approvals?state=all").then((list) => {
+  call("approval.list", [], { query: { state: "all" } }).then((list) => {
     for (const a of list || []) if (a.state !== "pending") recent.set(a.id, a);
     dirty.approvals = true;
     touch();
@@ -1140,7 +1157,7 @@ function conversationsView() {
     waiting, errBox, table.el);
 
   function load() {
-    api("/v1/conversations").then((list) => {
+    call("conversation.list").then((list) => {
       waiting.hidden = true;
       errBox.hidden = true;
       list = (list || []).slice().sort((x, y) => y.created_at - x.created_at);
@@ -1183,7 +1200,7 @@ function conversationView(id) {
   const status = h("p", { class: "muted" }, "Connecting…");
   const errBox = h("p", { class: "error", role: "alert", hidden: true });
   const body = h("textarea", { id: "compose-body", rows: "3", required: true, placeholder: "Write a message; @agent asks that agent" });
-  const author = h("span", { class: "session-name" }, session.name || "…");
+  const author = h("span", { class: "login-name" }, login.name || "…");
   const send = h("button", { type: "submit" }, "Post");
   const result = h("div", { class: "post-result", "aria-live": "polite" });
   const form = h("form", { class: "compose" },
@@ -1207,7 +1224,7 @@ function conversationView(id) {
     list.insertBefore(li, before);
   }
 
-  const stream = openStream(`/v1/watch?conversation=${enc(id)}&limit=200`, {
+  const stream = openStream(withQuery(methodPath("watch"), { conversation: id, limit: 200 }), {
     snapshot(s) {
       status.hidden = true;
       errBox.hidden = true;
@@ -1230,7 +1247,7 @@ function conversationView(id) {
   }, {
     onError() {
       if (msgs.size === 0) {
-        api(`/v1/conversations/${enc(id)}/messages?limit=1`).catch((e) => {
+        call("conversation.read", [id], { query: { limit: 1 } }).catch((e) => {
           status.hidden = true;
           showError(errBox, e);
           if (e.status === 404) stream.close();
@@ -1252,9 +1269,8 @@ function conversationView(id) {
     send.disabled = true;
     result.replaceChildren();
     try {
-      const got = await api("/v1/messages", {
-        method: "POST",
-        body: { conversation: id, author: session.name || "operator", body: textValue },
+      const got = await call("message.post", [], {
+        body: { conversation: id, author: login.name || "operator", body: textValue },
       });
       body.value = "";
       if (got && got.message) add(got.message);
@@ -1390,11 +1406,11 @@ function fetchedView(titleNodes, path, render) {
 }
 
 function replayFlightView(id) {
-  return fetchedView(["Replay of flight ", h("span", { class: "mono" }, id)], "/v1/replay/flights/" + enc(id), turnNode);
+  return fetchedView(["Replay of flight ", h("span", { class: "mono" }, id)], methodPath("replay.flight", id), turnNode);
 }
 
 function replayAgentView(name) {
-  return fetchedView(["Replay of agent ", h("span", { class: "mono" }, name)], "/v1/replay/agents/" + enc(name), (r) => {
+  return fetchedView(["Replay of agent ", h("span", { class: "mono" }, name)], methodPath("replay.agent", name), (r) => {
     const entries = r.entries || [];
     if (!entries.length) return h("p", { class: "muted" }, "Nothing recorded for this agent.");
     const turns = entries.filter((e) => e.kind === "turn").length;
@@ -1441,7 +1457,7 @@ function treeView(id) {
         h("span", { class: "summary" }, firstLine(f.error || f.summary || f.output || "", 100))),
       t.children && t.children.length ? h("ul", null, t.children.map(node)) : null);
   };
-  return fetchedView(["Flight tree of ", h("span", { class: "mono" }, id)], `/v1/flights/${enc(id)}/tree`,
+  return fetchedView(["Flight tree of ", h("span", { class: "mono" }, id)], methodPath("flight.tree", id),
     (tree) => h("ul", { class: "tree", id: "tree" }, node(tree)));
 }
 

@@ -298,11 +298,68 @@ pub struct LoginLink {
     pub expires_in_secs: u64,
 }
 
-/// `GET /v1/session`: who the caller is, and the name its decisions are recorded under.
+/// `GET /v1/login`: who the caller is, and the name its decisions are recorded under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionInfo {
+pub struct LoginInfo {
     pub name: String,
     pub decided_by: String,
     /// `dashboard` (a login link's cookie), `operator` or `agent` (a bearer token).
     pub via: String,
+}
+
+/// No parameters: the query of a `GET` that takes none, the body of a `POST` that takes
+/// none (`{}`), the answer that says nothing but success.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// The query of the event log and of a flight's updates: after a seq (global for
+/// events, per flight for updates), at most `limit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AfterQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/flights`: flights by agent or state, newest last, at most `limit` (100).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlightsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::domain::FlightState>,
+    /// Only flights not in a terminal state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/approvals`: `pending` (default), `decided`, `expired` or `all`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+/// `GET /v1/conversations/{id}/messages`: the last `limit` messages (50).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessagesQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/agents/{name}/peek`: the pane's last `lines` lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeekQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<usize>,
+}
+
+/// The replays' query: the entries after global seq `from_seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_seq: Option<u64>,
 }

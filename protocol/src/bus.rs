@@ -124,6 +124,67 @@ pub mod subjects {
     }
 }
 
+/// The JSON body of an invoke subject (`relay.v1.invoke.<agent>`): the agent is in the
+/// subject; the requester is `nats` unless named.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InvokeCommand {
+    pub task: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
+    #[serde(default)]
+    pub action: crate::domain::Action,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl InvokeCommand {
+    /// The invocation it asks of `agent` (the subject's last token).
+    pub fn into_request(self, agent: &str) -> crate::domain::InvokeRequest {
+        crate::domain::InvokeRequest {
+            target: agent.to_string(),
+            task: self.task,
+            requester: self.requester.unwrap_or_else(|| BUS_ACTOR.into()),
+            action: self.action,
+            conversation: self.conversation,
+            parent_flight: self.parent_flight,
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+/// Who a bus request acts as when it names nobody.
+pub const BUS_ACTOR: &str = "nats";
+
+/// The JSON body of [`subjects::CMD_STEER`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SteerCommand {
+    pub flight: String,
+    pub text: String,
+}
+
+/// The JSON body of [`subjects::CMD_INTERRUPT`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InterruptCommand {
+    pub flight: String,
+}
+
+/// The JSON body of [`subjects::CMD_APPROVE`]; decided by `nats` unless named.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApproveCommand {
+    pub approval: String,
+    pub decision: crate::domain::ApprovalDecision,
+    #[serde(default = "bus_actor")]
+    pub decided_by: String,
+}
+
+fn bus_actor() -> String {
+    BUS_ACTOR.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

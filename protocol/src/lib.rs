@@ -6,6 +6,9 @@
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`methods`]: the method table: every operation once, with its types, HTTP route,
+//!   NATS subject and scope; the router, the NATS service, the client and the
+//!   dashboard's generated constants are driven by it.
 //! - [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
@@ -20,8 +23,9 @@
 //!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
-//! [`convert`] on those and [`pb`]; [`text`] on none. The crate depends on no other crate of the
+//! [`bus`], [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
+//! [`convert`] on those and [`pb`]; [`methods`] on [`api`], [`bus`], [`domain`],
+//! [`event`], [`replay`] and [`watch`]; [`text`] on none. The crate depends on no other crate of the
 //! workspace: every other one depends on it.
 
 pub mod api;
@@ -33,6 +37,7 @@ pub mod convert;
 pub mod domain;
 pub mod event;
 pub mod harness;
+pub mod methods;
 mod names;
 pub mod replay;
 pub mod runtime;

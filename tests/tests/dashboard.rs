@@ -86,7 +86,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     // A forged session cookie gets nothing either.
     let port = origin.rsplit(':').next().unwrap();
     b.js(&format!(
-        "(() => {{ document.cookie = 'relay_session_{port}=forged; path=/'; return 1; }})()"
+        "(() => {{ document.cookie = 'relay_login_{port}=forged; path=/'; return 1; }})()"
     ))
     .await;
     assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
@@ -100,7 +100,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     assert_eq!(location(&b).await, format!("{origin}/"));
     b.wait_for("tr[data-agent=\"quiet-1\"]").await;
     assert_eq!(page_fetch_status(&b, "/v1/agents").await, 200);
-    let who = b.js("fetch('/v1/session').then(r => r.json())").await;
+    let who = b.js("fetch('/v1/login').then(r => r.json())").await;
     assert_eq!(who["decided_by"], "tester@dashboard", "{who}");
     // The session cookie is not readable by script.
     let cookies = b.js("document.cookie").await;
@@ -108,7 +108,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
         !cookies
             .as_str()
             .unwrap()
-            .contains(&format!("relay_session_{port}=")),
+            .contains(&format!("relay_login_{port}=")),
         "{cookies}"
     );
 
@@ -451,7 +451,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
                 .unwrap();
             let cookie = spend(&client, link["url"].as_str().unwrap()).await.unwrap();
             let who: Value = client
-                .get(format!("{relay_url}/v1/session"))
+                .get(format!("{relay_url}/v1/login"))
                 .header("cookie", &cookie)
                 .send()
                 .await

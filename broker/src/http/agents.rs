@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use relay_protocol::api::{AgentAdded, Peek};
+use relay_protocol::api::{AgentAdded, Peek, PeekQuery};
 use relay_protocol::domain::{Agent, AgentSpec, Harness};
 
 use super::{ApiJson, ApiResult, ApiState};
@@ -79,11 +79,6 @@ pub(super) async fn show_agent(
 /// How many lines `peek` shows when the caller does not say, and at most.
 const PEEK_DEFAULT: usize = 40;
 const PEEK_MAX: usize = 10_000;
-
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct PeekQuery {
-    lines: Option<usize>,
-}
 
 /// `relay agent peek`: what a tmux agent's pane shows now, as plain text. Only for a pane on
 /// this broker's host (the embedded runtime's agents).

@@ -2,23 +2,16 @@
 
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
-use relay_protocol::api::{DecideApproval, ErrorCode};
+use relay_protocol::api::{ApprovalsQuery, DecideApproval, ErrorCode};
 use relay_protocol::domain::{Approval, ApprovalState};
-use serde::Deserialize;
 
-use super::{ApiJson, ApiResult, ApiState, HttpError, WebSession};
+use super::{ApiJson, ApiResult, ApiState, HttpError, Login};
 use crate::error::quote;
 use crate::store::T;
 
-#[derive(Deserialize)]
-pub(super) struct ApprovalQuery {
-    /// `pending` (default), `decided`, `expired` or `all`.
-    state: Option<String>,
-}
-
 pub(super) async fn list_approvals(
     State(s): State<ApiState>,
-    Query(q): Query<ApprovalQuery>,
+    Query(q): Query<ApprovalsQuery>,
 ) -> ApiResult<Vec<Approval>> {
     let all: Vec<Approval> = s.broker.store().read(|st| st.values(T::Approvals)).await?;
     let want = match q.state.as_deref().unwrap_or("pending") {
@@ -43,15 +36,15 @@ pub(super) async fn list_approvals(
     ))
 }
 
-/// Decides an approval; a dashboard session's decision is recorded under its name
+/// Decides an approval; a dashboard login's decision is recorded under its name
 /// (`alice@dashboard`), whatever the body says.
 pub(super) async fn decide_approval(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    session: Option<Extension<WebSession>>,
+    login: Option<Extension<Login>>,
     ApiJson(body): ApiJson<DecideApproval>,
 ) -> ApiResult<Approval> {
-    let (decided_by, via) = match session {
+    let (decided_by, via) = match login {
         Some(Extension(web)) => (web.decided_by(), crate::ops::Via::Dashboard),
         None => (body.decided_by, crate::ops::Via::Client),
     };

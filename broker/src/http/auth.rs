@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use relay_protocol::api::ErrorCode;
 use relay_protocol::domain::{Flight, FlightState};
 
-use super::{ApiState, HttpError, WebSession};
+use super::{ApiState, HttpError, Login};
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
 use crate::seal::{token_matches, AgentTokens};
@@ -31,15 +31,6 @@ pub enum Principal {
     Operator,
     Agent(String),
 }
-
-/// The routes an agent's token may write to (every `GET` is open to it).
-const AGENT_WRITES: &[&str] = &[
-    "/v1/messages",
-    "/v1/invocations",
-    "/v1/flights/{id}/steer",
-    "/v1/flights/{id}/interrupt",
-    "/v1/flights/{id}/reply",
-];
 
 impl Principal {
     /// Whether this caller may act as `actor` (a message's author, an ask's requester):
@@ -169,16 +160,16 @@ pub(super) async fn require_token(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     let principal = match given {
-        // A dashboard session's cookie, when no token is given.
-        None => match state.web.session(&headers) {
-            Some(session) => web_principal(&headers, req.method(), session)
-                .map(|session| {
-                    req.extensions_mut().insert(session);
+        // A dashboard login's cookie, when no token is given.
+        None => match state.web.login(&headers) {
+            Some(login) => web_principal(&headers, req.method(), login)
+                .map(|login| {
+                    req.extensions_mut().insert(login);
                     Principal::Operator
                 }),
             None => Err(HttpError::new(
                 ErrorCode::Unauthorized,
-                "a bearer token is required (Authorization: Bearer <token from api.json>), or a dashboard session (relay open)",
+                "a bearer token is required (Authorization: Bearer <token from api.json>), or a dashboard login (relay open)",
             )),
         },
         Some(t) if token_matches(t.as_bytes(), state.token.as_bytes()) => Ok(Principal::Operator),
@@ -213,23 +204,19 @@ pub(super) async fn require_token(
     }
 }
 
-/// A dashboard session acts as the operator, but its writes must carry the dashboard's
+/// A dashboard login acts as the operator, but its writes must carry the dashboard's
 /// header (see `web`): a page of another site can send neither.
-fn web_principal(
-    headers: &HeaderMap,
-    method: &Method,
-    session: WebSession,
-) -> Result<WebSession, HttpError> {
+fn web_principal(headers: &HeaderMap, method: &Method, login: Login) -> Result<Login, HttpError> {
     let marked = headers
         .get(super::web::DASHBOARD_HEADER)
         .is_some_and(|v| v.as_bytes() == b"1");
     if method != Method::GET && !marked {
         return Err(HttpError::new(
             ErrorCode::Unauthorized,
-            format!("a dashboard session's {method} must carry the header X-Relay-Dashboard: 1"),
+            format!("a dashboard login's {method} must carry the header X-Relay-Dashboard: 1"),
         ));
     }
-    Ok(session)
+    Ok(login)
 }
 
 async fn agent_principal(
@@ -258,7 +245,12 @@ async fn agent_principal(
         ));
     }
     let route = route.map(|r| r.as_str()).unwrap_or("");
-    if method != Method::GET && !AGENT_WRITES.contains(&route) {
+    // Its scope in the method table says whether an agent's token may call a route
+    // (every read may; an unknown route's GET is answered "not found" after this).
+    let open = verb(method)
+        .and_then(|v| relay_protocol::methods::by_route(v, route))
+        .is_some_and(|m| m.scope.open_to_agents());
+    if method != Method::GET && !open {
         return Err(HttpError::new(
             ErrorCode::Unauthorized,
             format!(
@@ -269,4 +261,15 @@ async fn agent_principal(
         ));
     }
     Ok(Principal::Agent(agent))
+}
+
+/// The method table's verb for an HTTP method (`None` for one no route takes).
+fn verb(method: &Method) -> Option<relay_protocol::methods::Verb> {
+    use relay_protocol::methods::Verb;
+    match *method {
+        Method::GET => Some(Verb::Get),
+        Method::POST => Some(Verb::Post),
+        Method::DELETE => Some(Verb::Delete),
+        _ => None,
+    }
 }

@@ -4,11 +4,10 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::api::{ReplyRequest, SteerRequest, UpdateFlight};
-use relay_protocol::domain::{Flight, FlightState, InvokeRequest};
-use serde::Deserialize;
+use relay_protocol::api::{AfterQuery, FlightsQuery, ReplyRequest, SteerRequest, UpdateFlight};
+use relay_protocol::domain::{Flight, InvokeRequest};
 
-use super::{AfterQuery, ApiJson, ApiResult, ApiState, Principal};
+use super::{ApiJson, ApiResult, ApiState, Principal};
 use crate::error::BrokerError;
 
 /// An agent's token invokes as that agent, linked to the flight it is running.
@@ -24,19 +23,9 @@ pub(super) async fn invoke(
     Ok(Json(s.broker.invoke(req).await?))
 }
 
-#[derive(Deserialize)]
-pub(super) struct FlightQuery {
-    agent: Option<String>,
-    state: Option<FlightState>,
-    /// Only flights not in a terminal state.
-    #[serde(default)]
-    live: bool,
-    limit: Option<usize>,
-}
-
 pub(super) async fn list_flights(
     State(s): State<ApiState>,
-    Query(q): Query<FlightQuery>,
+    Query(q): Query<FlightsQuery>,
 ) -> ApiResult<Vec<Flight>> {
     // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
     // flights come from their index; others from the newest back, up to `limit`.

@@ -4,9 +4,8 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::api::MessagePosted;
+use relay_protocol::api::{MessagePosted, MessagesQuery};
 use relay_protocol::domain::{Conversation, ConversationSpec, PostMessage};
-use serde::Deserialize;
 
 use super::{ApiJson, ApiResult, ApiState, Principal};
 use crate::error::BrokerError;
@@ -28,15 +27,10 @@ pub(super) async fn add_conversation(
     Ok(Json(s.broker.create_conversation(spec).await?))
 }
 
-#[derive(Deserialize)]
-pub(super) struct ReadQuery {
-    limit: Option<usize>,
-}
-
 pub(super) async fn read_messages(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<ReadQuery>,
+    Query(q): Query<MessagesQuery>,
 ) -> ApiResult<Vec<relay_protocol::domain::Message>> {
     let limit = q.limit.unwrap_or(50);
     let messages = s

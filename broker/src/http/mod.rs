@@ -29,7 +29,7 @@ mod web;
 
 pub use auth::Principal;
 pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
-pub use web::{WebAuth, WebSession, CODE_LIFETIME};
+pub use web::{Login, WebAuth, CODE_LIFETIME};
 
 use std::sync::Arc;
 
@@ -38,11 +38,11 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode, NatsStatus};
+use relay_protocol::methods::{MethodId, Verb, METHODS};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 
 use crate::broker::Broker;
 use crate::error::{clip, BrokerError, MAX_ERROR_MESSAGE};
@@ -62,7 +62,7 @@ pub struct ApiState {
     pub nats: Option<NatsStatusFn>,
     /// Ends live streams, so a graceful shutdown does not wait on open SSE clients.
     pub shutdown: tokio_util::sync::CancellationToken,
-    /// The dashboard's login links and sessions.
+    /// The dashboard's login links and logins.
     pub web: Arc<WebAuth>,
 }
 
@@ -124,52 +124,24 @@ fn json_rejection(r: JsonRejection) -> HttpError {
     }
 }
 
-/// The router, with the token guard and the body limit applied to every route.
+/// The router, with the token guard and the body limit applied to every route. Its
+/// routes are the method table's ([`relay_protocol::methods`]): each method's verb and
+/// route from the table, its handler from [`handler`].
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route("/v1/status", get(status))
-        .route(
-            "/v1/agents",
-            get(agents::list_agents).post(agents::add_agent),
-        )
-        .route(
-            "/v1/agents/{name}",
-            get(agents::show_agent).delete(agents::remove_agent),
-        )
-        .route("/v1/agents/{name}/wake", post(agents::wake_agent))
-        .route("/v1/agents/{name}/peek", get(agents::peek_agent))
-        .route(
-            "/v1/conversations",
-            get(messages::list_conversations).post(messages::add_conversation),
-        )
-        .route(
-            "/v1/conversations/{id}/messages",
-            get(messages::read_messages),
-        )
-        .route("/v1/messages", post(messages::post_message))
-        .route("/v1/invocations", post(flights::invoke))
-        .route("/v1/flights", get(flights::list_flights))
-        .route("/v1/flights/{id}", get(flights::show_flight))
-        .route(
-            "/v1/flights/{id}/updates",
-            get(flights::flight_updates).post(flights::update_flight),
-        )
-        .route("/v1/flights/{id}/stream", get(events::flight_stream))
-        .route("/v1/flights/{id}/tree", get(flights::flight_tree))
-        .route("/v1/flights/{id}/steer", post(flights::steer))
-        .route("/v1/flights/{id}/interrupt", post(flights::interrupt))
-        .route("/v1/flights/{id}/reply", post(flights::reply))
-        .route("/v1/approvals", get(approvals::list_approvals))
-        .route("/v1/approvals/{id}", post(approvals::decide_approval))
-        .route("/v1/events", get(events::list_events))
-        .route("/v1/events/stream", get(events::event_stream))
-        .route("/v1/watch", get(events::watch_stream))
-        .route("/v1/replay/flights/{id}", get(replay::flight))
-        .route("/v1/replay/agents/{name}", get(replay::agent))
-        .route("/v1/replay/conversations/{id}", get(replay::conversation))
-        .route("/v1/login", post(web::new_login))
-        .route("/v1/logout", post(web::logout))
-        .route("/v1/session", get(web::whoami))
+    // Methods that share a route (GET and POST /v1/agents) share its MethodRouter.
+    let mut routes: Vec<(&'static str, MethodRouter<ApiState>)> = Vec::new();
+    for m in METHODS {
+        let h = handler(m.id);
+        match routes.iter_mut().find(|(route, _)| *route == m.route) {
+            Some((_, existing)) => *existing = std::mem::take(existing).merge(h),
+            None => routes.push((m.route, h)),
+        }
+    }
+    let mut router = Router::new();
+    for (route, methods) in routes {
+        router = router.route(route, methods);
+    }
+    router
         .fallback(|| async {
             HttpError::new(
                 ErrorCode::NotFound,
@@ -186,9 +158,54 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(layers::json_errors))
-        // The page: after the layers above, so it takes the session cookie, not the token.
+        // The page: after the layers above, so it takes the login cookie, not the token.
         .merge(web::routes())
         .with_state(state)
+}
+
+/// Each method's handler: the one place a method meets its code. The match is
+/// exhaustive, so a method added to the table without a handler does not compile.
+fn handler(id: MethodId) -> MethodRouter<ApiState> {
+    let filter = match id.method().verb {
+        Verb::Get => MethodFilter::GET,
+        Verb::Post => MethodFilter::POST,
+        Verb::Delete => MethodFilter::DELETE,
+    };
+    use MethodId as M;
+    match id {
+        M::StatusShow => on(filter, status),
+        M::AgentList => on(filter, agents::list_agents),
+        M::AgentAdd => on(filter, agents::add_agent),
+        M::AgentShow => on(filter, agents::show_agent),
+        M::AgentRemove => on(filter, agents::remove_agent),
+        M::AgentWake => on(filter, agents::wake_agent),
+        M::AgentPeek => on(filter, agents::peek_agent),
+        M::ConversationList => on(filter, messages::list_conversations),
+        M::ConversationAdd => on(filter, messages::add_conversation),
+        M::ConversationRead => on(filter, messages::read_messages),
+        M::MessagePost => on(filter, messages::post_message),
+        M::Invoke => on(filter, flights::invoke),
+        M::FlightList => on(filter, flights::list_flights),
+        M::FlightShow => on(filter, flights::show_flight),
+        M::FlightUpdates => on(filter, flights::flight_updates),
+        M::FlightWrite => on(filter, flights::update_flight),
+        M::FlightStream => on(filter, events::flight_stream),
+        M::FlightTreeShow => on(filter, flights::flight_tree),
+        M::FlightSteer => on(filter, flights::steer),
+        M::FlightInterrupt => on(filter, flights::interrupt),
+        M::FlightReply => on(filter, flights::reply),
+        M::ApprovalList => on(filter, approvals::list_approvals),
+        M::ApprovalDecide => on(filter, approvals::decide_approval),
+        M::EventList => on(filter, events::list_events),
+        M::EventStream => on(filter, events::event_stream),
+        M::Watch => on(filter, events::watch_stream),
+        M::ReplayFlight => on(filter, replay::flight),
+        M::ReplayAgent => on(filter, replay::agent),
+        M::ReplayConversation => on(filter, replay::conversation),
+        M::LoginCreate => on(filter, web::new_login),
+        M::LoginShow => on(filter, web::whoami),
+        M::LoginEnd => on(filter, web::logout),
+    }
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
@@ -207,8 +224,4 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
     }))
 }
 
-#[derive(Deserialize)]
-struct AfterQuery {
-    after: Option<u64>,
-    limit: Option<usize>,
-}
+use relay_protocol::api::AfterQuery;

@@ -4,20 +4,15 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use relay_protocol::api::ReplayQuery;
 use relay_protocol::replay::{AgentReplay, ConversationReplay, TurnReplay};
-use serde::Deserialize;
 
 use super::{ApiResult, ApiState};
-
-#[derive(Deserialize)]
-pub(super) struct FromSeq {
-    from_seq: Option<u64>,
-}
 
 pub(super) async fn flight(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<FromSeq>,
+    Query(q): Query<ReplayQuery>,
 ) -> ApiResult<TurnReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(crate::replay::flight(&s.broker, id, from).await?))
@@ -26,7 +21,7 @@ pub(super) async fn flight(
 pub(super) async fn agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
-    Query(q): Query<FromSeq>,
+    Query(q): Query<ReplayQuery>,
 ) -> ApiResult<AgentReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(crate::replay::agent(&s.broker, name, from).await?))
@@ -35,7 +30,7 @@ pub(super) async fn agent(
 pub(super) async fn conversation(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<FromSeq>,
+    Query(q): Query<ReplayQuery>,
 ) -> ApiResult<ConversationReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(

@@ -1,26 +1,27 @@
 //! The dashboard: its page, embedded in the binary, and how a browser logs in to it.
 //!
-//! The page (`broker/web/`: HTML, one script, one style sheet) is compiled in with
-//! `include_str!`: `relay up` serves it from its loopback address, with no web server
-//! or CDN beside it, offline. It is plain JavaScript over the API: the fleet watch
-//! (`GET /v1/watch?fleet=true`), a flight's watch, the approvals, the replays.
+//! The page (`broker/web/`: HTML, one script and the module it imports, one style
+//! sheet) is compiled in with `include_str!`: `relay up` serves it from its loopback
+//! address, with no web server or CDN beside it, offline. It is plain JavaScript over
+//! the API: the fleet watch, a flight's watch, the approvals, the replays, by the routes of `api.gen.js`
+//! (generated from the method table, `relay_protocol::methods`).
 //!
 //! ## Logging in
 //!
 //! A browser never sees the API token. `relay open` (the operator's token) asks
 //! `POST /v1/login` for a one-time code, valid for [`CODE_LIFETIME`], and opens
-//! `/login?code=CODE`. That route spends the code and answers `303 /` with a session
+//! `/login?code=CODE`. That route spends the code and answers `303 /` with a login
 //! cookie: random, `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's
-//! page sends it), named after the port (`relay_session_7777`: cookies are per host,
+//! page sends it), named after the port (`relay_login_7777`: cookies are per host,
 //! not per port, and two brokers on one host must not log each other out). The URL the
 //! page keeps is `/`: no token or code in its history, and a code read from a shell's
-//! history is spent. Sessions live in memory: they end with the process (the page then
+//! history is spent. Logins live in memory: they end with the process (the page then
 //! says to run `relay open` again) or with `POST /v1/logout`.
 //!
 //! The cookie stands for the operator on every `/v1` route, with two limits: a request
 //! that is not a `GET` must carry `X-Relay-Dashboard: 1`, a header no cross-site form
 //! or simple request can set (a second guard against request forgery after
-//! `SameSite`), and an approval it decides is recorded as decided by the session's
+//! `SameSite`), and an approval it decides is recorded as decided by the login's
 //! name (`alice@dashboard`), whatever the body says.
 //!
 //! Every answer of the page carries a Content-Security-Policy that allows only the
@@ -36,7 +37,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use relay_protocol::api::{ErrorCode, LoginLink, LoginRequest, SessionInfo};
+use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink, LoginRequest};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiResult, ApiState, HttpError, Principal};
@@ -45,9 +46,9 @@ use super::{ApiJson, ApiResult, ApiState, HttpError, Principal};
 pub const CODE_LIFETIME: Duration = Duration::from_secs(120);
 /// Login links not yet used, at most (the oldest goes first).
 const MAX_CODES: usize = 64;
-/// Sessions at most (the oldest goes first).
-const MAX_SESSIONS: usize = 256;
-/// The header a dashboard session's writes carry.
+/// Logins at most (the oldest goes first).
+const MAX_LOGINS: usize = 256;
+/// The header a dashboard login's writes carry.
 pub const DASHBOARD_HEADER: &str = "x-relay-dashboard";
 
 /// The page's files: path, content type, text.
@@ -61,6 +62,12 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "/app.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/app.js"),
+    ),
+    (
+        // The method table's routes and enum names, generated (relay_protocol::methods::js).
+        "/api.gen.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/api.gen.js"),
     ),
     (
         "/app.css",
@@ -79,31 +86,31 @@ connect-src 'self'; manifest-src 'self'; frame-ancestors 'none'; base-uri 'none'
 
 /// A browser logged in through a login link.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebSession {
+pub struct Login {
     pub name: String,
 }
 
-impl WebSession {
+impl Login {
     /// Who its decisions are recorded as.
     pub fn decided_by(&self) -> String {
         relay_protocol::domain::decider::dashboard(&self.name)
     }
 }
 
-/// The login codes and sessions of one broker (in memory).
+/// The login codes and logins of one broker (in memory).
 pub struct WebAuth {
     /// `http://127.0.0.1:PORT`
     origin: String,
     cookie: String,
-    state: Mutex<Logins>,
+    state: Mutex<LoginTable>,
 }
 
 #[derive(Default)]
-struct Logins {
+struct LoginTable {
     /// code -> (who, when it was made)
     codes: HashMap<String, (String, Instant)>,
-    /// session id -> (session, when it was made)
-    sessions: HashMap<String, (WebSession, Instant)>,
+    /// login id -> (login, when it was made)
+    logins: HashMap<String, (Login, Instant)>,
 }
 
 /// Removes the oldest entry of `map` while it holds `max` or more.
@@ -131,12 +138,12 @@ impl WebAuth {
         let port = origin.rsplit(':').next().unwrap_or("0");
         WebAuth {
             origin: origin.trim_end_matches('/').to_string(),
-            cookie: format!("relay_session_{port}"),
-            state: Mutex::new(Logins::default()),
+            cookie: format!("relay_login_{port}"),
+            state: Mutex::new(LoginTable::default()),
         }
     }
 
-    fn logins(&self) -> MutexGuard<'_, Logins> {
+    fn logins(&self) -> MutexGuard<'_, LoginTable> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -152,7 +159,7 @@ impl WebAuth {
         code
     }
 
-    /// Spends `code`: the new session's id, if the code was good.
+    /// Spends `code`: the new login's id, if the code was good.
     fn spend(&self, code: &str) -> Option<String> {
         let mut logins = self.logins();
         let (name, made) = logins.codes.remove(code)?;
@@ -160,22 +167,22 @@ impl WebAuth {
             return None;
         }
         let id = random_id();
-        make_room(&mut logins.sessions, MAX_SESSIONS, |(_, made)| *made);
+        make_room(&mut logins.logins, MAX_LOGINS, |(_, made)| *made);
         logins
-            .sessions
-            .insert(id.clone(), (WebSession { name }, Instant::now()));
+            .logins
+            .insert(id.clone(), (Login { name }, Instant::now()));
         Some(id)
     }
 
-    /// The session the request's cookie names, if any.
-    pub fn session(&self, headers: &HeaderMap) -> Option<WebSession> {
+    /// The login the request's cookie names, if any.
+    pub fn login(&self, headers: &HeaderMap) -> Option<Login> {
         let id = self.cookie_value(headers)?;
-        self.logins().sessions.get(id).map(|(s, _)| s.clone())
+        self.logins().logins.get(id).map(|(s, _)| s.clone())
     }
 
     fn end(&self, headers: &HeaderMap) {
         if let Some(id) = self.cookie_value(headers) {
-            self.logins().sessions.remove(id);
+            self.logins().logins.remove(id);
         }
     }
 
@@ -202,7 +209,7 @@ impl WebAuth {
     }
 }
 
-/// The page's routes (no bearer token: they take the session cookie, or a login code).
+/// The page's routes (no bearer token: they take the login cookie, or a login code).
 pub(super) fn routes() -> Router<ApiState> {
     let mut router = Router::new().route("/login", get(login));
     for (path, _, _) in ASSETS {
@@ -252,7 +259,7 @@ async fn asset(State(s): State<ApiState>, uri: axum::http::Uri, headers: HeaderM
         return StatusCode::NOT_FOUND.into_response();
     };
     // The style sheet is public: the notice pages use it.
-    if uri.path() != "/app.css" && s.web.session(&headers).is_none() {
+    if uri.path() != "/app.css" && s.web.login(&headers).is_none() {
         return notice(
             StatusCode::UNAUTHORIZED,
             "Relay: not logged in",
@@ -290,23 +297,23 @@ async fn login(State(s): State<ApiState>, Query(q): Query<LoginQuery>) -> Respon
 }
 
 /// `POST /v1/login`: a one-time login link (the operator's token only: a dashboard
-/// session or an agent cannot make one).
+/// login or an agent cannot make one).
 pub(super) async fn new_login(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
-    session: Option<Extension<WebSession>>,
+    login: Option<Extension<Login>>,
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<LoginLink> {
-    if principal != Principal::Operator || session.is_some() {
+    if principal != Principal::Operator || login.is_some() {
         return Err(HttpError::new(
             ErrorCode::Unauthorized,
-            "a login link takes the operator's token (api.json), not a dashboard session's or an agent's",
+            "a login link takes the operator's token (api.json), not a dashboard login's or an agent's",
         ));
     }
     let name = req.name.unwrap_or_else(|| "operator".into());
-    let session = WebSession { name };
-    crate::ops::check_client_decider(&session.decided_by(), crate::ops::Via::Dashboard)?;
-    let code = s.web.issue(session.name);
+    let login = Login { name };
+    crate::ops::check_client_decider(&login.decided_by(), crate::ops::Via::Dashboard)?;
+    let code = s.web.issue(login.name);
     Ok(Json(LoginLink {
         url: format!("{}/login?code={code}", s.web.origin),
         dashboard: format!("{}/", s.web.origin),
@@ -314,23 +321,23 @@ pub(super) async fn new_login(
     }))
 }
 
-/// `GET /v1/session`: who is calling.
+/// `GET /v1/login`: who is calling.
 pub(super) async fn whoami(
     Extension(principal): Extension<Principal>,
-    session: Option<Extension<WebSession>>,
-) -> ApiResult<SessionInfo> {
-    Ok(Json(match (session, principal) {
-        (Some(Extension(web)), _) => SessionInfo {
+    login: Option<Extension<Login>>,
+) -> ApiResult<LoginInfo> {
+    Ok(Json(match (login, principal) {
+        (Some(Extension(web)), _) => LoginInfo {
             decided_by: web.decided_by(),
             name: web.name,
             via: "dashboard".into(),
         },
-        (None, Principal::Operator) => SessionInfo {
+        (None, Principal::Operator) => LoginInfo {
             name: "operator".into(),
             decided_by: "operator".into(),
             via: "operator".into(),
         },
-        (None, Principal::Agent(name)) => SessionInfo {
+        (None, Principal::Agent(name)) => LoginInfo {
             decided_by: name.clone(),
             name,
             via: "agent".into(),
@@ -338,7 +345,7 @@ pub(super) async fn whoami(
     }))
 }
 
-/// `POST /v1/logout`: ends the cookie's session.
+/// `POST /v1/logout`: ends the cookie's login.
 pub(super) async fn logout(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     s.web.end(&headers);
     (
@@ -368,32 +375,32 @@ mod tests {
         assert_eq!(web.spend(&code), None, "a code works once");
         assert_eq!(web.spend("nope"), None);
         let cookie = web.set_cookie(&id);
-        assert!(cookie.starts_with(&format!("relay_session_7777={id};")));
+        assert!(cookie.starts_with(&format!("relay_login_7777={id};")));
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        let session = web.session(&with_cookie(&format!("x=1; relay_session_7777={id}")));
-        assert_eq!(session.unwrap().decided_by(), "alice@dashboard");
+        let login = web.login(&with_cookie(&format!("x=1; relay_login_7777={id}")));
+        assert_eq!(login.unwrap().decided_by(), "alice@dashboard");
         assert_eq!(
-            web.session(&with_cookie(&format!("relay_session_8888={id}"))),
+            web.login(&with_cookie(&format!("relay_login_8888={id}"))),
             None
         );
-        assert_eq!(web.session(&with_cookie("relay_session_7777=forged")), None);
-        web.end(&with_cookie(&format!("relay_session_7777={id}")));
+        assert_eq!(web.login(&with_cookie("relay_login_7777=forged")), None);
+        web.end(&with_cookie(&format!("relay_login_7777={id}")));
         assert_eq!(
-            web.session(&with_cookie(&format!("relay_session_7777={id}"))),
+            web.login(&with_cookie(&format!("relay_login_7777={id}"))),
             None
         );
     }
 
     #[test]
-    fn codes_and_sessions_are_bounded() {
+    fn codes_and_logins_are_bounded() {
         let web = WebAuth::new("http://127.0.0.1:1");
         let codes: Vec<String> = (0..MAX_CODES + 5).map(|_| web.issue("a".into())).collect();
         assert_eq!(web.logins().codes.len(), MAX_CODES);
         assert_eq!(web.spend(&codes[0]), None, "the oldest code went first");
-        for _ in 0..MAX_SESSIONS + 3 {
+        for _ in 0..MAX_LOGINS + 3 {
             let code = web.issue("a".into());
             web.spend(&code).unwrap();
         }
-        assert_eq!(web.logins().sessions.len(), MAX_SESSIONS);
+        assert_eq!(web.logins().logins.len(), MAX_LOGINS);
     }
 }

@@ -11,14 +11,15 @@ use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody};
 use relay_protocol::bus::{
-    json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE,
-    SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
+    json_type_name, subjects, type_name, ApproveCommand, InterruptCommand, InvokeCommand,
+    SteerCommand, BUS_ACTOR, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE,
+    TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::convert::{self, ProtoEnum};
-use relay_protocol::domain::{Action, ApprovalDecision, InvokeRequest, PostMessage};
+use relay_protocol::domain::{ApprovalDecision, PostMessage};
+use relay_protocol::methods::{self, MethodId};
 use relay_protocol::pb;
 use relay_protocol::watch::{CatchUp, Scope, SnapshotReply, View, WatchRequest};
-use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -91,12 +92,10 @@ impl Service {
             let Some(reply) = msg.reply.clone() else {
                 continue; // a publish without a reply subject: nobody to answer
             };
-            let reply_to = if subjects::invoke_target(&msg.subject).is_some() {
-                ReplyTo::Invoke
-            } else if msg.subject.as_str() == subjects::CMD_SNAPSHOT {
-                ReplyTo::Snapshot
-            } else {
-                ReplyTo::Command
+            let reply_to = match methods::by_subject(&msg.subject).map(|(m, _)| m.id) {
+                Some(MethodId::Invoke) => ReplyTo::Invoke,
+                Some(MethodId::Watch) => ReplyTo::Snapshot,
+                _ => ReplyTo::Command,
             };
             let form = Form {
                 json: is_json(&msg) || reply_to == ReplyTo::Snapshot,
@@ -204,20 +203,26 @@ impl Service {
             });
         }
         let subject = msg.subject.as_str();
-        if let Some(agent) = subjects::invoke_target(subject) {
-            let req = if json {
-                let body: InvokeJson = from_json(&msg.payload)?;
-                body.into_request(agent)
-            } else {
-                let r: pb::InvokeRequest = from_pb(msg)?;
-                convert::invoke_request_from_pb(agent, &r)
-                    .map_err(|e| BrokerError::Invalid(e.to_string()))?
-            };
-            return Ok(Answer::Invoked(self.broker.invoke(req).await?));
-        }
+        // The method table names the method each subject serves.
+        let Some((method, param)) = methods::by_subject(subject) else {
+            return Err(BrokerError::Invalid(format!(
+                "no such request subject {}",
+                quote(subject)
+            )));
+        };
         let control = self.control.as_ref();
-        match subject {
-            subjects::CMD_POST => {
+        match method.id {
+            MethodId::Invoke => {
+                let req = if json {
+                    from_json::<InvokeCommand>(&msg.payload)?.into_request(param)
+                } else {
+                    let r: pb::InvokeRequest = from_pb(msg)?;
+                    convert::invoke_request_from_pb(param, &r)
+                        .map_err(|e| BrokerError::Invalid(e.to_string()))?
+                };
+                Ok(Answer::Invoked(self.broker.invoke(req).await?))
+            }
+            MethodId::MessagePost => {
                 let post: PostMessage = if json {
                     from_json(&msg.payload)?
                 } else {
@@ -226,9 +231,9 @@ impl Service {
                 };
                 Ok(Answer::Posted(self.broker.post_message(post).await?))
             }
-            subjects::CMD_STEER => {
+            MethodId::FlightSteer => {
                 let (flight, text) = if json {
-                    let b: SteerJson = from_json(&msg.payload)?;
+                    let b: SteerCommand = from_json(&msg.payload)?;
                     (b.flight, b.text)
                 } else {
                     let r: pb::SteerRequest = from_pb(msg)?;
@@ -238,9 +243,9 @@ impl Service {
                     crate::ops::steer(&self.broker, control, &flight, text).await?,
                 ))
             }
-            subjects::CMD_INTERRUPT => {
+            MethodId::FlightInterrupt => {
                 let flight = if json {
-                    from_json::<InterruptJson>(&msg.payload)?.flight
+                    from_json::<InterruptCommand>(&msg.payload)?.flight
                 } else {
                     from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
@@ -248,16 +253,16 @@ impl Service {
                     crate::ops::interrupt(&self.broker, control, &flight).await?,
                 ))
             }
-            subjects::CMD_APPROVE => {
+            MethodId::ApprovalDecide => {
                 let (id, decision, by) = if json {
-                    let b: ApproveJson = from_json(&msg.payload)?;
+                    let b: ApproveCommand = from_json(&msg.payload)?;
                     (b.approval, b.decision, b.decided_by)
                 } else {
                     let r: pb::ApproveRequest = from_pb(msg)?;
                     let d = ApprovalDecision::from_pb(r.decision)
                         .map_err(|e| BrokerError::Invalid(e.to_string()))?;
                     let by = if r.decided_by.is_empty() {
-                        "nats".to_string()
+                        BUS_ACTOR.to_string()
                     } else {
                         r.decided_by
                     };
@@ -275,7 +280,7 @@ impl Service {
                     .await?,
                 ))
             }
-            subjects::CMD_SNAPSHOT => {
+            MethodId::Watch => {
                 let req: WatchRequest = from_json(&msg.payload)?;
                 let scope = req.scope().map_err(BrokerError::Invalid)?;
                 if req.after.is_some() {
@@ -285,9 +290,12 @@ impl Service {
                 }
                 Ok(Answer::Snapshot(Box::new(self.snapshot(scope).await?)))
             }
+            // The table gives no other method a subject.
             other => Err(BrokerError::Invalid(format!(
-                "no such request subject {}",
-                quote(other)
+                "{} is not served on the bus (use {} {})",
+                other.method().name,
+                other.method().verb.as_str(),
+                other.method().route
             ))),
         }
     }
@@ -366,58 +374,6 @@ fn from_pb<T: prost::Name + Default>(msg: &NatsMessage) -> Result<T, BrokerError
     }
     T::decode(msg.payload.as_ref())
         .map_err(|e| BrokerError::Invalid(format!("the payload is not a valid {expected}: {e}")))
-}
-
-#[derive(Deserialize)]
-struct InvokeJson {
-    task: String,
-    #[serde(default)]
-    requester: Option<String>,
-    #[serde(default)]
-    action: Action,
-    #[serde(default)]
-    conversation: Option<String>,
-    #[serde(default)]
-    parent_flight: Option<String>,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
-}
-
-impl InvokeJson {
-    fn into_request(self, agent: &str) -> InvokeRequest {
-        InvokeRequest {
-            target: agent.to_string(),
-            task: self.task,
-            requester: self.requester.unwrap_or_else(|| "nats".into()),
-            action: self.action,
-            conversation: self.conversation,
-            parent_flight: self.parent_flight,
-            timeout_ms: self.timeout_ms,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct SteerJson {
-    flight: String,
-    text: String,
-}
-
-#[derive(Deserialize)]
-struct InterruptJson {
-    flight: String,
-}
-
-#[derive(Deserialize)]
-struct ApproveJson {
-    approval: String,
-    decision: ApprovalDecision,
-    #[serde(default = "nats_actor")]
-    decided_by: String,
-}
-
-fn nats_actor() -> String {
-    "nats".into()
 }
 
 /// How a request is answered: in JSON or protobuf, as an invoke, a command or a

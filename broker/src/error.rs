@@ -81,7 +81,7 @@ pub enum BrokerError {
     Storage(#[from] sled::Error),
     /// The storage thread failed a job (a flush failed, or it is gone).
     #[error("storage: {0}")]
-    StorageThread(#[from] relay_runtime::storage::StorageError),
+    StorageThread(#[from] relay_infra::storage::StorageError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("json: {0}")]

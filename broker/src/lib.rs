@@ -25,7 +25,7 @@
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
 //! applies the rules, writes events and projections in one transaction, flushes, and
 //! then answers and publishes the events. The transaction and the flush run on the
-//! process's storage thread ([`relay_runtime::storage`]); reads run on the blocking pool
+//! process's storage thread ([`relay_infra::storage`]); reads run on the blocking pool
 //! ([`Store::read`]), so no async worker ever waits on sled.
 //!
 //! Modules depend one way, each only on the layers above it:

@@ -26,13 +26,13 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream, AckKind};
 use futures::StreamExt;
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::api::{ControlAnswer, ErrorBody, ErrorCode};
 use relay_protocol::bus::{
     subjects, CONTENT_TYPE_HEADER, DISPATCH_TYPE, REPORT_TYPE, SEALED_CONTENT_TYPE, TYPE_HEADER,
 };
 use relay_protocol::domain::{FlightChange, FlightState};
 use relay_protocol::runtime::{Control, Dispatch, Report};
-use relay_runtime::retry::{self, Retryable};
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -183,7 +183,7 @@ pub struct NodeConfig {
 /// on the broker's host.
 pub async fn read_key(key_file: &Path, name: &str) -> anyhow::Result<NodeKey> {
     let path = key_file.to_path_buf();
-    let key = relay_runtime::storage::read(move || crate::files::read_key(&path)).await??;
+    let key = relay_infra::storage::read(move || crate::files::read_key(&path)).await??;
     let Some(key) = key else {
         anyhow::bail!(
             "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
@@ -236,7 +236,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =
-        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
+        relay_infra::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
     let forward_stop = CancellationToken::new();
     let forwarder = tokio::spawn(forward_reports(

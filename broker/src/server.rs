@@ -14,7 +14,7 @@ use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::{AgentTokens, BusKey, NodeKey};
 use crate::store::Store;
-use relay_runtime::retry::{self, Retryable};
+use relay_infra::retry::{self, Retryable};
 use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig};
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +59,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     }
     crate::files::private_dir(&config.data_dir)?;
     let path = config.data_dir.join("db");
-    let store = relay_runtime::storage::read(move || Store::open(&path)).await??;
+    let store = relay_infra::storage::read(move || Store::open(&path)).await??;
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
     // must still be committed.
     let writer_stop = CancellationToken::new();
@@ -100,7 +100,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =
-        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
+        relay_infra::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let notifier = config
         .notify_command
         .as_deref()
@@ -114,7 +114,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         plane.expect_nats();
         let key_path = config.data_dir.join(BUS_KEY_FILE);
         let bus_key = BusKey::new(
-            relay_runtime::storage::read(move || crate::files::read_or_create_key(&key_path))
+            relay_infra::storage::read(move || crate::files::read_or_create_key(&key_path))
                 .await??,
         );
         let tracker = crate::nats::Tracker::new(&nats.url);

@@ -1115,7 +1115,7 @@ fn store_scan_live(store: &Store) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answered() {
     use relay_broker::{Command, Outcome};
-    use relay_runtime::storage::Storage;
+    use relay_infra::storage::Storage;
     let b = broker().await;
     b.register_agent(spec("a1")).await.unwrap();
     let f = b.invoke(invoke("a1")).await.unwrap().flight;

@@ -8,7 +8,7 @@
 //! transaction (each rule emits events; each event gets the next global seq, goes into
 //! the log and is applied to the projections), flushes once, and only then answers the
 //! callers and publishes the events. The transaction and the flush run on the process's
-//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is
+//! storage thread ([`relay_infra::storage`]), never on an async worker. So nothing is
 //! acknowledged or published before it is on disk, and a burst of N commands costs one
 //! disk flush, not N (group commit).
 //!

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::api::NatsStatus;
 use relay_protocol::bus::subjects;
 use relay_protocol::clock::now_ms;
-use relay_runtime::retry::{self, Retryable};
 use tokio_util::sync::CancellationToken;
 
 /// How long the flight stream remembers `Nats-Msg-Id`s to drop a re-published update.

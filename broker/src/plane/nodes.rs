@@ -1,10 +1,10 @@
 //! Nodes over NATS: attaching the bus (a dispatcher sending flights of remote agents in
 //! order) and consuming node reports from JetStream, each applied at most once.
 
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::bus::subjects;
 use relay_protocol::domain::FlightState;
 use relay_protocol::runtime::{Dispatch, Report};
-use relay_runtime::retry::{self, Retryable};
 use tokio::sync::mpsc;
 
 use super::reports::{Pending, PENDING_REPLIES};

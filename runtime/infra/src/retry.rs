@@ -4,7 +4,7 @@
 //! try in flight.
 //!
 //! ```ignore
-//! use relay_runtime::retry::{self, Retryable};
+//! use relay_infra::retry::{self, Retryable};
 //!
 //! const BACKOFF: retry::ExponentialBuilder = retry::forever(MS_50, SECS_2);
 //!

@@ -13,8 +13,8 @@
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
 //!   the NATS bus (commands, events and flight updates).
 //! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
-//!   (dispatches, reports, controls over JetStream) and `relay node`, a runtime on
-//!   another host.
+//!   ([`node::wire`]: dispatches, reports, controls over JetStream, what both sides
+//!   speak) and the node process (`relay node`, a runtime on another host).
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
 //!   and drained; [`shutdown`]: the signals that stop them.
 //! - [`alerts`]: an approval waiting for a person runs the user's notify command, and
@@ -34,7 +34,7 @@
 //! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
 //!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
-//!    `node`, implementing the ports);
+//!    `node::wire` only, implementing the ports);
 //! 4. `server`, which wires them together.
 //!
 //! `broker` and `plane` are directories with a file per concern (`broker/`: the handle,

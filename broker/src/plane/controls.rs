@@ -36,7 +36,7 @@ impl Plane {
                             "node {node:?} is only reachable over NATS, and this broker has none"
                         ))
                     })?;
-                    crate::node::send_control(&client, &key, &node, &control).await
+                    crate::node::wire::send_control(&client, &key, &node, &control).await
                 }
                 None => this.runtime.control(control).await.map_err(runtime_error),
             }

@@ -4,7 +4,7 @@
 use relay_infra::retry::{self, Retryable};
 use relay_protocol::bus::subjects;
 use relay_protocol::domain::FlightState;
-use relay_protocol::runtime::{Dispatch, Report};
+use relay_protocol::runtime::Dispatch;
 use tokio::sync::mpsc;
 
 use super::reports::{Pending, PENDING_REPLIES};
@@ -25,7 +25,7 @@ impl Plane {
     /// queued for them before this (at start) are sent now.
     pub async fn attach_nats(&self, client: async_nats::Client, key: BusKey) -> anyhow::Result<()> {
         let js = async_nats::jetstream::new(client.clone());
-        crate::node::ensure_streams(&js).await?;
+        crate::node::wire::ensure_streams(&js).await?;
         if self.nats.get().is_some() {
             // Attached already (a retried bring-up): one dispatcher, one report reader.
             return Ok(());
@@ -38,7 +38,7 @@ impl Plane {
             let never = tokio_util::sync::CancellationToken::new();
             while let Some((node, d)) = outbox.recv().await {
                 if let Err(e) =
-                    crate::node::send_dispatch(&sender, &sealing, &node, &d, &never).await
+                    crate::node::wire::send_dispatch(&sender, &sealing, &node, &d, &never).await
                 {
                     tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
                 }
@@ -115,16 +115,9 @@ impl Plane {
                     continue;
                 }
             };
-            let node = subjects::report_node(msg.subject.as_str())
-                .unwrap_or("")
-                .to_string();
-            // Only the node itself holds the key its reports are sealed with.
-            let report: Report = match key
-                .node(&node)
-                .open(msg.subject.as_str(), &msg.payload)
-                .map_err(|e| e.to_string())
-                .and_then(|plain| serde_json::from_slice(&plain).map_err(|e| e.to_string()))
-            {
+            let (node, report) =
+                crate::node::wire::open_report(&key, msg.subject.as_str(), &msg.payload);
+            let report = match report {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(subject = %msg.subject, "node report dropped: {e}");

@@ -22,6 +22,10 @@
 //! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
 //!   by all of the above.
 //!
+//! Errors are typed ([`error::BrokerError`] for commands, [`server::ServeError`] and
+//! [`node::NodeError`] for the processes, [`files::FileError`]): `anyhow` is only in the
+//! `relay` binary, which says them and picks the exit code.
+//!
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
 //! applies the rules, writes events and projections in one transaction, flushes, and
 //! then answers and publishes the events. The transaction and the flush run on the

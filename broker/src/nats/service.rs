@@ -71,7 +71,10 @@ impl Service {
     }
 
     /// Serves the request subjects until `shutdown` fires.
-    pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn serve(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), async_nats::SubscribeError> {
         let mut invoke = self
             .client
             .queue_subscribe(subjects::INVOKE_ALL, QUEUE_GROUP.into())

@@ -32,4 +32,4 @@
 mod process;
 pub mod wire;
 
-pub use process::{read_key, run, NodeConfig};
+pub use process::{read_key, run, NodeConfig, NodeError};

@@ -19,8 +19,41 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::wire;
+use crate::error::BrokerError;
+use crate::files::FileError;
 use crate::nats::NatsConfig;
 use crate::seal::NodeKey;
+
+/// Why `relay node` could not start or stopped in error. The CLI says it and exits.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("node name {0:?} is not valid: use letters, digits, '-' or '_'")]
+    InvalidName(String),
+    /// `relay node-key` has not been run for this node, or its file is elsewhere.
+    #[error("no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again", .key_file.display(), .name)]
+    NoKey { key_file: PathBuf, name: String },
+    #[error(transparent)]
+    Files(#[from] FileError),
+    #[error(transparent)]
+    Storage(#[from] relay_infra::storage::StorageError),
+    #[error(transparent)]
+    Runtime(#[from] relay_runtime::RuntimeError),
+    #[error(transparent)]
+    Connect(#[from] crate::nats::ConnectError),
+    #[error(transparent)]
+    Streams(#[from] jetstream::context::CreateStreamError),
+    #[error(transparent)]
+    Stream(#[from] jetstream::context::GetStreamError),
+    #[error(transparent)]
+    Consumer(#[from] jetstream::stream::ConsumerError),
+    #[error(transparent)]
+    Messages(#[from] jetstream::consumer::StreamError),
+    #[error(transparent)]
+    Subscribe(#[from] async_nats::SubscribeError),
+    /// A report could not be published (the node was stopped while it waited).
+    #[error(transparent)]
+    Report(#[from] BrokerError),
+}
 
 /// A delivered dispatch not acknowledged within this is delivered again (the node sends
 /// "in progress" while a turn is waking).
@@ -41,26 +74,22 @@ pub struct NodeConfig {
 
 /// The key of node `name` in `key_file`, where `relay node-key NAME --out FILE` wrote it
 /// on the broker's host.
-pub async fn read_key(key_file: &Path, name: &str) -> anyhow::Result<NodeKey> {
+pub async fn read_key(key_file: &Path, name: &str) -> Result<NodeKey, NodeError> {
     let path = key_file.to_path_buf();
     let key = relay_infra::storage::read(move || crate::files::read_key(&path)).await??;
     let Some(key) = key else {
-        anyhow::bail!(
-            "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
-            key_file.display(),
-            name
-        );
+        return Err(NodeError::NoKey {
+            key_file: key_file.to_path_buf(),
+            name: name.to_string(),
+        });
     };
     Ok(NodeKey::new(key))
 }
 
 /// `relay node`: runs the harness-session plane for the agents of `config.name`.
-pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     if !relay_protocol::domain::valid_agent_name(&config.name) {
-        anyhow::bail!(
-            "node name {:?} is not valid: use letters, digits, '-' or '_'",
-            config.name
-        );
+        return Err(NodeError::InvalidName(config.name));
     }
     crate::files::private_dir(&config.data_dir)?;
     let mut nats = config.nats.clone();
@@ -330,7 +359,7 @@ async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
         .map(|(i, _)| i)
 }
 
-fn write_ready(config: &NodeConfig) -> anyhow::Result<()> {
+fn write_ready(config: &NodeConfig) -> Result<(), FileError> {
     crate::files::write_private(
         &config.data_dir.join("node.json"),
         serde_json::json!({ "name": config.name, "pid": std::process::id() })

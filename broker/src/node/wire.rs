@@ -17,7 +17,9 @@ use crate::error::BrokerError;
 use crate::seal::{BusKey, NodeKey, Unsealed};
 
 /// Creates the dispatch and report streams if missing (both sides call this).
-pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
+pub async fn ensure_streams(
+    js: &jetstream::Context,
+) -> Result<(), jetstream::context::CreateStreamError> {
     for (name, subject) in [
         (subjects::DISPATCH_STREAM, subjects::DISPATCH_ALL),
         (subjects::REPORT_STREAM, subjects::REPORT_ALL),

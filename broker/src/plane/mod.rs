@@ -37,6 +37,8 @@ mod dispatch;
 mod nodes;
 mod reports;
 
+pub use nodes::AttachError;
+
 use reports::PENDING_REPLIES;
 
 /// Connects a broker to its embedded runtime.

@@ -12,6 +12,17 @@ use super::Plane;
 use crate::error::BrokerError;
 use crate::seal::BusKey;
 
+/// Why the plane could not be connected to NATS ([`Plane::attach_nats`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The dispatch and report streams could not be made.
+    #[error(transparent)]
+    Streams(#[from] async_nats::jetstream::context::CreateStreamError),
+    /// The flights waiting for NATS could not be read.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
 /// Dispatches for other nodes waiting to be sent.
 const REMOTE_DISPATCHES: usize = 4096;
 /// Waits between tries to open the node report stream.
@@ -23,7 +34,11 @@ const REPORTS_BACKOFF: retry::ExponentialBuilder = retry::forever(
 impl Plane {
     /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
     /// queued for them before this (at start) are sent now.
-    pub async fn attach_nats(&self, client: async_nats::Client, key: BusKey) -> anyhow::Result<()> {
+    pub async fn attach_nats(
+        &self,
+        client: async_nats::Client,
+        key: BusKey,
+    ) -> Result<(), AttachError> {
         let js = async_nats::jetstream::new(client.clone());
         crate::node::wire::ensure_streams(&js).await?;
         if self.nats.get().is_some() {

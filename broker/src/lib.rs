@@ -16,7 +16,8 @@
 //!   ([`node::wire`]: dispatches, reports, controls over JetStream, what both sides
 //!   speak) and the node process (`relay node`, a runtime on another host).
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
-//!   and drained; [`shutdown`]: the signals that stop them.
+//!   and drained; [`shutdown`]: the signals that stop them; [`tasks`]: every task the
+//!   broker spawns is owned by one, ended and waited for when its part stops.
 //! - [`alerts`]: an approval waiting for a person runs the user's notify command, and
 //!   its agent's timeout declines it (used by `plane`).
 //! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
@@ -34,7 +35,8 @@
 //!
 //! Modules depend one way, each only on the layers above it:
 //!
-//! 1. `error`, `files`, `seal`, `shutdown`, `policy`, `alerts`: no other module;
+//! 1. `error`, `files`, `seal`, `shutdown`, `tasks`, `policy`, `alerts` (on `tasks`): no
+//!    other module;
 //! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
 //!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
@@ -66,6 +68,7 @@ pub mod seal;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod tasks;
 pub mod watch;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};

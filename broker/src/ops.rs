@@ -104,7 +104,7 @@ pub async fn interrupt(
             )
             .await?
             .flight;
-        tokio::spawn(async move {
+        broker.tasks().spawn(async move {
             if let Err(e) = control.interrupt(flight).await {
                 tracing::debug!(error = %e, "runtime told of a cancelled queued flight");
             }

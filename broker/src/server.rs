@@ -186,7 +186,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
             Err(crate::nats::ConnectError::Stopped) => None,
             Err(e) => return Err(e.into()),
         };
-        bus = Some(tokio::spawn(run_bus(Bus {
+        bus = Some(broker.tasks().track(run_bus(Bus {
             client,
             key: bus_key,
             config: nats.clone(),
@@ -222,7 +222,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
     eprintln!("{}", banner(&url, &config.data_dir));
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
-    let server = tokio::spawn(crate::http::serve(
+    let server = broker.tasks().track(crate::http::serve(
         listener,
         app,
         config.http.clone(),
@@ -250,8 +250,11 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
     if let Err(e) = server.await {
         tracing::warn!(error = %e, "http server");
     }
+    let tasks = broker.tasks().clone();
     drop(broker);
     writer.await?;
+    // What is left (feeds, watches, answers to requests) ends with the writer.
+    tasks.stopped().await;
     if failed {
         return Err(ServeError::WriteFailed(config.data_dir.clone()));
     }

@@ -351,7 +351,7 @@ fn follow_scope(
 ) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
     let mut feed = crate::feed::follow(broker.clone(), from);
-    tokio::spawn(async move {
+    broker.tasks().spawn(async move {
         while let Some(item) = feed.recv().await {
             let keep = match &item {
                 Ok(event) => matches(&scope, event),

@@ -108,7 +108,7 @@ impl Service {
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
                     let this = self.clone();
-                    tokio::spawn(async move {
+                    self.broker.tasks().track(async move {
                         let answer = this.handle(&msg, form.json).await;
                         this.respond(reply, answer, form).await;
                         drop(permit);

@@ -23,6 +23,7 @@ use crate::error::BrokerError;
 use crate::files::FileError;
 use crate::nats::NatsConfig;
 use crate::seal::NodeKey;
+use crate::tasks::Tasks;
 
 /// Why `relay node` could not start or stopped in error. The CLI says it and exits.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +129,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         relay_infra::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
     let forward_stop = CancellationToken::new();
-    let forwarder = tokio::spawn(forward_reports(
+    // The node's tasks: the forwarder, and the answers to controls.
+    let tasks = Tasks::new(&forward_stop);
+    let forwarder = tasks.track(forward_reports(
         js.clone(),
         config.key.clone(),
         config.name.clone(),
@@ -196,7 +199,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
                 let runtime = runtime.clone();
                 let client = client.clone();
                 let key = config.key.clone();
-                tokio::spawn(async move {
+                tasks.track(async move {
                     let control = wire::open_control(&key, msg.subject.as_str(), &msg.payload);
                     let (answer, sealed) = match control {
                         Ok(c) => (
@@ -225,6 +228,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     // Let the last reports (turns failed by the shutdown) reach JetStream.
     let _ = tokio::time::timeout(Duration::from_secs(10), forwarder).await;
     forward_stop.cancel();
+    tasks.stopped().await;
     let _ = client.flush().await;
     Ok(())
 }

@@ -48,7 +48,7 @@ impl Plane {
         let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
         let sender = js.clone();
         let sealing = key.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             // One at a time, so two invocations of an agent reach its node in order.
             let never = tokio_util::sync::CancellationToken::new();
             while let Some((node, d)) = outbox.recv().await {
@@ -61,7 +61,7 @@ impl Plane {
         });
         let _ = self.remote.set(remote);
         let _ = self.nats.set((client, key.clone()));
-        tokio::spawn(self.clone().consume_node_reports(js, key));
+        self.tasks.spawn(self.clone().consume_node_reports(js, key));
         // Flights of remote agents still queued (made while NATS was not attached, or
         // before a restart): send them; JetStream and the node drop duplicates.
         let queued = self
@@ -114,7 +114,7 @@ impl Plane {
         let (acks, mut acks_rx) =
             mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
         let this = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some((pending, msg)) = acks_rx.recv().await {
                 this.settle_pending(pending).await;
                 if let Err(e) = msg.ack().await {

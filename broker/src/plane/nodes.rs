@@ -31,6 +31,12 @@ const REPORTS_BACKOFF: retry::ExponentialBuilder = retry::forever(
     std::time::Duration::from_secs(10),
 );
 
+/// Waits between tries to record a node report the broker refused (a full queue...).
+const SUBMIT_BACKOFF: retry::ExponentialBuilder = retry::forever(
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(100),
+);
+
 impl Plane {
     /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
     /// queued for them before this (at start) are sent now.
@@ -147,20 +153,19 @@ impl Plane {
                     None
                 }
             };
-            let pending = loop {
-                match self
-                    .submit_report_from(report.clone(), source.clone())
-                    .await
-                {
-                    Ok(p) => break Some(p),
-                    Err(BrokerError::ShuttingDown) => break None,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "node report not recorded; retrying");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    }
-                }
+            // Retried in place until it is recorded (never left for redelivery, see
+            // above), or the broker stops. Each try owns its copies: a future borrowing
+            // them is not `Send` to the compiler through backon's generic types.
+            let attempt = || {
+                let (this, report, source) = (self.clone(), report.clone(), source.clone());
+                async move { this.submit_report_from(report, source).await }
             };
-            let Some(pending) = pending else { return };
+            let submitted = attempt
+                .retry(SUBMIT_BACKOFF)
+                .when(|e| !matches!(e, BrokerError::ShuttingDown))
+                .notify(|e, _| tracing::warn!(error = %e, "node report not recorded; retrying"))
+                .await;
+            let Ok(pending) = submitted else { return };
             if acks.send((pending, msg)).await.is_err() {
                 return;
             }

@@ -42,7 +42,7 @@ static STORAGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 struct InProcess {
     api: ApiInfo,
     shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+    server: tokio::task::JoinHandle<Result<(), relay_broker::server::ServeError>>,
     _tmp: tempfile::TempDir,
 }
 

@@ -304,9 +304,7 @@ pub async fn resume(
 ) -> Result<mpsc::Receiver<Result<Arc<Event>, BrokerError>>, BrokerError> {
     let last = broker.last_seq();
     if after > last {
-        return Err(BrokerError::Invalid(format!(
-            "after {after} is past the log's last seq {last}: resume from the last event received"
-        )));
+        return Err(BrokerError::PastTheLog { after, last });
     }
     let check = scope.clone();
     let ended_before = broker

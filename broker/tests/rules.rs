@@ -213,7 +213,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     assert!(matches!(
         b.post_message(post(DEFAULT_CONVERSATION, "   ")).await,
-        Err(BrokerError::Invalid(_))
+        Err(BrokerError::BadInput(_))
     ));
     let mut reply = post(DEFAULT_CONVERSATION, "hi");
     reply.reply_to = Some("msg_missing".into());
@@ -231,7 +231,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     assert!(matches!(
         b.register_agent(spec("no spaces")).await,
-        Err(BrokerError::Invalid(_))
+        Err(BrokerError::BadInput(_))
     ));
     assert!(matches!(
         b.update_flight("flt_missing", to(Running)).await,
@@ -245,7 +245,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 type Expect = fn(&BrokerError) -> bool;
 
 fn invalid(e: &BrokerError) -> bool {
-    matches!(e, BrokerError::Invalid(_))
+    matches!(e, BrokerError::BadInput(_))
 }
 
 #[tokio::test]

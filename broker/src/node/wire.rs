@@ -13,7 +13,7 @@ use relay_protocol::bus::{
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::BrokerError;
+use crate::error::{BrokerError, NodeUnreachable};
 use crate::seal::{BusKey, NodeKey, Unsealed};
 
 /// Creates the dispatch and report streams if missing (both sides call this).
@@ -174,22 +174,29 @@ pub async fn send_control(
     let reply = client
         .request(subject, payload.into())
         .await
-        .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
+        .map_err(|error| NodeUnreachable::NoAnswer {
+            node: node.to_string(),
+            error,
+        })?;
     // Only the node can seal its answer: a plain one is a refusal (or not the node's).
     let Ok(answer) = key.node(node).open(reply.subject.as_str(), &reply.payload) else {
         let why = serde_json::from_slice::<ErrorBody>(&reply.payload)
             .map(|e| e.error.message)
             .unwrap_or_else(|_| "an answer not sealed by the node".into());
-        return Err(BrokerError::Unavailable(format!(
-            "node {node:?} refused the control: {why} (is its key the one `relay node-key` derives from this broker's bus key?)"
-        )));
+        return Err(NodeUnreachable::Refused {
+            node: node.to_string(),
+            why,
+        }
+        .into());
     };
     match serde_json::from_slice::<ControlAnswer>(&answer) {
         Ok(ControlAnswer::Done { .. }) => Ok(()),
         Ok(ControlAnswer::Refused(body)) => Err(BrokerError::Node(body.error)),
-        Err(e) => Err(BrokerError::Unavailable(format!(
-            "node {node:?} answered the control with something unreadable: {e}"
-        ))),
+        Err(error) => Err(NodeUnreachable::Unreadable {
+            node: node.to_string(),
+            error,
+        }
+        .into()),
     }
 }
 

@@ -35,8 +35,8 @@
 //!
 //! Modules depend one way, each only on the layers above it:
 //!
-//! 1. `error`, `files`, `seal`, `shutdown`, `tasks`, `policy`, `alerts` (on `tasks`): no
-//!    other module;
+//! 1. `error`, `files`, `seal`, `shutdown`, `tasks`, `policy`: no other module; `alerts`:
+//!    only `tasks`;
 //! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
 //!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on

@@ -9,11 +9,12 @@
 //!   escaped, [`relay_protocol::text::one_line`]) and `RELAY_DASHBOARD` (the page of
 //!   approvals). The approval's text only ever reaches the command as variables, never
 //!   as part of the command line. The command gets [`NOTIFY_DEADLINE`] to finish; then
-//!   its process group is killed. What it prints is logged.
+//!   its process group is killed (and at a shutdown, as the plane's tasks end). What it
+//!   prints is logged.
 //! - the agent's `--approval-timeout SECS` starts: an approval still pending after it is
 //!   declined, recorded as decided by `policy:timeout:<SECS>s`, like any decision (the
 //!   harness gets the answer first). Without one, an approval waits for a person until
-//!   its turn ends.
+//!   its turn ends. The timeout's task ends as soon as the approval is decided.
 //!
 //! Neither survives a restart of the broker, and neither needs to: a restart ends the
 //! turns that were waiting, and their approvals expire with them (`relay:restart`).
@@ -25,6 +26,9 @@ use std::time::Duration;
 
 use relay_protocol::domain::{truncate_bytes, Approval};
 use relay_protocol::text::one_line;
+use tokio_util::sync::CancellationToken;
+
+use crate::tasks::Tasks;
 
 /// How long the notify command may run.
 pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(60);
@@ -75,7 +79,7 @@ impl Notifier {
     }
 
     /// Runs the command for `approval` in the background, unless it ran for it already.
-    pub fn approval_waits(&self, approval: &Approval) {
+    pub fn approval_waits(&self, approval: &Approval, tasks: &Tasks) {
         let first = self
             .notified
             .lock()
@@ -104,12 +108,13 @@ impl Notifier {
             .process_group(0)
             .kill_on_drop(true);
         let id = approval.id.clone();
-        tokio::spawn(async move { run(cmd, &id).await });
+        let stop = tasks.stop_token().clone();
+        tasks.track(async move { run(cmd, &id, &stop).await });
     }
 }
 
 /// Runs the notify command to its end or its deadline, and logs how it went.
-async fn run(mut cmd: tokio::process::Command, approval: &str) {
+async fn run(mut cmd: tokio::process::Command, approval: &str, stop: &CancellationToken) {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -118,7 +123,13 @@ async fn run(mut cmd: tokio::process::Command, approval: &str) {
         }
     };
     let group = child.id();
-    match tokio::time::timeout(NOTIFY_DEADLINE, child.wait_with_output()).await {
+    let waited = tokio::select! {
+        waited = tokio::time::timeout(NOTIFY_DEADLINE, child.wait_with_output()) => {
+            waited.map_err(|_| "at its deadline")
+        }
+        _ = stop.cancelled() => Err("at the shutdown"),
+    };
+    match waited {
         Ok(Ok(out)) => {
             let (stdout, stderr) = (logged(&out.stdout), logged(&out.stderr));
             if out.status.success() {
@@ -128,12 +139,12 @@ async fn run(mut cmd: tokio::process::Command, approval: &str) {
             }
         }
         Ok(Err(e)) => tracing::warn!(%approval, error = %e, "notify command"),
-        Err(_) => {
+        Err(when) => {
             // The shell is killed with its future; its children too, with the group.
             if let Some(pid) = group.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
                 let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
-            tracing::warn!(%approval, deadline = ?NOTIFY_DEADLINE, "notify command killed at its deadline");
+            tracing::warn!(%approval, deadline = ?NOTIFY_DEADLINE, "notify command killed {when}");
         }
     }
 }

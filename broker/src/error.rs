@@ -8,8 +8,25 @@ use relay_runtime::RuntimeError;
 /// the others will fail the same way again.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
+    /// Bad input the interfaces find before it reaches the domain (a malformed body).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A field of the request is not valid: the client fixes it and asks again.
+    #[error("invalid request: {0}")]
+    BadInput(BadInput),
+    /// A watch or feed asked to resume past the log's end: the client resumes from the
+    /// last event it received.
+    #[error("invalid request: after {after} is past the log's last seq {last}: resume from the last event received")]
+    PastTheLog { after: u64, last: u64 },
+    /// An approval asked by another agent than the one running its flight: refused.
+    #[error("invalid request: flight {flight} is not agent {agent:?}'s: an approval is asked by the agent running the flight")]
+    NotAgentsFlight { flight: String, agent: String },
+    /// A node reported what nodes do not send: refused, never applied.
+    #[error("invalid request: node {node:?} reported a command nodes do not send")]
+    NodeCommand { node: String },
+    /// A node reported on another node's agent: refused (its key speaks for it alone).
+    #[error("invalid request: node {node:?} may only report on its own agents, not {agent:?}")]
+    NotNodesAgent { node: String, agent: String },
     #[error("{what} is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {
         what: &'static str,
@@ -57,6 +74,16 @@ pub enum BrokerError {
     },
     #[error("{0}")]
     Unavailable(String),
+    /// This broker has no runtime to steer, interrupt or wake with: nothing to retry.
+    #[error("no runtime serves this broker")]
+    NoRuntime,
+    /// The node serving an agent could not be reached with a control: retry once it is.
+    #[error("{0}")]
+    NodeUnreachable(NodeUnreachable),
+    /// The runtime refused a control or failed it (the agent's session could not do it);
+    /// see [`runtime_error`].
+    #[error("{0}")]
+    Runtime(RuntimeError),
     #[error("invocation depth {depth} exceeds the limit of {limit}")]
     DepthLimit { depth: u32, limit: u32 },
     #[error(
@@ -81,7 +108,7 @@ pub enum BrokerError {
     Storage(#[from] sled::Error),
     /// The storage thread failed a job (a flush failed, or it is gone).
     #[error("storage: {0}")]
-    StorageThread(#[from] relay_runtime::storage::StorageError),
+    StorageThread(#[from] relay_infra::storage::StorageError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("json: {0}")]
@@ -120,7 +147,13 @@ impl BrokerError {
 
     pub fn code(&self) -> ErrorCode {
         match self {
-            BrokerError::Invalid(_) | BrokerError::Json(_) => ErrorCode::InvalidRequest,
+            BrokerError::Invalid(_)
+            | BrokerError::BadInput(_)
+            | BrokerError::PastTheLog { .. }
+            | BrokerError::NotAgentsFlight { .. }
+            | BrokerError::NodeCommand { .. }
+            | BrokerError::NotNodesAgent { .. }
+            | BrokerError::Json(_) => ErrorCode::InvalidRequest,
             BrokerError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
             BrokerError::UnknownAgent(_) => ErrorCode::UnknownAgent,
             BrokerError::UnknownConversation(_) => ErrorCode::UnknownConversation,
@@ -135,7 +168,11 @@ impl BrokerError {
             BrokerError::NoApprovalStep { .. } | BrokerError::AgentCheck { .. } => {
                 ErrorCode::InvalidRequest
             }
-            BrokerError::Unavailable(_) | BrokerError::ShuttingDown => ErrorCode::Unavailable,
+            BrokerError::Unavailable(_)
+            | BrokerError::NoRuntime
+            | BrokerError::NodeUnreachable(_)
+            | BrokerError::Runtime(_)
+            | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
@@ -188,7 +225,75 @@ pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
         | RuntimeError::Harness(_)
         | RuntimeError::Storage(_)
         | RuntimeError::Json(_)
-        | RuntimeError::StorageThread(_)) => BrokerError::Unavailable(e.to_string()),
+        | RuntimeError::StorageThread(_)) => BrokerError::Runtime(e),
+    }
+}
+
+/// What is wrong with a field of a request (the message after "invalid request: ").
+/// Client input is quoted with [`quote`].
+#[derive(Debug, thiserror::Error)]
+pub enum BadInput {
+    /// A text that must say something (`what`: "message body", "task", "agent's cwd"...).
+    #[error("the {0} is empty")]
+    Empty(&'static str),
+    /// A name of someone (`what`: "requester", "message author") out of 1 to 128 characters.
+    #[error("a {0} is 1 to 128 characters")]
+    Length(&'static str),
+    #[error("agent name {} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit", quote(.0))]
+    AgentName(String),
+    #[error("node name {} is not valid: use letters, digits, '-' or '_'", quote(.0))]
+    NodeName(String),
+    #[error("conversation id {}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)", quote(.0))]
+    ConversationId(String),
+    /// Its start (64 characters), as shown.
+    #[error("secret variable name {0:?} is not valid: 1 to 256 bytes, no '=' or NUL")]
+    SecretName(String),
+    #[error("decided_by {} is not valid: name who decides in 1 to 128 letters, digits or ._@:+-/", quote(.0))]
+    Decider(String),
+    /// One of Relay's own identities, which no client may decide as.
+    #[error("decided_by {} is not allowed: {why}; decide under your own name, or leave decided_by out", quote(.decided_by))]
+    ReservedDecider { decided_by: String, why: String },
+    #[error("agent {} runs {harness}: only a tmux agent has a pane", quote(.agent))]
+    PaneNotTmux { agent: String, harness: Harness },
+    /// What the spec says is wrong with its pane or the program it runs.
+    #[error("{0}")]
+    Pane(String),
+    #[error("agent {}: {error}", quote(.agent))]
+    ReadyPattern { agent: String, error: String },
+    /// What is wrong with the approval policy ([`crate::policy::validate`]).
+    #[error("{0}")]
+    Policy(String),
+}
+
+impl From<BadInput> for BrokerError {
+    fn from(e: BadInput) -> BrokerError {
+        BrokerError::BadInput(e)
+    }
+}
+
+/// Why a control could not reach the node serving an agent.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeUnreachable {
+    #[error("node {node:?} did not answer: {error}")]
+    NoAnswer {
+        node: String,
+        error: async_nats::RequestError,
+    },
+    /// A plain answer (only the node can seal one): a refusal, or not the node's.
+    #[error("node {node:?} refused the control: {why} (is its key the one `relay node-key` derives from this broker's bus key?)")]
+    Refused { node: String, why: String },
+    #[error("node {node:?} answered the control with something unreadable: {error}")]
+    Unreadable {
+        node: String,
+        error: serde_json::Error,
+    },
+    #[error("node {node:?} is only reachable over NATS, and this broker has none")]
+    NoNats { node: String },
+}
+
+impl From<NodeUnreachable> for BrokerError {
+    fn from(e: NodeUnreachable) -> BrokerError {
+        BrokerError::NodeUnreachable(e)
     }
 }
 

@@ -17,7 +17,8 @@ const CATCH_UP_PAGE: usize = 1024;
 /// dropped or the broker stops.
 pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(async move {
+    let tasks = broker.tasks().clone();
+    tasks.spawn(async move {
         // Subscribe before reading the log, so nothing published meanwhile is missed.
         let mut live = broker.subscribe();
         let mut cursor = after;
@@ -79,7 +80,8 @@ pub fn follow_flight(
 ) -> mpsc::Receiver<Result<relay_protocol::domain::FlightUpdate, BrokerError>> {
     use relay_protocol::event::EventBody;
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(async move {
+    let tasks = broker.tasks().clone();
+    tasks.spawn(async move {
         // Follow the live feed from here; what came before is read from the store.
         let published = broker.last_seq();
         let mut live = follow(broker.clone(), published);

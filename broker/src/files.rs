@@ -11,34 +11,58 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+/// Why a private file or directory could not be made, written or read: what was being
+/// done, and the system's error under it.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{doing}")]
+    Io {
+        doing: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} names no file", .0.display())]
+    NoFileName(PathBuf),
+    #[error("{} does not hold a key (64 hex digits)", .0.display())]
+    NotAKey(PathBuf),
+}
+
+/// `Err(FileError::Io)` saying what was being done, for `map_err`.
+fn doing(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> FileError {
+    move |source| FileError::Io {
+        doing: what(),
+        source,
+    }
+}
 
 /// Creates `dir` (and its parents) if missing and makes it 0700, even if it existed.
-pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+pub fn private_dir(dir: &Path) -> Result<(), FileError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .with_context(|| format!("cannot create data dir {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).with_context(|| {
+        .map_err(doing(|| {
+            format!("cannot create data dir {}", dir.display())
+        }))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(doing(|| {
         format!(
             "cannot make data dir {} private (mode 0700): is it yours?",
             dir.display()
         )
-    })
+    }))
 }
 
 /// Writes `bytes` to `path` with mode 0600, atomically and durably (see the module docs).
-pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let name = path
         .file_name()
-        .with_context(|| format!("{} names no file", path.display()))?;
+        .ok_or_else(|| FileError::NoFileName(path.to_path_buf()))?;
     let mut prefix = OsString::from(".");
     prefix.push(name);
     prefix.push(".");
@@ -53,24 +77,26 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
                 .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
                 .open(p)
         })
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+        .map_err(doing(|| {
+            format!("cannot create a temporary file in {}", dir.display())
+        }))?;
     tmp.write_all(bytes)
         .and_then(|()| tmp.as_file().sync_all())
-        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .with_context(|| format!("cannot rename a temporary file over {}", path.display()))?;
+        .map_err(doing(|| format!("cannot write {}", tmp.path().display())))?;
+    tmp.persist(path).map_err(|e| e.error).map_err(doing(|| {
+        format!("cannot rename a temporary file over {}", path.display())
+    }))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync directory {}", dir.display()))
+        .map_err(doing(|| format!("cannot sync directory {}", dir.display())))
 }
 
 /// Reads a 32-byte key written as hex; `None` if the file does not exist.
-pub fn read_key(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
+pub fn read_key(path: &Path) -> Result<Option<[u8; 32]>, FileError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) => return Err(doing(|| format!("cannot read {}", path.display()))(e)),
     };
     let text = text.trim();
     let mut key = [0u8; 32];
@@ -82,7 +108,7 @@ pub fn read_key(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
                 .is_some()
         });
     if !valid {
-        anyhow::bail!("{} does not hold a key (64 hex digits)", path.display());
+        return Err(FileError::NotAKey(path.to_path_buf()));
     }
     Ok(Some(key))
 }
@@ -95,7 +121,7 @@ pub fn key_text(key: &[u8; 32]) -> String {
 }
 
 /// The key at `path`, made (random, 0600) if missing.
-pub fn read_or_create_key(path: &Path) -> anyhow::Result<[u8; 32]> {
+pub fn read_or_create_key(path: &Path) -> Result<[u8; 32], FileError> {
     if let Some(key) = read_key(path)? {
         return Ok(key);
     }

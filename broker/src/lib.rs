@@ -13,28 +13,34 @@
 //! - [`http`]: the local HTTP + SSE API, on loopback, behind a bearer token; [`nats`]:
 //!   the NATS bus (commands, events and flight updates).
 //! - [`plane`]: the link to a runtime, embedded or on a node; [`node`]: the node wire
-//!   (dispatches, reports, controls over JetStream) and `relay node`, a runtime on
-//!   another host.
+//!   ([`node::wire`]: dispatches, reports, controls over JetStream, what both sides
+//!   speak) and the node process (`relay node`, a runtime on another host).
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
-//!   and drained; [`shutdown`]: the signals that stop them.
+//!   and drained; [`shutdown`]: the signals that stop them; [`tasks`]: every task the
+//!   broker spawns is owned by one, ended and waited for when its part stops.
 //! - [`alerts`]: an approval waiting for a person runs the user's notify command, and
 //!   its agent's timeout declines it (used by `plane`).
 //! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
 //!   by all of the above.
 //!
+//! Errors are typed ([`error::BrokerError`] for commands, [`server::ServeError`] and
+//! [`node::NodeError`] for the processes, [`files::FileError`]): `anyhow` is only in the
+//! `relay` binary, which says them and picks the exit code.
+//!
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
 //! applies the rules, writes events and projections in one transaction, flushes, and
 //! then answers and publishes the events. The transaction and the flush run on the
-//! process's storage thread ([`relay_runtime::storage`]); reads run on the blocking pool
+//! process's storage thread ([`relay_infra::storage`]); reads run on the blocking pool
 //! ([`Store::read`]), so no async worker ever waits on sled.
 //!
 //! Modules depend one way, each only on the layers above it:
 //!
-//! 1. `error`, `files`, `seal`, `shutdown`, `policy`, `alerts`: no other module;
+//! 1. `error`, `files`, `seal`, `shutdown`, `tasks`, `policy`: no other module; `alerts`:
+//!    only `tasks`;
 //! 2. `store`, then `broker`, `feed`, `watch`, `replay`, `ports`, `ops`: the domain and
 //!    its ports;
 //! 3. the adapters: `http` and `nats` (interfaces), `node` (on `nats`), `plane` (on
-//!    `node`, implementing the ports);
+//!    `node::wire` only, implementing the ports);
 //! 4. `server`, which wires them together.
 //!
 //! `broker` and `plane` are directories with a file per concern (`broker/`: the handle,
@@ -62,6 +68,7 @@ pub mod seal;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod tasks;
 pub mod watch;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};

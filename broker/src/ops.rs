@@ -8,7 +8,7 @@ use relay_protocol::domain::{
 };
 
 use crate::broker::Broker;
-use crate::error::{quote, BrokerError};
+use crate::error::{BadInput, BrokerError};
 use crate::ports::FlightControl;
 
 /// A live (non-terminal) flight and the runtime control that can act on it.
@@ -27,9 +27,7 @@ async fn live_flight(
             state: flight.state,
         });
     }
-    let control = control
-        .cloned()
-        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
+    let control = control.cloned().ok_or(BrokerError::NoRuntime)?;
     Ok((flight, control))
 }
 
@@ -51,7 +49,7 @@ pub async fn steer(
 /// message limit.
 fn check_text(broker: &Broker, what: &'static str, text: &str) -> Result<(), BrokerError> {
     if text.trim().is_empty() {
-        return Err(BrokerError::Invalid(format!("the {what} is empty")));
+        return Err(BadInput::Empty(what).into());
     }
     let limit = broker.config().max_message_bytes;
     if text.len() > limit {
@@ -104,7 +102,7 @@ pub async fn interrupt(
             )
             .await?
             .flight;
-        tokio::spawn(async move {
+        broker.tasks().spawn(async move {
             if let Err(e) = control.interrupt(flight).await {
                 tracing::debug!(error = %e, "runtime told of a cancelled queued flight");
             }
@@ -133,17 +131,15 @@ pub fn check_client_decider(decided_by: &str, via: Via) -> Result<(), BrokerErro
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || "._@:+-/".contains(c));
     if decided_by.is_empty() || decided_by.len() > 128 || !printable {
-        return Err(BrokerError::Invalid(format!(
-            "decided_by {} is not valid: name who decides in 1 to 128 letters, digits or ._@:+-/",
-            quote(decided_by)
-        )));
+        return Err(BadInput::Decider(decided_by.to_string()).into());
     }
     if let Some(why) = relay_protocol::domain::decider::reserved(decided_by, via == Via::Dashboard)
     {
-        return Err(BrokerError::Invalid(format!(
-            "decided_by {} is not allowed: {why}; decide under your own name, or leave decided_by out",
-            quote(decided_by)
-        )));
+        return Err(BadInput::ReservedDecider {
+            decided_by: decided_by.to_string(),
+            why,
+        }
+        .into());
     }
     Ok(())
 }
@@ -247,7 +243,9 @@ mod tests {
             assert!(
                 matches!(
                     check_client_decider(refused, Via::Client),
-                    Err(BrokerError::Invalid(_))
+                    Err(BrokerError::BadInput(
+                        BadInput::Decider(_) | BadInput::ReservedDecider { .. }
+                    ))
                 ),
                 "{refused:?}"
             );

@@ -6,17 +6,62 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, BrokerConfig};
+use crate::error::BrokerError;
+use crate::files::FileError;
 use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::{AgentTokens, BusKey, NodeKey};
 use crate::store::Store;
-use relay_runtime::retry::{self, Retryable};
-use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig};
+use relay_infra::retry::{self, Retryable};
+use relay_infra::storage::StorageError;
+use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig, RuntimeError};
 use serde::{Deserialize, Serialize};
+
+/// Why `relay up` could not start or stopped in error (and why `relay node-key` could
+/// not derive a key). The CLI says it and exits; none is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0}: the local API only listens on loopback (127.0.0.1 or ::1)"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("cannot listen on {addr} (pass --listen 127.0.0.1:0 for any free port)")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("node name {0:?} is not valid: use letters, digits, '-' or '_'")]
+    InvalidNodeName(String),
+    #[error("{} is not a broker's data dir (no db/ or bus.key): run this with the --data-dir of `relay up`", .0.display())]
+    NotADataDir(PathBuf),
+    /// The writer stopped on a failed write; the process stopped with it.
+    #[error("stopped: writing to {} failed (see the log above); nothing acknowledged was lost", .0.display())]
+    WriteFailed(PathBuf),
+    #[error(transparent)]
+    Files(#[from] FileError),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Connect(#[from] crate::nats::ConnectError),
+    #[error(transparent)]
+    FlightStream(#[from] crate::nats::StreamError),
+    #[error(transparent)]
+    Attach(#[from] crate::plane::AttachError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
 
 /// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,16 +95,13 @@ pub struct ServerConfig {
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
 /// queued and flushes.
-pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<(), ServeError> {
     if !config.listen.ip().is_loopback() {
-        bail!(
-            "refusing to listen on {}: the local API only listens on loopback (127.0.0.1 or ::1)",
-            config.listen
-        );
+        return Err(ServeError::NotLoopback(config.listen));
     }
     crate::files::private_dir(&config.data_dir)?;
     let path = config.data_dir.join("db");
-    let store = relay_runtime::storage::read(move || Store::open(&path)).await??;
+    let store = relay_infra::storage::read(move || Store::open(&path)).await??;
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
     // must still be committed.
     let writer_stop = CancellationToken::new();
@@ -67,14 +109,12 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     // The address and the token first: the runtime hands them to the agents' sessions.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (pass --listen 127.0.0.1:0 for any free port)",
-                config.listen
-            )
+        .map_err(|source| ServeError::Listen {
+            addr: config.listen,
+            source,
         })?;
     let addr = listener.local_addr()?;
-    let token = load_or_create_token(&config.data_dir)?;
+    let token = load_or_create_token(&config.data_dir);
     let url = format!("http://{addr}");
     let agent_tokens = AgentTokens::new(token.as_bytes());
     let runtime_stop = CancellationToken::new();
@@ -100,7 +140,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =
-        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
+        relay_infra::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let notifier = config
         .notify_command
         .as_deref()
@@ -114,7 +154,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
         plane.expect_nats();
         let key_path = config.data_dir.join(BUS_KEY_FILE);
         let bus_key = BusKey::new(
-            relay_runtime::storage::read(move || crate::files::read_or_create_key(&key_path))
+            relay_infra::storage::read(move || crate::files::read_or_create_key(&key_path))
                 .await??,
         );
         let tracker = crate::nats::Tracker::new(&nats.url);
@@ -146,7 +186,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
             Err(crate::nats::ConnectError::Stopped) => None,
             Err(e) => return Err(e.into()),
         };
-        bus = Some(tokio::spawn(run_bus(Bus {
+        bus = Some(broker.tasks().track(run_bus(Bus {
             client,
             key: bus_key,
             config: nats.clone(),
@@ -182,7 +222,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     eprintln!("{}", banner(&url, &config.data_dir));
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
-    let server = tokio::spawn(crate::http::serve(
+    let server = broker.tasks().track(crate::http::serve(
         listener,
         app,
         config.http.clone(),
@@ -210,13 +250,13 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Err(e) = server.await {
         tracing::warn!(error = %e, "http server");
     }
+    let tasks = broker.tasks().clone();
     drop(broker);
     writer.await?;
+    // What is left (feeds, watches, answers to requests) ends with the writer.
+    tasks.stopped().await;
     if failed {
-        bail!(
-            "stopped: writing to {} failed (see the log above); nothing acknowledged was lost",
-            config.data_dir.display()
-        );
+        return Err(ServeError::WriteFailed(config.data_dir.clone()));
     }
     tracing::info!("relay broker stopped");
     Ok(())
@@ -228,16 +268,13 @@ pub const BUS_KEY_FILE: &str = "bus.key";
 /// `relay node-key NAME`: the key of node `name`, derived from the bus key of the broker
 /// whose data dir is `data_dir` (the bus key is made if missing). Blocking: call it on
 /// the storage thread.
-pub fn node_key(data_dir: &Path, name: &str) -> anyhow::Result<NodeKey> {
+pub fn node_key(data_dir: &Path, name: &str) -> Result<NodeKey, ServeError> {
     if !relay_protocol::domain::valid_agent_name(name) {
-        bail!("node name {name:?} is not valid: use letters, digits, '-' or '_'");
+        return Err(ServeError::InvalidNodeName(name.to_string()));
     }
     // A key made anywhere else would open nothing the broker seals.
     if !data_dir.join("db").exists() && !data_dir.join(BUS_KEY_FILE).exists() {
-        bail!(
-            "{} is not a broker's data dir (no db/ or bus.key): run this with the --data-dir of `relay up`",
-            data_dir.display()
-        );
+        return Err(ServeError::NotADataDir(data_dir.to_path_buf()));
     }
     crate::files::private_dir(data_dir)?;
     let bus = crate::files::read_or_create_key(&data_dir.join(BUS_KEY_FILE))?;
@@ -253,7 +290,7 @@ async fn attach_bus(
     config: &crate::nats::NatsConfig,
     plane: &Plane,
     key: &BusKey,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     crate::nats::ensure_flight_stream(client, config).await?;
     // Remote agents must be reachable before the first request can name one.
     plane.attach_nats(client.clone(), key.clone()).await?;
@@ -299,7 +336,7 @@ async fn run_bus(bus: Bus) {
                         crate::nats::connect(&config, "relay-broker", &tracker, None, &shutdown)
                             .await?;
                     attach_bus(&client, &config, &plane, &key).await?;
-                    anyhow::Ok(client)
+                    Ok::<_, ServeError>(client)
                 }
             };
             let shutdown = &bus.shutdown;
@@ -348,23 +385,23 @@ async fn run_bus(bus: Bus) {
 
 /// The token made at first start is kept in api.json and reused after a restart, so
 /// clients configured with it keep working.
-fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
+fn load_or_create_token(dir: &Path) -> String {
     if let Ok(text) = std::fs::read_to_string(dir.join(API_FILE)) {
         if let Ok(info) = serde_json::from_str::<ApiInfo>(&text) {
             if info.token.len() >= 32 {
-                return Ok(info.token);
+                return info.token;
             }
         }
     }
     let bytes: [u8; 32] = rand::random();
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn write_api_info(dir: &Path, info: &ApiInfo) -> anyhow::Result<()> {
-    crate::files::write_private(
+fn write_api_info(dir: &Path, info: &ApiInfo) -> Result<(), ServeError> {
+    Ok(crate::files::write_private(
         &dir.join(API_FILE),
         serde_json::to_string_pretty(info)?.as_bytes(),
-    )
+    )?)
 }
 
 /// What `relay up` says on stderr once it serves: where, the dashboard and how to log a

@@ -7,6 +7,8 @@ use tokio_util::sync::CancellationToken;
 /// second. Call it from within the tokio runtime.
 pub fn on_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
+    // The one task not owned by a tracker ([`crate::tasks`]): it must outlive the drain
+    // it starts, to force the exit at a second signal; it ends with the process.
     tokio::spawn(async move {
         let (Ok(mut int), Ok(mut term)) = (
             signal(SignalKind::interrupt()),

@@ -20,17 +20,17 @@
 //! Projections are written only by [`apply`], both when a batch commits and when
 //! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
 //!
-//! Who touches sled, and where (see [`relay_runtime::storage`] for why):
+//! Who touches sled, and where (see [`relay_infra::storage`] for why):
 //! - Transactions and flushes run only on the process's storage thread: the broker's
 //!   writer hands each batch over as one job ([`Store::durable`]).
 //! - Reads from async code go through [`Store::read`], on the blocking pool. The plain
 //!   getters below are for code already off the async workers.
 
+use relay_infra::storage::{self, Durable};
 use relay_protocol::domain::{
     Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
 };
 use relay_protocol::event::{Event, EventBody};
-use relay_runtime::storage::{self, Durable};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};

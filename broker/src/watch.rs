@@ -304,9 +304,7 @@ pub async fn resume(
 ) -> Result<mpsc::Receiver<Result<Arc<Event>, BrokerError>>, BrokerError> {
     let last = broker.last_seq();
     if after > last {
-        return Err(BrokerError::Invalid(format!(
-            "after {after} is past the log's last seq {last}: resume from the last event received"
-        )));
+        return Err(BrokerError::PastTheLog { after, last });
     }
     let check = scope.clone();
     let ended_before = broker
@@ -351,7 +349,7 @@ fn follow_scope(
 ) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
     let mut feed = crate::feed::follow(broker.clone(), from);
-    tokio::spawn(async move {
+    broker.tasks().spawn(async move {
         while let Some(item) = feed.recv().await {
             let keep = match &item {
                 Ok(event) => matches(&scope, event),

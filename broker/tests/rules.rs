@@ -213,7 +213,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     assert!(matches!(
         b.post_message(post(DEFAULT_CONVERSATION, "   ")).await,
-        Err(BrokerError::Invalid(_))
+        Err(BrokerError::BadInput(_))
     ));
     let mut reply = post(DEFAULT_CONVERSATION, "hi");
     reply.reply_to = Some("msg_missing".into());
@@ -231,7 +231,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     assert!(matches!(
         b.register_agent(spec("no spaces")).await,
-        Err(BrokerError::Invalid(_))
+        Err(BrokerError::BadInput(_))
     ));
     assert!(matches!(
         b.update_flight("flt_missing", to(Running)).await,
@@ -245,7 +245,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 type Expect = fn(&BrokerError) -> bool;
 
 fn invalid(e: &BrokerError) -> bool {
-    matches!(e, BrokerError::Invalid(_))
+    matches!(e, BrokerError::BadInput(_))
 }
 
 #[tokio::test]
@@ -1115,7 +1115,7 @@ fn store_scan_live(store: &Store) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answered() {
     use relay_broker::{Command, Outcome};
-    use relay_runtime::storage::Storage;
+    use relay_infra::storage::Storage;
     let b = broker().await;
     b.register_agent(spec("a1")).await.unwrap();
     let f = b.invoke(invoke("a1")).await.unwrap().flight;

@@ -1,4 +1,6 @@
-//! The harness-session plane: one persistent session per agent.
+//! The harness-session plane: one persistent session per agent. This crate is only that:
+//! the process-wide storage thread and retry policy it uses live below it, in
+//! `relay_infra`.
 //!
 //! - [`Runtime`] is a cheap handle. [`Runtime::dispatch`] queues a flight on its agent's
 //!   worker; [`Runtime::control`] steers, interrupts or answers an approval;
@@ -14,24 +16,19 @@
 //!   harness only through the seam of `relay_harnesses` (a [`Harnesses`] registry keyed
 //!   by the agent's harness; [`Runtime::start_with`] takes another, as the tests do), so
 //!   a new agent CLI is a new launcher there, not a change here.
-//! - [`storage`]: the process's one storage thread. Every sled transaction and flush of
-//!   the process (the broker's and the runtime's) runs there, group-committed; async
-//!   code never blocks on sled (see its header for the wedge this prevents).
-//! - [`threads::ThreadStore`] keeps each agent's harness thread id in sled. A session
+//! - [`threads::ThreadStore`] keeps each agent's harness thread id in sled, written
+//!   through the process's storage thread ([`relay_infra::storage`]). A session
 //!   resumes that thread; only when the harness says it is gone does it start a new one,
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
-//! - [`retry`]: retrying with backoff ([`backon`]), for every crate above this one.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
 //!
-//! Layering, one way: [`Runtime`] -> `worker` -> [`threads`] -> [`storage`]; `worker` ->
-//! `relay_harnesses::seam`. [`storage`] depends on no other module. Nothing here names a
-//! particular harness. The crate depends on `relay-harnesses` and `relay-protocol`, never
-//! on the broker (the broker depends on it).
+//! Layering, one way: [`Runtime`] -> `worker` -> [`threads`] -> `relay_infra::storage`;
+//! `worker` -> `relay_harnesses::seam`. Nothing here names a particular harness. The
+//! crate depends on `relay-harnesses`, `relay-protocol` and `relay-infra`, never on the
+//! broker (the broker depends on it).
 
-pub mod retry;
-pub mod storage;
 pub mod threads;
 mod worker;
 
@@ -40,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use relay_harnesses::Harnesses;
+use relay_infra::storage;
 use relay_protocol::domain::{Agent, FlightChange, FlightState, Harness};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::{mpsc, oneshot};

@@ -2,7 +2,7 @@
 //! session resumes the same thread after any restart; and how far each dispatched
 //! invocation got (for exactly-once over NATS).
 //!
-//! Writes go through the process's storage thread ([`crate::storage`]): the durable
+//! Writes go through the process's storage thread ([`relay_infra::storage`]): the durable
 //! ones (a new thread id, a dispatch started or done) are group-committed with every
 //! other write waiting at the same moment, so N workers recording at once cost one
 //! flush. Reads run on the blocking pool. Nothing here blocks an async worker.
@@ -11,8 +11,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::storage::{self, Durable};
 use crate::RuntimeError;
+use relay_infra::storage::{self, Durable};
 
 const VERSION: u8 = 1;
 
@@ -190,9 +190,16 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    /// These tests count or hold the storage thread's jobs: under `cargo test` (one
+    /// process, tests in parallel) they take this lock so as not to count each other's.
+    async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+        static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        LOCK.lock().await
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_embedded_runtime_moves_its_old_database_into_the_shared_one() {
-        let _serial = storage::exclusive().await;
+        let _serial = exclusive().await;
         let dir = tempfile::tempdir().unwrap();
         let legacy = dir.path().join("runtime");
         let record = ThreadRecord {
@@ -239,7 +246,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_dispatch_marks_are_group_committed() {
-        let _serial = storage::exclusive().await;
+        let _serial = exclusive().await;
         let dir = tempfile::tempdir().unwrap();
         let store = ThreadStore::open(&dir.path().join("runtime")).unwrap();
         const N: usize = 400;

@@ -531,8 +531,8 @@ async fn a_session_that_cannot_start_fails_the_flight_with_the_reason() {
 #[tokio::test(start_paused = true)]
 async fn after_a_restart_the_stored_conversation_is_resumed_or_its_loss_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let db = relay_runtime::storage::Durable::new(
-        relay_runtime::storage::config()
+    let db = relay_infra::storage::Durable::new(
+        relay_infra::storage::config()
             .path(dir.path().join("db"))
             .open()
             .unwrap(),

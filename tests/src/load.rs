@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use relay_broker::server::{ApiInfo, API_FILE};
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
-use relay_runtime::retry::{self, Retryable};
 use serde_json::{json, Value};
 
 use crate::RelayProcess;

@@ -32,11 +32,11 @@ fn doctor(data: &std::path::Path, json: bool) -> (bool, String, String) {
 /// Changes the stopped store directly, as damage on disk would.
 async fn damage(data: &std::path::Path, f: impl FnOnce(&Store) + Send + 'static) {
     let path = data.join("db");
-    let store = relay_runtime::storage::read(move || Store::open(&path).unwrap())
+    let store = relay_infra::storage::read(move || Store::open(&path).unwrap())
         .await
         .unwrap();
     let s = store.clone();
-    relay_runtime::storage::Storage::global()
+    relay_infra::storage::Storage::global()
         .run(move || f(&s))
         .await
         .unwrap();
@@ -228,7 +228,7 @@ async fn a_record_written_behind_the_brokers_back_is_the_exact_mismatch_reported
         );
         // The library's own check says the same.
         let db = data.join("db");
-        let verify = relay_runtime::storage::read(move || Store::open(&db).unwrap().verify())
+        let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())
             .await
             .unwrap()
             .unwrap();
@@ -257,7 +257,7 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     })
     .await;
     let db = data.join("db");
-    let verify = relay_runtime::storage::read(move || Store::open(&db).unwrap().verify())
+    let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())
         .await
         .unwrap();
     assert!(

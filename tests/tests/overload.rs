@@ -20,7 +20,7 @@ use std::time::Duration;
 use relay_broker::broker::BrokerConfig;
 use relay_broker::nats::{NatsAuth, NatsConfig, MAX_INFLIGHT_REQUESTS};
 use relay_broker::server::{ApiInfo, ServerConfig, API_FILE};
-use relay_runtime::storage::Storage;
+use relay_infra::storage::Storage;
 use relay_runtime::AGENT_QUEUE_CAPACITY;
 use relay_tests::agents::state;
 use relay_tests::load::add_instant_agents;
@@ -42,7 +42,7 @@ static STORAGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 struct InProcess {
     api: ApiInfo,
     shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+    server: tokio::task::JoinHandle<Result<(), relay_broker::server::ServeError>>,
     _tmp: tempfile::TempDir,
 }
 

@@ -8,7 +8,7 @@
 //! transaction (each rule emits events; each event gets the next global seq, goes into
 //! the log and is applied to the projections), flushes once, and only then answers the
 //! callers and publishes the events. The transaction and the flush run on the process's
-//! storage thread ([`relay_runtime::storage`]), never on an async worker. So nothing is
+//! storage thread ([`relay_infra::storage`]), never on an async worker. So nothing is
 //! acknowledged or published before it is on disk, and a burst of N commands costs one
 //! disk flush, not N (group commit).
 //!
@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::BrokerError;
 use crate::ports::FlightControl;
 use crate::store::{Store, T};
+use crate::tasks::Tasks;
 
 mod rules;
 mod writer;
@@ -164,6 +165,8 @@ struct Inner {
     failed: CancellationToken,
     /// Kept as events are published, so `status` costs nothing however many flights.
     counts: Counts,
+    /// Every task spawned for the broker, ended at the writer's stop.
+    tasks: Tasks,
 }
 
 /// What `relay status` counts, kept current from the published events.
@@ -260,6 +263,7 @@ impl Broker {
                 started: Instant::now(),
                 failed: CancellationToken::new(),
                 counts,
+                tasks: Tasks::new(&shutdown),
             }),
         };
         let writer = Writer {
@@ -268,7 +272,10 @@ impl Broker {
             next_seq: last_seq + 1,
             failure: broker.inner.failed.clone(),
         };
-        let task = tokio::spawn(writer.run(rx, broker.clone_weak(), shutdown));
+        let task = broker
+            .inner
+            .tasks
+            .track(writer.run(rx, broker.clone_weak(), shutdown));
         broker.execute(Command::Bootstrap).await?;
         Ok((broker, task))
     }
@@ -295,6 +302,12 @@ impl Broker {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The broker's tasks (the writer, the feeds, the watches...): ended at the writer's
+    /// stop; [`Tasks::stopped`] waits for them all.
+    pub fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
     }
 
     /// An agent, read off the async workers.

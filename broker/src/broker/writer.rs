@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use relay_infra::storage::{Ran, StorageError};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::FlightChange;
 use relay_protocol::event::Event;
-use relay_runtime::storage::{Ran, StorageError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -142,7 +142,7 @@ impl Writer {
         let (store, config) = (self.store.clone(), self.config.clone());
         let (done, settled) = oneshot::channel();
         let broker = broker.clone();
-        let queued = relay_runtime::storage::Storage::global()
+        let queued = relay_infra::storage::Storage::global()
             .submit_then(
                 Some(self.store.durable().clone()),
                 move || transact(&store, &config, first_seq, &commands),

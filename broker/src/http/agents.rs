@@ -19,10 +19,7 @@ pub(super) async fn wake_agent(
         .agent(&name)
         .await?
         .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
-    let control = s
-        .control
-        .clone()
-        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
+    let control = s.control.clone().ok_or(BrokerError::NoRuntime)?;
     control.wake(agent.clone()).await?;
     Ok(Json(agent))
 }

@@ -54,6 +54,8 @@ pub async fn serve(
             .min(tokio::sync::Semaphore::MAX_PERMITS),
     ));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Each connection's task, waited for after the graceful shutdown ended them.
+    let connections = crate::tasks::Tasks::new(&shutdown);
     let mut full = false;
     loop {
         let stream = tokio::select! {
@@ -101,7 +103,7 @@ pub async fn serve(
             hyper_util::service::TowerToHyperService::new(app.clone()),
         );
         let conn = graceful.watch(conn);
-        tokio::spawn(async move {
+        connections.track(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended");
             }
@@ -110,6 +112,7 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+    connections.stopped().await;
 }
 
 /// Answers a connection over the cap `overloaded` (then it is closed), without reading

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::api::NatsStatus;
 use relay_protocol::bus::subjects;
 use relay_protocol::clock::now_ms;
-use relay_runtime::retry::{self, Retryable};
 use tokio_util::sync::CancellationToken;
 
 /// How long the flight stream remembers `Nats-Msg-Id`s to drop a re-published update.
@@ -255,7 +255,7 @@ async fn connect_once(
 pub async fn ensure_flight_stream(
     client: &async_nats::Client,
     config: &NatsConfig,
-) -> anyhow::Result<()> {
+) -> Result<(), StreamError> {
     let js = async_nats::jetstream::new(client.clone());
     let stream_config = async_nats::jetstream::stream::Config {
         name: subjects::FLIGHT_STREAM.to_string(),
@@ -277,13 +277,32 @@ pub async fn ensure_flight_stream(
     made.map_err(|e| stream_error(e, config.stream_max_bytes))
 }
 
+/// Why the flight stream could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("creating the flight stream")]
+    Refused(#[source] async_nats::jetstream::context::CreateStreamError),
+    /// The server has less storage than the stream's byte limit: the user lowers the
+    /// limit or gives the server more (the message says how).
+    #[error(
+        "the NATS server has less JetStream storage than {wanted} ({error}): lower \
+         --nats-stream-max-bytes, free disk space where the server stores (without \
+         `max_file_store` it offers 75% of the free disk), or set `max_file_store` in its \
+         `jetstream` block"
+    )]
+    TooLittleStorage {
+        wanted: String,
+        error: async_nats::jetstream::context::CreateStreamError,
+    },
+}
+
 /// A refused flight stream, with what to do when the server has too little storage for
 /// its byte limit: a nats-server without `max_file_store` offers JetStream 75% of the
 /// disk that is free when it starts, so a full disk refuses the default 1 GiB.
 fn stream_error(
     error: async_nats::jetstream::context::CreateStreamError,
     max_bytes: i64,
-) -> anyhow::Error {
+) -> StreamError {
     use async_nats::jetstream::context::CreateStreamErrorKind;
     use async_nats::jetstream::ErrorCode;
     let short = match error.kind() {
@@ -296,17 +315,12 @@ fn stream_error(
         _ => false,
     };
     if !short {
-        return anyhow::Error::new(error).context("creating the flight stream");
+        return StreamError::Refused(error);
     }
     // -1 reserves nothing, so only an account's own limit can refuse it.
     let wanted = match max_bytes {
         n if n > 0 => format!("the flight stream's limit of {n} bytes"),
         _ => "the flight stream".to_string(),
     };
-    anyhow::anyhow!(
-        "the NATS server has less JetStream storage than {wanted} ({error}): lower \
-         --nats-stream-max-bytes, free disk space where the server stores (without \
-         `max_file_store` it offers 75% of the free disk), or set `max_file_store` in its \
-         `jetstream` block"
-    )
+    StreamError::TooLittleStorage { wanted, error }
 }

@@ -20,7 +20,8 @@ mod publisher;
 mod service;
 
 pub use config::{
-    connect, ensure_flight_stream, redact_url, ConnectError, NatsAuth, NatsConfig, Tracker,
+    connect, ensure_flight_stream, redact_url, ConnectError, NatsAuth, NatsConfig, StreamError,
+    Tracker,
 };
 pub use publisher::publish;
 pub use service::{Counters, Service};

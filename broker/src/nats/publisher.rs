@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 
 use prost::Message as _;
+use relay_infra::retry::{self, RetryableWithContext};
 use relay_protocol::bus::{
     json_type_name, subjects, type_name, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SEQ_HEADER,
     TYPE_HEADER,
@@ -17,7 +18,6 @@ use relay_protocol::bus::{
 use relay_protocol::convert;
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
-use relay_runtime::retry::{self, RetryableWithContext};
 use tokio_util::sync::CancellationToken;
 
 use super::service::Counters;

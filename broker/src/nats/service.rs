@@ -72,7 +72,10 @@ impl Service {
     }
 
     /// Serves the request subjects until `shutdown` fires.
-    pub async fn serve(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn serve(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), async_nats::SubscribeError> {
         let mut invoke = self
             .client
             .queue_subscribe(subjects::INVOKE_ALL, QUEUE_GROUP.into())
@@ -104,7 +107,7 @@ impl Service {
             match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => {
                     let this = self.clone();
-                    tokio::spawn(async move {
+                    self.broker.tasks().track(async move {
                         let answer = this.handle(&msg, form.json).await;
                         this.respond(reply, answer, form).await;
                         drop(permit);

@@ -7,7 +7,7 @@ use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight};
 use relay_protocol::runtime::Control;
 
 use super::Plane;
-use crate::error::{runtime_error, BrokerError};
+use crate::error::{runtime_error, BrokerError, NodeUnreachable};
 use crate::ports::FlightControl;
 
 impl Plane {
@@ -31,12 +31,12 @@ impl Plane {
         Box::pin(async move {
             match node {
                 Some(node) => {
-                    let (client, key) = this.nats.get().cloned().ok_or_else(|| {
-                        BrokerError::Unavailable(format!(
-                            "node {node:?} is only reachable over NATS, and this broker has none"
-                        ))
-                    })?;
-                    crate::node::send_control(&client, &key, &node, &control).await
+                    let (client, key) = this
+                        .nats
+                        .get()
+                        .cloned()
+                        .ok_or_else(|| NodeUnreachable::NoNats { node: node.clone() })?;
+                    crate::node::wire::send_control(&client, &key, &node, &control).await
                 }
                 None => this.runtime.control(control).await.map_err(runtime_error),
             }

@@ -257,7 +257,7 @@ impl Plane {
                             agent: name.clone(),
                         },
                     );
-                    tokio::spawn(async move {
+                    self.tasks.spawn(async move {
                         if let Err(e) = control.await {
                             tracing::debug!(error = %e, "agent removal not delivered");
                         }

@@ -11,6 +11,9 @@
 //!   once (recorded as `policy:...`), otherwise a person does through the API, told by
 //!   the notify command, or the agent's approval timeout declines it
 //!   ([`crate::alerts`]).
+//! - Tasks: every task the plane spawns is its own ([`crate::tasks`]); they end once the
+//!   runtime's report channel has closed and the last reports are settled, and an
+//!   approval's timeout ends as soon as the approval is decided.
 //!
 //! This file holds [`Plane`] and its start; `dispatch.rs` the dispatch of flights (and
 //! recovery at start), `reports.rs` the reports of the embedded runtime and the approval
@@ -25,17 +28,21 @@ use relay_protocol::runtime::{Dispatch, Report};
 use relay_runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::alerts::Notifier;
 use crate::broker::Broker;
 use crate::error::BrokerError;
 use crate::ports::FlightControl;
 use crate::seal::BusKey;
+use crate::tasks::Tasks;
 
 mod controls;
 mod dispatch;
 mod nodes;
 mod reports;
+
+pub use nodes::AttachError;
 
 use reports::PENDING_REPLIES;
 
@@ -52,6 +59,12 @@ pub struct Plane {
     nats_expected: Arc<std::sync::atomic::AtomicBool>,
     /// Runs the user's command when an approval waits for a person.
     notifier: Option<Notifier>,
+    /// The plane's tasks (dispatch, reports, nodes, policies), ended once the runtime's
+    /// report channel has closed and its reports are settled.
+    tasks: Tasks,
+    /// The approval timeouts waiting (see `reports.rs`): each ends when its approval is
+    /// decided, at its timeout, or with the plane.
+    timers: Tasks,
 }
 
 impl Plane {
@@ -63,6 +76,7 @@ impl Plane {
         reports: mpsc::Receiver<Report>,
         notifier: Option<Notifier>,
     ) -> Result<(Plane, JoinHandle<()>), BrokerError> {
+        let stop = CancellationToken::new();
         let plane = Plane {
             broker,
             runtime,
@@ -70,18 +84,28 @@ impl Plane {
             remote: Arc::new(tokio::sync::OnceCell::new()),
             nats_expected: Arc::default(),
             notifier,
+            tasks: Tasks::new(&stop),
+            timers: Tasks::new(&stop),
         };
         let from_seq = plane.broker.last_seq();
         // Reports must flow before recovery dispatches anything, or a full report
         // channel would block recovery (and the start) for good.
         let (pending_tx, pending_rx) = mpsc::channel(PENDING_REPLIES);
-        let drain = tokio::spawn(plane.clone().drain(pending_rx));
-        let consume = tokio::spawn(plane.clone().consume(reports, pending_tx));
+        // The two end on their own, when the report channel closes.
+        let drain = plane.tasks.track(plane.clone().drain(pending_rx));
+        let consume = plane
+            .tasks
+            .track(plane.clone().consume(reports, pending_tx));
         plane.recover().await?;
-        tokio::spawn(plane.clone().dispatch_new(from_seq));
-        let task = tokio::spawn(async move {
+        plane.tasks.spawn(plane.clone().dispatch_new(from_seq));
+        // The broker's, since it waits for the plane's own.
+        let (tasks, timers) = (plane.tasks.clone(), plane.timers.clone());
+        let task = plane.broker.tasks().track(async move {
             let _ = consume.await;
             let _ = drain.await;
+            stop.cancel();
+            tasks.stopped().await;
+            timers.stopped().await;
         });
         Ok((plane, task))
     }
@@ -91,6 +115,11 @@ impl Plane {
     pub fn expect_nats(&self) {
         self.nats_expected
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Approval timeouts still waiting (each a task; see `reports.rs`).
+    pub fn approval_timers(&self) -> usize {
+        self.timers.len()
     }
 
     fn local(&self, agent: &Agent) -> bool {

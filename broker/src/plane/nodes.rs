@@ -1,16 +1,27 @@
 //! Nodes over NATS: attaching the bus (a dispatcher sending flights of remote agents in
 //! order) and consuming node reports from JetStream, each applied at most once.
 
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::bus::subjects;
 use relay_protocol::domain::FlightState;
-use relay_protocol::runtime::{Dispatch, Report};
-use relay_runtime::retry::{self, Retryable};
+use relay_protocol::runtime::Dispatch;
 use tokio::sync::mpsc;
 
 use super::reports::{Pending, PENDING_REPLIES};
 use super::Plane;
 use crate::error::BrokerError;
 use crate::seal::BusKey;
+
+/// Why the plane could not be connected to NATS ([`Plane::attach_nats`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The dispatch and report streams could not be made.
+    #[error(transparent)]
+    Streams(#[from] async_nats::jetstream::context::CreateStreamError),
+    /// The flights waiting for NATS could not be read.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
 
 /// Dispatches for other nodes waiting to be sent.
 const REMOTE_DISPATCHES: usize = 4096;
@@ -20,12 +31,22 @@ const REPORTS_BACKOFF: retry::ExponentialBuilder = retry::forever(
     std::time::Duration::from_secs(10),
 );
 
+/// Waits between tries to record a node report the broker refused (a full queue...).
+const SUBMIT_BACKOFF: retry::ExponentialBuilder = retry::forever(
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(100),
+);
+
 impl Plane {
     /// Connects the plane to NATS: agents of other nodes become reachable. Dispatches
     /// queued for them before this (at start) are sent now.
-    pub async fn attach_nats(&self, client: async_nats::Client, key: BusKey) -> anyhow::Result<()> {
+    pub async fn attach_nats(
+        &self,
+        client: async_nats::Client,
+        key: BusKey,
+    ) -> Result<(), AttachError> {
         let js = async_nats::jetstream::new(client.clone());
-        crate::node::ensure_streams(&js).await?;
+        crate::node::wire::ensure_streams(&js).await?;
         if self.nats.get().is_some() {
             // Attached already (a retried bring-up): one dispatcher, one report reader.
             return Ok(());
@@ -33,12 +54,12 @@ impl Plane {
         let (remote, mut outbox) = mpsc::channel::<(String, Dispatch)>(REMOTE_DISPATCHES);
         let sender = js.clone();
         let sealing = key.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             // One at a time, so two invocations of an agent reach its node in order.
             let never = tokio_util::sync::CancellationToken::new();
             while let Some((node, d)) = outbox.recv().await {
                 if let Err(e) =
-                    crate::node::send_dispatch(&sender, &sealing, &node, &d, &never).await
+                    crate::node::wire::send_dispatch(&sender, &sealing, &node, &d, &never).await
                 {
                     tracing::warn!(flight = %d.flight.id, error = %e, "dispatch to node failed");
                 }
@@ -46,7 +67,7 @@ impl Plane {
         });
         let _ = self.remote.set(remote);
         let _ = self.nats.set((client, key.clone()));
-        tokio::spawn(self.clone().consume_node_reports(js, key));
+        self.tasks.spawn(self.clone().consume_node_reports(js, key));
         // Flights of remote agents still queued (made while NATS was not attached, or
         // before a restart): send them; JetStream and the node drop duplicates.
         let queued = self
@@ -99,7 +120,7 @@ impl Plane {
         let (acks, mut acks_rx) =
             mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
         let this = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some((pending, msg)) = acks_rx.recv().await {
                 this.settle_pending(pending).await;
                 if let Err(e) = msg.ack().await {
@@ -115,16 +136,9 @@ impl Plane {
                     continue;
                 }
             };
-            let node = subjects::report_node(msg.subject.as_str())
-                .unwrap_or("")
-                .to_string();
-            // Only the node itself holds the key its reports are sealed with.
-            let report: Report = match key
-                .node(&node)
-                .open(msg.subject.as_str(), &msg.payload)
-                .map_err(|e| e.to_string())
-                .and_then(|plain| serde_json::from_slice(&plain).map_err(|e| e.to_string()))
-            {
+            let (node, report) =
+                crate::node::wire::open_report(&key, msg.subject.as_str(), &msg.payload);
+            let report = match report {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(subject = %msg.subject, "node report dropped: {e}");
@@ -139,20 +153,19 @@ impl Plane {
                     None
                 }
             };
-            let pending = loop {
-                match self
-                    .submit_report_from(report.clone(), source.clone())
-                    .await
-                {
-                    Ok(p) => break Some(p),
-                    Err(BrokerError::ShuttingDown) => break None,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "node report not recorded; retrying");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    }
-                }
+            // Retried in place until it is recorded (never left for redelivery, see
+            // above), or the broker stops. Each try owns its copies: a future borrowing
+            // them is not `Send` to the compiler through backon's generic types.
+            let attempt = || {
+                let (this, report, source) = (self.clone(), report.clone(), source.clone());
+                async move { this.submit_report_from(report, source).await }
             };
-            let Some(pending) = pending else { return };
+            let submitted = attempt
+                .retry(SUBMIT_BACKOFF)
+                .when(|e| !matches!(e, BrokerError::ShuttingDown))
+                .notify(|e, _| tracing::warn!(error = %e, "node report not recorded; retrying"))
+                .await;
+            let Ok(pending) = submitted else { return };
             if acks.send((pending, msg)).await.is_err() {
                 return;
             }

@@ -2,12 +2,13 @@
 //! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
 //! its agent's policy applied (`apply_policy`).
 
-use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy};
+use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalState};
+use relay_protocol::event::EventBody;
 use relay_protocol::runtime::Report;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::{control, Plane};
-use crate::broker::{Command, Outcome};
+use crate::broker::{Broker, Command, Live, Outcome};
 use crate::error::BrokerError;
 
 /// Replies waiting to be checked by the drain task.
@@ -142,7 +143,7 @@ impl Plane {
                     if let Ok(Ok(Outcome::Approval(a))) = rx.await {
                         // Deciding may wait on a node; keep it off the ordered path.
                         let this = self.clone();
-                        tokio::spawn(async move { this.apply_policy(a).await });
+                        self.tasks.spawn(async move { this.apply_policy(a).await });
                     }
                 }
             }
@@ -176,17 +177,24 @@ impl Plane {
 
 impl Plane {
     /// No rule decided `approval`: tell the user (`--notify-command`), and decline it
-    /// if nobody answers within the agent's timeout (see [`crate::alerts`]).
+    /// if nobody answers within the agent's timeout (see [`crate::alerts`]). The timeout
+    /// is a task of its own, which ends as soon as the approval is decided (by anyone,
+    /// or expired with its turn), or with the plane.
     fn waits_for_person(&self, policy: &ApprovalPolicy, approval: Approval) {
         if let Some(notifier) = &self.notifier {
-            notifier.approval_waits(&approval);
+            notifier.approval_waits(&approval, &self.tasks);
         }
         let Some(secs) = policy.timeout_secs else {
             return;
         };
         let this = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+        // Subscribed before the task starts: a decision from now on is seen.
+        let live = self.broker.subscribe();
+        self.timers.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(secs)) => {}
+                () = closed(&this.broker, live, &approval.id) => return,
+            }
             let decided = crate::ops::decide(
                 &this.broker,
                 Some(&control(&this)),
@@ -207,5 +215,32 @@ impl Plane {
                 }
             }
         });
+    }
+}
+
+/// Resolves once approval `id` is no longer pending: decided by anyone, or expired with
+/// its turn (both publish `approval_decided`), or the broker is gone. `live` is a
+/// subscription taken before the approval could be decided after it was read; after a
+/// lag, the store says.
+async fn closed(broker: &Broker, mut live: broadcast::Receiver<Live>, id: &str) {
+    let mut check = true;
+    loop {
+        if check {
+            let id = id.to_string();
+            match broker.store().read(move |s| s.approval(&id)).await {
+                Ok(Some(a)) if a.state == ApprovalState::Pending => {}
+                // Decided, gone, or unreadable (the timeout's decide will say).
+                _ => return,
+            }
+        }
+        check = match live.recv().await {
+            Ok(Live::Event(event)) => match &event.body {
+                EventBody::ApprovalDecided { approval } => approval.id == id,
+                _ => false,
+            },
+            // Too large to be kept in memory, or missed: the store knows.
+            Ok(Live::InLog(_)) | Err(broadcast::error::RecvError::Lagged(_)) => true,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
     }
 }

@@ -39,9 +39,10 @@ use tokio_util::task::TaskTracker;
 
 pub use queue::TurnQueue;
 
-use self::session::{next_event, rewarm, Live, REWARM_FIRST};
+use self::session::{next_event, rewarm, Live, REWARM_BACKOFF};
 use self::turn::TurnEnd;
 use crate::{cancelled_report, Cancelled, RuntimeError};
+use relay_infra::retry::BackoffBuilder;
 
 pub struct Deps {
     pub reports: mpsc::Sender<Report>,
@@ -106,7 +107,7 @@ pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
         deps,
         session: None,
         warm: None,
-        rewarm_delay: REWARM_FIRST,
+        rewarm_waits: REWARM_BACKOFF.build(),
         rewarm_at: None,
     };
     tasks.spawn(worker.run(queue.clone(), msgs_rx));
@@ -119,7 +120,8 @@ struct Worker {
     session: Option<Live>,
     /// The agent, while its wake policy is `keep_warm`: its session is kept running.
     warm: Option<Agent>,
-    rewarm_delay: Duration,
+    /// The waits before the next starts of a `keep_warm` session that keeps dying.
+    rewarm_waits: relay_infra::retry::ExponentialBackoff,
     /// When to start the `keep_warm` session again after it died.
     rewarm_at: Option<tokio::time::Instant>,
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Conversation, HarnessInfo, HarnessSession, Launcher, Spawned};
 use relay_harnesses::HarnessError;
+use relay_infra::retry::{self, BackoffBuilder};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{Agent, AgentState, Endpoint};
 use relay_protocol::harness::HarnessEvent;
@@ -18,9 +19,11 @@ use super::Worker;
 use crate::threads::ThreadRecord;
 use crate::RuntimeError;
 
-/// The first wait before a `keep_warm` session that died is started again; it doubles
-/// up to [`REWARM_MAX`] while sessions keep dying young.
-pub(super) const REWARM_FIRST: Duration = Duration::from_secs(1);
+/// The waits before a `keep_warm` session that died is started again: a second first,
+/// doubling up to [`REWARM_MAX`] while sessions keep dying young (taken one by one: the
+/// next try is a deadline in the worker's state, not a loop).
+pub(super) const REWARM_BACKOFF: retry::ExponentialBuilder =
+    retry::forever(Duration::from_secs(1), REWARM_MAX);
 const REWARM_MAX: Duration = Duration::from_secs(60);
 
 /// The live session and the conversation it has open.
@@ -92,8 +95,9 @@ impl Worker {
         if self.warm.is_none() || self.deps.shutdown.is_cancelled() {
             return;
         }
-        self.rewarm_at = Some(tokio::time::Instant::now() + self.rewarm_delay);
-        self.rewarm_delay = (self.rewarm_delay * 2).min(REWARM_MAX);
+        // `forever` never runs out; the cap is only a fallback.
+        let wait = self.rewarm_waits.next().unwrap_or(REWARM_MAX);
+        self.rewarm_at = Some(tokio::time::Instant::now() + wait);
     }
 
     /// An event while no turn runs: only the child's death matters.
@@ -114,7 +118,7 @@ impl Worker {
     pub(super) async fn session_ended(&mut self) {
         if let Some(live) = self.session.take() {
             if live.started.elapsed() > REWARM_MAX {
-                self.rewarm_delay = REWARM_FIRST;
+                self.rewarm_waits = REWARM_BACKOFF.build();
             }
         }
         self.report(Report::Agent {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
 use relay_harnesses::HarnessError;
+use relay_infra::retry::{self, Retryable};
 use relay_protocol::domain::{
     AgentState, FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS,
 };
@@ -32,9 +33,9 @@ use crate::RuntimeError;
 /// the turn is over for Relay either way.
 const OWN_INTERRUPT: Duration = Duration::from_secs(5);
 /// An interrupt the harness refuses because no turn is active yet (right after the
-/// turn's start) is tried again this often, this many times.
-const INTERRUPT_RETRY: Duration = Duration::from_millis(100);
-const INTERRUPT_TRIES: u32 = 30;
+/// turn's start) is tried again every 100 ms, up to 30 times.
+const INTERRUPT_BACKOFF: retry::ExponentialBuilder =
+    retry::at_most(30, Duration::from_millis(100), Duration::from_millis(100));
 
 /// The turn in progress.
 pub(super) struct Turn {
@@ -491,16 +492,10 @@ async fn run_control(
         Control::Interrupt { .. } => {
             // Right after the turn's start the harness may not have made it active yet
             // (Codex: "no active turn"); give it a moment rather than fail the request.
-            let mut tries = 0;
-            loop {
-                match session.interrupt(conversation, turn_id).await {
-                    Err(HarnessError::NoActiveTurn { .. }) if tries < INTERRUPT_TRIES => {
-                        tries += 1;
-                        tokio::time::sleep(INTERRUPT_RETRY).await;
-                    }
-                    other => break other?,
-                }
-            }
+            (|| session.interrupt(conversation, turn_id))
+                .retry(INTERRUPT_BACKOFF)
+                .when(|e| matches!(e, HarnessError::NoActiveTurn { .. }))
+                .await?;
         }
         Control::Approval {
             harness_request_id,

@@ -335,7 +335,7 @@ pub fn runtime_stalling(
 /// A runtime on `dir`, keeping its records in `shared` if given.
 pub fn runtime_in(
     dir: &std::path::Path,
-    shared: Option<relay_runtime::storage::Durable>,
+    shared: Option<relay_infra::storage::Durable>,
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
 ) -> (Runtime, Reports, CancellationToken) {
@@ -344,7 +344,7 @@ pub fn runtime_in(
 
 fn start(
     dir: &std::path::Path,
-    shared: Option<relay_runtime::storage::Durable>,
+    shared: Option<relay_infra::storage::Durable>,
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
     stall: Option<std::time::Duration>,

@@ -18,7 +18,7 @@ pub async fn run(data_dir: DataDir, json: bool) -> anyhow::Result<Exit> {
             db.display()
         );
     }
-    let report = relay_runtime::storage::read(move || {
+    let report = relay_infra::storage::read(move || {
         let store = relay_broker::Store::open(&db)?;
         store.doctor()
     })

@@ -8,7 +8,7 @@ use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::Outcome;
-use crate::error::{clip, quote, BrokerError};
+use crate::error::{clip, BadInput, BrokerError};
 use crate::store::{encode, T};
 
 /// The longest reason kept with an agent's state (a stderr tail can be long).
@@ -20,47 +20,45 @@ impl Ctx<'_, '_> {
     /// explicitly, a shell (never a shell by default: it runs each task as commands).
     fn check_pane(&mut self, spec: &AgentSpec) -> Result<(), BrokerError> {
         if let Some(problem) = spec.pane_program_problem() {
-            return Err(BrokerError::Invalid(problem));
+            return Err(BadInput::Pane(problem).into());
         }
         let Some(pane) = &spec.pane else {
             return Ok(());
         };
         if spec.harness != Harness::Tmux {
-            return Err(BrokerError::Invalid(format!(
-                "agent {} runs {}: only a tmux agent has a pane",
-                quote(&spec.name),
-                spec.harness
-            )));
+            return Err(BadInput::PaneNotTmux {
+                agent: spec.name.clone(),
+                harness: spec.harness,
+            }
+            .into());
         }
         if let Some(problem) = pane.problem() {
-            return Err(BrokerError::Invalid(problem));
+            return Err(BadInput::Pane(problem).into());
         }
         if let Some(pattern) = &pane.ready_pattern {
-            relay_harnesses::tmux::screens::ReadyPattern::new(pattern)
-                .map_err(|e| BrokerError::Invalid(format!("agent {}: {e}", quote(&spec.name))))?;
+            relay_harnesses::tmux::screens::ReadyPattern::new(pattern).map_err(|e| {
+                BadInput::ReadyPattern {
+                    agent: spec.name.clone(),
+                    error: e.to_string(),
+                }
+            })?;
         }
         Ok(())
     }
 
     pub(super) fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
         if !valid_agent_name(&spec.name) {
-            return Err(BrokerError::Invalid(format!(
-                "agent name {} is not valid: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit",
-                quote(&spec.name)
-            )));
+            return Err(BadInput::AgentName(spec.name.clone()).into());
         }
         if let Some(node) = &spec.node {
             if !valid_agent_name(node) {
-                return Err(BrokerError::Invalid(format!(
-                    "node name {} is not valid: use letters, digits, '-' or '_'",
-                    quote(node)
-                )));
+                return Err(BadInput::NodeName(node.clone()).into());
             }
         }
         if spec.cwd.trim().is_empty() {
-            return Err(BrokerError::Invalid("the agent's cwd is empty".into()));
+            return Err(BadInput::Empty("agent's cwd").into());
         }
-        crate::policy::validate(&spec.approval_policy).map_err(BrokerError::Invalid)?;
+        crate::policy::validate(&spec.approval_policy).map_err(BadInput::Policy)?;
         self.check_pane(spec)?;
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
@@ -158,9 +156,7 @@ fn split_secrets(spec: &AgentSpec) -> Result<(AgentSpec, BTreeMap<String, String
     for name in secrets.keys() {
         if name.is_empty() || name.len() > 256 || name.contains(['=', '\0']) {
             let shown: String = name.chars().take(64).collect();
-            return Err(BrokerError::Invalid(format!(
-                "secret variable name {shown:?} is not valid: 1 to 256 bytes, no '=' or NUL"
-            )));
+            return Err(BadInput::SecretName(shown).into());
         }
     }
     Ok((spec, secrets))

@@ -37,10 +37,10 @@ impl Ctx<'_, '_> {
         self.agent(agent)?;
         let flight = self.flight(&request.flight)?;
         if flight.agent != agent {
-            return Err(BrokerError::Invalid(format!(
-                "flight {} is not agent {agent:?}'s: an approval is asked by the agent running the flight",
-                flight.id
-            )));
+            return Err(BrokerError::NotAgentsFlight {
+                flight: flight.id,
+                agent: agent.to_string(),
+            });
         }
         if flight.state.is_terminal() {
             return Err(BrokerError::FlightTerminal {

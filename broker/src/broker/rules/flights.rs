@@ -14,7 +14,7 @@ use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::{new_id, Outcome};
-use crate::error::{clip, BrokerError};
+use crate::error::{clip, BadInput, BrokerError};
 use crate::store::T;
 
 /// Longest live summary kept on a flight.
@@ -27,9 +27,7 @@ impl Ctx<'_, '_> {
         let agent = self.agent(&req.target)?;
         self.check_text("task", &req.task)?;
         if req.requester.trim().is_empty() || req.requester.len() > 128 {
-            return Err(BrokerError::Invalid(
-                "a requester is 1 to 128 characters".into(),
-            ));
+            return Err(BadInput::Length("requester").into());
         }
         let depth = self.loop_depth(&req.target, req.parent_flight.as_deref())?;
         let conversation = match &req.conversation {

@@ -30,7 +30,7 @@ use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::{new_id, Outcome};
-use crate::error::{quote, BrokerError};
+use crate::error::{BadInput, BrokerError};
 use crate::store::T;
 
 impl Ctx<'_, '_> {
@@ -46,10 +46,7 @@ impl Ctx<'_, '_> {
         spec: &ConversationSpec,
     ) -> Result<Outcome, BrokerError> {
         if !valid_conversation_id(&spec.id) {
-            return Err(BrokerError::Invalid(format!(
-                "conversation id {}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)",
-                quote(&spec.id)
-            )));
+            return Err(BadInput::ConversationId(spec.id.clone()).into());
         }
         if self.tx.contains(T::Conversations, spec.id.as_bytes())? {
             return Err(BrokerError::ConversationExists(spec.id.clone()));
@@ -77,7 +74,7 @@ impl Ctx<'_, '_> {
             });
         }
         if text.trim().is_empty() {
-            return Err(BrokerError::Invalid(format!("the {what} is empty")));
+            return Err(BadInput::Empty(what).into());
         }
         Ok(())
     }
@@ -85,9 +82,7 @@ impl Ctx<'_, '_> {
     fn check_post(&self, post: &PostMessage) -> Result<(), BrokerError> {
         self.check_text("message body", &post.body)?;
         if post.author.trim().is_empty() || post.author.len() > 128 {
-            return Err(BrokerError::Invalid(
-                "a message author is 1 to 128 characters".into(),
-            ));
+            return Err(BadInput::Length("message author").into());
         }
         if let Some(reply_to) = &post.reply_to {
             if !self.tx.contains(T::MessageIds, reply_to.as_bytes())? {

@@ -131,16 +131,17 @@ impl Ctx<'_, '_> {
                 agent.clone()
             }
             _ => {
-                return Err(BrokerError::Invalid(format!(
-                    "node {node:?} reported a command nodes do not send"
-                )))
+                return Err(BrokerError::NodeCommand {
+                    node: node.to_string(),
+                })
             }
         };
         if self.agent(&agent)?.spec.node.as_deref() != Some(node) {
             tracing::warn!(%node, %agent, "a node reported on an agent that is not its own; refused");
-            return Err(BrokerError::Invalid(format!(
-                "node {node:?} may only report on its own agents, not {agent:?}"
-            )));
+            return Err(BrokerError::NotNodesAgent {
+                node: node.to_string(),
+                agent,
+            });
         }
         Ok(())
     }

@@ -65,7 +65,7 @@ pub async fn write_key(
     out: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
     let dir = data_dir.path();
-    let wrote = relay_runtime::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
+    let wrote = relay_infra::storage::read(move || -> anyhow::Result<Option<PathBuf>> {
         let key = relay_broker::server::node_key(&dir, &name)?;
         let text = relay_broker::files::key_text(key.bytes());
         match out {

@@ -35,7 +35,7 @@ pub struct RuntimeArgs {
     #[arg(
         long,
         env = "RELAY_CACHE_MB",
-        default_value_t = relay_runtime::storage::DEFAULT_CACHE_CAPACITY >> 20,
+        default_value_t = relay_infra::storage::DEFAULT_CACHE_CAPACITY >> 20,
         value_name = "MIB",
         value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=1 << 20)
     )]
@@ -46,7 +46,7 @@ impl RuntimeArgs {
     /// Applies the settings that are process-wide (the sled cache), before any
     /// database opens.
     pub fn apply(&self) {
-        relay_runtime::storage::set_cache_capacity(self.cache_mb << 20);
+        relay_infra::storage::set_cache_capacity(self.cache_mb << 20);
     }
 
     pub fn turn_idle_timeout(&self) -> Option<std::time::Duration> {

@@ -1,10 +1,10 @@
 //! Retrying with backoff, one way for every crate above this one: [`backon`] does the
 //! retrying, each call site names its policy with [`forever`] (first wait, doubling, a
-//! cap), and [`until_stopped`] lets a shutdown end the wait between two tries, never a
+//! cap) or [`at_most`] (the same, for a number of tries), and [`until_stopped`] lets a shutdown end the wait between two tries, never a
 //! try in flight.
 //!
 //! ```ignore
-//! use relay_runtime::retry::{self, Retryable};
+//! use relay_infra::retry::{self, Retryable};
 //!
 //! const BACKOFF: retry::ExponentialBuilder = retry::forever(MS_50, SECS_2);
 //!
@@ -31,7 +31,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-pub use backon::{BackoffBuilder, ExponentialBuilder, Retryable, RetryableWithContext};
+pub use backon::{
+    BackoffBuilder, ExponentialBackoff, ExponentialBuilder, Retryable, RetryableWithContext,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Waits of `first`, then twice the last, up to `max`, for as many tries as it takes
@@ -41,6 +43,15 @@ pub const fn forever(first: Duration, max: Duration) -> ExponentialBuilder {
         .with_min_delay(first)
         .with_max_delay(max)
         .without_max_times()
+}
+
+/// Waits of `first`, then twice the last, up to `max`, for at most `retries` tries after
+/// the first (no jitter).
+pub const fn at_most(retries: usize, first: Duration, max: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::new()
+        .with_min_delay(first)
+        .with_max_delay(max)
+        .with_max_times(retries)
 }
 
 /// Runs the retry `start` builds with the [`StopSleeper`] it is given (pass it to
@@ -103,6 +114,12 @@ mod tests {
             waits.iter().map(|w| w.as_millis()).collect::<Vec<u128>>(),
             vec![50, 100, 200, 300, 300, 300]
         );
+    }
+
+    #[test]
+    fn a_limited_policy_ends_after_its_retries() {
+        let waits: Vec<Duration> = at_most(3, MS * 100, MS * 100).build().collect();
+        assert_eq!(waits, vec![MS * 100; 3]);
     }
 
     #[tokio::test(start_paused = true)]

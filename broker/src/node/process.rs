@@ -1,170 +1,64 @@
-//! Runtimes on other hosts, over NATS JetStream.
-//!
-//! Broker -> node: a [`Dispatch`] is published to the `RELAY_DISPATCH` stream on
-//! `relay.v1.dispatch.<node>` with `Nats-Msg-Id` = the invocation id (JetStream drops a
-//! second publish of the same invocation). The node reads it with a durable consumer and
-//! acknowledges it once the turn has started (or the flight ended); the start is first
-//! recorded in the node's sled, so a redelivery (after a node crash, a NATS restart)
-//! never runs a turn twice, and a dispatch whose turn never started is delivered again.
-//!
-//! Node -> broker: every [`Report`] is published to the `RELAY_REPORTS` stream on
-//! `relay.v1.report.<node>` and waits for JetStream's acknowledgement (retried until it
-//! comes), so reports survive a NATS restart. The broker acknowledges a report once the
-//! command it stands for is committed.
-//!
-//! Broker -> node control (steer, interrupt, approvals): request/reply on
-//! `relay.v1.node.<node>.control`, a [`Control`] in, `{"ok":true}` or an error out.
-//!
-//! Dispatches, reports and controls are JSON sealed with the node's key
-//! ([`crate::seal`]): a node drops (and answers `unauthorized` to) anything it cannot
-//! open, so no NATS client but its broker can make it run anything.
+//! `relay node`: a runtime on another host. It serves its agents' dispatches from the
+//! dispatch stream (a turn's start recorded in its sled before the dispatch is
+//! acknowledged, so none runs twice), answers the broker's controls, and forwards its
+//! runtime's reports in order (see the [module header](super) for the wire).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream, AckKind};
+use async_nats::jetstream::{self, consumer, AckKind};
 use futures::StreamExt;
-use relay_protocol::api::{ControlAnswer, ErrorBody, ErrorCode};
-use relay_protocol::bus::{
-    subjects, CONTENT_TYPE_HEADER, DISPATCH_TYPE, REPORT_TYPE, SEALED_CONTENT_TYPE, TYPE_HEADER,
-};
+use relay_protocol::api::{ControlAnswer, ErrorBody};
+use relay_protocol::bus::subjects;
 use relay_protocol::domain::{FlightChange, FlightState};
-use relay_protocol::runtime::{Control, Dispatch, Report};
-use relay_runtime::retry::{self, Retryable};
+use relay_protocol::runtime::Report;
 use relay_runtime::{DispatchState, Runtime, RuntimeConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::wire;
 use crate::error::BrokerError;
+use crate::files::FileError;
 use crate::nats::NatsConfig;
-use crate::seal::{BusKey, NodeKey};
+use crate::seal::NodeKey;
+use crate::tasks::Tasks;
+
+/// Why `relay node` could not start or stopped in error. The CLI says it and exits.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("node name {0:?} is not valid: use letters, digits, '-' or '_'")]
+    InvalidName(String),
+    /// `relay node-key` has not been run for this node, or its file is elsewhere.
+    #[error("no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again", .key_file.display(), .name)]
+    NoKey { key_file: PathBuf, name: String },
+    #[error(transparent)]
+    Files(#[from] FileError),
+    #[error(transparent)]
+    Storage(#[from] relay_infra::storage::StorageError),
+    #[error(transparent)]
+    Runtime(#[from] relay_runtime::RuntimeError),
+    #[error(transparent)]
+    Connect(#[from] crate::nats::ConnectError),
+    #[error(transparent)]
+    Streams(#[from] jetstream::context::CreateStreamError),
+    #[error(transparent)]
+    Stream(#[from] jetstream::context::GetStreamError),
+    #[error(transparent)]
+    Consumer(#[from] jetstream::stream::ConsumerError),
+    #[error(transparent)]
+    Messages(#[from] jetstream::consumer::StreamError),
+    #[error(transparent)]
+    Subscribe(#[from] async_nats::SubscribeError),
+    /// A report could not be published (the node was stopped while it waited).
+    #[error(transparent)]
+    Report(#[from] BrokerError),
+}
 
 /// A delivered dispatch not acknowledged within this is delivered again (the node sends
 /// "in progress" while a turn is waking).
 const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(10);
-
-/// Creates the dispatch and report streams if missing (both sides call this).
-pub async fn ensure_streams(js: &jetstream::Context) -> anyhow::Result<()> {
-    for (name, subject) in [
-        (subjects::DISPATCH_STREAM, subjects::DISPATCH_ALL),
-        (subjects::REPORT_STREAM, subjects::REPORT_ALL),
-    ] {
-        js.get_or_create_stream(stream::Config {
-            name: name.to_string(),
-            subjects: vec![subject.to_string()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            duplicate_window: Duration::from_secs(300),
-            ..Default::default()
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// Waits between tries to have a dispatch or report acknowledged by JetStream.
-const ACK_BACKOFF: retry::ExponentialBuilder =
-    retry::forever(Duration::from_millis(50), Duration::from_secs(2));
-
-/// Publishes to JetStream and waits for its acknowledgement, retrying until it comes or
-/// `stop` fires.
-pub async fn publish_acked(
-    js: &jetstream::Context,
-    subject: String,
-    type_name: &str,
-    msg_id: &str,
-    payload: Vec<u8>,
-    stop: &CancellationToken,
-) -> Result<(), BrokerError> {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(TYPE_HEADER, type_name);
-    headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
-    headers.insert(CONTENT_TYPE_HEADER, SEALED_CONTENT_TYPE);
-    let payload = bytes::Bytes::from(payload);
-    // Each try owns its copies: a future borrowing them is not `Send` to the compiler
-    // through backon's generic types.
-    let attempt = || {
-        let (js, subject, headers, payload) = (
-            js.clone(),
-            subject.clone(),
-            headers.clone(),
-            payload.clone(),
-        );
-        async move {
-            js.publish_with_headers(subject, headers, payload)
-                .await?
-                .await
-        }
-    };
-    let acked = retry::until_stopped(stop, |sleeper| {
-        attempt.retry(ACK_BACKOFF).sleep(sleeper).notify(|e, _| {
-            tracing::warn!(%subject, error = %e, "JetStream publish not acknowledged; retrying");
-        })
-    })
-    .await;
-    // Tried until acknowledged: only a stop while waiting between tries ends it sooner.
-    match acked {
-        Some(_) => Ok(()),
-        None => Err(BrokerError::ShuttingDown),
-    }
-}
-
-/// Broker side: sends a dispatch to its node, sealed with the node's key.
-pub async fn send_dispatch(
-    js: &jetstream::Context,
-    key: &BusKey,
-    node: &str,
-    dispatch: &Dispatch,
-    stop: &CancellationToken,
-) -> Result<(), BrokerError> {
-    let subject = subjects::dispatch(node);
-    let payload = key
-        .node(node)
-        .seal(&subject, &serde_json::to_vec(dispatch)?);
-    publish_acked(
-        js,
-        subject,
-        DISPATCH_TYPE,
-        &dispatch.invocation.id,
-        payload,
-        stop,
-    )
-    .await
-}
-
-/// Broker side: a control request to a node, sealed with the node's key.
-pub async fn send_control(
-    client: &async_nats::Client,
-    key: &BusKey,
-    node: &str,
-    control: &Control,
-) -> Result<(), BrokerError> {
-    let subject = subjects::node_control(node);
-    let payload = key.node(node).seal(&subject, &serde_json::to_vec(control)?);
-    // async-nats gives up on a request after its 10 s default; that is the limit here.
-    let reply = client
-        .request(subject, payload.into())
-        .await
-        .map_err(|e| BrokerError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
-    // Only the node can seal its answer: a plain one is a refusal (or not the node's).
-    let Ok(answer) = key.node(node).open(reply.subject.as_str(), &reply.payload) else {
-        let why = serde_json::from_slice::<ErrorBody>(&reply.payload)
-            .map(|e| e.error.message)
-            .unwrap_or_else(|_| "an answer not sealed by the node".into());
-        return Err(BrokerError::Unavailable(format!(
-            "node {node:?} refused the control: {why} (is its key the one `relay node-key` derives from this broker's bus key?)"
-        )));
-    };
-    match serde_json::from_slice::<ControlAnswer>(&answer) {
-        Ok(ControlAnswer::Done { .. }) => Ok(()),
-        Ok(ControlAnswer::Refused(body)) => Err(BrokerError::Node(body.error)),
-        Err(e) => Err(BrokerError::Unavailable(format!(
-            "node {node:?} answered the control with something unreadable: {e}"
-        ))),
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -181,26 +75,22 @@ pub struct NodeConfig {
 
 /// The key of node `name` in `key_file`, where `relay node-key NAME --out FILE` wrote it
 /// on the broker's host.
-pub async fn read_key(key_file: &Path, name: &str) -> anyhow::Result<NodeKey> {
+pub async fn read_key(key_file: &Path, name: &str) -> Result<NodeKey, NodeError> {
     let path = key_file.to_path_buf();
-    let key = relay_runtime::storage::read(move || crate::files::read_key(&path)).await??;
+    let key = relay_infra::storage::read(move || crate::files::read_key(&path)).await??;
     let Some(key) = key else {
-        anyhow::bail!(
-            "no node key at {0}: on the broker's host run `relay node-key {1} --out {0}` (with the broker's --data-dir), copy the file here, and start again",
-            key_file.display(),
-            name
-        );
+        return Err(NodeError::NoKey {
+            key_file: key_file.to_path_buf(),
+            name: name.to_string(),
+        });
     };
     Ok(NodeKey::new(key))
 }
 
 /// `relay node`: runs the harness-session plane for the agents of `config.name`.
-pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     if !relay_protocol::domain::valid_agent_name(&config.name) {
-        anyhow::bail!(
-            "node name {:?} is not valid: use letters, digits, '-' or '_'",
-            config.name
-        );
+        return Err(NodeError::InvalidName(config.name));
     }
     crate::files::private_dir(&config.data_dir)?;
     let mut nats = config.nats.clone();
@@ -222,7 +112,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
         Err(e) => return Err(e.into()),
     };
     let js = jetstream::new(client.clone());
-    ensure_streams(&js).await?;
+    wire::ensure_streams(&js).await?;
 
     let runtime_stop = CancellationToken::new();
     let runtime_config = RuntimeConfig {
@@ -236,10 +126,12 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =
-        relay_runtime::storage::read(move || Runtime::start(runtime_config, stop)).await??;
+        relay_infra::storage::read(move || Runtime::start(runtime_config, stop)).await??;
     let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
     let forward_stop = CancellationToken::new();
-    let forwarder = tokio::spawn(forward_reports(
+    // The node's tasks: the forwarder, and the answers to controls.
+    let tasks = Tasks::new(&forward_stop);
+    let forwarder = tasks.track(forward_reports(
         js.clone(),
         config.key.clone(),
         config.name.clone(),
@@ -263,7 +155,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                 output: None,
             },
         };
-        publish_report(&js, &config.key, &config.name, &report, &forward_stop).await?;
+        wire::publish_report(&js, &config.key, &config.name, &report, &forward_stop).await?;
         runtime
             .threads()
             .set_dispatch_state(&invocation, DispatchState::Done, &flight)
@@ -307,20 +199,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                 let runtime = runtime.clone();
                 let client = client.clone();
                 let key = config.key.clone();
-                tokio::spawn(async move {
-                    let control = key
-                        .open(msg.subject.as_str(), &msg.payload)
-                        .map_err(|e| {
-                            tracing::warn!(subject = %msg.subject, "node control refused: {e}");
-                            ControlAnswer::refused(ErrorCode::Unauthorized, e.to_string())
-                        })
-                        .and_then(|plain| {
-                            serde_json::from_slice::<Control>(&plain).map_err(|e| {
-                                ControlAnswer::refused(ErrorCode::InvalidRequest, e.to_string())
-                            })
-                        });
-                    // The broker's requests are answered sealed (for the reply subject),
-                    // so nobody else can answer for this node; a refusal is plain.
+                tasks.track(async move {
+                    let control = wire::open_control(&key, msg.subject.as_str(), &msg.payload);
                     let (answer, sealed) = match control {
                         Ok(c) => (
                             match runtime.control(c).await {
@@ -336,9 +216,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
                         Err(refused) => (refused, false),
                     };
                     if let Some(reply) = msg.reply {
-                        let body = serde_json::to_vec(&answer).unwrap_or_default();
-                        let body = if sealed { key.seal(reply.as_str(), &body) } else { body };
-                        let _ = client.publish(reply, body.into()).await;
+                        wire::answer_control(&client, &key, reply, &answer, sealed).await;
                     }
                 });
             }
@@ -350,6 +228,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
     // Let the last reports (turns failed by the shutdown) reach JetStream.
     let _ = tokio::time::timeout(Duration::from_secs(10), forwarder).await;
     forward_stop.cancel();
+    tasks.stopped().await;
     let _ = client.flush().await;
     Ok(())
 }
@@ -358,17 +237,14 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> anyhow::Res
 type Pending = Arc<Mutex<HashMap<String, (String, jetstream::Message)>>>;
 
 async fn on_dispatch(runtime: &Runtime, key: &NodeKey, pending: &Pending, msg: jetstream::Message) {
-    let plain = match key.open(msg.subject.as_str(), &msg.payload) {
-        Ok(p) => p,
-        Err(e) => {
+    let dispatch = match wire::open_dispatch(key, msg.subject.as_str(), &msg.payload) {
+        Ok(d) => d,
+        Err(wire::Unopened::Unsealed(e)) => {
             tracing::error!(subject = %msg.subject, "dispatch dropped: {e}; if it came from this node's broker, this node's key is not the one `relay node-key` derives from the broker's bus key");
             let _ = msg.ack_with(AckKind::Term).await;
             return;
         }
-    };
-    let dispatch: Dispatch = match serde_json::from_slice(&plain) {
-        Ok(d) => d,
-        Err(e) => {
+        Err(wire::Unopened::Malformed(e)) => {
             tracing::warn!(error = %e, "malformed dispatch dropped");
             let _ = msg.ack_with(AckKind::Term).await;
             return;
@@ -403,26 +279,6 @@ async fn on_dispatch(runtime: &Runtime, key: &NodeKey, pending: &Pending, msg: j
     if let Err(e) = runtime.dispatch(dispatch).await {
         tracing::warn!(%flight, error = %e, "dispatch refused");
     }
-}
-
-async fn publish_report(
-    js: &jetstream::Context,
-    key: &NodeKey,
-    node: &str,
-    report: &Report,
-    stop: &CancellationToken,
-) -> Result<(), BrokerError> {
-    let subject = subjects::report(node);
-    let payload = key.seal(&subject, &serde_json::to_vec(report)?);
-    publish_acked(
-        js,
-        subject,
-        REPORT_TYPE,
-        &format!("{node}:{}", uuid::Uuid::now_v7()),
-        payload,
-        stop,
-    )
-    .await
 }
 
 /// Sends the runtime's reports to the broker in order; marks and acknowledges a dispatch
@@ -477,7 +333,7 @@ async fn forward_reports(
                 }
             }
         }
-        if publish_report(&js, &key, &node, &report, &stop)
+        if wire::publish_report(&js, &key, &node, &report, &stop)
             .await
             .is_err()
         {
@@ -507,7 +363,7 @@ async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
         .map(|(i, _)| i)
 }
 
-fn write_ready(config: &NodeConfig) -> anyhow::Result<()> {
+fn write_ready(config: &NodeConfig) -> Result<(), FileError> {
     crate::files::write_private(
         &config.data_dir.join("node.json"),
         serde_json::json!({ "name": config.name, "pid": std::process::id() })

@@ -1,0 +1,111 @@
+//! The tasks a part of the process spawns, owned: each is tracked, and ended when the
+//! part stops, so a shutdown waits for every task it started and leaves none behind.
+//!
+//! [`Tasks::spawn`] runs a task until its end or the stop, whichever comes first (at the
+//! stop it is dropped at its next await); [`Tasks::track`] runs one that must end on its
+//! own (a writer committing what is queued, an answer to a request), given the stop to
+//! watch if it waits for anything. [`Tasks::stopped`] fires the stop and waits for all.
+//!
+//! The one spawn in the broker outside this is the signal handler
+//! ([`crate::shutdown::on_signals`]): it must outlive the drain, to force the exit at a
+//! second signal.
+
+use std::future::Future;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Tasks owned by one part of the process (the broker, the plane, a server). Clone
+/// freely: the clones share the tasks and the stop.
+#[derive(Clone, Debug)]
+pub struct Tasks {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Tasks {
+    /// Tasks ended when `parent` fires or [`Tasks::stopped`] is called (which does not
+    /// fire `parent`).
+    pub fn new(parent: &CancellationToken) -> Tasks {
+        Tasks {
+            tracker: TaskTracker::new(),
+            stop: parent.child_token(),
+        }
+    }
+
+    /// Runs `task` until it ends or the stop fires; `None`: stopped first.
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<Option<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let stop = self.stop.clone();
+        self.tracker
+            .spawn(async move { stop.run_until_cancelled(task).await })
+    }
+
+    /// Runs `task` to its end, tracked but never cut: for a task that finishes on its own
+    /// (it watches [`Tasks::stop_token`] itself if it waits for anything).
+    pub fn track<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tracker.spawn(task)
+    }
+
+    /// The stop these tasks end at.
+    pub fn stop_token(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Tasks still running.
+    pub fn len(&self) -> usize {
+        self.tracker.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tracker.is_empty()
+    }
+
+    /// Fires the stop and waits until every task has ended. Tasks spawned afterwards end
+    /// at once ([`Tasks::spawn`]) or are waited for too, if they start before the last
+    /// one ends.
+    pub async fn stopped(&self) {
+        self.stop.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stop_ends_spawned_tasks_and_waits_for_tracked_ones() {
+        let tasks = Tasks::new(&CancellationToken::new());
+        let forever = tasks.spawn(std::future::pending::<()>());
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let stop = tasks.stop_token().clone();
+        let own = tasks.track(async move {
+            stop.cancelled().await;
+            tx.send(7).unwrap();
+        });
+        let done = tasks.spawn(async { 1 });
+        assert_eq!(done.await.unwrap(), Some(1));
+        assert_eq!(tasks.len(), 2);
+        tasks.stopped().await;
+        assert!(tasks.is_empty());
+        assert_eq!(forever.await.unwrap(), None);
+        own.await.unwrap();
+        assert_eq!(rx.await.unwrap(), 7);
+        // Spawned after the stop: ends at once.
+        assert_eq!(
+            tasks.spawn(std::future::pending::<()>()).await.unwrap(),
+            None
+        );
+    }
+}

@@ -37,7 +37,8 @@
 //!    `node`, implementing the ports);
 //! 4. `server`, which wires them together.
 //!
-//! `broker` and `plane` are directories with a file per concern (`broker/`: the handle,
+//! `store`, `broker` and `plane` are directories with a file per concern (`store/`: the
+//! handle, `keys.rs`, `projections.rs`, `queries.rs`, `doctor.rs`; `broker/`: the handle,
 //! `writer.rs`, `rules/` by entity; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
 //! `controls.rs`); their submodules are private, so only the top-level modules layer.
 //!

@@ -19,10 +19,18 @@
 //! - [`watch`]: snapshots of a flight, an agent or a conversation, valid at an event seq
 //!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
-//! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
-//! [`convert`] on those and [`pb`]; [`text`] on none. The crate depends on no other crate of the
-//! workspace: every other one depends on it.
+//! Depends on: none.
+//!
+//! The crate depends on no other crate of the workspace: every other one depends on it.
+//!
+//! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
+//! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
+//! `tests/tests/module_graph.rs` checks it):
+//! - `bus`, `claude`, `clock`, `names`, `text` -> none
+//! - `domain` -> `names`
+//! - `codex`, `harness`, `replay`, `runtime`, `watch` -> `domain`
+//! - `api`, `event` -> `domain`, `names`
+//! - `convert` -> `api`, `domain`
 
 pub mod api;
 pub mod bus;

@@ -16,6 +16,13 @@
 //! - `homes.rs`: what points each CLI at the mock ([`write_codex_home`],
 //!   [`claude_env`], [`write_pi_dir`]).
 //!
+//! Depends on: none.
+//!
+//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph.rs`
+//! checks it):
+//! - `homes`, `http` -> none
+//! - `messages`, `responses` -> `http`
+//!
 //! Data flow: an accept loop spawns one task per connection; each reads one request,
 //! records it, picks a reply (the scripted queue first, then the handler set with
 //! [`MockModel::set_handler`], then the default echo `ok: <last user text>`), streams it,

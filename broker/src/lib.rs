@@ -35,7 +35,7 @@
 //! and `nats`, the interfaces; `node` on `nats`; `plane` on `node`, implementing the
 //! ports); and `server`, which wires them together.
 //!
-//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph.rs`
+//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
 //! - `alerts`, `error`, `files`, `policy`, `seal`, `shutdown` -> none
 //! - `store` -> `error`

@@ -38,7 +38,7 @@
 //! still reads the Codex and Claude Code items (issue 24 moves those into the seam).
 //!
 //! Layering, one way (a module uses only the modules after its arrow;
-//! `tests/tests/module_graph.rs` checks it):
+//! `tests/tests/module_graph/` checks it):
 //! - `access`, `error`, `lines`, `pinned` -> none
 //! - `process` -> `error`, `lines`
 //! - `config` -> `access`, `error`, `pinned`, `process`

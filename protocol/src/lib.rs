@@ -25,7 +25,7 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
 //! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
-//! `tests/tests/module_graph.rs` checks it):
+//! `tests/tests/module_graph/` checks it):
 //! - `bus`, `claude`, `clock`, `names`, `text` -> none
 //! - `domain` -> `names`
 //! - `codex`, `harness`, `replay`, `runtime`, `watch` -> `domain`

@@ -31,7 +31,7 @@
 //! harness: `worker` reaches the harnesses through `relay_harnesses::seam` only.
 //!
 //! Layering, one way ([`Runtime`], in the crate root, on `worker`; a module uses only the
-//! modules after its arrow; `tests/tests/module_graph.rs` checks it):
+//! modules after its arrow; `tests/tests/module_graph/` checks it):
 //! - `worker` -> `threads`
 //! - `threads` -> `storage`
 //! - `retry`, `storage` -> none

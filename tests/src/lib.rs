@@ -12,7 +12,7 @@
 //! Every other crate of the workspace, and none on it (but the harnesses' tests).
 //!
 //! Layering (a module uses only the modules after its arrow; the process handles live in
-//! the crate root; `tests/tests/module_graph.rs` checks it):
+//! the crate root; `tests/tests/module_graph/` checks it):
 //! - `bench`, `codex_turns`, `load`, `tmux`, `wait` -> none
 //! - `procs` -> `wait`
 //! - `environ` -> `load`

@@ -30,7 +30,7 @@
 //! Nothing but the tests depends on it.
 //!
 //! Layering (`main` here on `commands`; a module uses only the modules after its arrow;
-//! `tests/tests/module_graph.rs` checks it):
+//! `tests/tests/module_graph/` checks it):
 //! - `data_dir`, `terminal` -> none
 //! - `client` -> `data_dir`
 //! - `exit` -> `client`

@@ -19,7 +19,7 @@
 //!
 //! Depends on: none.
 //!
-//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph.rs`
+//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
 //! - `homes`, `http`, `requests` -> none
 //! - `messages`, `responses` -> `http`

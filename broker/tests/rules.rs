@@ -1,8 +1,7 @@
 //! Domain rules over a real (temporary) sled store: the flight state machine, typed
 //! errors for bad input, and that a rejected command writes nothing.
 //!
-//! Longer than 600 lines on purpose: this is the domain rules' specification, one test per
-//! rule, read as one file.
+//! Over 600 lines: the domain rules' specification, one test per rule, read as one file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_broker::store::Store;

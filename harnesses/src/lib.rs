@@ -30,13 +30,27 @@
 //! channel to one owner task that owns the child's pipes and the pending requests; events
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
-//! Layering, one way: [`error`], [`lines`] and [`access`] depend on no other module, [`process`] and
-//! [`seam`], [`pinned`] and [`stdio`] on them ([`preflight`] on [`process`] and [`config`], and
-//! [`seam`] on [`preflight`]), each adapter (`codex`, `claude`, `pi`, `tmux`) on
-//! those, and [`registry`] on the adapters:
-//! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
-//! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
-//! broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
+//! Depends on: relay-protocol.
+//! Tests also depend on: relay-mock-model, relay-tests.
+//!
+//! Nothing in it knows the broker or the runtime. Only the registry names the adapters
+//! ([`Harnesses::builtin`]), and adapters never depend on each other, except `tmux`, which
+//! still reads the Codex and Claude Code items (issue 24 moves those into the seam).
+//!
+//! Layering, one way (a module uses only the modules after its arrow;
+//! `tests/tests/module_graph/` checks it):
+//! - `access`, `error`, `lines`, `pinned` -> none
+//! - `process` -> `error`, `lines`
+//! - `config` -> `access`, `error`, `pinned`, `process`
+//! - `preflight` -> `config`, `error`, `process`
+//! - `seam` -> `access`, `error`, `preflight`
+//! - `stdio` -> `error`, `lines`, `process`
+//! - `codex` -> `access`, `config`, `error`, `pinned`, `preflight`, `seam`, `stdio`
+//! - `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`, `seam`,
+//!   `stdio`
+//! - `tmux` -> `access`, `claude`, `codex`, `config`, `error`, `pinned`, `preflight`,
+//!   `process`, `seam`
+//! - `registry` -> `claude`, `codex`, `error`, `pi`, `seam`, `tmux`
 
 pub mod access;
 pub mod claude;

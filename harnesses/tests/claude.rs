@@ -5,8 +5,7 @@
 //! directory, and checks that every `claude` process it started is gone at the end. Every
 //! wait has a timeout so a bug fails instead of hanging; none is a measure.
 //!
-//! Longer than 500 lines on purpose: this is the adapter's specification against the
-//! real Claude Code, one test per behaviour of the seam, read as one file.
+//! Over 600 lines: the adapter's specification against real Claude Code, read as one file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -4,8 +4,7 @@
 //! `config.toml` pointing at that mock) and its own Codex process, and checks that the
 //! process is gone at the end. Every wait has a timeout so a bug fails instead of hanging.
 //!
-//! Longer than 600 lines on purpose: this is the adapter's specification against the real
-//! Codex, one test per behaviour of the seam, read as one file.
+//! Over 600 lines: the adapter's specification against the real Codex, read as one file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -22,11 +22,19 @@
 //! - [`watch`]: snapshots of a flight, an agent or a conversation, valid at an event seq
 //!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
-//! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`bus`], [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
-//! [`convert`] on those and [`pb`]; [`methods`] on [`api`], [`bus`], [`domain`],
-//! [`event`], [`replay`] and [`watch`]; [`text`] on none. The crate depends on no other crate of the
-//! workspace: every other one depends on it.
+//! Depends on: none.
+//!
+//! The crate depends on no other crate of the workspace: every other one depends on it.
+//!
+//! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
+//! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
+//! `tests/tests/module_graph/` checks it):
+//! - `claude`, `clock`, `names`, `text` -> none
+//! - `domain` -> `names`
+//! - `bus`, `codex`, `harness`, `replay`, `runtime`, `watch` -> `domain`
+//! - `api`, `event` -> `domain`, `names`
+//! - `convert` -> `api`, `domain`
+//! - `methods` -> `api`, `bus`, `domain`, `event`, `replay`, `watch`
 
 pub mod api;
 pub mod bus;

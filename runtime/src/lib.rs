@@ -24,10 +24,15 @@
 //!   arrives; the broker turns reports into flight updates.
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
 //!
-//! Layering, one way: [`Runtime`] -> `worker` -> [`threads`] -> `relay_infra::storage`;
-//! `worker` -> `relay_harnesses::seam`. Nothing here names a particular harness. The
-//! crate depends on `relay-harnesses`, `relay-protocol` and `relay-infra`, never on the
-//! broker (the broker depends on it).
+//! Depends on: relay-harnesses, relay-infra, relay-protocol.
+//!
+//! Never on the broker (the broker depends on it). Nothing here names a particular
+//! harness: `worker` reaches the harnesses through `relay_harnesses::seam` only.
+//!
+//! Layering, one way ([`Runtime`], in the crate root, on `worker`; a module uses only the
+//! modules after its arrow; `tests/tests/module_graph/` checks it):
+//! - `worker` -> `threads`
+//! - `threads` -> none
 
 pub mod threads;
 mod worker;

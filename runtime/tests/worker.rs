@@ -4,8 +4,8 @@
 //! conversation was lost. Every test runs on paused time and waits for calls and
 //! reports, never for time to pass; each asserts whole reports.
 //!
-//! About 600 lines: one test per behaviour of the worker, each spelling out the whole
-//! sequence of reports it expects; the fake and the shared set-up are in `support`.
+//! Over 600 lines: one test per worker behaviour, each with its whole report sequence.
+//! The fake and the shared set-up are in `support`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

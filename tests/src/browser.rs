@@ -32,6 +32,8 @@
 //! Screenshots are artifacts for a reviewer: [`Browser::screenshot`] writes
 //! `<artifacts_dir()>/<test>/<name>.png`; [`artifacts_dir`] is `$RELAY_TEST_ARTIFACTS`,
 //! else `target/test-artifacts/` of the workspace (`ops/test.sh` prints it at the end).
+//!
+//! Over 600 lines: the browser and its chromedriver: one start, retry and teardown story.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -6,10 +6,19 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 //!
-//! Layering: [`environ`] depends on [`load`]; [`harness_events`] and [`nats`] on
-//! [`procs`]; [`browser`] on [`procs`] and [`wait`]; [`agents`] on the process handles
-//! here and [`wait`]; the other modules on none. The crate depends on every other crate
-//! of the workspace, and none on it.
+//! Depends on: relay-broker, relay-cli, relay-harnesses, relay-infra, relay-mock-model,
+//! relay-protocol, relay-runtime.
+//!
+//! Every other crate of the workspace, and none on it (but the harnesses' tests).
+//!
+//! Layering (a module uses only the modules after its arrow; the process handles live in
+//! the crate root; `tests/tests/module_graph/` checks it):
+//! - `bench`, `codex_turns`, `load`, `tmux`, `wait` -> none
+//! - `procs` -> `wait`
+//! - `environ` -> `load`
+//! - `harness_events` -> `procs`
+//! - `browser`, `nats` -> `procs`, `wait`
+//! - `agents` -> `tmux`
 
 pub mod agents;
 pub mod bench;

@@ -4,6 +4,8 @@
 //! on `relay ask` interrupts the flight and names it; `relay ask` follows its flight
 //! across a broker `kill -9` and restart; tables fit a narrow and a wide terminal, and
 //! the status line never wraps.
+//!
+//! Over 600 lines: the CLI's conventions end to end, one test per convention.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Read;

@@ -1,8 +1,8 @@
 //! The codex plane end to end: a real `relay up`, the REAL pinned `codex app-server`, and
 //! the mock Responses server. Each test has its own data dir, CODEX_HOME and mock.
 //!
-//! Longer than 600 lines on purpose: this is the codex plane's end-to-end specification,
-//! one test per behaviour, read as one file; the shared set-up lives in `relay_tests`.
+//! Over 600 lines: the codex plane's end-to-end specification, one test per behaviour.
+//! The shared set-up lives in `relay_tests`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The foundation, end to end with a real `relay up` process: durability across
 //! `kill -9`, the event log's sequence, projections equal to a rebuild, and bad input.
 //!
-//! Longer than 600 lines on purpose: this is the foundation's end-to-end specification, one
-//! test per guarantee, read as one file; the process fixtures live in `relay_tests`.
+//! Over 600 lines: the foundation's end-to-end specification, one test per guarantee.
+//! The process fixtures live in `relay_tests`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_broker::store::Store;

@@ -2,8 +2,8 @@
 //! --nats`, the real pinned codex and the mock model. The client side here knows only the
 //! documented subjects and the `.proto` types (or JSON).
 //!
-//! Longer than 600 lines on purpose: this is the bus's end-to-end specification, one test
-//! per documented behaviour, read as one file; the server fixture lives in `relay_tests`.
+//! Over 600 lines: the bus's end-to-end specification, one test per documented behaviour.
+//! The server fixture lives in `relay_tests`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;

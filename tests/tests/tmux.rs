@@ -18,6 +18,8 @@
 //!   many clients at once);
 //! - a tmux agent with neither `--command` nor `--shell` is refused, by the CLI and over
 //!   HTTP (many at once), and so is a ready pattern that is not a regular expression.
+//!
+//! Over 600 lines: tmux agents end to end, one test per behaviour, read as one file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -25,10 +25,18 @@
 //! to client commands). A secret's variable is named but its value never shown, and a
 //! secret on the command line is refused (`ps` shows it to every user).
 //!
-//! Layering: [`terminal`] and [`data_dir`] depend on no other module; [`client`] on
-//! `data_dir`; [`exit`] on `client`; `views` on `terminal`; `help` on `exit` and
-//! `terminal`; `commands` on all of them, and `main` here on `commands`. The crate depends on the broker library; nothing but the tests depends
-//! on it.
+//! Depends on: relay-broker, relay-infra, relay-protocol, relay-runtime.
+//!
+//! Nothing but the tests depends on it.
+//!
+//! Layering (`main` here on `commands`; a module uses only the modules after its arrow;
+//! `tests/tests/module_graph/` checks it):
+//! - `data_dir`, `terminal` -> none
+//! - `client` -> `data_dir`
+//! - `exit` -> `client`
+//! - `views` -> `terminal`
+//! - `help` -> `exit`, `terminal`
+//! - `commands` -> `client`, `data_dir`, `exit`, `help`, `terminal`, `views`
 
 use std::path::PathBuf;
 use std::process::ExitCode;

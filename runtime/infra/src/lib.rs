@@ -6,8 +6,13 @@
 //!   the blocking pool ([`storage::read`]); every database opens with [`storage::config`].
 //! - [`retry`]: retrying with backoff ([`backon`]), one way for every crate above this one.
 //!
-//! Layering: the two modules depend on nothing of each other; the crate depends on no
-//! other Relay crate (`relay-runtime` and `relay-broker` depend on it).
+//! Depends on: none.
+//!
+//! No other Relay crate: `relay-runtime` and `relay-broker` depend on it.
+//!
+//! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
+//! checks it):
+//! - `retry`, `storage` -> none
 
 pub mod retry;
 pub mod storage;

@@ -1,0 +1,131 @@
+//! The trees, their keys and the versioned encoding of every stored value (the layout
+//! is in the module's header, `store/mod.rs`).
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::BrokerError;
+
+/// Version byte in front of every stored value.
+const VALUE_VERSION: u8 = 1;
+
+/// Projection trees, in the order [`Store`](super::Store) holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum T {
+    Events = 0,
+    Agents,
+    Conversations,
+    Messages,
+    MessageIds,
+    Invocations,
+    Flights,
+    FlightUpdates,
+    Deliveries,
+    Approvals,
+    Bindings,
+    /// flight id -> ids of its approvals, so a transaction can find them without a scan.
+    FlightApprovals,
+    /// node name -> stream seq of the last report applied (not a projection: it
+    /// de-duplicates redelivered node reports, written with the command they carry).
+    ReportCursors,
+    /// agent name -> its secret variables (not a projection: never in an event, so
+    /// never published nor replayed; deleted with the agent).
+    Secrets,
+    /// ids of the flights not yet ended (an index: live listings read it instead of
+    /// every flight ever).
+    LiveFlights,
+    /// Markers of one-time work done on this database (not a projection).
+    Meta,
+    /// parent flight id, 0, child flight id -> nothing: the agent-to-agent tree of a
+    /// flight without a scan (an index).
+    FlightChildren,
+    /// Where the events of an agent, a conversation or a flight are in the log (an
+    /// index for replays: see the module docs).
+    ReplayIndex,
+}
+
+pub(super) const TREE_NAMES: [&str; 18] = [
+    "events",
+    "agents",
+    "conversations",
+    "messages",
+    "message_ids",
+    "invocations",
+    "flights",
+    "flight_updates",
+    "deliveries",
+    "approvals",
+    "bindings",
+    "flight_approvals",
+    "report_cursors",
+    "agent_secrets",
+    "live_flights",
+    "meta",
+    "flight_children",
+    "replay_index",
+];
+
+pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
+    let mut out = Vec::with_capacity(256);
+    out.push(VALUE_VERSION);
+    serde_json::to_writer(&mut out, v)?;
+    Ok(out)
+}
+
+pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, BrokerError> {
+    match bytes.split_first() {
+        Some((&VALUE_VERSION, rest)) => Ok(serde_json::from_slice(rest)?),
+        Some((v, _)) => Err(BrokerError::Corrupt(format!(
+            "stored value has version {v}, this build reads {VALUE_VERSION}"
+        ))),
+        None => Err(BrokerError::Corrupt("empty stored value".into())),
+    }
+}
+
+/// `a`, 0, `b`: a key of an index from one id to many.
+pub fn pair_key(a: &str, b: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(a.len() + 1 + b.len());
+    key.extend_from_slice(a.as_bytes());
+    key.push(0);
+    key.extend_from_slice(b.as_bytes());
+    key
+}
+
+pub fn seq_key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// `prefix`, 0, `n` big-endian: keys that sort by `n` within one prefix.
+pub fn child_key(prefix: &str, n: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 9);
+    k.extend_from_slice(prefix.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+pub(super) fn child_prefix(prefix: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 1);
+    k.extend_from_slice(prefix.as_bytes());
+    k.push(0);
+    k
+}
+
+/// What a replay reads the log by: one agent's, conversation's or flight's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Agent,
+    Conversation,
+    Flight,
+}
+
+impl Scope {
+    pub(super) fn key(self, id: &str, seq: u64) -> Vec<u8> {
+        let letter = match self {
+            Scope::Agent => 'a',
+            Scope::Conversation => 'c',
+            Scope::Flight => 'f',
+        };
+        child_key(&format!("{letter}{id}"), seq)
+    }
+}

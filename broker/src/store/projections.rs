@@ -1,0 +1,228 @@
+//! Events applied to the projections ([`apply`], the only writer of them, live and in a
+//! rebuild), the sinks it writes through, and the indexes built once for a database made
+//! before they existed.
+
+use relay_protocol::domain::{Flight, FlightUpdate};
+use relay_protocol::event::{Event, EventBody};
+use serde::Serialize;
+
+use super::keys::{child_key, decode, encode, pair_key, Scope, T};
+use super::{unabortable, Store, Tx};
+use crate::error::BrokerError;
+
+/// Where [`apply`] writes: the live transaction, or plain trees during a rebuild.
+pub trait Sink {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError>;
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError>;
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError>;
+}
+
+/// The replay scopes an event belongs to: an agent's registrations, removals, lost
+/// threads and flights; a conversation's messages and the flights asked in it; a
+/// flight's creation and approvals. A flight's updates are not here (they are in
+/// `flight_updates`, with their seq), so streaming text costs the index nothing.
+pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
+    match body {
+        EventBody::AgentRegistered { agent } => vec![(Scope::Agent, agent.spec.name.as_str())],
+        EventBody::AgentRemoved { name, .. } => vec![(Scope::Agent, name.as_str())],
+        EventBody::ThreadLost { agent, .. } => vec![(Scope::Agent, agent.as_str())],
+        EventBody::MessagePosted { message, .. } => {
+            vec![(Scope::Conversation, message.conversation.as_str())]
+        }
+        EventBody::InvocationCreated { invocation, flight } => vec![
+            (Scope::Agent, flight.agent.as_str()),
+            (Scope::Conversation, invocation.conversation.as_str()),
+            (Scope::Flight, flight.id.as_str()),
+        ],
+        EventBody::ApprovalRequested { approval } | EventBody::ApprovalDecided { approval } => {
+            vec![(Scope::Flight, approval.request.flight.as_str())]
+        }
+        EventBody::AgentUpdated { .. }
+        | EventBody::ConversationCreated { .. }
+        | EventBody::DeliveryPlanned { .. }
+        | EventBody::DeliveryAttempted { .. }
+        | EventBody::FlightUpdated { .. }
+        | EventBody::BindingCreated { .. } => Vec::new(),
+    }
+}
+
+/// Applies one event to the projections. Events carry the records they produce, so
+/// applying is a set of puts and deletes, and applying twice changes nothing.
+pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
+    for (scope, id) in replay_scopes(&event.body) {
+        sink.put(T::ReplayIndex, &scope.key(id, event.seq), Vec::new())?;
+    }
+    match &event.body {
+        EventBody::AgentRegistered { agent } | EventBody::AgentUpdated { agent } => {
+            sink.put(T::Agents, agent.spec.name.as_bytes(), encode(agent)?)
+        }
+        EventBody::AgentRemoved { name, .. } => sink.del(T::Agents, name.as_bytes()),
+        EventBody::ThreadLost { .. } => Ok(()),
+        EventBody::ConversationCreated { conversation } => sink.put(
+            T::Conversations,
+            conversation.spec.id.as_bytes(),
+            encode(conversation)?,
+        ),
+        EventBody::MessagePosted {
+            message,
+            conversation,
+        } => {
+            let key = child_key(&message.conversation, message.index);
+            sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
+            sink.put(T::Messages, &key, encode(message)?)?;
+            sink.put(
+                T::Conversations,
+                conversation.spec.id.as_bytes(),
+                encode(conversation)?,
+            )
+        }
+        EventBody::DeliveryPlanned { delivery } | EventBody::DeliveryAttempted { delivery } => {
+            sink.put(T::Deliveries, delivery.id.as_bytes(), encode(delivery)?)
+        }
+        EventBody::InvocationCreated { invocation, flight } => {
+            sink.put(
+                T::Invocations,
+                invocation.id.as_bytes(),
+                encode(invocation)?,
+            )?;
+            if !flight.state.is_terminal() {
+                sink.put(T::LiveFlights, flight.id.as_bytes(), Vec::new())?;
+            }
+            if let Some(parent) = &flight.parent_flight {
+                sink.put(T::FlightChildren, &pair_key(parent, &flight.id), Vec::new())?;
+            }
+            sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
+        }
+        EventBody::FlightUpdated { update, flight } => {
+            sink.put(
+                T::FlightUpdates,
+                &child_key(&update.flight, update.seq),
+                encode(&StoredUpdate {
+                    event_seq: event.seq,
+                    update: update.clone(),
+                })?,
+            )?;
+            // Only the change that ends a flight touches the index (never a delta).
+            if matches!(
+                update.change,
+                relay_protocol::domain::FlightChange::State { .. }
+            ) && flight.state.is_terminal()
+            {
+                sink.del(T::LiveFlights, flight.id.as_bytes())?;
+            }
+            sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
+        }
+        EventBody::BindingCreated { binding } => {
+            sink.put(T::Bindings, binding.id.as_bytes(), encode(binding)?)
+        }
+        EventBody::ApprovalRequested { approval } | EventBody::ApprovalDecided { approval } => {
+            let flight = approval.request.flight.as_bytes();
+            let mut ids: Vec<String> = match sink.get(T::FlightApprovals, flight)? {
+                Some(v) => decode(&v)?,
+                None => Vec::new(),
+            };
+            if !ids.contains(&approval.id) {
+                ids.push(approval.id.clone());
+                sink.put(T::FlightApprovals, flight, encode(&ids)?)?;
+            }
+            sink.put(T::Approvals, approval.id.as_bytes(), encode(approval)?)
+        }
+    }
+}
+
+/// A flight update as stored: with the global seq of the event that made it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct StoredUpdate {
+    pub event_seq: u64,
+    pub update: FlightUpdate,
+}
+
+impl Sink for Tx<'_> {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError> {
+        self.trees[tree as usize].get(key).map_err(unabortable)
+    }
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.trees[tree as usize]
+            .insert(key, value)
+            .map_err(unabortable)?;
+        Ok(())
+    }
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.trees[tree as usize].remove(key).map_err(unabortable)?;
+        Ok(())
+    }
+}
+
+pub(super) struct PlainSink<'a>(pub(super) &'a Store);
+
+impl Sink for PlainSink<'_> {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError> {
+        Ok(self.0.tree(tree).get(key)?)
+    }
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.0.tree(tree).insert(key, value)?;
+        Ok(())
+    }
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.0.tree(tree).remove(key)?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Builds each index a database made before it existed lacks (at open).
+    pub(super) fn index_once_each(&self) -> Result<(), BrokerError> {
+        self.index_once(b"live_flights_indexed", Store::index_live_flights)?;
+        self.index_once(b"flight_children_indexed", Store::index_flight_children)?;
+        self.index_once(b"replay_indexed", Store::index_replays)
+    }
+
+    /// Builds an index of a database made before it existed, once (the marker is made
+    /// durable by the next flush; until then it is simply built again).
+    fn index_once(
+        &self,
+        marker: &[u8],
+        build: fn(&Store) -> Result<(), BrokerError>,
+    ) -> Result<(), BrokerError> {
+        if self.tree(T::Meta).contains_key(marker)? {
+            return Ok(());
+        }
+        build(self)?;
+        self.tree(T::Meta).insert(marker, Vec::<u8>::new())?;
+        Ok(())
+    }
+
+    fn index_flight_children(&self) -> Result<(), BrokerError> {
+        for value in self.tree(T::Flights).iter().values() {
+            let flight: Flight = decode(&value?)?;
+            if let Some(parent) = &flight.parent_flight {
+                self.tree(T::FlightChildren)
+                    .insert(pair_key(parent, &flight.id), Vec::<u8>::new())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn index_live_flights(&self) -> Result<(), BrokerError> {
+        for value in self.tree(T::Flights).iter().values() {
+            let flight: Flight = decode(&value?)?;
+            if !flight.state.is_terminal() {
+                self.tree(T::LiveFlights)
+                    .insert(flight.id.as_bytes(), Vec::<u8>::new())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One pass over the log (a database made before the replay index: once).
+    fn index_replays(&self) -> Result<(), BrokerError> {
+        for value in self.tree(T::Events).iter().values() {
+            let event: Event = decode(&value?)?;
+            for (scope, id) in replay_scopes(&event.body) {
+                self.tree(T::ReplayIndex)
+                    .insert(scope.key(id, event.seq), Vec::<u8>::new())?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,234 @@
+//! Reads of the records back: by id, a conversation's messages, a flight's updates and
+//! tree, the live and recent flights, the log from a seq and a replay's seqs. Plain
+//! getters: async code calls them inside [`Store::read`].
+
+use relay_protocol::domain::{
+    Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
+};
+use relay_protocol::event::Event;
+
+use super::keys::{child_key, child_prefix, decode, seq_key, Scope, T};
+use super::projections::StoredUpdate;
+use super::Store;
+use crate::error::BrokerError;
+
+impl Store {
+    /// The agent-to-agent tree flight `id` belongs to, from its root; at most `limit`
+    /// flights (deeper or later ones are left out).
+    pub fn flight_tree(
+        &self,
+        id: &str,
+        limit: usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut root = self
+            .flight(id)?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.to_string()))?;
+        // Parents are checked when an invocation is made, so the chain ends; the
+        // bound only guards against a damaged store.
+        for _ in 0..limit {
+            match root.parent_flight.as_deref().map(|p| self.flight(p)) {
+                Some(Ok(Some(parent))) => root = parent,
+                Some(Err(e)) => return Err(e),
+                _ => break,
+            }
+        }
+        let mut budget = limit.saturating_sub(1);
+        self.subtree(root, &mut budget)
+    }
+
+    fn subtree(
+        &self,
+        flight: Flight,
+        budget: &mut usize,
+    ) -> Result<relay_protocol::api::FlightTree, BrokerError> {
+        let mut children = Vec::new();
+        for child in self.children(&flight.id)? {
+            if *budget == 0 {
+                break;
+            }
+            *budget -= 1;
+            children.push(self.subtree(child, budget)?);
+        }
+        Ok(relay_protocol::api::FlightTree { flight, children })
+    }
+
+    /// The flights asked from flight `id` (agent-to-agent), oldest first (the index's keys
+    /// end in the child's time-ordered id).
+    pub fn children(&self, id: &str) -> Result<Vec<Flight>, BrokerError> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        let mut out = Vec::new();
+        for key in self.tree(T::FlightChildren).scan_prefix(&prefix).keys() {
+            let key = key?;
+            if let Some(flight) = self.get::<Flight>(T::Flights, &key[prefix.len()..])? {
+                out.push(flight);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The seqs of `scope`'s events (see [`replay_scopes`](super::replay_scopes)) in `after+1 ..= upto`, in
+    /// order; read from the index, not the log.
+    pub fn replay_seqs(
+        &self,
+        scope: Scope,
+        id: &str,
+        after: u64,
+        upto: u64,
+    ) -> Result<Vec<u64>, BrokerError> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        self.tree(T::ReplayIndex)
+            .range(scope.key(id, after + 1)..=scope.key(id, upto))
+            .keys()
+            .map(|k| {
+                let k = k?;
+                let tail = k
+                    .len()
+                    .checked_sub(8)
+                    .and_then(|at| <[u8; 8]>::try_from(&k[at..]).ok())
+                    .ok_or_else(|| BrokerError::Corrupt("replay index key too short".into()))?;
+                Ok(u64::from_be_bytes(tail))
+            })
+            .collect()
+    }
+
+    /// The event with global seq `seq`.
+    pub fn event(&self, seq: u64) -> Result<Option<Event>, BrokerError> {
+        self.get(T::Events, &seq_key(seq))
+    }
+
+    /// The flights not yet ended, oldest first (from the index, not a scan).
+    pub fn live_flights(&self) -> Result<Vec<Flight>, BrokerError> {
+        let mut out = Vec::new();
+        for key in self.tree(T::LiveFlights).iter().keys() {
+            if let Some(flight) = self.get::<Flight>(T::Flights, &key?)? {
+                out.push(flight);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` flights that `keep` accepts, oldest first: flight ids are
+    /// time-ordered, so this reads from the newest and stops at `limit`.
+    pub fn recent_flights(
+        &self,
+        limit: usize,
+        keep: impl Fn(&Flight) -> bool,
+    ) -> Result<Vec<Flight>, BrokerError> {
+        let mut out = Vec::new();
+        for value in self.tree(T::Flights).iter().values().rev() {
+            if out.len() >= limit {
+                break;
+            }
+            let flight: Flight = decode(&value?)?;
+            if keep(&flight) {
+                out.push(flight);
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    pub fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
+        self.get(T::Agents, name.as_bytes())
+    }
+
+    pub fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        self.get(T::Flights, id.as_bytes())
+    }
+
+    pub fn invocation(&self, id: &str) -> Result<Option<Invocation>, BrokerError> {
+        self.get(T::Invocations, id.as_bytes())
+    }
+
+    pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
+        self.get(T::Conversations, id.as_bytes())
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Option<Approval>, BrokerError> {
+        self.get(T::Approvals, id.as_bytes())
+    }
+
+    pub fn deliveries(&self) -> Result<Vec<Delivery>, BrokerError> {
+        self.values(T::Deliveries)
+    }
+
+    /// The last `n` messages of a conversation, oldest first.
+    pub fn messages(&self, conversation: &str, n: usize) -> Result<Vec<Message>, BrokerError> {
+        let mut out = self
+            .tree(T::Messages)
+            .scan_prefix(child_prefix(conversation))
+            .values()
+            .rev()
+            .take(n)
+            .map(|v| decode(&v?))
+            .collect::<Result<Vec<Message>, _>>()?;
+        out.reverse();
+        Ok(out)
+    }
+
+    pub fn message(&self, id: &str) -> Result<Option<Message>, BrokerError> {
+        match self.tree(T::MessageIds).get(id.as_bytes())? {
+            Some(key) => self.get(T::Messages, &key),
+            None => Ok(None),
+        }
+    }
+
+    /// Updates of a flight with per-flight seq greater than `after`, in order.
+    pub fn flight_updates(
+        &self,
+        flight: &str,
+        after: u64,
+    ) -> Result<Vec<FlightUpdate>, BrokerError> {
+        Ok(self
+            .stored_updates(flight, after)?
+            .into_iter()
+            .map(|s| s.update)
+            .collect())
+    }
+
+    /// Like [`Store::flight_updates`], with the global seq of each update's event.
+    pub fn stored_updates(
+        &self,
+        flight: &str,
+        after: u64,
+    ) -> Result<Vec<StoredUpdate>, BrokerError> {
+        self.tree(T::FlightUpdates)
+            .range(child_key(flight, after.saturating_add(1))..=child_key(flight, u64::MAX))
+            .values()
+            .map(|v| decode(&v?))
+            .collect()
+    }
+
+    /// The last update of a flight whose event's global seq is at most `upto`.
+    pub fn last_stored_update(
+        &self,
+        flight: &str,
+        upto: u64,
+    ) -> Result<Option<StoredUpdate>, BrokerError> {
+        for value in self
+            .tree(T::FlightUpdates)
+            .range(child_key(flight, 0)..=child_key(flight, u64::MAX))
+            .values()
+            .rev()
+        {
+            let stored: StoredUpdate = decode(&value?)?;
+            if stored.event_seq <= upto {
+                return Ok(Some(stored));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Events with global seq greater than `after`, at most `limit` of them.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
+        self.tree(T::Events)
+            .range(seq_key(after.saturating_add(1))..)
+            .values()
+            .take(limit)
+            .map(|v| decode(&v?))
+            .collect()
+    }
+}

@@ -185,6 +185,18 @@ fn bus_actor() -> String {
     BUS_ACTOR.into()
 }
 
+/// The JSON reply of a command that answers with a flight (steer, interrupt).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FlightAnswer {
+    pub flight: crate::domain::Flight,
+}
+
+/// The JSON reply of [`subjects::CMD_APPROVE`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalAnswer {
+    pub approval: crate::domain::Approval,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

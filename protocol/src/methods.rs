@@ -19,7 +19,9 @@ use crate::api::{
     InvokeAccepted, LoginInfo, LoginLink, LoginRequest, MessagePosted, MessagesQuery, Peek,
     PeekQuery, ReplayQuery, ReplyRequest, Status, SteerRequest, UpdateFlight, UpdateResult,
 };
-use crate::bus::{ApproveCommand, InterruptCommand, InvokeCommand, SteerCommand};
+use crate::bus::{
+    ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, SteerCommand,
+};
 use crate::domain::{
     Agent, AgentSpec, Approval, Conversation, ConversationSpec, Flight, FlightUpdate,
     InvokeRequest, Message, PostMessage,
@@ -304,11 +306,11 @@ methods! {
         "The agent-to-agent tree a flight belongs to, from its root."
     FlightSteer = "flight.steer": Post "/v1/flights/{id}/steer", Agent, Json,
         SteerRequest => Flight,
-        bus "relay.v1.cmd.steer", SteerCommand => Flight;
+        bus "relay.v1.cmd.steer", SteerCommand => FlightAnswer;
         "Adds input to a running flight's turn."
     FlightInterrupt = "flight.interrupt": Post "/v1/flights/{id}/interrupt", Agent, Json,
         Empty => Flight,
-        bus "relay.v1.cmd.interrupt", InterruptCommand => Flight;
+        bus "relay.v1.cmd.interrupt", InterruptCommand => FlightAnswer;
         "Interrupts a flight."
     FlightReply = "flight.reply": Post "/v1/flights/{id}/reply", Agent, Json,
         ReplyRequest => Flight;
@@ -318,7 +320,7 @@ methods! {
         "Approvals, pending by default."
     ApprovalDecide = "approval.decide": Post "/v1/approvals/{id}", Operator, Json,
         DecideApproval => Approval,
-        bus "relay.v1.cmd.approve", ApproveCommand => Approval;
+        bus "relay.v1.cmd.approve", ApproveCommand => ApprovalAnswer;
         "Decides a pending approval."
     EventList = "event.list": Get "/v1/events", Read, Json, AfterQuery => Vec<Event>;
         "The event log after a global seq."

@@ -11,9 +11,9 @@ use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody};
 use relay_protocol::bus::{
-    json_type_name, subjects, type_name, ApproveCommand, InterruptCommand, InvokeCommand,
-    SteerCommand, BUS_ACTOR, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE,
-    TOKEN_HEADER, TYPE_HEADER,
+    json_type_name, subjects, type_name, ApprovalAnswer, ApproveCommand, FlightAnswer,
+    InterruptCommand, InvokeCommand, SteerCommand, BUS_ACTOR, CONTENT_TYPE_HEADER,
+    JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::convert::{self, ProtoEnum};
 use relay_protocol::domain::{ApprovalDecision, PostMessage};
@@ -411,8 +411,10 @@ impl Answer {
         let v = match self {
             Answer::Invoked(a) => serde_json::to_vec(a),
             Answer::Posted(p) => serde_json::to_vec(p),
-            Answer::Flight(f) => serde_json::to_vec(&serde_json::json!({ "flight": f })),
-            Answer::Approval(a) => serde_json::to_vec(&serde_json::json!({ "approval": a })),
+            Answer::Flight(f) => serde_json::to_vec(&FlightAnswer { flight: f.clone() }),
+            Answer::Approval(a) => serde_json::to_vec(&ApprovalAnswer {
+                approval: a.clone(),
+            }),
             Answer::Snapshot(r) => serde_json::to_vec(r),
             Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
         };

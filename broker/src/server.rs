@@ -16,17 +16,10 @@ use crate::seal::{AgentTokens, BusKey, NodeKey};
 use crate::store::Store;
 use relay_runtime::retry::{self, Retryable};
 use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig};
-use serde::{Deserialize, Serialize};
 
-/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ApiInfo {
-    pub url: String,
-    pub token: String,
-    pub pid: u32,
-}
-
-pub const API_FILE: &str = "api.json";
+// What `relay up` writes to `<data-dir>/api.json`: part of the contract, so clients
+// read it without this crate.
+pub use relay_protocol::api::{ApiInfo, API_FILE};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -306,3 +306,15 @@ pub struct SessionInfo {
     /// `dashboard` (a login link's cookie), `operator` or `agent` (a bearer token).
     pub via: String,
 }
+
+/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients on the same
+/// host reach it (`relay_client` reads it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+/// The name of the [`ApiInfo`] file in a broker's data dir.
+pub const API_FILE: &str = "api.json";

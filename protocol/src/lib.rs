@@ -5,7 +5,8 @@
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
-//! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`api`]: request/response bodies and typed error codes of the local HTTP API, and
+//!   the `api.json` a broker writes for its clients ([`api::ApiInfo`]).
 //! - [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`clock`]: the one wall clock every timestamp is read from.
 //! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).

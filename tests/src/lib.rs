@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 pub use procs::Signal;
-use relay_broker::server::{ApiInfo, API_FILE};
+use relay_protocol::api::{ApiInfo, API_FILE};
 
 /// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
 pub fn relay_bin() -> PathBuf {

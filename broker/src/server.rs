@@ -18,7 +18,6 @@ use crate::store::Store;
 use relay_infra::retry::{self, Retryable};
 use relay_infra::storage::StorageError;
 use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig, RuntimeError};
-use serde::{Deserialize, Serialize};
 
 /// Why `relay up` could not start or stopped in error (and why `relay node-key` could
 /// not derive a key). The CLI says it and exits; none is retried.
@@ -63,15 +62,9 @@ pub enum ServeError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients reach it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ApiInfo {
-    pub url: String,
-    pub token: String,
-    pub pid: u32,
-}
-
-pub const API_FILE: &str = "api.json";
+// What `relay up` writes to `<data-dir>/api.json`: part of the contract, so clients
+// read it without this crate.
+pub use relay_protocol::api::{ApiInfo, API_FILE};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

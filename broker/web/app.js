@@ -255,8 +255,10 @@ async function loginAlive() {
 
 /**
  * An EventSource on `url`; `handlers` maps event types to functions of the parsed JSON.
- * The browser reconnects by itself after a network error; a stream the browser gave up
- * on (a non-200 answer) is opened again after checking the login is alive.
+ * The browser reconnects by itself after a network error, with the last event's id as
+ * Last-Event-ID (a watch then sends `resumed` instead of a snapshot); a stream the
+ * browser gave up on (a non-200 answer) is opened again, from a snapshot, after checking
+ * the login is alive.
  */
 function openStream(url, handlers, { onError } = {}) {
   let es = null;
@@ -378,6 +380,9 @@ function startFleet() {
       updateBadge();
       touch();
     },
+    // The browser reconnected with Last-Event-ID: the broker goes on after the last
+    // event this page got instead of sending a snapshot, so what it holds stays whole.
+    resumed: () => setLive(true),
     agent_registered: (e) => putAgent(e.agent),
     agent_updated: (e) => putAgent(e.agent),
     agent_removed(e) {
@@ -1045,6 +1050,10 @@ function flightView(id) {
       fetchError.hidden = true;
       for (const u of s.updates || []) applyUpdate(u);
       applyFlight(s.flight);
+    },
+    // A reconnection resumed after the last event seen (Last-Event-ID): no snapshot.
+    resumed() {
+      status.hidden = true;
     },
     flight_updated(e) {
       if (e.update) applyUpdate(e.update);

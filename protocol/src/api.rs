@@ -363,3 +363,15 @@ pub struct ReplayQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_seq: Option<u64>,
 }
+
+/// What `relay up` writes to `<data-dir>/api.json` (mode 0600): how clients on the same
+/// host reach it (`relay_client` reads it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiInfo {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+/// The name of the [`ApiInfo`] file in a broker's data dir.
+pub const API_FILE: &str = "api.json";

@@ -5,7 +5,8 @@
 //! - [`event`]: the versioned event log every projection is rebuilt from.
 //! - [`harness`]: the normalised event stream every harness adapter produces.
 //! - [`bus`]: the NATS subjects, streams, headers and `Relay-Type` names, in one place.
-//! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
+//! - [`api`]: request/response bodies and typed error codes of the local HTTP API, and
+//!   the `api.json` a broker writes for its clients ([`api::ApiInfo`]).
 //! - [`methods`]: the method table: every operation once, with its types, HTTP route,
 //!   NATS subject and scope; the router, the NATS service, the client and the
 //!   dashboard's generated constants are driven by it.

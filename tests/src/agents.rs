@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use relay_cli::client::Client;
+use relay_client::Client;
 use relay_mock_model::{
     claude_env, codex_env, write_codex_home, write_pi_dir, MockModel, RecordedRequest, Reply,
 };

@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use relay_cli::client::Client;
+use relay_client::Client;
 use relay_mock_model::{codex_env, write_codex_home, MockModel, Reply};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -6,7 +6,7 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
 //!
-//! Depends on: relay-broker, relay-cli, relay-harnesses, relay-infra, relay-mock-model,
+//! Depends on: relay-broker, relay-client, relay-harnesses, relay-infra, relay-mock-model,
 //! relay-protocol, relay-runtime.
 //!
 //! Every other crate of the workspace, and none on it (but the harnesses' tests).
@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 pub use procs::Signal;
-use relay_broker::server::{ApiInfo, API_FILE};
+use relay_protocol::api::{ApiInfo, API_FILE};
 
 /// The `relay` binary: `RELAY_BIN`, else next to the test binary's target dir.
 pub fn relay_bin() -> PathBuf {

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use relay_broker::server::{ApiInfo, API_FILE};
 use relay_infra::retry::{self, Retryable};
+use relay_protocol::api::{ApiInfo, API_FILE};
 use relay_protocol::bus::{subjects, CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE};
 use serde_json::{json, Value};
 

@@ -4,8 +4,7 @@
 //! not lead to a broker (exit 5). Nothing refused is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_cli::client::{Client, ClientError};
-use relay_cli::data_dir::DataDir;
+use relay_client::{Client, ClientError, DataDir};
 use relay_tests::{relay_cmd, RelayProcess};
 
 /// A command line of words without spaces in them.

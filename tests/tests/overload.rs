@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use relay_broker::broker::BrokerConfig;
 use relay_broker::nats::{NatsAuth, NatsConfig, MAX_INFLIGHT_REQUESTS};
-use relay_broker::server::{ApiInfo, ServerConfig, API_FILE};
+use relay_broker::server::ServerConfig;
 use relay_infra::storage::Storage;
+use relay_protocol::api::{ApiInfo, API_FILE};
 use relay_runtime::AGENT_QUEUE_CAPACITY;
 use relay_tests::agents::state;
 use relay_tests::load::add_instant_agents;

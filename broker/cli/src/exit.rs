@@ -15,10 +15,9 @@
 
 use std::process::ExitCode;
 
+use relay_client::ClientError;
 use relay_protocol::api::ErrorCode;
 use relay_protocol::domain::FlightState;
-
-use crate::client::ClientError;
 
 /// One kind of outcome (see the module's table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +91,7 @@ impl Exit {
                     | ClientError::Unreachable { .. }
                     | ClientError::Closed { .. } => Exit::Unavailable,
                     ClientError::Api(api) => Exit::of_code(api.code),
-                    ClientError::Protocol(_) => Exit::Internal,
+                    ClientError::Protocol(_) | ClientError::Stream(_) => Exit::Internal,
                 };
             }
             if cause.downcast_ref::<UsageError>().is_some() {

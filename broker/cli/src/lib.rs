@@ -11,8 +11,8 @@
 //! - `relay doctor`, the check of a stopped broker's data dir (`commands::doctor`);
 //! - the client commands (`commands`: status, messages and conversations, events,
 //!   agents, flights and `ask`, approvals, `replay`, and `relay mcp`, the same as MCP
-//!   tools on stdio), which find a running broker and talk to it through [`client`], its
-//!   HTTP API, and print through `views` (JSON, one-line summaries, the live view of
+//!   tools on stdio), which find a running broker and talk to it through
+//!   [`relay_client`], its HTTP API, and print through `views` (JSON, one-line summaries, the live view of
 //!   `relay ask`, replay transcripts).
 //!
 //! Whatever they print of agent or model text goes through [`terminal`] first, which
@@ -21,38 +21,38 @@
 //! `relay --help`).
 //!
 //! Every setting is a flag and, where it has one, its environment variable, both read by
-//! clap, so `--help` names them all ([`data_dir`]: where `--data-dir` came from matters
-//! to client commands). A secret's variable is named but its value never shown, and a
+//! clap, so `--help` names them all ([`relay_client::data_dir`]: where `--data-dir` came
+//! from matters to client commands). A secret's variable is named but its value never shown, and a
 //! secret on the command line is refused (`ps` shows it to every user).
 //!
-//! Depends on: relay-broker, relay-infra, relay-protocol, relay-runtime.
+//! Depends on: relay-broker, relay-client, relay-infra, relay-protocol, relay-runtime.
 //!
-//! Nothing but the tests depends on it.
+//! The client commands talk to the broker through `relay-client`; the crate depends on
+//! the broker library only for the processes (`commands::serve`: `relay up`, `relay
+//! node`) and `relay doctor` (which opens a stopped broker's store). Nothing but the
+//! tests depends on it.
 //!
 //! Layering (`main` here on `commands`; a module uses only the modules after its arrow;
 //! `tests/tests/module_graph/` checks it):
-//! - `data_dir`, `terminal` -> none
-//! - `client` -> `data_dir`
-//! - `exit` -> `client`
+//! - `terminal` -> none
+//! - `exit` -> none
 //! - `views` -> `terminal`
 //! - `help` -> `exit`, `terminal`
-//! - `commands` -> `client`, `data_dir`, `exit`, `help`, `terminal`, `views`
+//! - `commands` -> `exit`, `help`, `terminal`, `views`
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Command, CommandFactory, FromArgMatches, Parser};
+use relay_client::DataDir;
 
-pub mod client;
 mod commands;
-pub mod data_dir;
 pub mod exit;
 mod help;
 pub mod terminal;
 mod views;
 
-use data_dir::DataDir;
 use exit::Exit;
 use terminal::errln;
 

@@ -1,6 +1,8 @@
 //! The event log and the live streams: `GET /v1/events`, and over SSE every committed
 //! event, one flight's updates, and a watch (a snapshot, then its scope's events:
-//! [`crate::watch`]).
+//! [`crate::watch`]). Every event of a stream has an `id:` (its position: a global
+//! seq, a flight's own seq for a flight's stream), and every stream takes it back as
+//! `Last-Event-ID` to resume right after it, as it takes `after`.
 
 use std::convert::Infallible;
 
@@ -25,23 +27,43 @@ pub(super) fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEv
         .unwrap_or_else(|_| SseEvent::default().event("error").data("unserializable"))
 }
 
+/// An `event: error` (the stream ends after it). It has no `id:`, so a client's last
+/// event id stays that of the last event it got: one that reconnects resumes from
+/// there, not from the start.
+fn sse_error(e: &BrokerError) -> SseEvent {
+    SseEvent::default()
+        .event("error")
+        .json_data(ErrorBody { error: e.to_api() })
+        .unwrap_or_else(|_| SseEvent::default().event("error").data("unserializable"))
+}
+
+/// Where a stream starts: the `Last-Event-ID` a reconnecting client sends, else the
+/// `after` it asked for first. The header wins: a browser's EventSource reconnects to
+/// the same URL, `after` and all, with the header saying how far it got since.
+fn resume_at(headers: &HeaderMap, after: Option<u64>) -> Result<Option<u64>, HttpError> {
+    Ok(last_event_id(headers)?.or(after))
+}
+
 /// Updates of one flight over SSE (`event: update`, `id:` = per-flight seq), from
-/// `after`, ending after the update that makes the flight terminal.
+/// `after` or the `Last-Event-ID` header (a per-flight seq too), ending after the
+/// update that makes the flight terminal.
 pub(super) async fn flight_stream(
     State(s): State<ApiState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Query(q): Query<AfterQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    let after = resume_at(&headers, q.after)?;
     let flight = s
         .broker
         .flight(&id)
         .await?
         .ok_or_else(|| BrokerError::UnknownFlight(id.clone()))?;
-    let rx = crate::feed::follow_flight(s.broker.clone(), flight, q.after.unwrap_or(0));
+    let rx = crate::feed::follow_flight(s.broker.clone(), flight, after.unwrap_or(0));
     let stream = ReceiverStream::new(rx).map(|item| {
         Ok(match item {
             Ok(update) => sse_json(update.seq, "update", &update),
-            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+            Err(e) => sse_error(&e),
         })
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
@@ -70,13 +92,12 @@ pub(super) async fn event_stream(
     headers: HeaderMap,
     Query(q): Query<AfterQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
-    let last_id = last_event_id(&headers)?;
-    let after = q.after.or(last_id).unwrap_or(0);
+    let after = resume_at(&headers, q.after)?.unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
     let stream = ReceiverStream::new(rx).map(|item| {
         Ok(match item {
             Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
-            Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+            Err(e) => sse_error(&e),
         })
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
@@ -88,15 +109,17 @@ pub(super) async fn event_stream(
 /// (`id:` = global seq, `event:` = its type). A flight's stream ends after the update
 /// that makes it terminal; the others run until the client leaves. With `after=SEQ`
 /// (not a flight's) the watch is resumed: `event: resumed`, then the scope's events
-/// after SEQ.
+/// after SEQ. A `Last-Event-ID` header (a reconnecting client's: the id of the last
+/// event it got, the snapshot's or an event's) resumes the same way.
 pub(super) async fn watch_stream(
     State(s): State<ApiState>,
+    headers: HeaderMap,
     Query(q): Query<WatchRequest>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let scope = q
         .scope()
         .map_err(|m| HttpError::new(ErrorCode::InvalidRequest, m))?;
-    let (first, rx) = match q.after {
+    let (first, rx) = match resume_at(&headers, q.after)? {
         // A watch that broke, resumed: a `resumed` event (`id:` = the seq resumed
         // after) instead of a snapshot, then the events after it.
         Some(after) => {
@@ -111,7 +134,7 @@ pub(super) async fn watch_stream(
     };
     let events = ReceiverStream::new(rx).map(|item| match item {
         Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
-        Err(e) => sse_json(0, "error", &ErrorBody { error: e.to_api() }),
+        Err(e) => sse_error(&e),
     });
     let stream = tokio_stream::once(first).chain(events).map(Ok);
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());

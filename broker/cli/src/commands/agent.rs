@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use relay_client::Client;
 use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{
     Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
 };
 
 use super::JsonFlag;
-use crate::client::Client;
 use crate::exit::usage;
 use crate::help;
 use crate::terminal::{errln, outln};

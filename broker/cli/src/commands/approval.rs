@@ -2,10 +2,10 @@
 //! approve` are kept).
 
 use clap::{Args, Subcommand};
+use relay_client::Client;
 use relay_protocol::domain::{Approval, ApprovalDecision};
 
 use super::Actor;
-use crate::client::Client;
 use crate::help;
 use crate::terminal::outln;
 use crate::views::print_json;

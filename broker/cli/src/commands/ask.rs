@@ -1,14 +1,14 @@
 //! `relay ask`: invoke an agent, then follow its flight live ([`crate::views::ask`]).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
+use relay_client::{Client, ClientError, Reconnect};
 use relay_protocol::api::InvokeAccepted;
 use relay_protocol::domain::{Flight, FlightChange, FlightState, FlightUpdate, InvokeRequest};
 
 use super::{text_arg, Actor};
-use crate::client::{Client, ClientError};
 use crate::exit::Exit;
 use crate::terminal::{errln, outln};
 use crate::views::ask::{AskView, Status};
@@ -96,82 +96,73 @@ const RECONNECT_FOR: Duration = Duration::from_secs(300);
 
 /// Follows flight `id` over its SSE stream until its terminal update, calling `on` for
 /// each update, then returns the flight as it ended. When the broker goes away (a
-/// restart, even `kill -9`) it follows again from the update after the last one seen,
-/// through the data dir's api.json as it is then (the port may change), for up to
-/// [`RECONNECT_FOR`]: nothing is missed or shown twice. Shared by `relay ask` and the
-/// `ask` tool of `relay mcp`.
+/// restart, even `kill -9`) it follows again from the update after the last one seen
+/// (`Last-Event-ID`), through the data dir's api.json as it is then (the port may
+/// change), for up to [`RECONNECT_FOR`]: nothing is missed or shown twice. Shared by
+/// `relay ask` and the `ask` tool of `relay mcp`.
 pub(crate) async fn follow(
     client: &Client,
     id: &str,
     mut on: impl FnMut(Followed<'_>),
 ) -> anyhow::Result<Flight> {
-    let mut client = client.clone();
     let mut after = 0u64;
-    let mut ended = false;
-    let mut lost_since: Option<Instant> = None;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let mut failure = None;
-        let streamed = client
-            .sse(
-                &["v1", "flights", id, "stream"],
-                &[("after", after.to_string())],
-                |kind, data| {
-                    if kind != "update" {
-                        failure = Some(data.to_string());
-                        return false;
-                    }
-                    let Ok(u) = serde_json::from_str::<FlightUpdate>(data) else {
-                        failure = Some(format!("bad update: {data}"));
-                        return false;
+    let mut failure = None;
+    let mut following = client.follow(
+        &["v1", "flights", id, "stream"],
+        &[],
+        Reconnect {
+            give_up_after: Some(RECONNECT_FOR),
+            wait_for_first: true,
+        },
+    );
+    let followed = following
+        .run(|followed| {
+            let sse = match followed {
+                relay_client::Followed::Event(sse) => sse,
+                relay_client::Followed::Lost(broke) => {
+                    let why = match broke {
+                        ClientError::Closed { source: None, .. } => "its stream ended".to_string(),
+                        e => e.to_string(),
                     };
-                    if u.seq <= after {
-                        return true;
-                    }
-                    after = u.seq;
-                    ended = matches!(&u.change, FlightChange::State { to, .. } if to.is_terminal());
-                    on(Followed::Update(&u));
-                    !ended
-                },
-            )
-            .await;
-        if let Some(f) = failure {
-            anyhow::bail!("the flight stream failed: {f}");
-        }
-        let broke = match streamed {
-            Ok(_) if ended => break,
-            // The broker ended the stream before the flight ended: it is stopping.
-            Ok(_) => ClientError::Closed {
-                url: client.url().to_string(),
-                source: None,
-            },
-            Err(e) if e.is_transient() => e,
-            Err(e) => return Err(e.into()),
-        };
-        let why = match &broke {
-            ClientError::Closed { source: None, .. } => "its stream ended".to_string(),
-            e => e.to_string(),
-        };
-        if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
-            return Err(anyhow::Error::from(broke).context(format!(
+                    on(Followed::Lost(&why));
+                    return true;
+                }
+                relay_client::Followed::Back => {
+                    on(Followed::Back);
+                    return true;
+                }
+            };
+            if sse.event != "update" {
+                failure = Some(sse.data.clone());
+                return false;
+            }
+            let Ok(u) = serde_json::from_str::<FlightUpdate>(&sse.data) else {
+                failure = Some(format!("bad update: {}", sse.data));
+                return false;
+            };
+            if u.seq <= after {
+                return true;
+            }
+            after = u.seq;
+            let ended = matches!(&u.change, FlightChange::State { to, .. } if to.is_terminal());
+            on(Followed::Update(&u));
+            !ended
+        })
+        .await;
+    if let Some(f) = failure {
+        anyhow::bail!("the flight stream failed: {f}");
+    }
+    if let Err(e) = followed {
+        if e.is_transient() {
+            return Err(anyhow::Error::from(e).context(format!(
                 "gave up following flight {id} after {} s without the broker (it goes on if the broker comes back: relay watch --flight {id})",
                 RECONNECT_FOR.as_secs()
             )));
         }
-        if lost_since.is_none() {
-            on(Followed::Lost(&why));
-            lost_since = Some(Instant::now());
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
-        client = client.rediscover();
-        if reachable(&client).await {
-            on(Followed::Back);
-            lost_since = None;
-            pause = Duration::from_millis(100);
-        }
+        return Err(e.into());
     }
     // The flight as it ended; a broker that goes away at this moment is waited for too.
+    let mut client = following.client().clone();
     let mut tries = 0;
     loop {
         match client.get(&["v1", "flights", id]).await {
@@ -184,14 +175,6 @@ pub(crate) async fn follow(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// The broker answers (its status).
-async fn reachable(client: &Client) -> bool {
-    client
-        .get::<serde_json::Value>(&["v1", "status"])
-        .await
-        .is_ok()
 }
 
 /// `relay ask`: invoke, then follow the flight's updates, printing deltas as they come.

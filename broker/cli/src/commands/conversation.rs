@@ -1,6 +1,7 @@
 //! Messages and conversations: `relay send`, `relay read`, `relay conversation`.
 
 use clap::{Args, Subcommand};
+use relay_client::{Client, ClientError};
 use relay_protocol::api::MessagePosted;
 use relay_protocol::domain::{
     Conversation, ConversationKind, ConversationSpec, MentionSkip, Message, MessageClass,
@@ -8,7 +9,6 @@ use relay_protocol::domain::{
 };
 
 use super::{text_arg, Actor, JsonFlag};
-use crate::client::{Client, ClientError};
 use crate::terminal::{errln, outln};
 use crate::views::table::{Cell, Table};
 use crate::views::{print_json, print_message};

@@ -3,7 +3,8 @@
 
 use crate::exit::Exit;
 
-use crate::data_dir::DataDir;
+use relay_client::data_dir::DataDir;
+
 use crate::terminal::outln;
 use crate::views::print_json;
 

@@ -1,10 +1,10 @@
 //! `relay events`: the event log, a page of it or followed live.
 
 use clap::Args;
+use relay_client::{Client, Followed, Reconnect};
 use relay_protocol::api::Status;
 use relay_protocol::event::Event;
 
-use crate::client::Client;
 use crate::terminal::{errln, jsonln, outln};
 use crate::views::{describe_event, print_json};
 
@@ -49,50 +49,45 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         }
     };
     if follow {
-        // Followed from the last event printed again when the broker goes away and
-        // comes back (a restart), through the data dir's api.json as it is then.
+        // Followed across broker restarts (even `kill -9`), like `tail -F`: the stream
+        // is opened again with the last event's id as Last-Event-ID, through the data
+        // dir's api.json as it is then, so nothing is missed or printed twice.
         let mut after = since;
-        let mut client = client.clone();
-        let mut lost = false;
-        loop {
-            let mut failed = None;
-            let streamed = client
-                .sse(
-                    &["v1", "events", "stream"],
-                    &[("after", after.to_string())],
-                    |_, data| match serde_json::from_str::<Event>(data) {
-                        Ok(e) => {
-                            after = e.seq;
-                            print(&e).is_ok()
-                        }
-                        Err(e) => {
-                            failed = Some(e);
-                            false
-                        }
-                    },
-                )
-                .await;
-            if let Some(e) = failed {
-                anyhow::bail!("bad event from the broker: {e}");
-            }
-            match streamed {
-                Ok(crate::client::SseEnd::Stopped) => return Ok(()),
-                Ok(crate::client::SseEnd::Closed) => {}
-                Err(e) if e.is_transient() => {}
-                Err(e) => return Err(e.into()),
-            }
-            if !lost {
-                errln!(
-                    "relay: lost the broker; following again after event {after} when it is back"
-                );
-                lost = true;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            client = client.rediscover();
-            if client.get::<Status>(&["v1", "status"]).await.is_ok() {
-                errln!("relay: the broker is back");
-                lost = false;
-            }
+        let mut failed = None;
+        let mut following = client.follow(
+            &["v1", "events", "stream"],
+            &[("after", since.to_string())],
+            Reconnect {
+                give_up_after: None,
+                wait_for_first: true,
+            },
+        );
+        following
+            .run(|followed| match followed {
+                Followed::Event(sse) => match serde_json::from_str::<Event>(&sse.data) {
+                    Ok(e) => {
+                        after = e.seq;
+                        print(&e).is_ok()
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                },
+                Followed::Lost(_) => {
+                    errln!(
+                        "relay: lost the broker; following again after event {after} when it is back"
+                    );
+                    true
+                }
+                Followed::Back => {
+                    errln!("relay: the broker is back");
+                    true
+                }
+            })
+            .await?;
+        if let Some(e) = failed {
+            anyhow::bail!("bad event from the broker: {e}");
         }
     } else {
         let events: Vec<Event> = client

@@ -3,10 +3,10 @@
 //! ask`, which starts one, in [`super::ask`].
 
 use clap::{Args, Subcommand};
+use relay_client::Client;
 use relay_protocol::api::FlightTree;
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
 
-use crate::client::Client;
 use crate::exit::Exit;
 use crate::help;
 use crate::terminal::{errln, one_line, outln};

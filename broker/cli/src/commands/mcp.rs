@@ -20,6 +20,7 @@
 //! but the protocol; errors of the server itself go to stderr.
 
 use clap::Args;
+use relay_client::Client;
 use relay_protocol::api::FlightTree;
 use relay_protocol::domain::{
     Agent, Flight, FlightState, InvokeRequest, Message, DEFAULT_CONVERSATION,
@@ -32,7 +33,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ask, conversation, Actor};
-use crate::client::Client;
 
 #[derive(Args)]
 pub struct McpArgs {

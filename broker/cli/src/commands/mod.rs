@@ -1,13 +1,13 @@
 //! The commands ([`Cmd`]), one module per family: each holds its clap arguments and
 //! what it does. [`serve`] (`up`, `node`, `node-key`), [`doctor`], `completions` and
 //! `man` run without a broker; the client commands find one
-//! ([`Client::discover`](crate::client::Client::discover)) and call its API. Each
+//! ([`Client::discover`](relay_client::Client::discover)) and call its API. Each
 //! returns how it ended as an [`Exit`].
 
 use clap::{Args, Subcommand};
+use relay_client::data_dir::DataDir;
+use relay_client::Client;
 
-use crate::client::Client;
-use crate::data_dir::DataDir;
 use crate::exit::Exit;
 use crate::help;
 

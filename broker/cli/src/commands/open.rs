@@ -3,9 +3,9 @@
 //! the API token) and then works no more; see `broker/src/http/web.rs`.
 
 use clap::Args;
+use relay_client::Client;
 use relay_protocol::api::{LoginLink, LoginRequest};
 
-use crate::client::Client;
 use crate::terminal::{errln, outln};
 use crate::views::print_json;
 

@@ -2,10 +2,10 @@
 //! as a transcript (`views::replay`) or one JSON document (`--json`).
 
 use clap::{Args, Subcommand};
+use relay_client::Client;
 use relay_protocol::replay::{AgentReplay, ConversationReplay, TurnReplay};
 use serde::de::DeserializeOwned;
 
-use crate::client::Client;
 use crate::views::{print_json, replay};
 
 #[derive(Subcommand)]

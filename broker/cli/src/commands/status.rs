@@ -1,8 +1,8 @@
 //! `relay status`: the broker's state.
 
+use relay_client::Client;
 use relay_protocol::api::Status;
 
-use crate::client::Client;
 use crate::terminal::outln;
 use crate::views::{describe_nats, print_json};
 

@@ -2,14 +2,14 @@
 //! live, from `GET /v1/watch` (the broker makes the snapshot exact at a seq and follows
 //! from there: nothing is missed or shown twice).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
+use relay_client::{Client, Followed, Reconnect};
 use relay_protocol::domain::FlightState;
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::watch::{Scope, Snapshot, View, WatchRequest, DEFAULT_MESSAGES};
 
-use crate::client::{Client, ClientError};
 use crate::exit::Exit;
 use crate::terminal::{errln, jsonln};
 use crate::views::watch::WatchView;
@@ -44,7 +44,7 @@ pub struct WatchArgs {
 }
 
 /// `relay watch`. When the broker goes away (a restart, even `kill -9`), the watch goes
-/// on from the last event it showed (`after`), through the data dir's api.json as it is
+/// on from the last event it showed (`Last-Event-ID`), through the data dir's api.json as it is
 /// then, saying so on stderr: nothing is missed or shown twice.
 pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<Exit> {
     let WatchArgs {
@@ -63,108 +63,97 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<Exit> {
         _ => crate::exit::usage!("name a flight, an agent or a conversation to watch"),
     };
     let flight_scope = matches!(scope, Scope::Flight(_));
-    let mut request = WatchRequest::from(&scope);
+    let request = WatchRequest::from(&scope);
     let mut view = WatchView::default();
     // The flight's state as last seen: the snapshot's, then each update's.
     let mut state: Option<FlightState> = None;
-    // The last event shown: where a broken watch resumes.
+    // The seq of the last event shown (the snapshot's at first).
     let mut seen: Option<u64> = None;
-    let mut client = client.clone();
-    let mut lost_since: Option<Instant> = None;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        request.after = seen;
-        let query = serde_json::to_value(&request)?;
-        let query: Vec<(&str, String)> = query
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| {
-                let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-                (k.as_str(), v)
-            })
-            .collect();
-        let mut failure = None;
-        let streamed = client
-            .sse(&["v1", "watch"], &query, |kind, data| {
-                let shown = match kind {
-                    "snapshot" => serde_json::from_str::<Snapshot>(data).map(|s| {
-                        if let View::Flight(v) = &s.view {
-                            state = Some(v.flight.state);
-                        }
-                        seen = Some(s.seq);
-                        show(json, data, || view.snapshot(&s));
-                    }),
-                    "resumed" => return true,
-                    "error" => {
-                        failure = Some(data.to_string());
-                        return false;
-                    }
-                    _ => serde_json::from_str::<Event>(data).map(|e| {
-                        if let EventBody::FlightUpdated { flight, .. } = &e.body {
-                            if flight_scope {
-                                state = Some(flight.state);
-                            }
-                        }
-                        seen = Some(e.seq);
-                        show(json, data, || view.event(&scope, &e));
-                    }),
-                };
-                match shown {
-                    Ok(()) => !(flight_scope && state.is_some_and(|s| s.is_terminal())),
-                    Err(e) => {
-                        failure = Some(format!("bad {kind} from the broker: {e}"));
-                        false
-                    }
+    let query = serde_json::to_value(&request)?;
+    let query: Vec<(&str, String)> = query
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            (k.as_str(), v)
+        })
+        .collect();
+    // A broken watch is opened again with Last-Event-ID, the seq of the last event
+    // shown: the broker resumes it after that seq (`event: resumed`, no snapshot).
+    let mut following = client.follow(
+        &["v1", "watch"],
+        &query,
+        Reconnect {
+            give_up_after: Some(RECONNECT_FOR),
+            wait_for_first: false,
+        },
+    );
+    let mut failure = None;
+    let followed = following
+        .run(|followed| {
+            let sse = match followed {
+                Followed::Event(sse) => sse,
+                Followed::Lost(_) => {
+                    view.end_line();
+                    errln!(
+                        "relay: lost the broker; watching again from event {} when it is back",
+                        seen.unwrap_or(0)
+                    );
+                    return true;
                 }
-            })
-            .await;
-        if let Some(f) = failure {
-            view.end_line();
-            anyhow::bail!("the watch failed: {f}");
-        }
-        let ended = flight_scope && state.is_some_and(|s| s.is_terminal());
-        let broke = match streamed {
-            Ok(_) if ended => break,
-            // The broker ended the stream (it is stopping), or the connection went.
-            Ok(_) => ClientError::Closed {
-                url: client.url().to_string(),
-                source: None,
-            },
-            Err(e) if e.is_transient() && seen.is_some() => e,
-            Err(e) => {
-                view.end_line();
-                return Err(e.into());
+                Followed::Back => {
+                    errln!("relay: the broker is back; watching on");
+                    return true;
+                }
+            };
+            let (kind, data) = (sse.event.as_str(), sse.data.as_str());
+            let shown = match kind {
+                "snapshot" => serde_json::from_str::<Snapshot>(data).map(|s| {
+                    if let View::Flight(v) = &s.view {
+                        state = Some(v.flight.state);
+                    }
+                    seen = Some(s.seq);
+                    show(json, data, || view.snapshot(&s));
+                }),
+                "resumed" => return true,
+                "error" => {
+                    failure = Some(data.to_string());
+                    return false;
+                }
+                _ => serde_json::from_str::<Event>(data).map(|e| {
+                    if let EventBody::FlightUpdated { flight, .. } = &e.body {
+                        if flight_scope {
+                            state = Some(flight.state);
+                        }
+                    }
+                    seen = Some(e.seq);
+                    show(json, data, || view.event(&scope, &e));
+                }),
+            };
+            match shown {
+                Ok(()) => !(flight_scope && state.is_some_and(|s| s.is_terminal())),
+                Err(e) => {
+                    failure = Some(format!("bad {kind} from the broker: {e}"));
+                    false
+                }
             }
-        };
-        if lost_since.is_some_and(|t| t.elapsed() > RECONNECT_FOR) {
-            view.end_line();
+        })
+        .await;
+    if let Some(f) = failure {
+        view.end_line();
+        anyhow::bail!("the watch failed: {f}");
+    }
+    if let Err(e) = followed {
+        view.end_line();
+        if e.is_transient() {
             // Unavailable (exit 5), with the last reason the broker could not be had.
-            return Err(anyhow::Error::from(broke).context(format!(
+            return Err(anyhow::Error::from(e).context(format!(
                 "gave up after {} s without the broker; watch again when it is back",
                 RECONNECT_FOR.as_secs()
             )));
         }
-        if lost_since.is_none() {
-            view.end_line();
-            errln!(
-                "relay: lost the broker; watching again from event {} when it is back",
-                seen.unwrap_or(0)
-            );
-            lost_since = Some(Instant::now());
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
-        client = client.rediscover();
-        if client
-            .get::<serde_json::Value>(&["v1", "status"])
-            .await
-            .is_ok()
-        {
-            errln!("relay: the broker is back; watching on");
-            lost_since = None;
-            pause = Duration::from_millis(100);
-        }
+        return Err(e.into());
     }
     view.end_line();
     match state {

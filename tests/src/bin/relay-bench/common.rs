@@ -51,8 +51,8 @@ impl Bench {
     }
 }
 
-pub(crate) fn api(relay: &RelayProcess) -> relay_cli::client::Client {
-    relay_cli::client::Client::new(&relay.api.url, &relay.api.token).unwrap()
+pub(crate) fn api(relay: &RelayProcess) -> relay_client::Client {
+    relay_client::Client::new(&relay.api.url, &relay.api.token).unwrap()
 }
 
 /// A NATS client whose subscriptions hold up to 2M messages (the default 64K drops the

@@ -5,8 +5,7 @@ use crate::exit::Exit;
 use std::path::PathBuf;
 
 use clap::Subcommand;
-
-use crate::data_dir::DataDir;
+use relay_client::data_dir::DataDir;
 
 pub mod node;
 pub mod settings;

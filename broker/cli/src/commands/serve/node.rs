@@ -5,9 +5,9 @@ use crate::exit::Exit;
 use std::path::PathBuf;
 
 use clap::Args;
+use relay_client::data_dir::DataDir;
 
 use super::settings::{init_logs, NatsArgs, RuntimeArgs};
-use crate::data_dir::DataDir;
 use crate::terminal::{errln, out};
 
 #[derive(Args)]
@@ -35,7 +35,7 @@ pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<Exit> {
     // Its own directory by default, so it never shares the broker's sled files.
     let data_dir = match data_dir {
         DataDir::Given(dir) | DataDir::FromEnv(dir) => dir,
-        DataDir::Default => crate::data_dir::default_path()
+        DataDir::Default => relay_client::data_dir::default_path()
             .join("nodes")
             .join(&args.name),
     };

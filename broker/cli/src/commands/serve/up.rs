@@ -4,8 +4,7 @@ use crate::exit::Exit;
 use std::net::SocketAddr;
 
 use clap::Args;
-
-use crate::data_dir::DataDir;
+use relay_client::data_dir::DataDir;
 
 use super::settings::{init_logs, BusArgs, NatsArgs, RuntimeArgs};
 

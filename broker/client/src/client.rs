@@ -1,14 +1,16 @@
-//! The HTTP client behind the CLI's client commands. It finds the broker through
-//! `<data-dir>/api.json`, or `RELAY_URL` + `RELAY_TOKEN` ([`Client::discover`]).
+//! [`Client`]: requests to one broker's HTTP API with its token, and its SSE streams
+//! read with [`crate::sse`]. It finds the broker through `<data-dir>/api.json`, or
+//! `RELAY_URL` + `RELAY_TOKEN` ([`Client::discover`]), and finds it again after a
+//! restart ([`Client::rediscover`]).
 
 use futures::StreamExt;
-use relay_broker::server::{ApiInfo, API_FILE};
-use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
+use relay_protocol::api::{ApiError, ApiInfo, ErrorBody, ErrorCode, API_FILE};
 use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::data_dir::DataDir;
+use crate::sse::{SseError, SseEvent, SseParser};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -33,6 +35,9 @@ pub enum ClientError {
     Api(ApiError),
     #[error("unexpected answer from the broker: {0}")]
     Protocol(String),
+    /// An event stream over the parser's limits (see [`crate::sse::SseLimits`]).
+    #[error("the broker's event stream cannot be read: {0}")]
+    Stream(#[from] SseError),
 }
 
 impl ClientError {
@@ -51,7 +56,7 @@ impl ClientError {
             ClientError::Api(e) => {
                 matches!(e.code, ErrorCode::Overloaded | ErrorCode::Unavailable)
             }
-            ClientError::NotFound(_) | ClientError::Protocol(_) => false,
+            ClientError::NotFound(_) | ClientError::Protocol(_) | ClientError::Stream(_) => false,
         }
     }
 }
@@ -247,41 +252,77 @@ impl Client {
 
     /// Opens an SSE stream and calls `on_event(event_type, data)` for each event until
     /// the stream ends ([`SseEnd::Closed`]: the broker ended it, or went away in the
-    /// middle) or `on_event` returns false ([`SseEnd::Stopped`]). An event larger than
-    /// [`MAX_SSE_EVENT`] is a [`ClientError::Protocol`] (the broker sends a note to read
-    /// a large event from the log instead).
+    /// middle) or `on_event` returns false ([`SseEnd::Stopped`]). An event over
+    /// [`crate::sse::MAX_SSE_EVENT`] is a [`ClientError::Stream`] (the broker sends a
+    /// note to read a large event from the log instead). One connection: see
+    /// [`Client::follow`] for a stream followed across reconnections.
     pub async fn sse(
         &self,
         path: &[&str],
         query: Query<'_>,
         mut on_event: impl FnMut(&str, &str) -> bool,
     ) -> Result<SseEnd, ClientError> {
-        let resp = self
-            .call(
-                self.http
-                    .get(self.endpoint(path, query))
-                    .header("accept", "text/event-stream"),
-            )
-            .await?;
+        let resp = self.open_sse(path, query, "").await?;
+        let mut parser = SseParser::default();
+        let ended = read_sse(resp, &mut parser, |e| on_event(&e.event, &e.data)).await?;
+        Ok(match ended {
+            Ended::Stopped => SseEnd::Stopped,
+            Ended::Closed(_) => SseEnd::Closed,
+        })
+    }
+
+    /// The response of an SSE stream, `last_event_id` (unless empty) sent as
+    /// `Last-Event-ID`; a failed one is its error.
+    pub(crate) async fn open_sse(
+        &self,
+        path: &[&str],
+        query: Query<'_>,
+        last_event_id: &str,
+    ) -> Result<reqwest::Response, ClientError> {
+        let mut req = self
+            .http
+            .get(self.endpoint(path, query))
+            .header("accept", "text/event-stream");
+        if !last_event_id.is_empty() {
+            req = req.header("last-event-id", last_event_id);
+        }
+        let resp = self.call(req).await?;
         if !resp.status().is_success() {
             let status = resp.status();
             let bytes = resp.bytes().await.unwrap_or_default();
             return Err(error_from(status, &bytes));
         }
-        let mut body = resp.bytes_stream();
-        let mut parser = SseParser::default();
-        while let Some(chunk) = body.next().await {
-            // A body cut in the middle (the broker killed, the connection reset) is the
-            // end of this stream; the caller decides whether to follow it again.
-            let Ok(chunk) = chunk else {
-                return Ok(SseEnd::Closed);
-            };
-            if !parser.feed(&chunk, &mut on_event)? {
-                return Ok(SseEnd::Stopped);
-            }
-        }
-        Ok(SseEnd::Closed)
+        Ok(resp)
     }
+}
+
+/// How one connection's stream ended, inside the crate.
+pub(crate) enum Ended {
+    /// `on_event` had what it wanted.
+    Stopped,
+    /// The body ended (the broker ended the stream) or broke (the error).
+    Closed(Option<reqwest::Error>),
+}
+
+/// Reads `resp`'s body through `parser` until `on_event` says stop or the body ends.
+pub(crate) async fn read_sse(
+    resp: reqwest::Response,
+    parser: &mut SseParser,
+    mut on_event: impl FnMut(&SseEvent) -> bool,
+) -> Result<Ended, ClientError> {
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        // A body cut in the middle (the broker killed, the connection reset) is the
+        // end of this stream; the caller decides whether to follow it again.
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => return Ok(Ended::Closed(Some(e))),
+        };
+        if !parser.feed(&chunk, &mut on_event)? {
+            return Ok(Ended::Stopped);
+        }
+    }
+    Ok(Ended::Closed(None))
 }
 
 /// How an SSE stream ended (see [`Client::sse`]).
@@ -291,84 +332,6 @@ pub enum SseEnd {
     Stopped,
     /// The broker ended the stream, or the connection went.
     Closed,
-}
-
-/// The largest SSE event the client takes (data lines together).
-pub const MAX_SSE_EVENT: usize = 16 << 20;
-
-/// A `text/event-stream` parser: lines end with LF or CRLF; `event:` and `data:` make an
-/// event, a blank line ends it; comments (`:`) and other fields are skipped. Bytes are
-/// kept only until their line is whole, so a large chunk costs its length once.
-#[derive(Default)]
-struct SseParser {
-    /// Bytes of a line not yet ended.
-    partial: Vec<u8>,
-    kind: String,
-    data: String,
-}
-
-impl SseParser {
-    /// Takes a chunk; false when `on_event` asked to stop.
-    fn feed(
-        &mut self,
-        chunk: &[u8],
-        on_event: &mut impl FnMut(&str, &str) -> bool,
-    ) -> Result<bool, ClientError> {
-        let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
-            let (head, tail) = rest.split_at(pos);
-            rest = &tail[1..];
-            let line = if self.partial.is_empty() {
-                String::from_utf8_lossy(head).into_owned()
-            } else {
-                self.partial.extend_from_slice(head);
-                let line = String::from_utf8_lossy(&self.partial).into_owned();
-                self.partial.clear();
-                line
-            };
-            if !self.line(line.strip_suffix('\r').unwrap_or(&line), on_event)? {
-                return Ok(false);
-            }
-        }
-        self.partial.extend_from_slice(rest);
-        if self.partial.len() + self.data.len() > MAX_SSE_EVENT {
-            return Err(ClientError::Protocol(format!(
-                "an event of the broker's stream is over {MAX_SSE_EVENT} bytes"
-            )));
-        }
-        Ok(true)
-    }
-
-    fn line(
-        &mut self,
-        line: &str,
-        on_event: &mut impl FnMut(&str, &str) -> bool,
-    ) -> Result<bool, ClientError> {
-        if line.is_empty() {
-            let go_on = self.data.is_empty() || on_event(&self.kind, &self.data);
-            self.kind.clear();
-            self.data.clear();
-            return Ok(go_on);
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => self.kind = value.to_string(),
-            "data" => {
-                if !self.data.is_empty() {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value);
-                if self.data.len() > MAX_SSE_EVENT {
-                    return Err(ClientError::Protocol(format!(
-                        "an event of the broker's stream is over {MAX_SSE_EVENT} bytes"
-                    )));
-                }
-            }
-            _ => {}
-        }
-        Ok(true)
-    }
 }
 
 /// The typed API error in a failed response, or the raw text when there is none.
@@ -386,46 +349,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    fn parse(chunks: &[&[u8]]) -> Vec<(String, String)> {
-        let mut p = SseParser::default();
-        let mut got = Vec::new();
-        for c in chunks {
-            p.feed(c, &mut |k: &str, d: &str| {
-                got.push((k.to_string(), d.to_string()));
-                true
-            })
-            .unwrap();
-        }
-        got
-    }
-
-    #[test]
-    fn sse_events_are_parsed_across_chunks() {
-        let whole: &[u8] =
-            b": keep-alive\n\nid: 3\nevent: update\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: l1\ndata:l2\n\n";
-        let expected = vec![
-            ("update".to_string(), "{\"a\":1}".to_string()),
-            ("x".to_string(), "l1\nl2".to_string()),
-        ];
-        assert_eq!(parse(&[whole]), expected);
-        let bytes: Vec<&[u8]> = whole.chunks(1).collect();
-        assert_eq!(parse(&bytes), expected, "one byte at a time");
-        // A character split between chunks stays whole.
-        let text = "data: é\n\n".as_bytes();
-        assert_eq!(
-            parse(&[&text[..7], &text[7..]]),
-            vec![(String::new(), "é".into())]
-        );
-    }
-
-    #[test]
-    fn an_event_over_the_limit_is_refused() {
-        let mut p = SseParser::default();
-        let big = vec![b'x'; MAX_SSE_EVENT + 1];
-        let r = p.feed(&big, &mut |_: &str, _: &str| true);
-        assert!(matches!(r, Err(ClientError::Protocol(_))));
-    }
 
     #[test]
     fn urls_are_built_by_the_url_type() {

@@ -5,6 +5,7 @@
 
 use futures::StreamExt;
 use relay_protocol::api::{ApiError, ApiInfo, ErrorBody, ErrorCode, API_FILE};
+use relay_protocol::methods::{Call, Verb};
 use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -194,7 +195,10 @@ impl Client {
 
     /// `req` sent with the token; no connection is [`ClientError::Unreachable`], a
     /// connection closed with no answer [`ClientError::Closed`].
-    async fn call(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+    async fn transmit(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
         req.bearer_auth(&self.token).send().await.map_err(|source| {
             let url = self.url.clone();
             if source.is_connect() {
@@ -212,7 +216,7 @@ impl Client {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
-        let resp = self.call(req).await?;
+        let resp = self.transmit(req).await?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -223,6 +227,31 @@ impl Client {
         } else {
             Err(error_from(status, &bytes))
         }
+    }
+
+    /// Calls method `M` of the method table ([`relay_protocol::methods`]): its verb and
+    /// route come from the table, `params` fill the route's `{name}`s in order, and
+    /// `request` is the query of a `GET` or the JSON body of a `POST`.
+    pub async fn call<M: Call>(
+        &self,
+        params: &[&str],
+        request: &M::Request,
+    ) -> Result<M::Response, ClientError> {
+        let m = M::method();
+        let url = self.endpoint(&Self::path::<M>(params)?, &[]);
+        let req = match m.verb {
+            Verb::Get => self.http.get(url).query(request),
+            Verb::Post => self.http.post(url).json(request),
+            Verb::Delete => self.http.delete(url),
+        };
+        self.send(req).await
+    }
+
+    /// The path segments of method `M` with `params` filled in (for a stream: see
+    /// [`Client::sse`] and [`Client::follow`]). Too few or too many `params` is a
+    /// [`ClientError::Protocol`] that names the method.
+    pub fn path<'a, M: Call>(params: &[&'a str]) -> Result<Vec<&'a str>, ClientError> {
+        M::method().segments(params).map_err(ClientError::Protocol)
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &[&str]) -> Result<T, ClientError> {
@@ -286,7 +315,7 @@ impl Client {
         if !last_event_id.is_empty() {
             req = req.header("last-event-id", last_event_id);
         }
-        let resp = self.call(req).await?;
+        let resp = self.transmit(req).await?;
         if !resp.status().is_success() {
             let status = resp.status();
             let bytes = resp.bytes().await.unwrap_or_default();

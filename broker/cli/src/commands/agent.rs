@@ -1,5 +1,7 @@
 //! Agents: `relay agent add|attach|list|show|wake|remove|peek`.
 
+use relay_protocol::api::Empty;
+use relay_protocol::methods::call as m;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -256,8 +258,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 secrets.insert(name, value);
             }
             let added: AgentAdded = client
-                .post(
-                    &["v1", "agents"],
+                .call::<m::AgentAdd>(
+                    &[],
                     &AgentSpec {
                         name,
                         harness,
@@ -331,7 +333,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 // Its program runs already: nothing to start before a task comes.
                 ..AgentSpec::new(name, Harness::Tmux, cwd.display().to_string())
             };
-            let agent: Agent = client.post(&["v1", "agents"], &spec).await?;
+            let agent: Agent = client.call::<m::AgentAdd>(&[], &spec).await?.agent;
             if json {
                 print_json(&agent)?;
             } else {
@@ -345,7 +347,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::List(f) => {
-            let agents: Vec<Agent> = client.get(&["v1", "agents"]).await?;
+            let agents: Vec<Agent> = client.call::<m::AgentList>(&[], &Empty {}).await?;
             if f.json {
                 print_json(&agents)?;
             } else {
@@ -367,7 +369,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::Show { name, json } => {
-            let a: Agent = client.get(&["v1", "agents", &name]).await?;
+            let a: Agent = client.call::<m::AgentShow>(&[&name], &Empty {}).await?;
             if json {
                 print_json(&a)?;
             } else {
@@ -422,7 +424,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::Remove { name, json } => {
-            let a: Agent = client.delete(&["v1", "agents", &name]).await?;
+            let a: Agent = client.call::<m::AgentRemove>(&[&name], &Empty {}).await?;
             if json {
                 print_json(&a)?;
             } else {
@@ -431,9 +433,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
         }
         AgentCmd::Peek(args) => super::flight::peek(client, args).await?,
         AgentCmd::Wake { name, json } => {
-            let a: Agent = client
-                .post(&["v1", "agents", &name, "wake"], &serde_json::json!({}))
-                .await?;
+            let a: Agent = client.call::<m::AgentWake>(&[&name], &Empty {}).await?;
             if json {
                 print_json(&a)?;
             } else {

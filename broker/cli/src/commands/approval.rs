@@ -3,7 +3,9 @@
 
 use clap::{Args, Subcommand};
 use relay_client::Client;
+use relay_protocol::api::{ApprovalsQuery, DecideApproval};
 use relay_protocol::domain::{Approval, ApprovalDecision};
+use relay_protocol::methods::call as m;
 
 use super::Actor;
 use crate::help;
@@ -56,7 +58,12 @@ pub struct ApproveArgs {
 pub async fn list(client: &Client, args: ApprovalsArgs) -> anyhow::Result<()> {
     let ApprovalsArgs { state, json } = args;
     let list: Vec<Approval> = client
-        .get_query(&["v1", "approvals"], &[("state", state.clone())])
+        .call::<m::ApprovalList>(
+            &[],
+            &ApprovalsQuery {
+                state: Some(state.clone()),
+            },
+        )
         .await?;
     if json {
         print_json(&list)?;
@@ -109,9 +116,12 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
         json,
     } = args;
     let a: Approval = client
-        .post(
-            &["v1", "approvals", &id],
-            &serde_json::json!({ "decision": decision, "decided_by": actor.name() }),
+        .call::<m::ApprovalDecide>(
+            &[&id],
+            &DecideApproval {
+                decision,
+                decided_by: actor.name(),
+            },
         )
         .await?;
     if json {

@@ -1,5 +1,7 @@
 //! `relay ask`: invoke an agent, then follow its flight live ([`crate::views::ask`]).
 
+use relay_protocol::api::Empty;
+use relay_protocol::methods::call as m;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -77,7 +79,7 @@ pub(crate) async fn invoke(
     client: &Client,
     req: &InvokeRequest,
 ) -> Result<InvokeAccepted, ClientError> {
-    client.post(&["v1", "invocations"], req).await
+    client.call::<m::Invoke>(&[], req).await
 }
 
 /// What [`follow`] reports as it follows a flight.
@@ -108,7 +110,7 @@ pub(crate) async fn follow(
     let mut after = 0u64;
     let mut failure = None;
     let mut following = client.follow(
-        &["v1", "flights", id, "stream"],
+        &Client::path::<m::FlightStream>(&[id])?,
         &[],
         Reconnect {
             give_up_after: Some(RECONNECT_FOR),
@@ -165,7 +167,7 @@ pub(crate) async fn follow(
     let mut client = following.client().clone();
     let mut tries = 0;
     loop {
-        match client.get(&["v1", "flights", id]).await {
+        match client.call::<m::FlightShow>(&[id], &Empty {}).await {
             Ok(f) => return Ok(f),
             Err(e) if e.is_transient() && tries < 50 => {
                 tries += 1;
@@ -254,7 +256,7 @@ async fn ask(
                     "interrupting flight {id} (Ctrl-C again to leave it running; follow it: relay watch --flight {id})"
                 )));
                 let sent: Result<Flight, ClientError> = client
-                    .post(&["v1", "flights", &id, "interrupt"], &serde_json::json!({}))
+                    .call::<m::FlightInterrupt>(&[&id], &Empty {})
                     .await;
                 if let Err(e) = sent {
                     with_view(&mut |v| v.line(&format!("cannot interrupt flight {id}: {e}")));

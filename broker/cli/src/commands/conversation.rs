@@ -3,10 +3,12 @@
 use clap::{Args, Subcommand};
 use relay_client::{Client, ClientError};
 use relay_protocol::api::MessagePosted;
+use relay_protocol::api::{Empty, MessagesQuery};
 use relay_protocol::domain::{
     Conversation, ConversationKind, ConversationSpec, MentionSkip, Message, MessageClass,
     PostMessage, DEFAULT_CONVERSATION,
 };
+use relay_protocol::methods::call as m;
 
 use super::{text_arg, Actor, JsonFlag};
 use crate::terminal::{errln, outln};
@@ -85,8 +87,8 @@ pub(crate) async fn post(
     reply_to: Option<String>,
 ) -> Result<MessagePosted, ClientError> {
     client
-        .post(
-            &["v1", "messages"],
+        .call::<m::MessagePost>(
+            &[],
             &PostMessage {
                 conversation,
                 author,
@@ -136,10 +138,7 @@ pub(crate) async fn last_messages(
     n: usize,
 ) -> Result<Vec<Message>, ClientError> {
     client
-        .get_query(
-            &["v1", "conversations", conversation, "messages"],
-            &[("limit", n.to_string())],
-        )
+        .call::<m::ConversationRead>(&[conversation], &MessagesQuery { limit: Some(n) })
         .await
 }
 
@@ -199,8 +198,8 @@ pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
             json,
         } => {
             let c: Conversation = client
-                .post(
-                    &["v1", "conversations"],
+                .call::<m::ConversationAdd>(
+                    &[],
                     &ConversationSpec {
                         id,
                         kind,
@@ -217,7 +216,8 @@ pub async fn run(client: &Client, cmd: ConversationCmd) -> anyhow::Result<()> {
             }
         }
         ConversationCmd::List(f) => {
-            let list: Vec<Conversation> = client.get(&["v1", "conversations"]).await?;
+            let list: Vec<Conversation> =
+                client.call::<m::ConversationList>(&[], &Empty {}).await?;
             if f.json {
                 print_json(&list)?;
             } else {

@@ -3,7 +3,9 @@
 use clap::Args;
 use relay_client::{Client, Followed, Reconnect};
 use relay_protocol::api::Status;
+use relay_protocol::api::{AfterQuery, Empty};
 use relay_protocol::event::Event;
+use relay_protocol::methods::call as m;
 
 use crate::terminal::{errln, jsonln, outln};
 use crate::views::{describe_event, print_json};
@@ -44,7 +46,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     let since = match since {
         Some(seq) => seq,
         None => {
-            let s: Status = client.get(&["v1", "status"]).await?;
+            let s: Status = client.call::<m::StatusShow>(&[], &Empty {}).await?;
             s.last_seq.saturating_sub(n as u64)
         }
     };
@@ -55,7 +57,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         let mut after = since;
         let mut failed = None;
         let mut following = client.follow(
-            &["v1", "events", "stream"],
+            &Client::path::<m::EventStream>(&[])?,
             &[("after", since.to_string())],
             Reconnect {
                 give_up_after: None,
@@ -91,9 +93,12 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
         }
     } else {
         let events: Vec<Event> = client
-            .get_query(
-                &["v1", "events"],
-                &[("after", since.to_string()), ("limit", n.to_string())],
+            .call::<m::EventList>(
+                &[],
+                &AfterQuery {
+                    after: Some(since),
+                    limit: Some(n),
+                },
             )
             .await?;
         if json {
@@ -104,7 +109,7 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
             }
         }
         if let Some(last) = events.last().filter(|_| events.len() == n) {
-            let s: Status = client.get(&["v1", "status"]).await?;
+            let s: Status = client.call::<m::StatusShow>(&[], &Empty {}).await?;
             if s.last_seq > last.seq {
                 errln!(
                     "relay: {} more events; next page: relay events --since {} -n {n}",

@@ -5,7 +5,9 @@
 use clap::{Args, Subcommand};
 use relay_client::Client;
 use relay_protocol::api::FlightTree;
+use relay_protocol::api::{AfterQuery, Empty, FlightsQuery, PeekQuery, SteerRequest};
 use relay_protocol::domain::{Flight, FlightState, FlightUpdate};
+use relay_protocol::methods::call as m;
 
 use crate::exit::Exit;
 use crate::help;
@@ -148,14 +150,13 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         n,
         json,
     } = args;
-    let mut query = vec![("limit", n.to_string()), ("live", live.to_string())];
-    if let Some(a) = agent {
-        query.push(("agent", a));
-    }
-    if let Some(s) = state {
-        query.push(("state", s.to_string()));
-    }
-    let flights: Vec<Flight> = client.get_query(&["v1", "flights"], &query).await?;
+    let query = FlightsQuery {
+        agent,
+        state,
+        live,
+        limit: Some(n),
+    };
+    let flights: Vec<Flight> = client.call::<m::FlightList>(&[], &query).await?;
     if json {
         print_json(&flights)?;
         return Ok(());
@@ -208,7 +209,7 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         crate::exit::usage!("which flight? give its id (`relay flight list` lists them)");
     };
     if tree {
-        let tree: FlightTree = client.get(&["v1", "flights", &id, "tree"]).await?;
+        let tree: FlightTree = client.call::<m::FlightTreeShow>(&[&id], &Empty {}).await?;
         if json {
             print_json(&tree)?;
         } else {
@@ -216,9 +217,11 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let flight: Flight = client.get(&["v1", "flights", &id]).await?;
+    let flight: Flight = client.call::<m::FlightShow>(&[&id], &Empty {}).await?;
     let ups: Vec<FlightUpdate> = if updates {
-        client.get(&["v1", "flights", &id, "updates"]).await?
+        client
+            .call::<m::FlightUpdates>(&[&id], &AfterQuery::default())
+            .await?
     } else {
         Vec::new()
     };
@@ -302,9 +305,11 @@ fn print_tree(tree: &FlightTree, marked: &str, lead: &str, indent: &str) {
 pub async fn steer(client: &Client, args: SteerArgs) -> anyhow::Result<()> {
     let SteerArgs { flight, text } = args;
     let f: Flight = client
-        .post(
-            &["v1", "flights", &flight, "steer"],
-            &serde_json::json!({ "text": text.join(" ") }),
+        .call::<m::FlightSteer>(
+            &[&flight],
+            &SteerRequest {
+                text: text.join(" "),
+            },
         )
         .await?;
     outln!("steered {}", f.id);
@@ -316,10 +321,7 @@ pub async fn reply(client: &Client, args: ReplyArgs) -> anyhow::Result<()> {
     let ReplyArgs { flight, text, json } = args;
     let text = super::text_arg(text)?;
     let f: Flight = client
-        .post(
-            &["v1", "flights", &flight, "reply"],
-            &relay_protocol::api::ReplyRequest { text },
-        )
+        .call::<m::FlightReply>(&[&flight], &relay_protocol::api::ReplyRequest { text })
         .await?;
     if json {
         print_json(&f)?;
@@ -336,9 +338,8 @@ pub async fn reply(client: &Client, args: ReplyArgs) -> anyhow::Result<()> {
 /// `relay agent peek` (and `relay peek`).
 pub async fn peek(client: &Client, args: PeekArgs) -> anyhow::Result<()> {
     let PeekArgs { agent, lines, json } = args;
-    let n = lines.to_string();
     let peek: relay_protocol::api::Peek = client
-        .get_query(&["v1", "agents", &agent, "peek"], &[("lines", n)])
+        .call::<m::AgentPeek>(&[&agent], &PeekQuery { lines: Some(lines) })
         .await?;
     if json {
         print_json(&peek)?;
@@ -360,10 +361,7 @@ pub async fn peek(client: &Client, args: PeekArgs) -> anyhow::Result<()> {
 pub async fn interrupt(client: &Client, args: InterruptArgs) -> anyhow::Result<()> {
     let InterruptArgs { flight } = args;
     let f: Flight = client
-        .post(
-            &["v1", "flights", &flight, "interrupt"],
-            &serde_json::json!({}),
-        )
+        .call::<m::FlightInterrupt>(&[&flight], &Empty {})
         .await?;
     outln!("interrupting {}", f.id);
     Ok(())

@@ -21,10 +21,9 @@
 
 use clap::Args;
 use relay_client::Client;
-use relay_protocol::api::FlightTree;
-use relay_protocol::domain::{
-    Agent, Flight, FlightState, InvokeRequest, Message, DEFAULT_CONVERSATION,
-};
+use relay_protocol::api::Empty;
+use relay_protocol::domain::{Flight, FlightState, InvokeRequest, Message, DEFAULT_CONVERSATION};
+use relay_protocol::methods::call as m;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
@@ -186,11 +185,7 @@ completes with your text as its output), or post a reply to a message, threaded 
         match (args.flight, args.reply_to) {
             (Some(flight), None) => {
                 let body = relay_protocol::api::ReplyRequest { text: args.text };
-                match self
-                    .client
-                    .post::<_, Flight>(&["v1", "flights", &flight, "reply"], &body)
-                    .await
-                {
+                match self.client.call::<m::FlightReply>(&[&flight], &body).await {
                     Ok(f) => CallToolResult::success(vec![ContentBlock::text(format!(
                         "answered flight {}: it completes with your answer",
                         f.id
@@ -226,7 +221,7 @@ oldest first, as JSON: id, index, author, body, reply_to."
 
     #[tool(description = "List the agents you can ask, as JSON: name, harness, state, model.")]
     async fn list_agents(&self) -> CallToolResult {
-        match self.client.get::<Vec<Agent>>(&["v1", "agents"]).await {
+        match self.client.call::<m::AgentList>(&[], &Empty {}).await {
             Ok(agents) => {
                 let lines: Vec<AgentLine<'_>> = agents
                     .iter()
@@ -248,16 +243,15 @@ oldest first, as JSON: id, index, author, body, reply_to."
 reply or error; with `tree`, the whole tree of asks it belongs to."
     )]
     async fn show_flight(&self, Parameters(args): Parameters<ShowFlightArgs>) -> CallToolResult {
-        let path = ["v1", "flights", args.flight.as_str()];
+        let flight = [args.flight.as_str()];
         let shown = if args.tree {
-            let tree_path = ["v1", "flights", args.flight.as_str(), "tree"];
             self.client
-                .get::<FlightTree>(&tree_path)
+                .call::<m::FlightTreeShow>(&flight, &Empty {})
                 .await
                 .map(|t| json_result(&t))
         } else {
             self.client
-                .get::<Flight>(&path)
+                .call::<m::FlightShow>(&flight, &Empty {})
                 .await
                 .map(|f| json_result(&f))
         };

@@ -5,6 +5,7 @@
 use clap::Args;
 use relay_client::Client;
 use relay_protocol::api::{LoginLink, LoginRequest};
+use relay_protocol::methods::call as m;
 
 use crate::terminal::{errln, outln};
 use crate::views::print_json;
@@ -38,7 +39,7 @@ pub async fn run(client: &Client, args: OpenArgs) -> anyhow::Result<()> {
         })
     });
     let link: LoginLink = client
-        .post(&["v1", "login"], &LoginRequest { name })
+        .call::<m::LoginCreate>(&[], &LoginRequest { name })
         .await?;
     if args.json {
         return print_json(&link);

@@ -3,8 +3,8 @@
 
 use clap::{Args, Subcommand};
 use relay_client::Client;
-use relay_protocol::replay::{AgentReplay, ConversationReplay, TurnReplay};
-use serde::de::DeserializeOwned;
+use relay_protocol::api::ReplayQuery;
+use relay_protocol::methods::{call as m, Call};
 
 use crate::views::{print_json, replay};
 
@@ -46,30 +46,31 @@ pub struct ReplayArgs {
 pub async fn run(client: &Client, cmd: ReplayCmd) -> anyhow::Result<()> {
     match cmd {
         ReplayCmd::Flight(args) => {
-            let (doc, json) = fetch::<TurnReplay>(client, "flights", args).await?;
+            let (doc, json) = fetch::<m::ReplayFlight>(client, args).await?;
             show(&doc, json, replay::print_turn)
         }
         ReplayCmd::Agent(args) => {
-            let (doc, json) = fetch::<AgentReplay>(client, "agents", args).await?;
+            let (doc, json) = fetch::<m::ReplayAgent>(client, args).await?;
             show(&doc, json, replay::print_agent)
         }
         ReplayCmd::Conversation(args) => {
-            let (doc, json) = fetch::<ConversationReplay>(client, "conversations", args).await?;
+            let (doc, json) = fetch::<m::ReplayConversation>(client, args).await?;
             show(&doc, json, replay::print_conversation)
         }
     }
 }
 
-async fn fetch<T: DeserializeOwned>(
+async fn fetch<M: Call<Request = ReplayQuery>>(
     client: &Client,
-    what: &str,
     args: ReplayArgs,
-) -> anyhow::Result<(T, bool)> {
+) -> anyhow::Result<(M::Response, bool)> {
     let ReplayArgs { id, from_seq, json } = args;
     let doc = client
-        .get_query(
-            &["v1", "replay", what, &id],
-            &[("from_seq", from_seq.to_string())],
+        .call::<M>(
+            &[&id],
+            &ReplayQuery {
+                from_seq: Some(from_seq),
+            },
         )
         .await?;
     Ok((doc, json))

@@ -1,14 +1,16 @@
 //! `relay status`: the broker's state.
 
 use relay_client::Client;
+use relay_protocol::api::Empty;
 use relay_protocol::api::Status;
+use relay_protocol::methods::call as m;
 
 use crate::terminal::outln;
 use crate::views::{describe_nats, print_json};
 
 /// `relay status`.
 pub async fn run(client: &Client, json: bool) -> anyhow::Result<()> {
-    let s: Status = client.get(&["v1", "status"]).await?;
+    let s: Status = client.call::<m::StatusShow>(&[], &Empty {}).await?;
     if json {
         print_json(&s)?;
     } else {

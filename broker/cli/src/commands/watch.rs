@@ -2,6 +2,7 @@
 //! live, from `GET /v1/watch` (the broker makes the snapshot exact at a seq and follows
 //! from there: nothing is missed or shown twice).
 
+use relay_protocol::methods::call as m;
 use std::time::Duration;
 
 use clap::Args;
@@ -82,7 +83,7 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<Exit> {
     // A broken watch is opened again with Last-Event-ID, the seq of the last event
     // shown: the broker resumes it after that seq (`event: resumed`, no snapshot).
     let mut following = client.follow(
-        &["v1", "watch"],
+        &Client::path::<m::Watch>(&[])?,
         &query,
         Reconnect {
             give_up_after: Some(RECONNECT_FOR),

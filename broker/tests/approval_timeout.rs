@@ -65,14 +65,7 @@ async fn an_approval_timeout_ends_when_the_approval_is_decided_and_with_the_plan
     .await
     .unwrap();
     let (runtime, _runtime_reports) = Runtime::start(
-        RuntimeConfig {
-            data_dir: dir.path().to_path_buf(),
-            shared_db: None,
-            node: None,
-            turn_idle_timeout: None,
-            turn_stall_timeout: None,
-            access: None,
-        },
+        RuntimeConfig::new(dir.path().to_path_buf()),
         CancellationToken::new(),
     )
     .unwrap();

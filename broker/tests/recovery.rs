@@ -30,14 +30,7 @@ fn runtime(
     tokio::sync::mpsc::Receiver<relay_protocol::runtime::Report>,
 ) {
     Runtime::start(
-        RuntimeConfig {
-            data_dir: dir.to_path_buf(),
-            shared_db: None,
-            node: None,
-            turn_idle_timeout: None,
-            turn_stall_timeout: None,
-            access: None,
-        },
+        RuntimeConfig::new(dir.to_path_buf()),
         CancellationToken::new(),
     )
     .unwrap()

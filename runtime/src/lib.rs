@@ -135,6 +135,21 @@ pub struct RuntimeConfig {
     pub access: Option<relay_harnesses::AccessIssuer>,
 }
 
+impl RuntimeConfig {
+    /// A runtime keeping its own database in `data_dir`, on no node, with no watchdogs
+    /// and no access to Relay: set the fields a caller needs.
+    pub fn new(data_dir: impl Into<PathBuf>) -> RuntimeConfig {
+        RuntimeConfig {
+            data_dir: data_dir.into(),
+            shared_db: None,
+            node: None,
+            turn_idle_timeout: None,
+            turn_stall_timeout: None,
+            access: None,
+        }
+    }
+}
+
 /// The default of [`RuntimeConfig::turn_idle_timeout`].
 pub const DEFAULT_TURN_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 

@@ -48,14 +48,7 @@ async fn states(reports: &mut Receiver<Report>, flight: &str) -> Vec<(FlightStat
 fn start() -> (tempfile::TempDir, Runtime, Receiver<Report>) {
     let dir = tempfile::tempdir().unwrap();
     let (runtime, reports) = Runtime::start(
-        RuntimeConfig {
-            data_dir: dir.path().to_path_buf(),
-            shared_db: None,
-            node: None,
-            turn_idle_timeout: None,
-            turn_stall_timeout: None,
-            access: None,
-        },
+        RuntimeConfig::new(dir.path().to_path_buf()),
         CancellationToken::new(),
     )
     .unwrap();

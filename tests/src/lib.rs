@@ -183,6 +183,20 @@ impl RelayProcess {
         self.spawn()
     }
 
+    /// Starts the CLI against this broker (found through its data dir's `api.json`, as
+    /// a user's would be), stdin closed, stdout and stderr piped; the caller waits.
+    pub fn spawn_cli(&self, args: &[&str]) -> std::io::Result<Child> {
+        Command::new(&self.bin)
+            .args(args)
+            .env("RELAY_DATA_DIR", &self.data_dir)
+            .env_remove("RELAY_URL")
+            .env_remove("RELAY_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    }
+
     /// Runs the CLI against this broker.
     pub fn cli(&self, args: &[&str]) -> Output {
         relay_cmd_with(&self.bin, &self.data_dir, args)

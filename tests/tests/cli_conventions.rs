@@ -18,16 +18,7 @@ use relay_tests::{procs, relay_bin, wait_until, RelayProcess, Signal};
 
 /// `relay ARGS` against `relay`'s data dir, stdout and stderr piped.
 fn spawn(relay: &RelayProcess, args: &[&str]) -> Child {
-    Command::new(&relay.bin)
-        .args(args)
-        .env("RELAY_DATA_DIR", &relay.data_dir)
-        .env_remove("RELAY_URL")
-        .env_remove("RELAY_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    relay.spawn_cli(args).unwrap()
 }
 
 /// The id of the flight that runs (waits until one does).

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,15 +58,8 @@ async fn log(relay: &RelayProcess) -> Vec<Event> {
 
 /// `relay events --follow --since 0 --json`, its printed seqs collected on a thread.
 fn events_follow(relay: &RelayProcess) -> (Child, Got) {
-    let mut child = Command::new(&relay.bin)
-        .args(["events", "--follow", "--since", "0", "--json"])
-        .env("RELAY_DATA_DIR", &relay.data_dir)
-        .env_remove("RELAY_URL")
-        .env_remove("RELAY_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let mut child = relay
+        .spawn_cli(&["events", "--follow", "--since", "0", "--json"])
         .unwrap();
     let got = Got::default();
     let stdout = child.stdout.take().unwrap();

@@ -25,12 +25,4 @@ pub trait FlightControl: Send + Sync + 'static {
     /// check of it (its directory, its program, its credentials): `Ok` with warnings
     /// worth saying, or why it cannot be accepted ([`BrokerError::AgentCheck`]).
     fn check_agent(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Vec<String>, BrokerError>>;
-    /// What the terminal of an agent of this host shows now: its pane's last `lines`
-    /// lines as plain text (`relay agent peek`).
-    fn peek(
-        &self,
-        agent: AgentSpec,
-        pane: String,
-        lines: usize,
-    ) -> BoxFuture<'static, Result<Vec<String>, BrokerError>>;
 }

@@ -168,24 +168,6 @@ pub trait Launcher: Send + Sync {
             Ok(Preflight::default())
         })
     }
-
-    /// What the agent's terminal shows now: the last `lines` lines of `pane` (where its
-    /// session runs) as plain text, oldest first. Only a harness whose agents live in a
-    /// terminal pane has one; by default [`HarnessError::Incapable`].
-    fn peek<'a>(
-        &'a self,
-        agent: &'a AgentSpec,
-        pane: &'a str,
-        lines: usize,
-    ) -> BoxFuture<'a, Result<Vec<String>, HarnessError>> {
-        let _ = (pane, lines);
-        Box::pin(async move {
-            Err(HarnessError::Incapable {
-                harness: agent.harness,
-                what: "show a terminal pane (it runs in none)".into(),
-            })
-        })
-    }
 }
 
 /// A live session of one agent. Cheap to share (`Arc`); every method may be called from

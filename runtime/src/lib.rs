@@ -283,21 +283,6 @@ impl Runtime {
         launcher.preflight(spec).await
     }
 
-    /// What the terminal of `agent`'s session shows now (its pane's last `lines` lines),
-    /// through its harness's launcher: only a harness that runs in a pane has one.
-    pub async fn peek(
-        &self,
-        agent: &relay_protocol::domain::AgentSpec,
-        pane: &str,
-        lines: usize,
-    ) -> Result<Vec<String>, relay_harnesses::HarnessError> {
-        self.inner
-            .harnesses
-            .get(agent.harness)?
-            .peek(agent, pane, lines)
-            .await
-    }
-
     pub fn threads(&self) -> &ThreadStore {
         &self.inner.threads
     }

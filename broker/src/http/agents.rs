@@ -115,10 +115,9 @@ pub(super) async fn peek_agent(
             ))
         })?;
     let lines = q.lines.unwrap_or(PEEK_DEFAULT).clamp(1, PEEK_MAX);
-    let control = s.control.clone().ok_or(BrokerError::NoRuntime)?;
-    let shown = control
-        .peek(agent.spec.clone(), pane.clone(), lines)
-        .await?;
+    let shown = relay_harnesses::tmux::peek(&spec.socket, &pane, lines)
+        .await
+        .map_err(|e| BrokerError::Unavailable(format!("agent {name}'s pane {pane}: {e}")))?;
     Ok(Json(Peek {
         agent: name,
         attach: spec.attach_hint(&pane),

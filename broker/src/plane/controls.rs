@@ -96,20 +96,6 @@ impl FlightControl for Plane {
         Plane::check_agent(self, spec)
     }
 
-    fn peek(
-        &self,
-        agent: AgentSpec,
-        pane: String,
-        lines: usize,
-    ) -> BoxFuture<'static, Result<Vec<String>, BrokerError>> {
-        let runtime = self.runtime.clone();
-        Box::pin(async move {
-            runtime.peek(&agent, &pane, lines).await.map_err(|e| {
-                BrokerError::Unavailable(format!("agent {}'s pane {pane}: {e}", agent.name))
-            })
-        })
-    }
-
     fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {
         self.route(Control::Steer {
             agent: flight.agent,

@@ -300,16 +300,6 @@ impl Launcher for TmuxLauncher {
         TMUX_INFO
     }
 
-    fn peek<'a>(
-        &'a self,
-        agent: &'a AgentSpec,
-        pane: &'a str,
-        lines: usize,
-    ) -> BoxFuture<'a, Result<Vec<String>, HarnessError>> {
-        let socket = agent.pane.clone().unwrap_or_default().socket;
-        Box::pin(async move { super::peek(&socket, pane, lines).await })
-    }
-
     fn spawn<'a>(
         &'a self,
         agent: &'a AgentSpec,

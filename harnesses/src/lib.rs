@@ -1,6 +1,7 @@
 //! Harness adapters: one per agent CLI, each turning the CLI's own wire protocol into
 //! [`relay_protocol::harness::HarnessEvent`]s, so nothing above this crate sees a CLI's
-//! wire.
+//! wire. Each adapter owns its CLI's wire types ([`codex::app_server`],
+//! [`claude::stream_json`], Pi's `pi/rpc.rs`); `relay-protocol` holds only Relay's own.
 //!
 //! - [`seam`]: what every adapter offers the runtime ([`Launcher`], [`HarnessSession`],
 //!   their [`Capabilities`]). The runtime knows only this module and the registry.

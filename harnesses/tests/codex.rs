@@ -677,7 +677,7 @@ fn parses_with_only_required<T: serde::de::DeserializeOwned>(
 
 #[tokio::test]
 async fn wire_names_exist_in_the_generated_schema() {
-    use relay_protocol::codex::{self as wire, *};
+    use relay_harnesses::codex::app_server::{self as wire, *};
 
     let dir = tempfile::tempdir().unwrap();
     let status = tokio::process::Command::new(codex_program(None))

@@ -1,4 +1,6 @@
-//! Relay's wire and domain types. No I/O lives here: no tokio, sled or NATS.
+//! Relay's wire and domain types: Relay's own contract only. No I/O lives here: no tokio,
+//! sled or NATS. Other programs' wires (Codex, Claude Code, Pi) belong to their adapters
+//! in `relay-harnesses`.
 //!
 //! - [`domain`]: agents, conversations, messages, invocations, flights, deliveries,
 //!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
@@ -8,9 +10,8 @@
 //! - [`api`]: request/response bodies and typed error codes of the local HTTP API.
 //! - [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`clock`]: the one wall clock every timestamp is read from.
-//! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
-//! - [`claude`]: the Claude Code stream-json wire (`claude -p`; the subset Relay's adapter
-//!   uses).
+//! - [`runtime`]: what the broker and a runtime (embedded, or a `relay node` over NATS)
+//!   say to each other: dispatches, controls and reports.
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
@@ -20,15 +21,13 @@
 //!   (`relay watch`, `GET /v1/watch`, `relay.v1.cmd.snapshot`).
 //!
 //! Layering: [`domain`] depends on no other module; [`event`], [`harness`], [`api`],
-//! [`replay`], [`codex`], [`runtime`] and [`watch`] on it; [`claude`] on none;
+//! [`replay`], [`runtime`] and [`watch`] on it;
 //! [`convert`] on those and [`pb`]; [`text`] on none. The crate depends on no other crate of the
 //! workspace: every other one depends on it.
 
 pub mod api;
 pub mod bus;
-pub mod claude;
 pub mod clock;
-pub mod codex;
 pub mod convert;
 pub mod domain;
 pub mod event;

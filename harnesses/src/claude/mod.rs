@@ -8,8 +8,9 @@
 //!   (`config.rs`) says.
 //! - `wire.rs`: the protocol as a [`crate::stdio::Wire`]: stdout lines -> harness events,
 //!   the running turn, the pending permission prompts; and the lines the session writes.
-//!   No I/O. Its wire types are [`relay_protocol::claude`]. `items.rs`, part of it: the
-//!   model's content blocks and tool results -> items.
+//!   No I/O. `items.rs`, part of it: the model's content blocks and tool results -> items.
+//! - [`stream_json`]: Claude Code's own stream-json lines as types (the subset Relay
+//!   reads and writes), which only this adapter knows.
 //! - [`crate::stdio`]: the owner task that alone touches the child's pipes, and
 //!   [`crate::process`] under it (process group, stderr tail, no leaks).
 //!
@@ -78,6 +79,7 @@ mod config;
 pub(crate) use config::relay_mcp_args;
 mod items;
 mod launcher;
+pub mod stream_json;
 mod wire;
 
 pub use config::ClaudeConfig;

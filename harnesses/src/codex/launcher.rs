@@ -239,7 +239,7 @@ fn no_active_turn(err: HarnessError) -> HarnessError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_protocol::codex::error_code::INVALID_REQUEST;
+    use crate::codex::app_server::error_code::INVALID_REQUEST;
 
     #[test]
     fn credentials_are_found_in_each_way_codex_reads_them_or_warned_about() {

@@ -1,6 +1,8 @@
 //! The Codex `app-server` adapter: JSON-RPC over the stdio of `codex app-server`.
 //!
 //! Parts:
+//! - [`app_server`]: Codex's own JSON-RPC wire as types (the subset Relay uses), which
+//!   only this adapter knows (and the test stand-in `relay-instant-codex`).
 //! - [`CodexSession`]: a cheap `Clone` handle on one `codex app-server` child, driven
 //!   through the shared owner task of [`crate::stdio`]: each method becomes a call on a
 //!   bounded queue ([`crate::stdio::COMMAND_CAPACITY`]; when full it fails at once with
@@ -57,6 +59,7 @@
 //! The wire work is in `translate.rs`, the pipes in [`crate::stdio`], the seam in
 //! `launcher.rs`.
 
+pub mod app_server;
 mod launcher;
 mod translate;
 
@@ -66,7 +69,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use relay_protocol::codex::{
+use self::app_server::{
     self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
     Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams,
     ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse, TurnStartParams,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use relay_protocol::codex::{
+use super::app_server::{
     self as wire, error_code, notification, server_request, FileUpdateChange, KnownThreadItem,
     Message, RequestId, ThreadItem, TokenUsageBreakdown, TurnStatus,
 };

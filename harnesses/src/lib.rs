@@ -16,7 +16,8 @@
 //!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
-//! - [`pinned`]: where each CLI's program is (the pinned install, an override);
+//! - [`pinned`]: the agent CLIs Relay pins (Codex, Claude Code, Pi: name, version,
+//!   override variable) and where each one's program is (the pinned install, an override);
 //!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
@@ -25,7 +26,8 @@
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
-//! - [`access`]: [`RelayAccess`], how an agent's session reaches Relay as that agent.
+//! - [`access`]: [`RelayAccess`], how an agent's session reaches Relay as that agent,
+//!   and how each CLI is given Relay's MCP server on its command line.
 //!
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
@@ -36,8 +38,9 @@
 //! [`seam`] on [`preflight`]), each adapter (`codex`, `claude`, `pi`, `tmux`) on
 //! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
-//! each other. The crate depends on `relay-protocol` only, and nothing in it knows the
-//! broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
+//! each other: what two of them need of one CLI (the `codex` adapter and the `tmux` one
+//! driving Codex's TUI) lives in [`pinned`] and [`access`]. The crate depends on
+//! `relay-protocol` only, and nothing in it knows the broker or the runtime (`tests/tests/module_graph.rs` fails on a cycle).
 
 pub mod access;
 pub mod claude;

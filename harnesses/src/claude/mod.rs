@@ -76,7 +76,6 @@
 //!   ([`crate::HarnessError::TurnRunning`]), and no steer.
 
 mod config;
-pub(crate) use config::relay_mcp_args;
 mod items;
 mod launcher;
 pub mod stream_json;
@@ -85,14 +84,4 @@ mod wire;
 pub use config::ClaudeConfig;
 pub use launcher::{ClaudeLauncher, CLAUDE_INFO};
 
-use crate::pinned::PinnedCli;
-
-/// The Claude Code version Relay is tested against.
-pub const CLAUDE_VERSION: &str = "2.1.197";
-
-/// The pinned Claude Code CLI (`RELAY_CLAUDE_BIN` overrides it).
-pub const CLAUDE_CLI: PinnedCli = PinnedCli {
-    name: "claude",
-    version: CLAUDE_VERSION,
-    override_env: "RELAY_CLAUDE_BIN",
-};
+pub use crate::pinned::{CLAUDE_CLI, CLAUDE_VERSION};

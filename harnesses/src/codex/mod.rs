@@ -84,18 +84,9 @@ use tokio::sync::mpsc;
 use self::translate::CodexWire;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
-use crate::pinned::PinnedCli;
 use crate::stdio::{Outgoing, StdioChild};
 
-/// The Codex version Relay is tested against; see [`codex_program`].
-pub const CODEX_VERSION: &str = "0.169.0";
-
-/// The pinned Codex CLI (`RELAY_CODEX_BIN` overrides it).
-pub const CODEX_CLI: PinnedCli = PinnedCli {
-    name: "codex",
-    version: CODEX_VERSION,
-    override_env: "RELAY_CODEX_BIN",
-};
+pub use crate::pinned::{CODEX_CLI, CODEX_VERSION};
 
 /// Where the `codex` program is; see [`PinnedCli::program`].
 pub fn codex_program(explicit: Option<&str>) -> PathBuf {
@@ -107,42 +98,15 @@ pub fn codex_program(explicit: Option<&str>) -> PathBuf {
 /// it starts.
 pub type CodexConfig = CliConfig;
 
-/// How long Codex lets one call of a Relay tool run: an `ask` waits for another agent's
-/// whole turn, far beyond Codex's default of 60 s. The ask's own `timeout_secs` (or an
-/// interrupt of the asking flight) is what bounds it.
-const RELAY_TOOL_TIMEOUT_SECS: u64 = 24 * 3600;
-
 /// The command line after the program: `app-server`, Relay's MCP server when the agent
-/// reaches Relay ([`relay_mcp_args`]), then the agent's own arguments, which may override
+/// reaches Relay ([`RelayAccess::codex_mcp_args`](crate::RelayAccess::codex_mcp_args)), then the agent's own arguments, which may override
 /// any of it.
 fn app_server_args(config: &CodexConfig) -> Vec<String> {
     let mut args = vec!["app-server".to_string()];
     if let Some(relay) = &config.relay {
-        args.extend(relay_mcp_args(relay));
+        args.extend(relay.codex_mcp_args());
     }
     args.extend(config.args.iter().cloned());
-    args
-}
-
-/// Relay's MCP server for any `codex` command line (the app-server's, a TUI's in a tmux
-/// pane), as `-c mcp_servers.relay.*` overrides: the `relay` program, `mcp`, and the
-/// variables Codex must pass it, since it gives an MCP server only a few of its own (the
-/// token stays in the environment, never on the command line).
-pub(crate) fn relay_mcp_args(relay: &crate::access::RelayAccess) -> Vec<String> {
-    let (program, program_args) = relay.mcp_command();
-    let server = format!("mcp_servers.{}", crate::access::MCP_SERVER);
-    // A JSON string or list of strings is a TOML one too, and Codex parses the value of
-    // `-c` as TOML.
-    let toml = |v: serde_json::Value| v.to_string();
-    let mut args = Vec::new();
-    for (key, value) in [
-        ("command", toml(program.into())),
-        ("args", toml(program_args.into())),
-        ("env_vars", toml(crate::access::MCP_ENV.to_vec().into())),
-        ("tool_timeout_sec", RELAY_TOOL_TIMEOUT_SECS.to_string()),
-    ] {
-        args.extend(["-c".to_string(), format!("{server}.{key}={value}")]);
-    }
     args
 }
 

@@ -81,17 +81,7 @@ pub use launcher::{PiLauncher, PI_INFO};
 
 use std::path::PathBuf;
 
-use crate::pinned::PinnedCli;
-
-/// The Pi version Relay is tested against; see [`pi_program`].
-pub const PI_VERSION: &str = "0.73.1";
-
-/// The pinned Pi CLI (`RELAY_PI_BIN` overrides it).
-pub const PI_CLI: PinnedCli = PinnedCli {
-    name: "pi",
-    version: PI_VERSION,
-    override_env: "RELAY_PI_BIN",
-};
+pub use crate::pinned::{PI_CLI, PI_VERSION};
 
 /// Where the `pi` program is; see [`PinnedCli::program`].
 pub fn pi_program(explicit: Option<&str>) -> PathBuf {

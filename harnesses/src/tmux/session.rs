@@ -22,7 +22,7 @@ use super::screens::{last_lines, Judge, KnownCli, Readiness, ReadyPattern};
 use crate::access::RelayAccess;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
-use crate::pinned::PinnedCli;
+use crate::pinned::{PinnedCli, CLAUDE_CLI, CODEX_CLI};
 use crate::process::lock;
 use crate::seam::{
     BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
@@ -174,7 +174,7 @@ impl TmuxConfig {
 }
 
 /// The agent CLIs Relay knows how to wire its MCP server into, by program name.
-const KNOWN_CLIS: [&PinnedCli; 2] = [&crate::codex::CODEX_CLI, &crate::claude::CLAUDE_CLI];
+const KNOWN_CLIS: [&PinnedCli; 2] = [&CODEX_CLI, &CLAUDE_CLI];
 
 /// The codex TUI's arguments in a pane Relay drives (facts in `HARNESSES.md`): Relay's
 /// MCP server, its tools run without the TUI's own "Allow the relay MCP server…" dialog
@@ -184,7 +184,7 @@ const KNOWN_CLIS: [&PinnedCli; 2] = [&crate::codex::CODEX_CLI, &crate::claude::C
 /// background app-server outlives the pane.
 fn codex_tui_args(cli: &CliConfig, relay: &RelayAccess) -> Vec<String> {
     let mut args = vec!["--no-daemon".to_string()];
-    args.extend(crate::codex::relay_mcp_args(relay));
+    args.extend(relay.codex_mcp_args());
     let server = format!("mcp_servers.{}", crate::access::MCP_SERVER);
     args.extend([
         "-c".to_string(),
@@ -220,7 +220,7 @@ fn wire_known_cli(config: &mut TmuxConfig, relay: Option<&RelayAccess>) {
         cli.program = known.program(None);
     }
     config.judge.cli = KnownCli::by_name(known.name);
-    let codex = known.name == crate::codex::CODEX_CLI.name;
+    let codex = known.name == CODEX_CLI.name;
     if codex {
         config.interrupt_key = "Escape";
     }
@@ -229,7 +229,7 @@ fn wire_known_cli(config: &mut TmuxConfig, relay: Option<&RelayAccess>) {
     };
     let mut args = match codex {
         true => codex_tui_args(cli, relay),
-        false => crate::claude::relay_mcp_args(relay).to_vec(),
+        false => relay.claude_mcp_args().to_vec(),
     };
     args.append(&mut cli.args);
     cli.args = args;

@@ -112,6 +112,11 @@ pub enum HarnessError {
     /// a ready pattern that is not one). Not retryable until it changes.
     #[error("{detail}")]
     Config { detail: String },
+    /// The agent's screen cannot be shown (`relay agent peek`): its pane has not started
+    /// yet, or reading it failed. `detail` says which, for a person. Retryable once the
+    /// pane runs.
+    #[error("{detail}")]
+    NoScreen { detail: String },
     /// A message could not be encoded, or a result did not have the expected shape.
     #[error("agent json: {0}")]
     Json(#[from] serde_json::Error),

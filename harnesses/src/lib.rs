@@ -65,5 +65,5 @@ pub use error::HarnessError;
 pub use registry::Harnesses;
 pub use seam::{
     Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
-    Spawned,
+    Screen, Spawned,
 };

@@ -11,9 +11,10 @@
 //! | tmux pane | none to resume | none | no | keys | none | pane |
 //!
 //! So the seam has two halves:
-//! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]) and
+//! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]),
 //!   [`Launcher::spawn`], which starts a session for an agent and hands back the
-//!   session and its event stream;
+//!   session and its event stream, and [`Launcher::peek`] for a harness whose session
+//!   is a screen (a tmux pane);
 //! - the [`HarnessSession`] it spawned: [`open`](HarnessSession::open) the agent's
 //!   conversation (resume the stored id, or start one and say why the old one was
 //!   lost), [`start_turn`](HarnessSession::start_turn), steer, interrupt, answer an
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::mpsc;
 
@@ -63,6 +64,20 @@ pub struct HarnessInfo {
     /// How messages name its process ("codex app-server").
     pub program: &'static str,
     pub capabilities: Capabilities,
+    /// Its session is a screen a person could look at (a tmux pane), which
+    /// [`Launcher::peek`] shows (`relay agent peek`). Without, `peek` is refused.
+    pub screen: bool,
+}
+
+/// What an agent's screen shows now ([`Launcher::peek`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    /// Where it is (a tmux pane, `%3`).
+    pub pane: String,
+    /// How a person looks at it themselves (`tmux -L relay attach -t %3`).
+    pub attach: String,
+    /// Its last lines as plain text (no escape codes), oldest first.
+    pub lines: Vec<String>,
 }
 
 /// Where a live session can be reached.
@@ -166,6 +181,26 @@ pub trait Launcher: Send + Sync {
                 .await
                 .map_err(|e| HarnessError::Io(std::io::Error::other(e)))??;
             Ok(Preflight::default())
+        })
+    }
+
+    /// The last `lines` lines `agent`'s screen shows now, for a harness with one
+    /// ([`HarnessInfo::screen`]); `agent` as the broker knows it (its endpoint names
+    /// where the screen is). It needs no live session: the screen may outlive Relay's.
+    /// [`HarnessError::NoScreen`] when there is none yet or it cannot be read; by
+    /// default (no screen) [`HarnessError::Incapable`].
+    fn peek<'a>(
+        &'a self,
+        agent: &'a Agent,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Screen, HarnessError>> {
+        let _ = (agent, lines);
+        let harness = self.info().harness;
+        Box::pin(async move {
+            Err(HarnessError::Incapable {
+                harness,
+                what: "show a screen".into(),
+            })
         })
     }
 }

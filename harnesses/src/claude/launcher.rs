@@ -28,6 +28,7 @@ pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
     name: "claude",
     program: "claude -p (stream-json)",
     capabilities: Harness::ClaudeStreamJson.capabilities(),
+    screen: false,
 };
 
 /// The variables Claude Code 2.1.197 takes a key or token from.

@@ -21,6 +21,7 @@ pub const CODEX_INFO: HarnessInfo = HarnessInfo {
     name: "codex",
     program: "codex app-server",
     capabilities: Harness::CodexAppServer.capabilities(),
+    screen: false,
 };
 
 /// Spawns `codex app-server` sessions (the pinned program unless the agent names one).

@@ -29,6 +29,7 @@ pub const PI_INFO: HarnessInfo = HarnessInfo {
     name: "pi",
     program: "pi --mode rpc",
     capabilities: Harness::PiRpc.capabilities(),
+    screen: false,
 };
 
 /// The variables pi 0.73.1 takes a provider's key from (`pi-ai`'s `env-api-keys.js`).

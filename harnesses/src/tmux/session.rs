@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
@@ -25,7 +25,8 @@ use crate::error::HarnessError;
 use crate::pinned::{PinnedCli, CLAUDE_CLI, CODEX_CLI};
 use crate::process::lock;
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
+    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Screen,
+    Spawned,
 };
 
 /// A tmux pane: interrupt by keys; no steer, approvals, resume or turn ids.
@@ -34,6 +35,7 @@ pub const TMUX_INFO: HarnessInfo = HarnessInfo {
     name: "tmux",
     program: "a tmux pane",
     capabilities: Harness::Tmux.capabilities(),
+    screen: true,
 };
 
 /// Relay's own tmux server (`tmux -L relay`), apart from the user's default one.
@@ -298,6 +300,40 @@ impl TmuxLauncher {
 impl Launcher for TmuxLauncher {
     fn info(&self) -> HarnessInfo {
         TMUX_INFO
+    }
+
+    /// The pane the agent's endpoint names (else the one it was attached to), on its
+    /// socket: read as it is, whether or not a session of Relay follows it now.
+    fn peek<'a>(
+        &'a self,
+        agent: &'a Agent,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Screen, HarnessError>> {
+        Box::pin(async move {
+            let name = &agent.spec.name;
+            let spec = agent.spec.pane.clone().unwrap_or_default();
+            let pane = agent
+                .endpoint
+                .as_ref()
+                .and_then(|e| e.pane.clone())
+                .or_else(|| spec.target.clone())
+                .ok_or_else(|| HarnessError::NoScreen {
+                    detail: format!(
+                        "agent {name} has no pane yet ({}): it starts with its first task or `relay agent wake {name}`",
+                        agent.state
+                    ),
+                })?;
+            let lines = super::peek(&spec.socket, &pane, lines).await.map_err(|e| {
+                HarnessError::NoScreen {
+                    detail: format!("agent {name}'s pane {pane}: {e}"),
+                }
+            })?;
+            Ok(Screen {
+                attach: spec.attach_hint(&pane),
+                pane,
+                lines,
+            })
+        })
     }
 
     fn spawn<'a>(

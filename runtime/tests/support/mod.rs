@@ -94,6 +94,7 @@ pub fn scripted(
             name: "fake",
             program: PROGRAM,
             capabilities,
+            screen: false,
         },
         endpoint,
         calls,

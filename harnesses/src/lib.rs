@@ -16,6 +16,9 @@
 //!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
+//! - [`restartable`]: [`restartable::RestartableChild`], the one child of a session
+//!   whose CLI takes the session at process start (Claude Code, Pi; an ACP agent next),
+//!   started in `open`, on one event stream, stopped at shutdown.
 //! - [`pinned`]: the agent CLIs Relay pins (Codex, Claude Code, Pi: name, version,
 //!   override variable) and where each one's program is (the pinned install, an override);
 //!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
@@ -34,8 +37,8 @@
 //! flow back on an `mpsc` receiver that ends with `ProcessExited`.
 //!
 //! Layering, one way: [`error`], [`lines`] and [`access`] depend on no other module, [`process`] and
-//! [`seam`], [`pinned`] and [`stdio`] on them ([`preflight`] on [`process`] and [`config`], and
-//! [`seam`] on [`preflight`]), each adapter (`codex`, `claude`, `pi`, `tmux`) on
+//! [`seam`], [`pinned`] and [`stdio`] on them ([`preflight`] on [`process`] and [`config`],
+//! [`seam`] on [`preflight`], [`restartable`] on [`stdio`]), each adapter (`codex`, `claude`, `pi`, `tmux`) on
 //! those, and [`registry`] on the adapters:
 //! only the registry names them ([`Harnesses::builtin`]), and adapters never depend on
 //! each other: what two of them need of one CLI (the `codex` adapter and the `tmux` one
@@ -56,6 +59,7 @@ pub mod pinned;
 pub mod preflight;
 pub mod process;
 pub mod registry;
+pub mod restartable;
 pub mod seam;
 pub mod stdio;
 pub mod tmux;

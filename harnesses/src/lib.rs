@@ -68,6 +68,6 @@ pub use access::{AccessIssuer, RelayAccess};
 pub use error::HarnessError;
 pub use registry::Harnesses;
 pub use seam::{
-    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
+    Capabilities, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, OpenedSession, Preflight,
     Screen, Spawned,
 };

@@ -100,13 +100,13 @@ impl<W: Wire, X: Clone> RestartableChild<W, X> {
         lock(&self.live).clone()
     }
 
-    /// The child running `session`; [`HarnessError::ThreadNotFound`] when it holds
+    /// The child running `session`; [`HarnessError::SessionNotFound`] when it holds
     /// another session, or there is none.
     pub fn live_of(&self, session: &str) -> Result<Live<W, X>, HarnessError> {
         self.live()
             .filter(|live| live.session == session)
-            .ok_or_else(|| HarnessError::ThreadNotFound {
-                thread_id: session.to_string(),
+            .ok_or_else(|| HarnessError::SessionNotFound {
+                session_id: session.to_string(),
             })
     }
 

@@ -192,11 +192,11 @@ async fn unknown_threads_are_thread_not_found() {
     let (session, mut events) = spawn(s.home.path()).await;
     for bogus in ["01a2018b-0000-7000-8000-000000000000", "not-a-thread"] {
         match session.resume_thread(bogus).await {
-            Err(HarnessError::ThreadNotFound { thread_id }) => assert_eq!(thread_id, bogus),
+            Err(HarnessError::SessionNotFound { session_id }) => assert_eq!(session_id, bogus),
             other => panic!("resume {bogus}: {other:?}"),
         }
         match session.start_turn(bogus, "hi").await {
-            Err(HarnessError::ThreadNotFound { thread_id }) => assert_eq!(thread_id, bogus),
+            Err(HarnessError::SessionNotFound { session_id }) => assert_eq!(session_id, bogus),
             other => panic!("turn on {bogus}: {other:?}"),
         }
     }
@@ -214,7 +214,7 @@ async fn unknown_threads_are_thread_not_found() {
     let (session, mut events) = spawn(s.home.path()).await;
     assert!(matches!(
         session.resume_thread(&thread).await,
-        Err(HarnessError::ThreadNotFound { .. })
+        Err(HarnessError::SessionNotFound { .. })
     ));
     shutdown(&session, &mut events).await;
 }

@@ -7,14 +7,14 @@ use crate::process::ProcessSpec;
 /// agent's arguments come after Relay's.
 pub type ClaudeConfig = CliConfig;
 
-/// Which conversation a process starts with.
+/// Which session a process starts with.
 pub(super) enum Start<'a> {
     New(&'a str),
     Resume(&'a str),
 }
 
 /// The command line: stream-json both ways, permission prompts on stdio, the model,
-/// the conversation to start or resume, Relay's MCP server when the agent reaches Relay,
+/// the session to start or resume, Relay's MCP server when the agent reaches Relay,
 /// then the agent's arguments.
 ///
 /// Relay's server is given as `--mcp-config` JSON on the command line: the `relay`

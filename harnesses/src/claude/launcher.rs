@@ -1,6 +1,6 @@
 //! Claude Code behind the harness seam ([`crate::seam`]): [`ClaudeLauncher`] makes a
 //! session for an agent, and the session starts `claude -p` when it opens the agent's
-//! conversation (resumed with `--resume`, or new with `--session-id`, the loss said).
+//! session (resumed with `--resume`, or new with `--session-id`, the loss said).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::restartable::{Live, RestartableChild};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
+    BoxFuture, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, OpenedSession, Preflight,
     Spawned,
 };
 use crate::stdio::StdioChild;
@@ -118,7 +118,7 @@ struct ClaudeSession {
     child: RestartableChild<ClaudeWire, Watched>,
 }
 
-/// The `claude` process of an open conversation.
+/// The `claude` process of an open session.
 type Child = Live<ClaudeWire, Watched>;
 
 /// What the session watches of its `claude` process's wire.
@@ -131,7 +131,7 @@ struct Watched {
 
 impl ClaudeSession {
     /// Starts `claude` on `start` and does the handshake. Only then is the process's end
-    /// reported as `ProcessExited`: a process that refuses the conversation ends quietly.
+    /// reported as `ProcessExited`: a process that refuses the session ends quietly.
     async fn start(&self, start: Start<'_>) -> Result<Child, HarnessError> {
         let events = self.child.events()?;
         let wire = ClaudeWire::new().with_relay_mcp(self.config.relay.is_some());
@@ -160,7 +160,7 @@ impl ClaudeSession {
         let id = uuid::Uuid::new_v4().to_string();
         self.start(Start::New(&id))
             .await
-            .map_err(|e| conversation_error("cannot start a claude session", e))
+            .map_err(|e| open_error("cannot start a claude session", e))
     }
 
     async fn open_child(
@@ -190,7 +190,7 @@ impl ClaudeSession {
                     format!("claude has no conversation {old} ({said})")
                 }
                 Err(e) => {
-                    return Err(conversation_error(
+                    return Err(open_error(
                         &format!("cannot resume claude session {old}"),
                         e,
                     ))
@@ -203,12 +203,12 @@ impl ClaudeSession {
     }
 }
 
-/// A failed step of opening a conversation, named; a program that cannot start says so
+/// A failed step of opening a session, named; a program that cannot start says so
 /// by itself.
-fn conversation_error(action: &str, err: HarnessError) -> HarnessError {
+fn open_error(action: &str, err: HarnessError) -> HarnessError {
     match err {
         e @ HarnessError::Spawn { .. } => e,
-        e => HarnessError::Conversation {
+        e => HarnessError::OpenSession {
             action: action.to_string(),
             source: Box::new(e),
         },
@@ -219,7 +219,7 @@ impl HarnessSession for ClaudeSession {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
             let _one = self.child.opening().await;
             if self.child.is_closed() {
@@ -237,18 +237,18 @@ impl HarnessSession for ClaudeSession {
             let (child, lost) = self.open_child(stored).await?;
             let id = child.session.clone();
             self.child.set(child);
-            Ok(Conversation { id, lost })
+            Ok(OpenedSession { id, lost })
         })
     }
 
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
         Box::pin(async move {
-            let child = self.child.live_of(conversation)?;
+            let child = self.child.live_of(session_id)?;
             // A turn being interrupted ends in a moment: wait for that rather than
             // refuse the next turn (the runtime moves on right after it interrupts).
             let mut running = child.extra.running.clone();
@@ -267,7 +267,7 @@ impl HarnessSession for ClaudeSession {
 
     fn steer<'a>(
         &'a self,
-        _conversation: &'a str,
+        _session_id: &'a str,
         _turn_id: &'a str,
         _text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
@@ -276,11 +276,11 @@ impl HarnessSession for ClaudeSession {
 
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child.live_of(conversation)?;
+            let child = self.child.live_of(session_id)?;
             let turn = turn_id.to_string();
             child
                 .io

@@ -3,7 +3,7 @@
 //! Parts:
 //! - [`ClaudeLauncher`] (`launcher.rs`): Claude Code behind the harness seam
 //!   ([`crate::seam`]). Its session starts a `claude` process in
-//!   [`open`](crate::HarnessSession::open), because the CLI takes the conversation at
+//!   [`open`](crate::HarnessSession::open), because the CLI takes the session at
 //!   process start (`--resume=<id>` or `--session-id=<id>`), as [`ClaudeConfig`]
 //!   (`config.rs`) says.
 //! - `wire.rs`: the protocol as a [`crate::stdio::Wire`]: stdout lines -> harness events,
@@ -58,7 +58,7 @@
 //!   `decision_reason`. A denial's message reaches the model as the tool result with
 //!   `is_error: true`. Deny with `interrupt: true` ends the turn: a `result`
 //!   `error_during_execution` (`terminal_reason: aborted_tools`).
-//! - A `tool_use` whose id the conversation already holds (a model that reuses ids) is
+//! - A `tool_use` whose id the session already holds (a model that reuses ids) is
 //!   not run and never asked about: the history shows `[Tool use interrupted]` and the
 //!   model is asked again with an empty user message.
 //! - An interrupt while a prompt is pending: Claude Code sends `control_cancel_request`

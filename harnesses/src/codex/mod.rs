@@ -25,7 +25,7 @@
 //! - An unknown thread id on `thread/resume` is refused with code -32600 and `no rollout
 //!   found for thread id <id>` (also when the rollout file was deleted), or `invalid
 //!   session id: ...` when it is not a UUID; `turn/start` on a thread not loaded says
-//!   `thread not found: <id>`. All of these become [`HarnessError::ThreadNotFound`].
+//!   `thread not found: <id>`. All of these become [`HarnessError::SessionNotFound`].
 //! - `turn/steer` answers `{turnId}` at once, drops the model request in flight (its
 //!   partial text is neither completed nor sent back), and samples again in the same turn
 //!   with the steered text as a second user message. With no active turn: -32600 `no
@@ -244,7 +244,7 @@ impl CodexSession {
     }
 
     /// Loads a thread from its rollout (typically written by an earlier process), keeping
-    /// its settings. [`HarnessError::ThreadNotFound`] when Codex has no such thread.
+    /// its settings. [`HarnessError::SessionNotFound`] when Codex has no such thread.
     pub async fn resume_thread(&self, thread_id: &str) -> Result<ResumedThread, HarnessError> {
         self.resume(ThreadResumeParams {
             thread_id: thread_id.to_string(),
@@ -400,8 +400,8 @@ fn thread_error(thread_id: &str, err: HarnessError) -> HarnessError {
             .iter()
             .any(|prefix| message.starts_with(prefix)) =>
         {
-            HarnessError::ThreadNotFound {
-                thread_id: thread_id.to_string(),
+            HarnessError::SessionNotFound {
+                session_id: thread_id.to_string(),
             }
         }
         other => other,
@@ -429,7 +429,7 @@ mod tests {
                 },
             );
             assert!(
-                matches!(err, HarnessError::ThreadNotFound { ref thread_id } if thread_id == "t")
+                matches!(err, HarnessError::SessionNotFound { ref session_id } if session_id == "t")
             );
         }
         let err = thread_error(

@@ -1,5 +1,5 @@
 //! Pi behind the harness seam ([`crate::seam`]): [`PiLauncher`] makes a session for an
-//! agent; the session starts `pi --mode rpc` when it opens the conversation, and drives
+//! agent; the session starts `pi --mode rpc` when it opens the session, and drives
 //! it through the stdio owner ([`StdioChild`]) with [`PiWire`].
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::restartable::{Live, RestartableChild};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
+    BoxFuture, Endpoint, HarnessInfo, HarnessSession, Launcher, OpenedSession, Preflight, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -177,7 +177,7 @@ impl PiSession {
     async fn start_new(&self) -> Result<String, HarnessError> {
         self.start(None)
             .await
-            .map_err(|e| HarnessError::Conversation {
+            .map_err(|e| HarnessError::OpenSession {
                 action: "cannot start a pi session".into(),
                 source: Box::new(e),
             })
@@ -201,7 +201,7 @@ impl HarnessSession for PiSession {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
             let _one = self.child.opening().await;
             if let Some(Live {
@@ -210,7 +210,7 @@ impl HarnessSession for PiSession {
                 ..
             }) = self.child.live()
             {
-                // Pi holds one conversation for its life; its end is already reported.
+                // Pi holds one session for its life; its end is already reported.
                 if let Some(exit) = child.exit() {
                     return Err(exit.to_error());
                 }
@@ -222,27 +222,27 @@ impl HarnessSession for PiSession {
                         ),
                     });
                 }
-                return Ok(Conversation {
+                return Ok(OpenedSession {
                     id: open,
                     lost: None,
                 });
             }
             let Some(old) = stored else {
                 let id = self.start_new().await?;
-                return Ok(Conversation { id, lost: None });
+                return Ok(OpenedSession { id, lost: None });
             };
             match self.start(Some(old)).await {
-                Ok(id) => Ok(Conversation { id, lost: None }),
+                Ok(id) => Ok(OpenedSession { id, lost: None }),
                 Err(HarnessError::ProcessExited { stderr_tail, .. })
                     if stderr_tail.contains(NO_SESSION) =>
                 {
-                    Ok(Conversation::replacing(
+                    Ok(OpenedSession::replacing(
                         old,
                         self.start_new().await?,
                         &format!("pi has no session {old} (it keeps one only once a turn ran)"),
                     ))
                 }
-                Err(e) => Err(HarnessError::Conversation {
+                Err(e) => Err(HarnessError::OpenSession {
                     action: format!("cannot resume pi session {old}"),
                     source: Box::new(e),
                 }),
@@ -252,12 +252,12 @@ impl HarnessSession for PiSession {
 
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let (turn, text) = (relay_turn_id.to_string(), text.to_string());
             child
                 .call("prompt", move |wire| wire.prompt(&turn, &text))
@@ -268,12 +268,12 @@ impl HarnessSession for PiSession {
 
     fn steer<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let (turn, text) = (turn_id.to_string(), text.to_string());
             child
                 .call("steer", move |wire| wire.steer(&turn, &text))
@@ -284,11 +284,11 @@ impl HarnessSession for PiSession {
 
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let turn = turn_id.to_string();
             child.call("abort", move |wire| wire.abort(&turn)).await?;
             Ok(())
@@ -373,7 +373,7 @@ mod tests {
         ));
         assert!(matches!(
             session.start_turn("c", "hi", "t1").await,
-            Err(HarnessError::ThreadNotFound { .. })
+            Err(HarnessError::SessionNotFound { .. })
         ));
         assert_eq!(session.endpoint(), Endpoint::Process { pid: 0 });
         // Never opened: shutting down still ends the stream with the exit.

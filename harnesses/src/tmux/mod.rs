@@ -22,7 +22,7 @@
 //!   with that `PATH`). A session of that name still running (Relay restarted while the
 //!   agent kept working) is adopted, not started twice. A pane the agent was attached to
 //!   (`relay agent attach`) is followed, never started or ended by Relay. The
-//!   conversation is the pane.
+//!   session is the pane.
 //! - **Known CLIs.** `codex` and `claude` started by Relay get Relay's MCP server, as
 //!   their app-server twins do (a bare name is the pinned CLI). The codex TUI also gets
 //!   `--no-daemon` (else a background app-server outlives the pane), its MCP tools of

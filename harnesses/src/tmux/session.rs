@@ -18,7 +18,7 @@ use super::sanitize::sanitize;
 use super::screens::{last_lines, Judge, KnownCli, Readiness};
 use crate::error::HarnessError;
 use crate::process::lock;
-use crate::seam::{BoxFuture, Conversation, Endpoint, HarnessSession, Spawned};
+use crate::seam::{BoxFuture, Endpoint, HarnessSession, OpenedSession, Spawned};
 
 /// How long a pane's output must be quiet before a paste counts as shown.
 const PASTE_QUIET: Duration = Duration::from_millis(150);
@@ -104,11 +104,11 @@ struct TmuxSession {
 }
 
 impl TmuxSession {
-    fn check_conversation(&self, conversation: &str) -> Result<(), HarnessError> {
-        match conversation == self.pane {
+    fn check_session(&self, session_id: &str) -> Result<(), HarnessError> {
+        match session_id == self.pane {
             true => Ok(()),
-            false => Err(HarnessError::ThreadNotFound {
-                thread_id: conversation.to_string(),
+            false => Err(HarnessError::SessionNotFound {
+                session_id: session_id.to_string(),
             }),
         }
     }
@@ -298,18 +298,18 @@ impl TmuxSession {
 }
 
 impl HarnessSession for TmuxSession {
-    /// A pane holds no conversation to resume: the conversation is the pane (its id).
+    /// A pane holds no session to resume: the session is the pane (its id).
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
             let id = self.pane.clone();
             Ok(match stored.filter(|old| *old != id) {
                 Some(old) => {
-                    Conversation::replacing(old, id, "a tmux pane keeps no conversation to resume")
+                    OpenedSession::replacing(old, id, "a tmux pane keeps no conversation to resume")
                 }
-                None => Conversation { id, lost: None },
+                None => OpenedSession { id, lost: None },
             })
         })
     }
@@ -318,12 +318,12 @@ impl HarnessSession for TmuxSession {
     /// turn's), then delivers the task; a delivery that fails ends the turn failed.
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
         Box::pin(async move {
-            self.check_conversation(conversation)?;
+            self.check_session(session_id)?;
             let _one = self.delivering.lock().await;
             if *self.shared.gone.borrow() {
                 return Err(HarnessError::ChannelClosed);
@@ -370,7 +370,7 @@ impl HarnessSession for TmuxSession {
 
     fn steer<'a>(
         &'a self,
-        _conversation: &'a str,
+        _session_id: &'a str,
         _turn_id: &'a str,
         _text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
@@ -386,11 +386,11 @@ impl HarnessSession for TmuxSession {
     /// pane says nothing of its turns).
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            self.check_conversation(conversation)?;
+            self.check_session(session_id)?;
             if lock(&self.shared.turn).as_deref() != Some(turn_id) {
                 return Err(self.not_running(turn_id));
             }
@@ -404,12 +404,12 @@ impl HarnessSession for TmuxSession {
     /// The agent answered (`relay reply`): the turn completes with its answer.
     fn reply<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            self.check_conversation(conversation)?;
+            self.check_session(session_id)?;
             let outcome = TurnOutcome::Completed {
                 text: text.to_string(),
             };

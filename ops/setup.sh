@@ -48,16 +48,16 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # --- pinned agent CLIs -----------------------------------------------------------------
-# Versions are pinned once, in the adapters' source (see shared/HARNESSES.md); read here.
-pinned() { # adapter-dir constant
+# Versions are pinned once, in harnesses/src/pinned.rs (see shared/HARNESSES.md); read here.
+pinned() { # source-file constant
   local v
   v=$(grep -rh "^pub const $2: &str = " "$1" | sed -n "s/^pub const $2: &str = \"\(.*\)\";/\1/p" | head -n1)
   [ -n "$v" ] || { echo "setup: cannot read $2 from $1" >&2; exit 1; }
   echo "$v"
 }
-CODEX_VERSION=$(pinned harnesses/src/codex CODEX_VERSION) || exit 1
-CLAUDE_VERSION=$(pinned harnesses/src/claude CLAUDE_VERSION) || exit 1
-PI_VERSION=$(pinned harnesses/src/pi PI_VERSION) || exit 1
+CODEX_VERSION=$(pinned harnesses/src/pinned.rs CODEX_VERSION) || exit 1
+CLAUDE_VERSION=$(pinned harnesses/src/pinned.rs CLAUDE_VERSION) || exit 1
+PI_VERSION=$(pinned harnesses/src/pinned.rs PI_VERSION) || exit 1
 # As harnesses/src/pinned.rs: RELAY_AGENTS_DIR, else $XDG_CACHE_HOME/relay/agents.
 AGENTS_DIR="${RELAY_AGENTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/relay/agents}"
 install_npm() { # name version package binary

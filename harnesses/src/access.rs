@@ -33,6 +33,11 @@ pub const MCP_SERVER: &str = "relay";
 /// environment to its MCP servers (Codex) must be told to pass on.
 pub const MCP_ENV: [&str; 3] = [AGENT_ENV, URL_ENV, TOKEN_ENV];
 
+/// How long Codex lets one call of a Relay tool run: an `ask` waits for another agent's
+/// whole turn, far beyond Codex's default of 60 s. The ask's own `timeout_secs` (or an
+/// interrupt of the asking flight) is what bounds it.
+const CODEX_TOOL_TIMEOUT_SECS: u64 = 24 * 3600;
+
 /// Everything an agent's session needs to reach Relay as that agent. Its `Debug` hides
 /// the token.
 #[derive(Clone, PartialEq, Eq)]
@@ -74,6 +79,42 @@ impl RelayAccess {
     /// environment ([`MCP_ENV`]).
     pub fn mcp_command(&self) -> (String, Vec<String>) {
         (self.program.display().to_string(), vec!["mcp".to_string()])
+    }
+
+    /// Relay's MCP server for any `codex` command line (the app-server's, a TUI's in a
+    /// tmux pane), as `-c mcp_servers.relay.*` overrides: the `relay` program, `mcp`, and
+    /// the variables Codex must pass it, since it gives an MCP server only a few of its
+    /// own (the token stays in the environment, never on the command line). Here, not in
+    /// the `codex` adapter, because the `tmux` adapter gives it to the Codex TUI too.
+    pub fn codex_mcp_args(&self) -> Vec<String> {
+        let (program, program_args) = self.mcp_command();
+        let server = format!("mcp_servers.{MCP_SERVER}");
+        // A JSON string or list of strings is a TOML one too, and Codex parses the value
+        // of `-c` as TOML.
+        let toml = |v: serde_json::Value| v.to_string();
+        let mut args = Vec::new();
+        for (key, value) in [
+            ("command", toml(program.into())),
+            ("args", toml(program_args.into())),
+            ("env_vars", toml(MCP_ENV.to_vec().into())),
+            ("tool_timeout_sec", CODEX_TOOL_TIMEOUT_SECS.to_string()),
+        ] {
+            args.extend(["-c".to_string(), format!("{server}.{key}={value}")]);
+        }
+        args
+    }
+
+    /// Relay's MCP server for any `claude` command line (stream-json's, a TUI's in a tmux
+    /// pane): `--mcp-config` with the `relay` program and `mcp`, no secret. Here for the
+    /// same reason as [`RelayAccess::codex_mcp_args`].
+    pub fn claude_mcp_args(&self) -> [String; 2] {
+        let (program, program_args) = self.mcp_command();
+        let servers = serde_json::json!({ "mcpServers": { (MCP_SERVER): {
+            "type": "stdio",
+            "command": program,
+            "args": program_args,
+        }}});
+        ["--mcp-config".to_string(), servers.to_string()]
     }
 
     /// `path` (a `PATH` value) with the directory of the `relay` program appended when it

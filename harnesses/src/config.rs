@@ -111,7 +111,7 @@ impl CliConfig {
 
     /// Whether the program can be started: its directory is there, and it is an
     /// executable file, named by a path or found on the `PATH` the child gets. For adapters whose CLI starts only when the
-    /// conversation is opened, so that `spawn` still fails on a missing program.
+    /// session is opened, so that `spawn` still fails on a missing program.
     pub fn check_program(&self) -> Result<(), HarnessError> {
         // The directory first: a program cannot start in a missing one, whatever it is.
         if let Some(cwd) = &self.cwd {

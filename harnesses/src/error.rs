@@ -47,14 +47,15 @@ pub enum HarnessError {
     /// The agent answered the request with a JSON-RPC error. Not retryable.
     #[error("agent refused the request: {message} (code {code})")]
     Rpc { code: i64, message: String },
-    /// The agent does not know this thread (never existed here, or its rollout file is
-    /// gone). Not retryable: start a new thread instead.
-    #[error("thread {thread_id} not found")]
-    ThreadNotFound { thread_id: String },
-    /// Opening the agent's conversation failed; `action` says which step (resuming the
-    /// stored one, starting one). Retryable as its `source` is.
+    /// The agent does not know this session (never existed here; Codex: its thread's
+    /// rollout file is gone). Not retryable: start a new session instead. (The message
+    /// keeps Codex's word, which flight failures have always said.)
+    #[error("thread {session_id} not found")]
+    SessionNotFound { session_id: String },
+    /// Opening the agent's harness session failed; `action` says which step (resuming
+    /// the stored one, starting one). Retryable as its `source` is.
     #[error("{action}: {source}")]
-    Conversation {
+    OpenSession {
         action: String,
         #[source]
         source: Box<HarnessError>,
@@ -112,6 +113,11 @@ pub enum HarnessError {
     /// a ready pattern that is not one). Not retryable until it changes.
     #[error("{detail}")]
     Config { detail: String },
+    /// The agent's screen cannot be shown (`relay agent peek`): its pane has not started
+    /// yet, or reading it failed. `detail` says which, for a person. Retryable once the
+    /// pane runs.
+    #[error("{detail}")]
+    NoScreen { detail: String },
     /// A message could not be encoded, or a result did not have the expected shape.
     #[error("agent json: {0}")]
     Json(#[from] serde_json::Error),
@@ -121,7 +127,7 @@ impl HarnessError {
     /// `true` for the variants documented as retryable on this or a new session.
     pub fn is_retryable(&self) -> bool {
         match self {
-            HarnessError::Conversation { source, .. } => source.is_retryable(),
+            HarnessError::OpenSession { source, .. } => source.is_retryable(),
             other => matches!(
                 other,
                 HarnessError::ProcessExited { .. }

@@ -1,6 +1,7 @@
 //! Harness adapters: one per agent CLI, each turning the CLI's own wire protocol into
 //! [`relay_protocol::harness::HarnessEvent`]s, so nothing above this crate sees a CLI's
-//! wire.
+//! wire. Each adapter owns its CLI's wire types ([`codex::app_server`],
+//! [`claude::stream_json`], Pi's `pi/rpc.rs`); `relay-protocol` holds only Relay's own.
 //!
 //! - [`seam`]: what every adapter offers the runtime ([`Launcher`], [`HarnessSession`],
 //!   their [`Capabilities`]). The runtime knows only this module and the registry.
@@ -15,7 +16,11 @@
 //!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
 //!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
-//! - [`pinned`]: where each CLI's program is (the pinned install, an override);
+//! - [`restartable`]: [`restartable::RestartableChild`], the one child of a session
+//!   whose CLI takes the session at process start (Claude Code, Pi; an ACP agent next),
+//!   started in `open`, on one event stream, stopped at shutdown.
+//! - [`pinned`]: the agent CLIs Relay pins (Codex, Claude Code, Pi: name, version,
+//!   override variable) and where each one's program is (the pinned install, an override);
 //!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
 //!   tail, exit report, no leaked processes).
@@ -24,7 +29,8 @@
 //! - [`lines`]: the bounded line reader every read of a child's stdout and stderr goes
 //!   through.
 //! - [`error`]: [`HarnessError`], the one error type, with its retryable variants.
-//! - [`access`]: [`RelayAccess`], how an agent's session reaches Relay as that agent.
+//! - [`access`]: [`RelayAccess`], how an agent's session reaches Relay as that agent,
+//!   and how each CLI is given Relay's MCP server on its command line.
 //!
 //! Every session follows one shape: a cheap `Clone` handle sends commands over a bounded
 //! channel to one owner task that owns the child's pipes and the pending requests; events
@@ -34,8 +40,9 @@
 //! Tests also depend on: relay-mock-model, relay-tests.
 //!
 //! Nothing in it knows the broker or the runtime. Only the registry names the adapters
-//! ([`Harnesses::builtin`]), and adapters never depend on each other, except `tmux`, which
-//! still reads the Codex and Claude Code items (issue 24 moves those into the seam).
+//! ([`Harnesses::builtin`]), and adapters never depend on each other: what two of them
+//! need of one CLI (the `codex` adapter and the `tmux` one driving Codex's TUI) lives in
+//! [`pinned`] and [`access`].
 //!
 //! Layering, one way (a module uses only the modules after its arrow;
 //! `tests/tests/module_graph/` checks it):
@@ -45,11 +52,11 @@
 //! - `preflight` -> `config`, `error`, `process`
 //! - `seam` -> `access`, `error`, `preflight`
 //! - `stdio` -> `error`, `lines`, `process`
+//! - `restartable` -> `error`, `process`, `stdio`
 //! - `codex` -> `access`, `config`, `error`, `pinned`, `preflight`, `seam`, `stdio`
-//! - `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`, `seam`,
-//!   `stdio`
-//! - `tmux` -> `access`, `claude`, `codex`, `config`, `error`, `pinned`, `preflight`,
-//!   `process`, `seam`
+//! - `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`,
+//!   `restartable`, `seam`, `stdio`
+//! - `tmux` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`, `seam`
 //! - `registry` -> `claude`, `codex`, `error`, `pi`, `seam`, `tmux`
 
 pub mod access;
@@ -66,6 +73,7 @@ pub mod pinned;
 pub mod preflight;
 pub mod process;
 pub mod registry;
+pub mod restartable;
 pub mod seam;
 pub mod stdio;
 pub mod tmux;
@@ -74,6 +82,6 @@ pub use access::{AccessIssuer, RelayAccess};
 pub use error::HarnessError;
 pub use registry::Harnesses;
 pub use seam::{
-    Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
-    Spawned,
+    Capabilities, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, OpenedSession, Preflight,
+    Screen, Spawned,
 };

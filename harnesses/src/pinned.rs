@@ -1,5 +1,9 @@
-//! Where each agent CLI's program is: the one an agent names, an override variable, the
-//! pinned version the README's set-up installs, or the one on `PATH`.
+//! The agent CLIs Relay pins ([`CODEX_CLI`], [`CLAUDE_CLI`], [`PI_CLI`], with the version
+//! each is tested against), and where each one's program is: the one an agent names, an
+//! override variable, the pinned version the README's set-up installs, or the one on
+//! `PATH`. They live here, not in their adapters, because two adapters drive the same
+//! CLI (its machine mode, and its TUI in a tmux pane) and adapters do not import each
+//! other. `ops/setup.sh` reads the versions from this file.
 
 use std::path::{Path, PathBuf};
 
@@ -50,3 +54,33 @@ impl PinnedCli {
         PathBuf::from(self.name)
     }
 }
+
+/// The Codex version Relay is tested against.
+pub const CODEX_VERSION: &str = "0.169.0";
+
+/// The pinned Codex CLI (`RELAY_CODEX_BIN` overrides it).
+pub const CODEX_CLI: PinnedCli = PinnedCli {
+    name: "codex",
+    version: CODEX_VERSION,
+    override_env: "RELAY_CODEX_BIN",
+};
+
+/// The Claude Code version Relay is tested against.
+pub const CLAUDE_VERSION: &str = "2.1.197";
+
+/// The pinned Claude Code CLI (`RELAY_CLAUDE_BIN` overrides it).
+pub const CLAUDE_CLI: PinnedCli = PinnedCli {
+    name: "claude",
+    version: CLAUDE_VERSION,
+    override_env: "RELAY_CLAUDE_BIN",
+};
+
+/// The Pi version Relay is tested against.
+pub const PI_VERSION: &str = "0.73.1";
+
+/// The pinned Pi CLI (`RELAY_PI_BIN` overrides it).
+pub const PI_CLI: PinnedCli = PinnedCli {
+    name: "pi",
+    version: PI_VERSION,
+    override_env: "RELAY_PI_BIN",
+};

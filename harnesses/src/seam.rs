@@ -3,7 +3,7 @@
 //!
 //! Shaped by the four CLIs Relay drives (facts in `HARNESSES.md`):
 //!
-//! | | conversation | turn ids | steer | interrupt | approvals | endpoint |
+//! | | session | turn ids | steer | interrupt | approvals | endpoint |
 //! | --- | --- | --- | --- | --- | --- | --- |
 //! | Codex app-server | `thread/resume` or `thread/start`, by request | Codex's | `turn/steer` | `turn/interrupt` | server requests | pid |
 //! | Claude Code stream-json | `--resume` / `--session-id` at process start | none | no | control request | `can_use_tool` | pid |
@@ -11,15 +11,16 @@
 //! | tmux pane | none to resume | none | no | keys | none | pane |
 //!
 //! So the seam has two halves:
-//! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]) and
+//! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]),
 //!   [`Launcher::spawn`], which starts a session for an agent and hands back the
-//!   session and its event stream;
+//!   session and its event stream, and [`Launcher::peek`] for a harness whose session
+//!   is a screen (a tmux pane);
 //! - the [`HarnessSession`] it spawned: [`open`](HarnessSession::open) the agent's
-//!   conversation (resume the stored id, or start one and say why the old one was
+//!   session (resume the stored id, or start one and say why the old one was
 //!   lost), [`start_turn`](HarnessSession::start_turn), steer, interrupt, answer an
 //!   approval, the live [`Endpoint`], the stderr tail, shut down.
 //!
-//! An adapter whose CLI takes the conversation at process start (Claude Code, Pi) starts
+//! An adapter whose CLI takes the session at process start (Claude Code, Pi) starts
 //! or restarts its child in `open`; the event stream it handed out at `spawn` stays the
 //! same. A CLI without turn ids uses the id Relay passes to `start_turn` and stamps its
 //! events with it. What a harness cannot do is declared in its [`Capabilities`], and the
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::mpsc;
 
@@ -63,6 +64,20 @@ pub struct HarnessInfo {
     /// How messages name its process ("codex app-server").
     pub program: &'static str,
     pub capabilities: Capabilities,
+    /// Its session is a screen a person could look at (a tmux pane), which
+    /// [`Launcher::peek`] shows (`relay agent peek`). Without, `peek` is refused.
+    pub screen: bool,
+}
+
+/// What an agent's screen shows now ([`Launcher::peek`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    /// Where it is (a tmux pane, `%3`).
+    pub pane: String,
+    /// How a person looks at it themselves (`tmux -L relay attach -t %3`).
+    pub attach: String,
+    /// Its last lines as plain text (no escape codes), oldest first.
+    pub lines: Vec<String>,
 }
 
 /// Where a live session can be reached.
@@ -90,17 +105,19 @@ impl Endpoint {
     }
 }
 
-/// The conversation a session opened.
+/// The harness session a [`HarnessSession`] opened: what the agent CLI calls its
+/// session (Claude Code, Pi) or thread (Codex), or the pane (tmux). Not Relay's own
+/// conversations ([`relay_protocol::domain::Conversation`]), which are between agents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conversation {
+pub struct OpenedSession {
     /// Its id, to store and resume later.
     pub id: String,
-    /// Set when the stored conversation could not be resumed and this one was started
+    /// Set when the stored session could not be resumed and this one was started
     /// instead.
     pub lost: Option<Lost>,
 }
 
-/// A stored conversation the harness could not resume.
+/// A stored session the harness could not resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lost {
     pub old_id: String,
@@ -109,7 +126,7 @@ pub struct Lost {
 }
 
 impl Lost {
-    /// Stored conversation `old` replaced by `new`, because of `why` (for a person: "codex
+    /// Stored session `old` replaced by `new`, because of `why` (for a person: "codex
     /// no longer has thread X"). The one wording of every harness's loss.
     pub fn replaced(old: &str, new: &str, why: &str) -> Lost {
         Lost {
@@ -119,11 +136,11 @@ impl Lost {
     }
 }
 
-impl Conversation {
-    /// The new conversation `new`, started because stored `old` could not be resumed.
-    pub fn replacing(old: &str, new: String, why: &str) -> Conversation {
+impl OpenedSession {
+    /// The new session `new`, started because stored `old` could not be resumed.
+    pub fn replacing(old: &str, new: String, why: &str) -> OpenedSession {
         let lost = Lost::replaced(old, &new, why);
-        Conversation {
+        OpenedSession {
             id: new,
             lost: Some(lost),
         }
@@ -168,25 +185,45 @@ pub trait Launcher: Send + Sync {
             Ok(Preflight::default())
         })
     }
+
+    /// The last `lines` lines `agent`'s screen shows now, for a harness with one
+    /// ([`HarnessInfo::screen`]); `agent` as the broker knows it (its endpoint names
+    /// where the screen is). It needs no live session: the screen may outlive Relay's.
+    /// [`HarnessError::NoScreen`] when there is none yet or it cannot be read; by
+    /// default (no screen) [`HarnessError::Incapable`].
+    fn peek<'a>(
+        &'a self,
+        agent: &'a Agent,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Screen, HarnessError>> {
+        let _ = (agent, lines);
+        let harness = self.info().harness;
+        Box::pin(async move {
+            Err(HarnessError::Incapable {
+                harness,
+                what: "show a screen".into(),
+            })
+        })
+    }
 }
 
 /// A live session of one agent. Cheap to share (`Arc`); every method may be called from
 /// any task while the events are drained elsewhere.
 pub trait HarnessSession: Send + Sync {
-    /// Opens the agent's conversation: resumes `stored` (a harness with `resume`), or
+    /// Opens the agent's session: resumes `stored` (a harness with `resume`), or
     /// starts one; a stored one that cannot be resumed is reported in
-    /// [`Conversation::lost`], never hidden.
+    /// [`OpenedSession::lost`], never hidden.
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>>;
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>>;
 
-    /// Starts a turn of `conversation` with `text` as the user's input and returns the
+    /// Starts a turn of session `session_id` with `text` as the user's input and returns the
     /// turn's id: the harness's own (with `turn_ids`), else `relay_turn_id`. The turn's
     /// progress and end arrive as events carrying that id.
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>>;
@@ -195,7 +232,7 @@ pub trait HarnessSession: Send + Sync {
     /// not running.
     fn steer<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>>;
@@ -206,7 +243,7 @@ pub trait HarnessSession: Send + Sync {
     /// `start_turn`, Codex may not have made it active).
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>>;
 
@@ -217,7 +254,7 @@ pub trait HarnessSession: Send + Sync {
     /// ask them).
     fn reply<'a>(
         &'a self,
-        _conversation: &'a str,
+        _session_id: &'a str,
         turn_id: &'a str,
         _text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_harnesses::claude::{ClaudeLauncher, CLAUDE_INFO};
-use relay_harnesses::{Conversation, HarnessError, HarnessSession, Launcher, Spawned};
+use relay_harnesses::{HarnessError, HarnessSession, Launcher, OpenedSession, Spawned};
 use relay_mock_model::{all_input_text, claude_env, MockModel, Reply};
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, ApprovalKind, Harness};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
@@ -83,7 +83,7 @@ impl Setup {
     }
 
     /// A session with a conversation open: `stored`'s, or a new one.
-    async fn open(&self, stored: Option<&str>) -> (Session, Conversation) {
+    async fn open(&self, stored: Option<&str>) -> (Session, OpenedSession) {
         let session = self.spawn().await;
         let conversation = within(WAIT, "open", session.session.open(stored))
             .await
@@ -267,7 +267,7 @@ async fn the_next_turn_carries_the_earlier_one() {
             .session
             .start_turn("0b4e9c1e-5d55-4a43-8e4f-3c1d2f1e8a77", "x", "t")
             .await,
-        Err(HarnessError::ThreadNotFound { .. })
+        Err(HarnessError::SessionNotFound { .. })
     ));
     // Nor is a second one opened in it.
     assert!(matches!(
@@ -290,7 +290,7 @@ async fn a_conversation_resumes_in_a_new_process_and_an_unknown_one_is_lost() {
     let (mut session, resumed) = s.open(Some(&conversation.id)).await;
     assert_eq!(
         resumed,
-        Conversation {
+        OpenedSession {
             id: conversation.id.clone(),
             lost: None
         }
@@ -528,7 +528,7 @@ async fn a_killed_process_is_reported_and_its_conversation_resumes() {
     assert_ended(&mut session.events, WAIT).await;
 
     let (mut session, resumed) = s.open(Some(&c)).await;
-    assert_eq!(resumed, Conversation { id: c, lost: None });
+    assert_eq!(resumed, OpenedSession { id: c, lost: None });
     let seen = session.turn(&resumed.id, "what fruit?", "turn-3").await;
     assert!(matches!(outcome(&seen), TurnOutcome::Completed { .. }));
     let history = all_input_text(s.mock.requests().last().unwrap());

@@ -191,11 +191,11 @@ async fn unknown_threads_are_thread_not_found() {
     let (session, mut events) = spawn(s.home.path()).await;
     for bogus in ["01a2018b-0000-7000-8000-000000000000", "not-a-thread"] {
         match session.resume_thread(bogus).await {
-            Err(HarnessError::ThreadNotFound { thread_id }) => assert_eq!(thread_id, bogus),
+            Err(HarnessError::SessionNotFound { session_id }) => assert_eq!(session_id, bogus),
             other => panic!("resume {bogus}: {other:?}"),
         }
         match session.start_turn(bogus, "hi").await {
-            Err(HarnessError::ThreadNotFound { thread_id }) => assert_eq!(thread_id, bogus),
+            Err(HarnessError::SessionNotFound { session_id }) => assert_eq!(session_id, bogus),
             other => panic!("turn on {bogus}: {other:?}"),
         }
     }
@@ -213,7 +213,7 @@ async fn unknown_threads_are_thread_not_found() {
     let (session, mut events) = spawn(s.home.path()).await;
     assert!(matches!(
         session.resume_thread(&thread).await,
-        Err(HarnessError::ThreadNotFound { .. })
+        Err(HarnessError::SessionNotFound { .. })
     ));
     shutdown(&session, &mut events).await;
 }
@@ -676,7 +676,7 @@ fn parses_with_only_required<T: serde::de::DeserializeOwned>(
 
 #[tokio::test]
 async fn wire_names_exist_in_the_generated_schema() {
-    use relay_protocol::codex::{self as wire, *};
+    use relay_harnesses::codex::app_server::{self as wire, *};
 
     let dir = tempfile::tempdir().unwrap();
     let status = tokio::process::Command::new(codex_program(None))

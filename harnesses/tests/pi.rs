@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_harnesses::pi::PiLauncher;
-use relay_harnesses::{Conversation, HarnessError, HarnessSession, Launcher, Lost, Spawned};
+use relay_harnesses::{HarnessError, HarnessSession, Launcher, Lost, OpenedSession, Spawned};
 use relay_mock_model::{all_input_text, write_pi_dir, MockModel, Reply};
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
@@ -64,7 +64,7 @@ async fn spawn(s: &Setup) -> (Session, Receiver<HarnessEvent>) {
     (session, events)
 }
 
-async fn open(session: &Session, stored: Option<&str>) -> Conversation {
+async fn open(session: &Session, stored: Option<&str>) -> OpenedSession {
     within(WAIT, "open", session.open(stored)).await.unwrap()
 }
 
@@ -240,7 +240,7 @@ async fn a_second_turn_carries_the_first() {
     // Another conversation's id is not this session's.
     assert!(matches!(
         session.start_turn("other", "x", "t3").await,
-        Err(HarnessError::ThreadNotFound { .. })
+        Err(HarnessError::SessionNotFound { .. })
     ));
     shutdown(&session, &mut events).await;
 }
@@ -255,7 +255,7 @@ async fn a_conversation_resumes_in_a_new_process_and_an_unknown_one_is_lost() {
     let (session, mut events) = spawn(&s).await;
     assert_eq!(
         open(&session, Some(&conversation)).await,
-        Conversation {
+        OpenedSession {
             id: conversation.clone(),
             lost: None
         }

@@ -1,4 +1,6 @@
-//! Relay's wire and domain types. No I/O lives here: no tokio, sled or NATS.
+//! Relay's wire and domain types: Relay's own contract only. No I/O lives here: no tokio,
+//! sled or NATS. Other programs' wires (Codex, Claude Code, Pi) belong to their adapters
+//! in `relay-harnesses`.
 //!
 //! - [`domain`]: agents, conversations, messages, invocations, flights, deliveries,
 //!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
@@ -12,9 +14,8 @@
 //!   dashboard's generated constants are driven by it.
 //! - [`replay`]: a flight, an agent's session or a conversation read back from the log.
 //! - [`clock`]: the one wall clock every timestamp is read from.
-//! - [`codex`]: the Codex `app-server` JSON-RPC wire (the subset Relay's adapter uses).
-//! - [`claude`]: the Claude Code stream-json wire (`claude -p`; the subset Relay's adapter
-//!   uses).
+//! - [`runtime`]: what the broker and a runtime (embedded, or a `relay node` over NATS)
+//!   say to each other: dispatches, controls and reports.
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
@@ -30,18 +31,16 @@
 //! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
 //! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
 //! `tests/tests/module_graph/` checks it):
-//! - `claude`, `clock`, `names`, `text` -> none
+//! - `clock`, `names`, `text` -> none
 //! - `domain` -> `names`
-//! - `bus`, `codex`, `harness`, `replay`, `runtime`, `watch` -> `domain`
+//! - `bus`, `harness`, `replay`, `runtime`, `watch` -> `domain`
 //! - `api`, `event` -> `domain`, `names`
 //! - `convert` -> `api`, `domain`
 //! - `methods` -> `api`, `bus`, `domain`, `event`, `replay`, `watch`
 
 pub mod api;
 pub mod bus;
-pub mod claude;
 pub mod clock;
-pub mod codex;
 pub mod convert;
 pub mod domain;
 pub mod event;

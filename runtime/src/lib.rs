@@ -5,7 +5,8 @@
 //! - [`Runtime`] is a cheap handle. [`Runtime::dispatch`] queues a flight on its agent's
 //!   worker; [`Runtime::control`] steers, interrupts or answers an approval;
 //!   [`Runtime::preflight`] checks an agent on this host before it is registered
-//!   (through its launcher: its directory, program and credentials).
+//!   (through its launcher: its directory, program and credentials); [`Runtime::peek`]
+//!   shows what an agent's screen (a tmux pane) shows, through its launcher too.
 //! - A turn is watched: past its deadline, after [`RuntimeConfig::turn_idle_timeout`]
 //!   without any harness event, or after [`RuntimeConfig::turn_stall_timeout`] without
 //!   progress since the harness's first retry (a model it cannot reach), it is
@@ -281,6 +282,35 @@ impl Runtime {
         let launcher = self.inner.harnesses.get(spec.harness)?;
         let _permit = self.inner.checks.acquire().await;
         launcher.preflight(spec).await
+    }
+
+    /// Whether the agents of `harness` have a screen [`Runtime::peek`] can show (a tmux
+    /// pane), as its launcher here says.
+    pub fn has_screen(&self, harness: Harness) -> bool {
+        self.inner
+            .harnesses
+            .get(harness)
+            .is_ok_and(|launcher| launcher.info().screen)
+    }
+
+    /// The last `lines` lines `agent`'s screen shows now (`relay agent peek`), read on
+    /// this host through its harness's launcher; the agent as the broker knows it (its
+    /// endpoint names the pane). Refused ([`RuntimeError::Unsupported`]) for a harness
+    /// without a screen.
+    pub async fn peek(
+        &self,
+        agent: &Agent,
+        lines: usize,
+    ) -> Result<relay_harnesses::Screen, RuntimeError> {
+        let harness = agent.spec.harness;
+        let launcher = self.inner.harnesses.get(harness)?;
+        if !launcher.info().screen {
+            return Err(RuntimeError::Unsupported {
+                harness,
+                what: "show a screen",
+            });
+        }
+        Ok(launcher.peek(agent, lines).await?)
     }
 
     pub fn threads(&self) -> &ThreadStore {

@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use relay_harnesses::seam::{Capabilities, Conversation, Endpoint, Lost};
+use relay_harnesses::seam::{Capabilities, Endpoint, Lost, OpenedSession};
 use relay_harnesses::HarnessError;
 use relay_protocol::domain::{
     AgentState, ApprovalDecision, ApprovalKind, ApprovalRequest, FlightChange, FlightState, Harness,
@@ -560,7 +560,7 @@ async fn after_a_restart_the_stored_conversation_is_resumed_or_its_loss_reported
         expect_call!(script, Call::Open { stored, reply } => {
             assert_eq!(stored.as_deref(), Some("c1"));
             reply
-                .send(Ok(Conversation {
+                .send(Ok(OpenedSession {
                     id: "c2".into(),
                     lost: Some(Lost {
                         old_id: "c1".into(),

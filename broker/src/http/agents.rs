@@ -3,7 +3,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use relay_protocol::api::{AgentAdded, Peek, PeekQuery};
-use relay_protocol::domain::{Agent, AgentSpec, Harness};
+use relay_protocol::domain::{Agent, AgentSpec};
 
 use super::{ApiJson, ApiResult, ApiState};
 use crate::error::BrokerError;
@@ -77,8 +77,9 @@ pub(super) async fn show_agent(
 const PEEK_DEFAULT: usize = 40;
 const PEEK_MAX: usize = 10_000;
 
-/// `relay agent peek`: what a tmux agent's pane shows now, as plain text. Only for a pane on
-/// this broker's host (the embedded runtime's agents).
+/// `relay agent peek`: what a tmux agent's pane shows now, as plain text, read by the
+/// runtime (the port's `peek`). Only for a pane on this broker's host (the embedded
+/// runtime's agents).
 pub(super) async fn peek_agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -89,41 +90,12 @@ pub(super) async fn peek_agent(
         .agent(&name)
         .await?
         .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
-    if agent.spec.harness != Harness::Tmux {
-        return Err(BrokerError::Invalid(format!(
-            "agent {name} runs {}, not in a tmux pane: there is no pane to peek at (`relay watch --agent {name}` follows its flights)",
-            agent.spec.harness
-        ))
-        .into());
-    }
-    if let Some(node) = &agent.spec.node {
-        return Err(BrokerError::Unavailable(format!(
-            "agent {name}'s pane is on node {node}'s host; peek at it there"
-        ))
-        .into());
-    }
-    let spec = agent.spec.pane.clone().unwrap_or_default();
-    let pane = agent
-        .endpoint
-        .as_ref()
-        .and_then(|e| e.pane.clone())
-        .or_else(|| spec.target.clone())
-        .ok_or_else(|| {
-            BrokerError::Unavailable(format!(
-                "agent {name} has no pane yet ({}): it starts with its first task or `relay agent wake {name}`",
-                agent.state
-            ))
-        })?;
+    let control = s
+        .control
+        .clone()
+        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
     let lines = q.lines.unwrap_or(PEEK_DEFAULT).clamp(1, PEEK_MAX);
-    let shown = relay_harnesses::tmux::peek(&spec.socket, &pane, lines)
-        .await
-        .map_err(|e| BrokerError::Unavailable(format!("agent {name}'s pane {pane}: {e}")))?;
-    Ok(Json(Peek {
-        agent: name,
-        attach: spec.attach_hint(&pane),
-        pane,
-        lines: shown,
-    }))
+    Ok(Json(control.peek(agent, lines).await?))
 }
 
 pub(super) async fn remove_agent(

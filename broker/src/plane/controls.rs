@@ -1,10 +1,14 @@
 //! Controls: steer, interrupt, an agent's reply, approval decisions and wake, sent to the runtime that
-//! serves the agent (this one, or its node's over NATS), and the checks of an agent
-//! before it is registered: the plane as the domain's [`FlightControl`].
+//! serves the agent (this one, or its node's over NATS), what an agent's screen shows
+//! (this runtime's agents only), and the checks of an agent before it is registered:
+//! the plane as the domain's [`FlightControl`].
 
 use futures::future::BoxFuture;
+use relay_harnesses::HarnessError;
+use relay_protocol::api::Peek;
 use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight};
 use relay_protocol::runtime::Control;
+use relay_runtime::RuntimeError;
 
 use super::Plane;
 use crate::error::{runtime_error, BrokerError, NodeUnreachable};
@@ -87,7 +91,52 @@ impl Plane {
     }
 }
 
+impl Plane {
+    /// What an agent's screen shows, read by this runtime. A node's agent's pane is on
+    /// the node's host: a control over NATS carries no answer back, so it is refused
+    /// with where to look instead.
+    fn peek(&self, agent: Agent, lines: usize) -> BoxFuture<'static, Result<Peek, BrokerError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let name = agent.spec.name.clone();
+            if !this.runtime.has_screen(agent.spec.harness) {
+                return Err(BrokerError::Invalid(format!(
+                    "agent {name} runs {}, not in a tmux pane: there is no pane to peek at (`relay watch --agent {name}` follows its flights)",
+                    agent.spec.harness
+                )));
+            }
+            if !this.local(&agent) {
+                let node = agent.spec.node.clone().unwrap_or_default();
+                return Err(BrokerError::Unavailable(format!(
+                    "agent {name}'s pane is on node {node}'s host; peek at it there"
+                )));
+            }
+            let screen = this
+                .runtime
+                .peek(&agent, lines)
+                .await
+                .map_err(|e| match e {
+                    // Says which agent and pane, for a person.
+                    RuntimeError::Harness(HarnessError::NoScreen { detail }) => {
+                        BrokerError::Unavailable(detail)
+                    }
+                    other => runtime_error(other),
+                })?;
+            Ok(Peek {
+                agent: name,
+                pane: screen.pane,
+                attach: screen.attach,
+                lines: screen.lines,
+            })
+        })
+    }
+}
+
 impl FlightControl for Plane {
+    fn peek(&self, agent: Agent, lines: usize) -> BoxFuture<'static, Result<Peek, BrokerError>> {
+        Plane::peek(self, agent, lines)
+    }
+
     fn wake(&self, agent: Agent) -> BoxFuture<'static, Result<(), BrokerError>> {
         Plane::wake(self, agent)
     }

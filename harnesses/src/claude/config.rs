@@ -1,6 +1,5 @@
 //! How `claude -p` is started for an agent: its command line over a [`CliConfig`].
 
-use crate::access::MCP_SERVER;
 use crate::config::CliConfig;
 use crate::process::ProcessSpec;
 
@@ -8,14 +7,14 @@ use crate::process::ProcessSpec;
 /// agent's arguments come after Relay's.
 pub type ClaudeConfig = CliConfig;
 
-/// Which conversation a process starts with.
+/// Which session a process starts with.
 pub(super) enum Start<'a> {
     New(&'a str),
     Resume(&'a str),
 }
 
 /// The command line: stream-json both ways, permission prompts on stdio, the model,
-/// the conversation to start or resume, Relay's MCP server when the agent reaches Relay,
+/// the session to start or resume, Relay's MCP server when the agent reaches Relay,
 /// then the agent's arguments.
 ///
 /// Relay's server is given as `--mcp-config` JSON on the command line: the `relay`
@@ -44,22 +43,10 @@ pub(super) fn command(config: &ClaudeConfig, start: &Start<'_>) -> ProcessSpec {
         Start::Resume(id) => format!("--resume={id}"),
     });
     if let Some(relay) = &config.relay {
-        args.extend(relay_mcp_args(relay));
+        args.extend(relay.claude_mcp_args());
     }
     args.extend(config.args.iter().cloned());
     config.process(args)
-}
-
-/// Relay's MCP server for any `claude` command line (stream-json's, a TUI's in a tmux
-/// pane): `--mcp-config` with the `relay` program and `mcp`, no secret.
-pub(crate) fn relay_mcp_args(relay: &crate::access::RelayAccess) -> [String; 2] {
-    let (program, program_args) = relay.mcp_command();
-    let servers = serde_json::json!({ "mcpServers": { (MCP_SERVER): {
-        "type": "stdio",
-        "command": program,
-        "args": program_args,
-    }}});
-    ["--mcp-config".to_string(), servers.to_string()]
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use relay_protocol::claude::{CanUseTool, Content, ContentBlock, Delta, MessageLine, StreamEvent};
+use super::stream_json::{CanUseTool, Content, ContentBlock, Delta, MessageLine, StreamEvent};
 use relay_protocol::domain::ApprovalKind;
 use relay_protocol::harness::{HarnessEvent, ItemKind};
 use serde_json::Value;

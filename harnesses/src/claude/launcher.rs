@@ -1,23 +1,21 @@
 //! Claude Code behind the harness seam ([`crate::seam`]): [`ClaudeLauncher`] makes a
 //! session for an agent, and the session starts `claude -p` when it opens the agent's
-//! conversation (resumed with `--resume`, or new with `--session-id`, the loss said).
+//! session (resumed with `--resume`, or new with `--session-id`, the loss said).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crate::process::lock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
-use relay_protocol::harness::HarnessEvent;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::config::{command, ClaudeConfig, Start};
 use super::wire::{cannot_steer, ClaudeWire, Running};
 use super::CLAUDE_CLI;
 use crate::access::RelayAccess;
 use crate::error::HarnessError;
+use crate::restartable::{Live, RestartableChild};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, Preflight,
+    BoxFuture, Endpoint, HarnessInfo, HarnessSession, Launcher, Lost, OpenedSession, Preflight,
     Spawned,
 };
 use crate::stdio::StdioChild;
@@ -28,6 +26,7 @@ pub const CLAUDE_INFO: HarnessInfo = HarnessInfo {
     name: "claude",
     program: "claude -p (stream-json)",
     capabilities: Harness::ClaudeStreamJson.capabilities(),
+    screen: false,
 };
 
 /// The variables Claude Code 2.1.197 takes a key or token from.
@@ -103,14 +102,8 @@ impl Launcher for ClaudeLauncher {
         Box::pin(async move {
             let config = ClaudeConfig::for_agent(agent, &CLAUDE_CLI, relay);
             config.check_program()?;
-            let (events, rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
-            let session = ClaudeSession {
-                config,
-                events: Mutex::new(Some(events)),
-                child: Mutex::new(None),
-                opening: tokio::sync::Mutex::new(()),
-                closed: AtomicBool::new(false),
-            };
+            let (child, rx) = RestartableChild::new();
+            let session = ClaudeSession { config, child };
             Ok(Spawned {
                 session: Arc::new(session),
                 events: rx,
@@ -122,50 +115,29 @@ impl Launcher for ClaudeLauncher {
 /// One agent's Claude Code session: at most one `claude` process, started by `open`.
 struct ClaudeSession {
     config: ClaudeConfig,
-    /// Cloned into each process's owner task; dropped at shutdown, so the stream ends.
-    events: Mutex<Option<mpsc::Sender<HarnessEvent>>>,
-    child: Mutex<Option<Child>>,
-    /// One `open` or `shutdown` at a time.
-    opening: tokio::sync::Mutex<()>,
-    /// Shut down: no process starts any more.
-    closed: AtomicBool,
+    child: RestartableChild<ClaudeWire, Watched>,
 }
 
-/// The `claude` process of an open conversation.
+/// The `claude` process of an open session.
+type Child = Live<ClaudeWire, Watched>;
+
+/// What the session watches of its `claude` process's wire.
 #[derive(Clone)]
-struct Child {
-    io: StdioChild<ClaudeWire>,
-    conversation: String,
+struct Watched {
     running: watch::Receiver<Option<Running>>,
     /// Stdout lines that were not stream-json (each logged when skipped).
     malformed: Arc<AtomicU64>,
 }
 
 impl ClaudeSession {
-    fn child(&self) -> Option<Child> {
-        lock(&self.child).clone()
-    }
-
-    /// The process of `conversation`; [`HarnessError::ThreadNotFound`] when this session
-    /// has another one open, or none.
-    fn child_of(&self, conversation: &str) -> Result<Child, HarnessError> {
-        self.child()
-            .filter(|c| c.conversation == conversation)
-            .ok_or_else(|| HarnessError::ThreadNotFound {
-                thread_id: conversation.to_string(),
-            })
-    }
-
     /// Starts `claude` on `start` and does the handshake. Only then is the process's end
-    /// reported as `ProcessExited`: a process that refuses the conversation ends quietly.
+    /// reported as `ProcessExited`: a process that refuses the session ends quietly.
     async fn start(&self, start: Start<'_>) -> Result<Child, HarnessError> {
-        let events = lock(&self.events)
-            .clone()
-            .ok_or(HarnessError::ChannelClosed)?;
+        let events = self.child.events()?;
         let wire = ClaudeWire::new().with_relay_mcp(self.config.relay.is_some());
         let running = wire.running();
         let malformed = wire.malformed();
-        let conversation = match start {
+        let session = match start {
             Start::New(id) | Start::Resume(id) => id.to_string(),
         };
         let (io, _) = StdioChild::start(
@@ -177,11 +149,10 @@ impl ClaudeSession {
             ("initialize", |wire: &mut ClaudeWire| wire.initialize()),
         )
         .await?;
-        Ok(Child {
+        Ok(Live {
             io,
-            conversation,
-            running,
-            malformed,
+            session,
+            extra: Watched { running, malformed },
         })
     }
 
@@ -189,7 +160,7 @@ impl ClaudeSession {
         let id = uuid::Uuid::new_v4().to_string();
         self.start(Start::New(&id))
             .await
-            .map_err(|e| conversation_error("cannot start a claude session", e))
+            .map_err(|e| open_error("cannot start a claude session", e))
     }
 
     async fn open_child(
@@ -219,7 +190,7 @@ impl ClaudeSession {
                     format!("claude has no conversation {old} ({said})")
                 }
                 Err(e) => {
-                    return Err(conversation_error(
+                    return Err(open_error(
                         &format!("cannot resume claude session {old}"),
                         e,
                     ))
@@ -227,17 +198,17 @@ impl ClaudeSession {
             }
         };
         let child = self.start_new().await?;
-        let lost = Lost::replaced(old, &child.conversation, &why);
+        let lost = Lost::replaced(old, &child.session, &why);
         Ok((child, Some(lost)))
     }
 }
 
-/// A failed step of opening a conversation, named; a program that cannot start says so
+/// A failed step of opening a session, named; a program that cannot start says so
 /// by itself.
-fn conversation_error(action: &str, err: HarnessError) -> HarnessError {
+fn open_error(action: &str, err: HarnessError) -> HarnessError {
     match err {
         e @ HarnessError::Spawn { .. } => e,
-        e => HarnessError::Conversation {
+        e => HarnessError::OpenSession {
             action: action.to_string(),
             source: Box::new(e),
         },
@@ -248,39 +219,39 @@ impl HarnessSession for ClaudeSession {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
-            let _one = self.opening.lock().await;
-            if self.closed.load(Ordering::Acquire) {
+            let _one = self.child.opening().await;
+            if self.child.is_closed() {
                 return Err(HarnessError::ChannelClosed);
             }
-            if let Some(child) = self.child() {
+            if let Some(child) = self.child.live() {
                 return Err(HarnessError::Incapable {
                     harness: Harness::ClaudeStreamJson,
                     what: format!(
                         "open a second conversation in a session (it has {})",
-                        child.conversation
+                        child.session
                     ),
                 });
             }
             let (child, lost) = self.open_child(stored).await?;
-            let id = child.conversation.clone();
-            *lock(&self.child) = Some(child);
-            Ok(Conversation { id, lost })
+            let id = child.session.clone();
+            self.child.set(child);
+            Ok(OpenedSession { id, lost })
         })
     }
 
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child.live_of(session_id)?;
             // A turn being interrupted ends in a moment: wait for that rather than
             // refuse the next turn (the runtime moves on right after it interrupts).
-            let mut running = child.running.clone();
+            let mut running = child.extra.running.clone();
             if running.borrow().as_ref().is_some_and(|r| r.interrupting) {
                 let ended = running.wait_for(Option::is_none);
                 let _ = tokio::time::timeout(self.config.request_timeout, ended).await;
@@ -296,7 +267,7 @@ impl HarnessSession for ClaudeSession {
 
     fn steer<'a>(
         &'a self,
-        _conversation: &'a str,
+        _session_id: &'a str,
         _turn_id: &'a str,
         _text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
@@ -305,11 +276,11 @@ impl HarnessSession for ClaudeSession {
 
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child.live_of(session_id)?;
             let turn = turn_id.to_string();
             child
                 .io
@@ -325,7 +296,7 @@ impl HarnessSession for ClaudeSession {
         decision: ApprovalDecision,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let Some(child) = self.child() else {
+            let Some(child) = self.child.live() else {
                 return Err(HarnessError::UnknownRequest {
                     request_id: request_id.to_string(),
                 });
@@ -342,44 +313,21 @@ impl HarnessSession for ClaudeSession {
     /// The `claude` process; pid 0 before `open` started one.
     fn endpoint(&self) -> Endpoint {
         Endpoint::Process {
-            pid: self.child().map_or(0, |c| c.io.pid()),
+            pid: self.child.pid(),
         }
     }
 
     fn stderr_tail(&self) -> String {
-        self.child().map(|c| c.io.stderr_tail()).unwrap_or_default()
+        self.child.stderr_tail()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
-            // After an `open` in progress, so that its process is the one stopped.
-            let _one = self.opening.lock().await;
-            if self.closed.swap(true, Ordering::AcqRel) {
-                if let Some(child) = self.child() {
-                    child.io.shutdown().await;
-                }
-                return Ok(());
-            }
-            let events = lock(&self.events).take();
-            match self.child() {
-                // Armed: its owner task sends `ProcessExited` last.
-                Some(child) => {
-                    child.io.shutdown().await;
-                    let skipped =
-                        child.malformed.load(Ordering::Relaxed) + child.io.malformed_lines();
-                    if skipped > 0 {
-                        tracing::warn!(skipped, conversation = %child.conversation, "claude wrote stdout lines that were not stream-json");
-                    }
-                }
-                // Nothing ran (or nothing was kept): the stream still ends as promised.
-                None => {
-                    if let Some(events) = events {
-                        let _ = events.try_send(HarnessEvent::ProcessExited {
-                            code: None,
-                            signal: None,
-                            stderr_tail: String::new(),
-                        });
-                    }
+            if let Some(child) = self.child.shutdown().await {
+                let skipped =
+                    child.extra.malformed.load(Ordering::Relaxed) + child.io.malformed_lines();
+                if skipped > 0 {
+                    tracing::warn!(skipped, session = %child.session, "claude wrote stdout lines that were not stream-json");
                 }
             }
             Ok(())

@@ -3,13 +3,14 @@
 //! Parts:
 //! - [`ClaudeLauncher`] (`launcher.rs`): Claude Code behind the harness seam
 //!   ([`crate::seam`]). Its session starts a `claude` process in
-//!   [`open`](crate::HarnessSession::open), because the CLI takes the conversation at
+//!   [`open`](crate::HarnessSession::open), because the CLI takes the session at
 //!   process start (`--resume=<id>` or `--session-id=<id>`), as [`ClaudeConfig`]
 //!   (`config.rs`) says.
 //! - `wire.rs`: the protocol as a [`crate::stdio::Wire`]: stdout lines -> harness events,
 //!   the running turn, the pending permission prompts; and the lines the session writes.
-//!   No I/O. Its wire types are [`relay_protocol::claude`]. `items.rs`, part of it: the
-//!   model's content blocks and tool results -> items.
+//!   No I/O. `items.rs`, part of it: the model's content blocks and tool results -> items.
+//! - [`stream_json`]: Claude Code's own stream-json lines as types (the subset Relay
+//!   reads and writes), which only this adapter knows.
 //! - [`crate::stdio`]: the owner task that alone touches the child's pipes, and
 //!   [`crate::process`] under it (process group, stderr tail, no leaks).
 //!
@@ -57,7 +58,7 @@
 //!   `decision_reason`. A denial's message reaches the model as the tool result with
 //!   `is_error: true`. Deny with `interrupt: true` ends the turn: a `result`
 //!   `error_during_execution` (`terminal_reason: aborted_tools`).
-//! - A `tool_use` whose id the conversation already holds (a model that reuses ids) is
+//! - A `tool_use` whose id the session already holds (a model that reuses ids) is
 //!   not run and never asked about: the history shows `[Tool use interrupted]` and the
 //!   model is asked again with an empty user message.
 //! - An interrupt while a prompt is pending: Claude Code sends `control_cancel_request`
@@ -75,22 +76,12 @@
 //!   ([`crate::HarnessError::TurnRunning`]), and no steer.
 
 mod config;
-pub(crate) use config::relay_mcp_args;
 mod items;
 mod launcher;
+pub mod stream_json;
 mod wire;
 
 pub use config::ClaudeConfig;
 pub use launcher::{ClaudeLauncher, CLAUDE_INFO};
 
-use crate::pinned::PinnedCli;
-
-/// The Claude Code version Relay is tested against.
-pub const CLAUDE_VERSION: &str = "2.1.197";
-
-/// The pinned Claude Code CLI (`RELAY_CLAUDE_BIN` overrides it).
-pub const CLAUDE_CLI: PinnedCli = PinnedCli {
-    name: "claude",
-    version: CLAUDE_VERSION,
-    override_env: "RELAY_CLAUDE_BIN",
-};
+pub use crate::pinned::{CLAUDE_CLI, CLAUDE_VERSION};

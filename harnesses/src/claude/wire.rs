@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use relay_protocol::claude::{
+use super::stream_json::{
     CanUseTool, ControlReply, ControlRequest, ControlResponse, HostRequest, Input, Line,
     PermissionResult, System, TurnResult, Usage,
 };

@@ -12,7 +12,7 @@ use crate::access::RelayAccess;
 use crate::error::HarnessError;
 use crate::preflight::{config_dir, has_var};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
+    BoxFuture, Endpoint, HarnessInfo, HarnessSession, Launcher, OpenedSession, Preflight, Spawned,
 };
 
 /// Codex app-server: everything the seam offers.
@@ -21,6 +21,7 @@ pub const CODEX_INFO: HarnessInfo = HarnessInfo {
     name: "codex",
     program: "codex app-server",
     capabilities: Harness::CodexAppServer.capabilities(),
+    screen: false,
 };
 
 /// Spawns `codex app-server` sessions (the pinned program unless the agent names one).
@@ -129,7 +130,7 @@ impl CodexAgent {
         self.session
             .start_thread(&self.options)
             .await
-            .map_err(|e| HarnessError::Conversation {
+            .map_err(|e| HarnessError::OpenSession {
                 action: "cannot start a codex thread".into(),
                 source: Box::new(e),
             })
@@ -140,23 +141,23 @@ impl HarnessSession for CodexAgent {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
             let Some(old) = stored else {
                 let id = self.start_thread().await?;
-                return Ok(Conversation { id, lost: None });
+                return Ok(OpenedSession { id, lost: None });
             };
             match self.session.resume_thread(old).await {
-                Ok(t) => Ok(Conversation {
+                Ok(t) => Ok(OpenedSession {
                     id: t.thread_id,
                     lost: None,
                 }),
-                Err(HarnessError::ThreadNotFound { .. }) => Ok(Conversation::replacing(
+                Err(HarnessError::SessionNotFound { .. }) => Ok(OpenedSession::replacing(
                     old,
                     self.start_thread().await?,
                     &format!("codex no longer has thread {old}"),
                 )),
-                Err(e) => Err(HarnessError::Conversation {
+                Err(e) => Err(HarnessError::OpenSession {
                     action: format!("cannot resume codex thread {old}"),
                     source: Box::new(e),
                 }),
@@ -166,22 +167,22 @@ impl HarnessSession for CodexAgent {
 
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         _relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
-        Box::pin(self.session.start_turn(conversation, text))
+        Box::pin(self.session.start_turn(session_id, text))
     }
 
     fn steer<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
             self.session
-                .steer(conversation, turn_id, text)
+                .steer(session_id, turn_id, text)
                 .await
                 .map_err(no_active_turn)
         })
@@ -189,12 +190,12 @@ impl HarnessSession for CodexAgent {
 
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
             self.session
-                .interrupt(conversation, turn_id)
+                .interrupt(session_id, turn_id)
                 .await
                 .map_err(no_active_turn)
         })
@@ -239,7 +240,7 @@ fn no_active_turn(err: HarnessError) -> HarnessError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_protocol::codex::error_code::INVALID_REQUEST;
+    use crate::codex::app_server::error_code::INVALID_REQUEST;
 
     #[test]
     fn credentials_are_found_in_each_way_codex_reads_them_or_warned_about() {

@@ -1,6 +1,8 @@
 //! The Codex `app-server` adapter: JSON-RPC over the stdio of `codex app-server`.
 //!
 //! Parts:
+//! - [`app_server`]: Codex's own JSON-RPC wire as types (the subset Relay uses), which
+//!   only this adapter knows (and the test stand-in `relay-instant-codex`).
 //! - [`CodexSession`]: a cheap `Clone` handle on one `codex app-server` child, driven
 //!   through the shared owner task of [`crate::stdio`]: each method becomes a call on a
 //!   bounded queue ([`crate::stdio::COMMAND_CAPACITY`]; when full it fails at once with
@@ -23,7 +25,7 @@
 //! - An unknown thread id on `thread/resume` is refused with code -32600 and `no rollout
 //!   found for thread id <id>` (also when the rollout file was deleted), or `invalid
 //!   session id: ...` when it is not a UUID; `turn/start` on a thread not loaded says
-//!   `thread not found: <id>`. All of these become [`HarnessError::ThreadNotFound`].
+//!   `thread not found: <id>`. All of these become [`HarnessError::SessionNotFound`].
 //! - `turn/steer` answers `{turnId}` at once, drops the model request in flight (its
 //!   partial text is neither completed nor sent back), and samples again in the same turn
 //!   with the steered text as a second user message. With no active turn: -32600 `no
@@ -57,6 +59,7 @@
 //! The wire work is in `translate.rs`, the pipes in [`crate::stdio`], the seam in
 //! `launcher.rs`.
 
+pub mod app_server;
 mod launcher;
 mod translate;
 
@@ -66,7 +69,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use relay_protocol::codex::{
+use self::app_server::{
     self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
     Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams,
     ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse, TurnStartParams,
@@ -81,18 +84,9 @@ use tokio::sync::mpsc;
 use self::translate::CodexWire;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
-use crate::pinned::PinnedCli;
 use crate::stdio::{Outgoing, StdioChild};
 
-/// The Codex version Relay is tested against; see [`codex_program`].
-pub const CODEX_VERSION: &str = "0.169.0";
-
-/// The pinned Codex CLI (`RELAY_CODEX_BIN` overrides it).
-pub const CODEX_CLI: PinnedCli = PinnedCli {
-    name: "codex",
-    version: CODEX_VERSION,
-    override_env: "RELAY_CODEX_BIN",
-};
+pub use crate::pinned::{CODEX_CLI, CODEX_VERSION};
 
 /// Where the `codex` program is; see [`PinnedCli::program`].
 pub fn codex_program(explicit: Option<&str>) -> PathBuf {
@@ -104,42 +98,15 @@ pub fn codex_program(explicit: Option<&str>) -> PathBuf {
 /// it starts.
 pub type CodexConfig = CliConfig;
 
-/// How long Codex lets one call of a Relay tool run: an `ask` waits for another agent's
-/// whole turn, far beyond Codex's default of 60 s. The ask's own `timeout_secs` (or an
-/// interrupt of the asking flight) is what bounds it.
-const RELAY_TOOL_TIMEOUT_SECS: u64 = 24 * 3600;
-
 /// The command line after the program: `app-server`, Relay's MCP server when the agent
-/// reaches Relay ([`relay_mcp_args`]), then the agent's own arguments, which may override
+/// reaches Relay ([`RelayAccess::codex_mcp_args`](crate::RelayAccess::codex_mcp_args)), then the agent's own arguments, which may override
 /// any of it.
 fn app_server_args(config: &CodexConfig) -> Vec<String> {
     let mut args = vec!["app-server".to_string()];
     if let Some(relay) = &config.relay {
-        args.extend(relay_mcp_args(relay));
+        args.extend(relay.codex_mcp_args());
     }
     args.extend(config.args.iter().cloned());
-    args
-}
-
-/// Relay's MCP server for any `codex` command line (the app-server's, a TUI's in a tmux
-/// pane), as `-c mcp_servers.relay.*` overrides: the `relay` program, `mcp`, and the
-/// variables Codex must pass it, since it gives an MCP server only a few of its own (the
-/// token stays in the environment, never on the command line).
-pub(crate) fn relay_mcp_args(relay: &crate::access::RelayAccess) -> Vec<String> {
-    let (program, program_args) = relay.mcp_command();
-    let server = format!("mcp_servers.{}", crate::access::MCP_SERVER);
-    // A JSON string or list of strings is a TOML one too, and Codex parses the value of
-    // `-c` as TOML.
-    let toml = |v: serde_json::Value| v.to_string();
-    let mut args = Vec::new();
-    for (key, value) in [
-        ("command", toml(program.into())),
-        ("args", toml(program_args.into())),
-        ("env_vars", toml(crate::access::MCP_ENV.to_vec().into())),
-        ("tool_timeout_sec", RELAY_TOOL_TIMEOUT_SECS.to_string()),
-    ] {
-        args.extend(["-c".to_string(), format!("{server}.{key}={value}")]);
-    }
     args
 }
 
@@ -277,7 +244,7 @@ impl CodexSession {
     }
 
     /// Loads a thread from its rollout (typically written by an earlier process), keeping
-    /// its settings. [`HarnessError::ThreadNotFound`] when Codex has no such thread.
+    /// its settings. [`HarnessError::SessionNotFound`] when Codex has no such thread.
     pub async fn resume_thread(&self, thread_id: &str) -> Result<ResumedThread, HarnessError> {
         self.resume(ThreadResumeParams {
             thread_id: thread_id.to_string(),
@@ -433,8 +400,8 @@ fn thread_error(thread_id: &str, err: HarnessError) -> HarnessError {
             .iter()
             .any(|prefix| message.starts_with(prefix)) =>
         {
-            HarnessError::ThreadNotFound {
-                thread_id: thread_id.to_string(),
+            HarnessError::SessionNotFound {
+                session_id: thread_id.to_string(),
             }
         }
         other => other,
@@ -462,7 +429,7 @@ mod tests {
                 },
             );
             assert!(
-                matches!(err, HarnessError::ThreadNotFound { ref thread_id } if thread_id == "t")
+                matches!(err, HarnessError::SessionNotFound { ref session_id } if session_id == "t")
             );
         }
         let err = thread_error(

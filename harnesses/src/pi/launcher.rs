@@ -1,24 +1,20 @@
 //! Pi behind the harness seam ([`crate::seam`]): [`PiLauncher`] makes a session for an
-//! agent; the session starts `pi --mode rpc` when it opens the conversation, and drives
+//! agent; the session starts `pi --mode rpc` when it opens the session, and drives
 //! it through the stdio owner ([`StdioChild`]) with [`PiWire`].
 
-use std::sync::{Arc, Mutex};
-
-use crate::process::lock;
+use std::sync::Arc;
 
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
-use relay_protocol::harness::HarnessEvent;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::config::{command, PiConfig};
 use super::wire::{PiWire, REFUSED};
 use super::PI_CLI;
 use crate::access::RelayAccess;
 use crate::error::HarnessError;
-use crate::process::ExitInfo;
+use crate::restartable::{Live, RestartableChild};
 use crate::seam::{
-    BoxFuture, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Preflight, Spawned,
+    BoxFuture, Endpoint, HarnessInfo, HarnessSession, Launcher, OpenedSession, Preflight, Spawned,
 };
 use crate::stdio::StdioChild;
 
@@ -29,6 +25,7 @@ pub const PI_INFO: HarnessInfo = HarnessInfo {
     name: "pi",
     program: "pi --mode rpc",
     capabilities: Harness::PiRpc.capabilities(),
+    screen: false,
 };
 
 /// The variables pi 0.73.1 takes a provider's key from (`pi-ai`'s `env-api-keys.js`).
@@ -102,13 +99,8 @@ impl PiLauncher {
     /// A session with `config`; pi starts when it is opened.
     pub fn spawn_with(config: PiConfig) -> Result<Spawned, HarnessError> {
         config.check_program()?;
-        let (events, rx) = mpsc::channel(crate::stdio::EVENT_CAPACITY);
-        let session = PiSession {
-            config,
-            events: Mutex::new(Some(events)),
-            live: Mutex::new(None),
-            opening: tokio::sync::Mutex::new(()),
-        };
+        let (child, rx) = RestartableChild::new();
+        let session = PiSession { config, child };
         Ok(Spawned {
             session: Arc::new(session),
             events: rx,
@@ -141,48 +133,23 @@ impl Launcher for PiLauncher {
     }
 }
 
-/// The armed child and the conversation it holds.
-#[derive(Clone)]
-struct Live {
-    child: StdioChild<PiWire>,
-    conversation: String,
-}
-
 /// One agent's pi: at most one child at a time, all of whose events go to the one
 /// stream handed out at spawn.
 struct PiSession {
     config: PiConfig,
-    /// Taken on shutdown, so the stream ends once the last child's owner has.
-    events: Mutex<Option<mpsc::Sender<HarnessEvent>>>,
-    live: Mutex<Option<Live>>,
-    /// One `open` or `shutdown` at a time.
-    opening: tokio::sync::Mutex<()>,
+    child: RestartableChild<PiWire>,
 }
 
 impl PiSession {
-    fn live(&self) -> Option<Live> {
-        lock(&self.live).clone()
-    }
-
-    /// The child running `conversation`.
-    fn child_of(&self, conversation: &str) -> Result<StdioChild<PiWire>, HarnessError> {
-        match self.live() {
-            Some(Live {
-                child,
-                conversation: open,
-            }) if open == conversation => Ok(child),
-            _ => Err(HarnessError::ThreadNotFound {
-                thread_id: conversation.to_string(),
-            }),
-        }
+    /// The child running `session`.
+    fn child_of(&self, session: &str) -> Result<StdioChild<PiWire>, HarnessError> {
+        Ok(self.child.live_of(session)?.io)
     }
 
     /// Starts pi (resuming `session`), asks its session id and arms it: from then on its
     /// end is the session's. On failure the child is gone, unarmed.
     async fn start(&self, session: Option<&str>) -> Result<String, HarnessError> {
-        let events = lock(&self.events)
-            .clone()
-            .ok_or(HarnessError::ChannelClosed)?;
+        let events = self.child.events()?;
         let (child, state) = StdioChild::start(
             &command(&self.config, session),
             PiWire::default(),
@@ -199,9 +166,10 @@ impl PiSession {
                 return Err(e);
             }
         };
-        *lock(&self.live) = Some(Live {
-            child,
-            conversation: id.clone(),
+        self.child.set(Live {
+            io: child,
+            session: id.clone(),
+            extra: (),
         });
         Ok(id)
     }
@@ -209,7 +177,7 @@ impl PiSession {
     async fn start_new(&self) -> Result<String, HarnessError> {
         self.start(None)
             .await
-            .map_err(|e| HarnessError::Conversation {
+            .map_err(|e| HarnessError::OpenSession {
                 action: "cannot start a pi session".into(),
                 source: Box::new(e),
             })
@@ -233,15 +201,16 @@ impl HarnessSession for PiSession {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         Box::pin(async move {
-            let _one = self.opening.lock().await;
+            let _one = self.child.opening().await;
             if let Some(Live {
-                child,
-                conversation: open,
-            }) = self.live()
+                io: child,
+                session: open,
+                ..
+            }) = self.child.live()
             {
-                // Pi holds one conversation for its life; its end is already reported.
+                // Pi holds one session for its life; its end is already reported.
                 if let Some(exit) = child.exit() {
                     return Err(exit.to_error());
                 }
@@ -253,27 +222,27 @@ impl HarnessSession for PiSession {
                         ),
                     });
                 }
-                return Ok(Conversation {
+                return Ok(OpenedSession {
                     id: open,
                     lost: None,
                 });
             }
             let Some(old) = stored else {
                 let id = self.start_new().await?;
-                return Ok(Conversation { id, lost: None });
+                return Ok(OpenedSession { id, lost: None });
             };
             match self.start(Some(old)).await {
-                Ok(id) => Ok(Conversation { id, lost: None }),
+                Ok(id) => Ok(OpenedSession { id, lost: None }),
                 Err(HarnessError::ProcessExited { stderr_tail, .. })
                     if stderr_tail.contains(NO_SESSION) =>
                 {
-                    Ok(Conversation::replacing(
+                    Ok(OpenedSession::replacing(
                         old,
                         self.start_new().await?,
                         &format!("pi has no session {old} (it keeps one only once a turn ran)"),
                     ))
                 }
-                Err(e) => Err(HarnessError::Conversation {
+                Err(e) => Err(HarnessError::OpenSession {
                     action: format!("cannot resume pi session {old}"),
                     source: Box::new(e),
                 }),
@@ -283,12 +252,12 @@ impl HarnessSession for PiSession {
 
     fn start_turn<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         text: &'a str,
         relay_turn_id: &'a str,
     ) -> BoxFuture<'a, Result<String, HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let (turn, text) = (relay_turn_id.to_string(), text.to_string());
             child
                 .call("prompt", move |wire| wire.prompt(&turn, &text))
@@ -299,12 +268,12 @@ impl HarnessSession for PiSession {
 
     fn steer<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let (turn, text) = (turn_id.to_string(), text.to_string());
             child
                 .call("steer", move |wire| wire.steer(&turn, &text))
@@ -315,11 +284,11 @@ impl HarnessSession for PiSession {
 
     fn interrupt<'a>(
         &'a self,
-        conversation: &'a str,
+        session_id: &'a str,
         turn_id: &'a str,
     ) -> BoxFuture<'a, Result<(), HarnessError>> {
         Box::pin(async move {
-            let child = self.child_of(conversation)?;
+            let child = self.child_of(session_id)?;
             let turn = turn_id.to_string();
             child.call("abort", move |wire| wire.abort(&turn)).await?;
             Ok(())
@@ -337,42 +306,17 @@ impl HarnessSession for PiSession {
     /// The pid of pi, or 0 before the session is opened.
     fn endpoint(&self) -> Endpoint {
         Endpoint::Process {
-            pid: self.live().map_or(0, |live| live.child.pid()),
+            pid: self.child.pid(),
         }
     }
 
     fn stderr_tail(&self) -> String {
-        self.live()
-            .map(|live| live.child.stderr_tail())
-            .unwrap_or_default()
+        self.child.stderr_tail()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         Box::pin(async move {
-            // After any open in progress: its child is then known, and stopped here.
-            let _one = self.opening.lock().await;
-            let events = lock(&self.events).take();
-            let live = self.live();
-            let exit = match &live {
-                Some(live) => Some(live.child.shutdown().await),
-                None => None,
-            };
-            // An armed child's owner reports its end (a child is kept only once armed);
-            // without one, say it here.
-            if let (false, Some(events)) = (live.is_some(), events) {
-                let exit = exit.unwrap_or(ExitInfo {
-                    code: None,
-                    signal: None,
-                    stderr_tail: String::new(),
-                });
-                let _ = events
-                    .send(HarnessEvent::ProcessExited {
-                        code: exit.code,
-                        signal: exit.signal,
-                        stderr_tail: exit.stderr_tail,
-                    })
-                    .await;
-            }
+            self.child.shutdown().await;
             Ok(())
         })
     }
@@ -381,6 +325,8 @@ impl HarnessSession for PiSession {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use relay_protocol::harness::HarnessEvent;
 
     use super::*;
 
@@ -427,7 +373,7 @@ mod tests {
         ));
         assert!(matches!(
             session.start_turn("c", "hi", "t1").await,
-            Err(HarnessError::ThreadNotFound { .. })
+            Err(HarnessError::SessionNotFound { .. })
         ));
         assert_eq!(session.endpoint(), Endpoint::Process { pid: 0 });
         // Never opened: shutting down still ends the stream with the exit.

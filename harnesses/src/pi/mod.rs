@@ -3,7 +3,7 @@
 //! Parts:
 //! - [`PiLauncher`] (`launcher.rs`): Pi behind the harness seam ([`crate::seam`]). Its
 //!   session starts `pi` in [`open`](crate::HarnessSession::open), since pi takes the
-//!   conversation at process start (`--session <id>`), and starts it again without one
+//!   session at process start (`--session <id>`), and starts it again without one
 //!   when pi no longer has the stored session. [`PiConfig`] (`config.rs`): the command
 //!   line for an agent.
 //! - `wire.rs` (and `wire/turn.rs`): the [`crate::stdio::Wire`] of pi's RPC: commands
@@ -15,7 +15,7 @@
 //!   Code's), and [`crate::process`] under it.
 //!
 //! Data flow: `open` spawns `pi --mode rpc [--model M] <agent args> [--session ID]` and
-//! asks `get_state` (the handshake; its `sessionId` is the conversation's id); only then
+//! asks `get_state` (the handshake; its `sessionId` is the session's id); only then
 //! is the child armed, so that a pi refusing `--session` never reads as a session end.
 //! `start_turn` writes `{"id":"relay-N","type":"prompt","message":...}` and waits for
 //! pi's `{"id":"relay-N","type":"response","success":true}`; pi's events (no ids) are
@@ -81,17 +81,7 @@ pub use launcher::{PiLauncher, PI_INFO};
 
 use std::path::PathBuf;
 
-use crate::pinned::PinnedCli;
-
-/// The Pi version Relay is tested against; see [`pi_program`].
-pub const PI_VERSION: &str = "0.73.1";
-
-/// The pinned Pi CLI (`RELAY_PI_BIN` overrides it).
-pub const PI_CLI: PinnedCli = PinnedCli {
-    name: "pi",
-    version: PI_VERSION,
-    override_env: "RELAY_PI_BIN",
-};
+pub use crate::pinned::{PI_CLI, PI_VERSION};
 
 /// Where the `pi` program is; see [`PinnedCli::program`].
 pub fn pi_program(explicit: Option<&str>) -> PathBuf {

@@ -7,7 +7,10 @@
 //!   reach a pane; newlines stay).
 //! - [`screens`]: what a pane's screen says: ready, held by a screen that needs a
 //!   person, or neither yet (the known CLIs' screens, an agent's ready pattern).
-//! - `session`: [`TmuxLauncher`] and the session behind the seam.
+//! - `launch`: [`TmuxConfig`] and [`TmuxLauncher`]: how an agent starts in a pane (or
+//!   which pane it follows), and the start itself.
+//! - `session`: the session behind the seam: readiness, delivery, the turn's end.
+//! - `output`: the pane's output, pushed through a FIFO, rendered and sent as deltas.
 //!
 //! How a session works (facts in `HARNESSES.md`, "tmux panes", and below):
 //! - **Start.** `new-session -d` runs the agent's command directly (no shell) in a new
@@ -19,7 +22,7 @@
 //!   with that `PATH`). A session of that name still running (Relay restarted while the
 //!   agent kept working) is adopted, not started twice. A pane the agent was attached to
 //!   (`relay agent attach`) is followed, never started or ended by Relay. The
-//!   conversation is the pane.
+//!   session is the pane.
 //! - **Known CLIs.** `codex` and `claude` started by Relay get Relay's MCP server, as
 //!   their app-server twins do (a bare name is the pinned CLI). The codex TUI also gets
 //!   `--no-daemon` (else a background app-server outlives the pane), its MCP tools of
@@ -61,6 +64,8 @@
 //!   ([`Harness::Tmux`](relay_protocol::domain::Harness::Tmux)'s capabilities).
 
 pub mod client;
+mod launch;
+mod output;
 pub mod sanitize;
 pub mod screens;
 mod session;
@@ -87,4 +92,4 @@ pub async fn peek(
     let skip = all.len().saturating_sub(lines);
     Ok(all.split_off(skip))
 }
-pub use session::{session_name, task_text, TmuxConfig, TmuxLauncher, DEFAULT_SOCKET, TMUX_INFO};
+pub use launch::{session_name, task_text, TmuxConfig, TmuxLauncher, DEFAULT_SOCKET, TMUX_INFO};

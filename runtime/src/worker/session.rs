@@ -1,12 +1,12 @@
 //! The agent's harness session, through the seam only ([`relay_harnesses::seam`]): the
-//! launcher of the agent's harness spawns it, it opens the agent's conversation (whose id
+//! launcher of the agent's harness spawns it, it opens the agent's harness session (whose id
 //! is stored, and whose loss is reported), and the worker watches it between turns,
 //! starts it again for a `keep_warm` agent when it dies, and stops it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_harnesses::seam::{Conversation, HarnessInfo, HarnessSession, Launcher, Spawned};
+use relay_harnesses::seam::{HarnessInfo, HarnessSession, Launcher, OpenedSession, Spawned};
 use relay_harnesses::HarnessError;
 use relay_infra::retry::{self, BackoffBuilder};
 use relay_protocol::clock::now_ms;
@@ -26,12 +26,12 @@ pub(super) const REWARM_BACKOFF: retry::ExponentialBuilder =
     retry::forever(Duration::from_secs(1), REWARM_MAX);
 const REWARM_MAX: Duration = Duration::from_secs(60);
 
-/// The live session and the conversation it has open.
+/// The live session and the harness session id it has open.
 pub(super) struct Live {
     pub session: Arc<dyn HarnessSession>,
     pub events: mpsc::Receiver<HarnessEvent>,
     pub info: HarnessInfo,
-    pub conversation: String,
+    pub session_id: String,
     pub started: tokio::time::Instant,
 }
 
@@ -39,7 +39,7 @@ pub(super) struct Live {
 /// flight fails with.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum SessionError {
-    /// No launcher for the agent's harness, or its conversation could not be opened.
+    /// No launcher for the agent's harness, or its session could not be opened.
     #[error(transparent)]
     Harness(#[from] HarnessError),
     #[error("cannot start {program}: {source}")]
@@ -48,7 +48,7 @@ pub(super) enum SessionError {
         #[source]
         source: HarnessError,
     },
-    /// The stored conversation id could not be read.
+    /// The stored session id could not be read.
     #[error(transparent)]
     Stored(RuntimeError),
     #[error("cannot record the thread id: {0}")]
@@ -141,7 +141,7 @@ impl Worker {
         }
     }
 
-    /// Spawns the harness and opens the agent's conversation. On failure the agent is
+    /// Spawns the harness and opens the agent's harness session. On failure the agent is
     /// reported `failed`, never left `starting`.
     pub(super) async fn ensure_session(&mut self, agent: &Agent) -> Result<(), SessionError> {
         if self.session.is_some() {
@@ -155,11 +155,11 @@ impl Worker {
                 self.report(Report::Agent {
                     agent: self.name.clone(),
                     state: Some(AgentState::Idle),
-                    thread_id: Some(live.conversation.clone()),
+                    thread_id: Some(live.session_id.clone()),
                     endpoint: Some(Endpoint {
                         transport: live.info.harness,
                         node: self.deps.node.clone(),
-                        session_id: Some(live.conversation.clone()),
+                        session_id: Some(live.session_id.clone()),
                         pid: endpoint.pid(),
                         pane: endpoint.pane().map(str::to_string),
                     }),
@@ -196,12 +196,12 @@ impl Worker {
                 program: info.program,
                 source,
             })?;
-        match self.open_conversation(info, session.as_ref()).await {
-            Ok(conversation) => Ok(Live {
+        match self.open_session(info, session.as_ref()).await {
+            Ok(session_id) => Ok(Live {
                 session,
                 events,
                 info,
-                conversation,
+                session_id,
                 started: tokio::time::Instant::now(),
             }),
             Err(e) => {
@@ -211,10 +211,10 @@ impl Worker {
         }
     }
 
-    /// Opens the stored conversation (or a new one), reports a lost one as such, and
-    /// stores the id. A harness that cannot resume is not asked to: its new conversation
+    /// Opens the stored session (or a new one), reports a lost one as such, and
+    /// stores the id. A harness that cannot resume is not asked to: its new session
     /// is recorded as the loss of the stored one.
-    async fn open_conversation(
+    async fn open_session(
         &self,
         info: HarnessInfo,
         session: &dyn HarnessSession,
@@ -226,19 +226,19 @@ impl Worker {
             .await
             .map_err(SessionError::Stored)?
             .map(|rec| rec.thread_id);
-        let conversation = match stored {
+        let opened = match stored {
             Some(old_id) if !info.capabilities.resume => {
                 let new = session.open(None).await?;
                 let why = format!("{} cannot resume a conversation", info.name);
-                Conversation::replacing(&old_id, new.id, &why)
+                OpenedSession::replacing(&old_id, new.id, &why)
             }
             stored => session.open(stored.as_deref()).await?,
         };
-        if let Some(lost) = conversation.lost {
+        if let Some(lost) = opened.lost {
             self.report(Report::ThreadLost {
                 agent: self.name.clone(),
                 old_thread_id: lost.old_id,
-                new_thread_id: conversation.id.clone(),
+                new_thread_id: opened.id.clone(),
                 reason: lost.reason,
             })
             .await;
@@ -249,13 +249,13 @@ impl Worker {
                 &self.name,
                 &ThreadRecord {
                     harness: info.harness.as_str().into(),
-                    thread_id: conversation.id.clone(),
+                    thread_id: opened.id.clone(),
                     updated_at: now_ms(),
                 },
             )
             .await
             .map_err(SessionError::Record)?;
-        Ok(conversation.id)
+        Ok(opened.id)
     }
 
     /// Makes sure a session is up, racing the shutdown: a hung harness start must not

@@ -65,7 +65,7 @@ pub(super) enum TurnEnd {
 /// The session a turn runs on, as its controls need it.
 struct OnSession {
     session: Arc<dyn HarnessSession>,
-    conversation: String,
+    session_id: String,
 }
 
 impl Worker {
@@ -139,7 +139,7 @@ impl Worker {
         self.change(
             &flight,
             FlightChange::Session {
-                thread_id: Some(on.conversation.clone()),
+                thread_id: Some(on.session_id.clone()),
                 turn_id: Some(turn_id.clone()),
             },
         )
@@ -294,7 +294,7 @@ impl Worker {
         end
     }
 
-    /// Starts the turn. A conversation that the harness lost since the session opened
+    /// Starts the turn. A harness session that the harness lost since the session opened
     /// is replaced (the session is restarted, which resumes or starts one and records a
     /// loss) and the turn tried once more.
     async fn start_turn(
@@ -305,21 +305,21 @@ impl Worker {
             let Some(live) = self.session.as_ref() else {
                 break;
             };
-            let (session, conversation, info) =
-                (live.session.clone(), live.conversation.clone(), live.info);
+            let (session, session_id, info) =
+                (live.session.clone(), live.session_id.clone(), live.info);
             // Where the harness has no turn ids, the turn goes by its flight's.
             match session
-                .start_turn(&conversation, &d.invocation.task, &d.flight.id)
+                .start_turn(&session_id, &d.invocation.task, &d.flight.id)
                 .await
             {
                 Ok(turn_id) => {
                     let on = OnSession {
                         session,
-                        conversation,
+                        session_id,
                     };
                     return Ok((on, turn_id, info));
                 }
-                Err(e @ HarnessError::ThreadNotFound { .. }) if attempt == 0 => {
+                Err(e @ HarnessError::SessionNotFound { .. }) if attempt == 0 => {
                     tracing::warn!(agent = %self.name, error = %e, "thread gone mid-session; restarting the session");
                     self.stop_session().await;
                     self.ensure_session(&d.agent).await?;
@@ -362,7 +362,7 @@ impl Worker {
     /// that cannot interrupt loses its session instead: nothing else stops the turn.
     async fn interrupt_own(&mut self, on: &OnSession, turn: &Turn) {
         if turn.info.capabilities.interrupt {
-            let interrupt = on.session.interrupt(&on.conversation, &turn.turn_id);
+            let interrupt = on.session.interrupt(&on.session_id, &turn.turn_id);
             let _ = tokio::time::timeout(OWN_INTERRUPT, interrupt).await;
         } else {
             self.stop_session().await;
@@ -400,7 +400,7 @@ impl Worker {
             turn.answering.insert(request.clone());
         }
         let session = on.session.clone();
-        let conversation = on.conversation.clone();
+        let session_id = on.session_id.clone();
         let turn_id = turn.turn_id.clone();
         let flight = turn.flight.clone();
         let name = turn.info.name;
@@ -409,7 +409,7 @@ impl Worker {
         controls.spawn(async move {
             let interrupt = matches!(c, Control::Interrupt { .. });
             let r = tokio::select! {
-                r = run_control(session.as_ref(), &conversation, &turn_id, &flight, &reports, c) => r,
+                r = run_control(session.as_ref(), &session_id, &turn_id, &flight, &reports, c) => r,
                 _ = turn_over.cancelled() => {
                     if interrupt {
                         Ok(())
@@ -471,7 +471,7 @@ fn counts_as_activity(ev: &HarnessEvent) -> bool {
 /// Steers, interrupts or answers an approval of the running turn.
 async fn run_control(
     session: &dyn HarnessSession,
-    conversation: &str,
+    session_id: &str,
     turn_id: &str,
     flight: &str,
     reports: &mpsc::Sender<Report>,
@@ -479,7 +479,7 @@ async fn run_control(
 ) -> Result<(), RuntimeError> {
     match c {
         Control::Steer { text, .. } => {
-            session.steer(conversation, turn_id, &text).await?;
+            session.steer(session_id, turn_id, &text).await?;
             let _ = reports
                 .send(Report::Flight {
                     flight: flight.to_string(),
@@ -492,7 +492,7 @@ async fn run_control(
         Control::Interrupt { .. } => {
             // Right after the turn's start the harness may not have made it active yet
             // (Codex: "no active turn"); give it a moment rather than fail the request.
-            (|| session.interrupt(conversation, turn_id))
+            (|| session.interrupt(session_id, turn_id))
                 .retry(INTERRUPT_BACKOFF)
                 .when(|e| matches!(e, HarnessError::NoActiveTurn { .. }))
                 .await?;
@@ -506,7 +506,7 @@ async fn run_control(
                 .respond_approval(&harness_request_id, decision)
                 .await?
         }
-        Control::Reply { text, .. } => session.reply(conversation, turn_id, &text).await?,
+        Control::Reply { text, .. } => session.reply(session_id, turn_id, &text).await?,
         // Handled by the runtime and the worker's loop, never sent here.
         Control::AgentRemoved { .. } | Control::Wake { .. } => {}
     }

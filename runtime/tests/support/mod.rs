@@ -11,7 +11,8 @@
 use std::sync::Arc;
 
 use relay_harnesses::seam::{
-    BoxFuture, Capabilities, Conversation, Endpoint, HarnessInfo, HarnessSession, Launcher, Spawned,
+    BoxFuture, Capabilities, Endpoint, HarnessInfo, HarnessSession, Launcher, OpenedSession,
+    Spawned,
 };
 use relay_harnesses::{HarnessError, Harnesses, RelayAccess};
 use relay_protocol::domain::{
@@ -41,7 +42,7 @@ pub enum Call {
     },
     Open {
         stored: Option<String>,
-        reply: Reply<Conversation>,
+        reply: Reply<OpenedSession>,
     },
     StartTurn {
         conversation: String,
@@ -94,6 +95,7 @@ pub fn scripted(
             name: "fake",
             program: PROGRAM,
             capabilities,
+            screen: false,
         },
         endpoint,
         calls,
@@ -161,7 +163,7 @@ impl HarnessSession for ScriptedSession {
     fn open<'a>(
         &'a self,
         stored: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Conversation, HarnessError>> {
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         let stored = stored.map(str::to_string);
         Box::pin(ask(&self.calls, |reply| Call::Open { stored, reply }))
     }
@@ -272,7 +274,7 @@ impl Script {
         expect_call!(self, Call::Open { stored: asked, reply } => {
             assert_eq!(asked.as_deref(), stored);
             reply
-                .send(Ok(Conversation {
+                .send(Ok(OpenedSession {
                     id: conversation.into(),
                     lost: None,
                 }))

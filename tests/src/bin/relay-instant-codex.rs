@@ -2,7 +2,7 @@
 //! tests and benchmarks (it measures Relay, not a model).
 //!
 //! It speaks the same JSON-RPC lines as the real app-server (the types of
-//! `relay_protocol::codex`): `initialize`, `thread/start`, `thread/resume` (any id is
+//! `relay_harnesses::codex::app_server`): `initialize`, `thread/start`, `thread/resume` (any id is
 //! resumed, with no earlier turns), and `turn/start`, which it answers with the turn and
 //! then, without waiting, `turn/started`, `item/started`, one `item/agentMessage/delta`
 //! (`ok: <task>`), `item/completed` and `turn/completed`. `turn/steer` and
@@ -22,7 +22,7 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use relay_protocol::codex::{
+use relay_harnesses::codex::app_server::{
     error_code, method, notification, ErrorObject, ErrorResponse, InitializeResponse,
     KnownThreadItem, Message, Notification, Request, Response, Thread, ThreadItem, Turn,
     TurnStatus,

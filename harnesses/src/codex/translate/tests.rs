@@ -2,8 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
+use relay_protocol::harness::ItemKind;
 use serde_json::json;
 
+use super::super::app_server::error_code;
 use super::*;
 
 /// The one-pass envelope sorts every line into the same shape as decoding the whole

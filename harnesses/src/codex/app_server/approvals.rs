@@ -51,9 +51,9 @@ pub enum ApprovalDecision {
     Cancel,
 }
 
-impl From<crate::domain::ApprovalDecision> for ApprovalDecision {
-    fn from(d: crate::domain::ApprovalDecision) -> Self {
-        use crate::domain::ApprovalDecision as D;
+impl From<relay_protocol::domain::ApprovalDecision> for ApprovalDecision {
+    fn from(d: relay_protocol::domain::ApprovalDecision) -> Self {
+        use relay_protocol::domain::ApprovalDecision as D;
         match d {
             D::Accept => ApprovalDecision::Accept,
             D::AcceptForSession => ApprovalDecision::AcceptForSession,
@@ -138,8 +138,8 @@ impl McpServerElicitationResponse {
     /// A person's decision on a tool call approval. Accepting "for the session" is an
     /// accept here: Relay keeps such decisions itself (its policies), it does not ask
     /// Codex to remember them.
-    pub fn tool_call(decision: crate::domain::ApprovalDecision) -> Self {
-        use crate::domain::ApprovalDecision as D;
+    pub fn tool_call(decision: relay_protocol::domain::ApprovalDecision) -> Self {
+        use relay_protocol::domain::ApprovalDecision as D;
         match decision {
             D::Accept | D::AcceptForSession => Self::accept_tool_call(),
             D::Decline => Self::declined(McpElicitationAction::Decline),

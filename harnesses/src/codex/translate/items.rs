@@ -1,0 +1,81 @@
+//! Codex's thread items as Relay sees them: their kind, their text, a turn's last agent
+//! message and a plan's text.
+
+use relay_protocol::harness::ItemKind;
+
+use super::super::app_server::{self as wire, KnownThreadItem, ThreadItem};
+
+pub(super) fn last_agent_message(items: &[ThreadItem]) -> Option<String> {
+    items.iter().rev().find_map(|item| match item {
+        ThreadItem::Known(KnownThreadItem::AgentMessage { text, .. }) => Some(text.clone()),
+        _ => None,
+    })
+}
+
+pub(super) fn item_kind(item: &ThreadItem) -> ItemKind {
+    match item {
+        ThreadItem::Known(known) => match known {
+            KnownThreadItem::UserMessage { .. } => ItemKind::UserMessage,
+            KnownThreadItem::AgentMessage { .. } => ItemKind::AgentMessage,
+            KnownThreadItem::Plan { .. } => ItemKind::Plan,
+            KnownThreadItem::Reasoning { .. } => ItemKind::Reasoning,
+            KnownThreadItem::CommandExecution { .. } => ItemKind::CommandExecution,
+            KnownThreadItem::FileChange { .. } => ItemKind::FileChange,
+            KnownThreadItem::McpToolCall { .. }
+            | KnownThreadItem::DynamicToolCall { .. }
+            | KnownThreadItem::WebSearch { .. } => ItemKind::ToolCall,
+        },
+        ThreadItem::Other(other) => match other.item_type.as_str() {
+            // Tool calls Relay has no fields for are still tool calls.
+            "collabAgentToolCall" => ItemKind::ToolCall,
+            name => ItemKind::Other(name.to_string()),
+        },
+    }
+}
+
+/// The text an `ItemCompleted` carries: what a person would want to see of the item.
+pub(super) fn item_text(item: &ThreadItem) -> Option<String> {
+    let ThreadItem::Known(known) = item else {
+        return None;
+    };
+    let text = match known {
+        KnownThreadItem::UserMessage { content, .. } => content
+            .iter()
+            .filter_map(|c| match c {
+                wire::UserInput::Text { text } => Some(text.as_str()),
+                wire::UserInput::Other => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        KnownThreadItem::AgentMessage { text, .. } | KnownThreadItem::Plan { text, .. } => {
+            text.clone()
+        }
+        KnownThreadItem::Reasoning { summary, .. } => summary.join("\n"),
+        KnownThreadItem::CommandExecution { command, .. } => command.clone(),
+        KnownThreadItem::FileChange { changes, .. } => changes
+            .iter()
+            .map(|c| format!("{} {}", c.kind_name(), c.path))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        KnownThreadItem::McpToolCall { server, tool, .. } => format!("{server}.{tool}"),
+        KnownThreadItem::DynamicToolCall { tool, .. } => tool.clone(),
+        KnownThreadItem::WebSearch { query, .. } => query.clone(),
+    };
+    Some(text)
+}
+
+pub(super) fn plan_text(explanation: Option<&str>, steps: &[wire::TurnPlanStep]) -> String {
+    let mut lines = Vec::new();
+    if let Some(e) = explanation.filter(|e| !e.is_empty()) {
+        lines.push(e.to_string());
+    }
+    for step in steps {
+        let mark = match step.status.as_str() {
+            "completed" => "[x]",
+            "inProgress" => "[>]",
+            _ => "[ ]",
+        };
+        lines.push(format!("{mark} {}", step.step));
+    }
+    lines.join("\n")
+}

@@ -57,10 +57,12 @@ fn the_page_imports_the_generated_module() {
         app.contains("from \"/api.gen.js\""),
         "app.js imports api.gen.js"
     );
-    assert!(
-        !app.contains("\"/v1/"),
-        "app.js spells no route of its own: it takes them from api.gen.js (route(name, ...params))"
-    );
+    for quote in ['"', '\'', '`'] {
+        assert!(
+            !app.contains(&format!("{quote}/v1/")),
+            "app.js spells no route of its own: it takes them from api.gen.js (methodPath(name, ...params), call(name, ...))"
+        );
+    }
 }
 
 /// The manual's route table (`broker/README.md`, "Routes") documents each method of

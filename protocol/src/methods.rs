@@ -342,7 +342,7 @@ methods! {
         "A one-time link that logs a browser in to the dashboard."
     LoginShow = "login.show": Get "/v1/login", Read, Json, Empty => LoginInfo;
         "Who is calling, and the name its decisions are recorded under."
-    LoginEnd = "login.end": Post "/v1/logout", Read, Json, Empty => Empty;
+    LoginEnd = "login.end": Post "/v1/logout", Operator, Json, Empty => Empty;
         "Ends the dashboard login of the caller's cookie."
 }
 
@@ -385,6 +385,23 @@ mod tests {
                 assert_eq!(m.scope, Scope::Read, "{}", m.name);
             }
         }
+        // What an agent's token may write: ask, send, steer, interrupt and reply as
+        // itself; nothing else (the list the token guard had before the table).
+        let agent_writes: Vec<&str> = METHODS
+            .iter()
+            .filter(|m| m.verb != Verb::Get && m.scope.open_to_agents())
+            .map(|m| m.route)
+            .collect();
+        assert_eq!(
+            agent_writes,
+            [
+                "/v1/messages",
+                "/v1/invocations",
+                "/v1/flights/{id}/steer",
+                "/v1/flights/{id}/interrupt",
+                "/v1/flights/{id}/reply",
+            ]
+        );
     }
 
     #[test]

@@ -2,15 +2,15 @@
 //! a real `relay up`, with the real pinned Codex CLI against the mock model:
 //!
 //! - the page takes a one-time login link, and nothing without it: no page, no data for
-//!   a missing, spent or forged session, a wrong token gets nothing either;
+//!   a missing, spent or forged login, a wrong token gets nothing either;
 //! - a flight asked with `relay ask` appears on the agents view, streams into the page,
 //!   and the page's text is the flight's output;
 //! - a pending approval raises the badge and the title, runs the notify command once,
-//!   is accepted with a click and the turn goes on, recorded as decided by the session;
+//!   is accepted with a click and the turn goes on, recorded as decided by the login;
 //!   a hostile command is shown as text (no script, no element, escapes visible) and is
 //!   declined from the keyboard; an approval nobody answers is declined at its agent's
 //!   timeout, recorded as decided by the timeout policy;
-//! - 200 agents list, and many clients logging in at once each get a session of their
+//! - 200 agents list, and many clients logging in at once each get a login of their
 //!   own while a login link works exactly once.
 //!
 //! Screenshots of the agents view and of a live flight are saved under
@@ -83,7 +83,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     assert!(!body.contains("quiet-1"), "{body}");
     assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
     assert_eq!(page_fetch_status(&b, "/app.js").await, 401);
-    // A forged session cookie gets nothing either.
+    // A forged login cookie gets nothing either.
     let port = origin.rsplit(':').next().unwrap();
     b.js(&format!(
         "(() => {{ document.cookie = 'relay_login_{port}=forged; path=/'; return 1; }})()"
@@ -102,7 +102,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     assert_eq!(page_fetch_status(&b, "/v1/agents").await, 200);
     let who = b.js("fetch('/v1/login').then(r => r.json())").await;
     assert_eq!(who["decided_by"], "tester@dashboard", "{who}");
-    // The session cookie is not readable by script.
+    // The login cookie is not readable by script.
     let cookies = b.js("document.cookie").await;
     assert!(
         !cookies
@@ -112,7 +112,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
         "{cookies}"
     );
 
-    // A link works once: another browser gets the notice, and no session.
+    // A link works once: another browser gets the notice, and no login.
     let other = Browser::start("dashboard-login-spent").await.unwrap();
     other.goto(&link).await;
     let body = other.text("body").await;
@@ -120,7 +120,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     assert_eq!(page_fetch_status(&other, "/v1/agents").await, 401);
     drop(other);
 
-    // A dashboard session cannot mint links, nor write without the dashboard's header.
+    // A dashboard login cannot mint links, nor write without the dashboard's header.
     let minted = b
         .js("fetch('/v1/login', {method: 'POST', headers: {'X-Relay-Dashboard': '1', 'Content-Type': 'application/json'}, body: '{}'}).then(r => r.status)")
         .await;
@@ -141,7 +141,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     let (code, body) = http.with_token(None).get("/v1/agents").await;
     assert_eq!(code, 401, "{body}");
 
-    // Logging out ends the session: the page says so.
+    // Logging out ends the login: the page says so.
     let out = b
         .js("fetch('/v1/logout', {method: 'POST', headers: {'X-Relay-Dashboard': '1'}}).then(r => r.status)")
         .await;
@@ -426,7 +426,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     assert_eq!(code, 200, "{body}");
     b.wait_for("tr[data-agent=\"late-1\"]").await;
 
-    // 24 clients each get a link and log in at once: 24 sessions of their own.
+    // 24 clients each get a link and log in at once: 24 logins of their own.
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -469,7 +469,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     }
     cookies.sort();
     cookies.dedup();
-    assert_eq!(cookies.len(), 24, "every client has a session of its own");
+    assert_eq!(cookies.len(), 24, "every client has a login of its own");
 
     // One link spent by 16 clients at once: exactly one gets in.
     let link = login_link(&relay, "race");
@@ -485,7 +485,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     assert_eq!(won, 1, "a login link works exactly once");
 }
 
-/// Opens a login link like a browser: the session cookie (`name=value`) when it worked.
+/// Opens a login link like a browser: the login cookie (`name=value`) when it worked.
 async fn spend(client: &reqwest::Client, link: &str) -> Option<String> {
     let r = client.get(link).send().await.unwrap();
     match r.status().as_u16() {

@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 use relay_protocol::api::{ApiError, ApiInfo, ErrorBody, ErrorCode, API_FILE};
-use relay_protocol::methods::{Call, Verb};
+use relay_protocol::methods::{Answer, Call, Verb};
 use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -201,7 +201,11 @@ impl Client {
     ) -> Result<reqwest::Response, ClientError> {
         req.bearer_auth(&self.token).send().await.map_err(|source| {
             let url = self.url.clone();
-            if source.is_connect() {
+            if source.is_builder() {
+                // A request that could not be made (a query that does not encode): a
+                // bug of the caller, not a broker to wait for.
+                ClientError::Protocol(format!("the request cannot be made: {source}"))
+            } else if source.is_connect() {
                 ClientError::Unreachable { url, source }
             } else {
                 ClientError::Closed {
@@ -238,6 +242,12 @@ impl Client {
         request: &M::Request,
     ) -> Result<M::Response, ClientError> {
         let m = M::method();
+        if m.answer == Answer::Stream {
+            return Err(ClientError::Protocol(format!(
+                "{} is a stream: read it with Client::follow or Client::sse",
+                m.name
+            )));
+        }
         let url = self.endpoint(&Self::path::<M>(params)?, &[]);
         let req = match m.verb {
             Verb::Get => self.http.get(url).query(request),

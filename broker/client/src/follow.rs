@@ -101,7 +101,9 @@ impl Follow {
                     // Where the next connection starts: the last event's id (also one
                     // without data, which `on` never saw).
                     self.last_id = parser.last_event_id().to_string();
-                    retry = parser.retry().or(retry);
+                    // A server's `retry:` is taken up to the longest pause, so a huge one
+                    // cannot hold a follower past its give-up time.
+                    retry = parser.retry().map(|r| r.min(MAX_PAUSE)).or(retry);
                     pause = retry.unwrap_or(FIRST_PAUSE);
                     match ended? {
                         Ended::Stopped => return Ok(()),

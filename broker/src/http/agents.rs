@@ -90,10 +90,7 @@ pub(super) async fn peek_agent(
         .agent(&name)
         .await?
         .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
-    let control = s
-        .control
-        .clone()
-        .ok_or_else(|| BrokerError::Unavailable("no runtime serves this broker".into()))?;
+    let control = s.control.clone().ok_or(BrokerError::NoRuntime)?;
     let lines = q.lines.unwrap_or(PEEK_DEFAULT).clamp(1, PEEK_MAX);
     Ok(Json(control.peek(agent, lines).await?))
 }

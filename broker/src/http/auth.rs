@@ -7,7 +7,12 @@
 //! - it may post messages, invoke, and steer or interrupt the flights it asked for, each
 //!   as itself (a handler checks the actor through [`Principal::act_as`]);
 //! - everything else (approving, registering, removing or waking agents, creating
-//!   conversations, writing flight updates) is refused here, before the route runs.
+//!   conversations, writing flight updates, logging out) is refused here, before the
+//!   route runs.
+//!
+//! Which routes are which is each method's scope in the method table
+//! ([`relay_protocol::methods::Scope`]): `Read` and `Agent` are open to an agent's token,
+//! `Operator` is not.
 //!
 //! What an agent asks is linked to the flight it is running ([`Principal::parent_flight`]):
 //! a persistent session serves many turns, so no flight id in its environment could be

@@ -1,5 +1,7 @@
 //! The local HTTP API: JSON over HTTP/1.1 on loopback, every route behind a bearer token,
-//! live streams over SSE. Routes are listed in `broker/README.md`.
+//! live streams over SSE. The routes are the method table's
+//! ([`relay_protocol::methods`]); `broker/README.md` documents them (a test keeps the two
+//! the same).
 //!
 //! [`serve`] accepts the connections under [`HttpLimits`] (a deadline for each request
 //! head, a cap on connections); [`router`] reads each request's body up to the limit

@@ -13,7 +13,7 @@ use crate::views::print_json;
 #[derive(Args)]
 #[command(
     after_help = "The link works once, within two minutes; run `relay open` again for \
-another browser, or after `relay up` restarted (sessions end with it)."
+another browser, or after `relay up` restarted (logins end with it)."
 )]
 pub struct OpenArgs {
     /// Who will use the page: approvals decided there are recorded as decided by

@@ -184,7 +184,7 @@ pub trait Call {
 /// A method served on the bus, as a type: its JSON request and reply bodies.
 pub trait BusCall: Call {
     const SUBJECT: &'static str;
-    type Request: Serialize;
+    type Request: Serialize + for<'de> Deserialize<'de>;
     type Response: for<'de> Deserialize<'de>;
 }
 

@@ -11,15 +11,14 @@ use futures::StreamExt;
 use prost::Message as _;
 use relay_protocol::api::{ApiError, ErrorBody};
 use relay_protocol::bus::{
-    json_type_name, subjects, type_name, ApprovalAnswer, ApproveCommand, FlightAnswer,
-    InterruptCommand, InvokeCommand, SteerCommand, BUS_ACTOR, CONTENT_TYPE_HEADER,
-    JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
+    json_type_name, subjects, type_name, ApprovalAnswer, FlightAnswer, BUS_ACTOR,
+    CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::convert::{self, ProtoEnum};
 use relay_protocol::domain::{ApprovalDecision, PostMessage};
-use relay_protocol::methods::{self, MethodId};
+use relay_protocol::methods::{self, call as m, BusCall, MethodId};
 use relay_protocol::pb;
-use relay_protocol::watch::{CatchUp, Scope, SnapshotReply, View, WatchRequest};
+use relay_protocol::watch::{CatchUp, Scope, SnapshotReply, View};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -217,7 +216,7 @@ impl Service {
         match method.id {
             MethodId::Invoke => {
                 let req = if json {
-                    from_json::<InvokeCommand>(&msg.payload)?.into_request(param)
+                    bus_body::<m::Invoke>(msg)?.into_request(param)
                 } else {
                     let r: pb::InvokeRequest = from_pb(msg)?;
                     convert::invoke_request_from_pb(param, &r)
@@ -227,7 +226,7 @@ impl Service {
             }
             MethodId::MessagePost => {
                 let post: PostMessage = if json {
-                    from_json(&msg.payload)?
+                    bus_body::<m::MessagePost>(msg)?
                 } else {
                     let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
@@ -236,7 +235,7 @@ impl Service {
             }
             MethodId::FlightSteer => {
                 let (flight, text) = if json {
-                    let b: SteerCommand = from_json(&msg.payload)?;
+                    let b = bus_body::<m::FlightSteer>(msg)?;
                     (b.flight, b.text)
                 } else {
                     let r: pb::SteerRequest = from_pb(msg)?;
@@ -248,7 +247,7 @@ impl Service {
             }
             MethodId::FlightInterrupt => {
                 let flight = if json {
-                    from_json::<InterruptCommand>(&msg.payload)?.flight
+                    bus_body::<m::FlightInterrupt>(msg)?.flight
                 } else {
                     from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
@@ -258,7 +257,7 @@ impl Service {
             }
             MethodId::ApprovalDecide => {
                 let (id, decision, by) = if json {
-                    let b: ApproveCommand = from_json(&msg.payload)?;
+                    let b = bus_body::<m::ApprovalDecide>(msg)?;
                     (b.approval, b.decision, b.decided_by)
                 } else {
                     let r: pb::ApproveRequest = from_pb(msg)?;
@@ -284,7 +283,7 @@ impl Service {
                 ))
             }
             MethodId::Watch => {
-                let req: WatchRequest = from_json(&msg.payload)?;
+                let req = bus_body::<m::Watch>(msg)?;
                 let scope = req.scope().map_err(BrokerError::Invalid)?;
                 if req.after.is_some() {
                     return Err(BrokerError::Invalid(
@@ -357,6 +356,11 @@ fn is_json(msg: &NatsMessage) -> bool {
         .as_ref()
         .and_then(|h| h.get(CONTENT_TYPE_HEADER))
         .is_some_and(|v| v.as_str().starts_with(JSON_CONTENT_TYPE))
+}
+
+/// The JSON body of a request to method `M`'s subject, as the method table types it.
+fn bus_body<M: BusCall>(msg: &NatsMessage) -> Result<<M as BusCall>::Request, BrokerError> {
+    from_json(&msg.payload)
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(payload: &Bytes) -> Result<T, BrokerError> {

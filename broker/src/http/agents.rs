@@ -2,10 +2,11 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use relay_protocol::api::{AgentAdded, Peek, PeekQuery};
-use relay_protocol::domain::{Agent, AgentSpec};
+use relay_protocol::api::{AgentAdded, Peek};
+use relay_protocol::domain::Agent;
+use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState};
+use super::{ApiJson, ApiResult, ApiState, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
@@ -32,7 +33,7 @@ pub(super) async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agen
 
 pub(super) async fn add_agent(
     State(s): State<ApiState>,
-    ApiJson(spec): ApiJson<AgentSpec>,
+    ApiJson(spec): ApiJson<Req<m::AgentAdd>>,
 ) -> ApiResult<AgentAdded> {
     if let Some(pane) = spec.pane.clone().filter(|p| p.target.is_some()) {
         // Two agents answering through one pane would take each other's tasks.
@@ -83,7 +84,7 @@ const PEEK_MAX: usize = 10_000;
 pub(super) async fn peek_agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
-    Query(q): Query<PeekQuery>,
+    Query(q): Query<Req<m::AgentPeek>>,
 ) -> ApiResult<Peek> {
     let agent = s
         .broker

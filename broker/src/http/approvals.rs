@@ -2,16 +2,17 @@
 
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
-use relay_protocol::api::{ApprovalsQuery, DecideApproval, ErrorCode};
+use relay_protocol::api::ErrorCode;
 use relay_protocol::domain::{Approval, ApprovalState};
+use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, HttpError, Login};
+use super::{ApiJson, ApiResult, ApiState, HttpError, Login, Req};
 use crate::error::quote;
 use crate::store::T;
 
 pub(super) async fn list_approvals(
     State(s): State<ApiState>,
-    Query(q): Query<ApprovalsQuery>,
+    Query(q): Query<Req<m::ApprovalList>>,
 ) -> ApiResult<Vec<Approval>> {
     let all: Vec<Approval> = s.broker.store().read(|st| st.values(T::Approvals)).await?;
     let want = match q.state.as_deref().unwrap_or("pending") {
@@ -42,7 +43,7 @@ pub(super) async fn decide_approval(
     State(s): State<ApiState>,
     Path(id): Path<String>,
     login: Option<Extension<Login>>,
-    ApiJson(body): ApiJson<DecideApproval>,
+    ApiJson(body): ApiJson<Req<m::ApprovalDecide>>,
 ) -> ApiResult<Approval> {
     let (decided_by, via) = match login {
         Some(Extension(web)) => (web.decided_by(), crate::ops::Via::Dashboard),

@@ -4,6 +4,7 @@
 //! seq, a flight's own seq for a flight's stream), and every stream takes it back as
 //! `Last-Event-ID` to resume right after it, as it takes `after`.
 
+use relay_protocol::methods::call as m;
 use std::convert::Infallible;
 
 use axum::extract::{Path, Query, State};
@@ -12,11 +13,10 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
 use futures::Stream;
 use relay_protocol::api::{ErrorBody, ErrorCode};
-use relay_protocol::watch::WatchRequest;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::{AfterQuery, ApiResult, ApiState, HttpError};
+use super::{ApiResult, ApiState, HttpError, Req};
 use crate::error::{quote, BrokerError};
 
 pub(super) fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEvent {
@@ -51,7 +51,7 @@ pub(super) async fn flight_stream(
     State(s): State<ApiState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    Query(q): Query<AfterQuery>,
+    Query(q): Query<Req<m::FlightStream>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let after = resume_at(&headers, q.after)?;
     let flight = s
@@ -72,7 +72,7 @@ pub(super) async fn flight_stream(
 
 pub(super) async fn list_events(
     State(s): State<ApiState>,
-    Query(q): Query<AfterQuery>,
+    Query(q): Query<Req<m::EventList>>,
 ) -> ApiResult<Vec<relay_protocol::event::Event>> {
     let published = s.broker.last_seq();
     let (after, limit) = (q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000));
@@ -90,7 +90,7 @@ pub(super) async fn list_events(
 pub(super) async fn event_stream(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    Query(q): Query<AfterQuery>,
+    Query(q): Query<Req<m::EventStream>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let after = resume_at(&headers, q.after)?.unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
@@ -114,7 +114,7 @@ pub(super) async fn event_stream(
 pub(super) async fn watch_stream(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    Query(q): Query<WatchRequest>,
+    Query(q): Query<Req<m::Watch>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let scope = q
         .scope()

@@ -4,17 +4,17 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::api::{AfterQuery, FlightsQuery, ReplyRequest, SteerRequest, UpdateFlight};
-use relay_protocol::domain::{Flight, InvokeRequest};
+use relay_protocol::domain::Flight;
+use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal};
+use super::{ApiJson, ApiResult, ApiState, Principal, Req};
 use crate::error::BrokerError;
 
 /// An agent's token invokes as that agent, linked to the flight it is running.
 pub(super) async fn invoke(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
-    ApiJson(mut req): ApiJson<InvokeRequest>,
+    ApiJson(mut req): ApiJson<Req<m::Invoke>>,
 ) -> ApiResult<relay_protocol::api::InvokeAccepted> {
     principal.act_as(&req.requester)?;
     req.parent_flight = principal
@@ -25,7 +25,7 @@ pub(super) async fn invoke(
 
 pub(super) async fn list_flights(
     State(s): State<ApiState>,
-    Query(q): Query<FlightsQuery>,
+    Query(q): Query<Req<m::FlightList>>,
 ) -> ApiResult<Vec<Flight>> {
     // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
     // flights come from their index; others from the newest back, up to `limit`.
@@ -67,7 +67,7 @@ pub(super) async fn show_flight(
 pub(super) async fn flight_updates(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<AfterQuery>,
+    Query(q): Query<Req<m::FlightUpdates>>,
 ) -> ApiResult<Vec<relay_protocol::domain::FlightUpdate>> {
     let after = q.after.unwrap_or(0);
     let updates = s
@@ -86,7 +86,7 @@ pub(super) async fn flight_updates(
 pub(super) async fn update_flight(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<UpdateFlight>,
+    ApiJson(body): ApiJson<Req<m::FlightWrite>>,
 ) -> ApiResult<relay_protocol::api::UpdateResult> {
     Ok(Json(s.broker.update_flight(&id, body.change).await?))
 }
@@ -95,7 +95,7 @@ pub(super) async fn steer(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<SteerRequest>,
+    ApiJson(body): ApiJson<Req<m::FlightSteer>>,
 ) -> ApiResult<Flight> {
     principal.may_control(&s.broker, &id).await?;
     Ok(Json(
@@ -119,7 +119,7 @@ pub(super) async fn reply(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<ReplyRequest>,
+    ApiJson(body): ApiJson<Req<m::FlightReply>>,
 ) -> ApiResult<Flight> {
     principal.may_answer(&s.broker, &id).await?;
     Ok(Json(

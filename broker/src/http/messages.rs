@@ -4,10 +4,11 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::api::{MessagePosted, MessagesQuery};
-use relay_protocol::domain::{Conversation, ConversationSpec, PostMessage};
+use relay_protocol::api::MessagePosted;
+use relay_protocol::domain::Conversation;
+use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal};
+use super::{ApiJson, ApiResult, ApiState, Principal, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
@@ -22,7 +23,7 @@ pub(super) async fn list_conversations(State(s): State<ApiState>) -> ApiResult<V
 
 pub(super) async fn add_conversation(
     State(s): State<ApiState>,
-    ApiJson(spec): ApiJson<ConversationSpec>,
+    ApiJson(spec): ApiJson<Req<m::ConversationAdd>>,
 ) -> ApiResult<Conversation> {
     Ok(Json(s.broker.create_conversation(spec).await?))
 }
@@ -30,7 +31,7 @@ pub(super) async fn add_conversation(
 pub(super) async fn read_messages(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<MessagesQuery>,
+    Query(q): Query<Req<m::ConversationRead>>,
 ) -> ApiResult<Vec<relay_protocol::domain::Message>> {
     let limit = q.limit.unwrap_or(50);
     let messages = s
@@ -51,7 +52,7 @@ pub(super) async fn read_messages(
 pub(super) async fn post_message(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
-    ApiJson(mut post): ApiJson<PostMessage>,
+    ApiJson(mut post): ApiJson<Req<m::MessagePost>>,
 ) -> ApiResult<MessagePosted> {
     principal.act_as(&post.author)?;
     post.meta.flight = principal

@@ -165,6 +165,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
+/// The request type the method table gives method `M` (a `POST`'s body, a `GET`'s
+/// query): each handler takes its method's, so the table and the handlers cannot
+/// disagree on what a route reads.
+pub(super) type Req<M> = <M as relay_protocol::methods::Call>::Request;
+
 /// Each method's handler: the one place a method meets its code. The match is
 /// exhaustive, so a method added to the table without a handler does not compile.
 fn handler(id: MethodId) -> MethodRouter<ApiState> {
@@ -225,5 +230,3 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
         flushes: s.broker.flushes(),
     }))
 }
-
-use relay_protocol::api::AfterQuery;

@@ -4,15 +4,15 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use relay_protocol::api::ReplayQuery;
+use relay_protocol::methods::call as m;
 use relay_protocol::replay::{AgentReplay, ConversationReplay, TurnReplay};
 
-use super::{ApiResult, ApiState};
+use super::{ApiResult, ApiState, Req};
 
 pub(super) async fn flight(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<ReplayQuery>,
+    Query(q): Query<Req<m::ReplayFlight>>,
 ) -> ApiResult<TurnReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(crate::replay::flight(&s.broker, id, from).await?))
@@ -21,7 +21,7 @@ pub(super) async fn flight(
 pub(super) async fn agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
-    Query(q): Query<ReplayQuery>,
+    Query(q): Query<Req<m::ReplayAgent>>,
 ) -> ApiResult<AgentReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(crate::replay::agent(&s.broker, name, from).await?))
@@ -30,7 +30,7 @@ pub(super) async fn agent(
 pub(super) async fn conversation(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    Query(q): Query<ReplayQuery>,
+    Query(q): Query<Req<m::ReplayConversation>>,
 ) -> ApiResult<ConversationReplay> {
     let from = q.from_seq.unwrap_or(0);
     Ok(Json(

@@ -28,6 +28,7 @@
 //! page's own script and style: text an agent wrote can never run as script, even if
 //! some view put it in as HTML by mistake (none does: the page uses `textContent`).
 
+use relay_protocol::methods::call as m;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -37,10 +38,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink, LoginRequest};
+use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink};
 use serde::Deserialize;
 
-use super::{ApiJson, ApiResult, ApiState, HttpError, Principal};
+use super::{ApiJson, ApiResult, ApiState, HttpError, Principal, Req};
 
 /// How long a login link works.
 pub const CODE_LIFETIME: Duration = Duration::from_secs(120);
@@ -302,7 +303,7 @@ pub(super) async fn new_login(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     login: Option<Extension<Login>>,
-    ApiJson(req): ApiJson<LoginRequest>,
+    ApiJson(req): ApiJson<Req<m::LoginCreate>>,
 ) -> ApiResult<LoginLink> {
     if principal != Principal::Operator || login.is_some() {
         return Err(HttpError::new(

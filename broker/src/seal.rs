@@ -48,6 +48,45 @@ impl BusKey {
     }
 }
 
+impl BusKey {
+    /// What names the broker's flight updates in the stream ([`StreamIds`]).
+    pub fn stream_ids(&self) -> StreamIds {
+        StreamIds(Hkdf::<Sha256>::new(
+            Some(b"relay flight stream ids v1"),
+            &self.0,
+        ))
+    }
+}
+
+/// The `Nats-Msg-Id`s of the broker's flight updates in `RELAY_FLIGHTS`, keyed with the
+/// bus key: JetStream keeps the first message under an id and drops later ones as
+/// duplicates, so an id a client could guess (`<flight>:<seq>`) let it publish an
+/// update's id before the broker and have the real one dropped. Only the broker can
+/// make these; the same update gets the same id across restarts, so a re-publish is
+/// still dropped.
+#[derive(Clone)]
+pub struct StreamIds(Hkdf<Sha256>);
+
+impl StreamIds {
+    /// `<flight>:<seq>:<tag>`: readable, and the tag (128 bits of HMAC-SHA256 through
+    /// HKDF-Expand, keyed by the bus key) is what no one else can make.
+    pub fn flight_update(&self, flight: &str, seq: u64) -> String {
+        let mut tag = [0u8; 16];
+        // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
+        let _ = self
+            .0
+            .expand(format!("flight-update:{flight}:{seq}").as_bytes(), &mut tag);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{flight}:{seq}:{hex}")
+    }
+}
+
+impl std::fmt::Debug for StreamIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamIds(***)")
+    }
+}
+
 impl std::fmt::Debug for BusKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BusKey(***)")
@@ -185,6 +224,29 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn a_stream_id_is_the_brokers_alone_and_stable() {
+        let ids = BusKey::new([7; 32]).stream_ids();
+        let id = ids.flight_update("flt_a", 3);
+        // The same update has the same id (after a restart: the key is kept).
+        assert_eq!(
+            id,
+            BusKey::new([7; 32]).stream_ids().flight_update("flt_a", 3)
+        );
+        assert!(
+            id.starts_with("flt_a:3:") && id.len() == "flt_a:3:".len() + 32,
+            "{id}"
+        );
+        // Another update, another flight, another broker's key: another id.
+        for other in [
+            ids.flight_update("flt_a", 4),
+            ids.flight_update("flt_b", 3),
+            BusKey::new([8; 32]).stream_ids().flight_update("flt_a", 3),
+        ] {
+            assert_ne!(id, other);
+        }
+    }
 
     #[test]
     fn an_agent_token_speaks_for_its_agent_only() {

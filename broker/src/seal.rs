@@ -9,6 +9,8 @@
 //! Keys: the broker keeps one random bus key (`<data>/bus.key`, 0600); each node's key is
 //! derived from it and the node's name (HKDF-SHA256), so a node's key speaks for that
 //! node only. `relay node-key NAME --out FILE` writes it for `relay node --key-file`.
+//! The flight stream's message ids are keyed with it too ([`StreamIds`]), so no NATS
+//! client can claim an update's id before the broker publishes it.
 //!
 //! Client tokens (the HTTP API's, the NATS request token) are compared here too, in
 //! constant time ([`token_matches`]), and each agent's scoped API token is made and

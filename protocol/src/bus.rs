@@ -158,7 +158,7 @@ impl InvokeCommand {
 
 /// Who a bus request acts as when it names nobody, and the principal its decisions are
 /// recorded under ([`crate::domain::decider::bus`]).
-pub const BUS_ACTOR: &str = "nats";
+pub const BUS_ACTOR: &str = crate::domain::decider::BUS_NAME;
 
 /// The flags that make the bus trusted, for the refusals of an open one: a request token
 /// its clients must send, or NATS credentials (a server whose users and permissions keep

@@ -51,6 +51,9 @@ pub mod decider {
     /// The suffix of decisions made over the bus: NATS does not say who published a
     /// request, so a name given there is what the bus claims, never the person itself.
     pub const BUS: &str = "@nats";
+    /// The bus's own name: who a bus request acts as when it names nobody (the bus
+    /// module's `BUS_ACTOR` is this).
+    pub const BUS_NAME: &str = "nats";
 
     /// A harness withdrew its own request.
     pub fn withdrawn(harness: Harness) -> String {
@@ -63,10 +66,10 @@ pub mod decider {
     }
 
     /// How a decision made over the bus in the name of `name` is recorded: the bus's
-    /// own name ([`crate::bus::BUS_ACTOR`]) as it is, any other as `name@nats`, so the
-    /// record never names the operator (or anyone) for what a bus client decided.
+    /// own name ([`BUS_NAME`]) as it is, any other as `name@nats`, so the record never
+    /// names the operator (or anyone) for what a bus client decided.
     pub fn bus(name: &str) -> String {
-        if name == crate::bus::BUS_ACTOR {
+        if name == BUS_NAME {
             name.to_string()
         } else {
             format!("{name}{BUS}")

@@ -81,6 +81,20 @@ impl StreamIds {
         let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
         format!("{flight}:{seq}:{hex}")
     }
+
+    /// `<invocation>:<tag>`, the `Nats-Msg-Id` of an invocation's dispatch in
+    /// `RELAY_DISPATCH`: the invocation id is in the invoke's reply, maybe before the
+    /// dispatch is published (NATS down, a busy plane), and a client that published
+    /// first under it would have the real dispatch dropped and its flight never start.
+    pub fn dispatch(&self, invocation: &str) -> String {
+        let mut tag = [0u8; 16];
+        // As above: 16 bytes cannot exceed HKDF's limit.
+        let _ = self
+            .0
+            .expand(format!("dispatch:{invocation}").as_bytes(), &mut tag);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{invocation}:{hex}")
+    }
 }
 
 impl std::fmt::Debug for StreamIds {
@@ -248,6 +262,19 @@ mod tests {
         ] {
             assert_ne!(id, other);
         }
+        let dispatch = ids.dispatch("inv_a");
+        assert_eq!(
+            dispatch,
+            BusKey::new([7; 32]).stream_ids().dispatch("inv_a")
+        );
+        assert!(
+            dispatch.starts_with("inv_a:") && dispatch != "inv_a",
+            "{dispatch}"
+        );
+        assert_ne!(
+            dispatch,
+            BusKey::new([8; 32]).stream_ids().dispatch("inv_a")
+        );
     }
 
     #[test]

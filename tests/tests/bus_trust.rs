@@ -189,10 +189,43 @@ async fn on_an_open_bus_a_stranger_cannot_decide_steer_or_speak_for_anyone() {
     )
     .await;
     assert_eq!(posted["message"]["author"], "ci-bot", "{posted}");
+    // A protobuf ask that names no requester is the bus's, not the operator's (proto3's
+    // empty string used to read as `operator`).
+    let reply = client
+        .request_with_headers(
+            "relay.v1.invoke.codex-1",
+            {
+                let mut h = HeaderMap::new();
+                h.insert("Relay-Type", "relay.v1.InvokeRequest");
+                h
+            },
+            pb::InvokeRequest {
+                task: "hello from the bus".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    let asked = match pb::InvokeReply::decode(reply.payload.as_ref())
+        .unwrap()
+        .result
+    {
+        Some(pb::invoke_reply::Result::Accepted(a)) => a.flight_id,
+        other => panic!("a protobuf ask as the bus was refused: {other:?}"),
+    };
+    // A direct ask's conversation is `direct.<agent>.<requester>`.
+    assert_eq!(
+        env.flight(&asked).await["conversation"],
+        "direct.codex-1.nats"
+    );
 
     // The operator decides, over HTTP, as before.
     env.relay.cli_ok(&["approve", &approval, "decline"]);
     env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+    env.wait_flight(&asked, 60, |f| state(f) == "completed")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

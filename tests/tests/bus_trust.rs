@@ -136,6 +136,16 @@ async fn on_an_open_bus_a_stranger_cannot_decide_steer_or_speak_for_anyone() {
             "relay.v1.invoke.codex-1",
             json!({"task": "forged", "requester": "operator"}),
         ),
+        (
+            "invoke within the waiting flight",
+            "relay.v1.invoke.codex-1",
+            json!({"task": "forged", "requester": "ci-bot", "parent_flight": id}),
+        ),
+        (
+            "post as from the waiting flight",
+            "relay.v1.cmd.post",
+            json!({"conversation": "channel.shared", "author": "ci-bot", "body": "forged", "meta": {"flight": id}}),
+        ),
     ] {
         let answer = request(&client, subject, None, body).await;
         assert_open_bus_refusal(what, &answer);

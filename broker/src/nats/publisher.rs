@@ -347,8 +347,9 @@ impl Publisher {
         if same_seq && stored.payload == *payload {
             return;
         }
-        self.counters.forged_ids.fetch_add(1, Ordering::Relaxed);
+        let alarms = self.counters.forged_ids.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::error!(
+            alarms,
             seq,
             msg_id = id,
             stream_seq,

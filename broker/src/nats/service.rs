@@ -8,8 +8,9 @@
 //! all the subjects offer, and its decisions are recorded as the bus's (`nats`,
 //! `NAME@nats`), never as the operator's. An open bus (neither: anyone who reaches the
 //! server) may read, ask and post under its own names only: approving, steering,
-//! interrupting, linking an ask to a flight, and asking or posting as the operator, an
-//! agent or one of Relay's own identities are refused ([`BrokerError::OpenBus`], naming
+//! interrupting, linking an ask or a message to a flight (`parent_flight`, `meta`), and
+//! asking or posting as the operator, an agent or one of Relay's own identities are
+//! refused ([`BrokerError::OpenBus`], naming
 //! the flags that trust it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,6 +264,14 @@ impl Service {
                 };
                 if self.open {
                     self.as_itself("posting", &post.author).await?;
+                    // Its meta says which flight, invocation or harness session a
+                    // message came from: a mention in it is asked within that flight.
+                    if !post.meta.is_empty() {
+                        return Err(BrokerError::OpenBus {
+                            what: "a message naming the flight or session it came from (meta)"
+                                .into(),
+                        });
+                    }
                 }
                 Ok(Answer::Posted(self.broker.post_message(post).await?))
             }

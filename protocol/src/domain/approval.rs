@@ -36,7 +36,7 @@ wire_enum! {
 /// policies (`policy:...`), Relay itself (`relay:restart`, `relay:turn-ended`), a
 /// harness settling its own request (`codex:withdrawn`, `claude:withdrawn`... for every
 /// harness, by short and wire name), a dashboard login (`alice@dashboard`) and a
-/// decision made over the bus (`alice@nats`, `nats`). A client may not claim any of
+/// decision made over the bus (`alice@nats`). A client may not claim any of
 /// them, so the record always tells who really decided. Every surface checks against
 /// [`reserved`]: the broker's HTTP and NATS services and the CLI.
 pub mod decider {

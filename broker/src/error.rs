@@ -98,6 +98,10 @@ pub enum BrokerError {
     SelfAsk { agent: String },
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// A bus request that decides, acts on someone's turn or speaks for the operator or
+    /// an agent, on a bus anyone may publish on: refused, with the flags that trust it.
+    #[error("unauthorized: {what} is refused on this bus: NATS has no credentials and the broker no request token, so anyone who reaches the server could do it; start relay up with {}", relay_protocol::bus::TRUST_FLAGS)]
+    OpenBus { what: String },
     #[error("the broker is overloaded: {0}")]
     Overloaded(String),
     #[error("the data directory {0} is in use by another relay process")]
@@ -176,7 +180,7 @@ impl BrokerError {
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
-            BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
+            BrokerError::Unauthorized(_) | BrokerError::OpenBus { .. } => ErrorCode::Unauthorized,
             BrokerError::Node(e) => e.code,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)

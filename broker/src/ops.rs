@@ -113,12 +113,14 @@ pub async fn interrupt(
     Ok(flight)
 }
 
-/// Where a client's decision comes from: the API and the bus (its `decided_by` as given),
-/// or a dashboard login (recorded as `NAME@dashboard`).
+/// Where a client's decision comes from: the API (its `decided_by` as given), a
+/// dashboard login (recorded as `NAME@dashboard`) or the bus (recorded as the bus's:
+/// `nats`, or `NAME@nats`; NATS does not say who published a request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
     Client,
     Dashboard,
+    Bus,
 }
 
 /// Checks the `decided_by` a client (HTTP, NATS, a dashboard login) gives: 1 to 128
@@ -161,6 +163,12 @@ pub async fn decide(
     if let Some(via) = by {
         check_client_decider(decided_by, via)?;
     }
+    // Checked as given, recorded as the bus's: `operator` over the bus is `operator@nats`.
+    let recorded = match by {
+        Some(Via::Bus) => relay_protocol::domain::decider::bus(decided_by),
+        _ => decided_by.to_string(),
+    };
+    let decided_by = recorded.as_str();
     let id = approval.to_string();
     let (pending, flight_agent) = broker
         .store()
@@ -236,6 +244,7 @@ mod tests {
             " RELAY:restart",
             "alice@dashboard",
             "ALICE@Dashboard",
+            "alice@nats",
             "",
             "  ",
             &"a".repeat(129),
@@ -264,5 +273,11 @@ mod tests {
         }
         assert!(decider::reserved(&decider::dashboard("bob"), false).is_some());
         assert!(decider::reserved(&decider::dashboard("bob"), true).is_none());
+        // What the bus records is Relay's to write: no surface may claim it.
+        assert_eq!(decider::bus("operator"), "operator@nats");
+        assert_eq!(decider::bus(relay_protocol::bus::BUS_ACTOR), "nats");
+        for via in [Via::Client, Via::Dashboard, Via::Bus] {
+            assert!(check_client_decider(&decider::bus("bob"), via).is_err());
+        }
     }
 }

@@ -9,6 +9,8 @@
 //! Keys: the broker keeps one random bus key (`<data>/bus.key`, 0600); each node's key is
 //! derived from it and the node's name (HKDF-SHA256), so a node's key speaks for that
 //! node only. `relay node-key NAME --out FILE` writes it for `relay node --key-file`.
+//! The flight stream's message ids are keyed with it too ([`StreamIds`]), so no NATS
+//! client can claim an update's id before the broker publishes it.
 //!
 //! Client tokens (the HTTP API's, the NATS request token) are compared here too, in
 //! constant time ([`token_matches`]), and each agent's scoped API token is made and
@@ -45,6 +47,59 @@ impl BusKey {
         let _ = Hkdf::<Sha256>::new(Some(b"relay bus v1"), &self.0)
             .expand(format!("node:{name}").as_bytes(), &mut okm);
         NodeKey(okm)
+    }
+}
+
+impl BusKey {
+    /// What names the broker's flight updates in the stream ([`StreamIds`]).
+    pub fn stream_ids(&self) -> StreamIds {
+        StreamIds(Hkdf::<Sha256>::new(
+            Some(b"relay flight stream ids v1"),
+            &self.0,
+        ))
+    }
+}
+
+/// The `Nats-Msg-Id`s of the broker's flight updates in `RELAY_FLIGHTS`, keyed with the
+/// bus key: JetStream keeps the first message under an id and drops later ones as
+/// duplicates, so an id a client could guess (`<flight>:<seq>`) let it publish an
+/// update's id before the broker and have the real one dropped. Only the broker can
+/// make these; the same update gets the same id across restarts, so a re-publish is
+/// still dropped.
+#[derive(Clone)]
+pub struct StreamIds(Hkdf<Sha256>);
+
+impl StreamIds {
+    /// `<flight>:<seq>:<tag>`: readable, and the tag (128 bits of HMAC-SHA256 through
+    /// HKDF-Expand, keyed by the bus key) is what no one else can make.
+    pub fn flight_update(&self, flight: &str, seq: u64) -> String {
+        let mut tag = [0u8; 16];
+        // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
+        let _ = self
+            .0
+            .expand(format!("flight-update:{flight}:{seq}").as_bytes(), &mut tag);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{flight}:{seq}:{hex}")
+    }
+
+    /// `<invocation>:<tag>`, the `Nats-Msg-Id` of an invocation's dispatch in
+    /// `RELAY_DISPATCH`: the invocation id is in the invoke's reply, maybe before the
+    /// dispatch is published (NATS down, a busy plane), and a client that published
+    /// first under it would have the real dispatch dropped and its flight never start.
+    pub fn dispatch(&self, invocation: &str) -> String {
+        let mut tag = [0u8; 16];
+        // As above: 16 bytes cannot exceed HKDF's limit.
+        let _ = self
+            .0
+            .expand(format!("dispatch:{invocation}").as_bytes(), &mut tag);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{invocation}:{hex}")
+    }
+}
+
+impl std::fmt::Debug for StreamIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamIds(***)")
     }
 }
 
@@ -185,6 +240,42 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn a_stream_id_is_the_brokers_alone_and_stable() {
+        let ids = BusKey::new([7; 32]).stream_ids();
+        let id = ids.flight_update("flt_a", 3);
+        // The same update has the same id (after a restart: the key is kept).
+        assert_eq!(
+            id,
+            BusKey::new([7; 32]).stream_ids().flight_update("flt_a", 3)
+        );
+        assert!(
+            id.starts_with("flt_a:3:") && id.len() == "flt_a:3:".len() + 32,
+            "{id}"
+        );
+        // Another update, another flight, another broker's key: another id.
+        for other in [
+            ids.flight_update("flt_a", 4),
+            ids.flight_update("flt_b", 3),
+            BusKey::new([8; 32]).stream_ids().flight_update("flt_a", 3),
+        ] {
+            assert_ne!(id, other);
+        }
+        let dispatch = ids.dispatch("inv_a");
+        assert_eq!(
+            dispatch,
+            BusKey::new([7; 32]).stream_ids().dispatch("inv_a")
+        );
+        assert!(
+            dispatch.starts_with("inv_a:") && dispatch != "inv_a",
+            "{dispatch}"
+        );
+        assert_ne!(
+            dispatch,
+            BusKey::new([8; 32]).stream_ids().dispatch("inv_a")
+        );
+    }
 
     #[test]
     fn an_agent_token_speaks_for_its_agent_only() {

@@ -145,6 +145,13 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
     if let Some(nats) = &config.nats {
         // Remote agents' flights wait for NATS instead of failing while it is down.
         plane.expect_nats();
+        if nats.is_open() {
+            tracing::warn!(
+                url = %crate::nats::redact_url(&nats.url),
+                "the bus is open (no NATS credentials, no request token): its clients may read, ask and post under their own names; approving, steering, interrupting and speaking as the operator or an agent over it are refused. To allow them, start with {}",
+                relay_protocol::bus::TRUST_FLAGS
+            );
+        }
         let key_path = config.data_dir.join(BUS_KEY_FILE);
         let bus_key = BusKey::new(
             relay_infra::storage::read(move || crate::files::read_or_create_key(&key_path))
@@ -358,7 +365,7 @@ async fn run_bus(bus: Bus) {
         client.clone(),
         bus.broker.clone(),
         Some(crate::plane::control(&bus.plane)),
-        bus.config.request_token.clone(),
+        &bus.config,
     );
     let counters = service.counters.clone();
     let serve = async {
@@ -371,6 +378,7 @@ async fn run_bus(bus: Bus) {
         bus.broker.clone(),
         bus.cursor.clone(),
         counters,
+        bus.key.stream_ids(),
         bus.writer_stop.clone(),
     );
     tokio::join!(serve, publish);

@@ -238,16 +238,38 @@ pub struct Status {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum NatsStatus {
     Disabled,
+    /// `url` is empty (and left out) for an agent's token: see [`NatsStatus::without_address`].
     Connected {
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         url: String,
     },
     Disconnected {
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         url: String,
         since_ms: u64,
         /// Why the last connection attempt failed, if one did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+}
+
+impl NatsStatus {
+    /// The state without where the bus is: an agent's token learns whether the bus is
+    /// up, not its address (on an open bus, the address is all a stranger needs).
+    pub fn without_address(self) -> NatsStatus {
+        match self {
+            NatsStatus::Disabled => NatsStatus::Disabled,
+            NatsStatus::Connected { .. } => NatsStatus::Connected { url: String::new() },
+            NatsStatus::Disconnected {
+                since_ms, error, ..
+            } => NatsStatus::Disconnected {
+                url: String::new(),
+                since_ms,
+                // A connection error names the address too.
+                error: error.map(|_| "not reachable".to_string()),
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -156,8 +156,14 @@ impl InvokeCommand {
     }
 }
 
-/// Who a bus request acts as when it names nobody.
-pub const BUS_ACTOR: &str = "nats";
+/// Who a bus request acts as when it names nobody, and the principal its decisions are
+/// recorded under ([`crate::domain::decider::bus`]).
+pub const BUS_ACTOR: &str = crate::domain::decider::BUS_NAME;
+
+/// The flags that make the bus trusted, for the refusals of an open one: a request token
+/// its clients must send, or NATS credentials (a server whose users and permissions keep
+/// strangers off the command subjects, as `ops/nats/relay-users.conf` does).
+pub const TRUST_FLAGS: &str = "--nats-request-token-file FILE (clients send it in the Relay-Token header) or NATS credentials (--nats-creds, --nats-user with --nats-password-file, or --nats-token-file) on a server whose permissions keep strangers off relay.v1.cmd.>";
 
 /// The JSON body of [`subjects::CMD_STEER`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -172,7 +178,9 @@ pub struct InterruptCommand {
     pub flight: String,
 }
 
-/// The JSON body of [`subjects::CMD_APPROVE`]; decided by `nats` unless named.
+/// The JSON body of [`subjects::CMD_APPROVE`]; recorded as decided by `nats`, or by
+/// `NAME@nats` when `decided_by` names someone ([`crate::domain::decider::bus`]): the
+/// bus cannot prove who published a request, so its decisions are the bus's.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApproveCommand {
     pub approval: String,

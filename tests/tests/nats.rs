@@ -28,6 +28,21 @@ async fn env_with_nats(nats: &NatsServer, extra: &[&str]) -> Env {
     env
 }
 
+/// The request token of [`trusted_env_with_nats`]'s broker ([`trusted`] requests).
+const REQUEST_TOKEN: &str = "req-t0ken";
+
+/// [`env_with_nats`] on a trusted bus (a request token), where a client may decide,
+/// steer and interrupt: an open bus refuses them (`tests/tests/bus_trust.rs`).
+async fn trusted_env_with_nats(nats: &NatsServer, extra: &[&str]) -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("request-token");
+    std::fs::write(&file, REQUEST_TOKEN).unwrap();
+    let mut args = vec!["--nats-request-token-file", file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    // Read once at the start: the file may go with `tmp`.
+    env_with_nats(nats, &args).await
+}
+
 fn pb_headers(type_name: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert("Relay-Type", type_name);
@@ -37,6 +52,12 @@ fn pb_headers(type_name: &str) -> HeaderMap {
 fn json_headers() -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert("Content-Type", "application/json");
+    h
+}
+
+/// `h` with the request token of [`trusted_env_with_nats`].
+fn trusted(mut h: HeaderMap) -> HeaderMap {
+    h.insert("Relay-Token", REQUEST_TOKEN);
     h
 }
 
@@ -268,7 +289,9 @@ async fn a_json_client_invokes_and_follows_every_delta() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_on_every_request_subject_gets_an_error_reply() {
     let nats = NatsServer::start().unwrap();
-    let env = env_with_nats(&nats, &["--max-message-bytes", "1000"]).await;
+    let env = trusted_env_with_nats(&nats, &["--max-message-bytes", "1000"]).await;
+    let pb_headers = |type_name: &str| trusted(pb_headers(type_name));
+    let json_headers = || trusted(json_headers());
     let client = async_nats::connect(nats.url()).await.unwrap();
     let last_seq = || async {
         env.relay.http().get("/v1/status").await.1["last_seq"]
@@ -524,7 +547,9 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_nats_client_cannot_decide_as_a_policy_or_as_relay() {
     let nats = NatsServer::start().unwrap();
-    let env = env_with_nats(&nats, &[]).await;
+    let env = trusted_env_with_nats(&nats, &[]).await;
+    let pb_headers = |type_name: &str| trusted(pb_headers(type_name));
+    let json_headers = || trusted(json_headers());
     let client = async_nats::connect(nats.url()).await.unwrap();
     let id = env.ask_no_wait("codex-1", "exec: echo decided-over-nats");
     env.wait_flight(&id, 60, |f| state(f) == "waiting").await;

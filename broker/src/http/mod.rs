@@ -215,9 +215,18 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
     }
 }
 
-async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
+async fn status(
+    State(s): State<ApiState>,
+    principal: Option<axum::Extension<auth::Principal>>,
+) -> ApiResult<relay_protocol::api::Status> {
     // Counters kept by the broker: status never scans, however many flights.
     let counts = s.broker.counts();
+    let nats = s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled);
+    // An agent's token learns whether the bus is up, not where it is.
+    let nats = match principal {
+        Some(axum::Extension(auth::Principal::Agent(_))) => nats.without_address(),
+        _ => nats,
+    };
     Ok(Json(relay_protocol::api::Status {
         version: env!("CARGO_PKG_VERSION").into(),
         data_dir: s.data_dir.clone(),
@@ -225,7 +234,7 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
         agents: counts.agents,
         flights: counts.flights,
         live_flights: counts.live_flights,
-        nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
+        nats,
         uptime_ms: s.broker.uptime_ms(),
         flushes: s.broker.flushes(),
     }))

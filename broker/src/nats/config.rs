@@ -38,6 +38,13 @@ pub struct NatsConfig {
 }
 
 impl NatsConfig {
+    /// Whether anyone who reaches the server may publish requests the broker takes:
+    /// no credentials (so the server lets strangers in) and no request token. An open
+    /// bus is served for what a client does as itself only (see `service`).
+    pub fn is_open(&self) -> bool {
+        self.request_token.is_none() && matches!(self.auth, NatsAuth::None)
+    }
+
     /// A connection to `url`, with the default stream limits and no request token.
     pub fn new(url: String, auth: NatsAuth) -> NatsConfig {
         NatsConfig {

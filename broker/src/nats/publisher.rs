@@ -1,6 +1,12 @@
 //! The NATS publisher: every committed flight update and message, in order from a saved
 //! cursor, flight updates through the `RELAY_FLIGHTS` stream with acknowledgement;
 //! events too large for NATS trimmed, events it never takes skipped.
+//!
+//! Each update's `Nats-Msg-Id` is keyed with the bus key ([`StreamIds`]), so no client
+//! can take an update's id before the broker publishes it. A `duplicate` acknowledgement
+//! is expected for a re-publish (after a restart or a lost acknowledgement); one for an
+//! update the stream holds something else under is an alarm: logged as an error and
+//! counted ([`Counters::forged_ids`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -22,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::service::Counters;
 use crate::broker::Broker;
+use crate::seal::StreamIds;
 
 /// Flight updates published to the stream whose acknowledgement is outstanding, at most.
 const ACK_WINDOW: usize = 4096;
@@ -49,6 +56,7 @@ pub async fn publish(
     broker: Broker,
     cursor_file: PathBuf,
     counters: Arc<Counters>,
+    ids: StreamIds,
     shutdown: CancellationToken,
 ) {
     let js = async_nats::jetstream::new(client.clone());
@@ -60,6 +68,7 @@ pub async fn publish(
         client: client.clone(),
         js,
         counters,
+        ids,
         acks: std::collections::VecDeque::new(),
         handed: start,
         failing: (0, 0),
@@ -136,8 +145,9 @@ struct Publisher {
     client: async_nats::Client,
     js: async_nats::jetstream::Context,
     counters: Arc<Counters>,
-    /// Flight updates handed to the stream, oldest first, with their event seq.
-    acks: std::collections::VecDeque<(u64, async_nats::jetstream::context::PublishAckFuture)>,
+    ids: StreamIds,
+    /// Flight updates handed to the stream, oldest first.
+    acks: std::collections::VecDeque<Handed>,
     /// The last event handed to NATS.
     handed: u64,
     /// The update whose acknowledgement failed last, and how many times in a row.
@@ -216,17 +226,17 @@ impl Publisher {
         let mut headers = HeaderMap::new();
         headers.insert(SEQ_HEADER, seq.to_string().as_str());
         headers.insert(TYPE_HEADER, type_name::<pb::FlightUpdate>().as_str());
-        // The stream drops a re-publish of the same update (after a restart, a lost ack).
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            format!("{}:{}", update.flight, update.seq).as_str(),
-        );
+        // The stream drops a re-publish of the same update (after a restart, a lost ack),
+        // and only the broker can make the id (see the module docs).
+        let id = self.ids.flight_update(&update.flight, update.seq);
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+        let payload = bytes::Bytes::from(pb_bytes);
         let ack = self
             .js
             .publish_with_headers(
                 subjects::flight(&update.agent, &update.flight),
                 headers.clone(),
-                pb_bytes.into(),
+                payload.clone(),
             )
             .await
             .map_err(|e| match e.kind() {
@@ -235,7 +245,12 @@ impl Publisher {
                 }
                 _ => Unpublishable::Retry(e.to_string()),
             })?;
-        self.acks.push_back((seq, ack));
+        self.acks.push_back(Handed {
+            seq,
+            id,
+            payload,
+            ack,
+        });
         let mut json_headers = headers;
         json_headers.insert(TYPE_HEADER, json_type_name::<pb::FlightUpdate>().as_str());
         json_headers.insert(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE);
@@ -265,8 +280,14 @@ impl Publisher {
     /// ([`STREAM_REFUSALS`] times in a row: a stream deleted or limited under it) is
     /// skipped, so the publisher never loops on it.
     async fn settle(&mut self) -> Result<(), u64> {
-        while let Some((seq, ack)) = self.acks.pop_front() {
-            let why = match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+        while let Some(handed) = self.acks.pop_front() {
+            let seq = handed.seq;
+            let why = match tokio::time::timeout(ACK_TIMEOUT, handed.ack).await {
+                Ok(Ok(ack)) if ack.duplicate => {
+                    self.check_duplicate(seq, &handed.id, &handed.payload, ack.sequence)
+                        .await;
+                    continue;
+                }
                 Ok(Ok(_)) => continue,
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "no acknowledgement in time".into(),
@@ -296,6 +317,57 @@ impl Publisher {
         }
         Ok(())
     }
+}
+
+impl Publisher {
+    /// The stream said it already holds an update under `id`, at `stream_seq`: a
+    /// re-publish of this very update is expected; anything else there means someone
+    /// else made one of the broker's ids (its bus key is known outside it), and the
+    /// broker's update is not in the stream: an alarm.
+    async fn check_duplicate(&self, seq: u64, id: &str, payload: &bytes::Bytes, stream_seq: u64) {
+        let stored = match self.js.get_stream(subjects::FLIGHT_STREAM).await {
+            Ok(stream) => stream
+                .get_raw_message(stream_seq)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let stored = match stored {
+            Ok(m) => m,
+            Err(e) => {
+                // Aged out or removed since: nothing to compare, and nothing to alarm on.
+                tracing::debug!(seq, stream_seq, error = %e, "a duplicate flight update could not be checked");
+                return;
+            }
+        };
+        let same_seq = stored
+            .headers
+            .get(SEQ_HEADER)
+            .is_some_and(|v| v.as_str() == seq.to_string());
+        if same_seq && stored.payload == *payload {
+            return;
+        }
+        let alarms = self.counters.forged_ids.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::error!(
+            alarms,
+            seq,
+            msg_id = id,
+            stream_seq,
+            subject = %stored.subject,
+            "ALARM: the flight stream holds a message the broker never published under the id of one of its updates, and dropped the broker's as a duplicate; only a holder of the bus key (<data-dir>/bus.key) can make these ids: treat it as leaked (replace it and the node keys) and read this flight over HTTP"
+        );
+    }
+}
+
+/// A flight update handed to the stream, waiting for its acknowledgement.
+struct Handed {
+    /// Its event's global seq.
+    seq: u64,
+    /// Its `Nats-Msg-Id`.
+    id: String,
+    /// What was published, to tell a re-publish from a forgery on a duplicate.
+    payload: bytes::Bytes,
+    ack: async_nats::jetstream::context::PublishAckFuture,
 }
 
 /// Why an event did not go out.

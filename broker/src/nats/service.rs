@@ -1,6 +1,17 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
 //! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; and `relay.v1.cmd.snapshot`, in JSON
 //! only, a watch's snapshot with where to follow it from ([`snapshot`]).
+//!
+//! Who the bus is: NATS does not say who published a request, so the broker trusts the
+//! bus only as far as its setup does. A trusted bus (NATS credentials, whose server's
+//! permissions say who may publish, or a request token every request must carry) may do
+//! all the subjects offer, and its decisions are recorded as the bus's (`nats`,
+//! `NAME@nats`), never as the operator's. An open bus (neither: anyone who reaches the
+//! server) may read, ask and post under its own names only: approving, steering,
+//! interrupting, linking an ask or a message to a flight (`parent_flight`, `meta`), and
+//! asking or posting as the operator, an agent or one of Relay's own identities are
+//! refused ([`BrokerError::OpenBus`], naming
+//! the flags that trust it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +50,9 @@ pub struct Counters {
     pub published: AtomicU64,
     /// Events NATS could never take (skipped, still in the log).
     pub unpublishable: AtomicU64,
+    /// Flight updates the stream dropped as duplicates of a message the broker never
+    /// published (an alarm: someone else made its keyed ids).
+    pub forged_ids: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -48,6 +62,8 @@ pub struct Service {
     broker: Broker,
     control: Option<Arc<dyn FlightControl>>,
     request_token: Option<Arc<str>>,
+    /// Anyone may publish requests: see the module docs.
+    open: bool,
     permits: Arc<Semaphore>,
     pub counters: Arc<Counters>,
 }
@@ -57,14 +73,15 @@ impl Service {
         client: async_nats::Client,
         broker: Broker,
         control: Option<Arc<dyn FlightControl>>,
-        request_token: Option<String>,
+        config: &super::NatsConfig,
     ) -> Service {
         Service {
             js: async_nats::jetstream::new(client.clone()),
             client,
             broker,
             control,
-            request_token: request_token.map(Arc::from),
+            request_token: config.request_token.as_deref().map(Arc::from),
+            open: config.is_open(),
             permits: Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS)),
             counters: Arc::new(Counters::default()),
         }
@@ -219,9 +236,23 @@ impl Service {
                     bus_body::<m::Invoke>(msg)?.into_request(param)
                 } else {
                     let r: pb::InvokeRequest = from_pb(msg)?;
-                    convert::invoke_request_from_pb(param, &r)
-                        .map_err(|e| BrokerError::Invalid(e.to_string()))?
+                    let mut req = convert::invoke_request_from_pb(param, &r)
+                        .map_err(|e| BrokerError::Invalid(e.to_string()))?;
+                    // Unnamed, the bus asks as itself, as in JSON (not as the operator,
+                    // which proto3's empty string means over HTTP's conversions).
+                    if r.requester.is_empty() {
+                        req.requester = BUS_ACTOR.to_string();
+                    }
+                    req
                 };
+                if self.open {
+                    self.as_itself("asking", &req.requester).await?;
+                    if req.parent_flight.is_some() {
+                        return Err(BrokerError::OpenBus {
+                            what: "linking an ask to a flight (parent_flight)".into(),
+                        });
+                    }
+                }
                 Ok(Answer::Invoked(self.broker.invoke(req).await?))
             }
             MethodId::MessagePost => {
@@ -231,6 +262,17 @@ impl Service {
                     let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
+                if self.open {
+                    self.as_itself("posting", &post.author).await?;
+                    // Its meta says which flight, invocation or harness session a
+                    // message came from: a mention in it is asked within that flight.
+                    if !post.meta.is_empty() {
+                        return Err(BrokerError::OpenBus {
+                            what: "a message naming the flight or session it came from (meta)"
+                                .into(),
+                        });
+                    }
+                }
                 Ok(Answer::Posted(self.broker.post_message(post).await?))
             }
             MethodId::FlightSteer => {
@@ -241,6 +283,7 @@ impl Service {
                     let r: pb::SteerRequest = from_pb(msg)?;
                     (r.flight, r.text)
                 };
+                self.trusted("steering a flight")?;
                 Ok(Answer::Flight(
                     crate::ops::steer(&self.broker, control, &flight, text).await?,
                 ))
@@ -251,6 +294,7 @@ impl Service {
                 } else {
                     from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
+                self.trusted("interrupting a flight")?;
                 Ok(Answer::Flight(
                     crate::ops::interrupt(&self.broker, control, &flight).await?,
                 ))
@@ -270,6 +314,7 @@ impl Service {
                     };
                     (r.approval, d, by)
                 };
+                self.trusted("deciding an approval")?;
                 Ok(Answer::Approval(
                     crate::ops::decide(
                         &self.broker,
@@ -277,7 +322,7 @@ impl Service {
                         &id,
                         decision,
                         &by,
-                        Some(crate::ops::Via::Client),
+                        Some(crate::ops::Via::Bus),
                     )
                     .await?,
                 ))
@@ -304,6 +349,29 @@ impl Service {
 }
 
 impl Service {
+    /// Refuses `what` on an open bus: it decides or acts on someone's turn.
+    fn trusted(&self, what: &str) -> Result<(), BrokerError> {
+        if self.open {
+            return Err(BrokerError::OpenBus { what: what.into() });
+        }
+        Ok(())
+    }
+
+    /// On an open bus, a client asks and posts under its own names only: not as the
+    /// operator, an agent or one of Relay's own identities, whom the broker
+    /// authenticates elsewhere (their tokens, its policies).
+    async fn as_itself(&self, doing: &str, name: &str) -> Result<(), BrokerError> {
+        let speaks_for_someone = name.trim().eq_ignore_ascii_case("operator")
+            || relay_protocol::domain::decider::reserved(name, false).is_some()
+            || self.broker.agent(name).await?.is_some();
+        if speaks_for_someone {
+            return Err(BrokerError::OpenBus {
+                what: format!("{doing} as {}", quote(name)),
+            });
+        }
+        Ok(())
+    }
+
     /// A watch's snapshot and where a NATS client follows it. A flight's or an agent's
     /// updates are in the flight stream: the stream's last sequence is read BEFORE the
     /// snapshot, when every update in the stream is already published by the broker,

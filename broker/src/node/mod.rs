@@ -2,7 +2,8 @@
 //!
 //! Broker -> node: a [`Dispatch`](relay_protocol::runtime::Dispatch) is published to the
 //! `RELAY_DISPATCH` stream on `relay.v1.dispatch.<node>` with `Nats-Msg-Id` = the
-//! invocation id (JetStream drops a second publish of the same invocation). The node
+//! invocation id and a tag keyed with the bus key (JetStream drops a second publish of
+//! the same invocation; no client can take the id first). The node
 //! reads it with a durable consumer and acknowledges it once the turn has started (or the
 //! flight ended); the start is first recorded in the node's sled, so a redelivery (after
 //! a node crash, a NATS restart) never runs a turn twice, and a dispatch whose turn never

@@ -100,7 +100,8 @@ pub async fn send_dispatch(
         js,
         subject,
         DISPATCH_TYPE,
-        &dispatch.invocation.id,
+        // Keyed: no client can take the id first (a re-send still has the same one).
+        &key.stream_ids().dispatch(&dispatch.invocation.id),
         payload,
         stop,
     )

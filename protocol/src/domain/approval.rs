@@ -35,8 +35,10 @@ wire_enum! {
 /// name, and the identities only Relay records, from this one list: its approval
 /// policies (`policy:...`), Relay itself (`relay:restart`, `relay:turn-ended`), a
 /// harness settling its own request (`codex:withdrawn`, `claude:withdrawn`... for every
-/// harness, by short and wire name) and a dashboard login (`alice@dashboard`). A client
-/// may not claim any of them, so the record always tells who really decided.
+/// harness, by short and wire name), a dashboard login (`alice@dashboard`) and a
+/// decision made over the bus (`alice@nats`). A client may not claim any of
+/// them, so the record always tells who really decided. Every surface checks against
+/// [`reserved`]: the broker's HTTP and NATS services and the CLI.
 pub mod decider {
     use crate::domain::Harness;
 
@@ -46,6 +48,12 @@ pub mod decider {
     pub const RELAY: &str = "relay:";
     /// The suffix of a dashboard login's decisions.
     pub const DASHBOARD: &str = "@dashboard";
+    /// The suffix of decisions made over the bus: NATS does not say who published a
+    /// request, so a name given there is what the bus claims, never the person itself.
+    pub const BUS: &str = "@nats";
+    /// The bus's own name: who a bus request acts as when it names nobody (the bus
+    /// module's `BUS_ACTOR` is this).
+    pub const BUS_NAME: &str = "nats";
 
     /// A harness withdrew its own request.
     pub fn withdrawn(harness: Harness) -> String {
@@ -55,6 +63,17 @@ pub mod decider {
     /// How a dashboard login `name`'s decisions are recorded.
     pub fn dashboard(name: &str) -> String {
         format!("{name}{DASHBOARD}")
+    }
+
+    /// How a decision made over the bus in the name of `name` is recorded: the bus's
+    /// own name ([`BUS_NAME`]) as it is, any other as `name@nats`, so the record never
+    /// names the operator (or anyone) for what a bus client decided.
+    pub fn bus(name: &str) -> String {
+        if name == BUS_NAME {
+            name.to_string()
+        } else {
+            format!("{name}{BUS}")
+        }
     }
 
     /// Why `decided_by` is one of Relay's own identities (compared without case and
@@ -79,6 +98,9 @@ pub mod decider {
             return Some(format!(
                 "`{DASHBOARD}` names a decision made on the dashboard by its login"
             ));
+        }
+        if lower.trim_end().ends_with(BUS) {
+            return Some(format!("`{BUS}` names a decision made over the bus"));
         }
         None
     }

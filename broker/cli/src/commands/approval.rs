@@ -115,12 +115,20 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
         actor,
         json,
     } = args;
+    let decided_by = actor.name();
+    // Relay's own identities, from the one list the broker checks too: refused here
+    // before anything is sent.
+    if let Some(why) = relay_protocol::domain::decider::reserved(&decided_by, false) {
+        crate::exit::usage!(
+            "--as {decided_by:?} is not allowed: {why}; decide under your own name"
+        );
+    }
     let a: Approval = client
         .call::<m::ApprovalDecide>(
             &[&id],
             &DecideApproval {
                 decision,
-                decided_by: actor.name(),
+                decided_by,
             },
         )
         .await?;

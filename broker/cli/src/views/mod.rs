@@ -33,6 +33,8 @@ pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
     use relay_protocol::api::NatsStatus;
     match nats {
         NatsStatus::Disabled => "disabled (start with --nats URL)".into(),
+        // An agent's token is not told where the bus is.
+        NatsStatus::Connected { url } if url.is_empty() => "connected".into(),
         NatsStatus::Connected { url } => format!("connected to {url}"),
         NatsStatus::Disconnected {
             url,
@@ -40,7 +42,10 @@ pub fn describe_nats(nats: &relay_protocol::api::NatsStatus) -> String {
             error,
         } => {
             let secs = relay_protocol::clock::now_ms().saturating_sub(*since_ms) / 1000;
-            let mut line = format!("disconnected from {url} for {secs} s");
+            let mut line = match url.as_str() {
+                "" => format!("disconnected for {secs} s"),
+                url => format!("disconnected from {url} for {secs} s"),
+            };
             if let Some(e) = error {
                 line.push_str(&format!(" (last error: {e})"));
             }

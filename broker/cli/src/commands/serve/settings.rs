@@ -164,7 +164,9 @@ pub struct BusArgs {
     /// A file holding a shared secret that every request on relay.v1.invoke.* and
     /// relay.v1.cmd.* must carry in its `Relay-Token` header (else it is answered
     /// `unauthorized`); or set RELAY_NATS_REQUEST_TOKEN. Without it, NATS's own
-    /// permissions decide who may publish there.
+    /// permissions decide who may publish there; without it and without NATS
+    /// credentials the bus is open, and approving, steering, interrupting and speaking
+    /// as the operator or an agent over it are refused.
     #[arg(long, env = "RELAY_NATS_REQUEST_TOKEN_FILE", value_name = "FILE")]
     nats_request_token_file: Option<PathBuf>,
     /// The request token: refused on the command line, set RELAY_NATS_REQUEST_TOKEN or

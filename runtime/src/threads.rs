@@ -23,6 +23,22 @@ pub struct ThreadRecord {
     pub updated_at: u64,
 }
 
+/// A stored thread record: `None` for one of another version (the session starts a new
+/// thread), an error for one that does not decode.
+pub fn decode_record(v: &[u8]) -> Result<Option<ThreadRecord>, RuntimeError> {
+    match v.split_first() {
+        Some((&VERSION, json)) => Ok(Some(serde_json::from_slice(json)?)),
+        _ => Ok(None),
+    }
+}
+
+/// A thread record as stored: the version byte, then its JSON.
+pub fn encode_record(record: &ThreadRecord) -> Result<Vec<u8>, RuntimeError> {
+    let mut v = vec![VERSION];
+    serde_json::to_writer(&mut v, record)?;
+    Ok(v)
+}
+
 #[derive(Clone)]
 pub struct ThreadStore {
     db: Durable,
@@ -96,16 +112,14 @@ impl ThreadStore {
         let (tree, agent) = (self.tree.clone(), agent.to_string());
         let v = storage::read(move || tree.get(agent.as_bytes())).await??;
         match v {
-            Some(v) if v.first() == Some(&VERSION) => Ok(Some(serde_json::from_slice(&v[1..])?)),
-            Some(_) => Ok(None),
+            Some(v) => decode_record(&v),
             None => Ok(None),
         }
     }
 
     /// Records the thread and waits until it is on disk.
     pub async fn put(&self, agent: &str, record: &ThreadRecord) -> Result<(), RuntimeError> {
-        let mut v = vec![VERSION];
-        serde_json::to_writer(&mut v, record)?;
+        let v = encode_record(record)?;
         let (tree, agent) = (self.tree.clone(), agent.to_string());
         self.db
             .write_durably(move || tree.insert(agent.as_bytes(), v))

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests: the `relay` binary as a real process
 //! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API; waiting
 //! for something to happen ([`wait_until`], the one polling loop) and reading processes
-//! ([`procs`], the one reader of `/proc`); a headless Chromium ([`browser::Browser`]).
+//! ([`procs`], the one reader of `/proc`); a headless Chromium ([`browser::Browser`]); the
+//! fuzz runner and its input generators ([`fuzz`]).
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
@@ -13,7 +14,7 @@
 //!
 //! Layering (a module uses only the modules after its arrow; the process handles live in
 //! the crate root; `tests/tests/module_graph/` checks it):
-//! - `bench`, `codex_turns`, `load`, `tmux`, `wait` -> none
+//! - `bench`, `codex_turns`, `fuzz`, `load`, `tmux`, `wait` -> none
 //! - `procs` -> `wait`
 //! - `environ` -> `load`
 //! - `harness_events` -> `procs`
@@ -25,6 +26,7 @@ pub mod bench;
 pub mod browser;
 pub mod codex_turns;
 pub mod environ;
+pub mod fuzz;
 pub mod harness_events;
 pub mod load;
 pub mod nats;

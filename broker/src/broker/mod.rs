@@ -251,6 +251,12 @@ impl Broker {
         let (last_seq, counts) = store
             .read(|s| Ok((s.last_seq()?, Counts::scan(s)?)))
             .await?;
+        // A damaged log's last event may hold the largest seq: then none can follow it.
+        let next_seq = last_seq.checked_add(1).ok_or_else(|| {
+            BrokerError::Corrupt(format!(
+                "the event log's last event has the largest seq ({last_seq}); no event can follow it (run `relay doctor`)"
+            ))
+        })?;
         let (commands, rx) = mpsc::channel(config.command_queue.max(1));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let broker = Broker {
@@ -269,7 +275,7 @@ impl Broker {
         let writer = Writer {
             store: broker.inner.store.clone(),
             config: broker.inner.config.clone(),
-            next_seq: last_seq + 1,
+            next_seq,
             failure: broker.inner.failed.clone(),
         };
         let task = broker

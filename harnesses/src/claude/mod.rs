@@ -83,5 +83,7 @@ mod wire;
 
 pub use config::ClaudeConfig;
 pub use launcher::{ClaudeLauncher, CLAUDE_INFO};
+/// Claude Code's stdout read as a [`crate::stdio::Wire`] (public for the fuzz targets).
+pub use wire::ClaudeWire;
 
 pub use crate::pinned::{CLAUDE_CLI, CLAUDE_VERSION};

@@ -64,6 +64,8 @@ mod launcher;
 mod translate;
 
 pub use launcher::{CodexLauncher, CODEX_INFO};
+/// Codex's stdout read as a [`crate::stdio::Wire`] (public for the fuzz targets).
+pub use translate::CodexWire;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -81,7 +83,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use self::translate::CodexWire;
 use crate::config::CliConfig;
 use crate::error::HarnessError;
 use crate::stdio::{Outgoing, StdioChild};

@@ -417,9 +417,10 @@ impl Translator {
 }
 
 /// The [`Translator`] as the [`stdio::Wire`] of a `codex app-server` child, with the
-/// ids of the requests Relay sends.
-pub(crate) struct CodexWire {
-    pub translator: Translator,
+/// ids of the requests Relay sends. Public for the fuzz targets (`tests/tests/fuzz`): they
+/// feed it lines as Codex's stdout would.
+pub struct CodexWire {
+    pub(crate) translator: Translator,
     next_id: i64,
 }
 

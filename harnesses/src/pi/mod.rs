@@ -78,6 +78,8 @@ mod wire;
 
 pub use config::PiConfig;
 pub use launcher::{PiLauncher, PI_INFO};
+/// Pi's stdout read as a [`crate::stdio::Wire`] (public for the fuzz targets).
+pub use wire::PiWire;
 
 use std::path::PathBuf;
 

@@ -71,6 +71,7 @@ pub mod screens;
 mod session;
 
 pub use client::Tmux;
+pub use output::PaneText;
 
 /// The last `lines` lines `pane` of server `socket` shows (its screen and the history
 /// above it), as plain text: no escape codes or control characters, trailing blank

@@ -117,6 +117,36 @@ impl Write for Rendered {
     }
 }
 
+/// A pane's output rendered to plain text as it comes: one escape parser across chunks,
+/// so a sequence split between two reads is still removed; bytes that are not UTF-8
+/// become U+FFFD. Public for the fuzz targets (`tests/tests/fuzz`).
+pub struct PaneText {
+    rendered: Rendered,
+    parser: strip_ansi_escapes::Writer<Rendered>,
+}
+
+impl Default for PaneText {
+    fn default() -> Self {
+        let rendered = Rendered::default();
+        PaneText {
+            parser: strip_ansi_escapes::Writer::new(rendered.clone()),
+            rendered,
+        }
+    }
+}
+
+impl PaneText {
+    /// The text of the next `bytes` the pane printed.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        let _ = self
+            .parser
+            .write_all(bytes)
+            .and_then(|()| self.parser.flush());
+        let bytes = std::mem::take(&mut *lock(&self.rendered.0));
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
 /// Reads what the pane prints until tmux closes the pipe (the pane is gone): counts it
 /// (delivery confirms by it), renders it to plain text (one escape parser across reads,
 /// so a sequence split between two reads is still removed), and sends it to the running
@@ -129,8 +159,7 @@ pub(super) async fn read_output(
     shared: Arc<Shared>,
     coalesce: Duration,
 ) {
-    let rendered = Rendered::default();
-    let mut parser = strip_ansi_escapes::Writer::new(rendered.clone());
+    let mut text = PaneText::default();
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending = String::new();
     let mut tick = tokio::time::interval(coalesce);
@@ -141,9 +170,7 @@ pub(super) async fn read_output(
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     shared.printed.send_modify(|printed| *printed += n as u64);
-                    let _ = parser.write_all(&buf[..n]).and_then(|()| parser.flush());
-                    let bytes = std::mem::take(&mut *lock(&rendered.0));
-                    let text = String::from_utf8_lossy(&bytes);
+                    let text = text.push(&buf[..n]);
                     shared.remember(&text);
                     pending.push_str(&text);
                 }

@@ -410,9 +410,13 @@ fn quote(word: &str) -> String {
     quoted
 }
 
-/// Whether tmux said no server runs on the socket.
+/// Whether tmux said no server runs on the socket, or the one there was ending (an
+/// agent's own server exits with its last session: a client that reached it just then
+/// says it "exited unexpectedly").
 fn no_server(stderr: &str) -> bool {
-    stderr.contains("no server running") || stderr.contains("error connecting to")
+    stderr.contains("no server running")
+        || stderr.contains("error connecting to")
+        || stderr.contains("server exited unexpectedly")
 }
 
 #[cfg(test)]

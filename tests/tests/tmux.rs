@@ -164,12 +164,19 @@ async fn a_scripted_agent_in_a_pane_answers_through_relay_reply() {
     let shown = env.relay.cli_ok(&["agent", "show", "tm-1"]);
     let look = format!("tmux -L {} attach -t {pane}", env.tmux.agent_socket("tm-1"));
     assert!(shown.contains(&look), "{shown}");
-    // `peek`: the pane's last lines as plain text.
-    let peek = env.relay.cli_json(&["peek", "tm-1", "-n", "5", "--json"]);
+    // `peek`: the pane's last lines as plain text, up to the agent's next prompt (it
+    // prints it after its answer went).
+    let peek = wait_until("the next prompt in peek", WAIT, || async {
+        let peek = env.relay.cli_json(&["peek", "tm-1", "-n", "5", "--json"]);
+        match peek["lines"].as_array().and_then(|l| l.last()) {
+            Some(last) if last == "agent>" => Ok(peek),
+            _ => Err(peek.to_string()),
+        }
+    })
+    .await;
     assert_eq!(peek["pane"], pane.as_str(), "{peek}");
     let lines = peek["lines"].as_array().unwrap();
     assert!(lines.len() <= 5, "{peek}");
-    assert_eq!(lines.last().unwrap(), "agent>", "{peek}");
     // Replay shows a tmux flight like any other.
     let replay = env.relay.cli_ok(&["replay", "flight", id]);
     assert!(replay.contains("done: hello pane"), "{replay}");

@@ -74,7 +74,7 @@ pub struct HarnessInfo {
 pub struct Screen {
     /// Where it is (a tmux pane, `%3`).
     pub pane: String,
-    /// How a person looks at it themselves (`tmux -L relay attach -t %3`).
+    /// How a person looks at it themselves (`tmux -L relay@tm-1 attach -t %3`).
     pub attach: String,
     /// Its last lines as plain text (no escape codes), oldest first.
     pub lines: Vec<String>,

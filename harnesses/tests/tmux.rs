@@ -1,7 +1,9 @@
 //! The tmux adapter against a real tmux server, through the harness seam: a pane starts,
 //! a pasted task arrives whole and inert, a pane that takes nothing stalls, a pane that
 //! goes is reported, a pane whose ready pattern does not show gets nothing and fails
-//! with what it shows, and a pane with neither a command nor a shell is refused.
+//! with what it shows, a pane with neither a command nor a shell is refused, and an
+//! agent's session left on the server all agents once shared is ended, the agent
+//! started on a server of its own.
 //!
 //! Each test has its own server on a random socket name, killed by a guard however the
 //! test ends, and its own directory. The pane runs a small REPL (a shell script) that
@@ -525,4 +527,45 @@ async fn a_pane_to_start_with_neither_a_command_nor_a_shell_is_refused() {
         matches!(&err, HarnessError::Config { detail } if detail.contains("not a valid regular expression")),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn an_agents_session_left_on_the_shared_server_ends_and_it_starts_on_its_own() {
+    let shared = TmuxServer::new();
+    let dir = TempDir::new().unwrap();
+    // The session an older Relay started for agent `old` on the server all agents shared.
+    let legacy = shared.ok(&[
+        "new-session",
+        "-d",
+        "-P",
+        "-F",
+        "#{pane_id}",
+        "-s",
+        "relay-old",
+        "sleep 100000",
+    ]);
+    let mut agent = AgentSpec::new("old", Harness::Tmux, dir.path().display().to_string());
+    agent.command = Some("/bin/sh".into());
+    agent.args = vec!["-c".into(), "printf 'mine> '; exec sleep 100000".into()];
+    agent.pane = Some(PaneSpec {
+        socket: shared.socket().to_string(),
+        ..PaneSpec::default()
+    });
+    let config = TmuxConfig::for_agent(&agent, None).unwrap();
+    let own = Tmux::new(shared.agent_socket("old"));
+    assert_eq!(config.socket, own.socket());
+    let Spawned { session, .. } = within(WAIT, "spawn", TmuxLauncher::spawn_with(config))
+        .await
+        .unwrap();
+    let Endpoint::Pane { pane } = session.endpoint() else {
+        panic!("a tmux session has a pane endpoint");
+    };
+    // Ended there, started on the agent's own server.
+    assert!(!shared.panes().contains(&legacy), "{:?}", shared.panes());
+    assert_eq!(
+        own.session_pane("relay-old").await.unwrap(),
+        Some((pane.clone(), false))
+    );
+    within(WAIT, "shutdown", session.shutdown()).await.unwrap();
+    assert!(!own.pane_alive(&pane).await.unwrap());
 }

@@ -163,7 +163,7 @@ pub struct AgentAdded {
 pub struct Peek {
     pub agent: String,
     pub pane: String,
-    /// How a person looks at the pane (`tmux -L relay attach -t %3`).
+    /// How a person looks at the pane (`tmux -L relay@tm-1 attach -t %3`).
     pub attach: String,
     /// The pane's last lines as plain text (no escape codes), oldest first.
     pub lines: Vec<String>,

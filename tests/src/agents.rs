@@ -120,6 +120,11 @@ impl Env {
 
     /// With extra `relay up` arguments (`--nats URL`...).
     pub async fn start_with(extra: &[&str]) -> Env {
+        Self::start_with_env(extra, &[]).await
+    }
+
+    /// With extra `relay up` arguments and environment variables.
+    pub async fn start_with_env(extra: &[&str], envs: &[(&str, &str)]) -> Env {
         let tmp = tempfile::tempdir().unwrap();
         let mock = MockModel::start().await.unwrap();
         mock.set_handler(script);
@@ -131,7 +136,7 @@ impl Env {
         write_pi_dir(&pi_dir, &mock.base_url()).unwrap();
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
-        let relay = RelayProcess::start_with(&tmp.path().join("data"), extra, &[]).unwrap();
+        let relay = RelayProcess::start_with(&tmp.path().join("data"), extra, envs).unwrap();
         Env {
             tmp,
             mock,

@@ -1,6 +1,7 @@
 //! A tmux server of a test's own: a socket name no other test or person uses, started
 //! on demand by the first command, and killed (with every pane on it) on drop, its
-//! socket file removed.
+//! socket file removed; with it the servers of the agents Relay starts on it (each
+//! agent's own, `SOCKET@NAME`).
 
 #![allow(clippy::expect_used)]
 
@@ -57,25 +58,71 @@ impl TmuxServer {
 
     /// The ids of the panes on this server.
     pub fn panes(&self) -> Vec<String> {
-        let out = self.run(&["list-panes", "-a", "-F", "#{pane_id}"]);
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        panes(&self.socket)
     }
+
+    /// The server of agent `agent`'s pane when Relay starts it on this one
+    /// (`SOCKET@NAME`).
+    pub fn agent_socket(&self, agent: &str) -> String {
+        format!("{}@{agent}", self.socket)
+    }
+
+    /// What `pane` of agent `agent`'s server shows now, lines joined, no escape codes.
+    pub fn agent_capture(&self, agent: &str, pane: &str) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.agent_socket(agent)])
+            .args(["capture-pane", "-p", "-J", "-t", pane])
+            .output()
+            .expect("tmux runs");
+        assert!(out.status.success(), "capture-pane: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The ids of the panes on agent `agent`'s server.
+    pub fn agent_panes(&self, agent: &str) -> Vec<String> {
+        panes(&self.agent_socket(agent))
+    }
+}
+
+/// The ids of the panes on server `socket`.
+fn panes(socket: &str) -> Vec<String> {
+    let out = Command::new("tmux")
+        .args(["-L", socket, "list-panes", "-a", "-F", "#{pane_id}"])
+        .output()
+        .expect("tmux runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Where tmux keeps the sockets named with `-L`: `$TMUX_TMPDIR/tmux-UID`.
+fn socket_dir() -> std::path::PathBuf {
+    let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+    let uid = rustix::process::getuid().as_raw();
+    Path::new(&dir).join(format!("tmux-{uid}"))
 }
 
 impl Drop for TmuxServer {
     fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-        // tmux leaves its socket file behind: `$TMUX_TMPDIR/tmux-UID/NAME`.
-        let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
-        let uid = rustix::process::getuid().as_raw();
-        let _ = std::fs::remove_file(
-            Path::new(&dir)
-                .join(format!("tmux-{uid}"))
-                .join(&self.socket),
-        );
+        let dir = socket_dir();
+        let agents = format!("{}@", self.socket);
+        let mut sockets = vec![self.socket.clone()];
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            sockets.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with(&agents)),
+            );
+        }
+        for socket in sockets {
+            let _ = Command::new("tmux")
+                .args(["-L", &socket, "kill-server"])
+                .output();
+            // tmux leaves its socket file behind.
+            let _ = std::fs::remove_file(dir.join(&socket));
+        }
     }
 }
 

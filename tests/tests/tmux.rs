@@ -11,7 +11,9 @@
 //!   the pane gets `C-c`; `relay interrupt` sends `C-c`;
 //! - a pane started outside Relay is attached, answers, and its death fails the running
 //!   flight and marks the agent offline;
-//! - the pane outlives `kill -9` of `relay up` and is adopted, not started twice;
+//! - the pane outlives `kill -9` of `relay up` and is adopted, not started twice, on
+//!   the agent's own server, its program's paste mode remembered (a task of several lines
+//!   still goes in whole);
 //! - a real codex TUI with no credentials (a fresh CODEX_HOME) shows its sign-in screen:
 //!   the flight stalls with that reason and how to fix it, and nothing is pasted;
 //! - a pane with a ready pattern gets its task only once the pattern shows (also under
@@ -35,17 +37,21 @@ use serde_json::{json, Value};
 const TURN: u64 = 60;
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The scripted agent: prints `agent> `, collects a task's lines until Relay's trailer
-/// names its flight, records the task in `$RECEIVED/<flight>`, and answers `done:
-/// <first line>` with `relay reply`; a task whose first line starts with `silent` gets
-/// no answer. `C-c` prints `interrupted` and adds a line to `$RECEIVED/interrupts`.
+/// The scripted agent: turns bracketed paste on and prints `agent> `, collects a task's
+/// lines (the paste's brackets dropped) until Relay's trailer names its flight, records
+/// the task in `$RECEIVED/<flight>`, and answers `done: <first line>` with `relay reply`;
+/// a task whose first line starts with `silent` gets no answer. `C-c` prints
+/// `interrupted` and adds a line to `$RECEIVED/interrupts`.
 const AGENT: &str = r#"#!/bin/sh
 trap 'printf "interrupted\n"; echo interrupted >> "$RECEIVED/interrupts"; intr=1' INT
-printf 'agent> '
+esc=$(printf '\033')
+printf '\033[?2004hagent> '
 task=
 while :; do
   intr=0
   IFS= read -r line || { [ "$intr" = 1 ] && { task=; printf 'agent> '; continue; }; break; }
+  line=${line#"$esc[200~"}
+  line=${line%"$esc[201~"}
   case $line in
     "[Relay flight "*)
       flight=${line#"[Relay flight "}
@@ -156,14 +162,21 @@ async fn a_scripted_agent_in_a_pane_answers_through_relay_reply() {
     let pane = agent["endpoint"]["pane"].as_str().unwrap().to_string();
     assert!(pane.starts_with('%'), "{agent}");
     let shown = env.relay.cli_ok(&["agent", "show", "tm-1"]);
-    let look = format!("tmux -L {} attach -t {pane}", env.tmux.socket());
+    let look = format!("tmux -L {} attach -t {pane}", env.tmux.agent_socket("tm-1"));
     assert!(shown.contains(&look), "{shown}");
-    // `peek`: the pane's last lines as plain text.
-    let peek = env.relay.cli_json(&["peek", "tm-1", "-n", "5", "--json"]);
+    // `peek`: the pane's last lines as plain text, up to the agent's next prompt (it
+    // prints it after its answer went).
+    let peek = wait_until("the next prompt in peek", WAIT, || async {
+        let peek = env.relay.cli_json(&["peek", "tm-1", "-n", "5", "--json"]);
+        match peek["lines"].as_array().and_then(|l| l.last()) {
+            Some(last) if last == "agent>" => Ok(peek),
+            _ => Err(peek.to_string()),
+        }
+    })
+    .await;
     assert_eq!(peek["pane"], pane.as_str(), "{peek}");
     let lines = peek["lines"].as_array().unwrap();
     assert!(lines.len() <= 5, "{peek}");
-    assert_eq!(lines.last().unwrap(), "agent>", "{peek}");
     // Replay shows a tmux flight like any other.
     let replay = env.relay.cli_ok(&["replay", "flight", id]);
     assert!(replay.contains("done: hello pane"), "{replay}");
@@ -365,7 +378,7 @@ async fn the_pane_outlives_kill_9_of_relay_and_is_adopted_not_started_twice() {
     add_agent(&env, "tm-1", &[]);
     let (_, f) = ask(&env, "tm-1", "before").await;
     assert_eq!(f["output"], "done: before", "{f}");
-    let panes = env.tmux.panes();
+    let panes = env.tmux.agent_panes("tm-1");
     assert_eq!(panes.len(), 1, "{panes:?}");
 
     let id = env.ask_no_wait("tm-1", "silent when relay dies");
@@ -378,9 +391,18 @@ async fn the_pane_outlives_kill_9_of_relay_and_is_adopted_not_started_twice() {
     let f = env.wait_flight(&id, TURN, terminal).await;
     assert_eq!(state(&f), "failed", "{f}");
 
-    let (_, f) = ask(&env, "tm-1", "after").await;
+    // Of several lines: the adopted pane's paste mode is the one Relay remembered on it.
+    let (id, f) = ask(&env, "tm-1", "after\nthe restart").await;
     assert_eq!(f["output"], "done: after", "{f}");
-    assert_eq!(env.tmux.panes(), panes, "the same pane, adopted");
+    assert_eq!(
+        received_task(&env, &id),
+        recorded("after\nthe restart", &id)
+    );
+    assert_eq!(
+        env.tmux.agent_panes("tm-1"),
+        panes,
+        "the same pane, adopted"
+    );
     assert!(Path::new(&env.tmp.path().join("received")).exists());
 }
 
@@ -391,7 +413,9 @@ async fn the_codex_tui_in_a_pane_answers_through_relays_mcp_reply_tool() {
     let (codex_home, home) = (format!("CODEX_HOME={home}"), format!("HOME={home}"));
     // `codex`: the pinned CLI, its TUI, with Relay's MCP server wired in.
     env.add_tmux("cx-tui", "codex", &["--env", &codex_home, "--env", &home]);
-    let (id, f) = ask(&env, "cx-tui", "answer: from the codex tui").await;
+    // Two lines: the TUI turns bracketed paste on, so they go in as one task.
+    let task = "answer: from the codex tui\nand a second line";
+    let (id, f) = ask(&env, "cx-tui", task).await;
     assert_eq!(state(&f), "completed", "{f}");
     assert_eq!(f["output"], "from the codex tui", "{f}");
     // The model was told the flight and to use the MCP tool, and called it.
@@ -402,7 +426,7 @@ async fn the_codex_tui_in_a_pane_answers_through_relays_mcp_reply_tool() {
         .filter_map(|r| r.last_user_text())
         .find(|t| t.starts_with("answer: from the codex tui"))
         .unwrap();
-    assert_eq!(told, task_text("answer: from the codex tui", &id, true));
+    assert_eq!(told, task_text(task, &id, true));
     let reply = env.message_with_body(f["conversation"].as_str().unwrap(), "from the codex tui");
     assert_eq!(reply["author"], "cx-tui", "{reply}");
 }
@@ -453,12 +477,12 @@ async fn a_codex_tui_at_its_sign_in_screen_stalls_the_flight_and_gets_nothing() 
         .relay
         .cli(&["ask", "cx-new", "--timeout", "60", "hello from relay"]);
     assert!(!out.status.success(), "{out:?}");
-    let panes = env.tmux.panes();
+    let panes = env.tmux.agent_panes("cx-new");
     assert_eq!(panes.len(), 1, "{panes:?}");
     let pane = &panes[0];
     let why = format!(
         "stalled: codex in pane {pane} shows its sign-in screen; sign in there (tmux -L {} attach -t {pane}) or give it credentials",
-        env.tmux.socket()
+        env.tmux.agent_socket("cx-new")
     );
     assert!(said(&out).contains(&why), "{}", said(&out));
     let flights = env
@@ -469,7 +493,7 @@ async fn a_codex_tui_at_its_sign_in_screen_stalls_the_flight_and_gets_nothing() 
     let reason = f["error"].as_str().unwrap_or_default();
     assert!(reason.contains(&why), "{f}");
     // Nothing was pasted: the pane still shows the picker, and no trace of the task.
-    let screen = env.tmux.capture(pane);
+    let screen = env.tmux.agent_capture("cx-new", pane);
     assert!(screen.contains("Sign in with ChatGPT"), "{screen}");
     assert!(
         !screen.contains("hello from relay") && !screen.contains("Relay flight"),

@@ -42,6 +42,8 @@ pub struct NewSession<'a> {
     pub cwd: Option<&'a Path>,
     /// Columns and rows.
     pub size: (u16, u16),
+    /// Where the pane's output goes (a FIFO), piped before the pane can print anything.
+    pub output: Option<&'a Path>,
 }
 
 impl Tmux {
@@ -110,6 +112,15 @@ impl Tmux {
     /// The command goes to tmux on stdin (`start-server ; source-file -`), not on the
     /// client's command line: the pane's variables include the agent's token and
     /// secrets, and a command line is readable by every process of the machine.
+    ///
+    /// In the same script, before tmux reads anything the pane prints: its output is
+    /// piped to `new.output` ([`pipe_output`](Self::pipe_output)), so Relay sees it
+    /// from the first byte (a program turning bracketed paste on at once included); and
+    /// the variables are removed from the session's environment, which tmux fills from
+    /// `-e` and which any process reaching the server could read back
+    /// (`show-environment`) — a program in the pane whose own environment was scrubbed
+    /// (a sandboxed tool call) included. The pane's process keeps them; a window a person
+    /// opens in the session later does not get them.
     pub async fn new_session(&self, new: &NewSession<'_>) -> Result<String, HarnessError> {
         let mut words = vec![
             "new-session".to_string(),
@@ -132,7 +143,19 @@ impl Tmux {
         }
         words.push("--".into());
         words.extend(new.command.iter().map(|word| quote(word)));
-        let line = words.join(" ") + "\n";
+        let mut line = words.join(" ") + "\n";
+        let session = quote(&format!("={}", new.name));
+        if let Some(output) = new.output {
+            let target = quote(&format!("={}:", new.name));
+            let shell = quote(&pipe_command(output)?);
+            line.push_str(&format!("pipe-pane -O -t {target} {shell}\n"));
+        }
+        for name in new.env.keys() {
+            line.push_str(&format!(
+                "set-environment -u -t {session} {}\n",
+                quote(name)
+            ));
+        }
         // A new session's first process gets the client's PATH, whatever `-e` says.
         let path = new.env.get("PATH").map(String::as_str);
         let pane = self
@@ -295,15 +318,48 @@ impl Tmux {
     /// Streams what `pane` prints from now on into the FIFO (or file) at `path`, through
     /// a `cat` tmux runs; tmux closes it when the pane is gone.
     pub async fn pipe_output(&self, pane: &str, path: &Path) -> Result<(), HarnessError> {
-        let path = path.display().to_string();
-        let quoted = shlex::try_quote(&path).map_err(|_| HarnessError::Tmux {
-            command: "pipe-pane".into(),
-            stderr: format!("cannot quote {path:?} for the shell"),
-        })?;
-        let shell = format!("exec cat > {quoted}");
+        let shell = pipe_command(path)?;
         self.run(&["pipe-pane", "-O", "-t", pane, &shell], None)
             .await
             .map(drop)
+    }
+
+    /// Remembers on `pane` (a user option, `@relay_bracketed_paste`) whether its program
+    /// has bracketed paste on, as Relay saw it: a Relay that restarts and adopts the pane
+    /// reads it back ([`bracketed_paste`](Self::bracketed_paste)), since tmux 3.3 shows
+    /// the mode in no format.
+    pub async fn set_bracketed_paste(&self, pane: &str, on: bool) -> Result<(), HarnessError> {
+        let value = if on { "1" } else { "0" };
+        self.run(
+            &["set-option", "-p", "-t", pane, BRACKETED_OPTION, value],
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// What [`set_bracketed_paste`](Self::set_bracketed_paste) remembered on `pane`:
+    /// `None` when nothing was.
+    pub async fn bracketed_paste(&self, pane: &str) -> Result<Option<bool>, HarnessError> {
+        let value = self
+            .run(
+                &[
+                    "show-options",
+                    "-p",
+                    "-q",
+                    "-v",
+                    "-t",
+                    pane,
+                    BRACKETED_OPTION,
+                ],
+                None,
+            )
+            .await?;
+        Ok(match value.trim() {
+            "1" => Some(true),
+            "0" => Some(false),
+            _ => None,
+        })
     }
 
     /// Ends the session that holds `pane` (its programs get SIGHUP).
@@ -320,6 +376,20 @@ impl Tmux {
             other => other.map(drop),
         }
     }
+}
+
+/// The pane option in which Relay remembers whether a pane's program has bracketed
+/// paste on.
+const BRACKETED_OPTION: &str = "@relay_bracketed_paste";
+
+/// The shell command `pipe-pane` runs to send a pane's output to the FIFO at `path`.
+fn pipe_command(path: &Path) -> Result<String, HarnessError> {
+    let path = path.display().to_string();
+    let quoted = shlex::try_quote(&path).map_err(|_| HarnessError::Tmux {
+        command: "pipe-pane".into(),
+        stderr: format!("cannot quote {path:?} for the shell"),
+    })?;
+    Ok(format!("exec cat > {quoted}"))
 }
 
 /// `word` as one word of tmux's command language, taken literally: in single quotes
@@ -340,9 +410,13 @@ fn quote(word: &str) -> String {
     quoted
 }
 
-/// Whether tmux said no server runs on the socket.
+/// Whether tmux said no server runs on the socket, or the one there was ending (an
+/// agent's own server exits with its last session: a client that reached it just then
+/// says it "exited unexpectedly").
 fn no_server(stderr: &str) -> bool {
-    stderr.contains("no server running") || stderr.contains("error connecting to")
+    stderr.contains("no server running")
+        || stderr.contains("error connecting to")
+        || stderr.contains("server exited unexpectedly")
 }
 
 #[cfg(test)]

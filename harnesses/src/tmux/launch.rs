@@ -9,6 +9,7 @@ use std::time::Duration;
 use relay_protocol::domain::{Agent, AgentSpec, Harness};
 
 use super::client::{NewSession, Tmux};
+use super::output::OutputFifo;
 use super::screens::{Judge, KnownCli, ReadyPattern};
 use super::session::follow;
 use crate::access::RelayAccess;
@@ -26,7 +27,9 @@ pub const TMUX_INFO: HarnessInfo = HarnessInfo {
     screen: true,
 };
 
-/// Relay's own tmux server (`tmux -L relay`), apart from the user's default one.
+/// What Relay's tmux servers are named after: each agent's own is `relay@NAME`
+/// ([`PaneSpec::server`](relay_protocol::domain::PaneSpec::server)), apart from the
+/// user's default one.
 pub use relay_protocol::domain::DEFAULT_TMUX_SOCKET as DEFAULT_SOCKET;
 
 /// What a pane runs when the agent names no command and asked for a shell
@@ -41,8 +44,15 @@ const PANE_SHELL: PinnedCli = PinnedCli {
 /// How to start an agent in a pane, or which pane to follow.
 #[derive(Debug, Clone)]
 pub struct TmuxConfig {
-    /// The tmux server: a socket name (`-L`) or path (`-S`, when it holds a `/`).
+    /// The tmux server: a socket name (`-L`) or path (`-S`, when it holds a `/`). For
+    /// an agent's pane that Relay starts, a server of the agent's own
+    /// ([`PaneSpec::server`](relay_protocol::domain::PaneSpec::server)).
     pub socket: String,
+    /// The server this agent's session was started on before each agent had its own
+    /// (the socket all of them shared): a session of the agent's name still running there
+    /// is ended when the agent starts, not adopted, since every pane of that server can
+    /// read its environment and type into it.
+    pub legacy_socket: Option<String>,
     /// The tmux session's name, for a pane Relay starts.
     pub session: String,
     /// A pane started outside Relay to follow instead (`relay agent attach`): never
@@ -82,6 +92,7 @@ impl TmuxConfig {
     pub fn new(session: impl Into<String>, cli: CliConfig) -> TmuxConfig {
         TmuxConfig {
             socket: DEFAULT_SOCKET.to_string(),
+            legacy_socket: None,
             session: session.into(),
             target: None,
             cli,
@@ -120,7 +131,10 @@ impl TmuxConfig {
             session_name(&agent.name),
             CliConfig::for_agent(agent, &PANE_SHELL, relay),
         );
-        config.socket = pane.socket;
+        config.socket = pane.server(&agent.name);
+        if pane.target.is_none() {
+            config.legacy_socket = Some(pane.socket.clone());
+        }
         config.target = pane.target;
         if let Some(pattern) = &pane.ready_pattern {
             let pattern = ReadyPattern::new(pattern).map_err(|e| HarnessError::Config {
@@ -208,14 +222,15 @@ pub fn session_name(agent: &str) -> String {
     format!("relay-{name}")
 }
 
-/// Makes pane sessions, on the server each agent names (Relay's own by default).
+/// Makes pane sessions, each on a server of its agent's own (or follows the pane an
+/// agent was attached to).
 #[derive(Debug, Clone, Default)]
 pub struct TmuxLauncher;
 
 impl TmuxLauncher {
     /// Follows `config`'s pane: the one it was attached to, else its session's if that
     /// still runs (Relay restarted while the agent kept working), else a new detached
-    /// session running its command.
+    /// session running its command, its output piped to Relay from its first byte.
     pub async fn spawn_with(config: TmuxConfig) -> Result<Spawned, HarnessError> {
         let tmux = Tmux::new(&config.socket);
         if let Some(target) = &config.target {
@@ -226,18 +241,20 @@ impl TmuxLauncher {
                     command: "list-panes".into(),
                     stderr: format!("no live pane {target} on tmux server {}", config.socket),
                 })?;
-            return follow(&tmux, &pane, &config, Ownership::Attached).await;
+            return follow(&tmux, &pane, &config, Ownership::Attached, None).await;
         }
         match tmux.session_pane(&config.session).await? {
             Some((pane, false)) => {
-                return follow(&tmux, &pane, &config, Ownership::Adopted).await;
+                return follow(&tmux, &pane, &config, Ownership::Adopted, None).await;
             }
             Some((pane, true)) => tmux.kill_session_of(&pane).await?,
             None => {}
         }
+        end_legacy_session(&config).await?;
         config.cli.check_program()?;
         let mut command = vec![config.cli.program.display().to_string()];
         command.extend(config.cli.args.iter().cloned());
+        let fifo = OutputFifo::new()?;
         let pane = tmux
             .new_session(&NewSession {
                 name: &config.session,
@@ -245,9 +262,10 @@ impl TmuxLauncher {
                 env: &config.cli.env,
                 cwd: config.cli.cwd.as_deref(),
                 size: config.size,
+                output: Some(fifo.path()),
             })
             .await?;
-        match follow(&tmux, &pane, &config, Ownership::Started).await {
+        match follow(&tmux, &pane, &config, Ownership::Started, Some(fifo)).await {
             Ok(spawned) => Ok(spawned),
             Err(e) => {
                 let _ = tmux.kill_session_of(&pane).await;
@@ -255,6 +273,28 @@ impl TmuxLauncher {
             }
         }
     }
+}
+
+/// Ends the agent's session left on the server all agents shared before each had its
+/// own ([`TmuxConfig::legacy_socket`]), if one runs there: the agent starts again on its
+/// own server. Adopting it would keep its token readable by, and its pane open to,
+/// every other pane of that server.
+async fn end_legacy_session(config: &TmuxConfig) -> Result<(), HarnessError> {
+    let Some(legacy) = config.legacy_socket.as_deref() else {
+        return Ok(());
+    };
+    if legacy == config.socket {
+        return Ok(());
+    }
+    let shared = Tmux::new(legacy);
+    if let Some((pane, _)) = shared.session_pane(&config.session).await? {
+        tracing::warn!(
+            session = %config.session, %pane, shared = legacy, own = %config.socket,
+            "ending the agent's pane on the tmux server all agents shared; it starts again on a server of its own"
+        );
+        shared.kill_session_of(&pane).await?;
+    }
+    Ok(())
 }
 
 impl Launcher for TmuxLauncher {
@@ -283,13 +323,13 @@ impl Launcher for TmuxLauncher {
                         agent.state
                     ),
                 })?;
-            let lines = super::peek(&spec.socket, &pane, lines).await.map_err(|e| {
-                HarnessError::NoScreen {
+            let lines = super::peek(&spec.server(name), &pane, lines)
+                .await
+                .map_err(|e| HarnessError::NoScreen {
                     detail: format!("agent {name}'s pane {pane}: {e}"),
-                }
-            })?;
+                })?;
             Ok(Screen {
-                attach: spec.attach_hint(&pane),
+                attach: spec.attach_hint(name, &pane),
                 pane,
                 lines,
             })

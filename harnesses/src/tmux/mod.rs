@@ -1,8 +1,8 @@
 //! tmux panes: interactive agents (a TUI, a REPL, a shell) that a person can watch and
 //! type into, driven by Relay through the tmux server rather than a wire protocol.
 //!
-//! - [`client`]: [`Tmux`], one typed call per tmux command, on a socket of its own
-//!   (`tmux -L relay` by default), run from a clean environment.
+//! - [`client`]: [`Tmux`], one typed call per tmux command, on one server (an agent's
+//!   own, `tmux -L relay@NAME` by default), run from a clean environment.
 //! - [`sanitize`]: task text made inert (no escape sequences or control characters
 //!   reach a pane; newlines stay).
 //! - [`screens`]: what a pane's screen says: ready, held by a screen that needs a
@@ -10,19 +10,27 @@
 //! - `launch`: [`TmuxConfig`] and [`TmuxLauncher`]: how an agent starts in a pane (or
 //!   which pane it follows), and the start itself.
 //! - `session`: the session behind the seam: readiness, delivery, the turn's end.
-//! - `output`: the pane's output, pushed through a FIFO, rendered and sent as deltas.
+//! - `output`: the pane's output, pushed through a FIFO, rendered and sent as deltas;
+//!   its program's bracketed paste mode followed.
 //!
 //! How a session works (facts in `HARNESSES.md`, "tmux panes", and below):
 //! - **Start.** `new-session -d` runs the agent's command directly (no shell) in a new
-//!   session `relay-NAME` on the agent's server (Relay's own, `tmux -L relay`, unless
-//!   it names another), with the agent's variables and its access to Relay
-//!   (`RELAY_AGENT`, `RELAY_URL`, `RELAY_TOKEN`; `PATH` with the `relay` program) set
-//!   in the pane; the command reaches tmux on stdin, so no secret is ever on a command
-//!   line (tmux gives a new session's process the client's `PATH`, so the client runs
-//!   with that `PATH`). A session of that name still running (Relay restarted while the
-//!   agent kept working) is adopted, not started twice. A pane the agent was attached to
-//!   (`relay agent attach`) is followed, never started or ended by Relay. The
-//!   session is the pane.
+//!   session `relay-NAME` on a server of the agent's own (`tmux -L relay@NAME`; `S@NAME`
+//!   for an agent that names socket `S`): a pane's `$TMUX` reaches no other agent's
+//!   session, to read its environment or type into it. The pane's process gets the
+//!   agent's variables and its access to Relay (`RELAY_AGENT`, `RELAY_URL`,
+//!   `RELAY_TOKEN`; `PATH` with the `relay` program); the command reaches tmux on stdin,
+//!   so no secret is ever on a command line (tmux gives a new session's process the
+//!   client's `PATH`, so the client runs with that `PATH`). The same script removes the
+//!   variables from the session's environment, so the server keeps no token or secret
+//!   that a process reaching it could read back (`show-environment`). A session of that
+//!   name still running (Relay restarted while the agent kept working) is adopted, not
+//!   started twice; one left on the server all agents shared before each had its own
+//!   (`tmux -L relay`) is ended, and the agent started again on its own. A pane the
+//!   agent was attached to (`relay agent attach`) is followed, never started or ended by
+//!   Relay. The session is the pane. Own servers keep panes apart, not processes: any
+//!   process of the same user can still name another server or read
+//!   `/proc/PID/environ`.
 //! - **Known CLIs.** `codex` and `claude` started by Relay get Relay's MCP server, as
 //!   their app-server twins do (a bare name is the pinned CLI). The codex TUI also gets
 //!   `--no-daemon` (else a background app-server outlives the pane), its MCP tools of
@@ -30,9 +38,12 @@
 //!   (`default_tools_approval_mode="approve"`), and the agent's directory is trusted
 //!   (else a "Trust this folder?" dialog holds the pane inside a git repository). Codex
 //!   is interrupted with `Escape`: a `C-c` at its empty prompt quits it.
-//! - **Output, pushed.** `pipe-pane -O` runs a `cat` into a FIFO in a private temporary
-//!   directory, which the session reads as the pane prints: no polling of
-//!   `capture-pane`. The bytes are rendered to plain text by one escape parser across
+//! - **Output, pushed.** `pipe-pane -O` runs a `cat` into a FIFO in a private (0700)
+//!   temporary directory, which the session reads as the pane prints: no polling of
+//!   `capture-pane`. For a pane Relay starts, the pipe is set in the same tmux script as
+//!   the session, before tmux reads the pane's first byte. Once both ends are open the
+//!   FIFO and its directory are removed, so nothing is left behind, even by a Relay
+//!   killed later. The bytes are rendered to plain text by one escape parser across
 //!   reads and sent to the running turn as text deltas, coalesced (one per 250 ms at
 //!   most). tmux closes the pipe when the pane goes; the reader then reports
 //!   `ProcessExited` with the pane's last lines (a pane's exit status is not known).
@@ -52,7 +63,12 @@
 //!   followed by its flight and how to answer ([`task_text`]), is loaded from stdin into
 //!   a named buffer and pasted with `paste-buffer -p -d` (bracketed paste when the
 //!   program asked for it, so newlines are text, not submits); the submit key is a
-//!   separate step. The task counts as taken when, after the key, the pane printed and
+//!   separate step. A task of several lines goes only to a program that has bracketed
+//!   paste on: tmux 3.3 shows the mode in no format, so Relay follows it in the pane's
+//!   output (`CSI ? 2004 h`/`l`), and remembers it on the pane (`@relay_bracketed_paste`)
+//!   for a Relay that restarts and adopts it. To any other program (or one whose mode
+//!   Relay has not seen), it is refused with why, nothing pasted: its line breaks
+//!   would arrive as Enters, each a submit or a command of its own. The task counts as taken when, after the key, the pane printed and
 //!   its screen changed (text or cursor) with no collapsed paste (`[Pasted Content N
 //!   chars]`, `[Pasted text #N]`) left in an input box; the key is sent once more
 //!   otherwise, and then delivery fails with [`HarnessError::Stalled`](crate::HarnessError::Stalled).

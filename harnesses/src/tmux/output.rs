@@ -1,10 +1,11 @@
-//! A pane's output, pushed: tmux's `pipe-pane` into a FIFO, read as the pane prints,
-//! rendered to plain text and sent to the running turn ([`read_output`]); and the state
-//! the reader shares with the session ([`Shared`]).
+//! A pane's output, pushed: tmux's `pipe-pane` into a FIFO ([`OutputFifo`]), read as
+//! the pane prints, rendered to plain text and sent to the running turn
+//! ([`read_output`]), its program's bracketed paste mode followed ([`PasteModes`]); and
+//! the state the reader shares with the session ([`Shared`]).
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub(super) struct Shared {
     pub(super) printed: watch::Sender<u64>,
     /// Set once the reader has reported the pane's end.
     pub(super) gone: watch::Sender<bool>,
+    /// Whether the pane's program has bracketed paste on (`CSI ? 2004 h`), as its output
+    /// said; `None` when Relay has not seen it say (a pane it began to follow late).
+    pub(super) bracketed: Mutex<Option<bool>>,
 }
 
 impl Shared {
@@ -82,15 +86,59 @@ impl Shared {
     }
 }
 
+/// A FIFO for a pane's output, in a directory of its own that only this user may enter
+/// (0700: the pane's output may hold anything the agent printed). Both are removed once
+/// the FIFO is open at both ends ([`open_fifo`]; the open ends work on) or when this is
+/// dropped, so a Relay killed later leaves nothing behind.
+pub(super) struct OutputFifo {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl OutputFifo {
+    pub(super) fn new() -> Result<OutputFifo, HarnessError> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("relay-tmux-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        let path = dir.path().join("output");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        )
+        .map_err(std::io::Error::from)?;
+        Ok(OutputFifo { dir, path })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory (for tests of its mode).
+    #[cfg(test)]
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 /// Opens the FIFO for reading once tmux's `cat` has it open for writing: a reader opened
 /// before any writer would see end of file at once, so the open blocks (on the blocking
 /// pool) until the writer comes. If it never does, the open is released by opening the
 /// write end here.
-pub(super) async fn open_fifo(fifo: PathBuf) -> Result<pipe::Receiver, HarnessError> {
+///
+/// Open, the FIFO and its directory are removed: nothing opens them again.
+pub(super) async fn open_fifo(output: OutputFifo) -> Result<pipe::Receiver, HarnessError> {
+    let fifo = output.path.clone();
     let path = fifo.clone();
     let open = tokio::task::spawn_blocking(move || std::fs::File::open(path));
     match tokio::time::timeout(PIPE_OPEN, open).await {
-        Ok(Ok(file)) => Ok(pipe::Receiver::from_file(file?)?),
+        Ok(Ok(file)) => {
+            let receiver = pipe::Receiver::from_file(file?)?;
+            output.dir.close()?;
+            Ok(receiver)
+        }
         Ok(Err(join)) => Err(HarnessError::Io(std::io::Error::other(join))),
         Err(_) => {
             let _ = pipe::OpenOptions::new().open_sender(&fifo);
@@ -153,7 +201,6 @@ impl PaneText {
 /// turn as text deltas, at most one per `coalesce`. Then reports the pane's end.
 pub(super) async fn read_output(
     mut output: pipe::Receiver,
-    dir: tempfile::TempDir,
     tmux: Tmux,
     pane: String,
     shared: Arc<Shared>,
@@ -162,6 +209,7 @@ pub(super) async fn read_output(
     let mut text = PaneText::default();
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending = String::new();
+    let mut modes = PasteModes::default();
     let mut tick = tokio::time::interval(coalesce);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -169,6 +217,14 @@ pub(super) async fn read_output(
             read = output.read(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if let Some(on) = modes.scan(&buf[..n]) {
+                        let changed = lock(&shared.bracketed).replace(on) != Some(on);
+                        if changed {
+                            if let Err(e) = tmux.set_bracketed_paste(&pane, on).await {
+                                tracing::debug!(%pane, error = %e, "cannot remember the pane's paste mode");
+                            }
+                        }
+                    }
                     shared.printed.send_modify(|printed| *printed += n as u64);
                     let text = text.push(&buf[..n]);
                     shared.remember(&text);
@@ -179,7 +235,6 @@ pub(super) async fn read_output(
         }
     }
     send_output(&shared, &mut pending).await;
-    drop(dir);
     let alive = tmux.pane_alive(&pane).await.unwrap_or(false);
     let why = if alive {
         format!("pane {pane} no longer sends its output to Relay")
@@ -199,6 +254,69 @@ pub(super) async fn read_output(
             .await;
     }
     shared.gone.send_replace(true);
+}
+
+/// Follows a pane program's bracketed paste mode through its output, across reads: `CSI
+/// ? Pm h` turns it on and `CSI ? Pm l` off when a parameter is 2004; a reset (`ESC c`)
+/// turns it off. Anything else is passed over.
+#[derive(Debug, Default)]
+pub(super) struct PasteModes {
+    state: Scan,
+    /// The parameters of the private mode sequence being read (digits and `;`).
+    params: Vec<u8>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    #[default]
+    Text,
+    Escape,
+    Csi,
+    Private,
+}
+
+/// The longest parameter list followed; a longer one is not a mode Relay cares for.
+const MAX_PARAMS: usize = 64;
+
+/// The bracketed paste mode's number.
+const BRACKETED_PASTE: &[u8] = b"2004";
+
+impl PasteModes {
+    /// Scans `bytes`: the mode as the last sequence in them that set it left it, if one
+    /// did.
+    pub(super) fn scan(&mut self, bytes: &[u8]) -> Option<bool> {
+        let mut last = None;
+        for &b in bytes {
+            self.state = match (self.state, b) {
+                (_, 0x1b) => Scan::Escape,
+                (Scan::Escape, b'[') => Scan::Csi,
+                (Scan::Escape, b'c') => {
+                    last = Some(false);
+                    Scan::Text
+                }
+                (Scan::Csi, b'?') => {
+                    self.params.clear();
+                    Scan::Private
+                }
+                (Scan::Private, b'0'..=b'9' | b';') if self.params.len() < MAX_PARAMS => {
+                    self.params.push(b);
+                    Scan::Private
+                }
+                (Scan::Private, b'h' | b'l') => {
+                    if self
+                        .params
+                        .split(|&p| p == b';')
+                        .any(|p| p == BRACKETED_PASTE)
+                    {
+                        last = Some(b == b'h');
+                    }
+                    Scan::Text
+                }
+                _ => Scan::Text,
+            };
+        }
+        last
+    }
 }
 
 /// Sends `pending` to the running turn, if one runs; else it is only in the tail.
@@ -233,5 +351,36 @@ pub(super) async fn settle(
             Ok(Ok(())) => continue,
             Ok(Err(_)) | Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_paste_mode_is_followed_across_reads_and_among_other_modes() {
+        let mut modes = PasteModes::default();
+        assert_eq!(modes.scan(b"plain text, no modes"), None);
+        assert_eq!(modes.scan(b"\x1b[?2004h> "), Some(true));
+        assert_eq!(modes.scan(b"\x1b[?20"), None);
+        assert_eq!(modes.scan(b"04l"), Some(false));
+        assert_eq!(modes.scan(b"\x1b[?1049;2004h\x1b[?25l"), Some(true));
+        assert_eq!(modes.scan(b"\x1bc"), Some(false));
+        // Not the mode: another one, a non-private sequence, a longer number.
+        assert_eq!(modes.scan(b"\x1b[?1004h\x1b[2004h\x1b[?20040h"), None);
+        assert_eq!(modes.scan(b"\x1b[?2004h\x1b[?2004l"), Some(false));
+    }
+
+    #[test]
+    fn the_fifo_directory_is_private_and_goes_with_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let fifo = OutputFifo::new().unwrap();
+        let dir = fifo.dir().to_path_buf();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        drop(fifo);
+        assert!(!dir.exists());
     }
 }

@@ -129,7 +129,7 @@ pub enum Blocker {
 
 impl Blocker {
     /// What the screen is, and how a person gets past it, for `cli` in `pane`, where
-    /// `look` is how to look at the pane (`tmux -L relay attach -t %3`).
+    /// `look` is how to look at the pane (`tmux -L relay@tm-1 attach -t %3`).
     pub fn explain(self, cli: KnownCli, pane: &str, look: &str) -> String {
         let cli = cli.name();
         match self {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::client::Tmux;
 use super::launch::{task_text, Ownership, TmuxConfig};
-use super::output::{open_fifo, read_output, settle, Shared, EVENT_CAPACITY};
+use super::output::{open_fifo, read_output, settle, OutputFifo, Shared, EVENT_CAPACITY};
 use super::sanitize::sanitize;
 use super::screens::{last_lines, Judge, KnownCli, Readiness};
 use crate::error::HarnessError;
@@ -35,23 +35,28 @@ const SCREEN_LINES: usize = 6;
 /// has not been taken.
 const PASTE_MARKERS: [&str; 2] = ["[Pasted Content", "[Pasted text"];
 
-/// Pipes `pane`'s output into a FIFO in a private directory, starts the reader, and
-/// makes the session.
+/// Follows `pane`'s output through `piped`, the FIFO it was started piped into (a pane
+/// Relay started), else a new one piped now; starts the reader, and makes the session.
+///
+/// A pane Relay started was followed from its first byte: its program's bracketed paste
+/// mode is known, off until it turns it on. Another one's is what Relay remembered on
+/// the pane, else unknown until its program sets it again.
 pub(super) async fn follow(
     tmux: &Tmux,
     pane: &str,
     config: &TmuxConfig,
     ownership: Ownership,
+    piped: Option<OutputFifo>,
 ) -> Result<Spawned, HarnessError> {
-    let dir = tempfile::Builder::new().prefix("relay-tmux-").tempdir()?;
-    let fifo = dir.path().join("output");
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-    )
-    .map_err(std::io::Error::from)?;
-    tmux.pipe_output(pane, &fifo).await?;
+    let (fifo, bracketed) = match piped {
+        Some(fifo) => (fifo, Some(false)),
+        None => {
+            let fifo = OutputFifo::new()?;
+            let remembered = tmux.bracketed_paste(pane).await.unwrap_or(None);
+            tmux.pipe_output(pane, fifo.path()).await?;
+            (fifo, remembered)
+        }
+    };
     let output = open_fifo(fifo).await?;
     let (events, rx) = mpsc::channel(EVENT_CAPACITY);
     let shared = Arc::new(Shared {
@@ -60,10 +65,10 @@ pub(super) async fn follow(
         tail: Mutex::new(VecDeque::new()),
         printed: watch::Sender::new(0),
         gone: watch::Sender::new(false),
+        bracketed: Mutex::new(bracketed),
     });
     tokio::spawn(read_output(
         output,
-        dir,
         tmux.clone(),
         pane.to_string(),
         shared.clone(),
@@ -177,7 +182,7 @@ impl TmuxSession {
         }
     }
 
-    /// How a person looks at the pane: `tmux -L relay attach -t %3`.
+    /// How a person looks at the pane: `tmux -L relay@tm-1 attach -t %3`.
     fn look(&self) -> String {
         let [flag, socket] = relay_protocol::domain::tmux_socket_args(self.tmux.socket());
         format!("tmux {flag} {socket} attach -t {}", self.pane)
@@ -200,12 +205,26 @@ impl TmuxSession {
         )
     }
 
-    /// Pastes `text` (sanitised) and submits it, confirmed by the pane changing after
-    /// the submit key: something printed, a screen other than before, and no collapsed
-    /// paste still waiting in a TUI's input box. The key is sent a second time if not.
-    async fn deliver(&self, text: &str) -> Result<(), HarnessError> {
-        let text = sanitize(text);
+    /// Pastes `task` (sanitised), with its flight and how to answer ([`task_text`]), and
+    /// submits it, confirmed by the pane changing after the submit key: something
+    /// printed, a screen other than before, and no collapsed paste still waiting in a
+    /// TUI's input box. The key is sent a second time if not.
+    ///
+    /// A task of more than one line goes only to a program that has bracketed paste on
+    /// (else each of its line breaks would reach it as an Enter, a submit or a command of
+    /// its own), and is refused otherwise, nothing pasted ([`Self::paste_problem`]).
+    async fn deliver(&self, task: &str, flight: &str) -> Result<(), HarnessError> {
+        let multi_line = sanitize(task).contains('\n');
+        let text = sanitize(&task_text(task, flight, self.mcp));
         self.ready().await?;
+        if multi_line {
+            if let Some(why) = self.paste_problem() {
+                return Err(HarnessError::Incapable {
+                    harness: Harness::Tmux,
+                    what: why,
+                });
+            }
+        }
         let mut printed = self.shared.printed.subscribe();
         let before = *printed.borrow_and_update();
         let buffer = format!("relay-{}", uuid::Uuid::new_v4());
@@ -234,6 +253,22 @@ impl TmuxSession {
                 self.confirm_timeout
             ),
         })
+    }
+
+    /// Why a task's line breaks cannot be pasted into the pane as text now, if they
+    /// cannot: its program has not turned bracketed paste on (tmux brackets a paste only
+    /// then, and tmux 3.3 says nothing of the mode: Relay follows it in the pane's
+    /// output), or Relay has not seen it say either way.
+    fn paste_problem(&self) -> Option<String> {
+        let why = match *lock(&self.shared.bracketed) {
+            Some(true) => return None,
+            Some(false) => "its program has not turned bracketed paste on".to_string(),
+            None => "Relay has not seen whether its program has bracketed paste on (it began following the pane after the program started)".to_string(),
+        };
+        Some(format!(
+            "paste a task of several lines into pane {} as text: {why}, so each line break would reach it as an Enter of its own; send the task as one line, or run a program there that turns bracketed paste on",
+            self.pane
+        ))
     }
 
     /// Whether the pane, which printed after the submit key, took the task: its screen
@@ -335,10 +370,7 @@ impl HarnessSession for TmuxSession {
                 })
                 .await;
             *lock(&self.shared.turn) = Some(turn_id.clone());
-            if let Err(e) = self
-                .deliver(&task_text(text, relay_turn_id, self.mcp))
-                .await
-            {
+            if let Err(e) = self.deliver(text, relay_turn_id).await {
                 // A pane that went during the delivery (tmux then fails, or the server
                 // with it) is said to be gone, not a tmux error.
                 let e = match self.tmux.pane_alive(&self.pane).await {

@@ -215,8 +215,8 @@ pub struct AgentSpec {
     pub turn_timeout_secs: Option<u64>,
 }
 
-/// The tmux socket Relay starts its agents' panes on (`tmux -L relay`), apart from the
-/// user's own server.
+/// The tmux socket Relay's agents' servers are named after (`tmux -L relay@NAME`, one
+/// server per agent, [`PaneSpec::server`]), apart from the user's own server.
 pub const DEFAULT_TMUX_SOCKET: &str = "relay";
 
 /// The `tmux` arguments that reach server `socket`: `-S PATH` for a path (it holds a
@@ -305,9 +305,24 @@ impl PaneSpec {
         }
     }
 
-    /// How a person looks at `pane` of this server: `tmux -L relay attach -t %3`.
-    pub fn attach_hint(&self, pane: &str) -> String {
-        let [flag, socket] = self.socket_args();
+    /// The tmux server agent `agent`'s pane is on: the one given, for a pane it was
+    /// attached to; for a pane Relay starts, a server of the agent's own, `SOCKET@NAME`
+    /// (`relay@tm-1`; `/dir/sock@tm-1` for a path). Its own server is what keeps agents
+    /// apart: a pane's `$TMUX` reaches no other agent's session (its environment, its
+    /// keys). `@` is in neither a socket name nor an agent name, so two agents never
+    /// share one.
+    pub fn server(&self, agent: &str) -> String {
+        match self.target {
+            Some(_) => self.socket.clone(),
+            None => format!("{}@{agent}", self.socket),
+        }
+    }
+
+    /// How a person looks at `pane` of agent `agent`'s server ([`server`](Self::server)):
+    /// `tmux -L relay@tm-1 attach -t %3`.
+    pub fn attach_hint(&self, agent: &str, pane: &str) -> String {
+        let server = self.server(agent);
+        let [flag, socket] = tmux_socket_args(&server);
         format!("tmux {flag} {socket} attach -t {pane}")
     }
 }

@@ -53,8 +53,9 @@ pub enum AgentCmd {
         /// screens, else a pane is ready once its output is quiet.
         #[arg(long, value_name = "RE")]
         ready_pattern: Option<String>,
-        /// tmux: the server to start the agent's pane on, a socket name (`tmux -L`) or
-        /// path (`tmux -S`) [default: relay, Relay's own server].
+        /// tmux: the servers to start agents' panes on, a socket name (`tmux -L`) or
+        /// path (`tmux -S`); each agent gets a server of its own, SOCKET@NAME (`relay
+        /// agent show` prints how to attach) [default: relay].
         #[arg(long, value_name = "SOCKET")]
         socket: Option<String>,
         /// A turn that has not ended after this many seconds fails (an ask's --timeout
@@ -342,7 +343,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!(
                     "{} (tmux) attached to pane {target}; look at it: {}",
                     agent.spec.name,
-                    pane.attach_hint(&target)
+                    pane.attach_hint(&agent.spec.name, &target)
                 );
             }
         }
@@ -395,12 +396,13 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     let live = a.endpoint.as_ref().and_then(|e| e.pane.clone());
                     match live.or_else(|| spec.target.clone()) {
                         Some(pane) => {
-                            outln!("pane      {pane} on tmux server {}", spec.socket);
-                            outln!("look      {}", spec.attach_hint(&pane));
+                            let server = spec.server(&a.spec.name);
+                            outln!("pane      {pane} on tmux server {server}");
+                            outln!("look      {}", spec.attach_hint(&a.spec.name, &pane));
                         }
                         None => outln!(
                             "pane      none yet (started on tmux server {} with its first task)",
-                            spec.socket
+                            spec.server(&a.spec.name)
                         ),
                     }
                 }

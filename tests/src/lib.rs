@@ -19,10 +19,12 @@
 //! - `harness_events` -> `procs`
 //! - `browser`, `nats` -> `procs`, `wait`
 //! - `agents` -> `tmux`
+//! - `chaos` -> `load`, `nats`
 
 pub mod agents;
 pub mod bench;
 pub mod browser;
+pub mod chaos;
 pub mod codex_turns;
 pub mod environ;
 pub mod harness_events;

@@ -6,8 +6,8 @@
 # started, more failed than the kills could cut, or `relay doctor` not clean. Exits 1 on
 # a violation. The suite runs a bounded round (tests/tests/load.rs, chaos_*).
 #
-#   ops/chaos.sh                                   # 5,000 invocations, 30 kills, 1 round
-#   ops/chaos.sh --invocations 20000 --kills 120 --rounds 3 --seed 42
+#   ops/chaos.sh                                   # 5,000 invocations over 24 agents, 30 kills
+#   ops/chaos.sh --agents 80 --invocations 20000 --kills 120 --rounds 3 --seed 42
 #
 # Arguments go to relay-chaos (see `target/debug/relay-chaos --help`). It uses the debug
 # build (a release build takes long on a small machine; the chaos is about correctness,

@@ -267,6 +267,18 @@ fn start(chaos: &Chaos) -> anyhow::Result<(Fleet, Vec<String>)> {
 /// Runs the chaos to the end and checks what it left; see the module docs. An `Err` is a
 /// run that could not be made (a process that would not start again), not a finding.
 pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
+    // The clients send as fast as the broker takes invocations, so nearly all of an
+    // agent's share queues at once: past the runtime's queue, the surplus would be refused
+    // (failed flights that say so), which is not what this run is about.
+    let per_agent = chaos.invocations.div_ceil(chaos.agents.max(1));
+    anyhow::ensure!(
+        per_agent < relay_runtime::AGENT_QUEUE_CAPACITY,
+        "{} invocations over {} agents queue {per_agent} per agent, more than an agent's \
+         queue takes ({}): give more agents",
+        chaos.invocations,
+        chaos.agents,
+        relay_runtime::AGENT_QUEUE_CAPACITY
+    );
     let mut rng = StdRng::seed_from_u64(chaos.seed);
     let (mut fleet, agents) = tokio::task::block_in_place(|| start(chaos))?;
     let load = Load {

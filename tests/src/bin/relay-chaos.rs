@@ -3,7 +3,7 @@
 //! concurrent HTTP and NATS clients; prints each round's figures and every violation, and
 //! exits 1 if any round had one. `ops/chaos.sh` builds and runs it.
 //!
-//!   relay-chaos --invocations 5000 --kills 30 --rounds 3 --seed 42
+//!   relay-chaos --agents 40 --invocations 10000 --kills 60 --rounds 3 --seed 42
 
 use std::time::Duration;
 
@@ -18,8 +18,9 @@ struct Args {
     /// Seed of round 1 (round N uses seed + N - 1). Default: RELAY_CHAOS_SEED, else random.
     #[arg(long)]
     seed: Option<u64>,
-    /// Agents, each served by relay-instant-codex; the odd ones on the node.
-    #[arg(long, default_value_t = 8)]
+    /// Agents, each served by relay-instant-codex; the odd ones on the node. Each queues
+    /// nearly all of its share at once: keep invocations/agents under the agent queue (256).
+    #[arg(long, default_value_t = 24)]
     agents: usize,
     /// Concurrent HTTP clients.
     #[arg(long, default_value_t = 16)]

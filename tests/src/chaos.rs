@@ -40,6 +40,9 @@ pub const LOG_VAR: &str = "RELAY_INSTANT_CODEX_LOG";
 pub const TURN_MS_VAR: &str = "RELAY_INSTANT_CODEX_TURN_MS";
 /// The variable that fixes the seed (else a random one, printed).
 pub const SEED_VAR: &str = "RELAY_CHAOS_SEED";
+/// Set (to anything), the run's directory (data dirs, logs, the harnesses' task log) is
+/// kept and its path printed, for a post-mortem.
+pub const KEEP_VAR: &str = "RELAY_CHAOS_KEEP";
 /// The node's name.
 pub const NODE: &str = "n1";
 
@@ -226,7 +229,7 @@ impl fmt::Display for ChaosReport {
 
 /// The three processes and where they keep things.
 struct Fleet {
-    _tmp: tempfile::TempDir,
+    tmp: Option<tempfile::TempDir>,
     nats: NatsServer,
     relay: RelayProcess,
     node: NodeProcess,
@@ -255,7 +258,7 @@ fn start(chaos: &Chaos) -> anyhow::Result<(Fleet, Vec<String>)> {
         })
         .collect();
     let fleet = Fleet {
-        _tmp: tmp,
+        tmp: Some(tmp),
         nats,
         relay,
         node,
@@ -350,6 +353,11 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
         fleet.relay.kill9();
         report.doctor = doctor(&fleet.relay);
     });
+    if std::env::var_os(KEEP_VAR).is_some() {
+        if let Some(tmp) = fleet.tmp.take() {
+            eprintln!("chaos: kept {}", tmp.keep().display());
+        }
+    }
     Ok(report)
 }
 

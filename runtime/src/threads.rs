@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RuntimeError;
 use relay_infra::storage::{self, Durable};
+use relay_protocol::runtime::Report;
 
 const VERSION: u8 = 1;
 
@@ -37,7 +38,16 @@ pub enum DispatchState {
     Started,
     /// Its flight ended.
     Done,
+    /// Its flight ended here before its turn started (its session could not start, it
+    /// was interrupted while queued...): it is never run. The record keeps the report of
+    /// that end until it is sent ([`ThreadStore::set_dispatch_ended`]).
+    Ended,
 }
+
+/// The tags of a dispatch record (its first byte).
+const STARTED: u8 = 1;
+const DONE: u8 = 2;
+const ENDED: u8 = 3;
 
 impl ThreadStore {
     /// A database of its own at `path` (a `relay node`).
@@ -120,13 +130,15 @@ impl ThreadStore {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
         let v = storage::read(move || tree.get(invocation.as_bytes())).await??;
         Ok(match v.as_deref() {
-            Some([1, ..]) => Some(DispatchState::Started),
-            Some([2, ..]) => Some(DispatchState::Done),
+            Some([STARTED, ..]) => Some(DispatchState::Started),
+            Some([DONE, ..]) => Some(DispatchState::Done),
+            Some([ENDED, ..]) => Some(DispatchState::Ended),
             _ => None,
         })
     }
 
-    /// Records how far an invocation got, and waits until it is on disk.
+    /// Records how far an invocation got, and waits until it is on disk. (For
+    /// [`DispatchState::Ended`], [`ThreadStore::set_dispatch_ended`] keeps the report.)
     pub async fn set_dispatch_state(
         &self,
         invocation: &str,
@@ -134,16 +146,61 @@ impl ThreadStore {
         flight: &str,
     ) -> Result<(), RuntimeError> {
         let tag = match state {
-            DispatchState::Started => 1u8,
-            DispatchState::Done => 2u8,
+            DispatchState::Started => STARTED,
+            DispatchState::Done => DONE,
+            DispatchState::Ended => ENDED,
         };
         let mut v = vec![tag];
         v.extend_from_slice(flight.as_bytes());
+        self.put_dispatch(invocation, v).await
+    }
+
+    /// Records that an invocation's flight ended before its turn started, with the
+    /// report of that end, and waits until it is on disk: a redelivery of its dispatch is
+    /// then never run, and a restart before the report was sent sends it
+    /// ([`ThreadStore::ended_unsent`]) instead of calling the flight interrupted.
+    pub async fn set_dispatch_ended(
+        &self,
+        invocation: &str,
+        report: &Report,
+    ) -> Result<(), RuntimeError> {
+        let mut v = vec![ENDED];
+        serde_json::to_writer(&mut v, report)?;
+        self.put_dispatch(invocation, v).await
+    }
+
+    async fn put_dispatch(&self, invocation: &str, v: Vec<u8>) -> Result<(), RuntimeError> {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
         self.db
             .write_durably(move || tree.insert(invocation.as_bytes(), v))
             .await??;
         Ok(())
+    }
+
+    /// Invocations whose flight ended before its turn started and whose report may not
+    /// have been sent: (invocation, that report). A record that cannot be read is
+    /// skipped (with a warning): it still keeps its dispatch from running.
+    pub async fn ended_unsent(&self) -> Result<Vec<(String, Report)>, RuntimeError> {
+        let tree = self.dispatches.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                if v.first() != Some(&ENDED) {
+                    continue;
+                }
+                let invocation = String::from_utf8_lossy(&k).into_owned();
+                match serde_json::from_slice::<Report>(&v[1..]) {
+                    Ok(report) => out.push((invocation, report)),
+                    Err(e) => {
+                        tracing::warn!(%invocation, error = %e, "unreadable dispatch record")
+                    }
+                }
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
     }
 
     /// Invocations whose turn started but whose flight has not ended: (invocation, flight).
@@ -153,7 +210,7 @@ impl ThreadStore {
             let mut out = Vec::new();
             for kv in tree.iter() {
                 let (k, v) = kv?;
-                if v.first() == Some(&1) {
+                if v.first() == Some(&STARTED) {
                     out.push((
                         String::from_utf8_lossy(&k).into_owned(),
                         String::from_utf8_lossy(&v[1..]).into_owned(),

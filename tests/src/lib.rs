@@ -462,6 +462,28 @@ impl NodeProcess {
         self.kill9();
         self.spawn()
     }
+
+    /// SIGTERM (a clean stop, as a supervisor restarting it would), and wait for the
+    /// exit; [`NodeProcess::restart`] brings it back.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("not running")
+        };
+        procs::signal(c.id(), Signal::TERM);
+        let exited = wait::try_wait_until_blocking(
+            "relay node to exit after SIGTERM",
+            Duration::from_secs(30),
+            || c.try_wait().transpose(),
+        );
+        match exited {
+            Ok(status) => Ok(status?),
+            Err(e) => {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!("{e}")
+            }
+        }
+    }
 }
 
 impl Drop for NodeProcess {

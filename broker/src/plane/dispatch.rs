@@ -38,15 +38,17 @@ impl Plane {
             if !self.local(&agent) {
                 continue;
             }
-            // Queued, but its turn may have started just before the stop: the runtime
-            // records a start on disk before the harness sees the task, and such a task
-            // is not run twice.
-            let started = f.state == FlightState::Queued
+            // Queued (or its session was starting: `waking`), but its turn may have
+            // started just before the stop: the runtime records a start on disk before
+            // the harness sees the task, and such a task is not run twice. One that
+            // never started is dispatched again: nothing of it ran.
+            let unstarted = matches!(f.state, FlightState::Queued | FlightState::Waking);
+            let started = unstarted
                 && matches!(
                     self.runtime.threads().dispatch_state(&f.invocation).await,
                     Ok(Some(_))
                 );
-            if f.state == FlightState::Queued && !started {
+            if unstarted && !started {
                 if let Some(inv) = invocation {
                     self.dispatch(agent, inv, f).await;
                 }

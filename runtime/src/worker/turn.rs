@@ -58,7 +58,8 @@ pub(super) struct Turn {
 
 pub(super) enum TurnEnd {
     Done,
-    /// The runtime is stopping (or the agent was removed); the flight was failed.
+    /// The runtime is stopping (or the agent was removed); the flight was failed, or,
+    /// when the runtime stopped before its turn started, left for the next start.
     Shutdown,
 }
 
@@ -93,10 +94,10 @@ impl Worker {
             self.state(&flight, FlightState::Waking, None).await;
             match self.wake(&d.agent).await {
                 Ok(()) => {}
-                Err(e @ SessionError::ShutDown) => {
-                    self.fail(&flight, &e.to_string()).await;
-                    return TurnEnd::Shutdown;
-                }
+                // The runtime stops before the turn started: it is not failed but left,
+                // like the turns queued behind it, to be delivered again at the next
+                // start (see `Worker::run`).
+                Err(SessionError::ShutDown) => return TurnEnd::Shutdown,
                 Err(e) => {
                     self.fail(&flight, &e.to_string()).await;
                     return TurnEnd::Done;

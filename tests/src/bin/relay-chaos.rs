@@ -48,9 +48,26 @@ struct Args {
     within: u64,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The `relay` beside this program (target/<profile>/), unless RELAY_BIN says
+    // otherwise: set before any thread starts.
+    if std::env::var_os("RELAY_BIN").is_none() {
+        let beside = std::env::current_exe()?.with_file_name("relay");
+        anyhow::ensure!(
+            beside.exists(),
+            "{} is missing: build it (cargo build -p relay-cli) or set RELAY_BIN",
+            beside.display()
+        );
+        std::env::set_var("RELAY_BIN", beside);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(rounds(args))
+}
+
+async fn rounds(args: Args) -> anyhow::Result<()> {
     let first = match args.seed {
         Some(s) => s,
         None => Chaos::seed_from_env()?,

@@ -203,6 +203,31 @@ impl ThreadStore {
         .map_err(RuntimeError::from)
     }
 
+    /// Every dispatch record: (invocation, flight, how far it got). Unreadable ones are
+    /// left out.
+    pub async fn dispatches(&self) -> Result<Vec<(String, String, DispatchState)>, RuntimeError> {
+        let tree = self.dispatches.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                let (state, flight) = match v.first() {
+                    Some(&STARTED) => (DispatchState::Started, flight_of(&v[1..])),
+                    Some(&DONE) => (DispatchState::Done, flight_of(&v[1..])),
+                    Some(&ENDED) => match serde_json::from_slice::<Report>(&v[1..]) {
+                        Ok(Report::Flight { flight, .. }) => (DispatchState::Ended, flight),
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
+                out.push((String::from_utf8_lossy(&k).into_owned(), flight, state));
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
+    }
+
     /// Invocations whose turn started but whose flight has not ended: (invocation, flight).
     pub async fn unfinished_dispatches(&self) -> Result<Vec<(String, String)>, RuntimeError> {
         let tree = self.dispatches.clone();
@@ -211,10 +236,7 @@ impl ThreadStore {
             for kv in tree.iter() {
                 let (k, v) = kv?;
                 if v.first() == Some(&STARTED) {
-                    out.push((
-                        String::from_utf8_lossy(&k).into_owned(),
-                        String::from_utf8_lossy(&v[1..]).into_owned(),
-                    ));
+                    out.push((String::from_utf8_lossy(&k).into_owned(), flight_of(&v[1..])));
                 }
             }
             Ok::<_, sled::Error>(out)
@@ -232,6 +254,22 @@ impl ThreadStore {
         Ok(())
     }
 
+    /// Drops the records of `flight`'s dispatches (its end is with the broker). Not
+    /// flushed, as [`ThreadStore::forget_dispatch`].
+    pub async fn forget_flight(&self, flight: &str) -> Result<(), RuntimeError> {
+        let ids: Vec<String> = self
+            .dispatches()
+            .await?
+            .into_iter()
+            .filter(|(_, f, _)| f == flight)
+            .map(|(i, _, _)| i)
+            .collect();
+        for invocation in ids {
+            self.forget_dispatch(&invocation).await?;
+        }
+        Ok(())
+    }
+
     /// Drops an agent's thread, durably (a new agent of the same name starts afresh).
     pub async fn forget(&self, agent: &str) -> Result<(), RuntimeError> {
         let (tree, agent) = (self.tree.clone(), agent.to_string());
@@ -240,6 +278,10 @@ impl ThreadStore {
             .await??;
         Ok(())
     }
+}
+
+fn flight_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -299,6 +341,49 @@ mod tests {
         drop(store);
         let again = ThreadStore::within(&shared, Some(&legacy)).unwrap();
         assert_eq!(again.unfinished_dispatches().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ended_dispatch_keeps_its_report_until_done_and_is_never_unstarted() {
+        use relay_protocol::domain::{FlightChange, FlightState};
+        let _serial = exclusive().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ThreadStore::open(&dir.path().join("runtime")).unwrap();
+        let report = Report::Flight {
+            flight: "flt_1".into(),
+            change: FlightChange::State {
+                to: FlightState::Completed,
+                reason: None,
+                output: Some("the answer".into()),
+            },
+        };
+        store
+            .set_dispatch_state("inv_1", DispatchState::Started, "flt_1")
+            .await
+            .unwrap();
+        store.set_dispatch_ended("inv_1", &report).await.unwrap();
+        // Ended: not running (a restart does not fail it), not unstarted (a redelivery
+        // does not run it), and its report is there to be sent.
+        assert_eq!(
+            store.dispatch_state("inv_1").await.unwrap(),
+            Some(DispatchState::Ended)
+        );
+        assert!(store.unfinished_dispatches().await.unwrap().is_empty());
+        assert_eq!(
+            store.ended_unsent().await.unwrap(),
+            vec![("inv_1".to_string(), report)]
+        );
+        assert_eq!(
+            store.dispatches().await.unwrap(),
+            vec![("inv_1".into(), "flt_1".into(), DispatchState::Ended)]
+        );
+        store
+            .set_dispatch_state("inv_1", DispatchState::Done, "flt_1")
+            .await
+            .unwrap();
+        assert!(store.ended_unsent().await.unwrap().is_empty());
+        store.forget_flight("flt_1").await.unwrap();
+        assert_eq!(store.dispatch_state("inv_1").await.unwrap(), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

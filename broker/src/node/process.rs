@@ -144,9 +144,30 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         forward_stop.clone(),
     ));
 
-    // Flights that ended here before their turn started, whose end may not have reached
-    // the broker: their report is sent (again; the broker skips a duplicate end).
+    // Flights that ended here (their turn over, or ended before it started) whose end
+    // may not have reached the broker: reports wait in memory and died with the last
+    // process. The recorded end is sent (again; the broker refuses a second end), after
+    // `running`, which a completed turn needs and the broker may not have seen.
     for (invocation, report) in runtime.threads().ended_unsent().await? {
+        if let Report::Flight {
+            flight,
+            change:
+                FlightChange::State {
+                    to: FlightState::Completed,
+                    ..
+                },
+        } = &report
+        {
+            let running = Report::Flight {
+                flight: flight.clone(),
+                change: FlightChange::State {
+                    to: FlightState::Running,
+                    reason: None,
+                    output: None,
+                },
+            };
+            wire::publish_report(&js, &config.key, &config.name, &running, &forward_stop).await?;
+        }
         wire::publish_report(&js, &config.key, &config.name, &report, &forward_stop).await?;
         if let Report::Flight { flight, .. } = &report {
             runtime
@@ -165,7 +186,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
             change: FlightChange::State {
                 to: FlightState::Failed,
                 reason: Some(format!(
-                    "node {} restarted while this flight was running (its harness process ended with it); ask again to continue",
+                    "node {} restarted while this flight was running (its harness process ended with it), so it may have partly run; it is not run twice: ask again to continue",
                     config.name
                 )),
                 output: None,
@@ -368,16 +389,16 @@ async fn forward_reports(
     }
 }
 
-/// The invocation of a flight already marked started (for its terminal report).
+/// The invocation of a flight whose turn started here (for its terminal report).
 async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
     runtime
         .threads()
-        .unfinished_dispatches()
+        .dispatches()
         .await
         .ok()?
         .into_iter()
-        .find(|(_, f)| f == flight)
-        .map(|(i, _)| i)
+        .find(|(_, f, state)| f == flight && *state != DispatchState::Done)
+        .map(|(i, _, _)| i)
 }
 
 fn write_ready(config: &NodeConfig) -> Result<(), FileError> {

@@ -109,6 +109,7 @@ pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
         warm: None,
         rewarm_waits: REWARM_BACKOFF.build(),
         rewarm_at: None,
+        started: None,
     };
     tasks.spawn(worker.run(queue.clone(), msgs_rx));
     Handle { queue, msgs }
@@ -124,6 +125,9 @@ struct Worker {
     rewarm_waits: relay_infra::retry::ExponentialBackoff,
     /// When to start the `keep_warm` session again after it died.
     rewarm_at: Option<tokio::time::Instant>,
+    /// The turn whose start is recorded on disk: (flight, invocation). Its end is
+    /// recorded too, with its report, before that report leaves (see [`Worker::report`]).
+    started: Option<(String, String)>,
 }
 
 impl Worker {
@@ -223,6 +227,24 @@ impl Worker {
     }
 
     async fn report(&self, r: Report) {
+        // The end of a started turn is on disk, with its report, before the report
+        // leaves: reports wait in memory (a node's go out one JetStream ack at a time),
+        // and a crash before they are recorded must neither call a finished turn
+        // interrupted nor run it again (the record keeps its dispatch from running).
+        if let (
+            Some((started, invocation)),
+            Report::Flight {
+                flight,
+                change: FlightChange::State { to, .. },
+            },
+        ) = (&self.started, &r)
+        {
+            if flight == started && to.is_terminal() {
+                if let Err(e) = self.deps.threads.set_dispatch_ended(invocation, &r).await {
+                    tracing::error!(agent = %self.name, error = %e, "cannot record the turn's end");
+                }
+            }
+        }
         // The broker side only goes away at shutdown; nothing to do then.
         let _ = self.deps.reports.send(r).await;
     }

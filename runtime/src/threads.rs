@@ -1,6 +1,7 @@
 //! Each agent's harness thread/session id, in the runtime's own sled database, so a
 //! session resumes the same thread after any restart; and how far each dispatched
-//! invocation got (for exactly-once over NATS).
+//! invocation got (started; ended, with the report of its end until that is safely
+//! sent), so that a restart neither runs a turn twice nor calls a finished one cut.
 //!
 //! Writes go through the process's storage thread ([`relay_infra::storage`]): the durable
 //! ones (a new thread id, a dispatch started or done) are group-committed with every

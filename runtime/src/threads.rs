@@ -1,6 +1,7 @@
 //! Each agent's harness thread/session id, in the runtime's own sled database, so a
 //! session resumes the same thread after any restart; and how far each dispatched
-//! invocation got (for exactly-once over NATS).
+//! invocation got (started; ended, with the report of its end until that is safely
+//! sent), so that a restart neither runs a turn twice nor calls a finished one cut.
 //!
 //! Writes go through the process's storage thread ([`relay_infra::storage`]): the durable
 //! ones (a new thread id, a dispatch started or done) are group-committed with every
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RuntimeError;
 use relay_infra::storage::{self, Durable};
+use relay_protocol::runtime::Report;
 
 const VERSION: u8 = 1;
 
@@ -53,7 +55,16 @@ pub enum DispatchState {
     Started,
     /// Its flight ended.
     Done,
+    /// Its flight ended here before its turn started (its session could not start, it
+    /// was interrupted while queued...): it is never run. The record keeps the report of
+    /// that end until it is sent ([`ThreadStore::set_dispatch_ended`]).
+    Ended,
 }
+
+/// The tags of a dispatch record (its first byte).
+const STARTED: u8 = 1;
+const DONE: u8 = 2;
+const ENDED: u8 = 3;
 
 impl ThreadStore {
     /// A database of its own at `path` (a `relay node`).
@@ -134,13 +145,15 @@ impl ThreadStore {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
         let v = storage::read(move || tree.get(invocation.as_bytes())).await??;
         Ok(match v.as_deref() {
-            Some([1, ..]) => Some(DispatchState::Started),
-            Some([2, ..]) => Some(DispatchState::Done),
+            Some([STARTED, ..]) => Some(DispatchState::Started),
+            Some([DONE, ..]) => Some(DispatchState::Done),
+            Some([ENDED, ..]) => Some(DispatchState::Ended),
             _ => None,
         })
     }
 
-    /// Records how far an invocation got, and waits until it is on disk.
+    /// Records how far an invocation got, and waits until it is on disk. (For
+    /// [`DispatchState::Ended`], [`ThreadStore::set_dispatch_ended`] keeps the report.)
     pub async fn set_dispatch_state(
         &self,
         invocation: &str,
@@ -148,16 +161,86 @@ impl ThreadStore {
         flight: &str,
     ) -> Result<(), RuntimeError> {
         let tag = match state {
-            DispatchState::Started => 1u8,
-            DispatchState::Done => 2u8,
+            DispatchState::Started => STARTED,
+            DispatchState::Done => DONE,
+            DispatchState::Ended => ENDED,
         };
         let mut v = vec![tag];
         v.extend_from_slice(flight.as_bytes());
+        self.put_dispatch(invocation, v).await
+    }
+
+    /// Records that an invocation's flight ended before its turn started, with the
+    /// report of that end, and waits until it is on disk: a redelivery of its dispatch is
+    /// then never run, and a restart before the report was sent sends it
+    /// ([`ThreadStore::ended_unsent`]) instead of calling the flight interrupted.
+    pub async fn set_dispatch_ended(
+        &self,
+        invocation: &str,
+        report: &Report,
+    ) -> Result<(), RuntimeError> {
+        let mut v = vec![ENDED];
+        serde_json::to_writer(&mut v, report)?;
+        self.put_dispatch(invocation, v).await
+    }
+
+    async fn put_dispatch(&self, invocation: &str, v: Vec<u8>) -> Result<(), RuntimeError> {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
         self.db
             .write_durably(move || tree.insert(invocation.as_bytes(), v))
             .await??;
         Ok(())
+    }
+
+    /// Invocations whose flight ended before its turn started and whose report may not
+    /// have been sent: (invocation, that report). A record that cannot be read is
+    /// skipped (with a warning): it still keeps its dispatch from running.
+    pub async fn ended_unsent(&self) -> Result<Vec<(String, Report)>, RuntimeError> {
+        let tree = self.dispatches.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                if v.first() != Some(&ENDED) {
+                    continue;
+                }
+                let invocation = String::from_utf8_lossy(&k).into_owned();
+                match serde_json::from_slice::<Report>(&v[1..]) {
+                    Ok(report) => out.push((invocation, report)),
+                    Err(e) => {
+                        tracing::warn!(%invocation, error = %e, "unreadable dispatch record")
+                    }
+                }
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
+    }
+
+    /// Every dispatch record: (invocation, flight, how far it got). Unreadable ones are
+    /// left out.
+    pub async fn dispatches(&self) -> Result<Vec<(String, String, DispatchState)>, RuntimeError> {
+        let tree = self.dispatches.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                let (state, flight) = match v.first() {
+                    Some(&STARTED) => (DispatchState::Started, flight_of(&v[1..])),
+                    Some(&DONE) => (DispatchState::Done, flight_of(&v[1..])),
+                    Some(&ENDED) => match serde_json::from_slice::<Report>(&v[1..]) {
+                        Ok(Report::Flight { flight, .. }) => (DispatchState::Ended, flight),
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
+                out.push((String::from_utf8_lossy(&k).into_owned(), flight, state));
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
     }
 
     /// Invocations whose turn started but whose flight has not ended: (invocation, flight).
@@ -167,11 +250,8 @@ impl ThreadStore {
             let mut out = Vec::new();
             for kv in tree.iter() {
                 let (k, v) = kv?;
-                if v.first() == Some(&1) {
-                    out.push((
-                        String::from_utf8_lossy(&k).into_owned(),
-                        String::from_utf8_lossy(&v[1..]).into_owned(),
-                    ));
+                if v.first() == Some(&STARTED) {
+                    out.push((String::from_utf8_lossy(&k).into_owned(), flight_of(&v[1..])));
                 }
             }
             Ok::<_, sled::Error>(out)
@@ -189,6 +269,22 @@ impl ThreadStore {
         Ok(())
     }
 
+    /// Drops the records of `flight`'s dispatches (its end is with the broker). Not
+    /// flushed, as [`ThreadStore::forget_dispatch`].
+    pub async fn forget_flight(&self, flight: &str) -> Result<(), RuntimeError> {
+        let ids: Vec<String> = self
+            .dispatches()
+            .await?
+            .into_iter()
+            .filter(|(_, f, _)| f == flight)
+            .map(|(i, _, _)| i)
+            .collect();
+        for invocation in ids {
+            self.forget_dispatch(&invocation).await?;
+        }
+        Ok(())
+    }
+
     /// Drops an agent's thread, durably (a new agent of the same name starts afresh).
     pub async fn forget(&self, agent: &str) -> Result<(), RuntimeError> {
         let (tree, agent) = (self.tree.clone(), agent.to_string());
@@ -197,6 +293,10 @@ impl ThreadStore {
             .await??;
         Ok(())
     }
+}
+
+fn flight_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -256,6 +356,49 @@ mod tests {
         drop(store);
         let again = ThreadStore::within(&shared, Some(&legacy)).unwrap();
         assert_eq!(again.unfinished_dispatches().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ended_dispatch_keeps_its_report_until_done_and_is_never_unstarted() {
+        use relay_protocol::domain::{FlightChange, FlightState};
+        let _serial = exclusive().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ThreadStore::open(&dir.path().join("runtime")).unwrap();
+        let report = Report::Flight {
+            flight: "flt_1".into(),
+            change: FlightChange::State {
+                to: FlightState::Completed,
+                reason: None,
+                output: Some("the answer".into()),
+            },
+        };
+        store
+            .set_dispatch_state("inv_1", DispatchState::Started, "flt_1")
+            .await
+            .unwrap();
+        store.set_dispatch_ended("inv_1", &report).await.unwrap();
+        // Ended: not running (a restart does not fail it), not unstarted (a redelivery
+        // does not run it), and its report is there to be sent.
+        assert_eq!(
+            store.dispatch_state("inv_1").await.unwrap(),
+            Some(DispatchState::Ended)
+        );
+        assert!(store.unfinished_dispatches().await.unwrap().is_empty());
+        assert_eq!(
+            store.ended_unsent().await.unwrap(),
+            vec![("inv_1".to_string(), report)]
+        );
+        assert_eq!(
+            store.dispatches().await.unwrap(),
+            vec![("inv_1".into(), "flt_1".into(), DispatchState::Ended)]
+        );
+        store
+            .set_dispatch_state("inv_1", DispatchState::Done, "flt_1")
+            .await
+            .unwrap();
+        assert!(store.ended_unsent().await.unwrap().is_empty());
+        store.forget_flight("flt_1").await.unwrap();
+        assert_eq!(store.dispatch_state("inv_1").await.unwrap(), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

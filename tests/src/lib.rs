@@ -20,10 +20,12 @@
 //! - `harness_events` -> `procs`
 //! - `browser`, `nats` -> `procs`, `wait`
 //! - `agents` -> `tmux`
+//! - `chaos` -> `load`, `nats`
 
 pub mod agents;
 pub mod bench;
 pub mod browser;
+pub mod chaos;
 pub mod codex_turns;
 pub mod environ;
 pub mod fuzz;
@@ -461,6 +463,28 @@ impl NodeProcess {
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill9();
         self.spawn()
+    }
+
+    /// SIGTERM (a clean stop, as a supervisor restarting it would), and wait for the
+    /// exit; [`NodeProcess::restart`] brings it back.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("not running")
+        };
+        procs::signal(c.id(), Signal::TERM);
+        let exited = wait::try_wait_until_blocking(
+            "relay node to exit after SIGTERM",
+            Duration::from_secs(30),
+            || c.try_wait().transpose(),
+        );
+        match exited {
+            Ok(status) => Ok(status?),
+            Err(e) => {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!("{e}")
+            }
+        }
     }
 }
 

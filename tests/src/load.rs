@@ -38,29 +38,57 @@ pub fn instant_codex_bin() -> PathBuf {
 
 /// Registers `n` agents `load-0`.. served by the instant harness (on `node` if given).
 pub fn add_instant_agents(relay: &RelayProcess, n: usize, node: Option<&str>) -> Vec<String> {
-    let bin = instant_codex_bin().display().to_string();
-    let cwd = relay.data_dir.display().to_string();
     (0..n)
         .map(|i| {
             let name = format!("load-{i}");
-            let mut args = vec![
-                "agent",
-                "add",
-                &name,
-                "--harness",
-                "codex_app_server",
-                "--cwd",
-                &cwd,
-                "--command",
-                &bin,
-            ];
-            if let Some(node) = node {
-                args.extend(["--node", node]);
-            }
-            relay.cli_ok(&args);
+            add_instant_agent(relay, &name, node, &[]);
             name
         })
         .collect()
+}
+
+/// Registers one agent served by the instant harness (on `node` if given), with `extra`
+/// arguments of `relay agent add` (`--env K=V`...).
+pub fn add_instant_agent(relay: &RelayProcess, name: &str, node: Option<&str>, extra: &[&str]) {
+    let bin = instant_codex_bin().display().to_string();
+    let cwd = relay.data_dir.display().to_string();
+    let mut args = vec![
+        "agent",
+        "add",
+        name,
+        "--harness",
+        "codex_app_server",
+        "--cwd",
+        &cwd,
+        "--command",
+        &bin,
+    ];
+    if let Some(node) = node {
+        args.extend(["--node", node]);
+    }
+    args.extend_from_slice(extra);
+    relay.cli_ok(&args);
+}
+
+/// The task of invocation `i`, sent for the `attempt`th time (from 0). Each attempt has
+/// its own text: a request whose answer was lost (a broker killed under it) may still
+/// have made a flight, and the harness's log of received tasks then tells that flight's
+/// run from the retry's.
+pub fn task_text(i: usize, attempt: usize) -> String {
+    format!("load task {i} try {attempt}")
+}
+
+/// The `(invocation, attempt)` of a [`task_text`] found in `text` (a harness may see the
+/// task with more around it).
+pub fn task_of(text: &str) -> Option<(usize, usize)> {
+    let rest = &text[text.find("load task ")? + "load task ".len()..];
+    let mut words = rest.split_whitespace();
+    let i = words.next()?.parse().ok()?;
+    if words.next()? != "try" {
+        return None;
+    }
+    let attempt = words.next()?.parse().ok()?;
+    Some((i, attempt))
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +163,11 @@ impl Target {
 
     fn get(&self) -> (String, String) {
         self.api.read().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// The broker's URL and token, as last read.
+    pub fn api(&self) -> (String, String) {
+        self.get()
     }
 }
 
@@ -229,10 +262,11 @@ impl Shared {
                 return;
             }
             let agent = load.agents[i % load.agents.len()].clone();
-            let task = format!("load task {i}");
+            let attempts = AtomicUsize::new(0);
             // Sent again after a wait while the broker says it is busy, or is restarting.
             let attempt = || async {
-                let busy = match send(agent.clone(), task.clone()).await {
+                let task = task_text(i, attempts.fetch_add(1, Ordering::Relaxed));
+                let busy = match send(agent.clone(), task).await {
                     Sent::Overloaded => &self.overloaded,
                     Sent::Unreachable => &self.unreachable,
                     landed => return Ok(landed),
@@ -393,10 +427,11 @@ async fn status_probe(target: Target, stop: Arc<AtomicBool>) -> Probed {
     p
 }
 
-/// How a flight stands: its state and, if it failed, why.
+/// How a flight stands: its state, its output and, if it failed, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlightEnd {
     pub state: String,
+    pub output: Option<String>,
     pub error: Option<String>,
 }
 
@@ -420,6 +455,7 @@ pub async fn flight_states(target: &Target) -> anyhow::Result<BTreeMap<String, F
         .filter_map(|f| {
             let end = FlightEnd {
                 state: f["state"].as_str()?.to_string(),
+                output: f["output"].as_str().map(str::to_string),
                 error: f["error"].as_str().map(str::to_string),
             };
             Some((f["id"].as_str()?.to_string(), end))

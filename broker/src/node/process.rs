@@ -60,6 +60,9 @@ pub enum NodeError {
 /// "in progress" while a turn is waking).
 const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a stopping node waits for its last reports to reach JetStream.
+const LAST_REPORTS: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub name: String,
@@ -141,15 +144,49 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         forward_stop.clone(),
     ));
 
+    // Flights that ended here (their turn over, or ended before it started) whose end
+    // may not have reached the broker: reports wait in memory and died with the last
+    // process. The recorded end is sent (again; the broker refuses a second end), after
+    // `running`, which a completed turn needs and the broker may not have seen.
+    for (invocation, report) in runtime.threads().ended_unsent().await? {
+        if let Report::Flight {
+            flight,
+            change:
+                FlightChange::State {
+                    to: FlightState::Completed,
+                    ..
+                },
+        } = &report
+        {
+            let running = Report::Flight {
+                flight: flight.clone(),
+                change: FlightChange::State {
+                    to: FlightState::Running,
+                    reason: None,
+                    output: None,
+                },
+            };
+            wire::publish_report(&js, &config.key, &config.name, &running, &forward_stop).await?;
+        }
+        wire::publish_report(&js, &config.key, &config.name, &report, &forward_stop).await?;
+        if let Report::Flight { flight, .. } = &report {
+            runtime
+                .threads()
+                .set_dispatch_state(&invocation, DispatchState::Done, flight)
+                .await?;
+        }
+    }
     // Turns that were running when this node last stopped cannot be resumed: their
-    // harness process died with it. Fail them with a reason.
+    // harness process died with it. Fail them with a reason. (A dispatch whose turn had
+    // not started has no record: it was never acknowledged, so JetStream delivers it
+    // again below.)
     for (invocation, flight) in runtime.threads().unfinished_dispatches().await? {
         let report = Report::Flight {
             flight: flight.clone(),
             change: FlightChange::State {
                 to: FlightState::Failed,
                 reason: Some(format!(
-                    "node {} restarted while this flight was running (its harness process ended with it); ask again to continue",
+                    "node {} restarted while this flight was running (its harness process ended with it), so it may have partly run; it is not run twice: ask again to continue",
                     config.name
                 )),
                 output: None,
@@ -225,11 +262,14 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     runtime_stop.cancel();
     runtime.stopped().await;
     drop(runtime);
-    // Let the last reports (turns failed by the shutdown) reach JetStream.
-    let _ = tokio::time::timeout(Duration::from_secs(10), forwarder).await;
+    // Let the last reports (turns failed by the shutdown) reach JetStream. What does not
+    // (NATS is away) is settled at the next start from the dispatch records.
+    let _ = tokio::time::timeout(LAST_REPORTS, forwarder).await;
     forward_stop.cancel();
     tasks.stopped().await;
-    let _ = client.flush().await;
+    // Bounded: a client without a server would wait for one for ever, and a stop must
+    // end the process.
+    let _ = tokio::time::timeout(LAST_REPORTS, client.flush()).await;
     Ok(())
 }
 
@@ -307,16 +347,14 @@ async fn forward_reports(
                 let invocation = taken.as_ref().map(|(i, _)| i.clone());
                 if let Some((inv, msg)) = taken {
                     // A dispatch that ends before its turn started (its session could not
-                    // start...) is recorded as taken before it is acknowledged, so a
-                    // redelivery never runs a turn for a flight already reported ended.
+                    // start, it was interrupted while queued...) is recorded as ended,
+                    // with this report, before it is acknowledged: a redelivery never runs
+                    // a turn for a flight already reported ended, and a restart before the
+                    // report is sent sends it, instead of calling the flight running.
                     if to.is_terminal()
                         && matches!(runtime.threads().dispatch_state(&inv).await, Ok(None))
                     {
-                        if let Err(e) = runtime
-                            .threads()
-                            .set_dispatch_state(&inv, DispatchState::Started, flight)
-                            .await
-                        {
+                        if let Err(e) = runtime.threads().set_dispatch_ended(&inv, &report).await {
                             tracing::error!(error = %e, "cannot record dispatch state");
                         }
                     }
@@ -351,16 +389,16 @@ async fn forward_reports(
     }
 }
 
-/// The invocation of a flight already marked started (for its terminal report).
+/// The invocation of a flight whose turn started here (for its terminal report).
 async fn find_invocation(runtime: &Runtime, flight: &str) -> Option<String> {
     runtime
         .threads()
-        .unfinished_dispatches()
+        .dispatches()
         .await
         .ok()?
         .into_iter()
-        .find(|(_, f)| f == flight)
-        .map(|(i, _)| i)
+        .find(|(_, f, state)| f == flight && *state != DispatchState::Done)
+        .map(|(i, _, _)| i)
 }
 
 fn write_ready(config: &NodeConfig) -> Result<(), FileError> {

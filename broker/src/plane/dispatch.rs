@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use relay_protocol::domain::{Agent, Flight, FlightChange, FlightState};
 use relay_protocol::event::EventBody;
-use relay_protocol::runtime::{Control, Dispatch};
+use relay_protocol::runtime::{Control, Dispatch, Report};
+use relay_runtime::DispatchState;
 
 use super::Plane;
 use crate::broker::Command;
@@ -29,6 +30,26 @@ impl Plane {
                 Ok((live, agents))
             })
             .await?;
+        // What the runtime recorded of each dispatch (started, ended with its report),
+        // read before anything is dispatched again: the records read here are of the
+        // last process, and forgotten once their flights are settled below.
+        let records: HashMap<String, DispatchState> = self
+            .runtime
+            .threads()
+            .dispatches()
+            .await
+            .map_err(crate::error::runtime_error)?
+            .into_iter()
+            .map(|(invocation, _, state)| (invocation, state))
+            .collect();
+        let ended: HashMap<String, Report> = self
+            .runtime
+            .threads()
+            .ended_unsent()
+            .await
+            .map_err(crate::error::runtime_error)?
+            .into_iter()
+            .collect();
         for (f, agent, invocation) in live {
             let Some(agent) = agent else {
                 self.settle(&f.id, FlightState::Failed, "its agent was removed")
@@ -38,15 +59,17 @@ impl Plane {
             if !self.local(&agent) {
                 continue;
             }
-            // Queued, but its turn may have started just before the stop: the runtime
-            // records a start on disk before the harness sees the task, and such a task
-            // is not run twice.
-            let started = f.state == FlightState::Queued
-                && matches!(
-                    self.runtime.threads().dispatch_state(&f.invocation).await,
-                    Ok(Some(_))
-                );
-            if f.state == FlightState::Queued && !started {
+            // Queued (or its session was starting: `waking`), but its turn may have
+            // started just before the stop: the runtime records a start on disk before
+            // the harness sees the task, and such a task is not run twice. One that
+            // never started is dispatched again: nothing of it ran.
+            let unstarted = matches!(f.state, FlightState::Queued | FlightState::Waking);
+            let started = unstarted && records.contains_key(&f.invocation);
+            if let Some(Report::Flight { change, .. }) = ended.get(&f.invocation) {
+                // Its turn ended before the stop, but the end was not committed: it is
+                // recorded now, as the runtime reported it, not run again.
+                self.settle_ended(&f, change.clone()).await;
+            } else if unstarted && !started {
                 if let Some(inv) = invocation {
                     self.dispatch(agent, inv, f).await;
                 }
@@ -73,6 +96,12 @@ impl Plane {
                 self.settle(&f.id, FlightState::Failed, &reason).await;
             }
         }
+        // Every flight those records were of is settled now (or was already).
+        for invocation in records.keys() {
+            if let Err(e) = self.runtime.threads().forget_dispatch(invocation).await {
+                tracing::warn!(%invocation, error = %e, "cannot forget a dispatch record");
+            }
+        }
         for a in agents.iter().filter(|a| self.local(a)) {
             // Whatever the agent was doing, its session died with the previous process.
             if a.state != relay_protocol::domain::AgentState::Offline || a.endpoint.is_some() {
@@ -97,6 +126,47 @@ impl Plane {
             }
         }
         Ok(())
+    }
+
+    /// Records the end a turn reported before a stop that lost it: after `running`
+    /// (which a completed turn needs) if the flight never got there.
+    async fn settle_ended(&self, f: &Flight, change: FlightChange) {
+        let _ = self
+            .broker
+            .execute_internal(Command::ExpireApprovals {
+                flight: f.id.clone(),
+                by: "relay:turn-ended".into(),
+                request: None,
+            })
+            .await;
+        let completes = matches!(
+            change,
+            FlightChange::State {
+                to: FlightState::Completed,
+                ..
+            }
+        );
+        let mut changes = Vec::new();
+        if completes && matches!(f.state, FlightState::Queued | FlightState::Waking) {
+            changes.push(FlightChange::State {
+                to: FlightState::Running,
+                reason: None,
+                output: None,
+            });
+        }
+        changes.push(change);
+        for change in changes {
+            let r = self
+                .broker
+                .execute_internal(Command::UpdateFlight {
+                    flight: f.id.clone(),
+                    change,
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(flight = %f.id, error = %e, "cannot settle flight");
+            }
+        }
     }
 
     async fn settle(&self, flight: &str, to: FlightState, reason: &str) {

@@ -2,8 +2,9 @@
 //!
 //! - Dispatch: new invocations of agents served here are read from the gap-free event
 //!   feed and handed to the runtime. At start, flights left by the previous process are
-//!   settled first: `queued` ones are dispatched again; ones that were mid-turn are
-//!   failed with a reason (their harness process died with the broker).
+//!   settled first: `queued` ones (and `waking` ones whose turn had not started) are
+//!   dispatched again; ones that were mid-turn are failed with a reason (their harness
+//!   process died with the broker).
 //! - Reports: everything the runtime reports becomes a broker command, enqueued in the
 //!   order it arrived. The replies are awaited by a separate drain task, so a stream of
 //!   deltas costs one group commit per batch, not one flush per delta.

@@ -2,7 +2,9 @@
 //! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
 //! its agent's policy applied (`apply_policy`).
 
-use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalState};
+use relay_protocol::domain::{
+    Approval, ApprovalDecision, ApprovalPolicy, ApprovalState, FlightChange,
+};
 use relay_protocol::event::EventBody;
 use relay_protocol::runtime::Report;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -19,6 +21,9 @@ type Reply = oneshot::Receiver<Result<Outcome, BrokerError>>;
 pub(super) enum Pending {
     /// Log a failure; nothing else depends on it.
     Check(Reply, &'static str),
+    /// The end of a flight of the embedded runtime: once committed, the runtime's
+    /// record of its dispatch is no longer needed (see `Worker::report`).
+    Ended(Reply, String),
     /// An approval was recorded: apply the agent's policy to it.
     Approval(Reply),
 }
@@ -61,6 +66,17 @@ impl Plane {
         };
         let (command, kind) = match report {
             Report::Flight { flight, change } => {
+                let ends = matches!(&change, FlightChange::State { to, .. } if to.is_terminal());
+                if ends && source.is_none() {
+                    let rx = self
+                        .broker
+                        .submit(Command::UpdateFlight {
+                            flight: flight.clone(),
+                            change,
+                        })
+                        .await?;
+                    return Ok(Pending::Ended(rx, flight));
+                }
                 (Command::UpdateFlight { flight, change }, "flight update")
             }
             Report::Agent {
@@ -139,6 +155,26 @@ impl Plane {
                     Ok(Err(e)) => tracing::warn!(error = %e, "{kind} refused"),
                     Err(_) => tracing::debug!("broker stopped before {kind} was committed"),
                 },
+                Pending::Ended(rx, flight) => {
+                    let committed = match rx.await {
+                        Ok(Ok(_)) => true,
+                        Ok(Err(e @ BrokerError::FlightTerminal { .. })) => {
+                            tracing::debug!(error = %e, "flight end after the flight ended");
+                            true
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "flight update refused");
+                            false
+                        }
+                        Err(_) => false,
+                    };
+                    // Kept otherwise: the next start settles the flight from it.
+                    if committed {
+                        if let Err(e) = self.runtime.threads().forget_flight(&flight).await {
+                            tracing::warn!(%flight, error = %e, "cannot forget the dispatch record");
+                        }
+                    }
+                }
                 Pending::Approval(rx) => {
                     if let Ok(Ok(Outcome::Approval(a))) = rx.await {
                         // Deciding may wait on a node; keep it off the ordered path.

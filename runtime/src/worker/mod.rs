@@ -109,6 +109,7 @@ pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
         warm: None,
         rewarm_waits: REWARM_BACKOFF.build(),
         rewarm_at: None,
+        started: None,
     };
     tasks.spawn(worker.run(queue.clone(), msgs_rx));
     Handle { queue, msgs }
@@ -124,11 +125,16 @@ struct Worker {
     rewarm_waits: relay_infra::retry::ExponentialBackoff,
     /// When to start the `keep_warm` session again after it died.
     rewarm_at: Option<tokio::time::Instant>,
+    /// The turn whose start is recorded on disk: (flight, invocation). Its end is
+    /// recorded too, with its report, before that report leaves (see [`Worker::report`]).
+    started: Option<(String, String)>,
 }
 
 impl Worker {
     async fn run(mut self, queue: Arc<TurnQueue>, mut msgs: mpsc::UnboundedReceiver<Msg>) {
-        let mut stop_reason = "the runtime stopped before this turn started";
+        // Why the turns still queued will not run here; `None`: the runtime is stopping,
+        // and they are left to the next start (see below).
+        let mut stop_reason = None;
         loop {
             tokio::select! {
                 // The session's death is seen before a queued turn is taken, so that turn
@@ -146,7 +152,7 @@ impl Worker {
                     }
                     Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
                         let _ = reply.send(Ok(()));
-                        stop_reason = "the agent was removed before this turn started";
+                        stop_reason = Some(REMOVED);
                         break;
                     }
                     Some(Msg::Control(c, reply)) => {
@@ -164,15 +170,34 @@ impl Worker {
                 d = queue.next() => {
                     let Some(d) = d else { break };
                     if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
-                        stop_reason = "the agent was removed, or the runtime stopped, before this turn started";
                         break;
                     }
                 }
             }
         }
-        // Fail what is still queued: it will not run in this process.
-        for d in queue.close() {
-            self.fail(&d.flight.id, stop_reason).await;
+        // The handle went away (or the turn ended) without the runtime stopping: the
+        // agent was removed.
+        if !self.deps.shutdown.is_cancelled() {
+            stop_reason = stop_reason.or(Some(REMOVED));
+        }
+        let left = queue.close();
+        match stop_reason {
+            // Fail what is still queued: its agent is gone.
+            Some(reason) => {
+                for d in left {
+                    self.fail(&d.flight.id, reason).await;
+                }
+            }
+            // The runtime stops: these turns never started, so nothing of them ran. They
+            // are not failed but left as they are, to be delivered again at the next start
+            // (the broker dispatches its `queued` flights again; a node leaves their
+            // dispatches unacknowledged, so JetStream delivers them again).
+            None if !left.is_empty() => tracing::info!(
+                agent = %self.name,
+                turns = left.len(),
+                "runtime stopping: queued turns left for the next start"
+            ),
+            None => {}
         }
         self.stop_session().await;
     }
@@ -202,6 +227,24 @@ impl Worker {
     }
 
     async fn report(&self, r: Report) {
+        // The end of a started turn is on disk, with its report, before the report
+        // leaves: reports wait in memory (a node's go out one JetStream ack at a time),
+        // and a crash before they are recorded must neither call a finished turn
+        // interrupted nor run it again (the record keeps its dispatch from running).
+        if let (
+            Some((started, invocation)),
+            Report::Flight {
+                flight,
+                change: FlightChange::State { to, .. },
+            },
+        ) = (&self.started, &r)
+        {
+            if flight == started && to.is_terminal() {
+                if let Err(e) = self.deps.threads.set_dispatch_ended(invocation, &r).await {
+                    tracing::error!(agent = %self.name, error = %e, "cannot record the turn's end");
+                }
+            }
+        }
         // The broker side only goes away at shutdown; nothing to do then.
         let _ = self.deps.reports.send(r).await;
     }
@@ -247,6 +290,9 @@ impl Worker {
         .await;
     }
 }
+
+/// Why the turns queued for a removed agent fail.
+const REMOVED: &str = "the agent was removed before this turn started";
 
 fn control_flight(c: &Control) -> &str {
     match c {

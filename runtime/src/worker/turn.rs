@@ -40,7 +40,6 @@ const INTERRUPT_BACKOFF: retry::ExponentialBuilder =
 /// The turn in progress.
 pub(super) struct Turn {
     pub flight: String,
-    pub invocation: String,
     pub turn_id: String,
     /// The harness that runs it: its names for messages, what it can do.
     pub info: HarnessInfo,
@@ -58,7 +57,8 @@ pub(super) struct Turn {
 
 pub(super) enum TurnEnd {
     Done,
-    /// The runtime is stopping (or the agent was removed); the flight was failed.
+    /// The runtime is stopping (or the agent was removed); the flight was failed, or,
+    /// when the runtime stopped before its turn started, left for the next start.
     Shutdown,
 }
 
@@ -93,10 +93,10 @@ impl Worker {
             self.state(&flight, FlightState::Waking, None).await;
             match self.wake(&d.agent).await {
                 Ok(()) => {}
-                Err(e @ SessionError::ShutDown) => {
-                    self.fail(&flight, &e.to_string()).await;
-                    return TurnEnd::Shutdown;
-                }
+                // The runtime stops before the turn started: it is not failed but left,
+                // like the turns queued behind it, to be delivered again at the next
+                // start (see `Worker::run`).
+                Err(SessionError::ShutDown) => return TurnEnd::Shutdown,
                 Err(e) => {
                     self.fail(&flight, &e.to_string()).await;
                     return TurnEnd::Done;
@@ -119,10 +119,12 @@ impl Worker {
                 .await;
             return TurnEnd::Done;
         }
+        self.started = Some((flight.clone(), d.invocation.id.clone()));
         let shutdown = self.deps.shutdown.clone();
         let started = tokio::select! {
             _ = shutdown.cancelled() => {
                 self.fail(&flight, "the runtime was shut down as the turn started").await;
+                self.turn_over();
                 return TurnEnd::Shutdown;
             }
             r = self.start_turn(&d) => r,
@@ -131,7 +133,7 @@ impl Worker {
             Ok(t) => t,
             Err(reason) => {
                 self.fail(&flight, &reason.to_string()).await;
-                self.turn_over(&d.invocation.id).await;
+                self.turn_over();
                 return TurnEnd::Done;
             }
         };
@@ -147,7 +149,6 @@ impl Worker {
         self.state(&flight, FlightState::Running, None).await;
         let mut turn = Turn {
             flight,
-            invocation: d.invocation.id.clone(),
             turn_id,
             info,
             text: String::new(),
@@ -287,7 +288,7 @@ impl Worker {
             request: None,
         })
         .await;
-        self.turn_over(&turn.invocation).await;
+        self.turn_over();
         if self.session.is_some() {
             self.agent_state(AgentState::Idle).await;
         }
@@ -347,15 +348,13 @@ impl Worker {
         })
     }
 
-    /// The embedded runtime forgets a turn once it is over: the record only guards a
-    /// restart in the middle. A node keeps it (as done, written by its forwarder once
-    /// the end is safely reported), to refuse a late redelivery.
-    async fn turn_over(&self, invocation: &str) {
-        if self.deps.node.is_none() {
-            if let Err(e) = self.deps.threads.forget_dispatch(invocation).await {
-                tracing::warn!(agent = %self.name, error = %e, "cannot forget the turn's record");
-            }
-        }
+    /// The turn is over: its record (ended, with its last report) stays until its end
+    /// is safely with the broker. The broker's plane forgets it once the end is
+    /// committed (a record forgotten sooner could let a restart that lost the end run
+    /// the turn again); a node's forwarder marks it done once the end is in JetStream,
+    /// and keeps it to refuse a late redelivery.
+    fn turn_over(&mut self) {
+        self.started = None;
     }
 
     /// Stops the turn on the worker's own account (deadline, idle, removal). A harness

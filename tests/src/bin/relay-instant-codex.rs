@@ -17,6 +17,13 @@
 //! to SIZE; a SIZE under 20 cuts the timestamp), so that a subscriber on the same machine
 //! can measure the latency of every delta. Nothing else is read while a stream runs.
 //!
+//! Two variables of its environment (an agent's `--env`) serve the chaos test
+//! (`relay_tests::chaos`): `RELAY_INSTANT_CODEX_LOG=FILE` appends each task it receives
+//! (one line, newlines as spaces, written before the turn is answered) to FILE, so a test
+//! counts how many times each task really reached a harness; `RELAY_INSTANT_CODEX_TURN_MS=N`
+//! holds each plain turn N ms after its delta before completing it, so invocations queue
+//! behind a running turn.
+//!
 //! Invoked as the agent's `--command`; the `app-server` argument is ignored.
 
 use std::io::{BufRead, BufWriter, Write};
@@ -34,6 +41,11 @@ fn main() -> std::io::Result<()> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut next_thread = 0u64;
     let mut next_turn = 0u64;
+    let mut runs = RunLog::from_env()?;
+    let hold = std::env::var(TURN_MS_VAR)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis);
     for line in stdin.lock().lines() {
         let line = line?;
         let Ok(Message::Request(req)) = serde_json::from_str::<Message>(&line) else {
@@ -77,6 +89,9 @@ fn main() -> std::io::Result<()> {
                     .and_then(|p| p["input"][0]["text"].as_str())
                     .unwrap_or_default()
                     .to_string();
+                if let Some(runs) = &mut runs {
+                    runs.record(&task)?;
+                }
                 let turn = |status, items| Turn {
                     id: turn_id.clone(),
                     status,
@@ -114,6 +129,11 @@ fn main() -> std::io::Result<()> {
                     notification::AGENT_MESSAGE_DELTA,
                     json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item_id, "delta": text }),
                 )?;
+                if let Some(hold) = hold {
+                    // The delta is seen while the turn is held: the flight is running.
+                    out.flush()?;
+                    std::thread::sleep(hold);
+                }
                 notify(&mut out, notification::ITEM_COMPLETED, item_note(&text))?;
                 notify(
                     &mut out,
@@ -143,6 +163,36 @@ fn main() -> std::io::Result<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+/// The variable naming the file each received task is appended to.
+pub const LOG_VAR: &str = "RELAY_INSTANT_CODEX_LOG";
+/// The variable holding each plain turn that many milliseconds.
+pub const TURN_MS_VAR: &str = "RELAY_INSTANT_CODEX_TURN_MS";
+
+/// The file of [`LOG_VAR`], opened to append.
+struct RunLog(std::fs::File);
+
+impl RunLog {
+    fn from_env() -> std::io::Result<Option<RunLog>> {
+        let Some(path) = std::env::var_os(LOG_VAR) else {
+            return Ok(None);
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Some(RunLog(file)))
+    }
+
+    /// One `write` of the whole line: with O_APPEND, lines of several harness processes
+    /// never interleave, and a line is in the file once the call returns (a `kill -9`
+    /// after it does not lose it).
+    fn record(&mut self, task: &str) -> std::io::Result<()> {
+        let mut line = task.replace(['\n', '\r'], " ");
+        line.push('\n');
+        self.0.write_all(line.as_bytes())
+    }
 }
 
 fn param(req: &Request, name: &str) -> Option<String> {

@@ -218,6 +218,17 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
 async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Status> {
     // Counters kept by the broker: status never scans, however many flights.
     let counts = s.broker.counts();
+    // One `statvfs`, off the async workers (never through the storage thread: status
+    // answers even while it is busy or stuck).
+    let disk = relay_infra::storage::read(relay_infra::disk::space)
+        .await
+        .ok()
+        .flatten()
+        .map(|d| relay_protocol::api::DiskStatus {
+            free_bytes: d.free,
+            reserve_bytes: d.reserve,
+            full: d.full(),
+        });
     Ok(Json(relay_protocol::api::Status {
         version: env!("CARGO_PKG_VERSION").into(),
         data_dir: s.data_dir.clone(),
@@ -228,5 +239,6 @@ async fn status(State(s): State<ApiState>) -> ApiResult<relay_protocol::api::Sta
         nats: s.nats.as_ref().map(|f| f()).unwrap_or(NatsStatus::Disabled),
         uptime_ms: s.broker.uptime_ms(),
         flushes: s.broker.flushes(),
+        disk,
     }))
 }

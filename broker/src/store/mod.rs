@@ -63,19 +63,20 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &std::path::Path) -> Result<Store, BrokerError> {
-        let db = storage::config()
-            .path(path)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    BrokerError::Locked(path.display().to_string())
-                }
-                sled::Error::Io(io) if io.to_string().contains("lock") => {
-                    BrokerError::Locked(path.display().to_string())
-                }
-                other => BrokerError::Storage(other),
-            })?;
+        // Private (0700/0600 whatever the umask), and never through a planted symlink.
+        let db = relay_infra::disk::open_private(
+            storage::config().mode(sled::Mode::HighThroughput),
+            path,
+        )
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            sled::Error::Io(io) if io.to_string().contains("lock") => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            other => BrokerError::Storage(other),
+        })?;
         Self::with_db(db)
     }
 

@@ -47,7 +47,7 @@ impl ThreadStore {
         let tree = db.open_tree("threads")?;
         let dispatches = db.open_tree("dispatches")?;
         Ok(ThreadStore {
-            db: Durable::new(db),
+            db: Durable::private(db, path),
             tree,
             dispatches,
         })

@@ -328,9 +328,17 @@ async fn relay_up_keeps_its_files_private_and_refuses_symlinks_and_a_data_dir_of
     let mut relay = RelayProcess::start(&data).unwrap();
     let (code, v) = post(&relay, "secret").await;
     assert_eq!(code, 200, "{v}");
+    // A value this large is a file of its own, made by sled after the open.
+    let (code, v) = post(&relay, &big(0)).await;
+    assert_eq!(code, 200, "{v}");
     assert!(relay.terminate().unwrap().success());
     let all = modes(&data);
     assert!(all.iter().any(|(p, _)| p.ends_with("db/db")), "{all:?}");
+    assert!(
+        all.iter()
+            .any(|(p, _)| p.parent().is_some_and(|d| d.ends_with("db/blobs"))),
+        "no blob: {all:?}"
+    );
     for (p, mode) in &all {
         let want = if p.is_dir() { 0o700 } else { 0o600 };
         assert_eq!(*mode, want, "{} is {mode:o}", p.display());

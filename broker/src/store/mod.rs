@@ -77,23 +77,21 @@ impl Store {
             }
             other => BrokerError::Storage(other),
         })?;
-        Self::with_db(db)
+        Self::with_db(Durable::private(db, path))
     }
 
     /// An in-memory store, for unit tests and rebuild checks.
     pub fn temporary() -> Result<Store, BrokerError> {
-        Self::with_db(storage::config().temporary(true).open()?)
+        Self::with_db(Durable::new(storage::config().temporary(true).open()?))
     }
 
-    fn with_db(db: sled::Db) -> Result<Store, BrokerError> {
+    fn with_db(durable: Durable) -> Result<Store, BrokerError> {
+        let db = durable.db();
         let trees = TREE_NAMES
             .iter()
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
-        let store = Store {
-            durable: Durable::new(db),
-            trees,
-        };
+        let store = Store { durable, trees };
         store.index_once_each()?;
         Ok(store)
     }

@@ -189,6 +189,42 @@ fn symlink_error(path: &Path) -> sled::Error {
     )))
 }
 
+/// Keeps the files sled makes after the open private: a value over ~128 KiB becomes a
+/// file of its own under `blobs/`, made with the process's umask. The database's
+/// directory is 0700 already, so this is a second wall, not the first: after a flush, if
+/// `blobs/` changed (one `stat`; only a value that large changes it), its files are made
+/// 0600.
+#[derive(Debug)]
+pub struct Sweeper {
+    dir: PathBuf,
+    last: Mutex<Option<std::time::SystemTime>>,
+}
+
+impl Sweeper {
+    pub fn new(dir: &Path) -> Sweeper {
+        Sweeper {
+            dir: dir.to_path_buf(),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// After a flush, on the storage thread.
+    pub fn after_flush(&self) {
+        let blobs = self.dir.join("blobs");
+        let Ok(modified) = std::fs::metadata(&blobs).and_then(|m| m.modified()) else {
+            return;
+        };
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == Some(modified) {
+            return;
+        }
+        *last = Some(modified);
+        if let Err(e) = make_private(&blobs) {
+            tracing::warn!(dir = %blobs.display(), error = %e, "cannot make sled's blobs private");
+        }
+    }
+}
+
 /// Makes `dir` and what is under it 0700 (directories) and 0600 (files), refusing
 /// symlinks. Also run after sled's later files (snapshots, blobs) may have appeared.
 pub fn make_private(dir: &Path) -> sled::Result<()> {

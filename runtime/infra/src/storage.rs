@@ -91,6 +91,8 @@ pub struct Durable {
 struct DurableInner {
     db: sled::Db,
     flushes: AtomicU64,
+    /// For a database opened with [`crate::disk::open_private`].
+    sweeper: Option<crate::disk::Sweeper>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -107,6 +109,19 @@ impl Durable {
             inner: Arc::new(DurableInner {
                 db,
                 flushes: AtomicU64::new(0),
+                sweeper: None,
+            }),
+        }
+    }
+
+    /// A database opened with [`crate::disk::open_private`] at `dir`: the files sled
+    /// makes later are kept private too ([`crate::disk::Sweeper`]).
+    pub fn private(db: sled::Db, dir: &std::path::Path) -> Durable {
+        Durable {
+            inner: Arc::new(DurableInner {
+                db,
+                flushes: AtomicU64::new(0),
+                sweeper: Some(crate::disk::Sweeper::new(dir)),
             }),
         }
     }
@@ -129,6 +144,9 @@ impl Durable {
         crate::disk::test_stall_hook();
         let r = self.inner.db.flush();
         self.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = &self.inner.sweeper {
+            s.after_flush();
+        }
         r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e)))
     }
 

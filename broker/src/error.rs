@@ -182,6 +182,9 @@ impl BrokerError {
             BrokerError::Overloaded(_) => ErrorCode::Overloaded,
             BrokerError::Unauthorized(_) | BrokerError::OpenBus { .. } => ErrorCode::Unauthorized,
             BrokerError::Node(e) => e.code,
+            BrokerError::StorageThread(relay_infra::storage::StorageError::Full(_)) => {
+                ErrorCode::StorageFull
+            }
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
             | BrokerError::StorageThread(_)

@@ -1,7 +1,9 @@
 //! Files that hold secrets, made safe whatever was there before.
 //!
 //! A data dir is made 0700 at every start (a pre-made 0755 one would leave the event log
-//! readable), and every file the broker writes whole (`api.json`, keys, the NATS cursor)
+//! readable); one owned by another user is refused (its owner could read or swap what
+//! we write there), and so is a symlink in it (a planted `db` -> elsewhere would put our
+//! secrets where its planter says). Every file the broker writes whole (`api.json`, keys, the NATS cursor)
 //! goes through [`write_private`]: a fresh temporary file beside it, of a random name
 //! (`tempfile`), created with `O_EXCL | O_NOFOLLOW` and mode 0600 (a planted file or
 //! symlink is never followed nor reused), written and fsynced, renamed over the target,
@@ -27,6 +29,15 @@ pub enum FileError {
     NoFileName(PathBuf),
     #[error("{} does not hold a key (64 hex digits)", .0.display())]
     NotAKey(PathBuf),
+    #[error("data dir {} is owned by {owner} (uid {uid}), not by this user (uid {me}): refusing it, as its owner could read or replace the broker's secrets; use a data dir of your own", .dir.display())]
+    NotOwner {
+        dir: PathBuf,
+        uid: u32,
+        owner: String,
+        me: u32,
+    },
+    #[error("{} is a symlink: refusing to follow it (nothing in a data dir may point elsewhere; remove it)", .0.display())]
+    Symlink(PathBuf),
 }
 
 /// `Err(FileError::Io)` saying what was being done, for `map_err`.
@@ -38,7 +49,20 @@ fn doing(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> FileEr
 }
 
 /// Creates `dir` (and its parents) if missing and makes it 0700, even if it existed.
+/// Refuses a `dir` another user owns, and one holding a symlink.
 pub fn private_dir(dir: &Path) -> Result<(), FileError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    if let Ok(meta) = std::fs::metadata(dir) {
+        if meta.uid() != me {
+            return Err(FileError::NotOwner {
+                dir: dir.to_path_buf(),
+                uid: meta.uid(),
+                owner: user_name(meta.uid()).unwrap_or_else(|| "an unknown user".into()),
+                me,
+            });
+        }
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -51,7 +75,27 @@ pub fn private_dir(dir: &Path) -> Result<(), FileError> {
             "cannot make data dir {} private (mode 0700): is it yours?",
             dir.display()
         )
-    }))
+    }))?;
+    let entries = std::fs::read_dir(dir)
+        .map_err(doing(|| format!("cannot read data dir {}", dir.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(doing(|| format!("cannot read data dir {}", dir.display())))?;
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            return Err(FileError::Symlink(entry.path()));
+        }
+    }
+    Ok(())
+}
+
+/// The name `/etc/passwd` gives `uid`, for an error message.
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id = fields.nth(1)?;
+        (id.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
 }
 
 /// Writes `bytes` to `path` with mode 0600, atomically and durably (see the module docs).
@@ -146,6 +190,46 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         private_dir(&dir).unwrap();
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_data_dir_owned_by_another_user_is_refused_naming_its_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        if rustix::process::geteuid().as_raw() != 0 {
+            // Only root can give a directory away; the refusal needs one given away.
+            eprintln!("SKIPPED: needs root to chown a directory to nobody");
+            return;
+        }
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        let e = private_dir(&dir).unwrap_err();
+        assert!(matches!(e, FileError::NotOwner { uid: 65534, .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("uid 65534"), "{text}");
+        assert!(text.contains("nobody"), "{text}");
+        // Not made ours, not opened up or down.
+        let meta = std::fs::metadata(&dir).unwrap();
+        assert_eq!(meta.uid(), 65534);
+    }
+
+    #[test]
+    fn a_symlink_in_the_data_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join("db")).unwrap();
+        let e = private_dir(&dir).unwrap_err();
+        assert!(
+            matches!(e, FileError::Symlink(ref p) if p == &dir.join("db")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("symlink"), "{e}");
+        // A regular data dir passes.
+        std::fs::remove_file(dir.join("db")).unwrap();
+        private_dir(&dir).unwrap();
     }
 
     #[test]

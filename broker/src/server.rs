@@ -40,6 +40,15 @@ pub enum ServeError {
     /// The writer stopped on a failed write; the process stopped with it.
     #[error("stopped: writing to {} failed (see the log above); nothing acknowledged was lost", .0.display())]
     WriteFailed(PathBuf),
+    /// The storage thread spent longer than the bound on one group commit (sled waiting
+    /// on a disk that does not answer, or that filled past the reserve): the process
+    /// stops rather than wedge, so a supervisor can start it again.
+    #[error("stopped: the storage thread has been stuck for {} s writing to {} (over the {} s bound); the disk may be full or failing: free space or check the disk, then start relay up again", .stuck.as_secs(), .dir.display(), .bound.as_secs())]
+    StorageStalled {
+        dir: PathBuf,
+        stuck: Duration,
+        bound: Duration,
+    },
     #[error(transparent)]
     Files(#[from] FileError),
     #[error(transparent)]
@@ -93,6 +102,15 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         return Err(ServeError::NotLoopback(config.listen));
     }
     crate::files::private_dir(&config.data_dir)?;
+    // Durable writes are refused while the disk is under the reserve: sled must never
+    // meet ENOSPC (it does not recover from it; see relay_infra::disk).
+    relay_infra::disk::guard_space(&config.data_dir, config.broker.disk_reserve);
+    let stall_bound = config.broker.storage_stall_timeout;
+    let stalled = |stuck| ServeError::StorageStalled {
+        dir: config.data_dir.clone(),
+        stuck,
+        bound: stall_bound,
+    };
     let path = config.data_dir.join("db");
     let store = relay_infra::storage::read(move || Store::open(&path)).await??;
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
@@ -235,7 +253,65 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
             shutdown.cancel();
             true
         }
+        stuck = relay_infra::disk::stalled(stall_bound) => {
+            // No drain: it would wait on the stuck thread. The caller exits the process
+            // (the thread is not joined); the lock on the database dies with it.
+            tracing::error!(stuck_s = stuck.as_secs(), "the storage thread is stuck; stopping");
+            shutdown.cancel();
+            return Err(stalled(stuck));
+        }
     };
+    // The drain commits through the storage thread: if that is stuck, stop waiting.
+    let drain = drain(Drain {
+        runtime_stop,
+        runtime,
+        plane,
+        plane_task,
+        writer_stop,
+        bus,
+        server,
+        broker,
+        writer,
+    });
+    tokio::select! {
+        r = drain => r?,
+        stuck = relay_infra::disk::stalled(stall_bound) => {
+            tracing::error!(stuck_s = stuck.as_secs(), "the storage thread is stuck; stopping without the rest of the drain");
+            return Err(stalled(stuck));
+        }
+    }
+    if failed {
+        return Err(ServeError::WriteFailed(config.data_dir.clone()));
+    }
+    tracing::info!("relay broker stopped");
+    Ok(())
+}
+
+struct Drain {
+    runtime_stop: CancellationToken,
+    runtime: Runtime,
+    plane: Plane,
+    plane_task: tokio::task::JoinHandle<()>,
+    writer_stop: CancellationToken,
+    bus: Option<tokio::task::JoinHandle<()>>,
+    server: tokio::task::JoinHandle<()>,
+    broker: Broker,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+/// After `shutdown`: stops the runtime, the plane, the bus and the API, then the writer.
+async fn drain(d: Drain) -> Result<(), ServeError> {
+    let Drain {
+        runtime_stop,
+        runtime,
+        plane,
+        plane_task,
+        writer_stop,
+        bus,
+        server,
+        broker,
+        writer,
+    } = d;
     // Stop the harness sessions (children killed, live turns failed with a reason), let
     // their last reports commit, then stop the writer.
     runtime_stop.cancel();
@@ -255,10 +331,6 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
     writer.await?;
     // What is left (feeds, watches, answers to requests) ends with the writer.
     tasks.stopped().await;
-    if failed {
-        return Err(ServeError::WriteFailed(config.data_dir.clone()));
-    }
-    tracing::info!("relay broker stopped");
     Ok(())
 }
 

@@ -53,7 +53,7 @@ export const APPROVAL_STATES = Object.freeze(["pending", "decided", "expired"]);
 export const APPROVAL_DECISIONS = Object.freeze(["accept", "accept_for_session", "decline", "cancel"]);
 
 /** The error codes every interface answers with. */
-export const ERROR_CODES = Object.freeze(["invalid_request", "unauthorized", "payload_too_large", "unknown_agent", "unknown_conversation", "unknown_flight", "unknown_message", "unknown_approval", "agent_exists", "conversation_exists", "illegal_transition", "flight_terminal", "approval_closed", "overloaded", "unavailable", "depth_limit", "cycle", "not_found", "internal"]);
+export const ERROR_CODES = Object.freeze(["invalid_request", "unauthorized", "payload_too_large", "unknown_agent", "unknown_conversation", "unknown_flight", "unknown_message", "unknown_approval", "agent_exists", "conversation_exists", "illegal_transition", "flight_terminal", "approval_closed", "overloaded", "unavailable", "depth_limit", "cycle", "not_found", "storage_full", "internal"]);
 
 /** The path of method `name` with its `{param}`s filled in from `params`, in order,
  * each percent-encoded. Throws on an unknown method or a wrong number of params. */

@@ -30,6 +30,9 @@ wire_enum! {
         Cycle = "cycle",
         /// No such route (HTTP) or subject.
         NotFound = "not_found",
+        /// The broker's disk is (nearly) full: the write was refused and nothing of it
+        /// stored; reads go on, and writes resume once space is freed.
+        StorageFull = "storage_full",
         Internal = "internal",
     }
 }
@@ -56,6 +59,8 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Overloaded => 429,
             ErrorCode::Unavailable => 503,
+            // "Insufficient Storage" (RFC 4918).
+            ErrorCode::StorageFull => 507,
             ErrorCode::Internal => 500,
         }
     }
@@ -232,6 +237,18 @@ pub struct Status {
     /// Durable flushes of the database since this broker started.
     #[serde(default)]
     pub flushes: u64,
+    /// The data dir's filesystem, when the broker watches its free space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStatus>,
+}
+
+/// The free space of the broker's data dir: under `reserve_bytes`, writes are refused
+/// (`storage_full`) until space is freed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStatus {
+    pub free_bytes: u64,
+    pub reserve_bytes: u64,
+    pub full: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -69,11 +69,12 @@ const ENDED: u8 = 3;
 impl ThreadStore {
     /// A database of its own at `path` (a `relay node`).
     pub fn open(path: &Path) -> Result<ThreadStore, sled::Error> {
-        let db = storage::config().path(path).open()?;
+        // Private (0700/0600 whatever the umask), never through a planted symlink.
+        let db = relay_infra::disk::open_private(storage::config(), path)?;
         let tree = db.open_tree("threads")?;
         let dispatches = db.open_tree("dispatches")?;
         Ok(ThreadStore {
-            db: Durable::new(db),
+            db: Durable::private(db, path),
             tree,
             dispatches,
         })

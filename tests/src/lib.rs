@@ -181,6 +181,17 @@ impl RelayProcess {
         }
     }
 
+    /// Waits (up to `within`) for the process to exit on its own; its status.
+    pub fn wait_exit(&mut self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let Some(c) = self.child.as_mut() else {
+            bail!("not running")
+        };
+        let status =
+            wait::try_wait_until_blocking("relay to exit", within, || c.try_wait().transpose())??;
+        self.child = None;
+        Ok(status)
+    }
+
     /// Starts the process again on the same data dir.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill9();

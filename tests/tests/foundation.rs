@@ -901,6 +901,25 @@ fn a_data_dir_made_by_someone_else_is_made_private_and_planted_files_are_not_fol
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o666)).unwrap();
     std::os::unix::fs::symlink(&elsewhere, data.join("api.json.tmp")).unwrap();
 
+    // A symlink in the data dir is refused outright, naming it; nothing is written
+    // through it.
+    let e = RelayProcess::start(&data)
+        .err()
+        .expect("a data dir holding a symlink was accepted");
+    assert!(
+        format!("{e:#}").contains("api.json.tmp is a symlink"),
+        "{e:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "");
+    std::fs::remove_file(data.join("api.json.tmp")).unwrap();
+    // A planted regular file is not reused either.
+    std::fs::write(data.join("api.json.tmp"), "").unwrap();
+    std::fs::set_permissions(
+        data.join("api.json.tmp"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+
     let relay = RelayProcess::start(&data).unwrap();
     assert_eq!(std::fs::metadata(&data).unwrap().mode() & 0o777, 0o700);
     let api = std::fs::symlink_metadata(data.join("api.json")).unwrap();

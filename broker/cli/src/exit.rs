@@ -75,7 +75,9 @@ impl Exit {
             | ErrorCode::ApprovalClosed
             | ErrorCode::DepthLimit
             | ErrorCode::Cycle => Exit::Refused,
-            ErrorCode::Overloaded | ErrorCode::Unavailable => Exit::Unavailable,
+            ErrorCode::Overloaded | ErrorCode::Unavailable | ErrorCode::StorageFull => {
+                Exit::Unavailable
+            }
             ErrorCode::Internal => Exit::Internal,
         }
     }

@@ -60,7 +60,17 @@ pub struct BrokerConfig {
     /// Commands that may wait for the writer; past that, clients get `Overloaded` at
     /// once (HTTP 429, a NATS error reply) and Relay's own commands wait for room.
     pub command_queue: usize,
+    /// Free bytes kept on the data dir's filesystem: under it, writes are refused
+    /// (`storage_full`) before sled could hit ENOSPC ([`relay_infra::disk`]).
+    pub disk_reserve: u64,
+    /// Longest the storage thread may take over one group commit before `relay up`
+    /// decides it is stuck (sled waiting forever on its disk) and exits with an error.
+    pub storage_stall_timeout: std::time::Duration,
 }
+
+/// See [`BrokerConfig::storage_stall_timeout`]: a group commit takes milliseconds; a
+/// minute is a disk that will not come back.
+pub const DEFAULT_STORAGE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -68,6 +78,8 @@ impl Default for BrokerConfig {
             max_message_bytes: 256 * 1024,
             max_depth: 4,
             command_queue: COMMAND_QUEUE_CAPACITY,
+            disk_reserve: relay_infra::disk::DEFAULT_RESERVE,
+            storage_stall_timeout: DEFAULT_STORAGE_STALL_TIMEOUT,
         }
     }
 }

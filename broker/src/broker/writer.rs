@@ -194,6 +194,18 @@ fn settle(
             fail_all(replies, format!("commit failed: {e}"));
             return Settled { events: 0, failed };
         }
+        // Refused before it ran: the disk is under its reserve. Nothing was written, the
+        // store is intact: refuse the callers, and go on (writes resume with space).
+        Err(e @ StorageError::Full(_)) => {
+            tracing::warn!(error = %e, "disk full; a batch of commands was refused");
+            for reply in replies.into_iter().flatten() {
+                let _ = reply.send(Err(BrokerError::StorageThread(e.clone())));
+            }
+            return Settled {
+                events: 0,
+                failed: false,
+            };
+        }
         // The job panicked (sled did not commit it), or its group's flush failed.
         Err(e) => {
             tracing::error!(error = %e, "a batch could not be committed");

@@ -107,6 +107,7 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
         413 => ErrorCode::PayloadTooLarge,
         429 => ErrorCode::Overloaded,
         503 => ErrorCode::Unavailable,
+        507 => ErrorCode::StorageFull,
         s if s >= 500 => ErrorCode::Internal,
         _ => ErrorCode::InvalidRequest,
     };

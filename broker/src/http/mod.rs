@@ -227,6 +227,17 @@ async fn status(
         Some(axum::Extension(auth::Principal::Agent(_))) => nats.without_address(),
         _ => nats,
     };
+    // One `statvfs`, off the async workers (never through the storage thread: status
+    // answers even while it is busy or stuck).
+    let disk = relay_infra::storage::read(relay_infra::disk::space)
+        .await
+        .ok()
+        .flatten()
+        .map(|d| relay_protocol::api::DiskStatus {
+            free_bytes: d.free,
+            reserve_bytes: d.reserve,
+            full: d.full(),
+        });
     Ok(Json(relay_protocol::api::Status {
         version: env!("CARGO_PKG_VERSION").into(),
         data_dir: s.data_dir.clone(),
@@ -237,5 +248,6 @@ async fn status(
         nats,
         uptime_ms: s.broker.uptime_ms(),
         flushes: s.broker.flushes(),
+        disk,
     }))
 }

@@ -63,36 +63,35 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &std::path::Path) -> Result<Store, BrokerError> {
-        let db = storage::config()
-            .path(path)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    BrokerError::Locked(path.display().to_string())
-                }
-                sled::Error::Io(io) if io.to_string().contains("lock") => {
-                    BrokerError::Locked(path.display().to_string())
-                }
-                other => BrokerError::Storage(other),
-            })?;
-        Self::with_db(db)
+        // Private (0700/0600 whatever the umask), and never through a planted symlink.
+        let db = relay_infra::disk::open_private(
+            storage::config().mode(sled::Mode::HighThroughput),
+            path,
+        )
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            sled::Error::Io(io) if io.to_string().contains("lock") => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            other => BrokerError::Storage(other),
+        })?;
+        Self::with_db(Durable::private(db, path))
     }
 
     /// An in-memory store, for unit tests and rebuild checks.
     pub fn temporary() -> Result<Store, BrokerError> {
-        Self::with_db(storage::config().temporary(true).open()?)
+        Self::with_db(Durable::new(storage::config().temporary(true).open()?))
     }
 
-    fn with_db(db: sled::Db) -> Result<Store, BrokerError> {
+    fn with_db(durable: Durable) -> Result<Store, BrokerError> {
+        let db = durable.db();
         let trees = TREE_NAMES
             .iter()
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
-        let store = Store {
-            durable: Durable::new(db),
-            trees,
-        };
+        let store = Store { durable, trees };
         store.index_once_each()?;
         Ok(store)
     }

@@ -1,5 +1,7 @@
 //! The storage thread: the one owner of every sled write and flush in this process.
 //!
+//! Over 600 lines: the thread, its group commit, its job queue and the tests of the three.
+//!
 //! # Why one thread for the whole process
 //! sled 0.34 guards every operation with ONE process-wide reader/writer lock
 //! (`concurrency_control`), shared by all databases the process opens. A flush holds it
@@ -50,6 +52,10 @@ pub enum StorageError {
     /// The storage thread is gone (the process is ending).
     #[error("the storage thread has stopped")]
     Stopped,
+    /// The disk is (nearly) full: the write was refused before it reached sled, and
+    /// nothing of it was stored ([`crate::disk`]). Writes resume once space is freed.
+    #[error(transparent)]
+    Full(#[from] crate::disk::Full),
 }
 
 /// What became of a job: it ran and returned `R`, with the outcome of the flush after
@@ -85,6 +91,8 @@ pub struct Durable {
 struct DurableInner {
     db: sled::Db,
     flushes: AtomicU64,
+    /// For a database opened with [`crate::disk::open_private`].
+    sweeper: Option<crate::disk::Sweeper>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -101,6 +109,19 @@ impl Durable {
             inner: Arc::new(DurableInner {
                 db,
                 flushes: AtomicU64::new(0),
+                sweeper: None,
+            }),
+        }
+    }
+
+    /// A database opened with [`crate::disk::open_private`] at `dir`: the files sled
+    /// makes later are kept private too ([`crate::disk::Sweeper`]).
+    pub fn private(db: sled::Db, dir: &std::path::Path) -> Durable {
+        Durable {
+            inner: Arc::new(DurableInner {
+                db,
+                flushes: AtomicU64::new(0),
+                sweeper: Some(crate::disk::Sweeper::new(dir)),
             }),
         }
     }
@@ -120,8 +141,12 @@ impl Durable {
 
     /// Flushes now, on the calling thread (the storage thread).
     fn flush_now(&self) -> Result<(), StorageError> {
+        crate::disk::test_stall_hook();
         let r = self.inner.db.flush();
         self.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = &self.inner.sweeper {
+            s.after_flush();
+        }
         r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e)))
     }
 
@@ -146,9 +171,24 @@ impl Durable {
         flushed.map(|()| r)
     }
 
-    /// Waits until everything written to this database so far is on disk.
+    /// Waits until everything written to this database so far is on disk. Never
+    /// refused for a full disk: it writes nothing new, and what it makes durable may
+    /// have been acknowledged already.
     pub async fn flush(&self) -> Result<(), StorageError> {
-        self.write_durably(|| ()).await
+        let (tx, rx) = oneshot::channel();
+        Storage::global()
+            .queue(
+                Some(self.clone()),
+                false,
+                || (),
+                |_| true,
+                move |r| {
+                    let _ = tx.send(r);
+                },
+            )
+            .await?;
+        let ((), flushed) = rx.await.map_err(|_| StorageError::Stopped)??;
+        flushed
     }
 }
 
@@ -194,8 +234,11 @@ type Finish = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
 struct Job {
     flush: Option<Durable>,
-    /// Runs the work; says whether it wrote (a job that wrote nothing needs no flush).
-    run: Box<dyn FnOnce() -> (Finish, bool) + Send>,
+    /// Refused without running while the disk is under its reserve ([`crate::disk`]).
+    guarded: bool,
+    /// Runs the work, or with `Some(refusal)` answers that instead of running it; says
+    /// whether it wrote (a job that wrote nothing needs no flush).
+    run: Box<dyn FnOnce(Option<StorageError>) -> (Finish, bool) + Send>,
 }
 
 /// A handle to the process's storage thread.
@@ -278,6 +321,8 @@ impl Storage {
     /// With `flush`, the job's database is flushed unless `wrote` says the work's outcome
     /// wrote nothing (a batch of commands that were all refused): such a job needs no
     /// flush of its own and costs none.
+    /// With `flush`, the job is refused ([`StorageError::Full`], `then` told so, `work`
+    /// never run) while the disk is under its reserve.
     pub async fn submit_then<R, F, W, T>(
         &self,
         flush: Option<Durable>,
@@ -291,7 +336,29 @@ impl Storage {
         W: FnOnce(&R) -> bool + Send + 'static,
         T: FnOnce(Ran<R>) + Send + 'static,
     {
-        let run = Box::new(move || -> (Finish, bool) {
+        let guarded = flush.is_some();
+        self.queue(flush, guarded, work, wrote, then).await
+    }
+
+    async fn queue<R, F, W, T>(
+        &self,
+        flush: Option<Durable>,
+        guarded: bool,
+        work: F,
+        wrote: W,
+        then: T,
+    ) -> Result<(), StorageError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+        W: FnOnce(&R) -> bool + Send + 'static,
+        T: FnOnce(Ran<R>) + Send + 'static,
+    {
+        let run = Box::new(move |refused: Option<StorageError>| -> (Finish, bool) {
+            if let Some(e) = refused {
+                let finish: Finish = Box::new(move |_| then(Err(e)));
+                return (finish, false);
+            }
             match catch_unwind(AssertUnwindSafe(work)) {
                 Ok(r) => {
                     let wrote = wrote(&r);
@@ -308,7 +375,11 @@ impl Storage {
             }
         });
         self.jobs
-            .send(Job { flush, run })
+            .send(Job {
+                flush,
+                guarded,
+                run,
+            })
             .await
             .map_err(|_| StorageError::Stopped)
     }
@@ -319,13 +390,24 @@ fn run(mut rx: mpsc::Receiver<Job>) {
         let Some(first) = next_job(&mut rx) else {
             return;
         };
+        crate::disk::busy();
+        // Whether the disk is under its reserve, read once per group (one `statvfs`),
+        // when the first guarded job comes.
+        let mut refusal: Option<Option<StorageError>> = None;
         // Run this job and every one waiting or arriving meanwhile (up to MAX_GROUP),
         // then flush each database they asked for once, then answer them all.
         let mut to_flush: Vec<Durable> = Vec::new();
         let mut finishes: Vec<(Option<usize>, Finish)> = Vec::new();
         let mut next = Some(first);
         while let Some(job) = next {
-            let (finish, wrote) = (job.run)();
+            let refused = if job.guarded {
+                refusal
+                    .get_or_insert_with(|| crate::disk::check().err().map(StorageError::Full))
+                    .clone()
+            } else {
+                None
+            };
+            let (finish, wrote) = (job.run)(refused);
             let flush = job.flush.filter(|_| wrote);
             let id = flush.as_ref().map(Durable::id);
             if let Some(d) = flush {
@@ -354,6 +436,7 @@ fn run(mut rx: mpsc::Receiver<Job>) {
                 tracing::error!("a storage job's answer panicked");
             }
         }
+        crate::disk::idle();
     }
 }
 
@@ -477,6 +560,41 @@ mod tests {
         assert_eq!(job(&d, false).await, (false, true, before));
         // Work that wrote is flushed before it is answered.
         assert_eq!(job(&d, true).await, (true, true, before + 1));
+        assert_eq!(d.db().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_disk_refuses_durable_writes_unrun_and_they_resume_with_space() {
+        let _serial = exclusive().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = temp_db();
+        // No filesystem has u64::MAX bytes free: full.
+        crate::disk::guard_space(tmp.path(), u64::MAX);
+        let db = d.db().clone();
+        let r = d
+            .write_durably(move || db.insert(b"k", b"v".to_vec()))
+            .await;
+        let refused = matches!(
+            r,
+            Err(StorageError::Full(crate::disk::Full {
+                reserve: u64::MAX,
+                ..
+            }))
+        );
+        // A flush writes nothing new: never refused.
+        let flushed = d.flush().await;
+        // Space returns.
+        crate::disk::guard_space(tmp.path(), 0);
+        assert!(refused, "{r:?}");
+        assert!(r.unwrap_err().to_string().contains("is full"));
+        flushed.unwrap();
+        // The refused work never ran.
+        assert_eq!(d.db().get(b"k").unwrap(), None);
+        let db = d.db().clone();
+        d.write_durably(move || db.insert(b"k", b"v".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(d.db().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     }
 

@@ -21,6 +21,22 @@ pub async fn run(client: &Client, json: bool) -> anyhow::Result<()> {
         outln!("flights    {} ({} live)", s.flights, s.live_flights);
         outln!("nats       {}", describe_nats(&s.nats));
         outln!("uptime     {} s", s.uptime_ms / 1000);
+        if let Some(d) = &s.disk {
+            let mib = |b: u64| b as f64 / f64::from(1 << 20);
+            if d.full {
+                outln!(
+                    "disk       FULL: {:.1} MiB free, under the {:.1} MiB reserve; writes are refused (storage_full) until space is freed",
+                    mib(d.free_bytes),
+                    mib(d.reserve_bytes)
+                );
+            } else {
+                outln!(
+                    "disk       {:.1} MiB free ({:.1} MiB kept in reserve)",
+                    mib(d.free_bytes),
+                    mib(d.reserve_bytes)
+                );
+            }
+        }
     }
     Ok(())
 }

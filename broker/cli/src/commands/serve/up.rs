@@ -39,6 +39,15 @@ pub struct UpArgs {
     /// Killed if still running after 60 s.
     #[arg(long, value_name = "CMD", env = "RELAY_NOTIFY_COMMAND")]
     notify_command: Option<String>,
+    /// Free space (MiB) kept on the data dir's filesystem: below it, writes are refused
+    /// with `storage_full` (HTTP 507, a NATS error) while reads and `relay status` go
+    /// on; writes resume by themselves once space is freed.
+    #[arg(long, env = "RELAY_DISK_RESERVE_MB", value_name = "MIB", default_value_t = relay_infra::disk::DEFAULT_RESERVE >> 20)]
+    disk_reserve_mb: u64,
+    /// Seconds the storage thread may spend on one commit before `relay up` decides the
+    /// disk is stuck and exits with an error (for a supervisor to restart it).
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "SECONDS", default_value_t = relay_broker::broker::DEFAULT_STORAGE_STALL_TIMEOUT.as_secs(), value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400))]
+    storage_stall_timeout: u64,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -60,6 +69,8 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
             max_message_bytes: args.max_message_bytes,
             max_depth: args.max_depth,
             command_queue: args.command_queue,
+            disk_reserve: args.disk_reserve_mb << 20,
+            storage_stall_timeout: std::time::Duration::from_secs(args.storage_stall_timeout),
         },
         nats: args.nats.config(Some(&args.bus))?,
         turn_idle_timeout: args.runtime.turn_idle_timeout(),

@@ -1,0 +1,302 @@
+//! The disk under the databases: free space kept above a reserve, a watchdog for a
+//! storage thread that cannot finish, and databases opened private.
+//!
+//! # Why refuse before the disk is full
+//! sled 0.34 does not survive ENOSPC: a write of its log that fails leaves the I/O
+//! buffer it was writing unstable, and every later `flush` waits in `make_stable` for it
+//! forever (seen with gdb on a full 40 MB filesystem; sled's own issue #376, "full-disk
+//! causes stall", is open with no fix). Nothing after that can be made durable, and
+//! space coming back does not help. So the storage thread checks the free space
+//! ([`check`], one `statvfs` per group commit) and refuses durable writes while it is
+//! under the reserve ([`guard_space`]): sled never sees ENOSPC, everything acknowledged
+//! stays durable, and writes resume by themselves as soon as space returns.
+//!
+//! If sled hangs anyway (the reserve was too small, another process filled the disk
+//! between the check and the write, a dying disk), [`stalled`] tells: the broker then
+//! exits with an error instead of wedging (a supervisor restarts it; the lock dies with
+//! the process).
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Free bytes kept on the data dir's filesystem unless `relay up --disk-reserve-mb`
+/// says otherwise: room for the group commit in flight past the check and for sled's
+/// own segment rewrites.
+pub const DEFAULT_RESERVE: u64 = 16 << 20;
+
+struct Guard {
+    dir: PathBuf,
+    reserve: u64,
+}
+
+static GUARD: Mutex<Option<Guard>> = Mutex::new(None);
+
+/// From now on, durable writes are refused ([`Full`]) while the
+/// filesystem holding `dir` has less than `reserve` bytes free for us.
+pub fn guard_space(dir: &Path, reserve: u64) {
+    *GUARD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Guard {
+        dir: dir.to_path_buf(),
+        reserve,
+    });
+}
+
+/// The free space of the guarded filesystem, as `relay status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Space {
+    pub dir: PathBuf,
+    /// Bytes an unprivileged writer may still use.
+    pub free: u64,
+    pub reserve: u64,
+}
+
+impl Space {
+    pub fn full(&self) -> bool {
+        self.free < self.reserve
+    }
+}
+
+/// The guarded filesystem's space now (`None`: no guard, or `statvfs` failed). Blocking:
+/// one `statvfs`.
+pub fn space() -> Option<Space> {
+    let (dir, reserve) = {
+        let guard = GUARD.lock().unwrap_or_else(|e| e.into_inner());
+        let g = guard.as_ref()?;
+        (g.dir.clone(), g.reserve)
+    };
+    match rustix::fs::statvfs(&dir) {
+        // `f_bavail`: what is left for a process without root's reserved blocks.
+        Ok(s) => Some(Space {
+            free: s.f_bavail.saturating_mul(s.f_frsize),
+            dir,
+            reserve,
+        }),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the free space");
+            None
+        }
+    }
+}
+
+/// Why a durable write was refused: the disk is under its reserve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the disk holding {dir} is full ({free} bytes free, {reserve} kept in reserve): writes are refused until space is freed")]
+pub struct Full {
+    pub dir: String,
+    pub free: u64,
+    pub reserve: u64,
+}
+
+/// `Err(Full)` while the guarded filesystem is under its reserve. A filesystem whose
+/// space cannot be read is not refused (sled then says what is wrong).
+pub(crate) fn check() -> Result<(), Full> {
+    match space() {
+        Some(s) if s.full() => Err(Full {
+            dir: s.dir.display().to_string(),
+            free: s.free,
+            reserve: s.reserve,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// When the storage thread's current group began (ms since [`epoch`], plus one); 0 while
+/// it waits for work.
+static BUSY_SINCE: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn busy() {
+    let ms = epoch().elapsed().as_millis() as u64;
+    BUSY_SINCE.store(ms + 1, Ordering::Release);
+}
+
+pub(crate) fn idle() {
+    BUSY_SINCE.store(0, Ordering::Release);
+}
+
+/// How long the storage thread has been on its current group of jobs (`None`: idle).
+pub fn busy_for() -> Option<Duration> {
+    match BUSY_SINCE.load(Ordering::Acquire) {
+        0 => None,
+        since => {
+            let now = epoch().elapsed().as_millis() as u64;
+            Some(Duration::from_millis((now + 1).saturating_sub(since)))
+        }
+    }
+}
+
+/// Resolves once the storage thread has spent more than `bound` on one group of jobs
+/// (a transaction and a flush take milliseconds; sled stuck in `make_stable` never
+/// returns), with how long it has.
+pub async fn stalled(bound: Duration) -> Duration {
+    let every = (bound / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        if let Some(d) = busy_for().filter(|d| *d > bound) {
+            return d;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// TEST ONLY: while the file this variable names exists, the storage thread's flushes
+/// block (as sled's do on a full disk), so that tests can show the watchdog ends the
+/// process. Never set it outside a test.
+pub const TEST_STALL_ENV: &str = "RELAY_TEST_STALL_STORAGE_WHILE";
+
+/// Blocks while the test hook's file exists (see [`TEST_STALL_ENV`]).
+pub(crate) fn test_stall_hook() {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let Some(path) = PATH.get_or_init(|| std::env::var_os(TEST_STALL_ENV).map(PathBuf::from))
+    else {
+        return;
+    };
+    while path.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Opens the database at `path` private: its directory is created 0700, a symlink there
+/// is refused (it would put the database where its owner points), and every file and
+/// directory sled made is 0600/0700, whatever the umask.
+pub fn open_private(config: sled::Config, path: &Path) -> sled::Result<sled::Db> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(symlink_error(path));
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    // sled creates its files with the process's umask. The window is the open only:
+    // at start, before any agent process is spawned to inherit it.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let db = config.path(path).open();
+    rustix::process::umask(old);
+    let db = db?;
+    make_private(path)?;
+    Ok(db)
+}
+
+fn symlink_error(path: &Path) -> sled::Error {
+    sled::Error::Io(std::io::Error::other(format!(
+        "{} is a symlink: refusing to follow it (a database must be a directory of its own)",
+        path.display()
+    )))
+}
+
+/// Keeps the files sled makes after the open private: a value over ~128 KiB becomes a
+/// file of its own under `blobs/`, made with the process's umask. The database's
+/// directory is 0700 already, so this is a second wall, not the first: after a flush, if
+/// `blobs/` changed (one `stat`; only a value that large changes it), its files are made
+/// 0600.
+#[derive(Debug)]
+pub struct Sweeper {
+    dir: PathBuf,
+    last: Mutex<Option<std::time::SystemTime>>,
+}
+
+impl Sweeper {
+    pub fn new(dir: &Path) -> Sweeper {
+        Sweeper {
+            dir: dir.to_path_buf(),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// After a flush, on the storage thread.
+    pub fn after_flush(&self) {
+        let blobs = self.dir.join("blobs");
+        let Ok(modified) = std::fs::metadata(&blobs).and_then(|m| m.modified()) else {
+            return;
+        };
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == Some(modified) {
+            return;
+        }
+        *last = Some(modified);
+        if let Err(e) = make_private(&blobs) {
+            tracing::warn!(dir = %blobs.display(), error = %e, "cannot make sled's blobs private");
+        }
+    }
+}
+
+/// Makes `dir` and what is under it 0700 (directories) and 0600 (files), refusing
+/// symlinks. Also run after sled's later files (snapshots, blobs) may have appeared.
+pub fn make_private(dir: &Path) -> sled::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(symlink_error(dir));
+    }
+    let mode = if meta.is_dir() { 0o700 } else { 0o600 };
+    if meta.mode() & 0o777 != mode {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            make_private(&entry?.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().mode() & 0o777
+    }
+
+    #[test]
+    fn a_database_is_opened_private_whatever_the_umask() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("db");
+        // A permissive umask, as a user's shell may have.
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o002));
+        let db = open_private(crate::storage::config(), &path);
+        rustix::process::umask(old);
+        let db = db.unwrap();
+        db.insert(b"k", b"v").unwrap();
+        db.flush().unwrap();
+        let mut seen = 0;
+        let mut dirs = vec![path.clone()];
+        while let Some(dir) = dirs.pop() {
+            assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    assert_eq!(mode(&p), 0o600, "{}", p.display());
+                    seen += 1;
+                }
+            }
+        }
+        // sled's `db` and `conf` at least.
+        assert!(seen >= 2, "{seen}");
+    }
+
+    #[test]
+    fn a_planted_symlink_is_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let path = tmp.path().join("db");
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let e = open_private(crate::storage::config(), &path).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // Nor one inside the database's directory.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, path.join("blobs")).unwrap();
+        let e = open_private(crate::storage::config(), &path).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+    }
+}

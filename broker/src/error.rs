@@ -98,6 +98,31 @@ pub enum BrokerError {
     SelfAsk { agent: String },
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// The target's allow list does not name the requester (`relay agent add
+    /// --allow-from`): refused before anything is written.
+    #[error("unauthorized: {} may not invoke agent {}: it accepts invocations from {allowed} only (relay agent add {} --allow-from ...)", quote(.requester), quote(.target), quote(.target))]
+    NotAllowed {
+        requester: String,
+        target: String,
+        /// The list, as shown (`"operator", "lead"`).
+        allowed: String,
+    },
+    /// An agent linked what it asks to a flight that is not the one it is running.
+    #[error("invalid request: {} can link what it asks only to the flight it is running, and flight {} is {what}", quote(.agent), quote(.flight))]
+    ParentNotRunning {
+        agent: String,
+        flight: String,
+        /// What the flight is instead ("queued", "agent \"b\"'s").
+        what: String,
+    },
+    /// The agent has as many flights waiting as its queue holds: refused before any is
+    /// written, so a flood of asks stores nothing.
+    #[error("the broker is overloaded: agent {} has {live} flights not yet ended, its turn and a full queue of {limit}; retry later", quote(.agent))]
+    AgentQueueFull {
+        agent: String,
+        live: u64,
+        limit: usize,
+    },
     #[error("the broker is overloaded: {0}")]
     Overloaded(String),
     #[error("the data directory {0} is in use by another relay process")]
@@ -153,6 +178,7 @@ impl BrokerError {
             | BrokerError::NotAgentsFlight { .. }
             | BrokerError::NodeCommand { .. }
             | BrokerError::NotNodesAgent { .. }
+            | BrokerError::ParentNotRunning { .. }
             | BrokerError::Json(_) => ErrorCode::InvalidRequest,
             BrokerError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
             BrokerError::UnknownAgent(_) => ErrorCode::UnknownAgent,
@@ -175,8 +201,12 @@ impl BrokerError {
             | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,
-            BrokerError::Overloaded(_) => ErrorCode::Overloaded,
-            BrokerError::Unauthorized(_) => ErrorCode::Unauthorized,
+            BrokerError::Overloaded(_) | BrokerError::AgentQueueFull { .. } => {
+                ErrorCode::Overloaded
+            }
+            BrokerError::Unauthorized(_) | BrokerError::NotAllowed { .. } => {
+                ErrorCode::Unauthorized
+            }
             BrokerError::Node(e) => e.code,
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
@@ -260,6 +290,12 @@ pub enum BadInput {
     Pane(String),
     #[error("agent {}: {error}", quote(.agent))]
     ReadyPattern { agent: String, error: String },
+    /// What is wrong with an agent's allow list.
+    #[error("{0}")]
+    AllowFrom(String),
+    /// A shell pane registered without naming who may invoke it.
+    #[error("agent {} runs a shell in its tmux pane (no --command): each task runs there as shell commands, with no approval step, so name who may invoke it with --allow-from (\"allow_from\": [\"operator\"] for you only; an agent's name; * for anyone)", quote(.0))]
+    ShellNeedsAllowFrom(String),
     /// What is wrong with the approval policy ([`crate::policy::validate`]).
     #[error("{0}")]
     Policy(String),

@@ -315,6 +315,8 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         &pane,
         "--socket",
         user.socket(),
+        "--allow-from",
+        "operator",
     ]);
     assert!(out.contains(&format!("attached to pane {pane}")), "{out}");
     // A pane is one agent's.
@@ -326,6 +328,8 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         &pane,
         "--socket",
         user.socket(),
+        "--allow-from",
+        "operator",
     ]);
     assert!(!twice.status.success());
     assert!(
@@ -599,15 +603,26 @@ async fn a_tmux_agent_without_a_command_is_refused_unless_it_asks_for_a_shell() 
     let agents = env.relay.cli_json(&["agent", "list", "--json"]);
     assert_eq!(agents.as_array().unwrap().len(), 0, "{agents}");
 
-    // Asked for explicitly, a shell pane is accepted: by the CLI, and over HTTP.
-    let out = add("sh-1", &["--shell", "--socket", env.tmux.socket()]);
+    // Asked for explicitly, with who may invoke it, a shell pane is accepted: by the CLI,
+    // and over HTTP.
+    let out = add(
+        "sh-1",
+        &[
+            "--shell",
+            "--socket",
+            env.tmux.socket(),
+            "--allow-from",
+            "operator",
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     let shown = env.agent("sh-1").await;
     assert_eq!(shown["pane"]["shell"], true, "{shown}");
     let (code, body) = http
         .post(
             "/v1/agents",
-            &json!({"name": "sh-2", "harness": "tmux", "cwd": work, "pane": {"shell": true}}),
+            &json!({"name": "sh-2", "harness": "tmux", "cwd": work, "pane": {"shell": true},
+                        "allow_from": ["operator", "lead"]}),
         )
         .await;
     assert_eq!(code, 200, "{body}");

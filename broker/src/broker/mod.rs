@@ -60,7 +60,18 @@ pub struct BrokerConfig {
     /// Commands that may wait for the writer; past that, clients get `Overloaded` at
     /// once (HTTP 429, a NATS error reply) and Relay's own commands wait for room.
     pub command_queue: usize,
+    /// Flights an agent may have waiting behind its turn (its runtime's queue holds as
+    /// many): one more invocation is refused `overloaded` before anything is written.
+    pub agent_queue: usize,
+    /// Bytes a flight may stream (text, command output, items, plans, diffs, notes)
+    /// before it is failed, naming this cap, and its turn interrupted: one runaway turn
+    /// cannot fill the disk. What came before the cap is kept.
+    pub max_flight_output: u64,
 }
+
+/// [`BrokerConfig::max_flight_output`] by default: 8 MiB, far above any answer, build
+/// log or diff a turn is read for.
+pub const DEFAULT_MAX_FLIGHT_OUTPUT: u64 = 8 * 1024 * 1024;
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -68,6 +79,8 @@ impl Default for BrokerConfig {
             max_message_bytes: 256 * 1024,
             max_depth: 4,
             command_queue: COMMAND_QUEUE_CAPACITY,
+            agent_queue: relay_runtime::AGENT_QUEUE_CAPACITY,
+            max_flight_output: DEFAULT_MAX_FLIGHT_OUTPUT,
         }
     }
 }
@@ -167,6 +180,57 @@ struct Inner {
     counts: Counts,
     /// Every task spawned for the broker, ended at the writer's stop.
     tasks: Tasks,
+    /// Flights not yet ended per agent, as committed: the queue rule reads it.
+    live: Arc<LiveByAgent>,
+}
+
+/// Flights not yet ended, per agent, as of the last committed batch: what the queue
+/// rule of an invocation counts (a sled transaction cannot scan the live index). Kept by
+/// the writer alone, from the events of each batch it commits, so it is exact when the
+/// next batch's rules read it (the writer commits one batch at a time).
+#[derive(Default)]
+pub(crate) struct LiveByAgent(std::sync::Mutex<std::collections::HashMap<String, u64>>);
+
+impl LiveByAgent {
+    /// One scan of the live flights, at start (blocking).
+    fn scan(store: &Store) -> Result<LiveByAgent, BrokerError> {
+        let mut counts = std::collections::HashMap::new();
+        for flight in store.live_flights()? {
+            *counts.entry(flight.agent).or_insert(0) += 1;
+        }
+        Ok(LiveByAgent(std::sync::Mutex::new(counts)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn get(&self, agent: &str) -> u64 {
+        self.lock().get(agent).copied().unwrap_or(0)
+    }
+
+    /// Counts a committed event (a flight made, or ended).
+    fn apply(&self, event: &Event) {
+        match &event.body {
+            EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
+                *self.lock().entry(flight.agent.clone()).or_insert(0) += 1;
+            }
+            EventBody::FlightUpdated { update, flight } => {
+                if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
+                    let mut counts = self.lock();
+                    if let Some(n) = counts.get_mut(&flight.agent) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            counts.remove(&flight.agent);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What `relay status` counts, kept current from the published events.
@@ -248,9 +312,10 @@ impl Broker {
         config: BrokerConfig,
         shutdown: CancellationToken,
     ) -> Result<(Broker, tokio::task::JoinHandle<()>), BrokerError> {
-        let (last_seq, counts) = store
-            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?)))
+        let (last_seq, counts, live) = store
+            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?, LiveByAgent::scan(s)?)))
             .await?;
+        let live = Arc::new(live);
         let (commands, rx) = mpsc::channel(config.command_queue.max(1));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let broker = Broker {
@@ -264,6 +329,7 @@ impl Broker {
                 failed: CancellationToken::new(),
                 counts,
                 tasks: Tasks::new(&shutdown),
+                live: live.clone(),
             }),
         };
         let writer = Writer {
@@ -271,6 +337,7 @@ impl Broker {
             config: broker.inner.config.clone(),
             next_seq: last_seq + 1,
             failure: broker.inner.failed.clone(),
+            live,
         };
         let task = broker
             .inner

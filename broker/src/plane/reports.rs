@@ -21,6 +21,9 @@ pub(super) enum Pending {
     Check(Reply, &'static str),
     /// An approval was recorded: apply the agent's policy to it.
     Approval(Reply),
+    /// Streamed output of a flight (any change but a state change): if it ended the
+    /// flight (its output cap), interrupt the turn that streams it.
+    Streamed(Reply),
 }
 
 impl Plane {
@@ -61,7 +64,13 @@ impl Plane {
         };
         let (command, kind) = match report {
             Report::Flight { flight, change } => {
-                (Command::UpdateFlight { flight, change }, "flight update")
+                let streamed =
+                    !matches!(change, relay_protocol::domain::FlightChange::State { .. });
+                let command = Command::UpdateFlight { flight, change };
+                if streamed {
+                    return Ok(Pending::Streamed(self.broker.submit(wrap(command)).await?));
+                }
+                (command, "flight update")
             }
             Report::Agent {
                 agent,
@@ -138,6 +147,26 @@ impl Plane {
                     }
                     Ok(Err(e)) => tracing::warn!(error = %e, "{kind} refused"),
                     Err(_) => tracing::debug!("broker stopped before {kind} was committed"),
+                },
+                Pending::Streamed(rx) => match rx.await {
+                    Ok(Ok(Outcome::Flight(r))) if r.applied && r.flight.state.is_terminal() => {
+                        // The broker ended the flight (its output cap): stop the turn.
+                        let control = control(self);
+                        self.tasks.spawn(async move {
+                            let id = r.flight.id.clone();
+                            if let Err(e) = control.interrupt(r.flight).await {
+                                tracing::warn!(flight = %id, error = %e, "the turn of a flight past its output cap was not interrupted");
+                            }
+                        });
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e @ BrokerError::FlightTerminal { .. })) => {
+                        tracing::debug!(error = %e, "flight update after the flight ended")
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "flight update refused"),
+                    Err(_) => {
+                        tracing::debug!("broker stopped before a flight update was committed")
+                    }
                 },
                 Pending::Approval(rx) => {
                     if let Ok(Ok(Outcome::Approval(a))) = rx.await {

@@ -294,7 +294,7 @@ pub enum BadInput {
     #[error("{0}")]
     AllowFrom(String),
     /// A shell pane registered without naming who may invoke it.
-    #[error("agent {} runs a shell in its tmux pane (no --command): each task runs there as shell commands, with no approval step, so name who may invoke it with --allow-from (\"allow_from\": [\"operator\"] for you only; an agent's name; * for anyone)", quote(.0))]
+    #[error("agent {}'s tmux pane runs no --command of Relay's (a --shell, or a pane attached to): each task typed there may run as shell commands, with no approval step, so name who may invoke it with --allow-from (\"allow_from\": [\"operator\"] for you only; an agent's name; * for anyone)", quote(.0))]
     ShellNeedsAllowFrom(String),
     /// What is wrong with the approval policy ([`crate::policy::validate`]).
     #[error("{0}")]

@@ -307,6 +307,21 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         user.capture(&pane).contains("agent>").then_some(())
     })
     .await;
+    // Relay does not know what the pane runs: who may invoke it is said, never a default.
+    let unsaid = env.relay.cli(&[
+        "agent",
+        "attach",
+        "mine",
+        "--pane",
+        &pane,
+        "--socket",
+        user.socket(),
+    ]);
+    assert!(!unsaid.status.success());
+    assert!(
+        String::from_utf8_lossy(&unsaid.stderr).contains("--allow-from"),
+        "{unsaid:?}"
+    );
     let out = env.relay.cli_ok(&[
         "agent",
         "attach",

@@ -1,7 +1,8 @@
 //! The broker: commands in, events out. This file is its public face: the [`Broker`]
 //! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
-//! rules, by the entity they govern, in `rules/`.
+//! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
+//! rule counts in `live.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -32,8 +33,11 @@ use crate::ports::FlightControl;
 use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
+mod live;
 mod rules;
 mod writer;
+
+pub(crate) use live::LiveByAgent;
 
 use writer::Writer;
 
@@ -182,55 +186,6 @@ struct Inner {
     tasks: Tasks,
     /// Flights not yet ended per agent, as committed: the queue rule reads it.
     live: Arc<LiveByAgent>,
-}
-
-/// Flights not yet ended, per agent, as of the last committed batch: what the queue
-/// rule of an invocation counts (a sled transaction cannot scan the live index). Kept by
-/// the writer alone, from the events of each batch it commits, so it is exact when the
-/// next batch's rules read it (the writer commits one batch at a time).
-#[derive(Default)]
-pub(crate) struct LiveByAgent(std::sync::Mutex<std::collections::HashMap<String, u64>>);
-
-impl LiveByAgent {
-    /// One scan of the live flights, at start (blocking).
-    fn scan(store: &Store) -> Result<LiveByAgent, BrokerError> {
-        let mut counts = std::collections::HashMap::new();
-        for flight in store.live_flights()? {
-            *counts.entry(flight.agent).or_insert(0) += 1;
-        }
-        Ok(LiveByAgent(std::sync::Mutex::new(counts)))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn get(&self, agent: &str) -> u64 {
-        self.lock().get(agent).copied().unwrap_or(0)
-    }
-
-    /// Counts a committed event (a flight made, or ended).
-    fn apply(&self, event: &Event) {
-        match &event.body {
-            EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
-                *self.lock().entry(flight.agent.clone()).or_insert(0) += 1;
-            }
-            EventBody::FlightUpdated { update, flight } => {
-                if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
-                    let mut counts = self.lock();
-                    if let Some(n) = counts.get_mut(&flight.agent) {
-                        *n = n.saturating_sub(1);
-                        if *n == 0 {
-                            counts.remove(&flight.agent);
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// What `relay status` counts, kept current from the published events.

@@ -16,6 +16,13 @@
 //!   harness gets the answer first). Without one, an approval waits for a person until
 //!   its turn ends. The timeout's task ends as soon as the approval is decided.
 //!
+//! At most [`NOTIFY_POOL`] notify commands run at once: an approval that comes while they
+//! all run waits, and when one ends, everything waiting by then goes to ONE command, its
+//! variables those of the first approval waiting and `RELAY_APPROVAL_COUNT` (how many it
+//! stands for, 1 for a command of its own), `RELAY_APPROVAL_IDS` (their ids, space
+//! separated, the first [`BATCH_IDS`]) and `_COMMAND` saying how many more wait. A turn
+//! raising 400 approvals thus starts a handful of commands, not 400.
+//!
 //! Neither survives a restart of the broker, and neither needs to: a restart ends the
 //! turns that were waiting, and their approvals expire with them (`relay:restart`).
 
@@ -36,6 +43,12 @@ pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(60);
 const REMEMBERED: usize = 4096;
 /// Most of the command's output that is logged.
 const LOGGED_OUTPUT: usize = 2048;
+/// Notify commands running at once, at most.
+pub const NOTIFY_POOL: usize = 4;
+/// Most approval ids one batched command names.
+pub const BATCH_IDS: usize = 100;
+/// Most approvals kept waiting for a batch (past that, only counted).
+const WAITING: usize = 4096;
 
 /// `relay up --notify-command`: what runs when an approval waits for a person.
 #[derive(Clone)]
@@ -44,6 +57,16 @@ pub struct Notifier {
     /// `http://127.0.0.1:PORT/#/approvals`
     dashboard: Arc<str>,
     notified: Arc<Mutex<Remembered>>,
+    pool: Arc<Mutex<Pool>>,
+}
+
+/// The notify commands running, and the approvals waiting for one.
+#[derive(Default)]
+struct Pool {
+    running: usize,
+    waiting: Vec<Approval>,
+    /// Waiting approvals past [`WAITING`], counted only.
+    uncounted: usize,
 }
 
 #[derive(Default)]
@@ -75,6 +98,7 @@ impl Notifier {
             command: Arc::from(command),
             dashboard: Arc::from(format!("{}/#/approvals", dashboard.trim_end_matches('/'))),
             notified: Arc::default(),
+            pool: Arc::default(),
         }
     }
 
@@ -88,6 +112,55 @@ impl Notifier {
         if !first {
             return;
         }
+        {
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            if pool.running >= NOTIFY_POOL {
+                if pool.waiting.len() < WAITING {
+                    pool.waiting.push(approval.clone());
+                } else {
+                    pool.uncounted += 1;
+                }
+                return;
+            }
+            pool.running += 1;
+        }
+        // This slot runs the command, then whatever waits by then as one batch, until
+        // nothing waits.
+        let this = self.clone();
+        let stop = tasks.stop_token().clone();
+        let first = vec![approval.clone()];
+        tasks.track(async move {
+            let mut batch = (first, 0);
+            loop {
+                let (cmd, id) = this.command(&batch.0, batch.1);
+                run(cmd, &id, &stop).await;
+                let mut pool = this.pool.lock().unwrap_or_else(PoisonError::into_inner);
+                if pool.waiting.is_empty() || stop.is_cancelled() {
+                    pool.running -= 1;
+                    return;
+                }
+                batch = (
+                    std::mem::take(&mut pool.waiting),
+                    std::mem::take(&mut pool.uncounted),
+                );
+            }
+        });
+    }
+
+    /// The command for `batch` (not empty), and the approval id it is logged under:
+    /// the first approval's variables, with the count and ids of all of them.
+    fn command(&self, batch: &[Approval], uncounted: usize) -> (tokio::process::Command, String) {
+        let approval = &batch[0];
+        let count = batch.len() + uncounted;
+        let mut detail = one_line(&approval.request.detail);
+        if count > 1 {
+            detail = format!("{detail} (and {} more approvals waiting)", count - 1);
+        }
+        let ids: Vec<&str> = batch
+            .iter()
+            .take(BATCH_IDS)
+            .map(|a| a.id.as_str())
+            .collect();
         let mut cmd = tokio::process::Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(&*self.command)
@@ -96,20 +169,20 @@ impl Notifier {
             .env("RELAY_APPROVAL_AGENT", &approval.agent)
             .env("RELAY_APPROVAL_FLIGHT", &approval.request.flight)
             .env("RELAY_APPROVAL_KIND", approval.request.kind.to_string())
-            .env("RELAY_APPROVAL_COMMAND", one_line(&approval.request.detail))
+            .env("RELAY_APPROVAL_COMMAND", detail)
             .env(
                 "RELAY_APPROVAL_REASON",
                 one_line(approval.request.reason.as_deref().unwrap_or("")),
             )
+            .env("RELAY_APPROVAL_COUNT", count.to_string())
+            .env("RELAY_APPROVAL_IDS", ids.join(" "))
             .env("RELAY_DASHBOARD", &*self.dashboard)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let id = approval.id.clone();
-        let stop = tasks.stop_token().clone();
-        tasks.track(async move { run(cmd, &id, &stop).await });
+        (cmd, approval.id.clone())
     }
 }
 

@@ -102,6 +102,31 @@ pub enum BrokerError {
     /// an agent, on a bus anyone may publish on: refused, with the flags that trust it.
     #[error("unauthorized: {what} is refused on this bus: NATS has no credentials and the broker no request token, so anyone who reaches the server could do it; start relay up with {}", relay_protocol::bus::TRUST_FLAGS)]
     OpenBus { what: String },
+    /// The target's allow list does not name the requester (`relay agent add
+    /// --allow-from`): refused before anything is written.
+    #[error("unauthorized: {} may not invoke agent {}: it accepts invocations from {allowed} only (relay agent add {} --allow-from ...)", quote(.requester), quote(.target), quote(.target))]
+    NotAllowed {
+        requester: String,
+        target: String,
+        /// The list, as shown (`"operator", "lead"`).
+        allowed: String,
+    },
+    /// An agent linked what it asks to a flight that is not the one it is running.
+    #[error("invalid request: {} can link what it asks only to the flight it is running, and flight {} is {what}", quote(.agent), quote(.flight))]
+    ParentNotRunning {
+        agent: String,
+        flight: String,
+        /// What the flight is instead ("queued", "agent \"b\"'s").
+        what: String,
+    },
+    /// The agent has as many flights waiting as its queue holds: refused before any is
+    /// written, so a flood of asks stores nothing.
+    #[error("the broker is overloaded: agent {} has {live} flights not yet ended, its turn and a full queue of {limit}; retry later", quote(.agent))]
+    AgentQueueFull {
+        agent: String,
+        live: u64,
+        limit: usize,
+    },
     #[error("the broker is overloaded: {0}")]
     Overloaded(String),
     #[error("the data directory {0} is in use by another relay process")]
@@ -157,6 +182,7 @@ impl BrokerError {
             | BrokerError::NotAgentsFlight { .. }
             | BrokerError::NodeCommand { .. }
             | BrokerError::NotNodesAgent { .. }
+            | BrokerError::ParentNotRunning { .. }
             | BrokerError::Json(_) => ErrorCode::InvalidRequest,
             BrokerError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
             BrokerError::UnknownAgent(_) => ErrorCode::UnknownAgent,
@@ -179,8 +205,12 @@ impl BrokerError {
             | BrokerError::ShuttingDown => ErrorCode::Unavailable,
             BrokerError::DepthLimit { .. } => ErrorCode::DepthLimit,
             BrokerError::Cycle { .. } | BrokerError::SelfAsk { .. } => ErrorCode::Cycle,
-            BrokerError::Overloaded(_) => ErrorCode::Overloaded,
-            BrokerError::Unauthorized(_) | BrokerError::OpenBus { .. } => ErrorCode::Unauthorized,
+            BrokerError::Overloaded(_) | BrokerError::AgentQueueFull { .. } => {
+                ErrorCode::Overloaded
+            }
+            BrokerError::Unauthorized(_)
+            | BrokerError::OpenBus { .. }
+            | BrokerError::NotAllowed { .. } => ErrorCode::Unauthorized,
             BrokerError::Node(e) => e.code,
             BrokerError::StorageThread(relay_infra::storage::StorageError::Full(_)) => {
                 ErrorCode::StorageFull
@@ -267,6 +297,12 @@ pub enum BadInput {
     Pane(String),
     #[error("agent {}: {error}", quote(.agent))]
     ReadyPattern { agent: String, error: String },
+    /// What is wrong with an agent's allow list.
+    #[error("{0}")]
+    AllowFrom(String),
+    /// A shell pane registered without naming who may invoke it.
+    #[error("agent {}'s tmux pane runs no --command of Relay's (a --shell, or a pane attached to): each task typed there may run as shell commands, with no approval step, so name who may invoke it with --allow-from (\"allow_from\": [\"operator\"] for you only; an agent's name; * for anyone)", quote(.0))]
+    ShellNeedsAllowFrom(String),
     /// What is wrong with the approval policy ([`crate::policy::validate`]).
     #[error("{0}")]
     Policy(String),

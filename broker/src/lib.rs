@@ -2,7 +2,8 @@
 //! and flights.
 //!
 //! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
-//! - [`broker`]: the domain rules and the single writer that group-commits them;
+//! - [`broker`]: the domain rules (who may invoke whom, an agent's queue, a flight's
+//!   output cap among them) and the single writer that group-commits them;
 //!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
 //!   every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
@@ -18,8 +19,9 @@
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
 //!   and drained; [`shutdown`]: the signals that stop them; [`tasks`]: every task the
 //!   broker spawns is owned by one, ended and waited for when its part stops.
-//! - [`alerts`]: an approval waiting for a person runs the user's notify command, and
-//!   its agent's timeout declines it (used by `plane`).
+//! - [`alerts`]: an approval waiting for a person runs the user's notify command (a
+//!   bounded pool, batched when over), and its agent's timeout declines it (used by
+//!   `plane`).
 //! - [`error`], [`files`] (private files), [`seal`] (node keys, token comparison): used
 //!   by all of the above.
 //!

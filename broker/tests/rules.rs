@@ -755,6 +755,9 @@ async fn mentions_in_an_agents_words_are_children_of_its_flight_under_the_loop_r
         };
         p
     };
+    // (Only the flight the author is running counts: a's first one ended.)
+    let fa = b.invoke(invoke("a")).await.unwrap().flight;
+    b.update_flight(&fa.id, to(Running)).await.unwrap();
     let from_a = b.post_message(during("a", &fa.id, "@c")).await.unwrap();
     let fc = &from_a.flights[0];
     assert_eq!(
@@ -764,6 +767,7 @@ async fn mentions_in_an_agents_words_are_children_of_its_flight_under_the_loop_r
         ),
         (Some(fa.id.as_str()), 1)
     );
+    b.update_flight(&fc.id, to(Running)).await.unwrap();
     let deep = b
         .post_message(during("c", &fc.id, "@d and @b"))
         .await
@@ -775,6 +779,7 @@ async fn mentions_in_an_agents_words_are_children_of_its_flight_under_the_loop_r
         2
     );
     assert_eq!(deep.flights.len(), 2);
+    b.update_flight(&fd.id, to(Running)).await.unwrap();
     let too_deep = b.post_message(during("d", &fd.id, "@b ok?")).await.unwrap();
     assert!(too_deep.flights.is_empty());
     assert_eq!(too_deep.refused.len(), 1);

@@ -3,6 +3,7 @@
 //! One module per concern, every type re-exported here:
 //!
 //! - [`agent`]: agents, their harness, wake policy, secrets and approval policy.
+//! - [`allow`]: who may invoke an agent (its allow list).
 //! - [`conversation`]: conversations, messages and conversation ids.
 //! - [`mention`]: which `@name`s in a message count, and the rule for an agent's reply.
 //! - [`flight`]: invocations, flights, their state machine, changes and updates.
@@ -13,6 +14,7 @@
 //! strings.
 
 pub mod agent;
+pub mod allow;
 pub mod approval;
 pub mod conversation;
 pub mod delivery;
@@ -20,6 +22,7 @@ pub mod flight;
 pub mod mention;
 
 pub use agent::*;
+pub use allow::*;
 pub use approval::*;
 pub use conversation::*;
 pub use delivery::*;

@@ -381,23 +381,27 @@ async fn a_mention_loop_is_stopped_by_the_cycle_rule_and_no_post_fails() {
         "{flights:?}"
     );
 
-    // What an agent posts during its flight (`meta.flight`) is held to the same rule:
-    // claude-1 (its flight a child of codex-1's) mentioning codex-1 is refused, the post
-    // stands, and its answer says why.
-    let posted: Value = {
-        let body = serde_json::json!({
-            "conversation": "channel.shared",
-            "author": "claude-1",
-            "body": "@codex-1 one more thing",
-            "meta": {"flight": child["id"]},
-        });
-        let (code, posted) = env.relay.http().post("/v1/messages", &body).await;
-        assert_eq!(code, 200, "{posted}");
-        posted
-    };
-    assert_eq!(posted["flights"], serde_json::json!([]));
-    assert_eq!(posted["refused"][0]["agent"], "codex-1");
-    assert_eq!(posted["refused"][0]["error"]["code"], "cycle");
+    // What an agent posts from a flight (`meta.flight`) continues that flight's chain, so
+    // only the flight it is running may be named: claude-1's has ended, and a post
+    // naming it (to mention codex-1 outside the cycle rule) is refused, saying why.
+    let body = serde_json::json!({
+        "conversation": "channel.shared",
+        "author": "claude-1",
+        "body": "@codex-1 one more thing",
+        "meta": {"flight": child["id"]},
+    });
+    let (code, posted) = env.relay.http().post("/v1/messages", &body).await;
+    assert_eq!(code, 400, "{posted}");
+    assert!(
+        posted["error"]["message"].as_str().unwrap().ends_with(
+            "only to the flight it is running, and flight \"{}\" is completed"
+                .replace("{}", child["id"].as_str().unwrap())
+                .as_str()
+        ),
+        "{posted}"
+    );
+    let (_, flights) = env.relay.http().get("/v1/flights").await;
+    assert_eq!(flights.as_array().unwrap().len(), 2, "{flights}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,7 +7,8 @@
 //! - The NATS requests in progress: past [`MAX_INFLIGHT_REQUESTS`], a request is
 //!   answered `overloaded` at once, even with room in the command queue.
 //! - An agent's queue of turns: past [`AGENT_QUEUE_CAPACITY`] turns waiting behind a
-//!   running one, a new flight fails at once, naming the full queue; those queued run.
+//!   running one, a new invocation is refused `overloaded` at once, naming the full
+//!   queue, and writes no flight (from many clients at once); those queued run.
 //!
 //! The first two run the broker in this test's process (`relay_broker::server::run`),
 //! so the test can hold the process's storage thread: the one place every commit goes
@@ -257,7 +258,8 @@ async fn nats_requests_past_the_in_flight_limit_are_answered_overloaded_at_once(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_flight_past_a_full_agent_queue_fails_at_once_and_the_queued_ones_wait() {
+async fn an_ask_past_a_full_agent_queue_is_refused_at_once_without_a_flight_and_the_queued_ones_wait(
+) {
     let tmp = tempfile::tempdir().unwrap();
     let mut relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
     let agent = add_instant_agents(&relay, 1, None).remove(0);
@@ -290,23 +292,35 @@ async fn a_flight_past_a_full_agent_queue_fails_at_once_and_the_queued_ones_wait
     for i in 0..AGENT_QUEUE_CAPACITY {
         queued.push(invoke(&format!("queued {i}")).await);
     }
-    // One more: accepted by the broker, refused by the agent's full queue.
-    let over = invoke("one too many").await;
-    let f = wait_until("the flight over the queue to end", AT_ONCE, || async {
-        let f = flight(over.clone()).await;
-        if state(&f) == "queued" {
-            Err(f)
-        } else {
-            Ok(f)
-        }
-    })
-    .await;
-    assert_eq!(state(&f), "failed", "{f}");
-    let reason = f["error"].as_str().unwrap();
-    assert!(
-        reason.contains(&format!("{AGENT_QUEUE_CAPACITY} turns queued already")),
-        "{reason}"
-    );
+    // One more, from many clients at once: refused `overloaded` at once, and no flight
+    // of them is written.
+    let (_, before) = http.get("/v1/status").await;
+    let mut over = Vec::new();
+    for i in 0..32 {
+        let http = http.clone();
+        let body = json!({ "target": agent, "task": format!("one too many {i}") });
+        over.push(tokio::spawn(async move {
+            http.post("/v1/invocations", &body).await
+        }));
+    }
+    for o in over {
+        let (code, body) = tokio::time::timeout(AT_ONCE, o)
+            .await
+            .expect("a refusal waited")
+            .unwrap();
+        assert_eq!(
+            (code, &body["error"]["code"]),
+            (429, &json!("overloaded")),
+            "{body}"
+        );
+        let reason = body["error"]["message"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("full queue of {AGENT_QUEUE_CAPACITY}")),
+            "{reason}"
+        );
+    }
+    let (_, after) = http.get("/v1/status").await;
+    assert_eq!(after["flights"], before["flights"], "{before} {after}");
     // The queued ones still wait their turn behind the running one.
     let (_, live) = http.get("/v1/flights?live=true&limit=1000").await;
     let mut states: Vec<(String, String)> = live

@@ -320,6 +320,21 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         user.capture(&pane).contains("agent>").then_some(())
     })
     .await;
+    // Relay does not know what the pane runs: who may invoke it is said, never a default.
+    let unsaid = env.relay.cli(&[
+        "agent",
+        "attach",
+        "mine",
+        "--pane",
+        &pane,
+        "--socket",
+        user.socket(),
+    ]);
+    assert!(!unsaid.status.success());
+    assert!(
+        String::from_utf8_lossy(&unsaid.stderr).contains("--allow-from"),
+        "{unsaid:?}"
+    );
     let out = env.relay.cli_ok(&[
         "agent",
         "attach",
@@ -328,6 +343,8 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         &pane,
         "--socket",
         user.socket(),
+        "--allow-from",
+        "operator",
     ]);
     assert!(out.contains(&format!("attached to pane {pane}")), "{out}");
     // A pane is one agent's.
@@ -339,6 +356,8 @@ async fn an_attached_pane_answers_and_its_death_fails_the_running_flight() {
         &pane,
         "--socket",
         user.socket(),
+        "--allow-from",
+        "operator",
     ]);
     assert!(!twice.status.success());
     assert!(
@@ -623,15 +642,26 @@ async fn a_tmux_agent_without_a_command_is_refused_unless_it_asks_for_a_shell() 
     let agents = env.relay.cli_json(&["agent", "list", "--json"]);
     assert_eq!(agents.as_array().unwrap().len(), 0, "{agents}");
 
-    // Asked for explicitly, a shell pane is accepted: by the CLI, and over HTTP.
-    let out = add("sh-1", &["--shell", "--socket", env.tmux.socket()]);
+    // Asked for explicitly, with who may invoke it, a shell pane is accepted: by the CLI,
+    // and over HTTP.
+    let out = add(
+        "sh-1",
+        &[
+            "--shell",
+            "--socket",
+            env.tmux.socket(),
+            "--allow-from",
+            "operator",
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     let shown = env.agent("sh-1").await;
     assert_eq!(shown["pane"]["shell"], true, "{shown}");
     let (code, body) = http
         .post(
             "/v1/agents",
-            &json!({"name": "sh-2", "harness": "tmux", "cwd": work, "pane": {"shell": true}}),
+            &json!({"name": "sh-2", "harness": "tmux", "cwd": work, "pane": {"shell": true},
+                        "allow_from": ["operator", "lead"]}),
         )
         .await;
     assert_eq!(code, 200, "{body}");

@@ -1,7 +1,8 @@
 //! The broker: commands in, events out. This file is its public face: the [`Broker`]
 //! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
-//! rules, by the entity they govern, in `rules/`.
+//! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
+//! rule counts in `live.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -32,8 +33,11 @@ use crate::ports::FlightControl;
 use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
+mod live;
 mod rules;
 mod writer;
+
+pub(crate) use live::LiveByAgent;
 
 use writer::Writer;
 
@@ -66,11 +70,22 @@ pub struct BrokerConfig {
     /// Longest the storage thread may take over one group commit before `relay up`
     /// decides it is stuck (sled waiting forever on its disk) and exits with an error.
     pub storage_stall_timeout: std::time::Duration,
+    /// Flights an agent may have waiting behind its turn (its runtime's queue holds as
+    /// many): one more invocation is refused `overloaded` before anything is written.
+    pub agent_queue: usize,
+    /// Bytes a flight may stream (text, command output, items, plans, diffs, notes)
+    /// before it is failed, naming this cap, and its turn interrupted: one runaway turn
+    /// cannot fill the disk. What came before the cap is kept.
+    pub max_flight_output: u64,
 }
 
 /// See [`BrokerConfig::storage_stall_timeout`]: a group commit takes milliseconds; a
 /// minute is a disk that will not come back.
 pub const DEFAULT_STORAGE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`BrokerConfig::max_flight_output`] by default: 8 MiB, far above any answer, build
+/// log or diff a turn is read for.
+pub const DEFAULT_MAX_FLIGHT_OUTPUT: u64 = 8 * 1024 * 1024;
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -80,6 +95,8 @@ impl Default for BrokerConfig {
             command_queue: COMMAND_QUEUE_CAPACITY,
             disk_reserve: relay_infra::disk::DEFAULT_RESERVE,
             storage_stall_timeout: DEFAULT_STORAGE_STALL_TIMEOUT,
+            agent_queue: relay_runtime::AGENT_QUEUE_CAPACITY,
+            max_flight_output: DEFAULT_MAX_FLIGHT_OUTPUT,
         }
     }
 }
@@ -179,6 +196,8 @@ struct Inner {
     counts: Counts,
     /// Every task spawned for the broker, ended at the writer's stop.
     tasks: Tasks,
+    /// Flights not yet ended per agent, as committed: the queue rule reads it.
+    live: Arc<LiveByAgent>,
 }
 
 /// What `relay status` counts, kept current from the published events.
@@ -260,8 +279,8 @@ impl Broker {
         config: BrokerConfig,
         shutdown: CancellationToken,
     ) -> Result<(Broker, tokio::task::JoinHandle<()>), BrokerError> {
-        let (last_seq, counts) = store
-            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?)))
+        let (last_seq, counts, live) = store
+            .read(|s| Ok((s.last_seq()?, Counts::scan(s)?, LiveByAgent::scan(s)?)))
             .await?;
         // A damaged log's last event may hold the largest seq: then none can follow it.
         let next_seq = last_seq.checked_add(1).ok_or_else(|| {
@@ -269,6 +288,7 @@ impl Broker {
                 "the event log's last event has the largest seq ({last_seq}); no event can follow it (run `relay doctor`)"
             ))
         })?;
+        let live = Arc::new(live);
         let (commands, rx) = mpsc::channel(config.command_queue.max(1));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let broker = Broker {
@@ -282,6 +302,7 @@ impl Broker {
                 failed: CancellationToken::new(),
                 counts,
                 tasks: Tasks::new(&shutdown),
+                live: live.clone(),
             }),
         };
         let writer = Writer {
@@ -289,6 +310,7 @@ impl Broker {
             config: broker.inner.config.clone(),
             next_seq,
             failure: broker.inner.failed.clone(),
+            live,
         };
         let task = broker
             .inner

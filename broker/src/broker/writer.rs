@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::rules::Ctx;
-use super::{BrokerConfig, Command, Inner, Live, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH};
+use super::{
+    BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
+};
 use crate::error::BrokerError;
 use crate::store::Store;
 
@@ -27,6 +29,8 @@ pub(super) struct Writer {
     /// Cancelled when a flush failed and the writer stopped, for
     /// [`Broker::failed`](super::Broker::failed).
     pub(super) failure: CancellationToken,
+    /// Live flights per agent (see [`LiveByAgent`]).
+    pub(super) live: Arc<LiveByAgent>,
 }
 
 type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
@@ -139,13 +143,13 @@ impl Writer {
         broker: &std::sync::Weak<Inner>,
     ) -> Settled {
         let first_seq = self.next_seq;
-        let (store, config) = (self.store.clone(), self.config.clone());
+        let (store, config, live) = (self.store.clone(), self.config.clone(), self.live.clone());
         let (done, settled) = oneshot::channel();
         let broker = broker.clone();
         let queued = relay_infra::storage::Storage::global()
             .submit_then(
                 Some(self.store.durable().clone()),
-                move || transact(&store, &config, first_seq, &commands),
+                move || transact(&store, &config, &live, first_seq, &commands),
                 // A batch refused whole wrote nothing (and a failed transaction is
                 // rolled back): no flush for it.
                 |result| matches!(result, Ok(r) if r.wrote),
@@ -236,6 +240,7 @@ fn settle(
         }
         for (event, size) in result.events {
             inner.counts.apply(&event);
+            inner.live.apply(&event);
             let live = if size > LIVE_EVENT_MAX {
                 Live::InLog(event.seq)
             } else {
@@ -272,6 +277,7 @@ fn settle(
 fn transact(
     store: &Store,
     config: &BrokerConfig,
+    live: &LiveByAgent,
     first_seq: u64,
     commands: &[Command],
 ) -> Result<BatchResult, BrokerError> {
@@ -282,6 +288,8 @@ fn transact(
             let mut ctx = Ctx {
                 tx,
                 config,
+                live,
+                live_delta: HashMap::new(),
                 next_seq: first_seq,
                 now: now_ms(),
                 events: Vec::new(),

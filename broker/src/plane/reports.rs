@@ -26,6 +26,9 @@ pub(super) enum Pending {
     Ended(Reply, String),
     /// An approval was recorded: apply the agent's policy to it.
     Approval(Reply),
+    /// Streamed output of a flight (any change but a state change): if it ended the
+    /// flight (its output cap), interrupt the turn that streams it.
+    Streamed(Reply),
 }
 
 impl Plane {
@@ -77,7 +80,12 @@ impl Plane {
                         .await?;
                     return Ok(Pending::Ended(rx, flight));
                 }
-                (Command::UpdateFlight { flight, change }, "flight update")
+                let streamed = !matches!(change, FlightChange::State { .. });
+                let command = Command::UpdateFlight { flight, change };
+                if streamed {
+                    return Ok(Pending::Streamed(self.broker.submit(wrap(command)).await?));
+                }
+                (command, "flight update")
             }
             Report::Agent {
                 agent,
@@ -175,6 +183,26 @@ impl Plane {
                         }
                     }
                 }
+                Pending::Streamed(rx) => match rx.await {
+                    Ok(Ok(Outcome::Flight(r))) if r.applied && r.flight.state.is_terminal() => {
+                        // The broker ended the flight (its output cap): stop the turn.
+                        let control = control(self);
+                        self.tasks.spawn(async move {
+                            let id = r.flight.id.clone();
+                            if let Err(e) = control.interrupt(r.flight).await {
+                                tracing::warn!(flight = %id, error = %e, "the turn of a flight past its output cap was not interrupted");
+                            }
+                        });
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e @ BrokerError::FlightTerminal { .. })) => {
+                        tracing::debug!(error = %e, "flight update after the flight ended")
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "flight update refused"),
+                    Err(_) => {
+                        tracing::debug!("broker stopped before a flight update was committed")
+                    }
+                },
                 Pending::Approval(rx) => {
                     if let Ok(Ok(Outcome::Approval(a))) = rx.await {
                         // Deciding may wait on a node; keep it off the ordered path.

@@ -85,6 +85,7 @@ fn flight_full() -> Flight {
             at: 150,
             flight: None,
         }),
+        output_bytes: 0,
         created_at: 100,
         updated_at: 200,
     }
@@ -106,6 +107,7 @@ fn flight_bare() -> Flight {
         conversation: "channel.shared".into(),
         reply_message: None,
         note: None,
+        output_bytes: 0,
         created_at: 1,
         updated_at: 1,
     }

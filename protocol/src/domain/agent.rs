@@ -213,6 +213,11 @@ pub struct AgentSpec {
     /// turns end by reply ([`DEFAULT_REPLY_TIMEOUT_SECS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_timeout_secs: Option<u64>,
+    /// Who may invoke this agent (ask it, or consult it with a mention): [`ALLOW_ANYONE`],
+    /// [`ALLOW_OPERATOR`] (whoever is not a registered agent: the operator's token, a
+    /// person, the bus) or agents by name. Empty: [`AgentSpec::allowed_from`]'s default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_from: Vec<String>,
 }
 
 /// The tmux socket Relay's agents' servers are named after (`tmux -L relay@NAME`, one
@@ -445,6 +450,7 @@ impl AgentSpec {
             approval_policy: ApprovalPolicy::default(),
             pane: None,
             turn_timeout_secs: None,
+            allow_from: Vec::new(),
         }
     }
 }
@@ -577,6 +583,7 @@ mod tests {
                 approval_policy: ApprovalPolicy::default(),
                 pane: None,
                 turn_timeout_secs: None,
+                allow_from: vec![],
             },
             state: AgentState::Idle,
             session_id: Some("t1".into()),

@@ -147,8 +147,16 @@ pub struct Flight {
     /// Kept after the flight ends: a failed flight's last note often says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<Note>,
+    /// Bytes the flight has streamed so far (text, command output, items, plans, diffs,
+    /// notes): what the broker's per-flight output cap counts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_bytes: u64,
     pub created_at: u64,
     pub updated_at: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A note and when it came (ms since the UNIX epoch). On an agent, also the flight it
@@ -179,6 +187,7 @@ impl Flight {
             conversation: invocation.conversation.clone(),
             reply_message: None,
             note: None,
+            output_bytes: 0,
             created_at: invocation.created_at,
             updated_at: invocation.created_at,
         }

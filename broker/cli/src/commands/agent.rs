@@ -105,6 +105,12 @@ pub enum AgentCmd {
         /// up --notify-command` and the dashboard tell you it waits.
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
         approval_timeout: Option<u64>,
+        /// Who may invoke the agent (ask it, or consult it with a mention), repeatable:
+        /// `operator` (you: any requester that is not an agent), an agent's name, or `*`
+        /// for anyone [default: *]. A tmux agent without --command runs a shell, which
+        /// runs each task as commands with no approval step: it must name this.
+        #[arg(long = "allow-from", value_name = "PRINCIPAL")]
+        allow_from: Vec<String>,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -114,8 +120,8 @@ pub enum AgentCmd {
     /// never ends it. The agent answers with `relay reply FLIGHT TEXT` (the pasted task
     /// says how); it needs RELAY_URL and a token in its environment to do so.
     #[command(
-        after_help = "Example, from a shell inside the pane:\n  relay agent attach helper\n\
-From anywhere:\n  relay agent attach helper --pane %3 --socket default"
+        after_help = "Example, from a shell inside the pane:\n  relay agent attach helper --allow-from operator\n\
+From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-from operator"
     )]
     Attach {
         /// The agent's name.
@@ -134,6 +140,11 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default"
         /// A turn with no answer after this many seconds fails [default: 1800].
         #[arg(long, value_name = "SECS")]
         turn_timeout: Option<u64>,
+        /// Who may invoke the agent (repeatable; required): `operator` (you), an agent's
+        /// name, or `*` for anyone. Relay does not know what the pane runs (a shell runs
+        /// each task as commands), so it is never a default.
+        #[arg(long = "allow-from", value_name = "PRINCIPAL")]
+        allow_from: Vec<String>,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -207,6 +218,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             auto_accept,
             auto_decline,
             approval_timeout,
+            allow_from,
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
@@ -280,6 +292,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         },
                         pane,
                         turn_timeout_secs: turn_timeout,
+                        allow_from,
                     },
                 )
                 .await?;
@@ -306,6 +319,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             socket,
             cwd,
             turn_timeout,
+            allow_from,
             json,
         } => {
             let Some(target) =
@@ -331,6 +345,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     ..PaneSpec::default()
                 }),
                 turn_timeout_secs: turn_timeout,
+                allow_from,
                 // Its program runs already: nothing to start before a task comes.
                 ..AgentSpec::new(name, Harness::Tmux, cwd.display().to_string())
             };
@@ -406,6 +421,10 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         ),
                     }
                 }
+                outln!(
+                    "allow     {} (who may invoke it)",
+                    a.spec.allowed_from().join(", ")
+                );
                 let policy = &a.spec.approval_policy;
                 for rule in &policy.accept_commands {
                     outln!("accept    {rule}");

@@ -60,6 +60,14 @@ impl Ctx<'_, '_> {
         }
         crate::policy::validate(&spec.approval_policy).map_err(BadInput::Policy)?;
         self.check_pane(spec)?;
+        if let Some(problem) = spec.allow_from_problem() {
+            return Err(BadInput::AllowFrom(problem).into());
+        }
+        // A shell runs any task as commands, with no approval step: who may send it one
+        // is said, never a default.
+        if spec.runs_shell() && spec.allow_from.is_empty() {
+            return Err(BadInput::ShellNeedsAllowFrom(spec.name.clone()).into());
+        }
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }

@@ -29,6 +29,16 @@ impl Ctx<'_, '_> {
         if req.requester.trim().is_empty() || req.requester.len() > 128 {
             return Err(BadInput::Length("requester").into());
         }
+        // Asking oneself is refused whether or not a flight runs (a loop of one).
+        if req.requester == req.target {
+            return Err(BrokerError::SelfAsk {
+                agent: req.target.clone(),
+            });
+        }
+        if let Some(parent) = &req.parent_flight {
+            self.check_parent(&req.requester, parent)?;
+        }
+        self.may_invoke(&req.requester, &agent)?;
         let depth = self.loop_depth(&req.target, req.parent_flight.as_deref())?;
         let conversation = match &req.conversation {
             Some(id) => self.conversation(id)?,
@@ -92,6 +102,61 @@ impl Ctx<'_, '_> {
         Ok(Outcome::Invoked(
             self.create_invocation(invocation, flight_id)?,
         ))
+    }
+
+    /// Whether `requester` may invoke `target` now: the target's allow list names it
+    /// ([`AgentSpec::allows`](relay_protocol::domain::AgentSpec::allows); a requester that
+    /// is no registered agent is the operator), and the target's queue has room (else
+    /// `overloaded`, with nothing written). Shared by an ask and a mention.
+    pub(super) fn may_invoke(&self, requester: &str, target: &Agent) -> Result<(), BrokerError> {
+        let is_agent = self.tx.contains(T::Agents, requester.as_bytes())?;
+        if !target.spec.allows(requester, is_agent) {
+            let allowed = target.spec.allowed_from();
+            return Err(BrokerError::NotAllowed {
+                requester: requester.to_string(),
+                target: target.spec.name.clone(),
+                allowed: allowed
+                    .iter()
+                    .map(|p| format!("{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let name = &target.spec.name;
+        let delta = self.live_delta.get(name).copied().unwrap_or(0);
+        let live = (self.live.get(name) as i64 + delta).max(0) as u64;
+        // Its turn and a full queue behind it.
+        if live > self.config.agent_queue as u64 {
+            return Err(BrokerError::AgentQueueFull {
+                agent: name.clone(),
+                live,
+                limit: self.config.agent_queue,
+            });
+        }
+        Ok(())
+    }
+
+    /// An agent links what it asks only to the flight it is running (or waiting in, for
+    /// an approval): a flight of its still queued would let it start a chain outside the
+    /// loop rules, one of another agent's would speak for that agent. A requester that
+    /// is no agent (the operator) may name any flight its chain should continue.
+    pub(super) fn check_parent(&self, requester: &str, parent: &str) -> Result<(), BrokerError> {
+        if !self.tx.contains(T::Agents, requester.as_bytes())? {
+            return Ok(());
+        }
+        let flight = self.flight(parent)?;
+        let what = if flight.agent != requester {
+            format!("agent {:?}'s", flight.agent)
+        } else if !matches!(flight.state, FlightState::Running | FlightState::Waiting) {
+            flight.state.to_string()
+        } else {
+            return Ok(());
+        };
+        Err(BrokerError::ParentNotRunning {
+            agent: requester.to_string(),
+            flight: parent.to_string(),
+            what,
+        })
     }
 
     /// The loop rules of an invocation of `target` made from flight `parent`: its depth
@@ -175,6 +240,12 @@ impl Ctx<'_, '_> {
                 state: flight.state,
             });
         }
+        let size = streamed_bytes(change);
+        let cap = self.config.max_flight_output;
+        if flight.output_bytes.saturating_add(size) > cap {
+            return self.cap_output(flight, change, cap);
+        }
+        flight.output_bytes += size;
         let mut reply: Option<String> = None;
         let mut reply_message: Option<Message> = None;
         // The task reached the agent (its turn runs) or never will (ended before).
@@ -338,6 +409,49 @@ impl Ctx<'_, '_> {
 }
 
 impl Ctx<'_, '_> {
+    /// A change that would take `flight` past the output cap: what of streamed text or
+    /// command output still fits is kept (so nothing before the cap is lost), then the
+    /// flight fails naming the cap. The plane interrupts its turn when it sees a flight
+    /// ended by a change that was not a state change.
+    fn cap_output(
+        &mut self,
+        flight: Flight,
+        change: &FlightChange,
+        cap: u64,
+    ) -> Result<Outcome, BrokerError> {
+        let room = usize::try_from(cap.saturating_sub(flight.output_bytes)).unwrap_or(usize::MAX);
+        let fits = |text: &str| {
+            let mut end = room.min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text[..end].to_string()
+        };
+        let head = match change {
+            FlightChange::Delta { text } => Some(FlightChange::Delta { text: fits(text) }),
+            FlightChange::CommandOutput { item_id, text } => Some(FlightChange::CommandOutput {
+                item_id: item_id.clone(),
+                text: fits(text),
+            }),
+            _ => None,
+        };
+        if let Some(head) = head.filter(|h| streamed_bytes(h) > 0) {
+            self.update_flight(&flight.id, &head)?;
+        }
+        let reason = format!(
+            "the flight's output passed the cap of {cap} bytes per flight (relay up --max-flight-output); what it streamed before the cap is kept, and its turn was interrupted"
+        );
+        tracing::warn!(flight = %flight.id, agent = %flight.agent, cap, "a flight passed the output cap; it fails");
+        self.update_flight(
+            &flight.id,
+            &FlightChange::State {
+                to: FlightState::Failed,
+                reason: Some(reason),
+                output: None,
+            },
+        )
+    }
+
     /// Keeps a flight's note as its agent's latest (an agent removed since keeps none).
     fn agent_noted(&mut self, agent: &str, note: &Note, flight: &str) -> Result<(), BrokerError> {
         let Some(mut agent) = self.tx.read::<Agent>(T::Agents, agent.as_bytes())? else {
@@ -350,6 +464,26 @@ impl Ctx<'_, '_> {
         agent.updated_at = self.now;
         self.emit(EventBody::AgentUpdated { agent })
     }
+}
+
+/// What a change streams, as the output cap counts it: its text (a state change's
+/// final output or reason is not streaming, and the task echoed back as a user-message
+/// item is bounded by the message limit already: they count nothing).
+fn streamed_bytes(change: &FlightChange) -> u64 {
+    let n = match change {
+        FlightChange::Item {
+            item_kind: ItemKind::UserMessage,
+            ..
+        } => 0,
+        FlightChange::Delta { text }
+        | FlightChange::CommandOutput { text, .. }
+        | FlightChange::Plan { text }
+        | FlightChange::Diff { text }
+        | FlightChange::Note { text } => text.len(),
+        FlightChange::Item { text, .. } => text.as_ref().map_or(0, String::len),
+        FlightChange::State { .. } | FlightChange::Usage { .. } | FlightChange::Session { .. } => 0,
+    };
+    n as u64
 }
 
 /// The first line of `s`, cut to [`SUMMARY_CHARS`].

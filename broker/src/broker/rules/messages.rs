@@ -37,6 +37,11 @@ impl Ctx<'_, '_> {
     pub(super) fn post_message(&mut self, post: &PostMessage) -> Result<Outcome, BrokerError> {
         let conversation = self.conversation(&post.conversation)?;
         self.check_post(post)?;
+        // What an agent says from a flight continues that flight's chain: only the one it
+        // is running (see `check_parent`).
+        if let Some(flight) = &post.meta.flight {
+            self.check_parent(&post.author, flight)?;
+        }
         let message = self.post(conversation, post)?;
         Ok(Outcome::Posted(self.consult_mentions(message)?))
     }
@@ -203,12 +208,17 @@ impl Ctx<'_, '_> {
             };
             let name = &name;
             let delivery = self.plan_delivery(&message.id, &agent, DeliveryReason::Mention)?;
-            let depth = match self.loop_depth(name, parent.as_deref()) {
+            let depth = match self
+                .may_invoke(&message.author, &agent)
+                .and_then(|()| self.loop_depth(name, parent.as_deref()))
+            {
                 Ok(depth) => depth,
                 Err(
                     e @ (BrokerError::Cycle { .. }
                     | BrokerError::SelfAsk { .. }
-                    | BrokerError::DepthLimit { .. }),
+                    | BrokerError::DepthLimit { .. }
+                    | BrokerError::NotAllowed { .. }
+                    | BrokerError::AgentQueueFull { .. }),
                 ) => {
                     let why = format!("{name} was not consulted: {e}");
                     self.settle_delivery(&delivery, Err(why.clone()))?;

@@ -8,7 +8,11 @@ use relay_protocol::domain::{
 };
 use relay_protocol::event::{Event, EventBody};
 
-use super::{BrokerConfig, Command, Outcome};
+use std::collections::HashMap;
+
+use relay_protocol::domain::FlightChange;
+
+use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
 use crate::store::{apply, encode, seq_key, Tx, T};
 
@@ -21,6 +25,10 @@ mod messages;
 pub(super) struct Ctx<'a, 't> {
     pub(super) tx: &'a Tx<'t>,
     pub(super) config: &'a BrokerConfig,
+    /// Live flights per agent as committed before this batch...
+    pub(super) live: &'a LiveByAgent,
+    /// ...and how this batch changed them so far (the queue rule adds both).
+    pub(super) live_delta: HashMap<String, i64>,
     pub(super) next_seq: u64,
     pub(super) now: u64,
     /// With the size each takes in the log.
@@ -35,6 +43,17 @@ impl Ctx<'_, '_> {
             at: self.now,
             body,
         };
+        match &event.body {
+            EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
+                *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
+            }
+            EventBody::FlightUpdated { update, flight } => {
+                if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
+                    *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
+                }
+            }
+            _ => {}
+        }
         let stored = encode(&event)?;
         let size = stored.len();
         crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), stored)?;

@@ -23,6 +23,11 @@ pub struct UpArgs {
     /// `overloaded` at once (HTTP 429, a NATS error reply) instead of waiting.
     #[arg(long, default_value_t = relay_broker::broker::COMMAND_QUEUE_CAPACITY, env = "RELAY_COMMAND_QUEUE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     command_queue: usize,
+    /// Bytes one flight may stream (its text, command output, plans, diffs); past that
+    /// the flight fails naming this cap, its turn is interrupted, and what it streamed
+    /// before is kept.
+    #[arg(long, value_name = "BYTES", default_value_t = relay_broker::broker::DEFAULT_MAX_FLIGHT_OUTPUT, env = "RELAY_MAX_FLIGHT_OUTPUT", value_parser = clap::value_parser!(u64).range(1..))]
+    max_flight_output: u64,
     /// Milliseconds a connection has to send its request head (request line and
     /// headers) before it is closed. Hidden: tests shorten it.
     #[arg(long, hide = true, env = "RELAY_HEADER_TIMEOUT_MS", default_value_t = relay_broker::http::DEFAULT_HEADER_READ_TIMEOUT.as_millis() as u64, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
@@ -36,7 +41,8 @@ pub struct UpArgs {
     /// RELAY_APPROVAL_FLIGHT, RELAY_APPROVAL_KIND, RELAY_APPROVAL_COMMAND and
     /// RELAY_APPROVAL_REASON (control characters escaped) and RELAY_DASHBOARD in its
     /// environment, e.g. `notify-send "Relay: $RELAY_APPROVAL_AGENT asks" "$RELAY_APPROVAL_COMMAND"`.
-    /// Killed if still running after 60 s.
+    /// Killed if still running after 60 s. At most 4 run at once; approvals that come
+    /// meanwhile go to one command, with RELAY_APPROVAL_COUNT and RELAY_APPROVAL_IDS.
     #[arg(long, value_name = "CMD", env = "RELAY_NOTIFY_COMMAND")]
     notify_command: Option<String>,
     /// Free space (MiB) kept on the data dir's filesystem: below it, writes are refused
@@ -71,6 +77,8 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
             command_queue: args.command_queue,
             disk_reserve: args.disk_reserve_mb << 20,
             storage_stall_timeout: std::time::Duration::from_secs(args.storage_stall_timeout),
+            max_flight_output: args.max_flight_output,
+            ..relay_broker::BrokerConfig::default()
         },
         nats: args.nats.config(Some(&args.bus))?,
         turn_idle_timeout: args.runtime.turn_idle_timeout(),

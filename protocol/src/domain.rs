@@ -2,7 +2,8 @@
 //! bindings and approvals, in their serde JSON forms (the CLI, HTTP and sled use these).
 //! One module per concern, every type re-exported here:
 //!
-//! - [`agent`]: agents, their harness, wake policy, secrets and approval policy.
+//! - [`agent`]: agents, their harness, wake policy and approval policy.
+//! - [`secrets`]: an agent's secret variables: kept, shown as `***`, recognised.
 //! - [`allow`]: who may invoke an agent (its allow list).
 //! - [`conversation`]: conversations, messages and conversation ids.
 //! - [`mention`]: which `@name`s in a message count, and the rule for an agent's reply.
@@ -20,6 +21,7 @@ pub mod conversation;
 pub mod delivery;
 pub mod flight;
 pub mod mention;
+pub mod secrets;
 
 pub use agent::*;
 pub use allow::*;
@@ -28,6 +30,7 @@ pub use conversation::*;
 pub use delivery::*;
 pub use flight::*;
 pub use mention::{parse_mentions, MentionSkip};
+pub use secrets::*;
 
 /// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.
 pub fn truncate_bytes(text: &mut String, max: usize) -> bool {

@@ -377,7 +377,13 @@ impl Ctx<'_, '_> {
             flight.reply_message = Some(message.id.clone());
             reply_message = Some(message);
         }
-        flight.update_seq += 1;
+        // A damaged record may hold the largest seq: refuse rather than wrap or panic.
+        flight.update_seq = flight.update_seq.checked_add(1).ok_or_else(|| {
+            BrokerError::Corrupt(format!(
+                "flight {} has the largest update seq; no update can follow it (run `relay doctor`)",
+                flight.id
+            ))
+        })?;
         flight.updated_at = self.now;
         let update = FlightUpdate {
             flight: flight.id.clone(),

@@ -89,7 +89,8 @@ impl Exit {
                 return match c {
                     ClientError::NotFound(_)
                     | ClientError::Unreachable { .. }
-                    | ClientError::Closed { .. } => Exit::Unavailable,
+                    | ClientError::Closed { .. }
+                    | ClientError::Overloaded { .. } => Exit::Unavailable,
                     ClientError::Api(api) => Exit::of_code(api.code),
                     ClientError::Protocol(_) | ClientError::Stream(_) => Exit::Internal,
                 };

@@ -25,12 +25,17 @@ mod events;
 mod flights;
 mod layers;
 mod messages;
+mod reads;
 mod replay;
 mod serve;
+mod slots;
 mod web;
 
 pub use auth::Principal;
-pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use serve::{
+    serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RESERVED_CONNECTIONS, DEFAULT_STREAMS_PER_AGENT, DEFAULT_WRITE_STALL_TIMEOUT,
+};
 pub use web::{Login, WebAuth, CODE_LIFETIME};
 
 use std::sync::Arc;
@@ -66,6 +71,8 @@ pub struct ApiState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The dashboard's login links and logins.
     pub web: Arc<WebAuth>,
+    /// The connections' limits (the router takes its cap on each agent's streams).
+    pub limits: HttpLimits,
 }
 
 /// An error as the API answers it.
@@ -150,6 +157,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
                 "no such route (the routes are listed in broker/README.md)",
             )
         })
+        // Inside the token guard: it counts each agent's streams by its principal.
+        .layer(middleware::from_fn_with_state(
+            layers::Streams::new(state.limits.streams_per_agent),
+            layers::cap_streams,
+        ))
         .layer(middleware::from_fn_with_state(
             layers::BodyLimit(max_body_bytes),
             layers::read_body,
@@ -162,6 +174,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .layer(middleware::from_fn(layers::json_errors))
         // The page: after the layers above, so it takes the login cookie, not the token.
         .merge(web::routes())
+        // Outermost, the page's routes included: the connection's slot, Host and Origin.
+        .layer(middleware::from_fn_with_state(state.clone(), layers::guard))
         .with_state(state)
 }
 

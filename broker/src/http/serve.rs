@@ -1,5 +1,6 @@
 //! Serving the API: accepting connections on the listener under [`HttpLimits`] (a request
-//! head deadline, a connection cap), and draining them on shutdown.
+//! head deadline, connection slots with a reserve for the operator, a write stall
+//! timeout), and draining them on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,8 @@ use axum::http::StatusCode;
 use axum::Router;
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
 
+use super::slots::{Slots, Watched};
+
 /// Limits on the API's connections, against clients that open many and finish none.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
@@ -15,20 +18,42 @@ pub struct HttpLimits {
     /// this long after it opened, or after its last answer, is closed. Only the head:
     /// a live stream, or a long request in progress, is not cut.
     pub header_read_timeout: Duration,
-    /// Connections served at once; one more is answered `overloaded` and closed.
+    /// Connections served at once for every client; past it, a new connection takes
+    /// the place of the oldest that has not sent its request head yet, else a reserve
+    /// slot, else it is answered `overloaded` and closed.
     pub max_connections: usize,
+    /// Connections kept beyond `max_connections` for the operator's token and the
+    /// dashboard's login: any other request on one is answered `overloaded`.
+    pub reserved_connections: usize,
+    /// SSE streams one agent's token may hold open at once; one more is answered
+    /// `overloaded`.
+    pub streams_per_agent: usize,
+    /// A connection whose answer has waited this long for its client to read (a stream
+    /// nobody reads) is closed.
+    pub write_stall_timeout: Duration,
 }
 
 /// See [`HttpLimits::header_read_timeout`].
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// See [`HttpLimits::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// See [`HttpLimits::reserved_connections`].
+pub const DEFAULT_RESERVED_CONNECTIONS: usize = 32;
+/// See [`HttpLimits::streams_per_agent`].
+pub const DEFAULT_STREAMS_PER_AGENT: usize = 32;
+/// See [`HttpLimits::write_stall_timeout`].
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client refused for overload is told to wait (`Retry-After`, seconds).
+pub(super) const RETRY_AFTER_SECS: u64 = 1;
 
 impl Default for HttpLimits {
     fn default() -> Self {
         HttpLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            reserved_connections: DEFAULT_RESERVED_CONNECTIONS,
+            streams_per_agent: DEFAULT_STREAMS_PER_AGENT,
+            write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
         }
     }
 }
@@ -48,11 +73,10 @@ pub async fn serve(
         .timer(hyper_util::rt::TokioTimer::new())
         // Capped at a day: a deadline past what `Instant` holds would panic.
         .header_read_timeout(limits.header_read_timeout.min(Duration::from_secs(86_400)));
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        limits
-            .max_connections
-            .min(tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let slots = Slots::new(limits.max_connections, limits.reserved_connections);
+    let patience = Arc::new(tokio::sync::Semaphore::new(PATIENT_REFUSALS));
+    // Capped at a day, like the head deadline.
+    let stall = limits.write_stall_timeout.min(Duration::from_secs(86_400));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Each connection's task, waited for after the graceful shutdown ended them.
     let connections = crate::tasks::Tasks::new(&shutdown);
@@ -86,7 +110,7 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Some(slot) = slots.admit() else {
             if !full {
                 tracing::warn!(
                     max = limits.max_connections,
@@ -94,18 +118,46 @@ pub async fn serve(
                 );
                 full = true;
             }
-            refuse(&stream, limits.max_connections);
+            refuse(
+                stream,
+                limits.max_connections + limits.reserved_connections,
+                &patience,
+                &connections,
+            );
             continue;
         };
         full = false;
-        let conn = http1.serve_connection(
-            hyper_util::rt::TokioIo::new(stream),
-            hyper_util::service::TowerToHyperService::new(app.clone()),
+        let conn_state = slot.conn.clone();
+        let app = hyper_util::service::TowerToHyperService::new(app.clone());
+        // Each request carries its connection: the guard layer marks it proven and
+        // refuses a reserve slot to anyone but the operator.
+        let service = hyper::service::service_fn(
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(conn_state.clone());
+                hyper::service::Service::call(&app, req)
+            },
         );
+        let io = Watched {
+            inner: stream,
+            conn: slot.conn.clone(),
+        };
+        let conn = http1.serve_connection(hyper_util::rt::TokioIo::new(io), service);
         let conn = graceful.watch(conn);
         connections.track(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended");
+            let state = slot.conn.clone();
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended");
+                },
+                _ = state.close.cancelled() => {
+                    tracing::debug!("connection closed: a new one took its slot before it sent a request");
+                }
+                _ = stalled(&state, stall) => {
+                    tracing::warn!(
+                        stalled_ms = stall.as_millis() as u64,
+                        "closed a connection whose client stopped reading its answer"
+                    );
+                }
             }
             drop(slot);
         });
@@ -115,25 +167,78 @@ pub async fn serve(
     connections.stopped().await;
 }
 
-/// Answers a connection over the cap `overloaded` (then it is closed), without reading
-/// from it or waiting on it: a new connection's send buffer is empty, so the short
-/// answer goes out at once or not at all.
-pub(super) fn refuse(stream: &tokio::net::TcpStream, max: usize) {
+/// Resolves once `conn`'s writes have waited `stall` for its client to read.
+async fn stalled(conn: &super::slots::Conn, stall: Duration) {
+    let check = (stall / 4).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(check).await;
+        if conn.blocked_for().is_some_and(|waited| waited >= stall) {
+            return;
+        }
+    }
+}
+
+/// Refusals that wait for the request head before answering, at most at once; past
+/// that a refusal is answered at once (see [`refuse`]).
+const PATIENT_REFUSALS: usize = 64;
+/// How long a refusal waits for the request head.
+const REFUSAL_WAIT: Duration = Duration::from_millis(500);
+/// Most bytes of a refused request read (and dropped).
+const REFUSAL_READ: usize = 16 * 1024;
+
+/// Answers a connection over the cap `overloaded` (then it is closed). An HTTP client
+/// takes an answer that comes before its request was sent as a broken connection, so
+/// the refusal first reads the request head, for a moment, on a bounded number of tasks
+/// (`patience`); past that, or if the head does not come, it answers at once.
+fn refuse(
+    mut stream: tokio::net::TcpStream,
+    max: usize,
+    patience: &Arc<tokio::sync::Semaphore>,
+    tasks: &crate::tasks::Tasks,
+) {
+    let response = refusal(max);
+    let Ok(permit) = patience.clone().try_acquire_owned() else {
+        let _ = stream.try_write(response.as_bytes());
+        return;
+    };
+    tasks.track(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(REFUSAL_WAIT, async {
+            while head.len() < REFUSAL_READ && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        let _ = tokio::time::timeout(REFUSAL_WAIT, async {
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        })
+        .await;
+        drop(permit);
+    });
+}
+
+/// The `overloaded` answer of a connection over the cap.
+fn refusal(max: usize) -> String {
     let code = ErrorCode::Overloaded;
     let body = serde_json::to_string(&ErrorBody {
         error: ApiError {
             code,
             message: format!(
-                "the broker serves at most {max} connections at once; retry when one has closed"
+                "the broker serves at most {max} connections at once (some kept for the operator); retry when one has closed"
             ),
         },
     })
     .unwrap_or_default();
     let status =
         StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\n\r\n{body}",
         body.len()
-    );
-    let _ = stream.try_write(response.as_bytes());
+    )
 }

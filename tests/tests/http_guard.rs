@@ -64,15 +64,32 @@ async fn half_sent_request_heads_do_not_lock_the_operator_out() {
         &[("RELAY_RESERVED_CONNECTIONS", "2")],
     )
     .unwrap();
-    // Five times more connections than slots, each stopped in the middle of its head.
-    let mut held = Vec::new();
-    for _ in 0..40 {
-        let mut conn = tokio::net::TcpStream::connect(addr(&relay)).await.unwrap();
+    // A crowd of thirty times more connections than slots (more than the broker keeps
+    // waiting for their heads, too), each stopped in the middle of its head; one the
+    // broker closes is opened again, until the test ends.
+    let half_open = |addr: String| async move {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
         let _ = conn
             .write_all(b"GET /v1/status HTTP/1.1\r\nhost: 127.0.0.1\r\n")
             .await;
-        held.push(conn);
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest).await;
+    };
+    let (closed, mut first_closed) = tokio::sync::mpsc::unbounded_channel();
+    let mut crowd = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let (addr, closed) = (addr(&relay), closed.clone());
+        crowd.spawn(async move {
+            loop {
+                half_open(addr.clone()).await;
+                let _ = closed.send(());
+            }
+        });
     }
+    // The broker has pushed some out: every place is taken by the crowd by now.
+    tokio::time::timeout(GUARD, first_closed.recv())
+        .await
+        .expect("the broker held every half-sent head");
     for poll in 0..10 {
         let out = relay.cli(&["status", "--json"]);
         assert!(
@@ -81,6 +98,7 @@ async fn half_sent_request_heads_do_not_lock_the_operator_out() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    crowd.abort_all();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,6 +170,39 @@ async fn agent_streams_are_capped_and_the_operator_keeps_its_slots() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_asked_at_once_are_held_up_to_the_cap_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &[],
+        &[("RELAY_STREAMS_PER_AGENT", "3")],
+    )
+    .unwrap();
+    let agents = add_instant_agents(&relay, 2, None);
+    // Two agents ask for twelve streams each, all at once.
+    let asks: Vec<(String, String)> = agents
+        .iter()
+        .flat_map(|name| {
+            let token = agent_token(&relay, name);
+            let path = format!("/v1/watch?agent={name}");
+            (0..12).map(move |_| (token.clone(), path.clone()))
+        })
+        .collect();
+    let opened =
+        futures::future::join_all(asks.iter().map(|(token, path)| open(&relay, token, path))).await;
+    for s in &opened {
+        assert!(matches!(s.status().as_u16(), 200 | 429), "{}", s.status());
+    }
+    for name in &agents {
+        let mine = opened
+            .iter()
+            .filter(|s| s.status().as_u16() == 200 && s.url().as_str().ends_with(name.as_str()))
+            .count();
+        assert_eq!(mine, 3, "{name} holds three streams, the cap");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,15 +4,19 @@
 //! the same).
 //!
 //! [`serve`] accepts the connections under [`HttpLimits`] (a deadline for each request
-//! head, a cap on connections); [`router`] reads each request's body up to the limit
-//! before its route runs, and answers every route.
+//! head, connection slots with a reserve for the operator, a cap on each agent's
+//! streams, a stall timeout); [`router`] checks `Host` and `Origin`, reads each
+//! request's body up to the limit before its route runs, and answers every route.
 //!
 //! Every error is `{"error":{"code","message"}}` with the status of its code, including
 //! the ones axum itself would answer in plain text (bad JSON, body too large).
 //!
-//! Its parts: [`serve`] (the listener and its limits), `layers` (what runs before every
-//! route: body limit, error shape), `auth` (the token: the operator or an agent, and
-//! what an agent's token may do), and the handlers by resource: `agents`,
+//! Its parts: [`serve`] (the listener and its limits), `slots` (the connection slots:
+//! a general pool and a reserve for the operator; writes that wait on a client),
+//! `layers` (what runs before every route: the guard of slots, `Host` and `Origin`, body
+//! limit, error shape, the cap on each agent's streams), `auth` (the token: the operator
+//! or an agent, and what an agent's token may do), `reads` (what an agent's token may
+//! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
 //! `replay` (a flight, an agent or a conversation read back from the log), and `web`

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::Router;
 use relay_protocol::api::{ApiError, ErrorBody, ErrorCode};
 
-use super::slots::{Slots, Watched};
+use super::slots::{Prefixed, Slots, Watched};
 
 /// Limits on the API's connections, against clients that open many and finish none.
 #[derive(Debug, Clone)]
@@ -73,16 +73,28 @@ pub async fn serve(
         .timer(hyper_util::rt::TokioTimer::new())
         // Capped at a day: a deadline past what `Instant` holds would panic.
         .header_read_timeout(limits.header_read_timeout.min(Duration::from_secs(86_400)));
-    let slots = Slots::new(limits.max_connections, limits.reserved_connections);
-    let patience = Arc::new(tokio::sync::Semaphore::new(PATIENT_REFUSALS));
+    let slots = Slots::new(
+        limits.max_connections,
+        limits.reserved_connections,
+        Duration::ZERO,
+    );
+    // Connections waiting for their first request head (a socket each, no slot), four
+    // times as many as the slots; past that a new one pushes out the oldest.
+    let unproven = Slots::new(
+        (4 * (limits.max_connections + limits.reserved_connections)).max(MIN_UNPROVEN),
+        0,
+        Duration::ZERO,
+    );
+    let head_deadline = limits.header_read_timeout.min(Duration::from_secs(86_400));
+    let max = limits.max_connections + limits.reserved_connections;
     // Capped at a day, like the head deadline.
     let stall = limits.write_stall_timeout.min(Duration::from_secs(86_400));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Each connection's task, waited for after the graceful shutdown ended them.
     let connections = crate::tasks::Tasks::new(&shutdown);
-    let mut full = false;
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
-        let stream = tokio::select! {
+        let mut stream = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -110,48 +122,69 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let Some(slot) = slots.admit() else {
-            if !full {
-                tracing::warn!(
-                    max = limits.max_connections,
-                    "connection limit reached; refusing new connections until some close"
-                );
-                full = true;
-            }
-            refuse(
-                stream,
-                limits.max_connections + limits.reserved_connections,
-                &patience,
-                &connections,
-            );
+        // Never `None`: the oldest waiting one gives way.
+        let Some(waiting) = unproven.admit() else {
             continue;
         };
-        full = false;
-        let conn_state = slot.conn.clone();
-        let app = hyper_util::service::TowerToHyperService::new(app.clone());
-        // Each request carries its connection: the guard layer marks it proven and
-        // refuses a reserve slot to anyone but the operator.
-        let service = hyper::service::service_fn(
-            move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(conn_state.clone());
-                hyper::service::Service::call(&app, req)
-            },
+        let (slots, http1, app, watcher) = (
+            slots.clone(),
+            http1.clone(),
+            app.clone(),
+            graceful.watcher(),
         );
-        let io = Watched {
-            inner: stream,
-            conn: slot.conn.clone(),
-        };
-        let conn = http1.serve_connection(hyper_util::rt::TokioIo::new(io), service);
-        let conn = graceful.watch(conn);
+        let (stop, full) = (shutdown.clone(), full.clone());
         connections.track(async move {
+            // Its first request head, read before it takes a slot.
+            let head = tokio::select! {
+                head = read_head(&mut stream) => head,
+                _ = waiting.conn.close.cancelled() => {
+                    tracing::debug!("connection closed: a newer one took its place before it sent a request head");
+                    None
+                }
+                _ = tokio::time::sleep(head_deadline) => None,
+                _ = stop.cancelled() => None,
+            };
+            drop(waiting);
+            let Some(head) = head else {
+                return;
+            };
+            let Some(slot) = slots.admit() else {
+                if !full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        max,
+                        "connection limit reached; refusing new connections until some close"
+                    );
+                }
+                refuse(stream, max).await;
+                return;
+            };
+            full.store(false, std::sync::atomic::Ordering::Relaxed);
+            // Its slot is its own until it closes.
+            slot.conn.proven();
+            let conn_state = slot.conn.clone();
+            let app = hyper_util::service::TowerToHyperService::new(app);
+            // Each request carries its connection: the guard layer refuses a reserve
+            // slot to anyone but the operator.
+            let service = hyper::service::service_fn(
+                move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(conn_state.clone());
+                    hyper::service::Service::call(&app, req)
+                },
+            );
+            let io = Prefixed {
+                prefix: head,
+                inner: Watched {
+                    inner: stream,
+                    conn: slot.conn.clone(),
+                },
+            };
+            let conn = http1.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            let conn = watcher.watch(conn);
             let state = slot.conn.clone();
             tokio::select! {
                 ended = conn => if let Err(e) = ended {
                     tracing::debug!(error = %e, "connection ended");
                 },
-                _ = state.close.cancelled() => {
-                    tracing::debug!("connection closed: a new one took its slot before it sent a request");
-                }
                 _ = stalled(&state, stall) => {
                     tracing::warn!(
                         stalled_ms = stall.as_millis() as u64,
@@ -178,49 +211,38 @@ async fn stalled(conn: &super::slots::Conn, stall: Duration) {
     }
 }
 
-/// Refusals that wait for the request head before answering, at most at once; past
-/// that a refusal is answered at once (see [`refuse`]).
-const PATIENT_REFUSALS: usize = 64;
-/// How long a refusal waits for the request head.
-const REFUSAL_WAIT: Duration = Duration::from_millis(500);
-/// Most bytes of a refused request read (and dropped).
-const REFUSAL_READ: usize = 16 * 1024;
+/// Connections waiting for their first request head, at least (see `serve`).
+const MIN_UNPROVEN: usize = 256;
 
-/// Answers a connection over the cap `overloaded` (then it is closed). An HTTP client
-/// takes an answer that comes before its request was sent as a broken connection, so
-/// the refusal first reads the request head, for a moment, on a bounded number of tasks
-/// (`patience`); past that, or if the head does not come, it answers at once.
-fn refuse(
-    mut stream: tokio::net::TcpStream,
-    max: usize,
-    patience: &Arc<tokio::sync::Semaphore>,
-    tasks: &crate::tasks::Tasks,
-) {
+/// Most bytes of a request head read before a connection takes a slot; past it, the
+/// connection is served and the HTTP parser refuses the head.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Reads a connection's first request head (up to its blank line, or [`MAX_HEAD`]);
+/// `None` if it ends first.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<bytes::Bytes> {
+    use tokio::io::AsyncReadExt;
+    let mut head = bytes::BytesMut::new();
+    while head.len() < MAX_HEAD && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read_buf(&mut head).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+    Some(head.freeze())
+}
+
+/// Answers a connection over the cap `overloaded` (then it is closed). Its request head
+/// was read: an HTTP client takes an answer that comes before its request was sent as
+/// a broken connection.
+async fn refuse(mut stream: tokio::net::TcpStream, max: usize) {
+    use tokio::io::AsyncWriteExt;
     let response = refusal(max);
-    let Ok(permit) = patience.clone().try_acquire_owned() else {
-        let _ = stream.try_write(response.as_bytes());
-        return;
-    };
-    tasks.track(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut head = Vec::new();
-        let mut buf = [0u8; 4096];
-        let _ = tokio::time::timeout(REFUSAL_WAIT, async {
-            while head.len() < REFUSAL_READ && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-        })
-        .await;
-        let _ = tokio::time::timeout(REFUSAL_WAIT, async {
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        })
-        .await;
-        drop(permit);
-    });
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(response.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }
 
 /// The `overloaded` answer of a connection over the cap.

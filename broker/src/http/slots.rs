@@ -2,10 +2,11 @@
 //! token, or a dashboard login) may use once the general pool is full, so no crowd of
 //! other clients locks the operator out.
 //!
-//! A connection is known only once it has sent a request head: until then it is
-//! *unproven*, and when every slot is taken a new connection takes the slot of the
-//! oldest unproven one (which is closed). Half-sent heads then only push each other
-//! out; a client that sends its head at once (every real one) gets in. A connection in
+//! A connection gets a slot only once it has sent its first request head: until then
+//! it waits among the *unproven* (`serve` reads its head), bounded apart, where a new
+//! connection takes the place of the oldest when all are taken (which is closed).
+//! Half-sent heads then only push each other out and never hold a slot; a client that
+//! sends its head at once (every real one) gets in. A connection in
 //! a reserve slot whose request is not the operator's is answered `overloaded` and
 //! closed (`layers::guard`).
 //!
@@ -16,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
@@ -57,12 +58,10 @@ impl Conn {
     }
 
     /// How long its writes have waited for the client to read, if they wait.
-    pub(super) fn blocked_for(&self) -> Option<std::time::Duration> {
+    pub(super) fn blocked_for(&self) -> Option<Duration> {
         match self.blocked_since.load(Ordering::Relaxed) {
             0 => None,
-            since => Some(std::time::Duration::from_millis(
-                self.now_ms().saturating_sub(since),
-            )),
+            since => Some(Duration::from_millis(self.now_ms().saturating_sub(since))),
         }
     }
 
@@ -82,6 +81,8 @@ impl Conn {
 pub(super) struct Slots {
     general: usize,
     reserve: usize,
+    /// How long a connection keeps its place before a newer one may push it out.
+    grace: Duration,
     conns: Mutex<Vec<Arc<Conn>>>,
     next: AtomicU64,
 }
@@ -100,10 +101,11 @@ impl Drop for Slot {
 }
 
 impl Slots {
-    pub(super) fn new(general: usize, reserve: usize) -> Arc<Slots> {
+    pub(super) fn new(general: usize, reserve: usize, grace: Duration) -> Arc<Slots> {
         Arc::new(Slots {
             general,
             reserve,
+            grace,
             conns: Mutex::new(Vec::new()),
             next: AtomicU64::new(0),
         })
@@ -126,7 +128,7 @@ impl Slots {
                 Pool::General => self.general,
                 Pool::Reserve => self.reserve,
             };
-            used(&conns, pool) < size || take_oldest_unproven(&mut conns, pool)
+            used(&conns, pool) < size || take_oldest_unproven(&mut conns, pool, self.grace)
         })?;
         let conn = Arc::new(Conn {
             id: self.next.fetch_add(1, Ordering::Relaxed),
@@ -144,13 +146,15 @@ impl Slots {
     }
 }
 
-/// Closes the oldest unproven connection of `pool` and frees its slot; false if there
-/// is none.
-fn take_oldest_unproven(conns: &mut Vec<Arc<Conn>>, pool: Pool) -> bool {
+/// Closes the oldest connection of `pool` unproven for `grace` or longer and frees its
+/// slot; false if there is none.
+fn take_oldest_unproven(conns: &mut Vec<Arc<Conn>>, pool: Pool, grace: Duration) -> bool {
     let oldest = conns
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.pool == pool && !c.proven.load(Ordering::Relaxed))
+        .filter(|(_, c)| {
+            c.pool == pool && !c.proven.load(Ordering::Relaxed) && c.opened.elapsed() >= grace
+        })
         .min_by_key(|(_, c)| c.opened)
         .map(|(i, _)| i);
     match oldest {
@@ -160,6 +164,59 @@ fn take_oldest_unproven(conns: &mut Vec<Arc<Conn>>, pool: Pool) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// A connection's socket with the bytes read from it before it was served (its request
+/// head, read while it waited for a slot) given back first.
+pub(super) struct Prefixed<S> {
+    pub(super) prefix: bytes::Bytes,
+    pub(super) inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let head = self.prefix.split_to(n);
+            buf.put_slice(&head);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -228,7 +285,7 @@ mod tests {
 
     #[test]
     fn unproven_connections_give_way_and_the_reserve_comes_last() {
-        let slots = Slots::new(2, 1);
+        let slots = Slots::new(2, 1, Duration::ZERO);
         let a = slots.admit().unwrap();
         let b = slots.admit().unwrap();
         assert_eq!((a.conn.pool, b.conn.pool), (Pool::General, Pool::General));
@@ -248,5 +305,16 @@ mod tests {
         // The closed one's slot was given already: dropping it frees nothing more.
         drop(a);
         assert_eq!(slots.lock().len(), 2);
+    }
+
+    #[test]
+    fn a_connection_within_its_grace_keeps_its_slot() {
+        let slots = Slots::new(1, 0, Duration::from_secs(3600));
+        let a = slots.admit().unwrap();
+        assert!(
+            slots.admit().is_none(),
+            "a is new: its slot is its own a while"
+        );
+        assert!(!a.conn.close.is_cancelled());
     }
 }

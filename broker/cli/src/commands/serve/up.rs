@@ -33,7 +33,7 @@ pub struct UpArgs {
     max_connections: usize,
     /// Connections kept beyond --max-connections for the operator's token and the
     /// dashboard's login, so a crowd of other clients cannot lock the operator out.
-    #[arg(long, hide = true, env = "RELAY_RESERVED_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_RESERVED_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    #[arg(long, hide = true, env = "RELAY_RESERVED_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_RESERVED_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1_000_000))]
     reserved_connections: usize,
     /// Live streams (SSE) one agent's token may hold open at once; one more is answered
     /// `overloaded`.

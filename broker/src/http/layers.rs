@@ -141,15 +141,11 @@ pub(super) fn overloaded(message: String) -> Response {
     response
 }
 
-/// Runs first for every request, the page's included: marks its connection as one that
-/// sent a request head (its slot is its own now), refuses a `Host` or `Origin` that is
-/// not this broker's (see [`check_origin`]), and refuses a request that is not the
-/// operator's on a slot kept for the operator.
+/// Runs first for every request, the page's included: refuses a `Host` or `Origin` that
+/// is not this broker's (see [`check_origin`]), and a request that is not the operator's
+/// on a slot kept for the operator.
 pub(super) async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
     let conn = req.extensions().get::<Arc<Conn>>().cloned();
-    if let Some(conn) = &conn {
-        conn.proven();
-    }
     if let Err(e) = check_origin(s.web.origin(), req.headers()) {
         let mut response = e.into_response();
         response.headers_mut().insert(

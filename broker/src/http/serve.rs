@@ -73,17 +73,12 @@ pub async fn serve(
         .timer(hyper_util::rt::TokioTimer::new())
         // Capped at a day: a deadline past what `Instant` holds would panic.
         .header_read_timeout(limits.header_read_timeout.min(Duration::from_secs(86_400)));
-    let slots = Slots::new(
-        limits.max_connections,
-        limits.reserved_connections,
-        Duration::ZERO,
-    );
+    let slots = Slots::new(limits.max_connections, limits.reserved_connections);
     // Connections waiting for their first request head (a socket each, no slot), four
     // times as many as the slots; past that a new one pushes out the oldest.
     let unproven = Slots::new(
         (4 * (limits.max_connections + limits.reserved_connections)).max(MIN_UNPROVEN),
         0,
-        Duration::ZERO,
     );
     let head_deadline = limits.header_read_timeout.min(Duration::from_secs(86_400));
     let max = limits.max_connections + limits.reserved_connections;

@@ -81,8 +81,6 @@ impl Conn {
 pub(super) struct Slots {
     general: usize,
     reserve: usize,
-    /// How long a connection keeps its place before a newer one may push it out.
-    grace: Duration,
     conns: Mutex<Vec<Arc<Conn>>>,
     next: AtomicU64,
 }
@@ -101,11 +99,10 @@ impl Drop for Slot {
 }
 
 impl Slots {
-    pub(super) fn new(general: usize, reserve: usize, grace: Duration) -> Arc<Slots> {
+    pub(super) fn new(general: usize, reserve: usize) -> Arc<Slots> {
         Arc::new(Slots {
             general,
             reserve,
-            grace,
             conns: Mutex::new(Vec::new()),
             next: AtomicU64::new(0),
         })
@@ -128,7 +125,7 @@ impl Slots {
                 Pool::General => self.general,
                 Pool::Reserve => self.reserve,
             };
-            used(&conns, pool) < size || take_oldest_unproven(&mut conns, pool, self.grace)
+            used(&conns, pool) < size || take_oldest_unproven(&mut conns, pool)
         })?;
         let conn = Arc::new(Conn {
             id: self.next.fetch_add(1, Ordering::Relaxed),
@@ -146,15 +143,13 @@ impl Slots {
     }
 }
 
-/// Closes the oldest connection of `pool` unproven for `grace` or longer and frees its
-/// slot; false if there is none.
-fn take_oldest_unproven(conns: &mut Vec<Arc<Conn>>, pool: Pool, grace: Duration) -> bool {
+/// Closes the oldest unproven connection of `pool` and frees its slot; false if there
+/// is none.
+fn take_oldest_unproven(conns: &mut Vec<Arc<Conn>>, pool: Pool) -> bool {
     let oldest = conns
         .iter()
         .enumerate()
-        .filter(|(_, c)| {
-            c.pool == pool && !c.proven.load(Ordering::Relaxed) && c.opened.elapsed() >= grace
-        })
+        .filter(|(_, c)| c.pool == pool && !c.proven.load(Ordering::Relaxed))
         .min_by_key(|(_, c)| c.opened)
         .map(|(i, _)| i);
     match oldest {
@@ -285,7 +280,7 @@ mod tests {
 
     #[test]
     fn unproven_connections_give_way_and_the_reserve_comes_last() {
-        let slots = Slots::new(2, 1, Duration::ZERO);
+        let slots = Slots::new(2, 1);
         let a = slots.admit().unwrap();
         let b = slots.admit().unwrap();
         assert_eq!((a.conn.pool, b.conn.pool), (Pool::General, Pool::General));
@@ -305,16 +300,5 @@ mod tests {
         // The closed one's slot was given already: dropping it frees nothing more.
         drop(a);
         assert_eq!(slots.lock().len(), 2);
-    }
-
-    #[test]
-    fn a_connection_within_its_grace_keeps_its_slot() {
-        let slots = Slots::new(1, 0, Duration::from_secs(3600));
-        let a = slots.admit().unwrap();
-        assert!(
-            slots.admit().is_none(),
-            "a is new: its slot is its own a while"
-        );
-        assert!(!a.conn.close.is_cancelled());
     }
 }

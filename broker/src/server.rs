@@ -234,6 +234,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         nats: nats_status,
         shutdown: shutdown.clone(),
         web: Arc::new(crate::http::WebAuth::new(&url)),
+        limits: config.http.clone(),
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");

@@ -33,7 +33,8 @@ use crate::watch::{SnapshotReply, WatchRequest};
 /// Who may call a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scope {
-    /// Every caller: the operator's token, an agent's token, a dashboard login.
+    /// Every caller: the operator's token, an agent's token, a dashboard login (an
+    /// agent's token reads only what it asked or was asked: the broker's handlers scope it).
     Read,
     /// The operator, or an agent's token acting as that agent only (its messages, its
     /// asks, the flights it asked for or runs): the handler checks the actor.
@@ -380,7 +381,7 @@ mod tests {
             assert!(routes.insert((m.verb, m.route)), "{} twice", m.route);
             assert!(names.insert(m.name), "{} twice", m.name);
             assert!(m.route.starts_with("/v1/"), "{}", m.route);
-            // Reads are open to every caller: an agent's token reads everything.
+            // Reads are open to every caller (an agent's token scoped by the handlers).
             if m.verb == Verb::Get {
                 assert_eq!(m.scope, Scope::Read, "{}", m.name);
             }

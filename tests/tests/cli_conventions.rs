@@ -213,9 +213,13 @@ async fn each_outcome_has_its_exit_code() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_overloaded_broker_reads_as_overloaded_not_unreachable() {
     let tmp = tempfile::tempdir().unwrap();
-    let relay =
-        RelayProcess::start_with(&tmp.path().join("data"), &["--max-connections", "1"], &[])
-            .unwrap();
+    // No connection kept for the operator: the follower's is the only one.
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        &["--max-connections", "1"],
+        &[("RELAY_RESERVED_CONNECTIONS", "0")],
+    )
+    .unwrap();
     // The one connection, held by a follower once it printed the log's first event
     // (the stream is open then).
     let mut follower = spawn(&relay, &["events", "--follow"]);

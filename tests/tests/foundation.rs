@@ -849,16 +849,29 @@ async fn connections_over_the_cap_are_answered_overloaded_until_one_closes() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProcess::start_with(
         &tmp.path().join("data"),
-        &["--max-connections", "2", "--header-timeout-ms", "600000"],
-        &[],
+        &["--max-connections", "1", "--header-timeout-ms", "600000"],
+        &[("RELAY_RESERVED_CONNECTIONS", "1")],
     )
     .unwrap();
     let addr = relay.api.url.trim_start_matches("http://").to_string();
-    // Two connections that send nothing hold both places (accepted in the order they
-    // came, before the third).
-    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // Two live streams hold both places, the general one and the operator's reserve (a
+    // connection that sends nothing would give its place to a newer one).
+    let stream = || {
+        reqwest::Client::new()
+            .get(format!("{}/v1/events/stream", relay.api.url))
+            .bearer_auth(&relay.api.token)
+            .send()
+    };
+    let first = stream().await.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    let second = stream().await.unwrap();
+    assert_eq!(second.status().as_u16(), 200);
+    // A third, once it has sent its request (a connection takes a slot with its head).
     let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!("GET /v1/status HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut third, head.as_bytes())
+        .await
+        .unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(GUARD, third.read_to_end(&mut answer))
         .await

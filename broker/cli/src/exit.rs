@@ -91,7 +91,8 @@ impl Exit {
                 return match c {
                     ClientError::NotFound(_)
                     | ClientError::Unreachable { .. }
-                    | ClientError::Closed { .. } => Exit::Unavailable,
+                    | ClientError::Closed { .. }
+                    | ClientError::Overloaded { .. } => Exit::Unavailable,
                     ClientError::Api(api) => Exit::of_code(api.code),
                     ClientError::Protocol(_) | ClientError::Stream(_) => Exit::Internal,
                 };
@@ -139,6 +140,15 @@ mod tests {
         assert_eq!(Exit::of_error(&api(ErrorCode::Cycle)).code(), 4);
         assert_eq!(Exit::of_error(&api(ErrorCode::Unauthorized)).code(), 4);
         assert_eq!(Exit::of_error(&api(ErrorCode::Overloaded)).code(), 5);
+        let busy = anyhow::Error::from(ClientError::Overloaded {
+            url: "http://127.0.0.1:1".into(),
+            retry_after: None,
+            error: ApiError {
+                code: ErrorCode::Unavailable,
+                message: "m".into(),
+            },
+        });
+        assert_eq!(Exit::of_error(&busy).code(), 5);
         assert_eq!(Exit::of_error(&api(ErrorCode::Internal)).code(), 70);
         let missing = anyhow::Error::from(ClientError::NotFound("no api.json".into()));
         assert_eq!(Exit::of_error(&missing.context("while asking")).code(), 5);

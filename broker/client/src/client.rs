@@ -32,6 +32,14 @@ pub enum ClientError {
         #[source]
         source: Option<reqwest::Error>,
     },
+    /// The broker answered 429 or 503: it is there, but cannot take the request now.
+    #[error("the broker at {url} is overloaded; retry {}: {} ({})", retry_in(*.retry_after), .error.message, .error.code)]
+    Overloaded {
+        url: String,
+        /// Its `Retry-After`, when it sent one (in seconds).
+        retry_after: Option<std::time::Duration>,
+        error: ApiError,
+    },
     #[error("{}", describe_api(.0))]
     Api(ApiError),
     #[error("unexpected answer from the broker: {0}")]
@@ -44,7 +52,15 @@ pub enum ClientError {
 impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            ClientError::Api(e) => Some(e.code),
+            ClientError::Api(e) | ClientError::Overloaded { error: e, .. } => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// How long the broker asked to be left alone (`Retry-After`), if it did.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            ClientError::Overloaded { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -53,7 +69,9 @@ impl ClientError {
     /// (a restart, a moment of overload).
     pub fn is_transient(&self) -> bool {
         match self {
-            ClientError::Unreachable { .. } | ClientError::Closed { .. } => true,
+            ClientError::Unreachable { .. }
+            | ClientError::Closed { .. }
+            | ClientError::Overloaded { .. } => true,
             ClientError::Api(e) => {
                 matches!(e.code, ErrorCode::Overloaded | ErrorCode::Unavailable)
             }
@@ -71,6 +89,14 @@ fn describe_api(e: &ApiError) -> String {
             e.message, e.code
         ),
         _ => e.to_string(),
+    }
+}
+
+/// When to retry, as [`ClientError::Overloaded`] says it.
+fn retry_in(after: Option<std::time::Duration>) -> String {
+    match after {
+        Some(d) if d.as_secs() > 0 => format!("in {} s", d.as_secs()),
+        _ => "in a moment".into(),
     }
 }
 
@@ -222,6 +248,7 @@ impl Client {
     ) -> Result<T, ClientError> {
         let resp = self.transmit(req).await?;
         let status = resp.status();
+        let retry_after = retry_after(resp.headers());
         let bytes = resp
             .bytes()
             .await
@@ -229,7 +256,7 @@ impl Client {
         if status.is_success() {
             serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
         } else {
-            Err(error_from(status, &bytes))
+            Err(self.error_from(status, retry_after, &bytes))
         }
     }
 
@@ -328,8 +355,9 @@ impl Client {
         let resp = self.transmit(req).await?;
         if !resp.status().is_success() {
             let status = resp.status();
+            let retry_after = retry_after(resp.headers());
             let bytes = resp.bytes().await.unwrap_or_default();
-            return Err(error_from(status, &bytes));
+            return Err(self.error_from(status, retry_after, &bytes));
         }
         Ok(resp)
     }
@@ -373,14 +401,56 @@ pub enum SseEnd {
     Closed,
 }
 
-/// The typed API error in a failed response, or the raw text when there is none.
-fn error_from(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
-    match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(b) => ClientError::Api(b.error),
-        Err(_) => {
-            ClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(body)))
+impl Client {
+    /// The typed API error in a failed response, or the raw text when there is none. A
+    /// 429 or 503 is [`ClientError::Overloaded`], typed body or not (a proxy's, say).
+    fn error_from(
+        &self,
+        status: reqwest::StatusCode,
+        retry_after: Option<std::time::Duration>,
+        body: &[u8],
+    ) -> ClientError {
+        let typed = serde_json::from_slice::<ErrorBody>(body)
+            .ok()
+            .map(|b| b.error);
+        match status.as_u16() {
+            429 | 503 => ClientError::Overloaded {
+                url: self.url.clone(),
+                retry_after,
+                error: typed.unwrap_or_else(|| ApiError {
+                    code: if status.as_u16() == 429 {
+                        ErrorCode::Overloaded
+                    } else {
+                        ErrorCode::Unavailable
+                    },
+                    message: format!("HTTP {status}: {}", String::from_utf8_lossy(body).trim()),
+                }),
+            },
+            _ => match typed {
+                Some(e) => ClientError::Api(e),
+                None => ClientError::Protocol(format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(body)
+                )),
+            },
         }
     }
+}
+
+/// Most a `Retry-After` is taken as: a broker's (or a proxy's) huge one must not park a
+/// client for hours.
+const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A `Retry-After` in seconds (the form the broker sends; an HTTP date is not read).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+    let secs = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(std::time::Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]
@@ -388,6 +458,64 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// A server that answers one request with `answer`, and its URL.
+    async fn answering(answer: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                head.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(answer.as_bytes()).await.unwrap();
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_429_or_503_is_an_overload_with_its_retry_after_not_an_unreachable_broker() {
+        use relay_protocol::methods::call as m;
+        let typed = r#"{"error":{"code":"overloaded","message":"full"}}"#;
+        let answer: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 3\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{typed}",
+                typed.len()
+            )
+            .into_boxed_str(),
+        );
+        let client = Client::new(&answering(answer).await, "t").unwrap();
+        let e = client
+            .call::<m::StatusShow>(&[], &relay_protocol::api::Empty {})
+            .await
+            .unwrap_err();
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(3)));
+        assert_eq!(e.code(), Some(ErrorCode::Overloaded));
+        assert!(e.is_transient());
+        let said = e.to_string();
+        assert!(said.contains("is overloaded; retry in 3 s: full"), "{said}");
+
+        // A 503 without a typed body (a proxy's), and a Retry-After too large to keep.
+        let client = Client::new(
+            &answering("HTTP/1.1 503 Service Unavailable\r\nretry-after: 86400\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy").await,
+            "t",
+        )
+        .unwrap();
+        let e = client
+            .call::<m::StatusShow>(&[], &relay_protocol::api::Empty {})
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Unavailable));
+        assert_eq!(e.retry_after(), Some(MAX_RETRY_AFTER));
+        let said = e.to_string();
+        assert!(said.contains("is overloaded; retry in 60 s"), "{said}");
+        assert!(!said.contains("cannot reach"), "{said}");
+    }
 
     #[test]
     fn urls_are_built_by_the_url_type() {

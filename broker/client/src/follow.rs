@@ -133,7 +133,8 @@ impl Follow {
                     }
                 }
             }
-            tokio::time::sleep(pause).await;
+            // An overloaded broker's Retry-After is honoured.
+            tokio::time::sleep(pause.max(broke.retry_after().unwrap_or_default())).await;
             pause = (pause * 2).min(MAX_PAUSE.max(retry.unwrap_or_default()));
             self.client = self.client.rediscover();
         }

@@ -1,12 +1,12 @@
 //! The agent routes: list, add, show, remove, wake, and peek at a tmux agent's pane.
 
 use axum::extract::{Path, Query, State};
-use axum::Json;
+use axum::{Extension, Json};
 use relay_protocol::api::{AgentAdded, Peek};
 use relay_protocol::domain::Agent;
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Req};
+use super::{ApiJson, ApiResult, ApiState, Principal, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
@@ -83,9 +83,11 @@ const PEEK_MAX: usize = 10_000;
 /// runtime's agents).
 pub(super) async fn peek_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     Query(q): Query<Req<m::AgentPeek>>,
 ) -> ApiResult<Peek> {
+    principal.may_read_agent(&name)?;
     let agent = s
         .broker
         .agent(&name)

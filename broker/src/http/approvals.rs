@@ -6,15 +6,34 @@ use relay_protocol::api::ErrorCode;
 use relay_protocol::domain::{Approval, ApprovalState};
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, HttpError, Login, Req};
+use super::{ApiJson, ApiResult, ApiState, HttpError, Login, Principal, Req};
 use crate::error::quote;
 use crate::store::T;
 
+/// An agent's token lists the approvals of the flights it runs or asked for.
 pub(super) async fn list_approvals(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Query(q): Query<Req<m::ApprovalList>>,
 ) -> ApiResult<Vec<Approval>> {
-    let all: Vec<Approval> = s.broker.store().read(|st| st.values(T::Approvals)).await?;
+    let me = principal.agent().map(str::to_string);
+    let all: Vec<Approval> = s
+        .broker
+        .store()
+        .read(move |st| {
+            let all: Vec<Approval> = st.values(T::Approvals)?;
+            let Some(me) = me else {
+                return Ok(all);
+            };
+            let mut mine = Vec::new();
+            for a in all {
+                if super::reads::own_approval(st, &a, &me)? {
+                    mine.push(a);
+                }
+            }
+            Ok(mine)
+        })
+        .await?;
     let want = match q.state.as_deref().unwrap_or("pending") {
         "pending" => Some(ApprovalState::Pending),
         "decided" => Some(ApprovalState::Decided),

@@ -3,7 +3,8 @@
 //! `RELAY_TOKEN`).
 //!
 //! An agent's token asks, sends, replies and reads as that agent only:
-//! - every read route (`GET`) is open to it;
+//! - every read route (`GET`) is open to it, each handler limiting it to what the agent
+//!   asked or was asked (`reads`);
 //! - it may post messages, invoke, and steer or interrupt the flights it asked for, each
 //!   as itself (a handler checks the actor through [`Principal::act_as`]);
 //! - everything else (approving, registering, removing or waking agents, creating

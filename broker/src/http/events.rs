@@ -10,13 +10,14 @@ use std::convert::Infallible;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Extension;
 use axum::Json;
 use futures::Stream;
 use relay_protocol::api::{ErrorBody, ErrorCode};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::{ApiResult, ApiState, HttpError, Req};
+use super::{ApiResult, ApiState, HttpError, Principal, Req};
 use crate::error::{quote, BrokerError};
 
 pub(super) fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEvent {
@@ -49,10 +50,12 @@ fn resume_at(headers: &HeaderMap, after: Option<u64>) -> Result<Option<u64>, Htt
 /// update that makes the flight terminal.
 pub(super) async fn flight_stream(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Query(q): Query<Req<m::FlightStream>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    principal.may_read_flight(&s.broker, &id).await?;
     let after = resume_at(&headers, q.after)?;
     let flight = s
         .broker
@@ -72,8 +75,10 @@ pub(super) async fn flight_stream(
 
 pub(super) async fn list_events(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Query(q): Query<Req<m::EventList>>,
 ) -> ApiResult<Vec<relay_protocol::event::Event>> {
+    principal.may_read_all("the event log")?;
     let published = s.broker.last_seq();
     let (after, limit) = (q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000));
     let mut events = s
@@ -89,9 +94,11 @@ pub(super) async fn list_events(
 /// `after` or the `Last-Event-ID` header, without gaps or duplicates.
 pub(super) async fn event_stream(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     Query(q): Query<Req<m::EventStream>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+    principal.may_read_all("the event log")?;
     let after = resume_at(&headers, q.after)?.unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
     let stream = ReceiverStream::new(rx).map(|item| {
@@ -113,12 +120,24 @@ pub(super) async fn event_stream(
 /// event it got, the snapshot's or an event's) resumes the same way.
 pub(super) async fn watch_stream(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     Query(q): Query<Req<m::Watch>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
     let scope = q
         .scope()
         .map_err(|m| HttpError::new(ErrorCode::InvalidRequest, m))?;
+    {
+        use relay_protocol::watch::Scope;
+        match &scope {
+            Scope::Fleet => principal.may_read_all("the fleet's watch")?,
+            Scope::Flight(id) => principal.may_read_flight(&s.broker, id).await?,
+            Scope::Agent(name) => principal.may_read_agent(name)?,
+            Scope::Conversation { id, .. } => {
+                principal.may_read_conversation(&s.broker, id).await?
+            }
+        }
+    }
     let (first, rx) = match resume_at(&headers, q.after)? {
         // A watch that broke, resumed: a `resumed` event (`id:` = the seq resumed
         // after) instead of a snapshot, then the events after it.

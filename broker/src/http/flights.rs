@@ -23,10 +23,13 @@ pub(super) async fn invoke(
     Ok(Json(s.broker.invoke(req).await?))
 }
 
+/// An agent's token lists the flights it runs or asked for.
 pub(super) async fn list_flights(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Query(q): Query<Req<m::FlightList>>,
 ) -> ApiResult<Vec<Flight>> {
+    let me = principal.agent().map(str::to_string);
     // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
     // flights come from their index; others from the newest back, up to `limit`.
     let limit = q.limit.unwrap_or(100);
@@ -40,6 +43,12 @@ pub(super) async fn list_flights(
         .broker
         .store()
         .read(move |st| {
+            // A flight whose invocation cannot be read is left out of an agent's list.
+            let visible = |f: &Flight| {
+                me.as_deref()
+                    .is_none_or(|me| super::reads::own_flight(st, f, me).unwrap_or(false))
+            };
+            let keep = |f: &Flight| keep(f) && visible(f);
             if live {
                 let mut out: Vec<Flight> = st.live_flights()?.into_iter().filter(keep).collect();
                 out.drain(..out.len().saturating_sub(limit));
@@ -54,8 +63,10 @@ pub(super) async fn list_flights(
 
 pub(super) async fn show_flight(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Flight> {
+    principal.may_read_flight(&s.broker, &id).await?;
     Ok(Json(
         s.broker
             .flight(&id)
@@ -66,9 +77,11 @@ pub(super) async fn show_flight(
 
 pub(super) async fn flight_updates(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     Query(q): Query<Req<m::FlightUpdates>>,
 ) -> ApiResult<Vec<relay_protocol::domain::FlightUpdate>> {
+    principal.may_read_flight(&s.broker, &id).await?;
     let after = q.after.unwrap_or(0);
     let updates = s
         .broker
@@ -132,8 +145,10 @@ const TREE_LIMIT: usize = 10_000;
 
 pub(super) async fn flight_tree(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<relay_protocol::api::FlightTree> {
+    principal.may_read_flight(&s.broker, &id).await?;
     Ok(Json(
         s.broker
             .store()

@@ -1,13 +1,21 @@
-//! What runs before every route: the body read up to its limit and axum's plain-text
-//! errors turned into the API's JSON errors (the bearer token is checked in `auth`).
+//! What runs before every route: the guard (the connection's slot, `Host` and
+//! `Origin`), the body read up to its limit, axum's plain-text errors turned into the
+//! API's JSON errors, and the cap on each agent's streams (the bearer token is checked
+//! in `auth`).
 
-use axum::extract::{Request, State};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use relay_protocol::api::ErrorCode;
+use relay_protocol::methods::{Answer, Verb};
 use tokio_stream::StreamExt;
 
-use super::HttpError;
+use super::slots::{Conn, Pool};
+use super::{ApiState, HttpError, Principal};
 
 /// How much more of a body over the limit is read (and dropped) before it is refused.
 pub(super) const DRAIN_BYTES: usize = 4 * 1024 * 1024;
@@ -117,4 +125,178 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
         text
     };
     (status, HttpError::new(code, message)).into_response()
+}
+
+/// An `overloaded` answer that closes the connection and says when to retry.
+pub(super) fn overloaded(message: String) -> Response {
+    let mut response = HttpError::new(ErrorCode::Overloaded, message).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(super::serve::RETRY_AFTER_SECS),
+    );
+    headers.insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// Runs first for every request, the page's included: refuses a `Host` or `Origin` that
+/// is not this broker's (see [`check_origin`]), and a request that is not the operator's
+/// on a slot kept for the operator.
+pub(super) async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    let conn = req.extensions().get::<Arc<Conn>>().cloned();
+    if let Err(e) = check_origin(s.web.origin(), req.headers()) {
+        let mut response = e.into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    if conn.is_some_and(|c| c.pool == Pool::Reserve) && !operators(&s, &req) {
+        return overloaded(
+            "the broker's connections are all in use; the few it keeps for the operator take the operator's token or a dashboard login"
+                .into(),
+        );
+    }
+    next.run(req).await
+}
+
+/// Whether `req` is the operator's: its token, a dashboard login's cookie, or a login
+/// link being spent.
+fn operators(s: &ApiState, req: &Request) -> bool {
+    let headers = req.headers();
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match token {
+        Some(t) => crate::seal::token_matches(t.as_bytes(), s.token.as_bytes()),
+        None => s.web.login(headers).is_some() || req.uri().path() == "/login",
+    }
+}
+
+/// Defence in depth against DNS rebinding (a page of another site whose name was made
+/// to point at 127.0.0.1): the `Host` must name this broker's port on a loopback name
+/// (`127.0.0.1`, `localhost`, `[::1]`, or the address it listens on), and a browser's
+/// `Origin`, when sent, must be that same `http://` origin.
+pub(super) fn check_origin(origin: &str, headers: &HeaderMap) -> Result<(), HttpError> {
+    let listen = origin.strip_prefix("http://").unwrap_or(origin);
+    let port = listen.rsplit(':').next().unwrap_or_default();
+    let allowed = [
+        listen.to_string(),
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    let text = |name| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("(not text)"))
+    };
+    let host = text(axum::http::header::HOST).unwrap_or("");
+    if !allowed.iter().any(|a| a.eq_ignore_ascii_case(host)) {
+        return Err(HttpError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "the Host header {} is not this broker's address: use {} (other names are refused, against DNS rebinding)",
+                crate::error::quote(host),
+                allowed[1..].join(", ")
+            ),
+        ));
+    }
+    if let Some(from) = text(axum::http::header::ORIGIN) {
+        if !from.eq_ignore_ascii_case(&format!("http://{host}")) {
+            return Err(HttpError::new(
+                ErrorCode::Unauthorized,
+                format!(
+                    "a request from the page of another origin ({}) is refused: only the dashboard at http://{host} may call the broker from a browser",
+                    crate::error::quote(from)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The SSE streams each agent's token holds open.
+#[derive(Clone)]
+pub(super) struct Streams {
+    max: usize,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Streams {
+    pub(super) fn new(max: usize) -> Streams {
+        Streams {
+            max,
+            held: Arc::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One stream of an agent, counted until its answer's body is dropped.
+struct Held {
+    streams: Streams,
+    agent: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.streams.held();
+        if let Some(n) = held.get_mut(&self.agent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.agent);
+            }
+        }
+    }
+}
+
+/// Caps the SSE streams an agent's token holds at once (the operator's are not
+/// counted: its connections have their reserve): one past the cap is answered
+/// `overloaded`, naming the cap.
+pub(super) async fn cap_streams(
+    State(streams): State<Streams>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let is_stream = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|route| relay_protocol::methods::by_route(Verb::Get, route.as_str()))
+        .is_some_and(|m| m.answer == Answer::Stream && req.method() == axum::http::Method::GET);
+    let agent = match req.extensions().get::<Principal>() {
+        Some(Principal::Agent(name)) if is_stream => name.clone(),
+        _ => return next.run(req).await,
+    };
+    {
+        let mut held = streams.held();
+        let n = held.entry(agent.clone()).or_default();
+        if *n >= streams.max {
+            let max = streams.max;
+            return overloaded(format!(
+                "agent {}'s token holds {max} streams open already, the most one agent may; close one first",
+                crate::error::quote(&agent)
+            ));
+        }
+        *n += 1;
+    }
+    let held = Held { streams, agent };
+    let response = next.run(req).await;
+    let (parts, body) = response.into_parts();
+    // The count goes down when the stream's body is dropped: its client left, or it ended.
+    let body = body.into_data_stream().map(move |chunk| {
+        let _ = &held;
+        chunk
+    });
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }

@@ -12,13 +12,20 @@ use super::{ApiJson, ApiResult, ApiState, Principal, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
-pub(super) async fn list_conversations(State(s): State<ApiState>) -> ApiResult<Vec<Conversation>> {
-    Ok(Json(
-        s.broker
-            .store()
-            .read(|st| st.values(T::Conversations))
-            .await?,
-    ))
+/// An agent's token lists the conversations it may read (see `reads`).
+pub(super) async fn list_conversations(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+) -> ApiResult<Vec<Conversation>> {
+    let mut all: Vec<Conversation> = s
+        .broker
+        .store()
+        .read(|st| st.values(T::Conversations))
+        .await?;
+    if let Some(me) = principal.agent() {
+        all.retain(|c| super::reads::in_conversation(c, me));
+    }
+    Ok(Json(all))
 }
 
 pub(super) async fn add_conversation(
@@ -30,9 +37,11 @@ pub(super) async fn add_conversation(
 
 pub(super) async fn read_messages(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     Query(q): Query<Req<m::ConversationRead>>,
 ) -> ApiResult<Vec<relay_protocol::domain::Message>> {
+    principal.may_read_conversation(&s.broker, &id).await?;
     let limit = q.limit.unwrap_or(50);
     let messages = s
         .broker

@@ -4,15 +4,19 @@
 //! the same).
 //!
 //! [`serve`] accepts the connections under [`HttpLimits`] (a deadline for each request
-//! head, a cap on connections); [`router`] reads each request's body up to the limit
-//! before its route runs, and answers every route.
+//! head, connection slots with a reserve for the operator, a cap on each agent's
+//! streams, a stall timeout); [`router`] checks `Host` and `Origin`, reads each
+//! request's body up to the limit before its route runs, and answers every route.
 //!
 //! Every error is `{"error":{"code","message"}}` with the status of its code, including
 //! the ones axum itself would answer in plain text (bad JSON, body too large).
 //!
-//! Its parts: [`serve`] (the listener and its limits), `layers` (what runs before every
-//! route: body limit, error shape), `auth` (the token: the operator or an agent, and
-//! what an agent's token may do), and the handlers by resource: `agents`,
+//! Its parts: [`serve`] (the listener and its limits), `slots` (the connection slots:
+//! a general pool and a reserve for the operator; writes that wait on a client),
+//! `layers` (what runs before every route: the guard of slots, `Host` and `Origin`, body
+//! limit, error shape, the cap on each agent's streams), `auth` (the token: the operator
+//! or an agent, and what an agent's token may do), `reads` (what an agent's token may
+//! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
 //! `replay` (a flight, an agent or a conversation read back from the log), and `web`
@@ -25,12 +29,17 @@ mod events;
 mod flights;
 mod layers;
 mod messages;
+mod reads;
 mod replay;
 mod serve;
+mod slots;
 mod web;
 
 pub use auth::Principal;
-pub use serve::{serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use serve::{
+    serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RESERVED_CONNECTIONS, DEFAULT_STREAMS_PER_AGENT, DEFAULT_WRITE_STALL_TIMEOUT,
+};
 pub use web::{Login, WebAuth, CODE_LIFETIME};
 
 use std::sync::Arc;
@@ -66,6 +75,8 @@ pub struct ApiState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The dashboard's login links and logins.
     pub web: Arc<WebAuth>,
+    /// The connections' limits (the router takes its cap on each agent's streams).
+    pub limits: HttpLimits,
 }
 
 /// An error as the API answers it.
@@ -150,6 +161,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
                 "no such route (the routes are listed in broker/README.md)",
             )
         })
+        // Inside the token guard: it counts each agent's streams by its principal.
+        .layer(middleware::from_fn_with_state(
+            layers::Streams::new(state.limits.streams_per_agent),
+            layers::cap_streams,
+        ))
         .layer(middleware::from_fn_with_state(
             layers::BodyLimit(max_body_bytes),
             layers::read_body,
@@ -162,6 +178,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .layer(middleware::from_fn(layers::json_errors))
         // The page: after the layers above, so it takes the login cookie, not the token.
         .merge(web::routes())
+        // Outermost, the page's routes included: the connection's slot, Host and Origin.
+        .layer(middleware::from_fn_with_state(state.clone(), layers::guard))
         .with_state(state)
 }
 

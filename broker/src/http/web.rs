@@ -144,6 +144,11 @@ impl WebAuth {
         }
     }
 
+    /// `http://127.0.0.1:PORT`: the broker's own origin.
+    pub(super) fn origin(&self) -> &str {
+        &self.origin
+    }
+
     fn logins(&self) -> MutexGuard<'_, LoginTable> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

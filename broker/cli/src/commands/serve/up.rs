@@ -36,6 +36,18 @@ pub struct UpArgs {
     /// Hidden: tests lower it.
     #[arg(long, hide = true, env = "RELAY_MAX_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_connections: usize,
+    /// Connections kept beyond --max-connections for the operator's token and the
+    /// dashboard's login, so a crowd of other clients cannot lock the operator out.
+    #[arg(long, hide = true, env = "RELAY_RESERVED_CONNECTIONS", default_value_t = relay_broker::http::DEFAULT_RESERVED_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1_000_000))]
+    reserved_connections: usize,
+    /// Live streams (SSE) one agent's token may hold open at once; one more is answered
+    /// `overloaded`.
+    #[arg(long, env = "RELAY_STREAMS_PER_AGENT", default_value_t = relay_broker::http::DEFAULT_STREAMS_PER_AGENT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    streams_per_agent: usize,
+    /// Milliseconds an answer (a live stream) may wait for its client to read before
+    /// the connection is closed. Hidden: tests shorten it.
+    #[arg(long, hide = true, env = "RELAY_WRITE_STALL_TIMEOUT_MS", default_value_t = relay_broker::http::DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
+    write_stall_timeout_ms: u64,
     /// A command of yours (run with `sh -c`) for when an approval waits for a person:
     /// it runs once per approval, with RELAY_APPROVAL_ID, RELAY_APPROVAL_AGENT,
     /// RELAY_APPROVAL_FLIGHT, RELAY_APPROVAL_KIND, RELAY_APPROVAL_COMMAND and
@@ -86,6 +98,9 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
         http: relay_broker::http::HttpLimits {
             header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms),
             max_connections: args.max_connections,
+            reserved_connections: args.reserved_connections,
+            streams_per_agent: args.streams_per_agent,
+            write_stall_timeout: std::time::Duration::from_millis(args.write_stall_timeout_ms),
         },
         // This program: the agents' sessions run `relay ask` and `relay mcp` with it.
         relay_program: std::env::current_exe().ok(),

@@ -238,6 +238,142 @@ async fn on_an_open_bus_a_stranger_cannot_decide_steer_or_speak_for_anyone() {
         .await;
 }
 
+/// A protobuf request on `subject` of type `ty` and its reply's bytes.
+async fn request_pb(
+    client: &async_nats::Client,
+    subject: &str,
+    ty: &str,
+    body: Vec<u8>,
+) -> Vec<u8> {
+    let mut h = HeaderMap::new();
+    h.insert("Relay-Type", ty);
+    client
+        .request_with_headers(subject.to_string(), h, body.into())
+        .await
+        .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"))
+        .payload
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_an_open_bus_no_one_posts_as_relay_the_operator_or_a_look_alike() {
+    let nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let post = |author: &str, class: &str| json!({"conversation": "channel.shared", "author": author, "class": class, "body": "forged"});
+    for (what, body) in [
+        ("relay's system message", post("relay", "system")),
+        ("relay", post("relay", "agent")),
+        (
+            "a system message under one's own name",
+            post("ci-bot", "system"),
+        ),
+        ("a status message", post("ci-bot", "status")),
+        ("Operator", post("Operator", "agent")),
+        (
+            "operator with a zero-width space",
+            post("operator\u{200B}", "agent"),
+        ),
+        (
+            "operator with a Cyrillic o",
+            post("\u{43e}perator", "agent"),
+        ),
+        ("an agent in capitals", post("CODEX-1", "agent")),
+        ("an agent behind a space", post(" codex-1", "agent")),
+        ("the bus in capitals", post("NATS", "agent")),
+    ] {
+        let answer = request(&client, "relay.v1.cmd.post", None, body).await;
+        assert_open_bus_refusal(what, &answer);
+    }
+    for requester in ["Operator", "relay", "CODEX-1", "operator\u{200B}"] {
+        let answer = request(
+            &client,
+            "relay.v1.invoke.codex-1",
+            None,
+            json!({"task": "forged", "requester": requester}),
+        )
+        .await;
+        assert_open_bus_refusal(&format!("ask as {requester:?}"), &answer);
+    }
+    // The same in protobuf.
+    for author in ["operator", "codex-1", "relay"] {
+        let reply = request_pb(
+            &client,
+            "relay.v1.cmd.post",
+            "relay.v1.PostMessage",
+            pb::PostMessage {
+                conversation: "channel.shared".into(),
+                author: author.into(),
+                body: "forged".into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .await;
+        match pb::CommandReply::decode(reply.as_ref()).unwrap().result {
+            Some(pb::command_reply::Result::Error(e)) => {
+                assert_eq!(e.code, "unauthorized", "{author}: {e:?}")
+            }
+            other => panic!("a protobuf post as {author} was not refused: {other:?}"),
+        }
+    }
+    for requester in ["operator", "codex-1"] {
+        let reply = request_pb(
+            &client,
+            "relay.v1.invoke.codex-1",
+            "relay.v1.InvokeRequest",
+            pb::InvokeRequest {
+                task: "forged".into(),
+                requester: requester.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .await;
+        match pb::InvokeReply::decode(reply.as_ref()).unwrap().result {
+            Some(pb::invoke_reply::Result::Error(e)) => {
+                assert_eq!(e.code, "unauthorized", "{requester}: {e:?}")
+            }
+            other => panic!("a protobuf ask as {requester} was not refused: {other:?}"),
+        }
+    }
+    let shared = env.relay.cli_json(&["read", "-n", "200", "--json"]);
+    assert!(
+        !shared
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["body"] == "forged"),
+        "{shared}"
+    );
+
+    // A post that names no author is the bus's (`nats`), in JSON and in protobuf.
+    let posted = request(
+        &client,
+        "relay.v1.cmd.post",
+        None,
+        json!({"conversation": "channel.shared", "body": "unnamed"}),
+    )
+    .await;
+    assert_eq!(posted["message"]["author"], "nats", "{posted}");
+    let reply = request_pb(
+        &client,
+        "relay.v1.cmd.post",
+        "relay.v1.PostMessage",
+        pb::PostMessage {
+            conversation: "channel.shared".into(),
+            body: "unnamed".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+    .await;
+    match pb::CommandReply::decode(reply.as_ref()).unwrap().result {
+        Some(pb::command_reply::Result::Message(m)) => assert_eq!(m.author, "nats", "{m:?}"),
+        other => panic!("an unnamed protobuf post was refused: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_over_a_trusted_bus_is_the_buss_never_the_operators() {
     let nats = NatsServer::start().unwrap();

@@ -236,14 +236,9 @@ impl Service {
                     bus_body::<m::Invoke>(msg)?.into_request(param)
                 } else {
                     let r: pb::InvokeRequest = from_pb(msg)?;
-                    let mut req = convert::invoke_request_from_pb(param, &r)
-                        .map_err(|e| BrokerError::Invalid(e.to_string()))?;
-                    // Unnamed, the bus asks as itself, as in JSON (not as the operator,
-                    // which proto3's empty string means over HTTP's conversions).
-                    if r.requester.is_empty() {
-                        req.requester = BUS_ACTOR.to_string();
-                    }
-                    req
+                    // Unnamed, the bus asks as itself, as in JSON.
+                    convert::invoke_request_from_pb(param, &r, BUS_ACTOR)
+                        .map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
                 if self.open {
                     self.as_itself("asking", &req.requester).await?;

@@ -99,7 +99,7 @@ fn nats_protobuf_payloads() {
     let converted = Seen::default();
     fuzz("nats_protobuf_payloads", 3000, input, |b| {
         if let Some(r) = pb_round_trip::<pb::InvokeRequest>(&b)? {
-            if convert::invoke_request_from_pb("agent", &r).is_ok() {
+            if convert::invoke_request_from_pb("agent", &r, "nats").is_ok() {
                 converted.hit();
             }
         }

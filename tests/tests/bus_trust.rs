@@ -458,9 +458,10 @@ async fn an_agents_token_does_not_learn_the_bus_address() {
     assert_eq!(code, 200, "{seen}");
     // It may know the bus is up, not where it is.
     assert_eq!(seen["nats"]["state"], "connected", "{seen}");
+    // Not the port alone: a port's digits may be in any number (a timestamp).
     let text = seen.to_string();
     assert!(
-        !text.contains(&port) && !text.contains("nats://"),
+        !text.contains(&nats.url()) && !text.contains("127.0.0.1:") && !text.contains("nats://"),
         "an agent's token reads the bus address: {seen}"
     );
 }
@@ -617,6 +618,7 @@ async fn a_duplicate_the_broker_never_published_raises_the_alarm_and_a_re_publis
         .stream_ids()
         .flight_update(&id, waiting + 1);
     forge(&js, &subject, &id, waiting + 1, &forged_id).await;
+    let forged_at = std::time::Instant::now();
     assert_eq!(alarms(&env), 0);
     env.relay.cli_ok(&["approve", &approval, "accept"]);
     env.wait_flight(&id, 60, |f| state(f) == "completed").await;
@@ -650,5 +652,12 @@ async fn a_duplicate_the_broker_never_published_raises_the_alarm_and_a_re_publis
         },
     )
     .await;
-    assert_eq!(alarms(&env), 2, "{}", env.relay.log_text());
+    // The second alarm needs the forged id still in the stream's duplicate window (2
+    // minutes): on a machine so slow that the re-publish came later, the broker's update
+    // is simply stored and only the first alarm was due.
+    if forged_at.elapsed() < Duration::from_secs(100) {
+        assert_eq!(alarms(&env), 2, "{}", env.relay.log_text());
+    } else {
+        assert!((1..=2).contains(&alarms(&env)), "{}", env.relay.log_text());
+    }
 }

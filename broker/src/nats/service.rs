@@ -376,12 +376,10 @@ impl Service {
             .map_err(|e| refused(e.to_string()))?;
         // Without case: `CODEX-1` reads as codex-1 to whoever reads the conversation.
         let lower = name.to_ascii_lowercase();
-        let agents: Vec<relay_protocol::domain::Agent> = self
+        if self
             .broker
-            .store()
-            .read(|s| s.values(crate::store::T::Agents))
-            .await?;
-        if agents
+            .agents()
+            .await?
             .iter()
             .any(|a| a.spec.name.to_ascii_lowercase() == lower)
         {

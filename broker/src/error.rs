@@ -280,6 +280,9 @@ pub enum BadInput {
     AgentName(String),
     #[error("node name {} is not valid: use letters, digits, '-' or '_'", quote(.0))]
     NodeName(String),
+    /// One of Relay's own names (`operator`, `relay`, `nats`...), which no agent takes.
+    #[error("agent name {} is not allowed: {why}; name the agent otherwise", quote(.name))]
+    ReservedAgentName { name: String, why: String },
     #[error("conversation id {}: 1 to 200 bytes of dot-separated words of letters, digits, `-` and `_` (like channel.shared)", quote(.0))]
     ConversationId(String),
     /// Its start (64 characters), as shown.

@@ -123,22 +123,46 @@ pub enum Via {
     Bus,
 }
 
+/// What a client's name is for: deciding an approval (`operator` and `nats` are
+/// the operator's token's and the bus's decisions), or speaking on an open bus (an
+/// ask's requester, a message's author), where it may not be Relay's, the
+/// operator's or (but for the bus's own `nats`) any of [`decider::NAMES`].
+///
+/// [`decider::NAMES`]: relay_protocol::domain::decider::NAMES
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Decider,
+    Stranger,
+}
+
 /// Checks the `decided_by` a client (HTTP, NATS, a dashboard login) gives: 1 to 128
 /// bytes, and not one of Relay's own identities
 /// ([`decider::reserved`](relay_protocol::domain::decider::reserved), the one list).
 pub fn check_client_decider(decided_by: &str, via: Via) -> Result<(), BrokerError> {
+    check_client_name(decided_by, via, Claim::Decider)
+}
+
+/// The one check of a name a client gives (a decider, an open bus's author or
+/// requester): 1 to 128 bytes of printable ASCII, and none of Relay's own identities.
+pub fn check_client_name(name: &str, via: Via, claim: Claim) -> Result<(), BrokerError> {
+    use relay_protocol::domain::decider;
     // Printable ASCII names only: an invisible or look-alike character must not make
     // a reserved identity pass for another.
-    let printable = decided_by
+    let printable = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || "._@:+-/".contains(c));
-    if decided_by.is_empty() || decided_by.len() > 128 || !printable {
-        return Err(BadInput::Decider(decided_by.to_string()).into());
+    if name.is_empty() || name.len() > 128 || !printable {
+        return Err(BadInput::Decider(name.to_string()).into());
     }
-    if let Some(why) = relay_protocol::domain::decider::reserved(decided_by, via == Via::Dashboard)
-    {
+    let why = match claim {
+        Claim::Decider => decider::reserved(name, via == Via::Dashboard),
+        // The bus speaks as itself, exactly `nats`; `NATS` is a look-alike.
+        Claim::Stranger if via == Via::Bus && name == decider::BUS_NAME => None,
+        Claim::Stranger => decider::reserved_name(name),
+    };
+    if let Some(why) = why {
         return Err(BadInput::ReservedDecider {
-            decided_by: decided_by.to_string(),
+            decided_by: name.to_string(),
             why,
         }
         .into());
@@ -262,6 +286,31 @@ mod tests {
         // A dashboard login decides as NAME@dashboard, and as nothing else reserved.
         assert!(check_client_decider("alice@dashboard", Via::Dashboard).is_ok());
         assert!(check_client_decider("codex:withdrawn", Via::Dashboard).is_err());
+    }
+
+    #[test]
+    fn a_stranger_speaks_as_none_of_relays_names_nor_a_look_alike() {
+        for refused in [
+            "operator",
+            "Operator",
+            "relay",
+            " relay",
+            "NATS",
+            "operator\u{200B}",
+            "\u{43e}perator",
+            "policy:x",
+            "bob@nats",
+        ] {
+            assert!(
+                check_client_name(refused, Via::Bus, Claim::Stranger).is_err(),
+                "{refused:?}"
+            );
+        }
+        assert!(check_client_name("nats", Via::Bus, Claim::Stranger).is_ok());
+        assert!(check_client_name("ci-bot", Via::Bus, Claim::Stranger).is_ok());
+        // A decision may still be the operator's token's or the bus's.
+        assert!(check_client_decider("operator", Via::Client).is_ok());
+        assert!(check_client_decider("nats", Via::Bus).is_ok());
     }
 
     #[test]

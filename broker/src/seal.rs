@@ -73,13 +73,10 @@ impl StreamIds {
     /// `<flight>:<seq>:<tag>`: readable, and the tag (128 bits of HMAC-SHA256 through
     /// HKDF-Expand, keyed by the bus key) is what no one else can make.
     pub fn flight_update(&self, flight: &str, seq: u64) -> String {
-        let mut tag = [0u8; 16];
-        // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
-        let _ = self
-            .0
-            .expand(format!("flight-update:{flight}:{seq}").as_bytes(), &mut tag);
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{flight}:{seq}:{hex}")
+        format!(
+            "{flight}:{seq}:{}",
+            self.tag(&format!("flight-update:{flight}:{seq}"))
+        )
     }
 
     /// `<invocation>:<tag>`, the `Nats-Msg-Id` of an invocation's dispatch in
@@ -87,13 +84,18 @@ impl StreamIds {
     /// dispatch is published (NATS down, a busy plane), and a client that published
     /// first under it would have the real dispatch dropped and its flight never start.
     pub fn dispatch(&self, invocation: &str) -> String {
+        format!(
+            "{invocation}:{}",
+            self.tag(&format!("dispatch:{invocation}"))
+        )
+    }
+
+    /// 16 bytes of HKDF-Expand of `info` under the bus key, in hex.
+    fn tag(&self, info: &str) -> String {
         let mut tag = [0u8; 16];
-        // As above: 16 bytes cannot exceed HKDF's limit.
-        let _ = self
-            .0
-            .expand(format!("dispatch:{invocation}").as_bytes(), &mut tag);
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{invocation}:{hex}")
+        // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
+        let _ = self.0.expand(info.as_bytes(), &mut tag);
+        tag.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 

@@ -166,7 +166,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         if nats.is_open() {
             tracing::warn!(
                 url = %crate::nats::redact_url(&nats.url),
-                "the bus is open (no NATS credentials, no request token): its clients may read, ask and post under their own names; approving, steering, interrupting and speaking as the operator or an agent over it are refused. To allow them, start with {}",
+                "the bus is open (no NATS credentials, no request token): its clients may read, ask and post under their own names; approving, steering, interrupting and speaking as the operator or an agent over it are refused. To allow them, start with {}. The flight stream is not to be trusted either: anyone on it may call the JetStream API ($JS.API.>: purge or delete the streams, their messages, a pending dispatch) and flood relay.v1.flight.> to evict the broker's updates, unless NATS permissions keep clients off both (ops/nats/relay-users.conf); read a flight over HTTP",
                 relay_protocol::bus::TRUST_FLAGS
             );
         }

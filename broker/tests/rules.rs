@@ -232,6 +232,13 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         b.register_agent(spec("no spaces")).await,
         Err(BrokerError::BadInput(_))
     ));
+    // Relay's own names and the operator's name no agent, whatever its case: an
+    // agent `relay` would author what reads as Relay's messages.
+    for reserved in ["operator", "relay", "nats", "Operator", "NATS"] {
+        let e = b.register_agent(spec(reserved)).await.unwrap_err();
+        assert!(matches!(e, BrokerError::BadInput(_)), "{reserved}: {e}");
+        assert!(e.to_string().contains("Relay's own"), "{reserved}: {e}");
+    }
     assert!(matches!(
         b.update_flight("flt_missing", to(Running)).await,
         Err(BrokerError::UnknownFlight(_))

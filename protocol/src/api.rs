@@ -182,7 +182,7 @@ pub struct DecideApproval {
 }
 
 fn default_decider() -> String {
-    "operator".to_string()
+    crate::domain::decider::OPERATOR.to_string()
 }
 
 /// Answer to a posted message (`POST /v1/messages`, `relay.v1.cmd.post` in JSON).

@@ -237,14 +237,15 @@ pub fn error_to_pb(e: &ApiError) -> pb::Error {
 // ---- what the broker reads ----
 
 /// `target` comes from the subject (`relay.v1.invoke.<agent>`). An empty `requester`
-/// becomes `operator`, as an absent one does in the JSON form (proto3 cannot tell absent
-/// from empty).
+/// becomes `default_requester`, as an absent one does in the JSON form (proto3 cannot
+/// tell absent from empty): the bus's [`crate::bus::BUS_ACTOR`] on the bus.
 pub fn invoke_request_from_pb(
     target: &str,
     r: &pb::InvokeRequest,
+    default_requester: &str,
 ) -> Result<InvokeRequest, ConvertError> {
     let requester = if r.requester.is_empty() {
-        "operator".to_string()
+        default_requester.to_string()
     } else {
         r.requester.clone()
     };

@@ -4,6 +4,8 @@
 //! token does not learn the bus address; and a client that forges flight updates in the
 //! stream cannot make the broker's own updates be dropped as duplicates. A real
 //! nats-server, a real `relay up`, the real pinned codex and the mock model.
+//!
+//! Over 600 lines: each way a stranger on the bus could pass for someone, one test each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -238,6 +240,142 @@ async fn on_an_open_bus_a_stranger_cannot_decide_steer_or_speak_for_anyone() {
         .await;
 }
 
+/// A protobuf request on `subject` of type `ty` and its reply's bytes.
+async fn request_pb(
+    client: &async_nats::Client,
+    subject: &str,
+    ty: &str,
+    body: Vec<u8>,
+) -> Vec<u8> {
+    let mut h = HeaderMap::new();
+    h.insert("Relay-Type", ty);
+    client
+        .request_with_headers(subject.to_string(), h, body.into())
+        .await
+        .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"))
+        .payload
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_an_open_bus_no_one_posts_as_relay_the_operator_or_a_look_alike() {
+    let nats = NatsServer::start().unwrap();
+    let env = env_with_nats(&nats, &[]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let post = |author: &str, class: &str| json!({"conversation": "channel.shared", "author": author, "class": class, "body": "forged"});
+    for (what, body) in [
+        ("relay's system message", post("relay", "system")),
+        ("relay", post("relay", "agent")),
+        (
+            "a system message under one's own name",
+            post("ci-bot", "system"),
+        ),
+        ("a status message", post("ci-bot", "status")),
+        ("Operator", post("Operator", "agent")),
+        (
+            "operator with a zero-width space",
+            post("operator\u{200B}", "agent"),
+        ),
+        (
+            "operator with a Cyrillic o",
+            post("\u{43e}perator", "agent"),
+        ),
+        ("an agent in capitals", post("CODEX-1", "agent")),
+        ("an agent behind a space", post(" codex-1", "agent")),
+        ("the bus in capitals", post("NATS", "agent")),
+    ] {
+        let answer = request(&client, "relay.v1.cmd.post", None, body).await;
+        assert_open_bus_refusal(what, &answer);
+    }
+    for requester in ["Operator", "relay", "CODEX-1", "operator\u{200B}"] {
+        let answer = request(
+            &client,
+            "relay.v1.invoke.codex-1",
+            None,
+            json!({"task": "forged", "requester": requester}),
+        )
+        .await;
+        assert_open_bus_refusal(&format!("ask as {requester:?}"), &answer);
+    }
+    // The same in protobuf.
+    for author in ["operator", "codex-1", "relay"] {
+        let reply = request_pb(
+            &client,
+            "relay.v1.cmd.post",
+            "relay.v1.PostMessage",
+            pb::PostMessage {
+                conversation: "channel.shared".into(),
+                author: author.into(),
+                body: "forged".into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .await;
+        match pb::CommandReply::decode(reply.as_ref()).unwrap().result {
+            Some(pb::command_reply::Result::Error(e)) => {
+                assert_eq!(e.code, "unauthorized", "{author}: {e:?}")
+            }
+            other => panic!("a protobuf post as {author} was not refused: {other:?}"),
+        }
+    }
+    for requester in ["operator", "codex-1"] {
+        let reply = request_pb(
+            &client,
+            "relay.v1.invoke.codex-1",
+            "relay.v1.InvokeRequest",
+            pb::InvokeRequest {
+                task: "forged".into(),
+                requester: requester.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .await;
+        match pb::InvokeReply::decode(reply.as_ref()).unwrap().result {
+            Some(pb::invoke_reply::Result::Error(e)) => {
+                assert_eq!(e.code, "unauthorized", "{requester}: {e:?}")
+            }
+            other => panic!("a protobuf ask as {requester} was not refused: {other:?}"),
+        }
+    }
+    let shared = env.relay.cli_json(&["read", "-n", "200", "--json"]);
+    assert!(
+        !shared
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["body"] == "forged"),
+        "{shared}"
+    );
+
+    // A post that names no author is the bus's (`nats`), in JSON and in protobuf.
+    let posted = request(
+        &client,
+        "relay.v1.cmd.post",
+        None,
+        json!({"conversation": "channel.shared", "body": "unnamed"}),
+    )
+    .await;
+    assert_eq!(posted["message"]["author"], "nats", "{posted}");
+    let reply = request_pb(
+        &client,
+        "relay.v1.cmd.post",
+        "relay.v1.PostMessage",
+        pb::PostMessage {
+            conversation: "channel.shared".into(),
+            body: "unnamed".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+    .await;
+    match pb::CommandReply::decode(reply.as_ref()).unwrap().result {
+        Some(pb::command_reply::Result::Message(m)) => assert_eq!(m.author, "nats", "{m:?}"),
+        other => panic!("an unnamed protobuf post was refused: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_over_a_trusted_bus_is_the_buss_never_the_operators() {
     let nats = NatsServer::start().unwrap();
@@ -322,9 +460,10 @@ async fn an_agents_token_does_not_learn_the_bus_address() {
     assert_eq!(code, 200, "{seen}");
     // It may know the bus is up, not where it is.
     assert_eq!(seen["nats"]["state"], "connected", "{seen}");
+    // Not the port alone: a port's digits may be in any number (a timestamp).
     let text = seen.to_string();
     assert!(
-        !text.contains(&port) && !text.contains("nats://"),
+        !text.contains(&nats.url()) && !text.contains("127.0.0.1:") && !text.contains("nats://"),
         "an agent's token reads the bus address: {seen}"
     );
 }
@@ -481,6 +620,7 @@ async fn a_duplicate_the_broker_never_published_raises_the_alarm_and_a_re_publis
         .stream_ids()
         .flight_update(&id, waiting + 1);
     forge(&js, &subject, &id, waiting + 1, &forged_id).await;
+    let forged_at = std::time::Instant::now();
     assert_eq!(alarms(&env), 0);
     env.relay.cli_ok(&["approve", &approval, "accept"]);
     env.wait_flight(&id, 60, |f| state(f) == "completed").await;
@@ -514,5 +654,12 @@ async fn a_duplicate_the_broker_never_published_raises_the_alarm_and_a_re_publis
         },
     )
     .await;
-    assert_eq!(alarms(&env), 2, "{}", env.relay.log_text());
+    // The second alarm needs the forged id still in the stream's duplicate window (2
+    // minutes): on a machine so slow that the re-publish came later, the broker's update
+    // is simply stored and only the first alarm was due.
+    if forged_at.elapsed() < Duration::from_secs(100) {
+        assert_eq!(alarms(&env), 2, "{}", env.relay.log_text());
+    } else {
+        assert!((1..=2).contains(&alarms(&env)), "{}", env.relay.log_text());
+    }
 }

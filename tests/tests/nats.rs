@@ -405,10 +405,11 @@ async fn bad_input_on_every_request_subject_gets_an_error_reply() {
                 true,
             ),
             (
-                "empty author",
+                // An empty one is the bus's (`nats`): a blank one is no name.
+                "blank author",
                 "relay.v1.cmd.post",
                 pb_headers("relay.v1.PostMessage"),
-                post_pb("", "hi"),
+                post_pb("  ", "hi"),
                 "invalid_request",
                 false,
             ),

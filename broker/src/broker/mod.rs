@@ -356,6 +356,11 @@ impl Broker {
         self.inner.store.read(move |s| s.agent(&name)).await
     }
 
+    /// Every registered agent, read off the async workers.
+    pub async fn agents(&self) -> Result<Vec<Agent>, BrokerError> {
+        self.inner.store.read(|s| s.values(T::Agents)).await
+    }
+
     /// A flight, read off the async workers.
     pub async fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
         let id = id.to_string();

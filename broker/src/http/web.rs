@@ -39,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink};
+use relay_protocol::domain::decider;
 use serde::Deserialize;
 
 use super::{ApiJson, ApiResult, ApiState, HttpError, Principal, Req};
@@ -316,7 +317,7 @@ pub(super) async fn new_login(
             "a login link takes the operator's token (api.json), not a dashboard login's or an agent's",
         ));
     }
-    let name = req.name.unwrap_or_else(|| "operator".into());
+    let name = req.name.unwrap_or_else(|| decider::OPERATOR.into());
     let login = Login { name };
     crate::ops::check_client_decider(&login.decided_by(), crate::ops::Via::Dashboard)?;
     let code = s.web.issue(login.name);
@@ -339,9 +340,9 @@ pub(super) async fn whoami(
             via: "dashboard".into(),
         },
         (None, Principal::Operator) => LoginInfo {
-            name: "operator".into(),
-            decided_by: "operator".into(),
-            via: "operator".into(),
+            name: decider::OPERATOR.into(),
+            decided_by: decider::OPERATOR.into(),
+            via: decider::OPERATOR.into(),
         },
         (None, Principal::Agent(name)) => LoginInfo {
             decided_by: name.clone(),

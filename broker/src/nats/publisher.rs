@@ -248,7 +248,7 @@ impl Publisher {
         self.acks.push_back(Handed {
             seq,
             id,
-            payload,
+            digest: digest(&payload),
             ack,
         });
         let mut json_headers = headers;
@@ -284,7 +284,7 @@ impl Publisher {
             let seq = handed.seq;
             let why = match tokio::time::timeout(ACK_TIMEOUT, handed.ack).await {
                 Ok(Ok(ack)) if ack.duplicate => {
-                    self.check_duplicate(seq, &handed.id, &handed.payload, ack.sequence)
+                    self.check_duplicate(seq, &handed.id, &handed.digest, ack.sequence)
                         .await;
                     continue;
                 }
@@ -324,8 +324,10 @@ impl Publisher {
     /// re-publish of this very update is expected; anything else there means someone
     /// else made one of the broker's ids (its bus key is known outside it), and the
     /// broker's update is not in the stream: an alarm.
-    async fn check_duplicate(&self, seq: u64, id: &str, payload: &bytes::Bytes, stream_seq: u64) {
-        let stored = match self.js.get_stream(subjects::FLIGHT_STREAM).await {
+    async fn check_duplicate(&self, seq: u64, id: &str, digest: &Digest, stream_seq: u64) {
+        // A handle without the stream-info round trip: the read below fails the same
+        // way if the stream is gone.
+        let stored = match self.js.get_stream_no_info(subjects::FLIGHT_STREAM).await {
             Ok(stream) => stream
                 .get_raw_message(stream_seq)
                 .await
@@ -344,7 +346,7 @@ impl Publisher {
             .headers
             .get(SEQ_HEADER)
             .is_some_and(|v| v.as_str() == seq.to_string());
-        if same_seq && stored.payload == *payload {
+        if same_seq && self::digest(&stored.payload) == *digest {
             return;
         }
         let alarms = self.counters.forged_ids.fetch_add(1, Ordering::Relaxed) + 1;
@@ -365,9 +367,17 @@ struct Handed {
     seq: u64,
     /// Its `Nats-Msg-Id`.
     id: String,
-    /// What was published, to tell a re-publish from a forgery on a duplicate.
-    payload: bytes::Bytes,
+    /// The SHA-256 of what was published, to tell a re-publish from a forgery on a
+    /// duplicate (not the payload: up to [`ACK_WINDOW`] of them would be held).
+    digest: Digest,
     ack: async_nats::jetstream::context::PublishAckFuture,
+}
+
+type Digest = [u8; 32];
+
+fn digest(payload: &[u8]) -> Digest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(payload).into()
 }
 
 /// Why an event did not go out.

@@ -26,7 +26,7 @@ use relay_protocol::bus::{
     CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, SNAPSHOT_REPLY_TYPE, TOKEN_HEADER, TYPE_HEADER,
 };
 use relay_protocol::convert::{self, ProtoEnum};
-use relay_protocol::domain::{ApprovalDecision, PostMessage};
+use relay_protocol::domain::{ApprovalDecision, MessageClass, PostMessage};
 use relay_protocol::methods::{self, call as m, BusCall, MethodId};
 use relay_protocol::pb;
 use relay_protocol::watch::{CatchUp, Scope, SnapshotReply, View};
@@ -236,14 +236,9 @@ impl Service {
                     bus_body::<m::Invoke>(msg)?.into_request(param)
                 } else {
                     let r: pb::InvokeRequest = from_pb(msg)?;
-                    let mut req = convert::invoke_request_from_pb(param, &r)
-                        .map_err(|e| BrokerError::Invalid(e.to_string()))?;
-                    // Unnamed, the bus asks as itself, as in JSON (not as the operator,
-                    // which proto3's empty string means over HTTP's conversions).
-                    if r.requester.is_empty() {
-                        req.requester = BUS_ACTOR.to_string();
-                    }
-                    req
+                    // Unnamed, the bus asks as itself, as in JSON.
+                    convert::invoke_request_from_pb(param, &r, BUS_ACTOR)
+                        .map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
                 if self.open {
                     self.as_itself("asking", &req.requester).await?;
@@ -256,14 +251,26 @@ impl Service {
                 Ok(Answer::Invoked(self.broker.invoke(req).await?))
             }
             MethodId::MessagePost => {
-                let post: PostMessage = if json {
+                let mut post: PostMessage = if json {
                     bus_body::<m::MessagePost>(msg)?
                 } else {
                     let p: pb::PostMessage = from_pb(msg)?;
                     convert::post_from_pb(&p).map_err(|e| BrokerError::Invalid(e.to_string()))?
                 };
+                // Unnamed (JSON's absent author, protobuf's empty one), the bus posts as
+                // itself, as it asks.
+                if post.author.is_empty() {
+                    post.author = BUS_ACTOR.to_string();
+                }
                 if self.open {
                     self.as_itself("posting", &post.author).await?;
+                    // Status, system, log and artifact messages are Relay's and the
+                    // harnesses' own records: a stranger only talks.
+                    if post.class != MessageClass::Agent {
+                        return Err(BrokerError::OpenBus {
+                            what: format!("posting a `{}` message", post.class.as_str()),
+                        });
+                    }
                     // Its meta says which flight, invocation or harness session a
                     // message came from: a mention in it is asked within that flight.
                     if !post.meta.is_empty() {
@@ -359,15 +366,24 @@ impl Service {
 
     /// On an open bus, a client asks and posts under its own names only: not as the
     /// operator, an agent or one of Relay's own identities, whom the broker
-    /// authenticates elsewhere (their tokens, its policies).
+    /// authenticates elsewhere (their tokens, its policies), nor as a look-alike of one
+    /// (the printable-ASCII rule of every client name: [`crate::ops::check_client_name`]).
     async fn as_itself(&self, doing: &str, name: &str) -> Result<(), BrokerError> {
-        let speaks_for_someone = name.trim().eq_ignore_ascii_case("operator")
-            || relay_protocol::domain::decider::reserved(name, false).is_some()
-            || self.broker.agent(name).await?.is_some();
-        if speaks_for_someone {
-            return Err(BrokerError::OpenBus {
-                what: format!("{doing} as {}", quote(name)),
-            });
+        let refused = |why: String| BrokerError::OpenBus {
+            what: format!("{doing} as {} ({why})", quote(name)),
+        };
+        crate::ops::check_client_name(name, crate::ops::Via::Bus, crate::ops::Claim::Stranger)
+            .map_err(|e| refused(e.to_string()))?;
+        // Without case: `CODEX-1` reads as codex-1 to whoever reads the conversation.
+        let lower = name.to_ascii_lowercase();
+        if self
+            .broker
+            .agents()
+            .await?
+            .iter()
+            .any(|a| a.spec.name.to_ascii_lowercase() == lower)
+        {
+            return Err(refused("an agent's name".into()));
         }
         Ok(())
     }

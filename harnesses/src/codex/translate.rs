@@ -433,6 +433,18 @@ impl CodexWire {
         }
     }
 
+    /// Relay's answer to Codex's approval request `request_id`, as `respond_approval`
+    /// sends it; `None` when it was answered or settled already. Public for the fuzz
+    /// targets, which answer the requests their lines make.
+    pub fn answer(
+        &mut self,
+        request_id: &str,
+        decision: relay_protocol::domain::ApprovalDecision,
+    ) -> Option<Value> {
+        let message = self.translator.answer(request_id, decision)?;
+        serde_json::to_value(message).ok()
+    }
+
     /// A request to Codex with the next id, and that id as the answer to wait for.
     pub fn request(&mut self, method: &str, params: Value) -> Result<Outgoing, HarnessError> {
         let id = self.next_id;

@@ -435,7 +435,7 @@ fn invoke_requests_are_read_with_the_subjects_agent() {
         timeout_ms: Some(5000),
     });
     assert_eq!(
-        invoke_request_from_pb("codex-1", &wire).unwrap(),
+        invoke_request_from_pb("codex-1", &wire, "operator").unwrap(),
         InvokeRequest {
             target: "codex-1".into(),
             task: "fix it".into(),
@@ -448,13 +448,13 @@ fn invoke_requests_are_read_with_the_subjects_agent() {
     );
 
     // Empty fields pass through (the broker validates); empty requester is the default.
-    let empty = invoke_request_from_pb("pi", &pb::InvokeRequest::default()).unwrap();
+    let empty = invoke_request_from_pb("pi", &pb::InvokeRequest::default(), "nats").unwrap();
     assert_eq!(
         empty,
         InvokeRequest {
             target: "pi".into(),
             task: String::new(),
-            requester: "operator".into(),
+            requester: "nats".into(),
             action: Action::Consult,
             conversation: None,
             parent_flight: None,
@@ -467,7 +467,7 @@ fn invoke_requests_are_read_with_the_subjects_agent() {
         ..Default::default()
     };
     assert_eq!(
-        invoke_request_from_pb("x", &r).unwrap_err(),
+        invoke_request_from_pb("x", &r, "operator").unwrap_err(),
         ConvertError("action 2 is not valid".into())
     );
 }

@@ -54,6 +54,26 @@ pub mod decider {
     /// The bus's own name: who a bus request acts as when it names nobody (the bus
     /// module's `BUS_ACTOR` is this).
     pub const BUS_NAME: &str = "nats";
+    /// The operator's own name: who an HTTP request made with the operator's token
+    /// acts as when it names nobody.
+    pub const OPERATOR: &str = "operator";
+    /// Who Relay's own messages are from (a refused mention's answer).
+    pub const RELAY_AUTHOR: &str = "relay";
+    /// The whole names only Relay and the operator's token act as: no agent is named
+    /// one, and an open bus's stranger speaks as none (but the bus's own [`BUS_NAME`]).
+    /// A decision may still be `operator` (the operator's token) or `nats` (the bus's),
+    /// so [`reserved`] does not hold them: [`reserved_name`] does.
+    pub const NAMES: [&str; 3] = [OPERATOR, RELAY_AUTHOR, BUS_NAME];
+
+    /// Why `name` may not name an agent or speak for a stranger: one of [`NAMES`]
+    /// (without case and surrounding space) or a decider [`reserved`] for Relay.
+    pub fn reserved_name(name: &str) -> Option<String> {
+        let lower = name.trim().to_ascii_lowercase();
+        if let Some(n) = NAMES.iter().find(|n| **n == lower) {
+            return Some(format!("`{n}` is one of Relay's own identities"));
+        }
+        reserved(name, false)
+    }
 
     /// A harness withdrew its own request.
     pub fn withdrawn(harness: Harness) -> String {

@@ -78,6 +78,9 @@ impl MessageMeta {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PostMessage {
     pub conversation: String,
+    /// Absent, it is empty: over HTTP refused (a message names its author), on the bus
+    /// the bus's own name (`nats`).
+    #[serde(default)]
     pub author: String,
     pub body: String,
     #[serde(default)]

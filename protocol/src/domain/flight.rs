@@ -36,7 +36,7 @@ pub struct InvokeRequest {
 }
 
 fn default_requester() -> String {
-    "operator".to_string()
+    crate::domain::decider::OPERATOR.to_string()
 }
 
 impl InvokeRequest {

@@ -99,7 +99,7 @@ fn nats_protobuf_payloads() {
     let converted = Seen::default();
     fuzz("nats_protobuf_payloads", 3000, input, |b| {
         if let Some(r) = pb_round_trip::<pb::InvokeRequest>(&b)? {
-            if convert::invoke_request_from_pb("agent", &r).is_ok() {
+            if convert::invoke_request_from_pb("agent", &r, "nats").is_ok() {
                 converted.hit();
             }
         }
@@ -151,8 +151,8 @@ fn json_round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug
 #[test]
 fn nats_json_bodies_and_subjects() {
     let mut seeds = vec![
-        r#"{"task":"do it","requester":"alice","action":"ask","conversation":"c1","parent_flight":"f1","timeout_ms":5}"#.to_string(),
-        r#"{"conversation":"c1","author":"alice","body":"hi @bob","class":"chat"}"#.to_string(),
+        r#"{"task":"do it","requester":"alice","action":"execute","conversation":"c1","parent_flight":"f1","timeout_ms":5}"#.to_string(),
+        r#"{"conversation":"c1","author":"alice","body":"hi @bob","class":"agent"}"#.to_string(),
         r#"{"flight":"f1","text":"also"}"#.to_string(),
         r#"{"flight":"f1"}"#.to_string(),
         r#"{"approval":"a1","decision":"accept","decided_by":"op"}"#.to_string(),
@@ -168,7 +168,7 @@ fn nats_json_bodies_and_subjects() {
         "relay\\.v1\\.[a-z.*>]{0,20}",
         ".{0,40}",
     ];
-    let (decoded, routed) = (Seen::default(), Seen::default());
+    let (invokes, posts, routed) = (Seen::default(), Seen::default(), Seen::default());
     fuzz(
         "nats_json_bodies_and_subjects",
         3000,
@@ -176,10 +176,10 @@ fn nats_json_bodies_and_subjects() {
         |(b, subject)| {
             if let Some(c) = bus_json::<m::Invoke>(&b)? {
                 let _ = c.into_request("agent-1");
-                decoded.hit();
+                invokes.hit();
             }
             if bus_json::<m::MessagePost>(&b)?.is_some() {
-                decoded.hit();
+                posts.hit();
             }
             bus_json::<m::FlightSteer>(&b)?;
             bus_json::<m::FlightInterrupt>(&b)?;
@@ -200,10 +200,9 @@ fn nats_json_bodies_and_subjects() {
             Ok(())
         },
     );
-    decoded.assert_some(
-        "nats_json_bodies_and_subjects",
-        "decoded as an invoke or a post",
-    );
+    // Each on its own: one decoder's seeds must not hide that the other's never pass.
+    invokes.assert_some("nats_json_bodies_and_subjects", "decoded as an invoke");
+    posts.assert_some("nats_json_bodies_and_subjects", "decoded as a post");
     routed.assert_some("nats_json_bodies_and_subjects", "named a bus method");
 }
 

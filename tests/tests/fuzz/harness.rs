@@ -157,11 +157,25 @@ fn codex_app_server_lines() {
                     Step::Start => {
                         let _ = wire.request("turn/start", serde_json::json!({"threadId": "th"}));
                     }
-                    Step::Interrupt | Step::Steer | Step::Answer(..) => {
+                    Step::Interrupt => {
                         let _ = wire.request(
                             "turn/interrupt",
                             serde_json::json!({"threadId": "th", "turnId": "t1"}),
                         );
+                    }
+                    Step::Steer => {
+                        let _ = wire.request(
+                            "turn/steer",
+                            serde_json::json!({"threadId": "th", "expectedTurnId": "t1",
+                                "input": [{"type": "text", "text": "also"}]}),
+                        );
+                    }
+                    // An approval's answer, so what Codex does after one is fuzzed too.
+                    Step::Answer(which, d) => {
+                        let ids = seen_ids(&out);
+                        if !ids.is_empty() {
+                            let _ = wire.answer(which.get::<String>(&ids), decision(d));
+                        }
                     }
                 }
             }

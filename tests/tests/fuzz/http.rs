@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use relay_protocol::domain::{AgentSpec, ConversationSpec};
 use relay_protocol::methods::{MethodId, Verb, METHODS};
-use relay_tests::fuzz::{fuzz, json_input};
+use relay_tests::fuzz::{fuzz, json_input, Seen};
 use relay_tests::RelayProcess;
 
 use crate::seeds_of;
@@ -233,12 +233,12 @@ fn http_requests_to_a_real_broker() {
         .to_string();
     let token = relay.api.token.clone();
     let mut seeds = vec![
-        r#"{"conversation":"direct.operator.a","author":"operator","body":"hi @a","class":"chat"}"#
+        r#"{"conversation":"direct.operator.a","author":"operator","body":"hi @a","class":"agent"}"#
             .to_string(),
-        r#"{"target":"a","task":"do it","requester":"operator","action":"ask"}"#.to_string(),
+        r#"{"target":"a","task":"do it","requester":"operator","action":"consult"}"#.to_string(),
         r#"{"decision":"accept","decided_by":"operator"}"#.to_string(),
         r#"{"text":"also"}"#.to_string(),
-        r#"{"id":"c1","kind":"group","members":["operator","a"]}"#.to_string(),
+        r#"{"id":"c1","kind":"group","participants":["operator","a"]}"#.to_string(),
         r#"{"change":{"type":"delta","text":"x"}}"#.to_string(),
         "{}".to_string(),
     ];
@@ -280,8 +280,10 @@ fn agent_spec_bodies() {
     let mut seeds = seeds_of::<AgentSpec>();
     seeds.extend(seeds_of::<ConversationSpec>());
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let (agents, conversations) = (Seen::default(), Seen::default());
     fuzz("agent_spec_bodies", 2000, json_input(&seeds), |b| {
         if let Ok(spec) = serde_json::from_slice::<AgentSpec>(&b) {
+            agents.hit();
             let again =
                 serde_json::to_vec(&spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(
@@ -289,7 +291,12 @@ fn agent_spec_bodies() {
                 Some(spec.clone())
             );
         }
-        let _ = serde_json::from_slice::<ConversationSpec>(&b);
+        if serde_json::from_slice::<ConversationSpec>(&b).is_ok() {
+            conversations.hit();
+        }
         Ok(())
     });
+    // Each decoder got inputs it took, not only ones it refused.
+    agents.assert_some("agent_spec_bodies", "decoded as an agent spec");
+    conversations.assert_some("agent_spec_bodies", "decoded as a conversation spec");
 }

@@ -50,6 +50,16 @@ impl Ctx<'_, '_> {
         if !valid_agent_name(&spec.name) {
             return Err(BadInput::AgentName(spec.name.clone()).into());
         }
+        // An agent speaks under its name: as `relay` or `operator` it would author
+        // what reads as Relay's or the operator's (checked at registration only, not
+        // in `valid_agent_name`, so an existing store still loads).
+        if let Some(why) = relay_protocol::domain::decider::reserved_name(&spec.name) {
+            return Err(BadInput::ReservedAgentName {
+                name: spec.name.clone(),
+                why,
+            }
+            .into());
+        }
         if let Some(node) = &spec.node {
             if !valid_agent_name(node) {
                 return Err(BadInput::NodeName(node.clone()).into());

@@ -366,7 +366,7 @@ impl Ctx<'_, '_> {
 }
 
 /// Who Relay's own messages are from (a refused mention's answer).
-const RELAY_AUTHOR: &str = "relay";
+const RELAY_AUTHOR: &str = relay_protocol::domain::decider::RELAY_AUTHOR;
 
 /// A mentioned agent's task: the message, with who said it and where, since the agent
 /// sees only its task (the conversation is not in its session).

@@ -242,8 +242,11 @@ struct Job {
     /// Runs the work (told whether the disk is under its reserve), or with `Err(refusal)`
     /// answers that instead of running it; says whether it wrote (a job that wrote
     /// nothing needs no flush).
-    run: Box<dyn FnOnce(Result<Option<Full>, StorageError>) -> (Finish, bool) + Send>,
+    run: Box<dyn FnOnce(Admitted) -> (Finish, bool) + Send>,
 }
+
+/// Whether a job may run: `Ok(Some(full))` it may, though the disk is under its reserve.
+type Admitted = Result<Option<Full>, StorageError>;
 
 /// A handle to the process's storage thread.
 #[derive(Clone)]

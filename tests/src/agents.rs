@@ -125,6 +125,15 @@ impl Env {
 
     /// With extra `relay up` arguments and environment variables.
     pub async fn start_with_env(extra: &[&str], envs: &[(&str, &str)]) -> Env {
+        Self::start_in(None, extra, envs).await
+    }
+
+    /// With the data dir at `data` (`None`: in the test's temp dir).
+    pub async fn start_in(
+        data: Option<&std::path::Path>,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Env {
         let tmp = tempfile::tempdir().unwrap();
         let mock = MockModel::start().await.unwrap();
         mock.set_handler(script);
@@ -136,7 +145,8 @@ impl Env {
         write_pi_dir(&pi_dir, &mock.base_url()).unwrap();
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
-        let relay = RelayProcess::start_with(&tmp.path().join("data"), extra, envs).unwrap();
+        let data = data.map_or_else(|| tmp.path().join("data"), std::path::Path::to_path_buf);
+        let relay = RelayProcess::start_with(&data, extra, envs).unwrap();
         Env {
             tmp,
             mock,

@@ -199,6 +199,69 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_status_and_recovers_without_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_turn_that_ends_while_clients_are_refused_for_a_full_disk_is_stored_as_completed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    let Some(_tmpfs) = Tmpfs::mount(&mnt, "40m") else {
+        return;
+    };
+    let env =
+        relay_tests::agents::Env::start_in(Some(&mnt), &[], &[("RELAY_DISK_RESERVE_MB", "8")])
+            .await;
+    env.add_agent("a", &[]);
+    // A turn that streams for a few seconds: the disk fills while it runs.
+    let words: Vec<String> = (0..16).map(|i| format!("w{i}")).collect();
+    let flight = env.ask_no_wait("a", &format!("slow: {}", words.join(" ")));
+    env.wait_delta(&flight).await;
+    let filler = mnt.join("filler");
+    fill(&filler, 10 << 20);
+    // Clients fill the rest, until they are refused.
+    let mut refused = false;
+    for i in 0..1000 {
+        let (code, v) = post(&env.relay, &big(i)).await;
+        match code {
+            200 => {}
+            507 => {
+                refused = true;
+                break;
+            }
+            _ => panic!("post {i}: {code} {v}"),
+        }
+    }
+    assert!(refused, "the disk never filled");
+    assert_ne!(
+        relay_tests::agents::state(&env.flight(&flight).await),
+        "completed"
+    );
+    // The turn ends meanwhile: its output and its end are stored.
+    let f = env
+        .wait_flight(&flight, 60, |f| relay_tests::agents::state(f) != "running")
+        .await;
+    assert_eq!(
+        relay_tests::agents::state(&f),
+        "completed",
+        "{f}\nlog:\n{}",
+        env.relay.log_text()
+    );
+    assert!(
+        f["output"].as_str().unwrap_or_default().contains("w15"),
+        "{f}"
+    );
+    // Clients are still refused: the disk is still under its reserve.
+    let (code, v) = post(&env.relay, "still refused").await;
+    assert_eq!(code, 507, "{v}");
+    // A restart finds the flight completed.
+    let mut relay = env.relay;
+    assert!(relay.terminate().unwrap().success(), "{}", relay.log_text());
+    std::fs::remove_file(&filler).unwrap();
+    relay.restart().unwrap();
+    let (code, f) = relay.http().get(&format!("/v1/flights/{flight}")).await;
+    assert_eq!(code, 200, "{f}");
+    assert_eq!(relay_tests::agents::state(&f), "completed", "{f}");
+    assert!(relay.terminate().unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_storage_thread_that_cannot_finish_makes_relay_up_exit_with_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use relay_infra::disk::Room;
 use relay_protocol::api::{AgentAdded, InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
@@ -173,6 +174,9 @@ pub enum Outcome {
 
 struct Pending {
     command: Command,
+    /// How far into the disk's reserve it may write: clients' commands stop at the
+    /// reserve, Relay's own go on to its floor ([`Room`]).
+    room: Room,
     reply: oneshot::Sender<Result<Outcome, BrokerError>>,
 }
 
@@ -398,7 +402,11 @@ impl Broker {
         let (reply, rx) = oneshot::channel();
         self.inner
             .commands
-            .try_send(Pending { command, reply })
+            .try_send(Pending {
+                command,
+                room: Room::AboveReserve,
+                reply,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     BrokerError::Overloaded("the command queue is full".into())
@@ -417,8 +425,9 @@ impl Broker {
             .map_err(|_| BrokerError::ShuttingDown)?
     }
 
-    /// Enqueues a command (waiting for room) and returns at once with the receiver of its
-    /// result. Commands submitted one after another commit in that order, so a caller can
+    /// Enqueues a command from inside Relay (waiting for room) and returns at once with
+    /// the receiver of its result. On a disk under its reserve it is still stored, down
+    /// to the reserve's floor ([`Room::DownToFloor`]): a turn's end must not be lost. Commands submitted one after another commit in that order, so a caller can
     /// stream many without waiting for each flush.
     pub async fn submit(
         &self,
@@ -427,7 +436,11 @@ impl Broker {
         let (reply, rx) = oneshot::channel();
         self.inner
             .commands
-            .send(Pending { command, reply })
+            .send(Pending {
+                command,
+                room: Room::DownToFloor,
+                reply,
+            })
             .await
             .map_err(|_| BrokerError::ShuttingDown)?;
         Ok(rx)

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use relay_infra::disk::{Full, Room};
 use relay_infra::storage::{Ran, StorageError};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::FlightChange;
@@ -43,9 +44,13 @@ type Replies = Vec<Reply>;
 /// answered to each of their callers. A flight streaming faster than commits complete
 /// thus writes one update per commit instead of one per delta, with nothing of its text
 /// lost or reordered; at a slower pace each delta stays its own update. Node reports
-/// (`FromNode`, each with its stream seq) are never merged.
-fn coalesce_deltas(batch: impl Iterator<Item = Pending>) -> (Vec<Command>, Vec<Replies>) {
+/// (`FromNode`, each with its stream seq) are never merged, nor a client's delta with
+/// Relay's (they may write to different depths of the disk's reserve).
+fn coalesce_deltas(
+    batch: impl Iterator<Item = Pending>,
+) -> (Vec<Command>, Vec<Room>, Vec<Replies>) {
     let mut commands: Vec<Command> = Vec::new();
+    let mut rooms: Vec<Room> = Vec::new();
     let mut replies: Vec<Replies> = Vec::new();
     // flight id -> index of its last command in `commands`, while that is a delta.
     let mut open: HashMap<String, usize> = HashMap::new();
@@ -55,7 +60,7 @@ fn coalesce_deltas(batch: impl Iterator<Item = Pending>) -> (Vec<Command>, Vec<R
             change: FlightChange::Delta { text },
         } = &p.command
         {
-            if let Some(&i) = open.get(flight) {
+            if let Some(&i) = open.get(flight).filter(|&&i| rooms[i] == p.room) {
                 if let Command::UpdateFlight {
                     change: FlightChange::Delta { text: merged },
                     ..
@@ -73,9 +78,10 @@ fn coalesce_deltas(batch: impl Iterator<Item = Pending>) -> (Vec<Command>, Vec<R
             open.clear();
         }
         commands.push(p.command);
+        rooms.push(p.room);
         replies.push(vec![p.reply]);
     }
-    (commands, replies)
+    (commands, rooms, replies)
 }
 
 /// What became of a batch, for the writer.
@@ -112,8 +118,8 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let (commands, replies) = coalesce_deltas(batch.drain(..));
-            let settled = self.commit(commands, replies, &broker).await;
+            let (commands, rooms, replies) = coalesce_deltas(batch.drain(..));
+            let settled = self.commit(commands, rooms, replies, &broker).await;
             // The transaction is applied in memory whatever the flush says, so its seqs
             // are taken either way: never write other events under them.
             self.next_seq += settled.events;
@@ -139,6 +145,7 @@ impl Writer {
     async fn commit(
         &mut self,
         commands: Vec<Command>,
+        rooms: Vec<Room>,
         replies: Vec<Replies>,
         broker: &std::sync::Weak<Inner>,
     ) -> Settled {
@@ -147,9 +154,17 @@ impl Writer {
         let (done, settled) = oneshot::channel();
         let broker = broker.clone();
         let queued = relay_infra::storage::Storage::global()
-            .submit_then(
-                Some(self.store.durable().clone()),
-                move || transact(&store, &config, &live, first_seq, &commands),
+            // Refused whole only below the reserve's floor; under the reserve, the
+            // batch's client commands are refused one by one in `transact`.
+            .submit_relay_then(
+                self.store.durable().clone(),
+                move |short| {
+                    let refused = |i: usize| match (&short, rooms[i]) {
+                        (Some(full), Room::AboveReserve) => Some(full.clone()),
+                        _ => None,
+                    };
+                    transact(&store, &config, &live, first_seq, &commands, refused)
+                },
                 // A batch refused whole wrote nothing (and a failed transaction is
                 // rolled back): no flush for it.
                 |result| matches!(result, Ok(r) if r.wrote),
@@ -280,8 +295,15 @@ fn transact(
     live: &LiveByAgent,
     first_seq: u64,
     commands: &[Command],
+    refused: impl Fn(usize) -> Option<Full>,
 ) -> Result<BatchResult, BrokerError> {
-    let mut left_out: Vec<Option<BrokerError>> = commands.iter().map(|_| None).collect();
+    // A command refused for the disk's space is left out before it runs.
+    let mut left_out: Vec<Option<BrokerError>> = (0..commands.len())
+        .map(|i| refused(i).map(|full| BrokerError::StorageThread(StorageError::Full(full))))
+        .collect();
+    if left_out.iter().any(Option::is_some) {
+        tracing::warn!("disk under its reserve: clients' commands are refused");
+    }
     let committed = loop {
         let partial = RefCell::new(None);
         let committed = store.transaction(|tx| {

@@ -53,9 +53,42 @@ pub struct Space {
 }
 
 impl Space {
+    /// Under the reserve: clients' writes are refused.
     pub fn full(&self) -> bool {
         self.free < self.reserve
     }
+
+    /// How far Relay's own writes may go into the reserve (see [`Room`]).
+    pub fn floor(&self) -> u64 {
+        self.reserve / FLOOR_DIVISOR
+    }
+
+    /// Why a write with `room` is refused now (`None`: it may go ahead).
+    pub(crate) fn refusal(&self, room: Room) -> Option<Full> {
+        let kept = match room {
+            Room::AboveReserve => self.reserve,
+            Room::DownToFloor => self.floor(),
+        };
+        (self.free < kept).then(|| Full {
+            dir: self.dir.display().to_string(),
+            free: self.free,
+            reserve: kept,
+        })
+    }
+}
+
+/// Relay's own writes may use the reserve down to `reserve / FLOOR_DIVISOR`.
+pub const FLOOR_DIVISOR: u64 = 4;
+
+/// Where a durable write may stop. Clients' commands stop at the reserve. Relay's own
+/// reports (a turn's output, its end, a flight's state) may go on into the reserve down
+/// to its floor: refusing them would leave a flight `running` that has ended, and what
+/// they add is bounded (one turn's output by `--max-flight-output`; a turn ends once).
+/// The floor still leaves sled room for the group commit in flight and its rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    AboveReserve,
+    DownToFloor,
 }
 
 /// The guarded filesystem's space now (`None`: no guard, or `statvfs` failed). Blocking:
@@ -87,19 +120,6 @@ pub struct Full {
     pub dir: String,
     pub free: u64,
     pub reserve: u64,
-}
-
-/// `Err(Full)` while the guarded filesystem is under its reserve. A filesystem whose
-/// space cannot be read is not refused (sled then says what is wrong).
-pub(crate) fn check() -> Result<(), Full> {
-    match space() {
-        Some(s) if s.full() => Err(Full {
-            dir: s.dir.display().to_string(),
-            free: s.free,
-            reserve: s.reserve,
-        }),
-        _ => Ok(()),
-    }
 }
 
 fn epoch() -> Instant {

@@ -34,6 +34,8 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::disk::{Full, Room};
+
 /// Jobs waiting for the storage thread; a caller past this waits for room.
 pub const JOB_QUEUE_CAPACITY: usize = 4096;
 /// Most jobs run before one round of flushes.
@@ -179,8 +181,8 @@ impl Durable {
         Storage::global()
             .queue(
                 Some(self.clone()),
-                false,
-                || (),
+                None,
+                |_| (),
                 |_| true,
                 move |r| {
                     let _ = tx.send(r);
@@ -234,12 +236,17 @@ type Finish = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
 struct Job {
     flush: Option<Durable>,
-    /// Refused without running while the disk is under its reserve ([`crate::disk`]).
-    guarded: bool,
-    /// Runs the work, or with `Some(refusal)` answers that instead of running it; says
-    /// whether it wrote (a job that wrote nothing needs no flush).
-    run: Box<dyn FnOnce(Option<StorageError>) -> (Finish, bool) + Send>,
+    /// Refused without running while the disk has less free than this room allows
+    /// ([`crate::disk::Room`]); `None`: never refused.
+    guard: Option<Room>,
+    /// Runs the work (told whether the disk is under its reserve), or with `Err(refusal)`
+    /// answers that instead of running it; says whether it wrote (a job that wrote
+    /// nothing needs no flush).
+    run: Box<dyn FnOnce(Admitted) -> (Finish, bool) + Send>,
 }
+
+/// Whether a job may run: `Ok(Some(full))` it may, though the disk is under its reserve.
+type Admitted = Result<Option<Full>, StorageError>;
 
 /// A handle to the process's storage thread.
 #[derive(Clone)]
@@ -322,7 +329,8 @@ impl Storage {
     /// wrote nothing (a batch of commands that were all refused): such a job needs no
     /// flush of its own and costs none.
     /// With `flush`, the job is refused ([`StorageError::Full`], `then` told so, `work`
-    /// never run) while the disk is under its reserve.
+    /// never run) while the disk is under its reserve (for Relay's own writes, see
+    /// [`Storage::submit_relay_then`]).
     pub async fn submit_then<R, F, W, T>(
         &self,
         flush: Option<Durable>,
@@ -336,50 +344,71 @@ impl Storage {
         W: FnOnce(&R) -> bool + Send + 'static,
         T: FnOnce(Ran<R>) + Send + 'static,
     {
-        let guarded = flush.is_some();
-        self.queue(flush, guarded, work, wrote, then).await
+        let guard = flush.is_some().then_some(Room::AboveReserve);
+        self.queue(flush, guard, move |_| work(), wrote, then).await
     }
 
-    async fn queue<R, F, W, T>(
+    /// As [`Storage::submit_then`], for Relay's own writes: refused only below the
+    /// reserve's floor ([`Room::DownToFloor`]). `work` is told (`Some`) when the disk is
+    /// under the reserve, so that what it does for clients it refuses with that.
+    pub async fn submit_relay_then<R, F, W, T>(
         &self,
-        flush: Option<Durable>,
-        guarded: bool,
+        flush: Durable,
         work: F,
         wrote: W,
         then: T,
     ) -> Result<(), StorageError>
     where
-        F: FnOnce() -> R + Send + 'static,
+        F: FnOnce(Option<Full>) -> R + Send + 'static,
         R: Send + 'static,
         W: FnOnce(&R) -> bool + Send + 'static,
         T: FnOnce(Ran<R>) + Send + 'static,
     {
-        let run = Box::new(move |refused: Option<StorageError>| -> (Finish, bool) {
-            if let Some(e) = refused {
-                let finish: Finish = Box::new(move |_| then(Err(e)));
-                return (finish, false);
-            }
-            match catch_unwind(AssertUnwindSafe(work)) {
-                Ok(r) => {
-                    let wrote = wrote(&r);
-                    (Box::new(move |flushed| then(Ok((r, flushed)))), wrote)
+        self.queue(Some(flush), Some(Room::DownToFloor), work, wrote, then)
+            .await
+    }
+
+    async fn queue<R, F, W, T>(
+        &self,
+        flush: Option<Durable>,
+        guard: Option<Room>,
+        work: F,
+        wrote: W,
+        then: T,
+    ) -> Result<(), StorageError>
+    where
+        F: FnOnce(Option<Full>) -> R + Send + 'static,
+        R: Send + 'static,
+        W: FnOnce(&R) -> bool + Send + 'static,
+        T: FnOnce(Ran<R>) + Send + 'static,
+    {
+        let run = Box::new(
+            move |admitted: Result<Option<Full>, StorageError>| -> (Finish, bool) {
+                let short = match admitted {
+                    Ok(short) => short,
+                    Err(e) => {
+                        let finish: Finish = Box::new(move |_| then(Err(e)));
+                        return (finish, false);
+                    }
+                };
+                match catch_unwind(AssertUnwindSafe(move || work(short))) {
+                    Ok(r) => {
+                        let wrote = wrote(&r);
+                        (Box::new(move |flushed| then(Ok((r, flushed)))), wrote)
+                    }
+                    Err(panic) => {
+                        let text = panic_text(panic.as_ref());
+                        // A failed flush of the group matters more than the panic: say it.
+                        let finish: Finish = Box::new(move |flushed: Result<(), StorageError>| {
+                            then(Err(flushed.err().unwrap_or(StorageError::Panicked(text))))
+                        });
+                        (finish, true)
+                    }
                 }
-                Err(panic) => {
-                    let text = panic_text(panic.as_ref());
-                    // A failed flush of the group matters more than the panic: say it.
-                    let finish: Finish = Box::new(move |flushed: Result<(), StorageError>| {
-                        then(Err(flushed.err().unwrap_or(StorageError::Panicked(text))))
-                    });
-                    (finish, true)
-                }
-            }
-        });
+            },
+        );
         self.jobs
-            .send(Job {
-                flush,
-                guarded,
-                run,
-            })
+            .send(Job { flush, guard, run })
             .await
             .map_err(|_| StorageError::Stopped)
     }
@@ -391,23 +420,28 @@ fn run(mut rx: mpsc::Receiver<Job>) {
             return;
         };
         crate::disk::busy();
-        // Whether the disk is under its reserve, read once per group (one `statvfs`),
-        // when the first guarded job comes.
-        let mut refusal: Option<Option<StorageError>> = None;
+        // The disk's free space, read once per group (one `statvfs`), when the first
+        // guarded job comes.
+        let mut space: Option<Option<crate::disk::Space>> = None;
         // Run this job and every one waiting or arriving meanwhile (up to MAX_GROUP),
         // then flush each database they asked for once, then answer them all.
         let mut to_flush: Vec<Durable> = Vec::new();
         let mut finishes: Vec<(Option<usize>, Finish)> = Vec::new();
         let mut next = Some(first);
         while let Some(job) = next {
-            let refused = if job.guarded {
-                refusal
-                    .get_or_insert_with(|| crate::disk::check().err().map(StorageError::Full))
-                    .clone()
-            } else {
-                None
+            let admitted = match job.guard {
+                None => Ok(None),
+                Some(room) => match space.get_or_insert_with(crate::disk::space) {
+                    // A filesystem whose space cannot be read is not refused (sled then
+                    // says what is wrong).
+                    None => Ok(None),
+                    Some(s) => match s.refusal(room) {
+                        Some(full) => Err(StorageError::Full(full)),
+                        None => Ok(s.refusal(Room::AboveReserve)),
+                    },
+                },
             };
-            let (finish, wrote) = (job.run)(refused);
+            let (finish, wrote) = (job.run)(admitted);
             let flush = job.flush.filter(|_| wrote);
             let id = flush.as_ref().map(Durable::id);
             if let Some(d) = flush {

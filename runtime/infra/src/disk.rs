@@ -7,9 +7,11 @@
 //! forever (seen with gdb on a full 40 MB filesystem; sled's own issue #376, "full-disk
 //! causes stall", is open with no fix). Nothing after that can be made durable, and
 //! space coming back does not help. So the storage thread checks the free space
-//! ([`check`], one `statvfs` per group commit) and refuses durable writes while it is
-//! under the reserve ([`guard_space`]): sled never sees ENOSPC, everything acknowledged
-//! stays durable, and writes resume by themselves as soon as space returns.
+//! ([`space`], one `statvfs` per group commit) and refuses clients' durable writes while
+//! it is under the reserve ([`guard_space`]); Relay's own writes (a turn's reports, so a
+//! turn that ends is stored as ended) may go on down to a floor, a [`FLOOR_DIVISOR`]th
+//! of the reserve, and are refused below it. sled never sees ENOSPC, everything
+//! acknowledged stays durable, and writes resume by themselves as soon as space returns.
 //!
 //! If sled hangs anyway (the reserve was too small, another process filled the disk
 //! between the check and the write, a dying disk), [`stalled`] tells: the broker then

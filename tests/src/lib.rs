@@ -162,23 +162,7 @@ impl RelayProcess {
 
     /// SIGTERM, and wait for a clean exit.
     pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let Some(mut c) = self.child.take() else {
-            bail!("not running")
-        };
-        procs::signal(c.id(), Signal::TERM);
-        let exited = wait::try_wait_until_blocking(
-            "relay to exit after SIGTERM",
-            Duration::from_secs(20),
-            || c.try_wait().transpose(),
-        );
-        match exited {
-            Ok(status) => Ok(status?),
-            Err(e) => {
-                let _ = c.kill();
-                let _ = c.wait();
-                bail!("{e}")
-            }
-        }
+        terminate(&mut self.child, "relay", Duration::from_secs(20))
     }
 
     /// Waits (up to `within`) for the process to exit on its own; its status.
@@ -252,6 +236,30 @@ fn read_log(log: &Path) -> String {
 }
 
 /// `kill -9` of a child process this handle still owns, and wait until it is gone.
+/// SIGTERM to `child` and wait up to `within` for its exit (then SIGKILL, and an error).
+fn terminate(
+    child: &mut Option<Child>,
+    what: &str,
+    within: Duration,
+) -> anyhow::Result<std::process::ExitStatus> {
+    let Some(mut c) = child.take() else {
+        bail!("{what} is not running")
+    };
+    procs::signal(c.id(), Signal::TERM);
+    let exited =
+        wait::try_wait_until_blocking(format!("{what} to exit after SIGTERM"), within, || {
+            c.try_wait().transpose()
+        });
+    match exited {
+        Ok(status) => Ok(status?),
+        Err(e) => {
+            let _ = c.kill();
+            let _ = c.wait();
+            bail!("{e}")
+        }
+    }
+}
+
 fn kill9(child: &mut Option<Child>) {
     if let Some(mut c) = child.take() {
         let _ = c.kill();
@@ -479,23 +487,7 @@ impl NodeProcess {
     /// SIGTERM (a clean stop, as a supervisor restarting it would), and wait for the
     /// exit; [`NodeProcess::restart`] brings it back.
     pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let Some(mut c) = self.child.take() else {
-            bail!("not running")
-        };
-        procs::signal(c.id(), Signal::TERM);
-        let exited = wait::try_wait_until_blocking(
-            "relay node to exit after SIGTERM",
-            Duration::from_secs(30),
-            || c.try_wait().transpose(),
-        );
-        match exited {
-            Ok(status) => Ok(status?),
-            Err(e) => {
-                let _ = c.kill();
-                let _ = c.wait();
-                bail!("{e}")
-            }
-        }
+        terminate(&mut self.child, "relay node", Duration::from_secs(30))
     }
 }
 

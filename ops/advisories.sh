@@ -23,9 +23,25 @@ if GIT_TERMINAL_PROMPT=0 timeout 300 cargo deny fetch db; then
   exec cargo deny --offline check --hide-inclusion-graph advisories
 fi
 
-snapshot="${RELAY_ADVISORY_SNAPSHOT:-../shared/advisory-db}"
-if [ ! -f "$snapshot/SNAPSHOT" ]; then
-  say "NOT checked: the live RustSec database cannot be fetched (above) and there is no snapshot at $snapshot (no SNAPSHOT file)"
+# Where the snapshot is looked for, first found wins: RELAY_ADVISORY_SNAPSHOT; beside this
+# checkout; beside the checkout this one was cloned from, when that is a local path (a
+# clean clone made elsewhere, e.g. for a CI run, still finds its origin's neighbour).
+candidates=()
+[ -n "${RELAY_ADVISORY_SNAPSHOT:-}" ] && candidates+=("$RELAY_ADVISORY_SNAPSHOT")
+candidates+=("../shared/advisory-db")
+origin="$(git config --get remote.origin.url 2>/dev/null || true)"
+case "$origin" in
+  /*) candidates+=("$origin/../shared/advisory-db") ;;
+  file://*) candidates+=("${origin#file://}/../shared/advisory-db") ;;
+esac
+snapshot=""
+for c in "${candidates[@]}"; do
+  if [ -f "$c/SNAPSHOT" ]; then snapshot="$(cd "$c" && pwd)"; break; fi
+  # An explicit RELAY_ADVISORY_SNAPSHOT that is not there is not silently replaced.
+  [ -n "${RELAY_ADVISORY_SNAPSHOT:-}" ] && break
+done
+if [ -z "$snapshot" ]; then
+  say "NOT checked: the live RustSec database cannot be fetched (above) and there is no snapshot (no SNAPSHOT file in: ${candidates[*]})"
   exit 3
 fi
 commit="$(sed -n 's/^commit //p' "$snapshot/SNAPSHOT")"

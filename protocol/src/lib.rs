@@ -1,7 +1,10 @@
 //! Relay's wire and domain types: Relay's own contract only. No I/O lives here: no tokio,
 //! sled or NATS. Other programs' wires (Codex, Claude Code, Pi) belong to their adapters
-//! in `relay-harnesses`.
+//! in `relay-harnesses`; the Agent Client Protocol is here because Relay speaks it both
+//! ways ([`acp`]).
 //!
+//! - [`acp`]: the Agent Client Protocol's JSON-RPC messages, tolerant of what agents add:
+//!   the `acp` harness is a client of ACP agents, `relay acp` an agent for editors.
 //! - [`domain`]: agents, conversations, messages, invocations, flights, deliveries,
 //!   bindings and approvals, as the CLI, the HTTP API and the store see them (serde JSON).
 //! - [`event`]: the versioned event log every projection is rebuilt from.
@@ -31,13 +34,14 @@
 //! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
 //! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
 //! `tests/tests/module_graph/` checks it):
-//! - `clock`, `names`, `text` -> none
+//! - `acp`, `clock`, `names`, `text` -> none
 //! - `domain` -> `names`
 //! - `bus`, `harness`, `replay`, `runtime`, `watch` -> `domain`
 //! - `api`, `event` -> `domain`, `names`
 //! - `convert` -> `api`, `domain`
 //! - `methods` -> `api`, `bus`, `domain`, `event`, `replay`, `watch`
 
+pub mod acp;
 pub mod api;
 pub mod bus;
 pub mod clock;

@@ -349,7 +349,10 @@ async fn what_a_harness_cannot_do_is_refused_with_a_reason_not_attempted() {
         decision: ApprovalDecision::Accept,
     };
     for (control, what) in [
-        (steer("f1", "more"), "steer a running turn"),
+        (
+            steer("f1", "more"),
+            "steer a running turn: interrupt it (`relay interrupt FLIGHT`) and ask again with the added text, or ask a follow-up once it ends",
+        ),
         (interrupt("f1"), "interrupt a running turn"),
         (approval, "answer approval requests"),
         (

@@ -436,10 +436,13 @@ fn turn_deadline(d: &Dispatch, can: Capabilities) -> Option<Duration> {
             .then_some(Duration::from_secs(DEFAULT_REPLY_TIMEOUT_SECS)))
 }
 
+/// A steer the harness cannot take: what it asked, and what to do instead.
+const STEER_INSTEAD: &str = "steer a running turn: interrupt it (`relay interrupt FLIGHT`) and ask again with the added text, or ask a follow-up once it ends";
+
 /// What a control of the running turn asks that the harness cannot do, if anything.
 fn unsupported(c: &Control, can: Capabilities) -> Option<&'static str> {
     match c {
-        Control::Steer { .. } if !can.steer => Some("steer a running turn"),
+        Control::Steer { .. } if !can.steer => Some(STEER_INSTEAD),
         Control::Interrupt { .. } if !can.interrupt => Some("interrupt a running turn"),
         Control::Approval { .. } if !can.approvals => Some("answer approval requests"),
         Control::Reply { .. } if !can.reply => Some(

@@ -24,6 +24,10 @@
 //!   editor as `session/request_permission`, and its end answers the prompt.
 //! - `session/cancel` interrupts the flight of the session's prompt.
 //!
+//! Parts: this module (the line loop, requests to and from the editor, sessions),
+//! `turn.rs` (a prompt: its flight followed, its approvals, its end), `updates.rs` (a
+//! flight's updates as session updates).
+//!
 //! Requests are served concurrently (each in a task of its own), so one editor may run
 //! prompts in several sessions at once; a second prompt in a session whose prompt runs
 //! is refused. Bad input (a line that is not JSON, an unknown method, bad parameters, an
@@ -34,6 +38,7 @@
 //! conversation, which `session/load` shows).
 
 mod turn;
+mod updates;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

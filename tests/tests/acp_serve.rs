@@ -338,6 +338,22 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
     assert_eq!(env.flight(&flight).await["state"], "cancelled");
 
+    // A failed flight answers the prompt with an error carrying the flight's.
+    let (_, e) = acp
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "fail now"}]}),
+        )
+        .await;
+    assert_eq!(e["error"]["data"]["state"], "failed", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed on purpose"),
+        "{e}"
+    );
+
     // Bad input: answered, and the server goes on.
     acp.send_line("this is not json").await;
     let e = acp.recv().await;
@@ -439,7 +455,8 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
             "slow: one two three four five",
             "exec: touch acp-accepted",
             "exec: touch acp-declined",
-            "hang until cancelled"
+            "hang until cancelled",
+            "fail now"
         ],
         "{replayed:?}"
     );

@@ -447,7 +447,7 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
             json!({"sessionId": sid, "cwd": "/tmp", "mcpServers": []}),
         )
         .await;
-    assert!(answer.get("error").is_none(), "{answer}");
+    assert_eq!(answer["result"], json!({}), "{answer}");
     let users = texts(&replayed, "user_message_chunk");
     assert_eq!(
         users,

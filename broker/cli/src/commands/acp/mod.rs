@@ -239,7 +239,7 @@ impl Server {
                     self.send(&Message::Response { id, result: answer });
                 });
             }
-            Ok(Message::Notification { method, params }) => self.notified(&method, params),
+            Ok(Message::Notification { method, params }) => self.notified(&method, params, tasks),
             Ok(Message::Response { id, result }) => {
                 let waiter = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
                 match waiter {
@@ -279,17 +279,19 @@ impl Server {
             method::SESSION_LOAD => {
                 let req: LoadSessionRequest = params_of(params)?;
                 self.load_session(req.session_id).await?;
-                Ok(Value::Null)
+                // An object (LoadSessionResponse, no modes or models): a typed client
+                // reads `null` as no response.
+                Ok(Value::Object(Default::default()))
             }
             method::SESSION_PROMPT => turn::prompt(self, params_of(params)?).await,
             other => Err(RpcError::method_not_found(other)),
         }
     }
 
-    fn notified(&self, method: &str, params: Value) {
+    fn notified(&self, method: &str, params: Value, tasks: &mut JoinSet<()>) {
         match method {
             method::SESSION_CANCEL => match params_of::<acp::CancelNotification>(params) {
-                Ok(c) => self.cancel(&c.session_id),
+                Ok(c) => self.cancel(&c.session_id, tasks),
                 Err(e) => errln!("relay acp: a session/cancel without a session: {e}"),
             },
             other => errln!("relay acp: ignored the notification {other}"),
@@ -393,7 +395,7 @@ impl Server {
 
     /// `session/cancel`: interrupts the session's flight, or marks the prompt whose
     /// invocation is on its way so it is interrupted as soon as its flight is known.
-    fn cancel(&self, session_id: &str) {
+    fn cancel(&self, session_id: &str, tasks: &mut JoinSet<()>) {
         let flight = {
             let Ok(mut sessions) = self.sessions.lock() else {
                 return;
@@ -406,7 +408,7 @@ impl Server {
         };
         if let (Some(flight), Ok(client)) = (flight, self.client()) {
             let client = client.clone();
-            tokio::spawn(async move { turn::interrupt(&client, &flight).await });
+            tasks.spawn(async move { turn::interrupt(&client, &flight).await });
         }
     }
 

@@ -567,3 +567,38 @@ async fn an_unknown_agent_or_no_broker_is_an_error_not_a_dead_server() {
     );
     acp.close().await;
 }
+
+/// ACP: a `session/cancel` right behind its `session/prompt` (an editor's stop button
+/// pressed at once) cancels that prompt: it answers `cancelled` and its flight is
+/// interrupted, however early the cancel came.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_right_behind_its_prompt_cancels_it() {
+    let env = Env::start().await;
+    env.add_agent("cx", &[]);
+    let mut acp = Acp::spawn(&env.relay.data_dir, "cx", env.tmp.path().join("acp.err"));
+    acp.initialize().await;
+    let sid = acp.new_session().await;
+    let id = acp.next_id;
+    acp.next_id += 1;
+    // Both in one write, as an editor may send them.
+    let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow: a b c d e f g h i j k l"}]}});
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}});
+    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let (updates, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(
+        answer["result"]["stopReason"], "cancelled",
+        "{answer}; {updates:?}"
+    );
+    let http = env.relay.http();
+    let (_, flights) = http.get("/v1/flights?agent=cx").await;
+    let flight = flights
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["conversation"] == sid.as_str())
+        .unwrap_or_else(|| panic!("no flight in {sid}: {flights}"))
+        .clone();
+    assert_eq!(flight["state"], "cancelled", "{flight}");
+    acp.close().await;
+}

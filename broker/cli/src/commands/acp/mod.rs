@@ -30,7 +30,8 @@
 //!
 //! Requests are served concurrently (each in a task of its own), so one editor may run
 //! prompts in several sessions at once; a second prompt in a session whose prompt runs
-//! is refused. Bad input (a line that is not JSON, an unknown method, bad parameters, an
+//! is refused. A prompt's turn begins as its line is read (its flight is invoked in its
+//! task), so a `session/cancel` right behind it cancels it. Bad input (a line that is not JSON, an unknown method, bad parameters, an
 //! unknown session, a broker that cannot be reached, an unknown agent) is answered with
 //! a JSON-RPC error and the server goes on. Nothing but the protocol is written to
 //! stdout; what the server has to say goes to stderr. EOF on stdin ends it: the tasks
@@ -234,8 +235,19 @@ impl Server {
         };
         match Message::parse(&text) {
             Ok(Message::Request { id, method, params }) => {
+                // A prompt's turn begins here, in the order of the lines: a
+                // session/cancel on the next line finds it even when the prompt's task
+                // has not run yet.
+                let (begun, params) = match method.as_str() {
+                    method::SESSION_PROMPT => (Some(turn::begin(&self, params)), Value::Null),
+                    _ => (None, params),
+                };
                 tasks.spawn(async move {
-                    let answer = self.serve(&method, params).await;
+                    let answer = match begun {
+                        Some(Ok(begun)) => turn::prompt(&self, begun).await,
+                        Some(Err(e)) => Err(e),
+                        None => self.serve(&method, params).await,
+                    };
                     self.send(&Message::Response { id, result: answer });
                 });
             }
@@ -283,7 +295,6 @@ impl Server {
                 // reads `null` as no response.
                 Ok(Value::Object(Default::default()))
             }
-            method::SESSION_PROMPT => turn::prompt(self, params_of(params)?).await,
             other => Err(RpcError::method_not_found(other)),
         }
     }

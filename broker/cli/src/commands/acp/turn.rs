@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
 use super::updates::{agent_text, Translator};
-use super::{broker_error, Answer, Server, Turn};
+use super::{broker_error, params_of, Answer, Server, Turn};
 use crate::commands::ask;
 use crate::terminal::errln;
 
@@ -44,14 +44,42 @@ use crate::terminal::errln;
 const ALLOW: &str = "allow_once";
 const REJECT: &str = "reject_once";
 
-/// Serves `session/prompt`.
-pub(super) async fn prompt(server: &Arc<Server>, req: PromptRequest) -> Answer {
+/// A prompt whose turn has begun in its session: what [`prompt`] runs. Made when the
+/// request's line is read, before any later line, so a `session/cancel` right behind
+/// the prompt finds its turn (the request's task may not have run yet). Dropped, it
+/// ends the turn.
+pub(super) struct Begun {
+    client: Client,
+    text: String,
+    conversation: Option<String>,
+    end: EndTurn,
+}
+
+/// Begins a `session/prompt`: refused for bad params, an empty prompt, no broker, an
+/// unknown session or one whose prompt still runs.
+pub(super) fn begin(server: &Arc<Server>, params: Value) -> Result<Begun, RpcError> {
+    let req: PromptRequest = params_of(params)?;
     let client = server.client()?.clone();
     let text = prompt_text(&req.prompt)?;
-    let session = req.session_id;
-    let conversation = server.begin(&session)?;
+    let conversation = server.begin(&req.session_id)?;
+    Ok(Begun {
+        client,
+        text,
+        conversation,
+        end: EndTurn(server.clone(), req.session_id),
+    })
+}
+
+/// Serves a begun `session/prompt`.
+pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
+    let Begun {
+        client,
+        text,
+        conversation,
+        end,
+    } = begun;
     // The session's turn ends with this call, however it ends.
-    let _end = EndTurn(server, &session);
+    let session = end.1.clone();
     let invoke = InvokeRequest {
         requester: server.actor.clone(),
         conversation,
@@ -289,13 +317,13 @@ pub(super) fn permission_request(session: &str, approval: &Approval) -> RequestP
     }
 }
 
-/// Clears the session's turn when the prompt's call ends.
-struct EndTurn<'a>(&'a Server, &'a str);
+/// Clears the session's turn when the prompt's call ends (or never runs).
+struct EndTurn(Arc<Server>, String);
 
-impl Drop for EndTurn<'_> {
+impl Drop for EndTurn {
     fn drop(&mut self) {
         if let Ok(mut sessions) = self.0.sessions.lock() {
-            if let Some(s) = sessions.get_mut(self.1) {
+            if let Some(s) = sessions.get_mut(&self.1) {
                 s.turn = None;
             }
         }

@@ -213,6 +213,18 @@ fn texts<'a>(updates: &'a [Value], kind: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The statuses `tool_call_update`s gave the tool call `id`, in order.
+fn tool_call_statuses<'a>(updates: &'a [Value], id: &Value) -> Vec<&'a str> {
+    updates
+        .iter()
+        .filter(|m| {
+            m["params"]["update"]["sessionUpdate"] == "tool_call_update"
+                && &m["params"]["update"]["toolCallId"] == id
+        })
+        .filter_map(|m| m["params"]["update"]["status"].as_str())
+        .collect()
+}
+
 /// The answer to a permission request: the option of `kind`, by its id.
 fn choose(kind: &str) -> impl FnMut(&Value) -> Value + '_ {
     move |req: &Value| {
@@ -285,6 +297,13 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
     );
     assert_eq!(call["kind"], "execute");
     assert!(accepted.exists(), "the accepted command did not run");
+    // The permission's tool call ends once decided (an editor shows it running until
+    // it does).
+    assert_eq!(
+        tool_call_statuses(&updates, &call["toolCallId"]),
+        vec!["completed"],
+        "{updates:?}"
+    );
     let kinds = update_kinds(&updates);
     assert!(kinds.contains(&"tool_call"), "{kinds:?}");
     let done = updates
@@ -306,9 +325,18 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
             json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-declined"}]}),
         )
         .await;
-    let (_, answer) = acp.until_answer(id, choose("reject_once")).await;
+    let (updates, answer) = acp.until_answer(id, choose("reject_once")).await;
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert!(!env.work.join("acp-declined").exists());
+    let asked = updates
+        .iter()
+        .find(|m| m["method"] == "session/request_permission")
+        .unwrap_or_else(|| panic!("no permission asked: {updates:?}"));
+    assert_eq!(
+        tool_call_statuses(&updates, &asked["params"]["toolCall"]["toolCallId"]),
+        vec!["failed"],
+        "{updates:?}"
+    );
     assert!(env
         .approvals()
         .iter()
@@ -600,5 +628,54 @@ async fn a_cancel_right_behind_its_prompt_cancels_it() {
         .unwrap_or_else(|| panic!("no flight in {sid}: {flights}"))
         .clone();
     assert_eq!(flight["state"], "cancelled", "{flight}");
+    acp.close().await;
+}
+
+/// A permission request the editor leaves open while the approval is decided elsewhere
+/// (`relay approval decide`, the dashboard): the flight goes on and ends, the
+/// permission's tool call ends by that decision (an editor closes its dialog), the
+/// prompt answers, and the editor's late answer is ignored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permission_decided_elsewhere_ends_its_tool_call_in_the_editor() {
+    let env = Env::start().await;
+    env.add_agent("cx", &[]);
+    let mut acp = Acp::spawn(&env.relay.data_dir, "cx", env.tmp.path().join("acp.err"));
+    acp.initialize().await;
+    let sid = acp.new_session().await;
+    let id = acp
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-elsewhere"}]}),
+        )
+        .await;
+    let asked = loop {
+        let m = acp.recv().await;
+        if m["method"] == "session/request_permission" {
+            break m;
+        }
+        assert!(m.get("id").is_none() || m.get("method").is_some(), "{m}");
+    };
+    let approval = asked["params"]["toolCall"]["toolCallId"].clone();
+    let (status, body) = env
+        .relay
+        .http()
+        .post(
+            &format!("/v1/approvals/{}", approval.as_str().unwrap()),
+            &json!({"decision": "accept", "decided_by": "operator"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (updates, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(env.work.join("acp-elsewhere").exists());
+    assert_eq!(
+        tool_call_statuses(&updates, &approval),
+        vec!["completed"],
+        "{updates:?}"
+    );
+    // The editor answers late: nothing to do, and the server goes on.
+    acp.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}))
+        .await;
+    assert_eq!(acp.initialize().await["result"]["protocolVersion"], 1);
     acp.close().await;
 }

@@ -16,6 +16,10 @@
 //! `cancel`, each decided by the actor `relay acp` runs as. An editor's error leaves the
 //! approval to be decided elsewhere (`relay approval decide`, the dashboard); so does a
 //! token that may not decide (an agent's).
+//! The permission's tool call (its id the approval's) then ends: `completed` when the
+//! command was allowed, `failed` when not; one still open when the flight ends (decided
+//! elsewhere, or never) ends by the approval's decision, which also closes the editor's
+//! dialog.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,8 +27,8 @@ use std::sync::Arc;
 use relay_client::Client;
 use relay_protocol::acp::{
     method, ContentBlock, PermissionOption, PermissionOptionKind, PermissionOutcome, PromptRequest,
-    RequestPermissionRequest, RequestPermissionResponse, RpcError, StopReason, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolKind,
+    RequestPermissionRequest, RequestPermissionResponse, RpcError, SessionUpdate, StopReason,
+    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
 use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty};
 use relay_protocol::domain::{
@@ -99,8 +103,9 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     });
     tokio::pin!(followed);
     let mut tr = Translator::default();
-    let mut asks: JoinSet<()> = JoinSet::new();
+    let mut asks: JoinSet<Option<String>> = JoinSet::new();
     let mut asked = HashSet::new();
+    let mut closed = HashSet::new();
     let ended = loop {
         tokio::select! {
             biased;
@@ -114,7 +119,8 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
             }
             // A decision made: another approval may wait (a flight already waiting
             // does not say so again).
-            Some(_) = asks.join_next() => {
+            Some(done) = asks.join_next() => {
+                closed.extend(done.ok().flatten());
                 ask_approvals(server, &client, &session, &flight, &mut asked, &mut asks).await;
             }
             ended = &mut followed => break ended,
@@ -126,7 +132,11 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
         }
     }
     // The flight ended: a question still open in the editor has no one to answer.
-    asks.shutdown().await;
+    asks.abort_all();
+    while let Some(done) = asks.join_next().await {
+        closed.extend(done.ok().flatten());
+    }
+    close_open_asks(server, &client, &session, asked.difference(&closed)).await;
     let f = ended.map_err(|e| {
         RpcError::new(
             RpcError::INTERNAL_ERROR,
@@ -199,7 +209,7 @@ async fn ask_approvals(
     session: &str,
     flight: &str,
     asked: &mut HashSet<String>,
-    asks: &mut JoinSet<()>,
+    asks: &mut JoinSet<Option<String>>,
 ) {
     let pending = client
         .call::<m::ApprovalList>(
@@ -225,8 +235,16 @@ async fn ask_approvals(
     }
 }
 
-/// Asks the editor about one approval and decides it by the answer.
-async fn ask_one(server: &Server, client: &Client, session: &str, approval: Approval) {
+/// Asks the editor about one approval and decides it by the answer, then ends the
+/// permission's tool call (an editor shows it running until then). Its id when it did;
+/// `None` when the editor gave no answer (the approval is decided elsewhere and the
+/// tool call ended with the flight).
+async fn ask_one(
+    server: &Server,
+    client: &Client,
+    session: &str,
+    approval: Approval,
+) -> Option<String> {
     let answer = server
         .request(
             method::REQUEST_PERMISSION,
@@ -246,29 +264,80 @@ async fn ask_one(server: &Server, client: &Client, session: &str, approval: Appr
                 "relay acp: the editor's answer about approval {} cannot be read ({e}); it waits for a decision elsewhere",
                 approval.id
             );
-            return;
+            return None;
         }
         Err(e) => {
             errln!(
                 "relay acp: the editor did not decide approval {} ({e}); it waits for a decision elsewhere",
                 approval.id
             );
-            return;
+            return None;
         }
     };
     let decide = DecideApproval {
         decision,
         decided_by: server.actor.clone(),
     };
-    if let Err(e) = client
+    let decided = client
         .call::<m::ApprovalDecide>(&[&approval.id], &decide)
+        .await;
+    let status = match decided {
+        Ok(a) => ask_status(a.decision),
+        Err(e) => {
+            errln!(
+                "relay acp: cannot decide approval {} ({}): {e}",
+                approval.id,
+                decision.as_str()
+            );
+            ToolCallStatus::Failed
+        }
+    };
+    server.update(session, ask_end(&approval.id, status));
+    Some(approval.id)
+}
+
+/// How a permission's tool call ends: completed when the command was allowed, failed
+/// when not (declined, cancelled, or never decided).
+fn ask_status(decision: Option<ApprovalDecision>) -> ToolCallStatus {
+    match decision {
+        Some(ApprovalDecision::Accept) => ToolCallStatus::Completed,
+        _ => ToolCallStatus::Failed,
+    }
+}
+
+fn ask_end(approval: &str, status: ToolCallStatus) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+        tool_call_id: approval.to_string(),
+        status: Some(status),
+        ..Default::default()
+    })
+}
+
+/// The flight ended with permission requests still open in the editor (not answered,
+/// or decided elsewhere): ends their tool calls by the approvals' decisions, which also
+/// closes an editor's dialog that waits for an answer no one takes any more.
+async fn close_open_asks<'a>(
+    server: &Server,
+    client: &Client,
+    session: &str,
+    open: impl Iterator<Item = &'a String>,
+) {
+    let open: Vec<&String> = open.collect();
+    if open.is_empty() {
+        return;
+    }
+    let all = client
+        .call::<m::ApprovalList>(
+            &[],
+            &ApprovalsQuery {
+                state: Some("all".into()),
+            },
+        )
         .await
-    {
-        errln!(
-            "relay acp: cannot decide approval {} ({}): {e}",
-            approval.id,
-            decision.as_str()
-        );
+        .unwrap_or_default();
+    for id in open {
+        let decision = all.iter().find(|a| &a.id == id).and_then(|a| a.decision);
+        server.update(session, ask_end(id, ask_status(decision)));
     }
 }
 

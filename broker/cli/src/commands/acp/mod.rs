@@ -5,7 +5,9 @@
 //! The other direction of the `acp` harness: here Relay is the agent and the editor the
 //! client. Everything goes through the broker's HTTP API with [`Client`], as `relay ask`
 //! and `relay mcp` do, acting as one actor (`--as`, else `RELAY_AGENT` with its token,
-//! else `operator`) and never more than its token may:
+//! else `operator`) and never more than its token may. The broker is found again when
+//! it cannot be reached (restarted, maybe on another port) or was not there at the
+//! start, since this process lives as long as the editor:
 //!
 //! - `initialize`: Relay's `agentInfo`; `loadSession`; prompts of text (and resource
 //!   links, which every ACP agent must take, given as their URI); no `fs/*` or
@@ -54,7 +56,7 @@ use relay_protocol::acp::{
 };
 use relay_protocol::api::{Empty, ErrorCode, MessagesQuery};
 use relay_protocol::domain::{id_token, ConversationKind, ConversationSpec, MessageClass};
-use relay_protocol::methods::call as m;
+use relay_protocol::methods::{call as m, Call};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt};
@@ -79,14 +81,21 @@ pub const REPLAY_MESSAGES: usize = 500;
 /// skipped, so an endless line cannot eat the memory.
 const MAX_LINE: usize = 8 << 20;
 
-/// `relay acp AGENT`: serves until stdin ends. `client` is the broker as found, or why
-/// none was: without one every session method is answered with that error, so the
-/// editor shows it instead of a process that died.
-pub async fn run(client: Result<Client, ClientError>, args: AcpArgs) -> anyhow::Result<()> {
+/// Finds the broker (`Client::discover` with the command's data dir, URL and token).
+pub type Discover = Arc<dyn Fn() -> Result<Client, ClientError> + Send + Sync>;
+
+/// `relay acp AGENT`: serves until stdin ends. `discover` finds the broker: at the
+/// start, again when none was found (one started after the editor started this), and
+/// again when the one found cannot be reached (restarted, maybe on another port).
+/// Without one every session method is answered with why, so the editor shows it
+/// instead of a process that died.
+pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(write_lines(rx));
+    let found = found(&discover).await;
     let server = Arc::new(Server {
-        client: client.map_err(|e| e.to_string()),
+        discover,
+        broker: Mutex::new(found),
         agent: args.agent,
         actor: args.actor.name(),
         out: tx,
@@ -204,7 +213,9 @@ struct Turn {
 type Answer = Result<Value, RpcError>;
 
 pub(crate) struct Server {
-    client: Result<Client, String>,
+    discover: Discover,
+    /// The broker as last found, or why none was.
+    broker: Mutex<Result<Client, String>>,
     agent: String,
     actor: String,
     out: mpsc::UnboundedSender<String>,
@@ -299,7 +310,7 @@ impl Server {
         }
     }
 
-    fn notified(&self, method: &str, params: Value, tasks: &mut JoinSet<()>) {
+    fn notified(self: &Arc<Self>, method: &str, params: Value, tasks: &mut JoinSet<()>) {
         match method {
             method::SESSION_CANCEL => match params_of::<acp::CancelNotification>(params) {
                 Ok(c) => self.cancel(&c.session_id, tasks),
@@ -309,17 +320,47 @@ impl Server {
         }
     }
 
-    fn client(&self) -> Result<&Client, RpcError> {
-        self.client
-            .as_ref()
-            .map_err(|e| RpcError::new(RpcError::INTERNAL_ERROR, e.clone()))
+    /// The broker: as last found, else looked for again.
+    pub(crate) async fn client(&self) -> Result<Client, ClientError> {
+        let last = self
+            .broker
+            .lock()
+            .ok()
+            .and_then(|b| b.as_ref().ok().cloned());
+        match last {
+            Some(client) => Ok(client),
+            None => self.find_again().await,
+        }
+    }
+
+    async fn find_again(&self) -> Result<Client, ClientError> {
+        let found = found(&self.discover).await;
+        if let Ok(mut b) = self.broker.lock() {
+            *b = found.clone();
+        }
+        found.map_err(ClientError::NotFound)
+    }
+
+    /// Calls the broker; one that cannot be reached (nothing was sent) is looked for
+    /// again and, when another is found, the call is made to it.
+    pub(crate) async fn call<M: Call>(
+        &self,
+        params: &[&str],
+        request: &M::Request,
+    ) -> Result<M::Response, ClientError> {
+        let client = self.client().await?;
+        match client.call::<M>(params, request).await {
+            Err(e @ ClientError::Unreachable { .. }) => {
+                let again = self.find_again().await.map_err(|_| e)?;
+                again.call::<M>(params, request).await
+            }
+            answered => answered,
+        }
     }
 
     /// A new conversation with the agent, once the agent is known to the broker.
     async fn new_session(&self) -> Result<String, RpcError> {
-        let client = self.client()?;
-        client
-            .call::<m::AgentShow>(&[&self.agent], &Empty {})
+        self.call::<m::AgentShow>(&[&self.agent], &Empty {})
             .await
             .map_err(broker_error)?;
         let (a, b) = if self.actor <= self.agent {
@@ -339,7 +380,7 @@ impl Server {
             participants: vec![a.clone(), b.clone()],
             parent: None,
         };
-        let conversation = match client.call::<m::ConversationAdd>(&[], &spec).await {
+        let conversation = match self.call::<m::ConversationAdd>(&[], &spec).await {
             Ok(c) => Some(c.spec.id),
             // An agent's token may not create conversations: the direct one it is in.
             Err(e) if e.code() == Some(ErrorCode::Unauthorized) => None,
@@ -372,12 +413,10 @@ impl Server {
 
     /// Reopens conversation `id` and replays its messages as session updates.
     async fn load_session(&self, id: String) -> Result<(), RpcError> {
-        let client = self.client()?;
-        client
-            .call::<m::AgentShow>(&[&self.agent], &Empty {})
+        self.call::<m::AgentShow>(&[&self.agent], &Empty {})
             .await
             .map_err(broker_error)?;
-        let messages = client
+        let messages = self
             .call::<m::ConversationRead>(
                 &[&id],
                 &MessagesQuery {
@@ -406,7 +445,7 @@ impl Server {
 
     /// `session/cancel`: interrupts the session's flight, or marks the prompt whose
     /// invocation is on its way so it is interrupted as soon as its flight is known.
-    fn cancel(&self, session_id: &str, tasks: &mut JoinSet<()>) {
+    fn cancel(self: &Arc<Self>, session_id: &str, tasks: &mut JoinSet<()>) {
         let flight = {
             let Ok(mut sessions) = self.sessions.lock() else {
                 return;
@@ -417,9 +456,9 @@ impl Server {
             turn.cancelled = true;
             turn.flight.clone()
         };
-        if let (Some(flight), Ok(client)) = (flight, self.client()) {
-            let client = client.clone();
-            tasks.spawn(async move { turn::interrupt(&client, &flight).await });
+        if let Some(flight) = flight {
+            let server = self.clone();
+            tasks.spawn(async move { turn::interrupt(&server, &flight).await });
         }
     }
 
@@ -468,6 +507,16 @@ impl Server {
 
     fn send_value(&self, value: Value) {
         let _ = self.out.send(value.to_string());
+    }
+}
+
+/// The broker `discover` finds (reading the data dir's api.json off the async
+/// threads), or why none was.
+async fn found(discover: &Discover) -> Result<Client, String> {
+    let discover = discover.clone();
+    match tokio::task::spawn_blocking(move || discover()).await {
+        Ok(found) => found.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("cannot look for the broker: {e}")),
     }
 }
 

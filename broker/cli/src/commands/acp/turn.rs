@@ -24,7 +24,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use relay_client::Client;
 use relay_protocol::acp::{
     method, ContentBlock, PermissionOption, PermissionOptionKind, PermissionOutcome, PromptRequest,
     RequestPermissionRequest, RequestPermissionResponse, RpcError, SessionUpdate, StopReason,
@@ -53,7 +52,6 @@ const REJECT: &str = "reject_once";
 /// the prompt finds its turn (the request's task may not have run yet). Dropped, it
 /// ends the turn.
 pub(super) struct Begun {
-    client: Client,
     text: String,
     conversation: Option<String>,
     end: EndTurn,
@@ -63,11 +61,9 @@ pub(super) struct Begun {
 /// unknown session or one whose prompt still runs.
 pub(super) fn begin(server: &Arc<Server>, params: Value) -> Result<Begun, RpcError> {
     let req: PromptRequest = params_of(params)?;
-    let client = server.client()?.clone();
     let text = prompt_text(&req.prompt)?;
     let conversation = server.begin(&req.session_id)?;
     Ok(Begun {
-        client,
         text,
         conversation,
         end: EndTurn(server.clone(), req.session_id),
@@ -77,7 +73,6 @@ pub(super) fn begin(server: &Arc<Server>, params: Value) -> Result<Begun, RpcErr
 /// Serves a begun `session/prompt`.
 pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     let Begun {
-        client,
         text,
         conversation,
         end,
@@ -89,12 +84,17 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
         conversation,
         ..InvokeRequest::new(server.agent.clone(), text)
     };
-    let accepted = ask::invoke(&client, &invoke).await.map_err(broker_error)?;
+    let accepted = server
+        .call::<m::Invoke>(&[], &invoke)
+        .await
+        .map_err(broker_error)?;
     let flight = accepted.flight.id;
     if server.running(&session, &flight) {
         // Cancelled while the invocation was on its way.
-        interrupt(&client, &flight).await;
+        interrupt(server, &flight).await;
     }
+    // The broker the invocation reached (found again if it had to be).
+    let client = server.client().await.map_err(broker_error)?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<FlightUpdate>();
     let followed = ask::follow(&client, &flight, move |f| {
         if let ask::Followed::Update(u) = f {
@@ -114,14 +114,14 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
                     server.update(&session, update);
                 }
                 if matches!(u.change, FlightChange::State { to: FlightState::Waiting, .. }) {
-                    ask_approvals(server, &client, &session, &flight, &mut asked, &mut asks).await;
+                    ask_approvals(server, &session, &flight, &mut asked, &mut asks).await;
                 }
             }
             // A decision made: another approval may wait (a flight already waiting
             // does not say so again).
             Some(done) = asks.join_next() => {
                 closed.extend(done.ok().flatten());
-                ask_approvals(server, &client, &session, &flight, &mut asked, &mut asks).await;
+                ask_approvals(server, &session, &flight, &mut asked, &mut asks).await;
             }
             ended = &mut followed => break ended,
         }
@@ -136,7 +136,7 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     while let Some(done) = asks.join_next().await {
         closed.extend(done.ok().flatten());
     }
-    close_open_asks(server, &client, &session, asked.difference(&closed)).await;
+    close_open_asks(server, &session, asked.difference(&closed)).await;
     let f = ended.map_err(|e| {
         RpcError::new(
             RpcError::INTERNAL_ERROR,
@@ -193,8 +193,8 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, RpcError> {
 }
 
 /// Interrupts `flight`, saying on stderr when it cannot (it may have just ended).
-pub(super) async fn interrupt(client: &Client, flight: &str) {
-    if let Err(e) = client
+pub(super) async fn interrupt(server: &Server, flight: &str) {
+    if let Err(e) = server
         .call::<m::FlightInterrupt>(&[flight], &Empty {})
         .await
     {
@@ -205,13 +205,12 @@ pub(super) async fn interrupt(client: &Client, flight: &str) {
 /// Asks the editor about each pending approval of `flight` not asked yet.
 async fn ask_approvals(
     server: &Arc<Server>,
-    client: &Client,
     session: &str,
     flight: &str,
     asked: &mut HashSet<String>,
     asks: &mut JoinSet<Option<String>>,
 ) {
-    let pending = client
+    let pending = server
         .call::<m::ApprovalList>(
             &[],
             &ApprovalsQuery {
@@ -230,8 +229,8 @@ async fn ask_approvals(
         if approval.request.flight != flight || !asked.insert(approval.id.clone()) {
             continue;
         }
-        let (server, client, session) = (server.clone(), client.clone(), session.to_string());
-        asks.spawn(async move { ask_one(&server, &client, &session, approval).await });
+        let (server, session) = (server.clone(), session.to_string());
+        asks.spawn(async move { ask_one(&server, &session, approval).await });
     }
 }
 
@@ -239,12 +238,7 @@ async fn ask_approvals(
 /// permission's tool call (an editor shows it running until then). Its id when it did;
 /// `None` when the editor gave no answer (the approval is decided elsewhere and the
 /// tool call ended with the flight).
-async fn ask_one(
-    server: &Server,
-    client: &Client,
-    session: &str,
-    approval: Approval,
-) -> Option<String> {
+async fn ask_one(server: &Server, session: &str, approval: Approval) -> Option<String> {
     let answer = server
         .request(
             method::REQUEST_PERMISSION,
@@ -278,7 +272,7 @@ async fn ask_one(
         decision,
         decided_by: server.actor.clone(),
     };
-    let decided = client
+    let decided = server
         .call::<m::ApprovalDecide>(&[&approval.id], &decide)
         .await;
     let status = match decided {
@@ -318,7 +312,6 @@ fn ask_end(approval: &str, status: ToolCallStatus) -> SessionUpdate {
 /// closes an editor's dialog that waits for an answer no one takes any more.
 async fn close_open_asks<'a>(
     server: &Server,
-    client: &Client,
     session: &str,
     open: impl Iterator<Item = &'a String>,
 ) {
@@ -326,7 +319,7 @@ async fn close_open_asks<'a>(
     if open.is_empty() {
         return;
     }
-    let all = client
+    let all = server
         .call::<m::ApprovalList>(
             &[],
             &ApprovalsQuery {

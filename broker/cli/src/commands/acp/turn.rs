@@ -38,7 +38,7 @@ use relay_protocol::methods::call as m;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
-use super::updates::{agent_text, Translator};
+use super::updates::{agent_text, Translator, OUTPUT_EVERY};
 use super::{broker_error, params_of, Answer, Server, Turn};
 use crate::commands::ask;
 use crate::terminal::errln;
@@ -106,6 +106,8 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     let mut asks: JoinSet<Option<String>> = JoinSet::new();
     let mut asked = HashSet::new();
     let mut closed = HashSet::new();
+    let mut held = tokio::time::interval(OUTPUT_EVERY);
+    held.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended = loop {
         tokio::select! {
             biased;
@@ -122,6 +124,12 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
             Some(done) = asks.join_next() => {
                 closed.extend(done.ok().flatten());
                 ask_approvals(server, &session, &flight, &mut asked, &mut asks).await;
+            }
+            // Command output held back, shown once its time has come.
+            _ = held.tick() => {
+                for update in tr.flush() {
+                    server.update(&session, update);
+                }
             }
             ended = &mut followed => break ended,
         }

@@ -673,6 +673,13 @@ async fn a_permission_decided_elsewhere_ends_its_tool_call_in_the_editor() {
         vec!["completed"],
         "{updates:?}"
     );
+    // The request no one waits for any more is withdrawn (ACP's `$/cancel_request`).
+    assert!(
+        updates
+            .iter()
+            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == asked["id"]),
+        "{updates:?}"
+    );
     // The editor answers late: nothing to do, and the server goes on.
     acp.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}))
         .await;

@@ -482,11 +482,22 @@ impl Server {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id.clone(), tx);
         }
+        // A request given up before its answer (its flight ended, the prompt's task
+        // stopped) is withdrawn, so the editor closes what asks for it.
         struct Forget<'a>(&'a Server, RequestId);
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
-                if let Ok(mut p) = self.0.pending.lock() {
-                    p.remove(&self.1);
+                let unanswered = self
+                    .0
+                    .pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&self.1));
+                if unanswered.is_some() {
+                    self.0.send(&Message::notification(
+                        method::CANCEL_REQUEST,
+                        serde_json::json!({ "requestId": self.1 }),
+                    ));
                 }
             }
         }

@@ -628,6 +628,17 @@ async fn a_cancel_right_behind_its_prompt_cancels_it() {
         .unwrap_or_else(|| panic!("no flight in {sid}: {flights}"))
         .clone();
     assert_eq!(flight["state"], "cancelled", "{flight}");
+
+    // A cancelled prompt answers `cancelled` even when what it was doing failed (ACP:
+    // the agent must not show a cancellation as an error): here the agent is gone.
+    let out = env.relay.cli(&["agent", "remove", "cx"]);
+    assert!(out.status.success(), "{out:?}");
+    let id = acp.next_id;
+    acp.next_id += 1;
+    let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "anyone there?"}]}});
+    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let (_, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
     acp.close().await;
 }
 

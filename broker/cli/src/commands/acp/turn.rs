@@ -70,7 +70,8 @@ pub(super) fn begin(server: &Arc<Server>, params: Value) -> Result<Begun, RpcErr
     })
 }
 
-/// Serves a begun `session/prompt`.
+/// Serves a begun `session/prompt`. Once cancelled it answers `cancelled`, whatever
+/// failed meanwhile (ACP: a cancellation is not shown as an error).
 pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     let Begun {
         text,
@@ -79,6 +80,22 @@ pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
     } = begun;
     // The session's turn ends with this call, however it ends.
     let session = end.1.clone();
+    match run(server, &session, text, conversation).await {
+        Err(e) if server.was_cancelled(&session) => {
+            errln!("relay acp: a cancelled prompt ended with an error: {e}");
+            Ok(stop(StopReason::Cancelled))
+        }
+        answer => answer,
+    }
+}
+
+async fn run(
+    server: &Arc<Server>,
+    session: &str,
+    text: String,
+    conversation: Option<String>,
+) -> Answer {
+    let session = session.to_string();
     let invoke = InvokeRequest {
         requester: server.actor.clone(),
         conversation,

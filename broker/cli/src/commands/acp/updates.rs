@@ -39,6 +39,12 @@ pub(super) struct Translator {
     pub streamed: bool,
     /// The tool calls shown so far, by item id.
     tools: HashMap<String, Tool>,
+    /// The editor's last message is ours, with text, and nothing (a tool call) came
+    /// after it: a new message's text would be appended to it.
+    text_open: bool,
+    /// A new message of the agent started since the last text: its text begins a new
+    /// paragraph when it is appended.
+    new_message: bool,
 }
 
 /// A tool call shown: its output (its last [`TOOL_OUTPUT`] bytes), when that was last
@@ -82,7 +88,14 @@ impl Translator {
         match change {
             FlightChange::Delta { text } if !text.is_empty() => {
                 self.streamed = true;
-                vec![agent_text(text)]
+                let text = if self.text_open && self.new_message {
+                    format!("\n\n{text}")
+                } else {
+                    text.clone()
+                };
+                self.text_open = true;
+                self.new_message = false;
+                vec![agent_text(&text)]
             }
             FlightChange::Item {
                 item_id,
@@ -137,6 +150,12 @@ impl Translator {
                     _ => Vec::new(),
                 };
             }
+            ItemKind::AgentMessage => {
+                if phase == ItemPhase::Started {
+                    self.new_message = true;
+                }
+                return Vec::new();
+            }
             ItemKind::CommandExecution => ToolKind::Execute,
             ItemKind::FileChange => ToolKind::Edit,
             ItemKind::ToolCall => ToolKind::Other,
@@ -152,6 +171,7 @@ impl Translator {
         match phase {
             ItemPhase::Started if !known => {
                 self.tools.insert(id.to_string(), Tool::default());
+                self.text_open = false;
                 vec![SessionUpdate::ToolCall(ToolCall {
                     tool_call_id: id.to_string(),
                     title,
@@ -178,6 +198,7 @@ impl Translator {
                     .map(|o| json!({ "output": o }));
                 if output.is_none() {
                     // Completed without a start seen: the whole call at once.
+                    self.text_open = false;
                     return vec![SessionUpdate::ToolCall(ToolCall {
                         tool_call_id: id.to_string(),
                         title,
@@ -454,6 +475,34 @@ mod tests {
                 .len(),
             TOOL_OUTPUT
         );
+    }
+
+    #[test]
+    fn two_messages_in_a_row_stay_two_paragraphs() {
+        // An editor appends agent_message_chunks to one message until something else
+        // (a tool call) comes between: two of the agent's messages in a row would run
+        // together ("I'll look.Done.").
+        let mut tr = Translator::default();
+        let mut all = Vec::new();
+        for change in [
+            item("m1", ItemKind::AgentMessage, ItemPhase::Started, None),
+            FlightChange::Delta {
+                text: "I'll look.".into(),
+            },
+            item("m1", ItemKind::AgentMessage, ItemPhase::Completed, None),
+            item("r", ItemKind::Reasoning, ItemPhase::Started, None),
+            item("m2", ItemKind::AgentMessage, ItemPhase::Started, None),
+            FlightChange::Delta {
+                text: "Done.".into(),
+            },
+        ] {
+            all.extend(tr.apply(&change));
+        }
+        let text: String = all
+            .iter()
+            .map(|u| to_value(u)["content"]["text"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(text, "I'll look.\n\nDone.");
     }
 
     #[test]

@@ -542,6 +542,68 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
         env.message_with_body(&sid, "from helper")["author"],
         "helper"
     );
+
+    // An agent's token may not decide approvals: the editor's choice cannot be made,
+    // so the permission's tool call is not shown as failed; it ends by the decision
+    // made elsewhere (here the operator's), and the next approval is not asked of an
+    // editor that cannot decide it.
+    let decide_elsewhere = |want: &'static str| {
+        let http = env.relay.http();
+        async move {
+            let id = wait_until("an approval to wait", WAIT, || async {
+                let (_, a) = http.get("/v1/approvals").await;
+                a.as_array().and_then(|a| {
+                    a.iter()
+                        .find(|a| a["detail"].as_str().unwrap_or("").contains(want))
+                        .map(|a| a["id"].as_str().unwrap().to_string())
+                })
+            })
+            .await;
+            let (status, body) = http
+                .post(
+                    &format!("/v1/approvals/{id}"),
+                    &json!({"decision": "accept", "decided_by": "operator"}),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+    };
+    let id = scoped
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-helper-1"}]}),
+        )
+        .await;
+    let asked = loop {
+        let m = scoped.recv().await;
+        if m["method"] == "session/request_permission" {
+            break m;
+        }
+    };
+    let option = asked["params"]["options"][0]["optionId"].clone();
+    scoped
+        .send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}}))
+        .await;
+    decide_elsewhere("acp-helper-1").await;
+    let (updates, answer) = scoped.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        tool_call_statuses(&updates, &asked["params"]["toolCall"]["toolCallId"]),
+        vec!["completed"],
+        "{updates:?}"
+    );
+    let id = scoped
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-helper-2"}]}),
+        )
+        .await;
+    decide_elsewhere("acp-helper-2").await;
+    let (updates, answer) = scoped
+        .until_answer(id, |r| panic!("asked again: {r}"))
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(env.work.join("acp-helper-2").exists(), "{updates:?}");
     scoped.close().await;
 }
 

@@ -44,7 +44,7 @@ mod turn;
 mod updates;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clap::Args;
@@ -102,6 +102,7 @@ pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
         sessions: Mutex::new(HashMap::new()),
         pending: Mutex::new(HashMap::new()),
         next_id: AtomicI64::new(0),
+        may_decide: AtomicBool::new(true),
     });
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut tasks = JoinSet::new();
@@ -223,6 +224,9 @@ pub(crate) struct Server {
     /// The requests sent to the editor that wait for its answer.
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Answer>>>,
     next_id: AtomicI64,
+    /// The token may decide approvals (false once the broker said it may not: an
+    /// agent's), so the editor is asked about them.
+    may_decide: AtomicBool,
 }
 
 impl Server {

@@ -15,13 +15,15 @@
 //! allow decides `accept`, reject `decline`, a prompt cancelled before the choice
 //! `cancel`, each decided by the actor `relay acp` runs as. An editor's error leaves the
 //! approval to be decided elsewhere (`relay approval decide`, the dashboard); so does a
-//! token that may not decide (an agent's).
+//! token that may not decide (an agent's), found out by the first refusal, after which
+//! no approval is asked of the editor.
 //! The permission's tool call (its id the approval's) then ends: `completed` when the
 //! command was allowed, `failed` when not; one still open when the flight ends (decided
 //! elsewhere, or never) ends by the approval's decision, which also closes the editor's
 //! dialog.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use relay_protocol::acp::{
@@ -29,7 +31,7 @@ use relay_protocol::acp::{
     RequestPermissionRequest, RequestPermissionResponse, RpcError, SessionUpdate, StopReason,
     ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
-use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty};
+use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty, ErrorCode};
 use relay_protocol::domain::{
     Approval, ApprovalDecision, ApprovalKind, FlightChange, FlightState, FlightUpdate,
     InvokeRequest,
@@ -235,6 +237,10 @@ async fn ask_approvals(
     asked: &mut HashSet<String>,
     asks: &mut JoinSet<Option<String>>,
 ) {
+    if !server.may_decide.load(Ordering::Relaxed) {
+        // Its token may not decide (an agent's): the approvals wait for whoever may.
+        return;
+    }
     let pending = server
         .call::<m::ApprovalList>(
             &[],
@@ -302,6 +308,17 @@ async fn ask_one(server: &Server, session: &str, approval: Approval) -> Option<S
         .await;
     let status = match decided {
         Ok(a) => ask_status(a.decision),
+        Err(e) if e.code() == Some(ErrorCode::Unauthorized) => {
+            // Not ours to decide: no more are asked; this one's tool call ends with
+            // the flight, by the decision made elsewhere.
+            server.may_decide.store(false, Ordering::Relaxed);
+            errln!(
+                "relay acp: {} may not decide approvals ({e}); approval {} waits for a decision elsewhere (relay approval decide, the dashboard)",
+                server.actor,
+                approval.id
+            );
+            return None;
+        }
         Err(e) => {
             errln!(
                 "relay acp: cannot decide approval {} ({}): {e}",

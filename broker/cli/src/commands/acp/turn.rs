@@ -158,6 +158,9 @@ async fn run(
             server.update(&session, update);
         }
     }
+    for update in tr.flush_all() {
+        server.update(&session, update);
+    }
     // The flight ended: a question still open in the editor has no one to answer.
     asks.abort_all();
     while let Some(done) = asks.join_next().await {

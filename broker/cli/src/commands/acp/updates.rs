@@ -76,10 +76,20 @@ impl Tool {
 impl Translator {
     /// The output held back ([`OUTPUT_EVERY`]) of each tool call whose time has come.
     pub fn flush(&mut self) -> Vec<SessionUpdate> {
+        self.flush_if(|t, now| t.due(now))
+    }
+
+    /// All the output held back, due or not: the flight ended (a command it stopped
+    /// never completes, so nothing else would show it).
+    pub fn flush_all(&mut self) -> Vec<SessionUpdate> {
+        self.flush_if(|_, _| true)
+    }
+
+    fn flush_if(&mut self, due: impl Fn(&Tool, Instant) -> bool) -> Vec<SessionUpdate> {
         let now = Instant::now();
         self.tools
             .iter_mut()
-            .filter(|(_, t)| t.held && t.due(now))
+            .filter(|(_, t)| t.held && due(t, now))
             .map(|(id, t)| t.output_update(id, now))
             .collect()
     }
@@ -460,6 +470,18 @@ mod tests {
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].len(), TOOL_OUTPUT);
         assert!(tr.flush().is_empty(), "nothing new");
+        // Held at the flight's end (a command it stopped): shown then.
+        tr.apply(&FlightChange::CommandOutput {
+            item_id: "c".into(),
+            text: "last\n".into(),
+        });
+        let last = outputs(&tr.flush_all());
+        assert_eq!(last.len(), 1);
+        assert!(
+            last[0].ends_with("y\nlast\n"),
+            "{}",
+            &last[0][last[0].len() - 10..]
+        );
         // The end shows all of it, whenever it comes.
         let done = tr.apply(&item(
             "c",

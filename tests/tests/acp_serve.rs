@@ -213,6 +213,18 @@ fn texts<'a>(updates: &'a [Value], kind: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The statuses `tool_call_update`s gave the tool call `id`, in order.
+fn tool_call_statuses<'a>(updates: &'a [Value], id: &Value) -> Vec<&'a str> {
+    updates
+        .iter()
+        .filter(|m| {
+            m["params"]["update"]["sessionUpdate"] == "tool_call_update"
+                && &m["params"]["update"]["toolCallId"] == id
+        })
+        .filter_map(|m| m["params"]["update"]["status"].as_str())
+        .collect()
+}
+
 /// The answer to a permission request: the option of `kind`, by its id.
 fn choose(kind: &str) -> impl FnMut(&Value) -> Value + '_ {
     move |req: &Value| {
@@ -285,6 +297,13 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
     );
     assert_eq!(call["kind"], "execute");
     assert!(accepted.exists(), "the accepted command did not run");
+    // The permission's tool call ends once decided (an editor shows it running until
+    // it does).
+    assert_eq!(
+        tool_call_statuses(&updates, &call["toolCallId"]),
+        vec!["completed"],
+        "{updates:?}"
+    );
     let kinds = update_kinds(&updates);
     assert!(kinds.contains(&"tool_call"), "{kinds:?}");
     let done = updates
@@ -306,9 +325,18 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
             json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-declined"}]}),
         )
         .await;
-    let (_, answer) = acp.until_answer(id, choose("reject_once")).await;
+    let (updates, answer) = acp.until_answer(id, choose("reject_once")).await;
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert!(!env.work.join("acp-declined").exists());
+    let asked = updates
+        .iter()
+        .find(|m| m["method"] == "session/request_permission")
+        .unwrap_or_else(|| panic!("no permission asked: {updates:?}"));
+    assert_eq!(
+        tool_call_statuses(&updates, &asked["params"]["toolCall"]["toolCallId"]),
+        vec!["failed"],
+        "{updates:?}"
+    );
     assert!(env
         .approvals()
         .iter()
@@ -514,6 +542,68 @@ async fn an_editor_drives_a_codex_agent_through_relay_acp() {
         env.message_with_body(&sid, "from helper")["author"],
         "helper"
     );
+
+    // An agent's token may not decide approvals: the editor's choice cannot be made,
+    // so the permission's tool call is not shown as failed; it ends by the decision
+    // made elsewhere (here the operator's), and the next approval is not asked of an
+    // editor that cannot decide it.
+    let decide_elsewhere = |want: &'static str| {
+        let http = env.relay.http();
+        async move {
+            let id = wait_until("an approval to wait", WAIT, || async {
+                let (_, a) = http.get("/v1/approvals").await;
+                a.as_array().and_then(|a| {
+                    a.iter()
+                        .find(|a| a["detail"].as_str().unwrap_or("").contains(want))
+                        .map(|a| a["id"].as_str().unwrap().to_string())
+                })
+            })
+            .await;
+            let (status, body) = http
+                .post(
+                    &format!("/v1/approvals/{id}"),
+                    &json!({"decision": "accept", "decided_by": "operator"}),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+    };
+    let id = scoped
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-helper-1"}]}),
+        )
+        .await;
+    let asked = loop {
+        let m = scoped.recv().await;
+        if m["method"] == "session/request_permission" {
+            break m;
+        }
+    };
+    let option = asked["params"]["options"][0]["optionId"].clone();
+    scoped
+        .send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}}))
+        .await;
+    decide_elsewhere("acp-helper-1").await;
+    let (updates, answer) = scoped.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        tool_call_statuses(&updates, &asked["params"]["toolCall"]["toolCallId"]),
+        vec!["completed"],
+        "{updates:?}"
+    );
+    let id = scoped
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-helper-2"}]}),
+        )
+        .await;
+    decide_elsewhere("acp-helper-2").await;
+    let (updates, answer) = scoped
+        .until_answer(id, |r| panic!("asked again: {r}"))
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(env.work.join("acp-helper-2").exists(), "{updates:?}");
     scoped.close().await;
 }
 
@@ -566,4 +656,156 @@ async fn an_unknown_agent_or_no_broker_is_an_error_not_a_dead_server() {
         "{e}"
     );
     acp.close().await;
+}
+
+/// ACP: a `session/cancel` right behind its `session/prompt` (an editor's stop button
+/// pressed at once) cancels that prompt: it answers `cancelled` and its flight is
+/// interrupted, however early the cancel came.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_right_behind_its_prompt_cancels_it() {
+    let env = Env::start().await;
+    env.add_agent("cx", &[]);
+    let mut acp = Acp::spawn(&env.relay.data_dir, "cx", env.tmp.path().join("acp.err"));
+    acp.initialize().await;
+    let sid = acp.new_session().await;
+    let id = acp.next_id;
+    acp.next_id += 1;
+    // Both in one write, as an editor may send them.
+    let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow: a b c d e f g h i j k l"}]}});
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}});
+    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let (updates, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(
+        answer["result"]["stopReason"], "cancelled",
+        "{answer}; {updates:?}"
+    );
+    let http = env.relay.http();
+    let (_, flights) = http.get("/v1/flights?agent=cx").await;
+    let flight = flights
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["conversation"] == sid.as_str())
+        .unwrap_or_else(|| panic!("no flight in {sid}: {flights}"))
+        .clone();
+    assert_eq!(flight["state"], "cancelled", "{flight}");
+
+    // A cancelled prompt answers `cancelled` even when what it was doing failed (ACP:
+    // the agent must not show a cancellation as an error): here the agent is gone.
+    let out = env.relay.cli(&["agent", "remove", "cx"]);
+    assert!(out.status.success(), "{out:?}");
+    let id = acp.next_id;
+    acp.next_id += 1;
+    let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "anyone there?"}]}});
+    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let (_, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    acp.close().await;
+}
+
+/// A permission request the editor leaves open while the approval is decided elsewhere
+/// (`relay approval decide`, the dashboard): the flight goes on and ends, the
+/// permission's tool call ends by that decision (an editor closes its dialog), the
+/// prompt answers, and the editor's late answer is ignored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permission_decided_elsewhere_ends_its_tool_call_in_the_editor() {
+    let env = Env::start().await;
+    env.add_agent("cx", &[]);
+    let mut acp = Acp::spawn(&env.relay.data_dir, "cx", env.tmp.path().join("acp.err"));
+    acp.initialize().await;
+    let sid = acp.new_session().await;
+    let id = acp
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "exec: touch acp-elsewhere"}]}),
+        )
+        .await;
+    let asked = loop {
+        let m = acp.recv().await;
+        if m["method"] == "session/request_permission" {
+            break m;
+        }
+        assert!(m.get("id").is_none() || m.get("method").is_some(), "{m}");
+    };
+    let approval = asked["params"]["toolCall"]["toolCallId"].clone();
+    let (status, body) = env
+        .relay
+        .http()
+        .post(
+            &format!("/v1/approvals/{}", approval.as_str().unwrap()),
+            &json!({"decision": "accept", "decided_by": "operator"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (updates, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(env.work.join("acp-elsewhere").exists());
+    assert_eq!(
+        tool_call_statuses(&updates, &approval),
+        vec!["completed"],
+        "{updates:?}"
+    );
+    // The request no one waits for any more is withdrawn (ACP's `$/cancel_request`).
+    assert!(
+        updates
+            .iter()
+            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == asked["id"]),
+        "{updates:?}"
+    );
+    // The editor answers late: nothing to do, and the server goes on.
+    acp.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}))
+        .await;
+    assert_eq!(acp.initialize().await["result"]["protocolVersion"], 1);
+    acp.close().await;
+}
+
+/// A `relay acp` lives as long as the editor; the broker may restart under it (on
+/// another port, found again through the data dir's api.json) or start after it: its
+/// sessions go on, and a new one opens, without restarting the editor's agent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_that_restarts_or_starts_late_is_found_again() {
+    let mut env = Env::start().await;
+    env.add_agent("cx", &[]);
+    let mut acp = Acp::spawn(&env.relay.data_dir, "cx", env.tmp.path().join("acp.err"));
+    acp.initialize().await;
+    let sid = acp.new_session().await;
+    let prompt = |text: &str| json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]});
+    let (_, answer) = acp.call("session/prompt", prompt("before")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let old = env.relay.api.url.clone();
+    env.relay.restart().unwrap();
+    assert_ne!(
+        env.relay.api.url, old,
+        "the broker came back on the same port"
+    );
+    let (updates, answer) = acp.call("session/prompt", prompt("after")).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(texts(&updates, "agent_message_chunk").concat(), "ok: after");
+    assert!(acp.new_session().await.starts_with("acp.operator.cx."));
+    acp.close().await;
+
+    // No broker when the editor started it: an error, then the broker once it is up.
+    let late = env.tmp.path().join("late");
+    std::fs::create_dir_all(&late).unwrap();
+    let mut acp = Acp::spawn(&late, "cx", env.tmp.path().join("acp-late.err"));
+    acp.initialize().await;
+    let (_, e) = acp
+        .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+        .await;
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no broker"),
+        "{e}"
+    );
+    let mut broker = relay_tests::RelayProcess::start_with(&late, &[], &[]).unwrap();
+    let (_, e) = acp
+        .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+        .await;
+    // This broker has no agent cx: it answered, which is what is asked of it here.
+    assert_eq!(e["error"]["data"]["relay_code"], "unknown_agent", "{e}");
+    acp.close().await;
+    broker.kill9();
 }

@@ -120,25 +120,30 @@ says how to follow it; a second Ctrl-C leaves it running and exits. A broker res
 followed through: the reply goes on from where it was.";
 
 pub const ACP: &str = "\
-The broker comes from RELAY_URL + RELAY_TOKEN (an agent's session has both), or the data
-dir's api.json (--data-dir, RELAY_DATA_DIR). stdout carries only the protocol (JSON-RPC,
+The broker comes from RELAY_URL + RELAY_TOKEN (an agent's session has both), or the data \
+dir's api.json (--data-dir, RELAY_DATA_DIR). stdout carries only the protocol (JSON-RPC, \
 one message a line); relay acp's own words go to stderr.
 
 Zed (settings.json):
   \"agent_servers\": {
-    \"Relay codex-1\": { \"type\": \"custom\", \"command\": \"relay\", \"args\": [\"acp\", \"codex-1\"] }
+    \"Relay codex-1\": {
+      \"type\": \"custom\",
+      \"command\": \"relay\",
+      \"args\": [\"acp\", \"codex-1\"]
+    }
   }
-JetBrains (~/.jetbrains/acp.json), Neovim (CodeCompanion, avante.nvim), Emacs
-(agent-shell): an ACP agent whose command is `relay` with the arguments `acp AGENT`
+
+JetBrains (~/.jetbrains/acp.json), Neovim (CodeCompanion, avante.nvim), Emacs \
+(agent-shell): an ACP agent whose command is `relay` with the arguments `acp AGENT` \
 (add \"env\": {\"RELAY_DATA_DIR\": \"...\"} for a broker with another data dir).
 
-What the editor sees: each session is a Relay conversation (its id is the session id,
-so a session is reopened with its history by any later relay acp); each prompt asks
-AGENT in it, streaming its text, thoughts, commands and plan; each approval the flight
-waits for is a permission request (allow once or reject; decided as --as); cancel
-interrupts the flight. A failed flight answers the prompt with an error. The editor's
-cwd and MCP servers are not used: AGENT works in its own cwd with its own tools, and no
-file or terminal access is asked of the editor. Flights still running when the editor
+What the editor sees: each session is a Relay conversation (its id is the session id, \
+so a session is reopened with its history by any later relay acp); each prompt asks \
+AGENT in it, streaming its text, thoughts, commands and plan; each approval the flight \
+waits for is a permission request (allow once or reject; decided as --as); cancel \
+interrupts the flight. A failed flight answers the prompt with an error. The editor's \
+cwd and MCP servers are not used: AGENT works in its own cwd with its own tools, and no \
+file or terminal access is asked of the editor. Flights still running when the editor \
 quits go on in Relay.";
 
 pub const SEND: &str = "\
@@ -252,6 +257,42 @@ mod tests {
         }
         for name in &listed {
             assert!(cmd.find_subcommand(name).is_some(), "{name} is no command");
+        }
+    }
+
+    /// `relay acp --help`'s text after the options, rendered `width` columns wide.
+    fn acp_after_help(width: usize) -> String {
+        let mut cmd = crate::command().term_width(width);
+        cmd.build();
+        let acp = cmd.find_subcommand_mut("acp").unwrap();
+        let help = acp.render_long_help().to_string();
+        let at = help.find("The broker comes from").unwrap();
+        help[at..].to_string()
+    }
+
+    #[test]
+    fn the_acp_help_reflows_to_the_terminal() {
+        // Prose is left for clap to wrap: on a wide terminal a paragraph is one line
+        // (not pre-wrapped at a width of its own)...
+        let wide = acp_after_help(400);
+        assert!(
+            wide.lines().any(|l| l.starts_with("The broker comes from")
+                && l.ends_with("relay acp's own words go to stderr.")),
+            "{wide}"
+        );
+        // ...and on a narrow one no line is cut short before the next one goes on.
+        let narrow = acp_after_help(60);
+        let lines: Vec<&str> = narrow.lines().collect();
+        for pair in lines.windows(2) {
+            let (line, next) = (pair[0], pair[1]);
+            assert!(line.chars().count() <= 60, "too wide: {line:?}\n{narrow}");
+            let prose = |l: &str| !l.is_empty() && !l.starts_with(' ');
+            if prose(line) && prose(next) && !line.ends_with(':') {
+                assert!(
+                    line.chars().count() >= 40,
+                    "a line cut short: {line:?}\n{narrow}"
+                );
+            }
         }
     }
 

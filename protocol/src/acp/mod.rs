@@ -45,6 +45,8 @@ pub mod method {
     pub const SESSION_UPDATE: &str = "session/update";
     /// A request (agent -> client).
     pub const REQUEST_PERMISSION: &str = "session/request_permission";
+    /// A notification (either way): the request `requestId` is given up.
+    pub const CANCEL_REQUEST: &str = "$/cancel_request";
 }
 
 #[cfg(test)]

@@ -202,6 +202,10 @@ pub async fn run(
     token: Option<String>,
     cmd: Cmd,
 ) -> anyhow::Result<Exit> {
+    let discover_acp: acp::Discover = {
+        let (data_dir, url, token) = (data_dir.clone(), url.clone(), token.clone());
+        std::sync::Arc::new(move || Client::discover(data_dir.clone(), url.clone(), token.clone()))
+    };
     let client = |data_dir| Client::discover(data_dir, url, token);
     let done = Ok(Exit::Ok);
     match cmd {
@@ -228,7 +232,7 @@ pub async fn run(
         Cmd::Mcp(args) => mcp::run(&client(data_dir)?, args).await.and(done),
         // Served even without a broker: the editor is answered why, not left with a
         // process that died.
-        Cmd::Acp(args) => acp::run(client(data_dir), args).await.and(done),
+        Cmd::Acp(args) => acp::run(discover_acp, args).await.and(done),
         Cmd::Replay(cmd) => replay::run(&client(data_dir)?, cmd).await.and(done),
         Cmd::Open(args) => open::run(&client(data_dir)?, args).await.and(done),
         Cmd::Flights(args) => flight::list(&client(data_dir)?, args).await.and(done),

@@ -5,7 +5,9 @@
 //! The other direction of the `acp` harness: here Relay is the agent and the editor the
 //! client. Everything goes through the broker's HTTP API with [`Client`], as `relay ask`
 //! and `relay mcp` do, acting as one actor (`--as`, else `RELAY_AGENT` with its token,
-//! else `operator`) and never more than its token may:
+//! else `operator`) and never more than its token may. The broker is found again when
+//! it cannot be reached (restarted, maybe on another port) or was not there at the
+//! start, since this process lives as long as the editor:
 //!
 //! - `initialize`: Relay's `agentInfo`; `loadSession`; prompts of text (and resource
 //!   links, which every ACP agent must take, given as their URI); no `fs/*` or
@@ -30,7 +32,8 @@
 //!
 //! Requests are served concurrently (each in a task of its own), so one editor may run
 //! prompts in several sessions at once; a second prompt in a session whose prompt runs
-//! is refused. Bad input (a line that is not JSON, an unknown method, bad parameters, an
+//! is refused. A prompt's turn begins as its line is read (its flight is invoked in its
+//! task), so a `session/cancel` right behind it cancels it. Bad input (a line that is not JSON, an unknown method, bad parameters, an
 //! unknown session, a broker that cannot be reached, an unknown agent) is answered with
 //! a JSON-RPC error and the server goes on. Nothing but the protocol is written to
 //! stdout; what the server has to say goes to stderr. EOF on stdin ends it: the tasks
@@ -41,7 +44,7 @@ mod turn;
 mod updates;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clap::Args;
@@ -53,7 +56,7 @@ use relay_protocol::acp::{
 };
 use relay_protocol::api::{Empty, ErrorCode, MessagesQuery};
 use relay_protocol::domain::{id_token, ConversationKind, ConversationSpec, MessageClass};
-use relay_protocol::methods::call as m;
+use relay_protocol::methods::{call as m, Call};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt};
@@ -78,20 +81,28 @@ pub const REPLAY_MESSAGES: usize = 500;
 /// skipped, so an endless line cannot eat the memory.
 const MAX_LINE: usize = 8 << 20;
 
-/// `relay acp AGENT`: serves until stdin ends. `client` is the broker as found, or why
-/// none was: without one every session method is answered with that error, so the
-/// editor shows it instead of a process that died.
-pub async fn run(client: Result<Client, ClientError>, args: AcpArgs) -> anyhow::Result<()> {
+/// Finds the broker (`Client::discover` with the command's data dir, URL and token).
+pub type Discover = Arc<dyn Fn() -> Result<Client, ClientError> + Send + Sync>;
+
+/// `relay acp AGENT`: serves until stdin ends. `discover` finds the broker: at the
+/// start, again when none was found (one started after the editor started this), and
+/// again when the one found cannot be reached (restarted, maybe on another port).
+/// Without one every session method is answered with why, so the editor shows it
+/// instead of a process that died.
+pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(write_lines(rx));
+    let found = found(&discover).await;
     let server = Arc::new(Server {
-        client: client.map_err(|e| e.to_string()),
+        discover,
+        broker: Mutex::new(found),
         agent: args.agent,
         actor: args.actor.name(),
         out: tx,
         sessions: Mutex::new(HashMap::new()),
         pending: Mutex::new(HashMap::new()),
         next_id: AtomicI64::new(0),
+        may_decide: AtomicBool::new(true),
     });
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut tasks = JoinSet::new();
@@ -203,7 +214,9 @@ struct Turn {
 type Answer = Result<Value, RpcError>;
 
 pub(crate) struct Server {
-    client: Result<Client, String>,
+    discover: Discover,
+    /// The broker as last found, or why none was.
+    broker: Mutex<Result<Client, String>>,
     agent: String,
     actor: String,
     out: mpsc::UnboundedSender<String>,
@@ -211,6 +224,9 @@ pub(crate) struct Server {
     /// The requests sent to the editor that wait for its answer.
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Answer>>>,
     next_id: AtomicI64,
+    /// The token may decide approvals (false once the broker said it may not: an
+    /// agent's), so the editor is asked about them.
+    may_decide: AtomicBool,
 }
 
 impl Server {
@@ -234,8 +250,19 @@ impl Server {
         };
         match Message::parse(&text) {
             Ok(Message::Request { id, method, params }) => {
+                // A prompt's turn begins here, in the order of the lines: a
+                // session/cancel on the next line finds it even when the prompt's task
+                // has not run yet.
+                let (begun, params) = match method.as_str() {
+                    method::SESSION_PROMPT => (Some(turn::begin(&self, params)), Value::Null),
+                    _ => (None, params),
+                };
                 tasks.spawn(async move {
-                    let answer = self.serve(&method, params).await;
+                    let answer = match begun {
+                        Some(Ok(begun)) => turn::prompt(&self, begun).await,
+                        Some(Err(e)) => Err(e),
+                        None => self.serve(&method, params).await,
+                    };
                     self.send(&Message::Response { id, result: answer });
                 });
             }
@@ -283,12 +310,11 @@ impl Server {
                 // reads `null` as no response.
                 Ok(Value::Object(Default::default()))
             }
-            method::SESSION_PROMPT => turn::prompt(self, params_of(params)?).await,
             other => Err(RpcError::method_not_found(other)),
         }
     }
 
-    fn notified(&self, method: &str, params: Value, tasks: &mut JoinSet<()>) {
+    fn notified(self: &Arc<Self>, method: &str, params: Value, tasks: &mut JoinSet<()>) {
         match method {
             method::SESSION_CANCEL => match params_of::<acp::CancelNotification>(params) {
                 Ok(c) => self.cancel(&c.session_id, tasks),
@@ -298,17 +324,47 @@ impl Server {
         }
     }
 
-    fn client(&self) -> Result<&Client, RpcError> {
-        self.client
-            .as_ref()
-            .map_err(|e| RpcError::new(RpcError::INTERNAL_ERROR, e.clone()))
+    /// The broker: as last found, else looked for again.
+    pub(crate) async fn client(&self) -> Result<Client, ClientError> {
+        let last = self
+            .broker
+            .lock()
+            .ok()
+            .and_then(|b| b.as_ref().ok().cloned());
+        match last {
+            Some(client) => Ok(client),
+            None => self.find_again().await,
+        }
+    }
+
+    async fn find_again(&self) -> Result<Client, ClientError> {
+        let found = found(&self.discover).await;
+        if let Ok(mut b) = self.broker.lock() {
+            *b = found.clone();
+        }
+        found.map_err(ClientError::NotFound)
+    }
+
+    /// Calls the broker; one that cannot be reached (nothing was sent) is looked for
+    /// again and, when another is found, the call is made to it.
+    pub(crate) async fn call<M: Call>(
+        &self,
+        params: &[&str],
+        request: &M::Request,
+    ) -> Result<M::Response, ClientError> {
+        let client = self.client().await?;
+        match client.call::<M>(params, request).await {
+            Err(e @ ClientError::Unreachable { .. }) => {
+                let again = self.find_again().await.map_err(|_| e)?;
+                again.call::<M>(params, request).await
+            }
+            answered => answered,
+        }
     }
 
     /// A new conversation with the agent, once the agent is known to the broker.
     async fn new_session(&self) -> Result<String, RpcError> {
-        let client = self.client()?;
-        client
-            .call::<m::AgentShow>(&[&self.agent], &Empty {})
+        self.call::<m::AgentShow>(&[&self.agent], &Empty {})
             .await
             .map_err(broker_error)?;
         let (a, b) = if self.actor <= self.agent {
@@ -328,7 +384,7 @@ impl Server {
             participants: vec![a.clone(), b.clone()],
             parent: None,
         };
-        let conversation = match client.call::<m::ConversationAdd>(&[], &spec).await {
+        let conversation = match self.call::<m::ConversationAdd>(&[], &spec).await {
             Ok(c) => Some(c.spec.id),
             // An agent's token may not create conversations: the direct one it is in.
             Err(e) if e.code() == Some(ErrorCode::Unauthorized) => None,
@@ -361,12 +417,10 @@ impl Server {
 
     /// Reopens conversation `id` and replays its messages as session updates.
     async fn load_session(&self, id: String) -> Result<(), RpcError> {
-        let client = self.client()?;
-        client
-            .call::<m::AgentShow>(&[&self.agent], &Empty {})
+        self.call::<m::AgentShow>(&[&self.agent], &Empty {})
             .await
             .map_err(broker_error)?;
-        let messages = client
+        let messages = self
             .call::<m::ConversationRead>(
                 &[&id],
                 &MessagesQuery {
@@ -395,7 +449,7 @@ impl Server {
 
     /// `session/cancel`: interrupts the session's flight, or marks the prompt whose
     /// invocation is on its way so it is interrupted as soon as its flight is known.
-    fn cancel(&self, session_id: &str, tasks: &mut JoinSet<()>) {
+    fn cancel(self: &Arc<Self>, session_id: &str, tasks: &mut JoinSet<()>) {
         let flight = {
             let Ok(mut sessions) = self.sessions.lock() else {
                 return;
@@ -406,9 +460,9 @@ impl Server {
             turn.cancelled = true;
             turn.flight.clone()
         };
-        if let (Some(flight), Ok(client)) = (flight, self.client()) {
-            let client = client.clone();
-            tasks.spawn(async move { turn::interrupt(&client, &flight).await });
+        if let Some(flight) = flight {
+            let server = self.clone();
+            tasks.spawn(async move { turn::interrupt(&server, &flight).await });
         }
     }
 
@@ -432,11 +486,22 @@ impl Server {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id.clone(), tx);
         }
+        // A request given up before its answer (its flight ended, the prompt's task
+        // stopped) is withdrawn, so the editor closes what asks for it.
         struct Forget<'a>(&'a Server, RequestId);
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
-                if let Ok(mut p) = self.0.pending.lock() {
-                    p.remove(&self.1);
+                let unanswered = self
+                    .0
+                    .pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&self.1));
+                if unanswered.is_some() {
+                    self.0.send(&Message::notification(
+                        method::CANCEL_REQUEST,
+                        serde_json::json!({ "requestId": self.1 }),
+                    ));
                 }
             }
         }
@@ -457,6 +522,16 @@ impl Server {
 
     fn send_value(&self, value: Value) {
         let _ = self.out.send(value.to_string());
+    }
+}
+
+/// The broker `discover` finds (reading the data dir's api.json off the async
+/// threads), or why none was.
+async fn found(discover: &Discover) -> Result<Client, String> {
+    let discover = discover.clone();
+    match tokio::task::spawn_blocking(move || discover()).await {
+        Ok(found) => found.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("cannot look for the broker: {e}")),
     }
 }
 

@@ -15,18 +15,23 @@
 //! allow decides `accept`, reject `decline`, a prompt cancelled before the choice
 //! `cancel`, each decided by the actor `relay acp` runs as. An editor's error leaves the
 //! approval to be decided elsewhere (`relay approval decide`, the dashboard); so does a
-//! token that may not decide (an agent's).
+//! token that may not decide (an agent's), found out by the first refusal, after which
+//! no approval is asked of the editor.
+//! The permission's tool call (its id the approval's) then ends: `completed` when the
+//! command was allowed, `failed` when not; one still open when the flight ends (decided
+//! elsewhere, or never) ends by the approval's decision, which also closes the editor's
+//! dialog.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use relay_client::Client;
 use relay_protocol::acp::{
     method, ContentBlock, PermissionOption, PermissionOptionKind, PermissionOutcome, PromptRequest,
-    RequestPermissionRequest, RequestPermissionResponse, RpcError, StopReason, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolKind,
+    RequestPermissionRequest, RequestPermissionResponse, RpcError, SessionUpdate, StopReason,
+    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
-use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty};
+use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty, ErrorCode};
 use relay_protocol::domain::{
     Approval, ApprovalDecision, ApprovalKind, FlightChange, FlightState, FlightUpdate,
     InvokeRequest,
@@ -35,8 +40,8 @@ use relay_protocol::methods::call as m;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
-use super::updates::{agent_text, Translator};
-use super::{broker_error, Answer, Server, Turn};
+use super::updates::{agent_text, Translator, OUTPUT_EVERY};
+use super::{broker_error, params_of, Answer, Server, Turn};
 use crate::commands::ask;
 use crate::terminal::errln;
 
@@ -44,25 +49,71 @@ use crate::terminal::errln;
 const ALLOW: &str = "allow_once";
 const REJECT: &str = "reject_once";
 
-/// Serves `session/prompt`.
-pub(super) async fn prompt(server: &Arc<Server>, req: PromptRequest) -> Answer {
-    let client = server.client()?.clone();
+/// A prompt whose turn has begun in its session: what [`prompt`] runs. Made when the
+/// request's line is read, before any later line, so a `session/cancel` right behind
+/// the prompt finds its turn (the request's task may not have run yet). Dropped, it
+/// ends the turn.
+pub(super) struct Begun {
+    text: String,
+    conversation: Option<String>,
+    end: EndTurn,
+}
+
+/// Begins a `session/prompt`: refused for bad params, an empty prompt, no broker, an
+/// unknown session or one whose prompt still runs.
+pub(super) fn begin(server: &Arc<Server>, params: Value) -> Result<Begun, RpcError> {
+    let req: PromptRequest = params_of(params)?;
     let text = prompt_text(&req.prompt)?;
-    let session = req.session_id;
-    let conversation = server.begin(&session)?;
+    let conversation = server.begin(&req.session_id)?;
+    Ok(Begun {
+        text,
+        conversation,
+        end: EndTurn(server.clone(), req.session_id),
+    })
+}
+
+/// Serves a begun `session/prompt`. Once cancelled it answers `cancelled`, whatever
+/// failed meanwhile (ACP: a cancellation is not shown as an error).
+pub(super) async fn prompt(server: &Arc<Server>, begun: Begun) -> Answer {
+    let Begun {
+        text,
+        conversation,
+        end,
+    } = begun;
     // The session's turn ends with this call, however it ends.
-    let _end = EndTurn(server, &session);
+    let session = end.1.clone();
+    match run(server, &session, text, conversation).await {
+        Err(e) if server.was_cancelled(&session) => {
+            errln!("relay acp: a cancelled prompt ended with an error: {e}");
+            Ok(stop(StopReason::Cancelled))
+        }
+        answer => answer,
+    }
+}
+
+async fn run(
+    server: &Arc<Server>,
+    session: &str,
+    text: String,
+    conversation: Option<String>,
+) -> Answer {
+    let session = session.to_string();
     let invoke = InvokeRequest {
         requester: server.actor.clone(),
         conversation,
         ..InvokeRequest::new(server.agent.clone(), text)
     };
-    let accepted = ask::invoke(&client, &invoke).await.map_err(broker_error)?;
+    let accepted = server
+        .call::<m::Invoke>(&[], &invoke)
+        .await
+        .map_err(broker_error)?;
     let flight = accepted.flight.id;
     if server.running(&session, &flight) {
         // Cancelled while the invocation was on its way.
-        interrupt(&client, &flight).await;
+        interrupt(server, &flight).await;
     }
+    // The broker the invocation reached (found again if it had to be).
+    let client = server.client().await.map_err(broker_error)?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<FlightUpdate>();
     let followed = ask::follow(&client, &flight, move |f| {
         if let ask::Followed::Update(u) = f {
@@ -71,8 +122,11 @@ pub(super) async fn prompt(server: &Arc<Server>, req: PromptRequest) -> Answer {
     });
     tokio::pin!(followed);
     let mut tr = Translator::default();
-    let mut asks: JoinSet<()> = JoinSet::new();
+    let mut asks: JoinSet<Option<String>> = JoinSet::new();
     let mut asked = HashSet::new();
+    let mut closed = HashSet::new();
+    let mut held = tokio::time::interval(OUTPUT_EVERY);
+    held.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended = loop {
         tokio::select! {
             biased;
@@ -81,13 +135,20 @@ pub(super) async fn prompt(server: &Arc<Server>, req: PromptRequest) -> Answer {
                     server.update(&session, update);
                 }
                 if matches!(u.change, FlightChange::State { to: FlightState::Waiting, .. }) {
-                    ask_approvals(server, &client, &session, &flight, &mut asked, &mut asks).await;
+                    ask_approvals(server, &session, &flight, &mut asked, &mut asks).await;
                 }
             }
             // A decision made: another approval may wait (a flight already waiting
             // does not say so again).
-            Some(_) = asks.join_next() => {
-                ask_approvals(server, &client, &session, &flight, &mut asked, &mut asks).await;
+            Some(done) = asks.join_next() => {
+                closed.extend(done.ok().flatten());
+                ask_approvals(server, &session, &flight, &mut asked, &mut asks).await;
+            }
+            // Command output held back, shown once its time has come.
+            _ = held.tick() => {
+                for update in tr.flush() {
+                    server.update(&session, update);
+                }
             }
             ended = &mut followed => break ended,
         }
@@ -97,8 +158,15 @@ pub(super) async fn prompt(server: &Arc<Server>, req: PromptRequest) -> Answer {
             server.update(&session, update);
         }
     }
+    for update in tr.flush_all() {
+        server.update(&session, update);
+    }
     // The flight ended: a question still open in the editor has no one to answer.
-    asks.shutdown().await;
+    asks.abort_all();
+    while let Some(done) = asks.join_next().await {
+        closed.extend(done.ok().flatten());
+    }
+    close_open_asks(server, &session, asked.difference(&closed)).await;
     let f = ended.map_err(|e| {
         RpcError::new(
             RpcError::INTERNAL_ERROR,
@@ -155,8 +223,8 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, RpcError> {
 }
 
 /// Interrupts `flight`, saying on stderr when it cannot (it may have just ended).
-pub(super) async fn interrupt(client: &Client, flight: &str) {
-    if let Err(e) = client
+pub(super) async fn interrupt(server: &Server, flight: &str) {
+    if let Err(e) = server
         .call::<m::FlightInterrupt>(&[flight], &Empty {})
         .await
     {
@@ -167,13 +235,16 @@ pub(super) async fn interrupt(client: &Client, flight: &str) {
 /// Asks the editor about each pending approval of `flight` not asked yet.
 async fn ask_approvals(
     server: &Arc<Server>,
-    client: &Client,
     session: &str,
     flight: &str,
     asked: &mut HashSet<String>,
-    asks: &mut JoinSet<()>,
+    asks: &mut JoinSet<Option<String>>,
 ) {
-    let pending = client
+    if !server.may_decide.load(Ordering::Relaxed) {
+        // Its token may not decide (an agent's): the approvals wait for whoever may.
+        return;
+    }
+    let pending = server
         .call::<m::ApprovalList>(
             &[],
             &ApprovalsQuery {
@@ -192,13 +263,16 @@ async fn ask_approvals(
         if approval.request.flight != flight || !asked.insert(approval.id.clone()) {
             continue;
         }
-        let (server, client, session) = (server.clone(), client.clone(), session.to_string());
-        asks.spawn(async move { ask_one(&server, &client, &session, approval).await });
+        let (server, session) = (server.clone(), session.to_string());
+        asks.spawn(async move { ask_one(&server, &session, approval).await });
     }
 }
 
-/// Asks the editor about one approval and decides it by the answer.
-async fn ask_one(server: &Server, client: &Client, session: &str, approval: Approval) {
+/// Asks the editor about one approval and decides it by the answer, then ends the
+/// permission's tool call (an editor shows it running until then). Its id when it did;
+/// `None` when the editor gave no answer (the approval is decided elsewhere and the
+/// tool call ended with the flight).
+async fn ask_one(server: &Server, session: &str, approval: Approval) -> Option<String> {
     let answer = server
         .request(
             method::REQUEST_PERMISSION,
@@ -218,29 +292,90 @@ async fn ask_one(server: &Server, client: &Client, session: &str, approval: Appr
                 "relay acp: the editor's answer about approval {} cannot be read ({e}); it waits for a decision elsewhere",
                 approval.id
             );
-            return;
+            return None;
         }
         Err(e) => {
             errln!(
                 "relay acp: the editor did not decide approval {} ({e}); it waits for a decision elsewhere",
                 approval.id
             );
-            return;
+            return None;
         }
     };
     let decide = DecideApproval {
         decision,
         decided_by: server.actor.clone(),
     };
-    if let Err(e) = client
+    let decided = server
         .call::<m::ApprovalDecide>(&[&approval.id], &decide)
+        .await;
+    let status = match decided {
+        Ok(a) => ask_status(a.decision),
+        Err(e) if e.code() == Some(ErrorCode::Unauthorized) => {
+            // Not ours to decide: no more are asked; this one's tool call ends with
+            // the flight, by the decision made elsewhere.
+            server.may_decide.store(false, Ordering::Relaxed);
+            errln!(
+                "relay acp: {} may not decide approvals ({e}); approval {} waits for a decision elsewhere (relay approval decide, the dashboard)",
+                server.actor,
+                approval.id
+            );
+            return None;
+        }
+        Err(e) => {
+            errln!(
+                "relay acp: cannot decide approval {} ({}): {e}",
+                approval.id,
+                decision.as_str()
+            );
+            ToolCallStatus::Failed
+        }
+    };
+    server.update(session, ask_end(&approval.id, status));
+    Some(approval.id)
+}
+
+/// How a permission's tool call ends: completed when the command was allowed, failed
+/// when not (declined, cancelled, or never decided).
+fn ask_status(decision: Option<ApprovalDecision>) -> ToolCallStatus {
+    match decision {
+        Some(ApprovalDecision::Accept) => ToolCallStatus::Completed,
+        _ => ToolCallStatus::Failed,
+    }
+}
+
+fn ask_end(approval: &str, status: ToolCallStatus) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+        tool_call_id: approval.to_string(),
+        status: Some(status),
+        ..Default::default()
+    })
+}
+
+/// The flight ended with permission requests still open in the editor (not answered,
+/// or decided elsewhere): ends their tool calls by the approvals' decisions, which also
+/// closes an editor's dialog that waits for an answer no one takes any more.
+async fn close_open_asks<'a>(
+    server: &Server,
+    session: &str,
+    open: impl Iterator<Item = &'a String>,
+) {
+    let open: Vec<&String> = open.collect();
+    if open.is_empty() {
+        return;
+    }
+    let all = server
+        .call::<m::ApprovalList>(
+            &[],
+            &ApprovalsQuery {
+                state: Some("all".into()),
+            },
+        )
         .await
-    {
-        errln!(
-            "relay acp: cannot decide approval {} ({}): {e}",
-            approval.id,
-            decision.as_str()
-        );
+        .unwrap_or_default();
+    for id in open {
+        let decision = all.iter().find(|a| &a.id == id).and_then(|a| a.decision);
+        server.update(session, ask_end(id, ask_status(decision)));
     }
 }
 
@@ -289,13 +424,13 @@ pub(super) fn permission_request(session: &str, approval: &Approval) -> RequestP
     }
 }
 
-/// Clears the session's turn when the prompt's call ends.
-struct EndTurn<'a>(&'a Server, &'a str);
+/// Clears the session's turn when the prompt's call ends (or never runs).
+struct EndTurn(Arc<Server>, String);
 
-impl Drop for EndTurn<'_> {
+impl Drop for EndTurn {
     fn drop(&mut self) {
         if let Ok(mut sessions) = self.0.sessions.lock() {
-            if let Some(s) = sessions.get_mut(self.1) {
+            if let Some(s) = sessions.get_mut(&self.1) {
                 s.turn = None;
             }
         }

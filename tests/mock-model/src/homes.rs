@@ -70,7 +70,25 @@ pub fn gemini_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
 /// disabled: otherwise a session's first prompt also sends a title request (streamed,
 /// no tools, system prompt "You are a title generator") in parallel with the turn's
 /// own, which races a scripted reply queue.
+///
+/// It also writes an empty `node_modules` and a `package.json` + `package-lock.json`
+/// that already list `@opencode-ai/plugin`: at every start OpenCode npm-installs that
+/// package into each writable config folder lacking it (even with `OPENCODE_PURE`), a
+/// fetch from registry.npmjs.org (checked with strace). Its check is only that
+/// `node_modules` exists and the lock file names every dependency.
 pub fn write_opencode_home(home: &Path, base_url: &str) -> std::io::Result<()> {
+    let plugin = json!({"@opencode-ai/plugin": "*"});
+    write_json(
+        home,
+        ".config/opencode/package.json",
+        &json!({"dependencies": plugin}),
+    )?;
+    write_json(
+        home,
+        ".config/opencode/package-lock.json",
+        &json!({"lockfileVersion": 3, "packages": {"": {"dependencies": plugin}}}),
+    )?;
+    std::fs::create_dir_all(home.join(".config/opencode/node_modules"))?;
     write_json(
         home,
         ".config/opencode/opencode.json",

@@ -323,6 +323,17 @@ fn acp_homes_point_each_cli_at_the_mock() {
     assert_eq!(config["model"], "mock/mock-model");
     assert_eq!(config["permission"]["bash"], "ask");
     assert_eq!(config["agent"]["title"]["disable"], true);
+    // What keeps OpenCode from npm-installing its plugin package at start.
+    let config_dir = home.join(".config/opencode");
+    assert!(config_dir.join("node_modules").is_dir());
+    let lock = read_json(config_dir.join("package-lock.json"));
+    let package = read_json(config_dir.join("package.json"));
+    for deps in [
+        &package["dependencies"],
+        &lock["packages"][""]["dependencies"],
+    ] {
+        assert!(deps.get("@opencode-ai/plugin").is_some(), "{deps}");
+    }
     let env = opencode_env(&home);
     assert_eq!(env_value(&env, "OPENCODE_PURE"), "1");
     assert_eq!(env_value(&env, "OPENCODE_DISABLE_MODELS_FETCH"), "1");

@@ -5,7 +5,10 @@
 //! The ACP CLIs' shape: `write_<cli>_home(home, …)` writes the settings into `home` (a
 //! fresh folder per agent: each CLI keeps its sessions there too), and
 //! `<cli>_env(home, …)` returns the variables to run it with, `HOME` included (see
-//! [`codex_env`] for why `HOME` is never the real one). Both are needed.
+//! [`codex_env`] for why `HOME` is never the real one), and `TMPDIR` = `home/tmp`
+//! (which `write_<cli>_home` creates): Gemini CLI writes an error report file to the
+//! temporary folder when a turn fails, and Qwen Code a `qwen-socks-<hash>` folder it
+//! leaves behind when killed. Both are needed.
 
 use std::path::Path;
 
@@ -17,8 +20,14 @@ fn pairs(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes `value` as pretty JSON to `home/rel`, creating the folders.
+/// `home/tmp`, the agent's `TMPDIR`.
+fn tmp_dir(home: &Path) -> String {
+    home.join("tmp").display().to_string()
+}
+
+/// Writes `value` as pretty JSON to `home/rel`, creating the folders and `home/tmp`.
 fn write_json(home: &Path, rel: &str, value: &Value) -> std::io::Result<()> {
+    std::fs::create_dir_all(home.join("tmp"))?;
     let path = home.join(rel);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -54,9 +63,11 @@ pub fn write_gemini_home(home: &Path) -> std::io::Result<()> {
 /// `GEMINI_CLI_NO_RELAUNCH` (else it re-spawns itself with more heap: two processes),
 /// and `HOME`.
 pub fn gemini_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
+    let tmp = tmp_dir(home);
     let home = home.display().to_string();
     pairs(&[
         ("HOME", &home),
+        ("TMPDIR", &tmp),
         ("GOOGLE_GEMINI_BASE_URL", base_url),
         ("GEMINI_API_KEY", "dummy"),
         ("GEMINI_CLI_NO_RELAUNCH", "true"),
@@ -119,6 +130,7 @@ pub fn opencode_env(home: &Path) -> Vec<(String, String)> {
     let home_s = home.display().to_string();
     pairs(&[
         ("HOME", &home_s),
+        ("TMPDIR", &tmp_dir(home)),
         ("XDG_CONFIG_HOME", &sub(".config")),
         ("XDG_DATA_HOME", &sub(".local/share")),
         ("XDG_CACHE_HOME", &sub(".cache")),
@@ -151,9 +163,11 @@ pub fn write_qwen_home(home: &Path) -> std::io::Result<()> {
 /// The variables for `qwen --acp` against the mock at `base_url` (the `/v1` URL):
 /// `OPENAI_API_KEY` (dummy), `OPENAI_BASE_URL`, `OPENAI_MODEL`, and `HOME`.
 pub fn qwen_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
+    let tmp = tmp_dir(home);
     let home = home.display().to_string();
     pairs(&[
         ("HOME", &home),
+        ("TMPDIR", &tmp),
         ("OPENAI_API_KEY", "dummy"),
         ("OPENAI_BASE_URL", base_url),
         ("OPENAI_MODEL", "mock-model"),

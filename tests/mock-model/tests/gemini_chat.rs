@@ -312,6 +312,11 @@ fn acp_homes_point_each_cli_at_the_mock() {
         "http://127.0.0.1:9"
     );
     assert_eq!(env_value(&env, "GEMINI_CLI_NO_RELAUNCH"), "true");
+    assert_eq!(
+        env_value(&env, "TMPDIR"),
+        home.join("tmp").display().to_string()
+    );
+    assert!(home.join("tmp").is_dir());
 
     let home = dir.path().join("opencode");
     write_opencode_home(&home, "http://127.0.0.1:9/v1").unwrap();

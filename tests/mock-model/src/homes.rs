@@ -160,8 +160,13 @@ pub fn write_qwen_home(home: &Path) -> std::io::Result<()> {
     )
 }
 
-/// The variables for `qwen --acp` against the mock at `base_url` (the `/v1` URL):
-/// `OPENAI_API_KEY` (dummy), `OPENAI_BASE_URL`, `OPENAI_MODEL`, and `HOME`.
+/// The variables for Qwen Code in ACP mode against the mock at `base_url` (the `/v1`
+/// URL): `OPENAI_API_KEY` (dummy), `OPENAI_BASE_URL`, `OPENAI_MODEL`, `HOME`, `TMPDIR`,
+/// and `QWEN_CODE_NO_RELAUNCH` (else `cli.js` re-spawns itself with more heap, and a
+/// `kill -9` of the first process leaves the second running).
+///
+/// Run it as `node --expose-gc <pkg>/cli.js --acp`: the `qwen` bin (`cli-entry.js`) always
+/// starts `cli.js` as a child process of its own, whatever the variables say.
 pub fn qwen_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
     let tmp = tmp_dir(home);
     let home = home.display().to_string();
@@ -171,6 +176,7 @@ pub fn qwen_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
         ("OPENAI_API_KEY", "dummy"),
         ("OPENAI_BASE_URL", base_url),
         ("OPENAI_MODEL", "mock-model"),
+        ("QWEN_CODE_NO_RELAUNCH", "true"),
     ])
 }
 

@@ -355,5 +355,6 @@ fn acp_homes_point_each_cli_at_the_mock() {
     let env = qwen_env(&home, "http://127.0.0.1:9/v1");
     assert_eq!(env_value(&env, "OPENAI_BASE_URL"), "http://127.0.0.1:9/v1");
     assert_eq!(env_value(&env, "OPENAI_MODEL"), "mock-model");
+    assert_eq!(env_value(&env, "QWEN_CODE_NO_RELAUNCH"), "true");
     assert_eq!(env_value(&env, "HOME"), home.display().to_string());
 }

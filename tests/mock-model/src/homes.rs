@@ -5,7 +5,10 @@
 //! The ACP CLIs' shape: `write_<cli>_home(home, …)` writes the settings into `home` (a
 //! fresh folder per agent: each CLI keeps its sessions there too), and
 //! `<cli>_env(home, …)` returns the variables to run it with, `HOME` included (see
-//! [`codex_env`] for why `HOME` is never the real one). Both are needed.
+//! [`codex_env`] for why `HOME` is never the real one), and `TMPDIR` = `home/tmp`
+//! (which `write_<cli>_home` creates): Gemini CLI writes an error report file to the
+//! temporary folder when a turn fails, and Qwen Code a `qwen-socks-<hash>` folder it
+//! leaves behind when killed. Both are needed.
 
 use std::path::Path;
 
@@ -17,8 +20,14 @@ fn pairs(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes `value` as pretty JSON to `home/rel`, creating the folders.
+/// `home/tmp`, the agent's `TMPDIR`.
+fn tmp_dir(home: &Path) -> String {
+    home.join("tmp").display().to_string()
+}
+
+/// Writes `value` as pretty JSON to `home/rel`, creating the folders and `home/tmp`.
 fn write_json(home: &Path, rel: &str, value: &Value) -> std::io::Result<()> {
+    std::fs::create_dir_all(home.join("tmp"))?;
     let path = home.join(rel);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -54,9 +63,11 @@ pub fn write_gemini_home(home: &Path) -> std::io::Result<()> {
 /// `GEMINI_CLI_NO_RELAUNCH` (else it re-spawns itself with more heap: two processes),
 /// and `HOME`.
 pub fn gemini_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
+    let tmp = tmp_dir(home);
     let home = home.display().to_string();
     pairs(&[
         ("HOME", &home),
+        ("TMPDIR", &tmp),
         ("GOOGLE_GEMINI_BASE_URL", base_url),
         ("GEMINI_API_KEY", "dummy"),
         ("GEMINI_CLI_NO_RELAUNCH", "true"),
@@ -70,7 +81,25 @@ pub fn gemini_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
 /// disabled: otherwise a session's first prompt also sends a title request (streamed,
 /// no tools, system prompt "You are a title generator") in parallel with the turn's
 /// own, which races a scripted reply queue.
+///
+/// It also writes an empty `node_modules` and a `package.json` + `package-lock.json`
+/// that already list `@opencode-ai/plugin`: at every start OpenCode npm-installs that
+/// package into each writable config folder lacking it (even with `OPENCODE_PURE`), a
+/// fetch from registry.npmjs.org (checked with strace). Its check is only that
+/// `node_modules` exists and the lock file names every dependency.
 pub fn write_opencode_home(home: &Path, base_url: &str) -> std::io::Result<()> {
+    let plugin = json!({"@opencode-ai/plugin": "*"});
+    write_json(
+        home,
+        ".config/opencode/package.json",
+        &json!({"dependencies": plugin}),
+    )?;
+    write_json(
+        home,
+        ".config/opencode/package-lock.json",
+        &json!({"lockfileVersion": 3, "packages": {"": {"dependencies": plugin}}}),
+    )?;
+    std::fs::create_dir_all(home.join(".config/opencode/node_modules"))?;
     write_json(
         home,
         ".config/opencode/opencode.json",
@@ -101,6 +130,7 @@ pub fn opencode_env(home: &Path) -> Vec<(String, String)> {
     let home_s = home.display().to_string();
     pairs(&[
         ("HOME", &home_s),
+        ("TMPDIR", &tmp_dir(home)),
         ("XDG_CONFIG_HOME", &sub(".config")),
         ("XDG_DATA_HOME", &sub(".local/share")),
         ("XDG_CACHE_HOME", &sub(".cache")),
@@ -130,15 +160,23 @@ pub fn write_qwen_home(home: &Path) -> std::io::Result<()> {
     )
 }
 
-/// The variables for `qwen --acp` against the mock at `base_url` (the `/v1` URL):
-/// `OPENAI_API_KEY` (dummy), `OPENAI_BASE_URL`, `OPENAI_MODEL`, and `HOME`.
+/// The variables for Qwen Code in ACP mode against the mock at `base_url` (the `/v1`
+/// URL): `OPENAI_API_KEY` (dummy), `OPENAI_BASE_URL`, `OPENAI_MODEL`, `HOME`, `TMPDIR`,
+/// and `QWEN_CODE_NO_RELAUNCH` (else `cli.js` re-spawns itself with more heap, and a
+/// `kill -9` of the first process leaves the second running).
+///
+/// Run it as `node --expose-gc <pkg>/cli.js --acp`: the `qwen` bin (`cli-entry.js`) always
+/// starts `cli.js` as a child process of its own, whatever the variables say.
 pub fn qwen_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
+    let tmp = tmp_dir(home);
     let home = home.display().to_string();
     pairs(&[
         ("HOME", &home),
+        ("TMPDIR", &tmp),
         ("OPENAI_API_KEY", "dummy"),
         ("OPENAI_BASE_URL", base_url),
         ("OPENAI_MODEL", "mock-model"),
+        ("QWEN_CODE_NO_RELAUNCH", "true"),
     ])
 }
 

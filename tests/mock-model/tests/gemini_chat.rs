@@ -312,6 +312,11 @@ fn acp_homes_point_each_cli_at_the_mock() {
         "http://127.0.0.1:9"
     );
     assert_eq!(env_value(&env, "GEMINI_CLI_NO_RELAUNCH"), "true");
+    assert_eq!(
+        env_value(&env, "TMPDIR"),
+        home.join("tmp").display().to_string()
+    );
+    assert!(home.join("tmp").is_dir());
 
     let home = dir.path().join("opencode");
     write_opencode_home(&home, "http://127.0.0.1:9/v1").unwrap();
@@ -323,6 +328,17 @@ fn acp_homes_point_each_cli_at_the_mock() {
     assert_eq!(config["model"], "mock/mock-model");
     assert_eq!(config["permission"]["bash"], "ask");
     assert_eq!(config["agent"]["title"]["disable"], true);
+    // What keeps OpenCode from npm-installing its plugin package at start.
+    let config_dir = home.join(".config/opencode");
+    assert!(config_dir.join("node_modules").is_dir());
+    let lock = read_json(config_dir.join("package-lock.json"));
+    let package = read_json(config_dir.join("package.json"));
+    for deps in [
+        &package["dependencies"],
+        &lock["packages"][""]["dependencies"],
+    ] {
+        assert!(deps.get("@opencode-ai/plugin").is_some(), "{deps}");
+    }
     let env = opencode_env(&home);
     assert_eq!(env_value(&env, "OPENCODE_PURE"), "1");
     assert_eq!(env_value(&env, "OPENCODE_DISABLE_MODELS_FETCH"), "1");
@@ -339,5 +355,6 @@ fn acp_homes_point_each_cli_at_the_mock() {
     let env = qwen_env(&home, "http://127.0.0.1:9/v1");
     assert_eq!(env_value(&env, "OPENAI_BASE_URL"), "http://127.0.0.1:9/v1");
     assert_eq!(env_value(&env, "OPENAI_MODEL"), "mock-model");
+    assert_eq!(env_value(&env, "QWEN_CODE_NO_RELAUNCH"), "true");
     assert_eq!(env_value(&env, "HOME"), home.display().to_string());
 }

@@ -33,7 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness, ProgramInfo};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::mpsc;
 
@@ -275,6 +275,12 @@ pub trait HarnessSession: Send + Sync {
 
     /// The last lines the agent wrote on stderr (empty where there is none).
     fn stderr_tail(&self) -> String;
+
+    /// What the agent's program said of itself when it started (an ACP agent's
+    /// `initialize`), once the session is open; `None` for a harness that says nothing.
+    fn program(&self) -> Option<ProgramInfo> {
+        None
+    }
 
     /// Stops the session and returns once it is gone; the events then end with
     /// [`HarnessEvent::ProcessExited`]. Idempotent.

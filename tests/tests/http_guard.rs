@@ -173,6 +173,90 @@ async fn agent_streams_are_capped_and_the_operator_keeps_its_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_anonymous_login_page_cannot_keep_the_operators_slot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        // Idle connections are not closed during the test: only the guard frees a slot.
+        &["--max-connections", "2", "--header-timeout-ms", "600000"],
+        &[("RELAY_RESERVED_CONNECTIONS", "1")],
+    )
+    .unwrap();
+    let agents = add_instant_agents(&relay, 1, None);
+    let token = agent_token(&relay, &agents[0]);
+    let watch = format!("/v1/watch?agent={}", agents[0]);
+    // An agent's streams hold every general slot.
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let s = open(&relay, &token, &watch).await;
+        assert_eq!(s.status().as_u16(), 200);
+        streams.push(s);
+    }
+    // Anyone, without a token, takes the operator's slot with `GET /login` (no code):
+    // the page answers, and the slot must not stay this client's (it would send the
+    // same request again, and keep it for ever).
+    let mut conn = tokio::net::TcpStream::connect(addr(&relay)).await.unwrap();
+    let head = format!("GET /login HTTP/1.1\r\nhost: {}\r\n\r\n", addr(&relay));
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GUARD, conn.read_to_end(&mut answer))
+        .await
+        .expect("the broker kept an anonymous login page's connection in the operator's reserve")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    // The operator gets in.
+    wait_until("the operator's status to answer", GUARD, || async {
+        relay
+            .cli(&["status", "--json"])
+            .status
+            .success()
+            .then_some(())
+    })
+    .await;
+    drop(streams);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_that_is_not_one_yet_does_not_take_the_operators_slot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProcess::start_with(
+        &tmp.path().join("data"),
+        // Heads may take their time: only the slots' policy lets the operator in.
+        &["--max-connections", "1", "--header-timeout-ms", "600000"],
+        &[("RELAY_RESERVED_CONNECTIONS", "1")],
+    )
+    .unwrap();
+    let agents = add_instant_agents(&relay, 1, None);
+    let token = agent_token(&relay, &agents[0]);
+    // An agent's stream holds the general slot.
+    let stream = open(&relay, &token, &format!("/v1/watch?agent={}", agents[0])).await;
+    assert_eq!(stream.status().as_u16(), 200);
+    // Empty lines before a request line (which HTTP skips), and a head that goes on
+    // past what the broker reads before it gives a slot: neither is a whole head yet.
+    let not_yet = [b"\r\n\r\n".to_vec(), {
+        let mut long = b"GET /v1/status HTTP/1.1\r\nx-long: ".to_vec();
+        long.resize(70 * 1024, b'a');
+        long
+    }];
+    for bytes in not_yet {
+        let mut conn = tokio::net::TcpStream::connect(addr(&relay)).await.unwrap();
+        conn.write_all(&bytes).await.unwrap();
+        for poll in 0..10 {
+            let out = relay.cli(&["status", "--json"]);
+            assert!(
+                out.status.success(),
+                "poll {poll} after {} bytes of a head: {}",
+                bytes.len(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        drop(conn);
+    }
+    drop(stream);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn streams_asked_at_once_are_held_up_to_the_cap_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProcess::start_with(

@@ -19,7 +19,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ),
     (
         "Agents and conversations",
-        &["agent", "conversation", "reply", "mcp"],
+        &["agent", "conversation", "reply", "mcp", "acp"],
     ),
     (
         "Running Relay",
@@ -118,6 +118,28 @@ While it waits, a status line on stderr says what the agent is doing (on a termi
 notes and approvals go to stderr as lines (in a pipe). Ctrl-C interrupts the flight and
 says how to follow it; a second Ctrl-C leaves it running and exits. A broker restart is
 followed through: the reply goes on from where it was.";
+
+pub const ACP: &str = "\
+The broker comes from RELAY_URL + RELAY_TOKEN (an agent's session has both), or the data
+dir's api.json (--data-dir, RELAY_DATA_DIR). stdout carries only the protocol (JSON-RPC,
+one message a line); relay acp's own words go to stderr.
+
+Zed (settings.json):
+  \"agent_servers\": {
+    \"Relay codex-1\": { \"type\": \"custom\", \"command\": \"relay\", \"args\": [\"acp\", \"codex-1\"] }
+  }
+JetBrains (~/.jetbrains/acp.json), Neovim (CodeCompanion, avante.nvim), Emacs
+(agent-shell): an ACP agent whose command is `relay` with the arguments `acp AGENT`
+(add \"env\": {\"RELAY_DATA_DIR\": \"...\"} for a broker with another data dir).
+
+What the editor sees: each session is a Relay conversation (its id is the session id,
+so a session is reopened with its history by any later relay acp); each prompt asks
+AGENT in it, streaming its text, thoughts, commands and plan; each approval the flight
+waits for is a permission request (allow once or reject; decided as --as); cancel
+interrupts the flight. A failed flight answers the prompt with an error. The editor's
+cwd and MCP servers are not used: AGENT works in its own cwd with its own tools, and no
+file or terminal access is asked of the editor. Flights still running when the editor
+quits go on in Relay.";
 
 pub const SEND: &str = "\
 Examples:

@@ -10,8 +10,9 @@
 //!   (`commands::serve`);
 //! - `relay doctor`, the check of a stopped broker's data dir (`commands::doctor`);
 //! - the client commands (`commands`: status, messages and conversations, events,
-//!   agents, flights and `ask`, approvals, `replay`, and `relay mcp`, the same as MCP
-//!   tools on stdio), which find a running broker and talk to it through
+//!   agents, flights and `ask`, approvals, `replay`; `relay mcp`, the same as MCP
+//!   tools on stdio; `relay acp`, an agent as an ACP agent on stdio for editors), which
+//!   find a running broker and talk to it through
 //!   [`relay_client`], its HTTP API, and print through `views` (JSON, one-line summaries, the live view of
 //!   `relay ask`, replay transcripts).
 //!

@@ -155,18 +155,43 @@ pub(super) async fn guard(State(s): State<ApiState>, req: Request, next: Next) -
         );
         return response;
     }
-    if conn.is_some_and(|c| c.pool == Pool::Reserve) && !operators(&s, &req) {
-        return overloaded(
-            "the broker's connections are all in use; the few it keeps for the operator take the operator's token or a dashboard login"
-                .into(),
-        );
+    if conn.is_some_and(|c| c.pool == Pool::Reserve) {
+        match operators(&s, &req) {
+            Operator::No => {
+                return overloaded(
+                    "the broker's connections are all in use; the few it keeps for the operator take the operator's token or a dashboard login"
+                        .into(),
+                );
+            }
+            // Anyone may send one (its code is checked by the page): the connection is
+            // closed after it, or a client repeating it would keep the operator's slot.
+            // A browser that logged in comes back with the cookie.
+            Operator::LoginLink => {
+                let mut response = next.run(req).await;
+                response.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                return response;
+            }
+            Operator::Yes => {}
+        }
     }
     next.run(req).await
 }
 
+/// Whose a request on a reserve slot is.
+enum Operator {
+    /// The operator's token, or a dashboard login's cookie.
+    Yes,
+    /// A login link being spent (`/login`, no token or cookie): maybe the operator's.
+    LoginLink,
+    No,
+}
+
 /// Whether `req` is the operator's: its token, a dashboard login's cookie, or a login
 /// link being spent.
-fn operators(s: &ApiState, req: &Request) -> bool {
+fn operators(s: &ApiState, req: &Request) -> Operator {
     let headers = req.headers();
     let token = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -175,8 +200,11 @@ fn operators(s: &ApiState, req: &Request) -> bool {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match token {
-        Some(t) => crate::seal::token_matches(t.as_bytes(), s.token.as_bytes()),
-        None => s.web.login(headers).is_some() || req.uri().path() == "/login",
+        Some(t) if crate::seal::token_matches(t.as_bytes(), s.token.as_bytes()) => Operator::Yes,
+        Some(_) => Operator::No,
+        None if s.web.login(headers).is_some() => Operator::Yes,
+        None if req.uri().path() == "/login" => Operator::LoginLink,
+        None => Operator::No,
     }
 }
 

@@ -150,7 +150,7 @@ pub async fn serve(
                         "connection limit reached; refusing new connections until some close"
                     );
                 }
-                refuse(stream, max).await;
+                answer_and_close(&mut stream, &refusal(max)).await;
                 return;
             };
             full.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -209,53 +209,82 @@ async fn stalled(conn: &super::slots::Conn, stall: Duration) {
 /// Connections waiting for their first request head, at least (see `serve`).
 const MIN_UNPROVEN: usize = 256;
 
-/// Most bytes of a request head read before a connection takes a slot; past it, the
-/// connection is served and the HTTP parser refuses the head.
+/// Most bytes of a request head read before a connection takes a slot; a head that goes
+/// on past it is answered `payload_too_large` and closed (it would hold a slot, proven,
+/// while the HTTP parser waits for the rest).
 const MAX_HEAD: usize = 64 * 1024;
 
-/// Reads a connection's first request head (up to its blank line, or [`MAX_HEAD`]);
-/// `None` if it ends first.
+/// Reads a connection's first request head (up to its blank line); `None` if it ends
+/// first, or goes on past [`MAX_HEAD`] (answered first). Empty lines before the request
+/// line are dropped, as HTTP skips them: they are no head, and would get a slot for a
+/// connection that has sent nothing yet.
 async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<bytes::Bytes> {
     use tokio::io::AsyncReadExt;
     let mut head = bytes::BytesMut::new();
-    while head.len() < MAX_HEAD && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+    loop {
+        let blank = head
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        let _ = head.split_to(blank);
+        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+            return Some(head.freeze());
+        }
+        if head.len() >= MAX_HEAD {
+            let answer = closing_answer(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "the request head is over the broker's limit of {} KiB",
+                    MAX_HEAD / 1024
+                ),
+            );
+            answer_and_close(stream, &answer).await;
+            return None;
+        }
         match stream.read_buf(&mut head).await {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
     }
-    Some(head.freeze())
-}
-
-/// Answers a connection over the cap `overloaded` (then it is closed). Its request head
-/// was read: an HTTP client takes an answer that comes before its request was sent as
-/// a broken connection.
-async fn refuse(mut stream: tokio::net::TcpStream, max: usize) {
-    use tokio::io::AsyncWriteExt;
-    let response = refusal(max);
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream.write_all(response.as_bytes()).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
 }
 
 /// The `overloaded` answer of a connection over the cap.
 fn refusal(max: usize) -> String {
-    let code = ErrorCode::Overloaded;
+    closing_answer(
+        ErrorCode::Overloaded,
+        format!(
+            "the broker serves at most {max} connections at once (some kept for the operator); retry when one has closed"
+        ),
+    )
+}
+
+/// An error answer written before the connection is served (then it is closed); an
+/// `overloaded` one says when to retry.
+fn closing_answer(code: ErrorCode, message: String) -> String {
     let body = serde_json::to_string(&ErrorBody {
-        error: ApiError {
-            code,
-            message: format!(
-                "the broker serves at most {max} connections at once (some kept for the operator); retry when one has closed"
-            ),
-        },
+        error: ApiError { code, message },
     })
     .unwrap_or_default();
     let status =
         StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let retry = match code {
+        ErrorCode::Overloaded => format!("retry-after: {RETRY_AFTER_SECS}\r\n"),
+        _ => String::new(),
+    };
     format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{retry}connection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Writes `answer` to a connection not served (its request head was read: an HTTP client
+/// takes an answer that comes before its request was sent as a broken connection), then
+/// closes it.
+async fn answer_and_close(stream: &mut tokio::net::TcpStream, answer: &str) {
+    use tokio::io::AsyncWriteExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }

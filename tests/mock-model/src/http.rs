@@ -200,6 +200,23 @@ impl<'a> SseWriter<'a> {
     /// Writes `event: <kind>\ndata: <json>\n\n` as one chunk.
     pub async fn event(&mut self, kind: &str, data: &serde_json::Value) -> io::Result<()> {
         let payload = format!("event: {kind}\ndata: {data}\n\n");
+        self.write_chunk(&payload).await
+    }
+
+    /// Writes `data: <text>\n\n` as one chunk, with no `event:` line: the Gemini API and
+    /// chat completions streams name no events (chat completions ends with `[DONE]`).
+    pub async fn data(&mut self, data: &str) -> io::Result<()> {
+        let payload = format!("data: {data}\n\n");
+        self.write_chunk(&payload).await
+    }
+
+    /// Writes `text` as one chunk of its own, with no SSE framing (the Gemini API's
+    /// mid-stream error).
+    pub async fn raw(&mut self, text: &str) -> io::Result<()> {
+        self.write_chunk(text).await
+    }
+
+    async fn write_chunk(&mut self, payload: &str) -> io::Result<()> {
         let chunk = format!("{:x}\r\n{payload}\r\n", payload.len());
         self.stream.write_all(chunk.as_bytes()).await?;
         self.stream.flush().await

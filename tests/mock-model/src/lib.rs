@@ -1,28 +1,33 @@
 //! Mock model servers, so tests drive the real agent CLIs offline.
 //!
 //! Parts:
-//! - [`MockModel`]: one server on `127.0.0.1:<random port>` that speaks both APIs the
-//!   pinned CLIs use: OpenAI Responses (`POST …/responses`, Codex; `responses.rs`) and
-//!   Anthropic Messages (`POST …/messages`, Claude Code and Pi; `messages.rs`). Both
-//!   stream a `text/event-stream` built from the same [`Reply`]. `GET …/models` answers a
-//!   one-model list, `HEAD /` and `…/messages/count_tokens` answer too; anything else is
-//!   a 404 (and is recorded, so a test can see what a CLI asked for).
+//! - [`MockModel`]: one server on `127.0.0.1:<random port>` that speaks every API the
+//!   pinned CLIs use: OpenAI Responses (`POST …/responses`, Codex; `responses.rs`),
+//!   Anthropic Messages (`POST …/messages`, Claude Code and Pi; `messages.rs`), the
+//!   Gemini API (`POST …/models/<m>:streamGenerateContent` and `:generateContent`,
+//!   Gemini CLI; `gemini.rs`) and OpenAI chat completions (`POST …/chat/completions`,
+//!   OpenCode and Qwen Code; `chat.rs`). All render the same [`Reply`], streamed or as
+//!   one JSON body as the request asks. `GET …/models` answers a one-model list; `HEAD /`,
+//!   `…/messages/count_tokens` and `…:countTokens` answer too; anything else is a 404
+//!   (and is recorded, so a test can see what a CLI asked for).
 //! - [`Reply`]: what to answer one model request with: streamed text (optionally slow), a
-//!   function call (a Responses `function_call` item, or a Messages `tool_use` block; e.g.
-//!   an escalated `exec_command` that makes Codex ask for approval), a failure, or a hang
-//!   that never completes.
+//!   function call (a Responses `function_call` item, a Messages `tool_use` block, a
+//!   Gemini `functionCall` part or a chat `tool_calls` delta; e.g. an escalated
+//!   `exec_command` that makes Codex ask for approval, or [`Reply::shell_command`]), a
+//!   failure, or a hang that never completes.
 //! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers that
-//!   read the conversation the CLI sent in either API ([`all_input_text`]).
+//!   read the conversation the CLI sent in any of the APIs ([`all_input_text`]).
 //! - `requests.rs`: [`RecordedRequest`] and [`all_input_text`].
 //! - `homes.rs`: what points each CLI at the mock ([`write_codex_home`],
-//!   [`claude_env`], [`write_pi_dir`]).
+//!   [`claude_env`], [`write_pi_dir`], [`write_gemini_home`], [`write_opencode_home`],
+//!   [`write_qwen_home`] and their `*_env`).
 //!
 //! Depends on: none.
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
 //! - `homes`, `http`, `requests` -> none
-//! - `messages`, `responses` -> `http`
+//! - `chat`, `gemini`, `messages`, `responses` -> `http`
 //!
 //! Data flow: an accept loop spawns one task per connection; each reads one request,
 //! records it, picks a reply (the scripted queue first, then the handler set with
@@ -30,6 +35,8 @@
 //! and closes the connection. Dropping the [`MockModel`] stops the accept loop and every
 //! connection task, hanging ones included.
 
+mod chat;
+mod gemini;
 mod homes;
 mod http;
 mod messages;
@@ -38,7 +45,11 @@ mod responses;
 
 pub use requests::{all_input_text, RecordedRequest};
 
-pub use homes::{claude_env, codex_env, write_codex_home, write_codex_home_retrying, write_pi_dir};
+pub use homes::{
+    claude_env, codex_env, gemini_env, opencode_env, qwen_env, write_codex_home,
+    write_codex_home_retrying, write_gemini_home, write_opencode_home, write_pi_dir,
+    write_qwen_home, GEMINI_MODEL,
+};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -72,7 +83,9 @@ pub enum Reply {
         /// (`mcp__<server>__<tool>`), as each CLI names MCP tools.
         namespace: Option<String>,
     },
-    /// `response.created` then `response.failed` with this error.
+    /// A failure inside the stream: `response.created` then `response.failed` with this
+    /// error (Responses), an `error` event (Messages), an `error` chunk (Gemini, chat
+    /// completions; a 400 when not streamed). Only Responses and Messages send `code`.
     Failed { code: String, message: String },
     /// `response.created`, then nothing until the client goes away or the mock is dropped.
     Hang,
@@ -150,6 +163,17 @@ impl Reply {
         )
     }
 
+    /// The shell tool call of Gemini CLI (`run_shell_command`) and Qwen Code
+    /// (`run_shell_command`), `{"command": cmd, "description": description}`; OpenCode's
+    /// is [`Reply::function_call`] of `bash` with `{"command", "description"}`.
+    pub fn shell_command(call_id: impl Into<String>, cmd: &str, description: &str) -> Self {
+        Self::function_call(
+            call_id,
+            "run_shell_command",
+            &json!({"command": cmd, "description": description}),
+        )
+    }
+
     /// A `response.failed` event with a generic server error.
     pub fn failed(message: impl Into<String>) -> Self {
         Self::Failed {
@@ -177,7 +201,7 @@ type Handler = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
 struct State {
     queue: VecDeque<Reply>,
     handler: Option<Handler>,
-    /// Model requests (`POST …/responses` and `…/messages`).
+    /// Model requests (any [`Wire`]).
     model_requests: Vec<RecordedRequest>,
     /// Everything, model requests included, in arrival order.
     all_requests: Vec<RecordedRequest>,
@@ -201,8 +225,8 @@ impl Shared {
     }
 }
 
-/// A mock model server (OpenAI Responses and Anthropic Messages) on loopback. Dropping
-/// it stops it.
+/// A mock model server (OpenAI Responses, Anthropic Messages, Gemini, OpenAI chat
+/// completions) on loopback. Dropping it stops it.
 pub struct MockModel {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -232,12 +256,14 @@ impl MockModel {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, for clients that add `/v1` themselves (Anthropic style).
+    /// `http://127.0.0.1:PORT`, for clients that add the API's prefix themselves
+    /// (Anthropic's `/v1`, Gemini's `/v1beta`).
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// `http://127.0.0.1:PORT/v1`, the OpenAI-style base URL (Codex's `base_url`).
+    /// `http://127.0.0.1:PORT/v1`, the OpenAI-style base URL (Codex's `base_url`,
+    /// OpenCode's `baseURL`, Qwen Code's `OPENAI_BASE_URL`).
     pub fn url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
@@ -252,7 +278,7 @@ impl MockModel {
         self.shared.lock().handler = Some(Arc::new(handler));
     }
 
-    /// Model requests (`POST …/responses`) so far, in arrival order.
+    /// Model requests (any [`Wire`]) so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().model_requests.clone()
     }
@@ -290,6 +316,12 @@ enum Wire {
     Responses,
     /// Anthropic Messages (`POST …/messages`): Claude Code, Pi.
     Messages,
+    /// Gemini `POST …:streamGenerateContent`: Gemini CLI.
+    GeminiStream,
+    /// Gemini `POST …:generateContent` (one JSON answer): Gemini CLI's side requests.
+    GeminiWhole,
+    /// OpenAI chat completions (`POST …/chat/completions`): OpenCode, Qwen Code.
+    Chat,
 }
 
 /// Where the reply to a model request comes from.
@@ -364,6 +396,9 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     let wire = match recorded.method.as_str() {
         "POST" if recorded.path.ends_with("/responses") => Some(Wire::Responses),
         "POST" if recorded.path.ends_with("/messages") => Some(Wire::Messages),
+        "POST" if recorded.path.ends_with(":streamGenerateContent") => Some(Wire::GeminiStream),
+        "POST" if recorded.path.ends_with(":generateContent") => Some(Wire::GeminiWhole),
+        "POST" if recorded.path.ends_with("/chat/completions") => Some(Wire::Chat),
         _ => None,
     };
     let is_model = wire.is_some();
@@ -410,6 +445,9 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
             let body = json!({ "input_tokens": tokens }).to_string();
             return http::write_response(conn, 200, "application/json", body.as_bytes()).await;
         }
+        if recorded.method == "POST" && recorded.path.ends_with(":countTokens") {
+            return gemini::count_tokens(conn, &recorded).await;
+        }
         tracing::info!(method = %recorded.method, path = %recorded.path, "mock model: unknown path");
         return http::write_response(
             conn,
@@ -430,6 +468,9 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     }
     match wire {
         Some(Wire::Messages) => messages::stream(conn, shared, &recorded, reply).await,
+        Some(Wire::GeminiStream) => gemini::stream(conn, shared, &recorded, reply).await,
+        Some(Wire::GeminiWhole) => gemini::generate(conn, shared, &recorded, reply).await,
+        Some(Wire::Chat) => chat::complete(conn, shared, &recorded, reply).await,
         _ => responses::stream(conn, shared, &recorded, reply).await,
     }
 }

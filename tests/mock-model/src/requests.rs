@@ -1,5 +1,7 @@
 //! What the mock records of each request ([`RecordedRequest`]), and the readers of the
-//! conversation a CLI sent in either API ([`all_input_text`]).
+//! conversation a CLI sent in any of the APIs ([`all_input_text`]): a Responses `input`,
+//! a `messages` list (Anthropic Messages, or chat completions with `tool_calls` and
+//! `role: "tool"` messages), or Gemini `contents` with `parts`.
 
 use serde_json::Value;
 
@@ -30,9 +32,14 @@ impl RecordedRequest {
         self.array("input")
     }
 
-    /// The `messages` of a Messages request (empty when absent).
+    /// The `messages` of a Messages or chat completions request (empty when absent).
     pub fn messages(&self) -> &[Value] {
         self.array("messages")
+    }
+
+    /// The `contents` of a Gemini request (empty when absent).
+    pub fn contents(&self) -> &[Value] {
+        self.array("contents")
     }
 
     fn array(&self, key: &str) -> &[Value] {
@@ -44,10 +51,26 @@ impl RecordedRequest {
     }
 
     /// The text the user last typed: in a Responses request, the last `message` item
-    /// with role `user`; in a Messages request, the last `text` block of a `user`
+    /// with role `user`; in a Messages or chat request, the last `text` block of a `user`
     /// message, skipping the `<system-reminder>` blocks Claude Code adds and messages
-    /// that only carry tool results.
+    /// that only carry tool results; in a Gemini request, the last `text` part of the
+    /// last `user` content that has one (a `functionResponse` is not typed text).
+    ///
+    /// Agents put their own context into user messages too, so a handler should look
+    /// for a marker in this text rather than compare it whole.
     pub fn last_user_text(&self) -> Option<String> {
+        if !self.contents().is_empty() {
+            return self.contents().iter().rev().find_map(|c| {
+                if str_field(c, "role") != "user" {
+                    return None;
+                }
+                gemini_parts(c)
+                    .iter()
+                    .rev()
+                    .find_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(str::to_string)
+            });
+        }
         if !self.messages().is_empty() {
             return self.messages().iter().rev().find_map(|m| {
                 if str_field(m, "role") != "user" {
@@ -90,6 +113,17 @@ impl RecordedRequest {
                 .find(|i| i["type"] == "function_call_output")
                 .map(|i| output_text(i.get("output")));
         }
+        let contents = self.contents();
+        if !contents.is_empty() {
+            let prompt = contents.iter().rposition(|c| {
+                c["role"] == "user" && gemini_parts(c).iter().any(|p| p.get("text").is_some())
+            })?;
+            return contents[prompt..]
+                .iter()
+                .flat_map(gemini_parts)
+                .find_map(|p| p.get("functionResponse"))
+                .map(function_response_text);
+        }
         let messages = self.messages();
         let prompt = messages.iter().rposition(|m| {
             m["role"] == "user"
@@ -104,22 +138,37 @@ impl RecordedRequest {
                     _ => false,
                 }
         })?;
-        messages[prompt..]
-            .iter()
-            .filter_map(|m| m.get("content").and_then(Value::as_array))
-            .flatten()
-            .find(|b| b["type"] == "tool_result")
-            .map(|b| output_text(b.get("content")))
+        messages[prompt..].iter().find_map(|m| {
+            if m["role"] == "tool" {
+                // Chat completions: the result is a message of its own.
+                return Some(output_text(m.get("content")));
+            }
+            m.get("content")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(|b| b["type"] == "tool_result")
+                .map(|b| output_text(b.get("content")))
+        })
     }
 
     /// Whether the request offers a tool of this name (`Bash` in Claude Code, `bash` in
-    /// Pi, `exec_command` in Codex).
+    /// Pi and OpenCode, `exec_command` in Codex, `run_shell_command` in Gemini CLI and
+    /// Qwen Code). Tools are `{name}` (Responses, Messages), `{function: {name}}` (chat
+    /// completions) or `{functionDeclarations: [{name}]}` (Gemini).
     pub fn offers_tool(&self, name: &str) -> bool {
-        self.array("tools").iter().any(|t| t["name"] == name)
+        self.array("tools").iter().any(|t| {
+            t["name"] == name
+                || t["function"]["name"] == name
+                || t["functionDeclarations"]
+                    .as_array()
+                    .is_some_and(|decls| decls.iter().any(|d| d["name"] == name))
+        })
     }
 
     /// `(call id, output)` of every tool result, in order: Responses
-    /// `function_call_output` items, or Messages `tool_result` blocks.
+    /// `function_call_output` items, Messages `tool_result` blocks, chat `role: "tool"`
+    /// messages (`tool_call_id`), or Gemini `functionResponse` parts (their `id`, else
+    /// their `name`).
     pub fn function_call_outputs(&self) -> Vec<(String, String)> {
         let responses = self
             .input()
@@ -139,13 +188,39 @@ impl RecordedRequest {
                 let id = str_field(b, "tool_use_id").to_string();
                 (id, output_text(b.get("content")))
             });
-        responses.chain(messages).collect()
+        let chat = self
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| {
+                let id = str_field(m, "tool_call_id").to_string();
+                (id, output_text(m.get("content")))
+            });
+        let gemini = self
+            .contents()
+            .iter()
+            .flat_map(gemini_parts)
+            .filter_map(|p| p.get("functionResponse"))
+            .map(|r| {
+                let id = match str_field(r, "id") {
+                    "" => str_field(r, "name"),
+                    id => id,
+                };
+                (id.to_string(), function_response_text(r))
+            });
+        responses
+            .chain(messages)
+            .chain(chat)
+            .chain(gemini)
+            .collect()
     }
 }
 
 /// Every piece of text in a request's conversation, one line per item: message text
-/// (user, developer, assistant), tool calls (`name arguments`) and their outputs, from a
-/// Responses `input` or a Messages `messages` list. For asserting that a request carries
+/// (user, developer, assistant; chat `system` messages too), tool calls (`name
+/// arguments`) and their outputs, from a Responses `input`, a Messages or chat
+/// completions `messages` list, or Gemini `contents` (Gemini's `systemInstruction`, like
+/// Anthropic's `system`, is not conversation). For asserting that a request carries
 /// some earlier text.
 pub fn all_input_text(req: &RecordedRequest) -> String {
     let mut out = Vec::new();
@@ -164,6 +239,19 @@ pub fn all_input_text(req: &RecordedRequest) -> String {
         }
     }
     for message in req.messages() {
+        // Chat completions: an assistant message's calls sit beside its content.
+        for call in message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.push(format!(
+                "{} {}",
+                str_field(&call["function"], "name"),
+                str_field(&call["function"], "arguments")
+            ));
+        }
         match message.get("content") {
             Some(Value::String(s)) => out.push(s.clone()),
             Some(Value::Array(blocks)) => {
@@ -183,7 +271,40 @@ pub fn all_input_text(req: &RecordedRequest) -> String {
             _ => {}
         }
     }
+    for part in req.contents().iter().flat_map(gemini_parts) {
+        if let Some(text) = part.get("text").and_then(Value::as_str) {
+            out.push(text.to_string());
+        } else if let Some(call) = part.get("functionCall") {
+            out.push(format!(
+                "{} {}",
+                str_field(call, "name"),
+                call.get("args").map(Value::to_string).unwrap_or_default()
+            ));
+        } else if let Some(response) = part.get("functionResponse") {
+            out.push(function_response_text(response));
+        }
+    }
     out.join("\n")
+}
+
+/// A Gemini content's `parts` (empty when absent).
+fn gemini_parts(content: &Value) -> &[Value] {
+    content
+        .get("parts")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// A Gemini `functionResponse`'s output: `response.output` (Gemini CLI's shape), else
+/// `response.error`, else the whole `response` as JSON.
+fn function_response_text(response: &Value) -> String {
+    let body = &response["response"];
+    match (body.get("output"), body.get("error")) {
+        (Some(out), _) => output_text(Some(out)),
+        (None, Some(err)) => output_text(Some(err)),
+        (None, None) => body.to_string(),
+    }
 }
 
 fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -244,5 +365,88 @@ mod tests {
             req.function_call_outputs(),
             vec![("c1".to_string(), "done".to_string())]
         );
+    }
+
+    fn request(body: serde_json::Value) -> RecordedRequest {
+        RecordedRequest {
+            method: "POST".into(),
+            path: "/".into(),
+            query: String::new(),
+            headers: vec![],
+            body,
+        }
+    }
+
+    /// Gemini CLI's second request of a turn, as recorded: the context part beside the
+    /// typed text, the model's call (with the `thoughtSignature` Gemini CLI adds), and
+    /// the result as a `functionResponse`; an earlier turn's rejected call carries
+    /// `response.error`.
+    #[test]
+    fn gemini_contents_are_read() {
+        let req = request(json!({"contents": [
+            {"role": "user", "parts": [{"text": "<session_context>ctx</session_context>"}, {"text": "first"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "c0", "name": "run_shell_command", "args": {"command": "rm x"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "c0", "name": "run_shell_command", "response": {"error": "canceled by the user"}}}]},
+            {"role": "model", "parts": [{"text": "fine"}]},
+            {"role": "user", "parts": [{"text": "exec: echo hi"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"command": "echo hi"}}, "thoughtSignature": "skip_thought_signature_validator"}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "run_shell_command", "response": {"output": "hi"}}}]},
+        ], "tools": [{"functionDeclarations": [{"name": "read_file"}, {"name": "run_shell_command"}]}]}));
+        assert_eq!(req.last_user_text().as_deref(), Some("exec: echo hi"));
+        assert_eq!(req.tool_output_since_prompt().as_deref(), Some("hi"));
+        assert_eq!(
+            req.function_call_outputs(),
+            vec![
+                ("c0".to_string(), "canceled by the user".to_string()),
+                ("c1".to_string(), "hi".to_string())
+            ]
+        );
+        assert!(req.offers_tool("run_shell_command"));
+        assert!(!req.offers_tool("bash"));
+        assert_eq!(
+            all_input_text(&req),
+            "<session_context>ctx</session_context>\nfirst\nrun_shell_command {\"command\":\"rm x\"}\ncanceled by the user\nfine\nexec: echo hi\nrun_shell_command {\"command\":\"echo hi\"}\nhi"
+        );
+    }
+
+    /// Qwen Code's request shape (OpenCode's is the same with string contents): the
+    /// `<system-reminder>` parts before the typed text, an assistant message with
+    /// `tool_calls`, the result as a `role: "tool"` message with content parts.
+    #[test]
+    fn chat_messages_are_read() {
+        let req = request(json!({"messages": [
+            {"role": "system", "content": "You are Qwen Code."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>\nskills\n</system-reminder>"},
+                {"type": "text", "text": "exec: echo hi"},
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "run_shell_command", "arguments": "{\"command\":\"echo hi\"}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Output: hi"}]},
+        ], "tools": [{"type": "function", "function": {"name": "run_shell_command"}}]}));
+        assert_eq!(req.last_user_text().as_deref(), Some("exec: echo hi"));
+        assert_eq!(
+            req.tool_output_since_prompt().as_deref(),
+            Some("Output: hi")
+        );
+        assert_eq!(
+            req.function_call_outputs(),
+            vec![("call_1".to_string(), "Output: hi".to_string())]
+        );
+        assert!(req.offers_tool("run_shell_command"));
+        assert_eq!(
+            all_input_text(&req),
+            "You are Qwen Code.\n<system-reminder>\nskills\n</system-reminder>\nexec: echo hi\nrun_shell_command {\"command\":\"echo hi\"}\nOutput: hi"
+        );
+
+        // A new prompt after the tool turn: its output is no longer "since the prompt".
+        let mut later = req.clone();
+        later.body["messages"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "next"}));
+        assert_eq!(later.last_user_text().as_deref(), Some("next"));
+        assert_eq!(later.tool_output_since_prompt(), None);
     }
 }

@@ -11,6 +11,7 @@ use relay_client::Client;
 use crate::exit::Exit;
 use crate::help;
 
+pub mod acp;
 pub mod agent;
 pub mod approval;
 pub mod ask;
@@ -124,6 +125,15 @@ or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
 {\"command\": \"relay\", \"args\": [\"mcp\"]}"
     )]
     Mcp(mcp::McpArgs),
+    /// Serve a Relay agent to an editor as an ACP agent on stdio (Zed, JetBrains...).
+    ///
+    /// An editor that speaks the Agent Client Protocol runs `relay acp AGENT` and talks
+    /// to AGENT (any harness, local or on a node) through the broker: each ACP session
+    /// is a Relay conversation, each prompt a flight streamed back, each approval a
+    /// permission request the editor answers; acting as --as (default: the agent of
+    /// RELAY_AGENT with its RELAY_TOKEN, else the operator).
+    #[command(after_help = help::ACP)]
+    Acp(acp::AcpArgs),
 
     // --- operations ------------------------------------------------------------------
     #[command(flatten)]
@@ -216,6 +226,9 @@ pub async fn run(
         Cmd::Approval(cmd) => approval::run(&client(data_dir)?, cmd).await.and(done),
         Cmd::Reply(args) => flight::reply(&client(data_dir)?, args).await.and(done),
         Cmd::Mcp(args) => mcp::run(&client(data_dir)?, args).await.and(done),
+        // Served even without a broker: the editor is answered why, not left with a
+        // process that died.
+        Cmd::Acp(args) => acp::run(client(data_dir), args).await.and(done),
         Cmd::Replay(cmd) => replay::run(&client(data_dir)?, cmd).await.and(done),
         Cmd::Open(args) => open::run(&client(data_dir)?, args).await.and(done),
         Cmd::Flights(args) => flight::list(&client(data_dir)?, args).await.and(done),

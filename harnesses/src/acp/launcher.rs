@@ -135,7 +135,10 @@ impl AcpSession {
                 .map_err(|e| HarnessError::Io(std::io::Error::other(e)))??;
         }
         let events = self.child.events()?;
-        let wire = AcpWire::default();
+        let wire = match self.config.preset {
+            Preset::Gemini => AcpWire::titled_by_command(),
+            _ => AcpWire::default(),
+        };
         let quiet = wire.quiet_counter();
         let initialize = acp::InitializeRequest {
             protocol_version: acp::PROTOCOL_VERSION,

@@ -51,6 +51,9 @@ pub struct AcpWire {
     malformed: Arc<AtomicU64>,
     /// Update kinds and methods Relay does not know, each logged once.
     unknown: HashSet<String>,
+    /// A command's title is the command line itself, when it has no `rawInput` (Gemini
+    /// CLI's `run_shell_command` sends none; its title is the command it runs).
+    title_is_command: bool,
 }
 
 impl Wire for AcpWire {
@@ -81,6 +84,15 @@ fn send(message: &Message) -> Action {
 }
 
 impl AcpWire {
+    /// A wire for an agent whose `execute` calls are titled with their command line
+    /// (Gemini CLI), taken as the command when the call has no `rawInput.command`.
+    pub fn titled_by_command() -> AcpWire {
+        AcpWire {
+            title_is_command: true,
+            ..AcpWire::default()
+        }
+    }
+
     /// The counter of updates read while no turn ran (see the module).
     pub fn quiet_counter(&self) -> Arc<AtomicU64> {
         self.quiet.clone()
@@ -365,17 +377,22 @@ impl AcpWire {
         let emit = &mut |e| out.push(Action::Event(e));
         turn.start(emit);
         let tool = turn.tool_seen(&request.tool_call);
-        let (kind, detail) = match (&tool.kind, tool.command()) {
+        let command = tool.command().or_else(|| {
+            (self.title_is_command
+                && tool.kind == Some(ToolKind::Execute)
+                && tool.raw_input.is_none()
+                && !tool.title.trim().is_empty())
+            .then(|| tool.title.clone())
+        });
+        let (kind, detail) = match (&tool.kind, command) {
             (Some(ToolKind::Execute) | None, Some(command)) => (ApprovalKind::Command, command),
             (Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move), _) => {
                 (ApprovalKind::FileChange, tool.describe())
             }
             _ => (ApprovalKind::Other, tool.describe()),
         };
-        let reason = {
-            let kind = tool.kind.as_ref().map(ToolKind::as_str).unwrap_or("other");
-            Some(format!("{} ({kind})", tool.title).trim().to_string())
-        };
+        let kind_name = tool.kind.as_ref().map(ToolKind::as_str).unwrap_or("other");
+        let reason = Some(format!("{} ({kind_name})", tool.title).trim().to_string());
         let request_id = id.to_string();
         let option = |kind| request.option(kind).map(|o| o.option_id.clone());
         self.pending.insert(

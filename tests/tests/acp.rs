@@ -148,13 +148,24 @@ async fn scenario(cli: Cli) {
     env.relay.cli_ok(&add);
 
     // Streamed text, which is also the first turn the resumed session must carry.
-    // Slow enough that the broker does not merge the pieces.
-    let id = env.ask_no_wait("a1", "Remember pelican. slow: alpha beta gamma");
+    // Slow enough that the broker does not merge the pieces into one.
+    let id = env.ask_no_wait(
+        "a1",
+        "Remember pelican. slow: alpha beta gamma delta epsilon",
+    );
     let f = env.wait_flight(&id, 120, |f| state(f) == "completed").await;
-    assert_eq!(f["output"], "alpha beta gamma", "{f}");
+    let output = "alpha beta gamma delta epsilon";
+    assert_eq!(f["output"], output, "{f}");
     let updates = env.updates(&id).await;
-    let deltas = updates.iter().filter(|u| u["kind"] == "delta").count();
-    assert!(deltas >= 2, "streamed in pieces: {updates:?}");
+    let deltas: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["kind"] == "delta")
+        .filter_map(|u| u["text"].as_str())
+        .collect();
+    assert!(
+        deltas.len() >= 2 && deltas.concat() == output,
+        "streamed in pieces: {updates:?}"
+    );
     let agent = env.agent("a1").await;
     let session = agent["session_id"].as_str().unwrap().to_string();
     let program = &agent["program"];
@@ -227,7 +238,7 @@ async fn scenario(cli: Cli) {
     let last = env.mock.requests().last().cloned().unwrap();
     let input = all_input_text(&last);
     assert!(input.contains("Remember pelican"), "{input}");
-    assert!(input.contains("alpha beta gamma"), "{input}");
+    assert!(input.contains(output), "{input}");
 
     // The whole turn, replayed.
     let shown = env.relay.cli_ok(&["replay", "flight", &id]);

@@ -108,6 +108,25 @@ impl Cli {
     }
 }
 
+/// The files under `dir` that hold `needle`.
+fn files_mentioning(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
+
 /// Waits for the flight's approval, checks it names the command as it will run, and
 /// decides it.
 async fn decide(env: &Env, flight: &str, command: &str, decision: &str) -> Value {
@@ -179,6 +198,9 @@ async fn scenario(cli: Cli) {
     );
     let shown = env.relay.cli_ok(&["agent", "show", "a1"]);
     assert!(shown.contains("program   "), "{shown}");
+    // Relay's MCP server reaches the session with the agent's token in the request's
+    // environment: no CLI writes it down.
+    assert_eq!(files_mentioning(&home, "RELAY_TOKEN"), Vec::<String>::new());
 
     // A shell command accepted by a person runs; declined, it does not.
     let cmd = "echo relay-accepted > accepted.txt";

@@ -167,6 +167,35 @@ async fn a_permission_request_with_id_0_beside_an_unknown_request_is_a_relay_app
 }
 
 #[tokio::test]
+async fn a_cancel_answers_the_open_permission_request_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (session, mut events, id) = open(config(&dir, &[]), None).await;
+    session.start_turn(&id, "ask", "c1").await.unwrap();
+    let seen = until(&mut events, WAIT, is_approval_requested).await;
+    let Some(HarnessEvent::ApprovalRequested { request_id, .. }) = seen.last() else {
+        panic!("{seen:?}")
+    };
+    session.interrupt(&id, "c1").await.unwrap();
+    let rest = until(&mut events, WAIT, |e| {
+        matches!(e, HarnessEvent::TurnCompleted { .. })
+    })
+    .await;
+    assert_eq!(outcome(&rest), TurnOutcome::Interrupted);
+    assert!(
+        format!("{rest:?}").contains("chose cancelled"),
+        "the request was answered cancelled: {rest:?}"
+    );
+    // Nothing is left to answer.
+    assert!(matches!(
+        session
+            .respond_approval(request_id, ApprovalDecision::Accept)
+            .await,
+        Err(HarnessError::UnknownRequest { .. })
+    ));
+    close(session.as_ref(), &mut events).await;
+}
+
+#[tokio::test]
 async fn a_cancel_interrupts_the_turn() {
     let dir = tempfile::tempdir().unwrap();
     let (session, mut events, id) = open(config(&dir, &[]), None).await;

@@ -9,7 +9,7 @@
 //! - `die`: a chunk, `fake dies` on stderr, exit code 3;
 //! - `ask`: a request Relay does not know (`craft/drainMidTurnQueue`, id 0), then a
 //!   permission request for `rm -rf /tmp/x` (id 1); once answered, the chunk
-//!   `chose <optionId|cancelled>` and `end_turn`;
+//!   `chose <optionId|cancelled>` and `end_turn` (`cancelled` after a `session/cancel`);
 //! - `slow`: a chunk every 50 ms until `session/cancel`, then `cancelled`;
 //! - anything else: an update kind nobody knows, a plan, a finished tool call, the
 //!   chunks `echo: ` and the text, and `end_turn` with usage.
@@ -137,7 +137,12 @@ fn prompt(rx: &mpsc::Receiver<Value>, id: &Value, session: &str, text: &str) -> 
                         {"optionId": "cancel", "name": "No", "kind": "reject_once"}]}}),
             );
             let mut refused_unknown = false;
+            let mut cancelled = false;
             while let Ok(msg) = rx.recv() {
+                if msg["method"] == "session/cancel" {
+                    cancelled = true;
+                    continue;
+                }
                 if msg["id"] == json!(0) {
                     refused_unknown = msg["error"]["code"] == json!(-32601);
                     continue;
@@ -149,7 +154,7 @@ fn prompt(rx: &mpsc::Receiver<Value>, id: &Value, session: &str, text: &str) -> 
                         session,
                         &format!("chose {chose}; unknown request refused: {refused_unknown}"),
                     );
-                    end("end_turn");
+                    end(if cancelled { "cancelled" } else { "end_turn" });
                     break;
                 }
             }

@@ -1,7 +1,7 @@
 //! The harness seam: what every agent CLI's adapter offers the runtime, and the registry
 //! ([`Harnesses`]) that finds the adapter of an agent's [`Harness`].
 //!
-//! Shaped by the four CLIs Relay drives (facts in `HARNESSES.md`):
+//! Shaped by the CLIs Relay drives (facts in `HARNESSES.md`):
 //!
 //! | | session | turn ids | steer | interrupt | approvals | endpoint |
 //! | --- | --- | --- | --- | --- | --- | --- |
@@ -9,6 +9,7 @@
 //! | Claude Code stream-json | `--resume` / `--session-id` at process start | none | no | control request | `can_use_tool` | pid |
 //! | Pi RPC | `--session` at process start | none | `steer` | `abort` | none (tools run at once) | pid |
 //! | tmux pane | none to resume | none | no | keys | none | pane |
+//! | ACP agent | `session/resume`, `session/load` or `session/new`, by request | none | no | `session/cancel` | `session/request_permission` | pid |
 //!
 //! So the seam has two halves:
 //! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]),

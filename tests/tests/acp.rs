@@ -187,7 +187,7 @@ async fn scenario(cli: Cli) {
     );
     let agent = env.agent("a1").await;
     let session = agent["session_id"].as_str().unwrap().to_string();
-    let program = &agent["program"];
+    let program = &agent["program"].clone();
     assert_eq!(program["protocol_version"], 1, "{agent}");
     assert!(
         program["capabilities"]
@@ -252,6 +252,13 @@ async fn scenario(cli: Cli) {
         "the agent {pid} outlived relay"
     );
     env.relay.restart().unwrap();
+    // What the program said of itself stays while it is offline.
+    let agent = env.agent("a1").await;
+    assert_eq!(
+        (agent["state"].as_str(), &agent["program"]),
+        (Some("offline"), program),
+        "{agent}"
+    );
     let id = env.ask_no_wait("a1", "Which word? chunks: delta epsilon");
     let f = env.wait_flight(&id, 150, |f| state(f) == "completed").await;
     // Only this turn's text: the load's replay of history is not new output.

@@ -326,3 +326,38 @@ async fn a_stored_session_is_loaded_without_showing_its_replay_or_replaced_when_
     );
     close(session.as_ref(), &mut events).await;
 }
+
+/// Through `relay up`: the same bad input ends the flight with a clear error.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_relay_bad_input_fails_the_flight_saying_why() {
+    use relay_tests::agents::{state, Env};
+    let env = Env::start().await;
+    let work = env.work.display().to_string();
+    let fake = env!("CARGO_BIN_EXE_relay-fake-acp");
+    env.relay.cli_ok(&[
+        "agent",
+        "add",
+        "fake",
+        "--harness",
+        "acp",
+        "--cwd",
+        &work,
+        "--command",
+        fake,
+    ]);
+    for (task, says) in [
+        ("garbage", "not ACP's JSON-RPC"),
+        ("weird-stop", "out_of_coffee"),
+        ("die", "fake dies"),
+    ] {
+        let id = env.ask_no_wait("fake", task);
+        let f = env.wait_flight(&id, 60, |f| state(f) == "failed").await;
+        let error = f["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{task}: {f}");
+    }
+    let shown = env.relay.cli_ok(&["agent", "show", "fake"]);
+    assert!(
+        shown.contains("program   relay-fake-acp 0.0.1 (ACP 1: load_session, image)"),
+        "{shown}"
+    );
+}

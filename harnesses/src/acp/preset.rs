@@ -186,7 +186,10 @@ pub fn write_settings(preset: Preset, dir: &Path) -> Result<(), HarnessError> {
         if std::fs::read(&path).is_ok_and(|now| now == content) {
             continue;
         }
-        let tmp = dir.join(format!(".{}.{}", f.file, std::process::id()));
+        // Its own name per write: agents of one process may start at once.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{}.{}.{n}", f.file, std::process::id()));
         std::fs::write(&tmp, &content)?;
         std::fs::rename(&tmp, &path)?;
     }
@@ -370,6 +373,12 @@ mod tests {
     #[test]
     fn settings_files_are_written_whole_and_are_json() {
         let dir = tempfile::tempdir().unwrap();
+        // Many agents starting at once.
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| write_settings(Preset::Gemini, dir.path()).unwrap());
+            }
+        });
         for preset in [Preset::Gemini, Preset::Qwen, Preset::Opencode] {
             write_settings(preset, dir.path()).unwrap();
             write_settings(preset, dir.path()).unwrap();

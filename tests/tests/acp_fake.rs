@@ -361,3 +361,41 @@ async fn through_relay_bad_input_fails_the_flight_saying_why() {
         "{shown}"
     );
 }
+
+/// Many asks of several ACP agents at once: each flight gets its own answer, whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn many_asks_of_several_acp_agents_at_once_each_get_their_answer() {
+    use relay_tests::agents::{state, Env};
+    let env = Env::start().await;
+    let work = env.work.display().to_string();
+    let fake = env!("CARGO_BIN_EXE_relay-fake-acp");
+    let agents = ["f1", "f2", "f3"];
+    for name in agents {
+        env.relay.cli_ok(&[
+            "agent",
+            "add",
+            name,
+            "--harness",
+            "acp",
+            "--cwd",
+            &work,
+            "--command",
+            fake,
+        ]);
+    }
+    let asks: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = agents
+            .iter()
+            .flat_map(|a| (0..4).map(move |n| (*a, format!("task-{a}-{n}"))))
+            .map(|(a, task)| {
+                let env = &env;
+                s.spawn(move || (env.ask_no_wait(a, &task), task))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (id, task) in asks {
+        let f = env.wait_flight(&id, 60, |f| state(f) == "completed").await;
+        assert_eq!(f["output"], format!("echo: {task}"), "{f}");
+    }
+}

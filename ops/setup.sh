@@ -58,6 +58,9 @@ pinned() { # source-file constant
 CODEX_VERSION=$(pinned harnesses/src/pinned.rs CODEX_VERSION) || exit 1
 CLAUDE_VERSION=$(pinned harnesses/src/pinned.rs CLAUDE_VERSION) || exit 1
 PI_VERSION=$(pinned harnesses/src/pinned.rs PI_VERSION) || exit 1
+GEMINI_VERSION=$(pinned harnesses/src/pinned.rs GEMINI_VERSION) || exit 1
+OPENCODE_VERSION=$(pinned harnesses/src/pinned.rs OPENCODE_VERSION) || exit 1
+QWEN_VERSION=$(pinned harnesses/src/pinned.rs QWEN_VERSION) || exit 1
 # As harnesses/src/pinned.rs: RELAY_AGENTS_DIR, else $XDG_CACHE_HOME/relay/agents.
 AGENTS_DIR="${RELAY_AGENTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/relay/agents}"
 install_npm() { # name version package binary
@@ -72,11 +75,15 @@ install_npm() { # name version package binary
   mv "$dir.tmp" "$dir"
 }
 if [ "$want_agents" -eq 1 ]; then
-  # The three at once: each is mostly a download.
+  # All at once: each is mostly a download. OpenCode's install script (run by npm)
+  # links its platform's binary as bin/opencode; the ACP agents run with node >= 20.
   pids=()
   install_npm codex "$CODEX_VERSION" @openai/codex codex & pids+=($!)
   install_npm claude "$CLAUDE_VERSION" @anthropic-ai/claude-code claude & pids+=($!)
   install_npm pi "$PI_VERSION" @mariozechner/pi-coding-agent pi & pids+=($!)
+  install_npm gemini "$GEMINI_VERSION" @google/gemini-cli gemini & pids+=($!)
+  install_npm opencode "$OPENCODE_VERSION" opencode-ai opencode & pids+=($!)
+  install_npm qwen "$QWEN_VERSION" @qwen-code/qwen-code qwen & pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
 fi
 

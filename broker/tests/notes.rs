@@ -97,6 +97,7 @@ async fn a_state_keeps_the_reason_it_came_with_until_the_next_state() {
         thread_id: None,
         endpoint: None,
         reason: reason.map(str::to_string),
+        program: None,
     };
     let why = "cannot start codex app-server: the agent's working directory /gone does not exist";
     b.execute(report(AgentState::Failed, Some(why)))
@@ -114,6 +115,7 @@ async fn a_state_keeps_the_reason_it_came_with_until_the_next_state() {
         thread_id: Some("t1".into()),
         endpoint: None,
         reason: None,
+        program: None,
     })
     .await
     .unwrap();

@@ -68,6 +68,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
                     pane: None,
                 })),
                 reason: None,
+                program: None,
             })
             .await
             .unwrap();

@@ -61,6 +61,7 @@ async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
         thread_id: None,
         endpoint: None,
         reason: None,
+        program: None,
     };
     for f in 0..flights {
         let id = b

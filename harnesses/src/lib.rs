@@ -10,16 +10,21 @@
 //!   [`codex::CodexLauncher`], the seam over it.
 //! - [`claude`]: Claude Code (`claude -p`, stream-json over stdio) and [`pi`]: Pi
 //!   (`pi --mode rpc`, JSON lines), each a launcher and its session over [`stdio`].
+//! - [`acp`]: any Agent Client Protocol agent (JSON-RPC over stdio), with presets for
+//!   Gemini CLI, OpenCode and Qwen Code: [`acp::AcpLauncher`], one per harness, over
+//!   [`stdio`] and [`restartable`].
 //! - [`tmux`]: a tmux pane ([`tmux::TmuxLauncher`]): the agent's command in a detached
 //!   session on Relay's own socket, tasks pasted in once its screen says it is ready
 //!   ([`tmux::screens`]), output followed through a pipe.
 //!   Not registered in [`Harnesses::builtin`] yet.
 //! - [`stdio`]: the owner task and handle every CLI over pipes runs on (Codex, Claude
-//!   Code, Pi): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
+//!   Code, Pi, ACP agents): one [`stdio::Wire`] per protocol reads stdout and keeps its state.
 //! - [`restartable`]: [`restartable::RestartableChild`], the one child of a session
-//!   whose CLI takes the session at process start (Claude Code, Pi; an ACP agent next),
+//!   whose CLI takes the session at process start (Claude Code, Pi) or by a request
+//!   right after (an ACP agent),
 //!   started in `open`, on one event stream, stopped at shutdown.
-//! - [`pinned`]: the agent CLIs Relay pins (Codex, Claude Code, Pi: name, version,
+//! - [`pinned`]: the agent CLIs Relay pins (Codex, Claude Code, Pi, Gemini CLI,
+//!   OpenCode, Qwen Code: name, version,
 //!   override variable) and where each one's program is (the pinned install, an override);
 //!   [`config`]: how it is started for an agent ([`config::CliConfig`]).
 //! - [`process`]: child supervision shared by every adapter (own process group, stderr
@@ -54,12 +59,13 @@
 //! - `stdio` -> `error`, `lines`, `process`
 //! - `restartable` -> `error`, `process`, `stdio`
 //! - `codex` -> `access`, `config`, `error`, `pinned`, `preflight`, `seam`, `stdio`
-//! - `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`,
-//!   `restartable`, `seam`, `stdio`
+//! - `acp`, `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`,
+//!   `process`, `restartable`, `seam`, `stdio`
 //! - `tmux` -> `access`, `config`, `error`, `pinned`, `preflight`, `process`, `seam`
-//! - `registry` -> `claude`, `codex`, `error`, `pi`, `seam`, `tmux`
+//! - `registry` -> `acp`, `claude`, `codex`, `error`, `pi`, `seam`, `tmux`
 
 pub mod access;
+pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod config;

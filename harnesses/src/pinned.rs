@@ -1,5 +1,6 @@
-//! The agent CLIs Relay pins ([`CODEX_CLI`], [`CLAUDE_CLI`], [`PI_CLI`], with the version
-//! each is tested against), and where each one's program is: the one an agent names, an
+//! The agent CLIs Relay pins ([`CODEX_CLI`], [`CLAUDE_CLI`], [`PI_CLI`], and the ACP
+//! agents [`GEMINI_CLI`], [`OPENCODE_CLI`], [`QWEN_CLI`], with the version each is tested
+//! against), and where each one's program is: the one an agent names, an
 //! override variable, the pinned version the README's set-up installs, or the one on
 //! `PATH`. They live here, not in their adapters, because two adapters drive the same
 //! CLI (its machine mode, and its TUI in a tmux pane) and adapters do not import each
@@ -83,4 +84,34 @@ pub const PI_CLI: PinnedCli = PinnedCli {
     name: "pi",
     version: PI_VERSION,
     override_env: "RELAY_PI_BIN",
+};
+
+/// The Gemini CLI version Relay is tested against (`--acp`).
+pub const GEMINI_VERSION: &str = "0.61.0";
+
+/// The pinned Gemini CLI (`RELAY_GEMINI_BIN` overrides it).
+pub const GEMINI_CLI: PinnedCli = PinnedCli {
+    name: "gemini",
+    version: GEMINI_VERSION,
+    override_env: "RELAY_GEMINI_BIN",
+};
+
+/// The OpenCode version Relay is tested against (`opencode acp`).
+pub const OPENCODE_VERSION: &str = "1.18.33";
+
+/// The pinned OpenCode (`RELAY_OPENCODE_BIN` overrides it).
+pub const OPENCODE_CLI: PinnedCli = PinnedCli {
+    name: "opencode",
+    version: OPENCODE_VERSION,
+    override_env: "RELAY_OPENCODE_BIN",
+};
+
+/// The Qwen Code version Relay is tested against (`--acp`).
+pub const QWEN_VERSION: &str = "0.24.4";
+
+/// The pinned Qwen Code (`RELAY_QWEN_BIN` overrides it).
+pub const QWEN_CLI: PinnedCli = PinnedCli {
+    name: "qwen",
+    version: QWEN_VERSION,
+    override_env: "RELAY_QWEN_BIN",
 };

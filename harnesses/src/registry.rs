@@ -17,13 +17,17 @@ pub struct Harnesses {
 
 impl Harnesses {
     /// The adapters this build has: Codex app-server, Claude Code stream-json, Pi RPC,
-    /// tmux panes.
+    /// tmux panes, and ACP agents (the generic one and each preset).
     pub fn builtin() -> Harnesses {
-        Harnesses::default()
+        let mut harnesses = Harnesses::default()
             .with(Arc::new(crate::codex::CodexLauncher))
             .with(Arc::new(crate::claude::ClaudeLauncher))
             .with(Arc::new(crate::pi::PiLauncher))
-            .with(Arc::new(crate::tmux::TmuxLauncher))
+            .with(Arc::new(crate::tmux::TmuxLauncher));
+        for h in Harness::ALL.into_iter().filter(|h| h.is_acp()) {
+            harnesses = harnesses.with(Arc::new(crate::acp::AcpLauncher::new(h)));
+        }
+        harnesses
     }
 
     /// These launchers and `launcher`, which replaces any other of its harness.

@@ -1,7 +1,7 @@
 //! The harness seam: what every agent CLI's adapter offers the runtime, and the registry
 //! ([`Harnesses`]) that finds the adapter of an agent's [`Harness`].
 //!
-//! Shaped by the four CLIs Relay drives (facts in `HARNESSES.md`):
+//! Shaped by the CLIs Relay drives (facts in `HARNESSES.md`):
 //!
 //! | | session | turn ids | steer | interrupt | approvals | endpoint |
 //! | --- | --- | --- | --- | --- | --- | --- |
@@ -9,6 +9,7 @@
 //! | Claude Code stream-json | `--resume` / `--session-id` at process start | none | no | control request | `can_use_tool` | pid |
 //! | Pi RPC | `--session` at process start | none | `steer` | `abort` | none (tools run at once) | pid |
 //! | tmux pane | none to resume | none | no | keys | none | pane |
+//! | ACP agent | `session/resume`, `session/load` or `session/new`, by request | none | no | `session/cancel` | `session/request_permission` | pid |
 //!
 //! So the seam has two halves:
 //! - a [`Launcher`] per harness: its [`HarnessInfo`] (names and [`Capabilities`]),
@@ -33,7 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{Agent, AgentSpec, ApprovalDecision, Harness, ProgramInfo};
 use relay_protocol::harness::HarnessEvent;
 use tokio::sync::mpsc;
 
@@ -275,6 +276,12 @@ pub trait HarnessSession: Send + Sync {
 
     /// The last lines the agent wrote on stderr (empty where there is none).
     fn stderr_tail(&self) -> String;
+
+    /// What the agent's program said of itself when it started (an ACP agent's
+    /// `initialize`), once the session is open; `None` for a harness that says nothing.
+    fn program(&self) -> Option<ProgramInfo> {
+        None
+    }
 
     /// Stops the session and returns once it is gone; the events then end with
     /// [`HarnessEvent::ProcessExited`]. Idempotent.

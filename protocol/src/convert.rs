@@ -72,6 +72,10 @@ proto_enum!("harness": Harness <-> Harness {
     ClaudeStreamJson,
     PiRpc,
     Tmux,
+    Acp,
+    GeminiAcp,
+    OpencodeAcp,
+    QwenAcp,
 });
 
 proto_enum!("flight state": FlightState <-> FlightState {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{
     Agent, AgentState, ApprovalDecision, ApprovalRequest, Endpoint, Flight, FlightChange,
-    Invocation,
+    Invocation, ProgramInfo,
 };
 
 /// Broker -> runtime: run this flight's task as a turn of the agent's session.
@@ -90,6 +90,10 @@ pub enum Report {
         /// the exit status and stderr tail); see [`Agent::state_reason`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// What the agent's program said of itself as its session started; see
+        /// [`Agent::program`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        program: Option<ProgramInfo>,
     },
     ThreadLost {
         agent: String,

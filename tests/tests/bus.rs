@@ -37,6 +37,7 @@ fn evil_agent(dir: &Path, marker: &Path) -> Agent {
         endpoint: None,
         state_reason: None,
         note: None,
+        program: None,
         created_at: 0,
         updated_at: 0,
     }

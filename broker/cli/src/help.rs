@@ -205,6 +205,13 @@ Examples:
   relay agent add claude-1 --harness claude --cwd . --model sonnet
   relay agent add careful --harness codex --cwd . --auto-accept \"cargo test\"
   relay agent add tm-1 --harness tmux --cwd . --command \"codex\"
+  relay agent add gem --harness gemini --cwd .
+  relay agent add kimi --harness acp --cwd . --command kimi --arg acp
+
+ACP agents (--harness acp, or the presets gemini, opencode, qwen) run in ACP mode; Relay
+offers them no file system or terminal of its own (they use their own tools, which ask
+first). Each keeps its settings and sessions under the HOME it runs with: give an agent
+its own with --env HOME=DIR to keep them apart from yours.
 
 Credentials: each agent CLI uses its own login under HOME (`codex login`, `claude` then
 /login, Pi's auth file) or a key you pass with --secret (OPENAI_API_KEY,

@@ -23,7 +23,7 @@ use relay_infra::disk::Room;
 use relay_protocol::api::{AgentAdded, InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
-    ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage,
+    ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage, ProgramInfo,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -116,6 +116,8 @@ pub enum Command {
         endpoint: Option<Option<Endpoint>>,
         /// Why the agent is in `state`; kept as [`Agent::state_reason`] (only with a state).
         reason: Option<String>,
+        /// What its program said of itself; kept as [`Agent::program`].
+        program: Option<ProgramInfo>,
     },
     ThreadLost {
         agent: String,

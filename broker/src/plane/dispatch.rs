@@ -113,6 +113,7 @@ impl Plane {
                         thread_id: None,
                         endpoint: Some(None),
                         reason: None,
+                        program: None,
                     })
                     .await;
                 if let Err(e) = r {

@@ -93,6 +93,7 @@ impl Plane {
                 thread_id,
                 endpoint,
                 reason,
+                program,
             } => (
                 Command::UpdateAgent {
                     name: agent,
@@ -100,6 +101,7 @@ impl Plane {
                     thread_id,
                     endpoint: endpoint.map(Some),
                     reason,
+                    program,
                 },
                 "agent update",
             ),

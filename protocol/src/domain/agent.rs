@@ -15,6 +15,13 @@ wire_enum! {
         ClaudeStreamJson = "claude_stream_json",
         PiRpc = "pi_rpc",
         Tmux = "tmux",
+        /// Any Agent Client Protocol agent, started by its `command` and `args`.
+        Acp = "acp",
+        /// The ACP presets: the verified CLIs with the command, arguments and settings
+        /// that keep them offline-quiet and asking before tools (`HARNESSES.md`).
+        GeminiAcp = "gemini_acp",
+        OpencodeAcp = "opencode_acp",
+        QwenAcp = "qwen_acp",
     }
 }
 
@@ -69,7 +76,17 @@ impl Harness {
             Harness::ClaudeStreamJson => "claude",
             Harness::PiRpc => "pi",
             Harness::Tmux => "tmux",
+            Harness::Acp => "acp",
+            Harness::GeminiAcp => "gemini",
+            Harness::OpencodeAcp => "opencode",
+            Harness::QwenAcp => "qwen",
         }
+    }
+
+    /// It speaks the Agent Client Protocol (the generic `acp` or one of its presets).
+    pub const fn is_acp(self) -> bool {
+        use Harness::*;
+        matches!(self, Acp | GeminiAcp | OpencodeAcp | QwenAcp)
     }
 
     /// The harness named by its short name or its wire name.
@@ -87,6 +104,7 @@ impl Harness {
     /// | Claude Code stream-json | no | `can_use_tool` | `--resume` | control request | no |
     /// | Pi RPC | `steer` | none: tools run at once | `--session` | `abort` | no |
     /// | tmux pane | no | none | no | keys | no |
+    /// | ACP agent (and presets) | no | `session/request_permission` | `session/resume` or `session/load` | `session/cancel` | no |
     ///
     /// Only a tmux pane's turns end by a reply through Relay ([`Capabilities::reply`]).
     pub const fn capabilities(self) -> Capabilities {
@@ -116,6 +134,16 @@ impl Harness {
                 turn_ids: false,
                 reply: true,
             },
+            Harness::Acp | Harness::GeminiAcp | Harness::OpencodeAcp | Harness::QwenAcp => {
+                Capabilities {
+                    steer: false,
+                    approvals: true,
+                    resume: true,
+                    interrupt: true,
+                    turn_ids: false,
+                    reply: false,
+                }
+            }
         }
     }
 }
@@ -425,8 +453,28 @@ pub struct Agent {
     /// with its time and flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<crate::domain::Note>,
+    /// What the agent's program said of itself when its session last started (an ACP
+    /// agent's `initialize`: its name, version and capabilities); kept while it is
+    /// offline. `None` for a harness that says nothing of itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramInfo>,
     pub created_at: u64,
     pub updated_at: u64,
+}
+
+/// What an agent's program says of itself at start ([`Agent::program`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ProgramInfo {
+    /// Its name (`gemini-cli`, `opencode`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The protocol version it speaks (ACP's `protocolVersion`), where it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u32>,
+    /// What it offers, by name (`load_session`, `resume`, `image`...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
 }
 
 /// How an agent is reachable right now.
@@ -536,6 +584,7 @@ mod tests {
             endpoint: None,
             state_reason: None,
             note: None,
+            program: None,
             created_at: 1,
             updated_at: 2,
         };

@@ -286,6 +286,7 @@ impl Worker {
             thread_id: None,
             endpoint: None,
             reason,
+            program: None,
         })
         .await;
     }

@@ -127,6 +127,7 @@ impl Worker {
             thread_id: None,
             endpoint: None,
             reason: None,
+            program: None,
         })
         .await;
         self.schedule_rewarm();
@@ -164,6 +165,7 @@ impl Worker {
                         pane: endpoint.pane().map(str::to_string),
                     }),
                     reason: None,
+                    program: live.session.program(),
                 })
                 .await;
                 self.session = Some(live);

@@ -28,6 +28,7 @@ pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
             endpoint: None,
             state_reason: None,
             note: None,
+            program: None,
             created_at: 0,
             updated_at: 0,
         },

@@ -393,6 +393,7 @@ pub fn agent(state: AgentState) -> Report {
         thread_id: None,
         endpoint: None,
         reason: None,
+        program: None,
     }
 }
 
@@ -404,6 +405,7 @@ pub fn agent_because(state: AgentState, reason: &str) -> Report {
         thread_id: None,
         endpoint: None,
         reason: Some(reason.into()),
+        program: None,
     }
 }
 
@@ -423,6 +425,7 @@ pub fn came_up(harness: Harness, conversation: &str, endpoint: &Endpoint) -> Vec
                 pane: endpoint.pane().map(str::to_string),
             }),
             reason: None,
+            program: None,
         },
     ]
 }

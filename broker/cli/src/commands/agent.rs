@@ -29,7 +29,9 @@ pub enum AgentCmd {
         /// The agent's name: letters, digits, `-` and `_` (it appears in NATS subjects).
         name: String,
         /// The agent CLI: codex, claude, pi or tmux (also by their long names
-        /// codex_app_server, claude_stream_json, pi_rpc).
+        /// codex_app_server, claude_stream_json, pi_rpc); acp for any Agent Client
+        /// Protocol agent (with --command and its --arg), or one of the ACP presets
+        /// gemini, opencode, qwen (gemini_acp, opencode_acp, qwen_acp).
         #[arg(long, value_parser = parse_harness)]
         harness: Harness,
         /// Working directory of the agent.
@@ -194,7 +196,9 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-f
 
 /// `--harness`: a harness's short name (`codex`, `claude`, `pi`, `tmux`) or its long one.
 fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).ok_or_else(|| format!("unknown harness {s:?}: codex, claude, pi or tmux"))
+    Harness::from_name(s).ok_or_else(|| {
+        format!("unknown harness {s:?}: codex, claude, pi, tmux, acp, gemini, opencode or qwen")
+    })
 }
 
 /// `relay agent add|attach|list|show|wake|remove|peek`.
@@ -380,7 +384,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 }
                 table.print(
                     crate::terminal::width(),
-                    "no agents yet: relay agent add NAME --harness codex|claude|pi|tmux --cwd DIR",
+                    "no agents yet: relay agent add NAME --harness codex|claude|pi|gemini|opencode|qwen|acp|tmux --cwd DIR",
                 );
             }
         }
@@ -406,6 +410,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 }
                 if let Some(pid) = a.endpoint.as_ref().and_then(|e| e.pid) {
                     outln!("pid       {pid}");
+                }
+                if let Some(program) = &a.program {
+                    outln!("program   {}", program_line(program));
                 }
                 if let Some(spec) = &a.spec.pane {
                     let live = a.endpoint.as_ref().and_then(|e| e.pane.clone());
@@ -476,6 +483,24 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected K=V, got {s:?}"))
 }
 
+/// What the agent's program said of itself at its last start, on one line:
+/// `gemini-cli 0.61.0 (ACP 1: load_session, image)`.
+fn program_line(p: &relay_protocol::domain::ProgramInfo) -> String {
+    let mut line = p.name.clone();
+    if !p.version.is_empty() {
+        line.push(' ');
+        line.push_str(&p.version);
+    }
+    let caps = p.capabilities.join(", ");
+    match (p.protocol_version, caps.is_empty()) {
+        (Some(v), true) => line.push_str(&format!(" (ACP {v})")),
+        (Some(v), false) => line.push_str(&format!(" (ACP {v}: {caps})")),
+        (None, false) => line.push_str(&format!(" ({caps})")),
+        (None, true) => {}
+    }
+    line
+}
+
 /// What `relay agent show` says of a harness's controls, one line each.
 fn capability_lines(harness: Harness) -> Vec<String> {
     let can = harness.capabilities();
@@ -489,7 +514,14 @@ fn capability_lines(harness: Harness) -> Vec<String> {
                 &format!("none: {harness} has no approval step, its tools run without asking"),
             )
         ),
-        format!("steer     {}", yes_no(can.steer, "yes", "no")),
+        format!(
+            "steer     {}",
+            yes_no(
+                can.steer,
+                "yes",
+                "no: interrupt it and ask again, or send a follow-up",
+            )
+        ),
         format!("interrupt {}", yes_no(can.interrupt, "yes", "no")),
         format!(
             "resume    {}",
@@ -517,7 +549,10 @@ mod tests {
         assert_eq!(parse_harness("pi_rpc"), Ok(Harness::PiRpc));
         assert!(parse_harness("gpt")
             .unwrap_err()
-            .contains("codex, claude, pi or tmux"));
+            .contains("codex, claude, pi, tmux, acp, gemini, opencode or qwen"));
+        assert_eq!(parse_harness("gemini"), Ok(Harness::GeminiAcp));
+        assert_eq!(parse_harness("opencode_acp"), Ok(Harness::OpencodeAcp));
+        assert_eq!(parse_harness("acp"), Ok(Harness::Acp));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use relay_protocol::domain::{valid_agent_name, Agent, AgentSpec, AgentState, Endpoint, Harness};
+use relay_protocol::domain::{
+    valid_agent_name, Agent, AgentSpec, AgentState, Endpoint, Harness, ProgramInfo,
+};
 use relay_protocol::event::EventBody;
 
 use super::Ctx;
@@ -93,6 +95,7 @@ impl Ctx<'_, '_> {
             endpoint: None,
             state_reason: None,
             note: None,
+            program: None,
             created_at: self.now,
             updated_at: self.now,
         };
@@ -122,6 +125,7 @@ impl Ctx<'_, '_> {
         thread_id: &Option<String>,
         endpoint: &Option<Option<Endpoint>>,
         reason: &Option<String>,
+        program: &Option<ProgramInfo>,
     ) -> Result<Outcome, BrokerError> {
         let mut agent = self.agent(name)?;
         let before = agent.clone();
@@ -136,6 +140,9 @@ impl Ctx<'_, '_> {
         }
         if let Some(e) = endpoint {
             agent.endpoint = e.clone();
+        }
+        if let Some(p) = program {
+            agent.program = Some(p.clone());
         }
         if agent != before {
             agent.updated_at = self.now;

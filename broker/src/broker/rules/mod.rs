@@ -73,7 +73,8 @@ impl Ctx<'_, '_> {
                 thread_id,
                 endpoint,
                 reason,
-            } => self.update_agent(name, *state, thread_id, endpoint, reason),
+                program,
+            } => self.update_agent(name, *state, thread_id, endpoint, reason, program),
             Command::ThreadLost {
                 agent,
                 old_thread_id,

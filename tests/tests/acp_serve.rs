@@ -36,6 +36,8 @@ struct Acp {
     stdin: Option<ChildStdin>,
     lines: mpsc::UnboundedReceiver<String>,
     stderr: std::path::PathBuf,
+    /// The log of the broker of its data dir (`RelayProcess`'s), shown on a failure.
+    broker_log: std::path::PathBuf,
     next_id: i64,
 }
 
@@ -85,6 +87,7 @@ impl Acp {
             child,
             lines,
             stderr,
+            broker_log: data_dir.with_extension("log"),
             next_id: 1,
         }
     }
@@ -93,10 +96,33 @@ impl Acp {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// What a failure shows: `relay acp`'s stderr and the broker log's tail, both
+    /// also kept in a directory of their own (the test's temp dir is deleted).
+    fn diagnostics(&self) -> String {
+        let log = std::fs::read_to_string(&self.broker_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(200)..].join("\n");
+        let kept = std::env::temp_dir().join(format!(
+            "acp-serve-failure-{}-{}",
+            std::process::id(),
+            self.child.id().unwrap_or_default()
+        ));
+        let saved = std::fs::create_dir_all(&kept)
+            .and_then(|()| std::fs::write(kept.join("acp.err"), self.stderr_text()))
+            .and_then(|()| std::fs::write(kept.join("broker.log"), &log));
+        let kept = match saved {
+            Ok(()) => format!("kept in {}", kept.display()),
+            Err(e) => format!("not kept ({e})"),
+        };
+        format!(
+            "stderr:\n{}\nbroker log ({kept}), last 200 lines:\n{tail}",
+            self.stderr_text()
+        )
+    }
+
     async fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(line.as_bytes()).await.unwrap();
-        stdin.write_all(b"\n").await.unwrap();
+        stdin.write_all(text.as_bytes()).await.unwrap();
         stdin.flush().await.unwrap();
     }
 
@@ -118,11 +144,11 @@ impl Acp {
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "relay acp said nothing for {WAIT:?}; stderr:\n{}",
-                    self.stderr_text()
+                    "relay acp said nothing for {WAIT:?}; {}",
+                    self.diagnostics()
                 )
             })
-            .unwrap_or_else(|| panic!("relay acp closed stdout; stderr:\n{}", self.stderr_text()));
+            .unwrap_or_else(|| panic!("relay acp closed stdout; {}", self.diagnostics()));
         let v: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout carried a line that is not JSON ({e}): {line}"));
         assert_eq!(v["jsonrpc"], "2.0", "{v}");

@@ -121,6 +121,12 @@ impl Acp {
     }
 
     async fn send_line(&mut self, line: &str) {
+        self.send_raw(line).await;
+        self.send_raw("\n").await;
+    }
+
+    /// Writes `text` as it is (a piece of a line, say).
+    async fn send_raw(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(text.as_bytes()).await.unwrap();
         stdin.flush().await.unwrap();
@@ -680,6 +686,46 @@ async fn an_unknown_agent_or_no_broker_is_an_error_not_a_dead_server() {
             .unwrap()
             .contains("no broker"),
         "{e}"
+    );
+    acp.close().await;
+}
+
+/// A line that comes in pieces is read whole, even when requests end while its rest is
+/// on its way (a line partly read was lost when a request's task ended meanwhile, and
+/// its request never answered).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_line_in_pieces_is_read_whole_while_requests_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut acp = Acp::spawn(tmp.path(), "cx", tmp.path().join("acp.err"));
+    for _ in 0..20 {
+        let id = acp.next_id;
+        let last = id + 4;
+        acp.next_id += 5;
+        let line = |id: i64| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"protocolVersion": 1}}).to_string()
+        };
+        let whole: Vec<String> = (id..last).map(line).collect();
+        let piece = line(last);
+        let (first, rest) = piece.split_at(piece.len() / 2);
+        // Four requests and half of a fifth: its first half is read while their tasks
+        // end; the rest comes once they answered.
+        acp.send_raw(&format!("{}\n{first}", whole.join("\n")))
+            .await;
+        let mut answered = Vec::new();
+        for _ in id..last {
+            let m = acp.recv().await;
+            answered.push(m["id"].as_i64().unwrap_or_else(|| panic!("{m}")));
+        }
+        answered.sort();
+        assert_eq!(answered, (id..last).collect::<Vec<_>>());
+        acp.send_line(rest).await;
+        let (_, answer) = acp.until_answer(last, |r| panic!("unexpected {r}")).await;
+        assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    }
+    assert!(
+        !acp.stderr_text().contains("bad line"),
+        "{}",
+        acp.stderr_text()
     );
     acp.close().await;
 }

@@ -763,17 +763,134 @@ async fn a_cancel_right_behind_its_prompt_cancels_it() {
         .clone();
     assert_eq!(flight["state"], "cancelled", "{flight}");
 
+    acp.close().await;
+
     // A cancelled prompt answers `cancelled` even when what it was doing failed (ACP:
-    // the agent must not show a cancellation as an error): here the agent is gone.
+    // the agent must not show a cancellation as an error): here the agent is gone, and
+    // the failed invocation surely reaches `relay acp` after the cancel (its calls go
+    // through a gate held shut until the cancel is read), so this is the case checked,
+    // not a failure that raced ahead of the cancel (answered as the error, rightly).
+    let gate = Gate::start(&env.relay.api.url).await;
+    let envs = [
+        ("RELAY_URL", gate.url.as_str()),
+        ("RELAY_TOKEN", env.relay.api.token.as_str()),
+    ];
+    let err = env.tmp.path().join("acp-gated.err");
+    let mut acp = Acp::spawn_with(&env.relay.data_dir, "cx", err, &envs);
+    acp.initialize().await;
+    let sid = acp.new_session().await;
     let out = env.relay.cli(&["agent", "remove", "cx"]);
     assert!(out.status.success(), "{out:?}");
+    gate.shut();
     let id = acp.next_id;
-    acp.next_id += 1;
+    let read = id + 1;
+    acp.next_id += 2;
     let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "anyone there?"}]}});
-    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}});
+    let init = json!({"jsonrpc": "2.0", "id": read, "method": "initialize", "params": {"protocolVersion": 1}});
+    acp.send_line(&format!("{prompt}\n{cancel}\n{init}")).await;
+    // Lines are read in order: the answer to the line after the cancel says it was read
+    // (the prompt cannot answer first: its invocation waits at the gate).
+    let (_, answer) = acp.until_answer(read, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    gate.open();
     let (_, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert!(
+        acp.stderr_text()
+            .contains("cancelled prompt ended with an error"),
+        "the invocation did not fail: {}",
+        acp.stderr_text()
+    );
     acp.close().await;
+}
+
+/// A TCP proxy to the broker whose client-to-broker direction can be held shut: what
+/// `relay acp` sends meanwhile waits in it, and goes on once it is open again. The
+/// proxy's address in what is sent (the Host header) becomes the broker's, which
+/// refuses other hosts.
+struct Gate {
+    url: String,
+    open: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    async fn start(broker_url: &str) -> Gate {
+        let upstream = broker_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let here = listener.local_addr().unwrap().to_string();
+        let url = format!("http://{here}");
+        let (open, rx) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, here) = (upstream.clone(), here.clone());
+                let rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(broker) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, cw) = client.into_split();
+                    let (br, mut bw) = broker.into_split();
+                    let back = tokio::spawn(async move {
+                        let (mut br, mut cw) = (br, cw);
+                        let _ = tokio::io::copy(&mut br, &mut cw).await;
+                    });
+                    let mut rx = rx;
+                    let mut buf = vec![0u8; 16 << 10];
+                    loop {
+                        let n = match tokio::io::AsyncReadExt::read(&mut cr, &mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let sent = replace(&buf[..n], here.as_bytes(), upstream.as_bytes());
+                        if rx.wait_for(|open| *open).await.is_err()
+                            || bw.write_all(&sent).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    let _ = bw.shutdown().await;
+                    let _ = back.await;
+                });
+            }
+        });
+        Gate { url, open, task }
+    }
+
+    fn shut(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+/// `bytes` with each `from` replaced by `to`.
+fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A permission request the editor leaves open while the approval is decided elsewhere

@@ -36,6 +36,8 @@ struct Acp {
     stdin: Option<ChildStdin>,
     lines: mpsc::UnboundedReceiver<String>,
     stderr: std::path::PathBuf,
+    /// The log of the broker of its data dir (`RelayProcess`'s), shown on a failure.
+    broker_log: std::path::PathBuf,
     next_id: i64,
 }
 
@@ -85,6 +87,7 @@ impl Acp {
             child,
             lines,
             stderr,
+            broker_log: data_dir.with_extension("log"),
             next_id: 1,
         }
     }
@@ -93,10 +96,39 @@ impl Acp {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// What a failure shows: `relay acp`'s stderr and the broker log's tail, both
+    /// also kept in a directory of their own (the test's temp dir is deleted).
+    fn diagnostics(&self) -> String {
+        let log = std::fs::read_to_string(&self.broker_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(200)..].join("\n");
+        let kept = std::env::temp_dir().join(format!(
+            "acp-serve-failure-{}-{}",
+            std::process::id(),
+            self.child.id().unwrap_or_default()
+        ));
+        let saved = std::fs::create_dir_all(&kept)
+            .and_then(|()| std::fs::write(kept.join("acp.err"), self.stderr_text()))
+            .and_then(|()| std::fs::write(kept.join("broker.log"), &log));
+        let kept = match saved {
+            Ok(()) => format!("kept in {}", kept.display()),
+            Err(e) => format!("not kept ({e})"),
+        };
+        format!(
+            "stderr:\n{}\nbroker log ({kept}), last 200 lines:\n{tail}",
+            self.stderr_text()
+        )
+    }
+
     async fn send_line(&mut self, line: &str) {
+        self.send_raw(line).await;
+        self.send_raw("\n").await;
+    }
+
+    /// Writes `text` as it is (a piece of a line, say).
+    async fn send_raw(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(line.as_bytes()).await.unwrap();
-        stdin.write_all(b"\n").await.unwrap();
+        stdin.write_all(text.as_bytes()).await.unwrap();
         stdin.flush().await.unwrap();
     }
 
@@ -118,11 +150,11 @@ impl Acp {
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "relay acp said nothing for {WAIT:?}; stderr:\n{}",
-                    self.stderr_text()
+                    "relay acp said nothing for {WAIT:?}; {}",
+                    self.diagnostics()
                 )
             })
-            .unwrap_or_else(|| panic!("relay acp closed stdout; stderr:\n{}", self.stderr_text()));
+            .unwrap_or_else(|| panic!("relay acp closed stdout; {}", self.diagnostics()));
         let v: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout carried a line that is not JSON ({e}): {line}"));
         assert_eq!(v["jsonrpc"], "2.0", "{v}");
@@ -658,6 +690,46 @@ async fn an_unknown_agent_or_no_broker_is_an_error_not_a_dead_server() {
     acp.close().await;
 }
 
+/// A line that comes in pieces is read whole, even when requests end while its rest is
+/// on its way (a line partly read was lost when a request's task ended meanwhile, and
+/// its request never answered).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_line_in_pieces_is_read_whole_while_requests_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut acp = Acp::spawn(tmp.path(), "cx", tmp.path().join("acp.err"));
+    for _ in 0..20 {
+        let id = acp.next_id;
+        let last = id + 4;
+        acp.next_id += 5;
+        let line = |id: i64| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"protocolVersion": 1}}).to_string()
+        };
+        let whole: Vec<String> = (id..last).map(line).collect();
+        let piece = line(last);
+        let (first, rest) = piece.split_at(piece.len() / 2);
+        // Four requests and half of a fifth: its first half is read while their tasks
+        // end; the rest comes once they answered.
+        acp.send_raw(&format!("{}\n{first}", whole.join("\n")))
+            .await;
+        let mut answered = Vec::new();
+        for _ in id..last {
+            let m = acp.recv().await;
+            answered.push(m["id"].as_i64().unwrap_or_else(|| panic!("{m}")));
+        }
+        answered.sort();
+        assert_eq!(answered, (id..last).collect::<Vec<_>>());
+        acp.send_line(rest).await;
+        let (_, answer) = acp.until_answer(last, |r| panic!("unexpected {r}")).await;
+        assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    }
+    assert!(
+        !acp.stderr_text().contains("bad line"),
+        "{}",
+        acp.stderr_text()
+    );
+    acp.close().await;
+}
+
 /// ACP: a `session/cancel` right behind its `session/prompt` (an editor's stop button
 /// pressed at once) cancels that prompt: it answers `cancelled` and its flight is
 /// interrupted, however early the cancel came.
@@ -691,17 +763,134 @@ async fn a_cancel_right_behind_its_prompt_cancels_it() {
         .clone();
     assert_eq!(flight["state"], "cancelled", "{flight}");
 
+    acp.close().await;
+
     // A cancelled prompt answers `cancelled` even when what it was doing failed (ACP:
-    // the agent must not show a cancellation as an error): here the agent is gone.
+    // the agent must not show a cancellation as an error): here the agent is gone, and
+    // the failed invocation surely reaches `relay acp` after the cancel (its calls go
+    // through a gate held shut until the cancel is read), so this is the case checked,
+    // not a failure that raced ahead of the cancel (answered as the error, rightly).
+    let gate = Gate::start(&env.relay.api.url).await;
+    let envs = [
+        ("RELAY_URL", gate.url.as_str()),
+        ("RELAY_TOKEN", env.relay.api.token.as_str()),
+    ];
+    let err = env.tmp.path().join("acp-gated.err");
+    let mut acp = Acp::spawn_with(&env.relay.data_dir, "cx", err, &envs);
+    acp.initialize().await;
+    let sid = acp.new_session().await;
     let out = env.relay.cli(&["agent", "remove", "cx"]);
     assert!(out.status.success(), "{out:?}");
+    gate.shut();
     let id = acp.next_id;
-    acp.next_id += 1;
+    let read = id + 1;
+    acp.next_id += 2;
     let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "anyone there?"}]}});
-    acp.send_line(&format!("{prompt}\n{cancel}")).await;
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}});
+    let init = json!({"jsonrpc": "2.0", "id": read, "method": "initialize", "params": {"protocolVersion": 1}});
+    acp.send_line(&format!("{prompt}\n{cancel}\n{init}")).await;
+    // Lines are read in order: the answer to the line after the cancel says it was read
+    // (the prompt cannot answer first: its invocation waits at the gate).
+    let (_, answer) = acp.until_answer(read, |r| panic!("unexpected {r}")).await;
+    assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+    gate.open();
     let (_, answer) = acp.until_answer(id, |r| panic!("unexpected {r}")).await;
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert!(
+        acp.stderr_text()
+            .contains("cancelled prompt ended with an error"),
+        "the invocation did not fail: {}",
+        acp.stderr_text()
+    );
     acp.close().await;
+}
+
+/// A TCP proxy to the broker whose client-to-broker direction can be held shut: what
+/// `relay acp` sends meanwhile waits in it, and goes on once it is open again. The
+/// proxy's address in what is sent (the Host header) becomes the broker's, which
+/// refuses other hosts.
+struct Gate {
+    url: String,
+    open: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    async fn start(broker_url: &str) -> Gate {
+        let upstream = broker_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let here = listener.local_addr().unwrap().to_string();
+        let url = format!("http://{here}");
+        let (open, rx) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, here) = (upstream.clone(), here.clone());
+                let rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(broker) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, cw) = client.into_split();
+                    let (br, mut bw) = broker.into_split();
+                    let back = tokio::spawn(async move {
+                        let (mut br, mut cw) = (br, cw);
+                        let _ = tokio::io::copy(&mut br, &mut cw).await;
+                    });
+                    let mut rx = rx;
+                    let mut buf = vec![0u8; 16 << 10];
+                    loop {
+                        let n = match tokio::io::AsyncReadExt::read(&mut cr, &mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let sent = replace(&buf[..n], here.as_bytes(), upstream.as_bytes());
+                        if rx.wait_for(|open| *open).await.is_err()
+                            || bw.write_all(&sent).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    let _ = bw.shutdown().await;
+                    let _ = back.await;
+                });
+            }
+        });
+        Gate { url, open, task }
+    }
+
+    fn shut(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+/// `bytes` with each `from` replaced by `to`.
+fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A permission request the editor leaves open while the approval is decided elsewhere

@@ -30,7 +30,8 @@
 //! `turn.rs` (a prompt: its flight followed, its approvals, its end), `updates.rs` (a
 //! flight's updates as session updates).
 //!
-//! Requests are served concurrently (each in a task of its own), so one editor may run
+//! Stdin is read in a task of its own, so a line is read whole however it comes in
+//! while requests end around it. Requests are served concurrently (each in a task of its own), so one editor may run
 //! prompts in several sessions at once; a second prompt in a session whose prompt runs
 //! is refused. A prompt's turn begins as its line is read (its flight is invoked in its
 //! task), so a `session/cancel` right behind it cancels it. Bad input (a line that is not JSON, an unknown method, bad parameters, an
@@ -104,15 +105,14 @@ pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
         next_id: AtomicI64::new(0),
         may_decide: AtomicBool::new(true),
     });
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut lines = read_lines(tokio::io::BufReader::new(tokio::io::stdin()));
     let mut tasks = JoinSet::new();
-    let mut buf = Vec::new();
     loop {
         tokio::select! {
-            line = read_line(&mut stdin, &mut buf) => match line {
-                Ok(Some(line)) => server.clone().handle(line, &mut tasks),
-                Ok(None) => break,
-                Err(e) => {
+            line = lines.recv() => match line {
+                Some(Ok(line)) => server.clone().handle(line, &mut tasks),
+                None => break,
+                Some(Err(e)) => {
                     errln!("relay acp: cannot read stdin: {e}");
                     break;
                 }
@@ -135,6 +135,32 @@ pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
 enum Line {
     Text(String),
     TooLong(usize),
+}
+
+/// The lines of `r` as they are read, in a task of their own: [`read_line`] is not
+/// cancel-safe (a line partly read when its future is dropped is lost), so it is never
+/// raced in the serving loop's `select!`, where a request's task ending would drop it
+/// (a line that came in two writes was then lost, and its request never answered).
+/// Ends after EOF or the first read error (sent).
+fn read_lines(
+    mut r: impl AsyncBufRead + Unpin + Send + 'static,
+) -> mpsc::Receiver<std::io::Result<Line>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut buf = Vec::new();
+        loop {
+            let line = match read_line(&mut r, &mut buf).await {
+                Ok(Some(line)) => Ok(line),
+                Ok(None) => return,
+                Err(e) => Err(e),
+            };
+            let failed = line.is_err();
+            if tx.send(line).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The next line of `r` without its newline (`None` at EOF). Bytes that are not UTF-8

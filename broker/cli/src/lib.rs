@@ -26,7 +26,8 @@
 //! from matters to client commands). A secret's variable is named but its value never shown, and a
 //! secret on the command line is refused (`ps` shows it to every user).
 //!
-//! Depends on: relay-broker, relay-client, relay-infra, relay-protocol, relay-runtime.
+//! Depends on: relay-broker, relay-client, relay-harnesses, relay-infra, relay-protocol,
+//! relay-runtime.
 //!
 //! The client commands talk to the broker through `relay-client`; the crate depends on
 //! the broker library only for the processes (`commands::serve`: `relay up`, `relay

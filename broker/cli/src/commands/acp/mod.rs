@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::Args;
 use relay_client::{Client, ClientError};
+use relay_harnesses::lines::{LineReader, Overflow};
 use relay_protocol::acp::{
     self, method, AgentCapabilities, ContentBlock, Implementation, InitializeResponse,
     LoadSessionRequest, Message, NewSessionRequest, NewSessionResponse, PromptCapabilities,
@@ -60,7 +61,7 @@ use relay_protocol::domain::{id_token, ConversationKind, ConversationSpec, Messa
 use relay_protocol::methods::{call as m, Call};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
@@ -131,27 +132,41 @@ pub async fn run(discover: Discover, args: AcpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A line as read: its text, or the length of one over [`MAX_LINE`].
+/// A line as read: its text, or word that one over [`MAX_LINE`] was skipped.
 enum Line {
     Text(String),
-    TooLong(usize),
+    TooLong,
 }
 
-/// The lines of `r` as they are read, in a task of their own: [`read_line`] is not
-/// cancel-safe (a line partly read when its future is dropped is lost), so it is never
-/// raced in the serving loop's `select!`, where a request's task ending would drop it
-/// (a line that came in two writes was then lost, and its request never answered).
-/// Ends after EOF or the first read error (sent).
+/// The lines of `r` as they are read, in a task of their own, through the bounded
+/// reader every child's output goes through ([`LineReader`]), so that no request's
+/// line is cut by the serving loop's `select!`. Bytes that are not UTF-8 become U+FFFD
+/// (then the line is not JSON and is answered so). Ends after EOF or the first read
+/// error (sent).
 fn read_lines(
-    mut r: impl AsyncBufRead + Unpin + Send + 'static,
+    r: impl AsyncBufRead + Unpin + Send + 'static,
 ) -> mpsc::Receiver<std::io::Result<Line>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
-        let mut buf = Vec::new();
+        let skipped = Arc::new(AtomicU64::new(0));
+        let mut reader = LineReader::new(r, MAX_LINE, Overflow::Skip(skipped.clone()));
+        let mut seen = 0;
         loop {
-            let line = match read_line(&mut r, &mut buf).await {
-                Ok(Some(line)) => Ok(line),
-                Ok(None) => return,
+            let read = reader.read_line().await;
+            let now = skipped.load(Ordering::Relaxed);
+            if now > seen {
+                seen = now;
+                if tx.send(Ok(Line::TooLong)).await.is_err() {
+                    return;
+                }
+            }
+            let line = match read {
+                Ok(true) => Ok(Line::Text(
+                    String::from_utf8_lossy(reader.line())
+                        .trim_end_matches('\r')
+                        .to_string(),
+                )),
+                Ok(false) => return,
                 Err(e) => Err(e),
             };
             let failed = line.is_err();
@@ -161,46 +176,6 @@ fn read_lines(
         }
     });
     rx
-}
-
-/// The next line of `r` without its newline (`None` at EOF). Bytes that are not UTF-8
-/// become U+FFFD (then the line is not JSON and is answered so).
-async fn read_line(
-    r: &mut (impl AsyncBufRead + Unpin),
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Option<Line>> {
-    buf.clear();
-    let mut dropped = 0usize;
-    loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            if buf.is_empty() && dropped == 0 {
-                return Ok(None);
-            }
-            break;
-        }
-        let (take, end) = match avail.iter().position(|b| *b == b'\n') {
-            Some(i) => (i, true),
-            None => (avail.len(), false),
-        };
-        if dropped == 0 && buf.len() + take <= MAX_LINE {
-            buf.extend_from_slice(&avail[..take]);
-        } else {
-            dropped += buf.len() + take;
-            buf.clear();
-        }
-        r.consume(take + usize::from(end));
-        if end {
-            break;
-        }
-    }
-    if dropped > 0 {
-        return Ok(Some(Line::TooLong(dropped)));
-    }
-    if buf.last() == Some(&b'\r') {
-        buf.pop();
-    }
-    Ok(Some(Line::Text(String::from_utf8_lossy(buf).into_owned())))
 }
 
 /// Writes each line to stdout as it comes, until every sender is gone or stdout is.
@@ -262,11 +237,11 @@ impl Server {
         let text = match line {
             Line::Text(t) if t.trim().is_empty() => return,
             Line::Text(t) => t,
-            Line::TooLong(n) => {
-                errln!("relay acp: skipped a line of {n} bytes (at most {MAX_LINE})");
+            Line::TooLong => {
+                errln!("relay acp: skipped a line over {MAX_LINE} bytes");
                 let error = RpcError::new(
                     RpcError::INVALID_REQUEST,
-                    format!("a line of {n} bytes is over the limit of {MAX_LINE}"),
+                    format!("a line is over the limit of {MAX_LINE} bytes"),
                 );
                 self.send_value(
                     serde_json::json!({"jsonrpc": "2.0", "id": null, "error": to_value(error)}),
@@ -617,42 +592,4 @@ fn unique() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[tokio::test]
-    async fn lines_are_read_whole_and_a_line_over_the_limit_is_skipped() {
-        let mut input = b"{\"a\":1}\r\nnot json\n".to_vec();
-        input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
-        input.extend(b"\nlast");
-        let mut r = tokio::io::BufReader::with_capacity(1024, &input[..]);
-        let mut buf = Vec::new();
-        let mut seen = Vec::new();
-        while let Some(line) = read_line(&mut r, &mut buf).await.unwrap() {
-            seen.push(match line {
-                Line::Text(t) => t,
-                Line::TooLong(n) => format!("too long: {n}"),
-            });
-        }
-        assert_eq!(
-            seen,
-            vec![
-                "{\"a\":1}".to_string(),
-                "not json".into(),
-                format!("too long: {}", MAX_LINE + 10),
-                "last".into()
-            ]
-        );
-    }
-
-    #[test]
-    fn initialize_offers_load_and_text_only() {
-        let v = to_value(initialize_response());
-        assert_eq!(v["protocolVersion"], 1);
-        assert_eq!(v["agentCapabilities"]["loadSession"], true);
-        assert_eq!(v["agentCapabilities"]["promptCapabilities"]["image"], false);
-        assert_eq!(v["agentInfo"]["name"], "relay");
-    }
-}
+mod tests;

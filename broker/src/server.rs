@@ -137,6 +137,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         node: None,
         turn_idle_timeout: config.turn_idle_timeout,
         turn_stall_timeout: config.turn_stall_timeout,
+        turn_quiet_note: Some(relay_runtime::DEFAULT_TURN_QUIET_NOTE),
         access: config.relay_program.clone().map(|program| {
             let (url, tokens) = (url.clone(), agent_tokens.clone());
             AccessIssuer::new(move |agent| {

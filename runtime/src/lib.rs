@@ -131,6 +131,11 @@ pub struct RuntimeConfig {
     /// for this long, counted from that first note, is interrupted and failed with the
     /// latest note as its cause (`None`: never; the idle watchdog still applies).
     pub turn_stall_timeout: Option<std::time::Duration>,
+    /// A running turn its harness has sent nothing of for this long (not waiting for a
+    /// person) gets a note saying so, with how to stop it, and again every minute while
+    /// it stays quiet (`None`: never; [`DEFAULT_TURN_QUIET_NOTE`] in `relay up` and
+    /// `relay node`). Turns that end by a reply (a tmux pane) get none.
+    pub turn_quiet_note: Option<std::time::Duration>,
     /// How each agent's session reaches Relay (its scoped token, the broker's URL);
     /// `None`: sessions run without it.
     pub access: Option<relay_harnesses::AccessIssuer>,
@@ -146,6 +151,7 @@ impl RuntimeConfig {
             node: None,
             turn_idle_timeout: None,
             turn_stall_timeout: None,
+            turn_quiet_note: None,
             access: None,
         }
     }
@@ -153,6 +159,9 @@ impl RuntimeConfig {
 
 /// The default of [`RuntimeConfig::turn_idle_timeout`].
 pub const DEFAULT_TURN_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The default of [`RuntimeConfig::turn_quiet_note`].
+pub const DEFAULT_TURN_QUIET_NOTE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The default of [`RuntimeConfig::turn_stall_timeout`].
 pub const DEFAULT_TURN_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -472,6 +481,7 @@ impl Runtime {
                 shutdown: self.inner.shutdown.child_token(),
                 turn_idle_timeout: self.inner.config.turn_idle_timeout,
                 turn_stall_timeout: self.inner.config.turn_stall_timeout,
+                turn_quiet_note: self.inner.config.turn_quiet_note,
                 access: self.inner.config.access.clone(),
                 cancelled: self.inner.cancelled.clone(),
             },

@@ -179,3 +179,34 @@ async fn a_plain_warning_is_a_note_but_not_a_stall() {
     tokio::time::sleep(STALL * 5).await;
     completes_uninterrupted(&mut r).await;
 }
+
+/// The quiet note (`RuntimeConfig::turn_quiet_note`): a turn its harness says nothing of
+/// for the limit gets a note saying so and naming how to stop it, again every minute
+/// while it stays quiet; anything from the harness starts the count afresh; the turn
+/// goes on (only the idle watchdog ends a quiet turn).
+#[tokio::test(start_paused = true)]
+async fn a_quiet_turn_gets_a_note_saying_so_and_goes_on() {
+    let quiet = Duration::from_secs(30);
+    let mut r = running_watched("hang", Some(IDLE), None, Some(quiet)).await;
+    let started = tokio::time::Instant::now();
+    let said = |secs: u64| {
+        note(&format!(
+            "no word from fake for {secs} s: its model may be slow or unreachable (it may be retrying); `relay interrupt f1` stops the turn"
+        ))
+    };
+    assert_eq!(r.reports.take(1).await, vec![said(30)]);
+    assert_eq!(started.elapsed(), quiet, "the note came at the limit");
+    assert_eq!(r.reports.take(1).await, vec![said(90)]);
+    // A word from the harness: the count starts again from it.
+    r.events
+        .send(HarnessEvent::Warning {
+            message: "still here".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.reports.take(1).await, vec![note("still here")]);
+    let spoke = tokio::time::Instant::now();
+    assert_eq!(r.reports.take(1).await, vec![said(30)]);
+    assert_eq!(spoke.elapsed(), quiet);
+    completes_uninterrupted(&mut r).await;
+}

@@ -124,6 +124,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         node: Some(config.name.clone()),
         turn_idle_timeout: config.turn_idle_timeout,
         turn_stall_timeout: config.turn_stall_timeout,
+        turn_quiet_note: Some(relay_runtime::DEFAULT_TURN_QUIET_NOTE),
         // A node's agents do not reach the broker's API: it listens on its own host's loopback.
         access: None,
     };

@@ -56,6 +56,8 @@ pub struct Deps {
     pub turn_idle_timeout: Option<Duration>,
     /// See [`crate::RuntimeConfig::turn_stall_timeout`].
     pub turn_stall_timeout: Option<Duration>,
+    /// See [`crate::RuntimeConfig::turn_quiet_note`].
+    pub turn_quiet_note: Option<Duration>,
     /// Flights interrupted before their turn started: never started here.
     pub cancelled: Arc<Cancelled>,
     /// How the agent's session reaches Relay.

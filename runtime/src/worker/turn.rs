@@ -1,6 +1,6 @@
 //! The turn in progress: starting it (waking the session first, recording the start on
 //! disk before the harness sees the task), waiting on its events, its controls, its
-//! deadline, its idle watchdog (nothing at all from the harness) and its stall watchdog
+//! deadline, its quiet note (nothing from the harness for a while: a note says so), its idle watchdog (nothing at all from the harness) and its stall watchdog
 //! (a note such as "Reconnecting...", then no progress), and closing it.
 //!
 //! Controls of the running turn are carried out by tasks of their own, so the worker
@@ -36,6 +36,10 @@ const OWN_INTERRUPT: Duration = Duration::from_secs(5);
 /// turn's start) is tried again every 100 ms, up to 30 times.
 const INTERRUPT_BACKOFF: retry::ExponentialBuilder =
     retry::at_most(30, Duration::from_millis(100), Duration::from_millis(100));
+
+/// How often the quiet note ([`crate::RuntimeConfig::turn_quiet_note`]) comes again
+/// while the turn stays quiet.
+const QUIET_REPEAT: Duration = Duration::from_secs(60);
 
 /// The turn in progress.
 pub(super) struct Turn {
@@ -171,6 +175,14 @@ impl Worker {
         let mut stall = Stall::default();
         let stall_clock = tokio::time::sleep(Duration::MAX);
         tokio::pin!(stall_clock);
+        // The quiet note: a turn its harness has said nothing of for a while says so,
+        // with what to do, instead of waiting without a word (an agent that cannot reach
+        // its model may retry for minutes in silence: Gemini CLI 0.61 for about 3.5).
+        let quiet_after = self.deps.turn_quiet_note.unwrap_or(Duration::MAX);
+        let mut quiet_since = tokio::time::Instant::now();
+        let quiet = tokio::time::sleep(quiet_after);
+        tokio::pin!(quiet);
+        let notes_quiet = self.deps.turn_quiet_note.is_some() && !turn.info.capabilities.reply;
         // Controls in progress, stopped when the turn ends (a late interrupt retry must
         // never reach the next turn); each reports the approval it answered, if any.
         let mut controls = tokio::task::JoinSet::new();
@@ -216,6 +228,15 @@ impl Worker {
                     .await;
                     break TurnEnd::Done;
                 }
+                _ = &mut quiet, if notes_quiet && turn.approvals.is_empty() => {
+                    let secs = quiet_since.elapsed().as_secs();
+                    let text = format!(
+                        "no word from {} for {secs} s: its model may be slow or unreachable (it may be retrying); `relay interrupt {}` stops the turn",
+                        turn.info.name, turn.flight
+                    );
+                    self.change(&turn.flight, FlightChange::Note { text }).await;
+                    quiet.as_mut().reset(tokio::time::Instant::now() + QUIET_REPEAT);
+                }
                 _ = &mut idle, if watching => {
                     self.interrupt_own(&on, &turn).await;
                     let secs = self.deps.turn_idle_timeout.unwrap_or_default().as_secs();
@@ -251,10 +272,19 @@ impl Worker {
                         turn.answering.remove(&request);
                         if answered {
                             turn.approvals.remove(&request);
+                            // Back from a person: the harness's silence counts afresh.
+                            quiet_since = tokio::time::Instant::now();
+                            if notes_quiet {
+                                quiet.as_mut().reset(quiet_since + quiet_after);
+                            }
                         }
                     }
                 }
                 ev = super::session::next_event(&mut self.session) => {
+                    quiet_since = tokio::time::Instant::now();
+                    if notes_quiet {
+                        quiet.as_mut().reset(quiet_since + quiet_after);
+                    }
                     let activity = ev.as_ref().is_some_and(counts_as_activity);
                     if let (Some(HarnessEvent::Retrying { message }), Some(limit)) =
                         (&ev, self.deps.turn_stall_timeout)

@@ -329,8 +329,18 @@ pub fn runtime_stalling(
     idle: Option<std::time::Duration>,
     stall: Option<std::time::Duration>,
 ) -> (tempfile::TempDir, Runtime, Reports, CancellationToken) {
+    runtime_watched(launcher, idle, stall, None)
+}
+
+/// [`runtime`] with a stall limit and a quiet note (`RuntimeConfig::turn_quiet_note`).
+pub fn runtime_watched(
+    launcher: Arc<Scripted>,
+    idle: Option<std::time::Duration>,
+    stall: Option<std::time::Duration>,
+    quiet: Option<std::time::Duration>,
+) -> (tempfile::TempDir, Runtime, Reports, CancellationToken) {
     let dir = tempfile::tempdir().unwrap();
-    let (runtime, reports, stop) = start(dir.path(), None, launcher, idle, stall);
+    let (runtime, reports, stop) = start(dir.path(), None, launcher, idle, stall, quiet);
     (dir, runtime, reports, stop)
 }
 
@@ -341,7 +351,7 @@ pub fn runtime_in(
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
 ) -> (Runtime, Reports, CancellationToken) {
-    start(dir, shared, launcher, idle, None)
+    start(dir, shared, launcher, idle, None, None)
 }
 
 fn start(
@@ -350,6 +360,7 @@ fn start(
     launcher: Arc<Scripted>,
     idle: Option<std::time::Duration>,
     stall: Option<std::time::Duration>,
+    quiet: Option<std::time::Duration>,
 ) -> (Runtime, Reports, CancellationToken) {
     let stop = CancellationToken::new();
     let (runtime, reports) = Runtime::start_with(
@@ -359,6 +370,7 @@ fn start(
             node: None,
             turn_idle_timeout: idle,
             turn_stall_timeout: stall,
+            turn_quiet_note: quiet,
             access: None,
         },
         Harnesses::default().with(launcher),
@@ -490,8 +502,18 @@ pub async fn running_stalling(
     idle: Option<std::time::Duration>,
     stall: Option<std::time::Duration>,
 ) -> Running {
+    running_watched(task, idle, stall, None).await
+}
+
+/// [`running`] on a runtime with a stall limit and a quiet note.
+pub async fn running_watched(
+    task: &str,
+    idle: Option<std::time::Duration>,
+    stall: Option<std::time::Duration>,
+    quiet: Option<std::time::Duration>,
+) -> Running {
     let (launcher, mut script) = full();
-    let (dir, runtime, mut reports, stop) = runtime_stalling(launcher, idle, stall);
+    let (dir, runtime, mut reports, stop) = runtime_watched(launcher, idle, stall, quiet);
     runtime
         .dispatch(dispatch(Harness::ClaudeStreamJson, "f1", task))
         .await

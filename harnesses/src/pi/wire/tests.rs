@@ -388,3 +388,21 @@ fn output_snapshots_become_deltas_even_when_pi_keeps_only_the_tail() {
     assert_eq!(output_delta("a\n", "x\n"), "x\n");
     assert_eq!(output_delta("a\n", "a\n"), "");
 }
+
+/// Token counts come from the wire: counts whose sum overflows saturate (found by the
+/// fuzz target `pi_rpc_lines`, which hit "attempt to add with overflow").
+#[test]
+fn token_counts_too_large_to_add_saturate() {
+    let mut wire = prompted();
+    let huge = u64::MAX.to_string();
+    let text = include_str!("fixtures/text.jsonl").replace(
+        "\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":6",
+        &format!("\"cacheRead\":{huge},\"cacheWrite\":{huge},\"totalTokens\":6"),
+    );
+    let out = feed(&mut wire, &text);
+    assert!(
+        events_of(&out).contains(&usage(u64::MAX, 3)),
+        "{:?}",
+        events_of(&out)
+    );
+}

@@ -116,8 +116,13 @@ impl Turn {
                     });
                 }
                 if let Some(usage) = &message.usage {
-                    self.input_tokens += usage.input + usage.cache_read + usage.cache_write;
-                    self.output_tokens += usage.output;
+                    // Counts from the wire: a huge one saturates rather than overflow.
+                    self.input_tokens = self
+                        .input_tokens
+                        .saturating_add(usage.input)
+                        .saturating_add(usage.cache_read)
+                        .saturating_add(usage.cache_write);
+                    self.output_tokens = self.output_tokens.saturating_add(usage.output);
                     emit(HarnessEvent::TokenUsage {
                         turn_id,
                         input_tokens: self.input_tokens,

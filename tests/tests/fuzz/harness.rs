@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use relay_harnesses::acp::AcpWire;
 use relay_harnesses::claude::ClaudeWire;
 use relay_harnesses::codex::CodexWire;
 use relay_harnesses::pi::PiWire;
@@ -258,6 +259,67 @@ fn pi_rpc_lines() {
         },
     );
     seen.assert_some("pi_rpc_lines", "events read");
+}
+
+/// The agents' lines of the recorded ACP runs of the three CLIs (`acp/fixtures/*/`,
+/// where `< ` marks what the agent wrote).
+fn acp_runs() -> Vec<Vec<String>> {
+    ["gemini", "opencode", "qwen"]
+        .iter()
+        .flat_map(|cli| recorded(&format!("harnesses/src/acp/fixtures/{cli}")))
+        .map(|run| {
+            run.iter()
+                .filter_map(|l| l.strip_prefix("< ").map(str::to_string))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn acp_lines() {
+    let seen = Seen::default();
+    fuzz("acp_lines", 1500, steps(acp_runs()), |steps| {
+        let mut wire = AcpWire::titled_by_command();
+        let mut out = Vec::new();
+        let mut turns = 0;
+        let mut session = String::from("s");
+        for step in steps {
+            match step {
+                Step::Line(line) => {
+                    // The session the recorded lines are about, as `session/new` set it.
+                    if let Some(id) = serde_json::from_str::<serde_json::Value>(&line)
+                        .ok()
+                        .and_then(|v| v["params"]["sessionId"].as_str().map(str::to_string))
+                    {
+                        if id != session {
+                            session = id;
+                            wire.set_session(&session);
+                        }
+                    }
+                    read(&mut wire, &line, &mut out)
+                }
+                Step::Start => {
+                    turns += 1;
+                    let _ = wire.prompt(&session, &format!("t{turns}"), "say hello");
+                }
+                Step::Interrupt => {
+                    let _ = wire.cancel(&session, &format!("t{turns}"));
+                }
+                Step::Steer => {
+                    let _ = wire.cancel_one_pending();
+                }
+                Step::Answer(which, d) => {
+                    let ids = seen_ids(&out);
+                    if !ids.is_empty() {
+                        let _ = wire.answer(which.get::<String>(&ids), decision(d));
+                    }
+                }
+            }
+        }
+        events(&out, &seen);
+        Ok(())
+    });
+    seen.assert_some("acp_lines", "events read");
 }
 
 /// Screens captured from the real CLIs (`tmux/screens/`).

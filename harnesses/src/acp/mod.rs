@@ -29,7 +29,8 @@
 //! `rawInput.command`, a `CommandExecution` with its output as `CommandOutputDelta`s;
 //! `edit`/`delete`/`move` a `FileChange`; others a `ToolCall`), completed with the call
 //! and its output when its status is `completed` or `failed`; `plan` -> `PlanUpdated`;
-//! usage from `usage_update`, `_meta.usage` on a chunk, or the prompt's answer (`usage`,
+//! usage from `usage_update`, `_meta.usage` on a chunk (one per model call, summed over
+//! the turn), or the prompt's answer (`usage`,
 //! `_meta.usage`, `_meta.quota`) -> `TokenUsage`; the prompt's answer -> `TurnCompleted`
 //! by its `stopReason` (`end_turn` completed with the last message's text, `cancelled`
 //! interrupted, `refusal`, `max_tokens`, `max_turn_requests` and any unknown reason

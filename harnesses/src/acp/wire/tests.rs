@@ -340,3 +340,31 @@ fn unknown_stop_reasons_and_refusals_fail_saying_which() {
         Some(&completed(TurnOutcome::Interrupted))
     );
 }
+
+/// The last usage a turn reported.
+fn last_usage(run: &Run) -> Option<(u64, u64)> {
+    run.events.iter().rev().find_map(|e| match e {
+        HarnessEvent::TokenUsage {
+            input_tokens,
+            output_tokens,
+            ..
+        } => Some((*input_tokens, *output_tokens)),
+        _ => None,
+    })
+}
+
+#[test]
+fn qwen_s_usage_of_each_model_call_adds_up_to_the_turn_s() {
+    // Qwen Code puts each model call's usage on one chunk's `_meta.usage`; a turn with a
+    // tool makes two calls (7719/20 for the tool call, 7781/42 for the answer), and the
+    // turn used both, as the other harnesses count a turn.
+    let run = replay("qwen/tool_allow", ApprovalDecision::Accept, false);
+    assert_eq!(last_usage(&run), Some((7719 + 7781, 20 + 42)));
+    // One call: its usage as it is.
+    let run = replay("qwen/prompt_text", ApprovalDecision::Accept, false);
+    let (input, _) = last_usage(&run).unwrap();
+    assert_eq!(input, 7714);
+    // Gemini CLI and OpenCode give the turn's in the prompt's answer.
+    let run = replay("gemini/tool_allow", ApprovalDecision::Accept, false);
+    assert_eq!(last_usage(&run), Some((304, 44)));
+}

@@ -142,8 +142,8 @@ impl AcpWire {
     /// `cancelled`). Pending permission requests are answered `cancelled`, as ACP asks
     /// of a client that cancels.
     pub fn cancel(&mut self, session: &str, turn_id: &str) -> Result<Outgoing, HarnessError> {
-        match &self.turn {
-            Some(turn) if turn.id == turn_id => {}
+        match self.turn.as_mut() {
+            Some(turn) if turn.id == turn_id => turn.cancelled = true,
             Some(turn) => {
                 return Err(HarnessError::NoActiveTurn {
                     detail: format!(
@@ -363,8 +363,9 @@ impl AcpWire {
                 return;
             }
         };
-        let Some(turn) = self.turn.as_mut() else {
-            // Nobody to ask outside a turn: no.
+        let Some(turn) = self.turn.as_mut().filter(|t| !t.cancelled) else {
+            // Nobody to ask outside a turn, or in one being cancelled (a request that
+            // crossed Relay's `session/cancel`; the agent waits for its answer): no.
             let answer = Message::ok(
                 id,
                 RequestPermissionResponse {

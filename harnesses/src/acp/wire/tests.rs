@@ -368,3 +368,38 @@ fn qwen_s_usage_of_each_model_call_adds_up_to_the_turn_s() {
     let run = replay("gemini/tool_allow", ApprovalDecision::Accept, false);
     assert_eq!(last_usage(&run), Some((304, 44)));
 }
+
+#[test]
+fn a_permission_request_that_crosses_the_cancel_is_answered_cancelled_not_asked() {
+    // The agent asked before it read Relay's `session/cancel`: nobody may be asked
+    // about a turn being cancelled, and the agent waits for the answer before it ends
+    // the turn, so it is answered `cancelled` at once.
+    let mut wire = AcpWire::default();
+    wire.prompt("s", TURN, "hi").unwrap();
+    wire.cancel("s", TURN).unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+        "params": {"sessionId": "s", "toolCall": {"toolCallId": "call_1", "title": "rm -rf x",
+            "kind": "execute", "status": "pending", "rawInput": {"command": "rm -rf x"}},
+        "options": [{"optionId": "once", "kind": "allow_once", "name": "Allow once"},
+            {"optionId": "reject", "kind": "reject_once", "name": "Reject"}]}});
+    let mut out = Vec::new();
+    wire.line(&request.to_string(), &mut out);
+    assert!(
+        !events_of(&out)
+            .iter()
+            .any(|e| matches!(e, HarnessEvent::ApprovalRequested { .. })),
+        "{out:?}"
+    );
+    let sent: Vec<&Value> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [&json!({"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}})],
+        "{out:?}"
+    );
+}

@@ -16,6 +16,9 @@ pub(super) struct Turn {
     pub(super) id: String,
     /// The `session/prompt` request's id: its answer ends the turn.
     pub(super) prompt: String,
+    /// Relay sent `session/cancel`: the agent's permission requests from now on are
+    /// answered `cancelled`, nobody asked.
+    pub(super) cancelled: bool,
     started: bool,
     /// Items begun so far; names the next one (`<turn>-i<n>`).
     items: u32,
@@ -124,6 +127,7 @@ impl Turn {
         Turn {
             id: id.to_string(),
             prompt,
+            cancelled: false,
             started: false,
             items: 0,
             open: None,

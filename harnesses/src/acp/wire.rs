@@ -234,7 +234,15 @@ impl AcpWire {
             );
             out.push(send(&cancel));
         }
-        for (request_id, _) in self.pending.drain() {
+        // Its permission requests are answered too (as after any cancel): the agent
+        // waits on them, and would never end the turn.
+        for (request_id, pending) in self.pending.drain() {
+            out.push(send(&Message::ok(
+                pending.id,
+                RequestPermissionResponse {
+                    outcome: PermissionOutcome::Cancelled,
+                },
+            )));
             out.push(Action::Event(HarnessEvent::ApprovalResolved { request_id }));
         }
         let shown: String = line.chars().take(200).collect();

@@ -403,3 +403,40 @@ fn a_permission_request_that_crosses_the_cancel_is_answered_cancelled_not_asked(
         "{out:?}"
     );
 }
+
+#[test]
+fn a_broken_line_mid_turn_answers_the_open_permission_request_cancelled() {
+    // The turn fails and the agent is told to cancel it; a permission request it still
+    // waits on must be answered too (ACP: a client that cancels answers them
+    // `cancelled`), else the agent never ends that turn and the next prompt meets it.
+    let mut wire = AcpWire::default();
+    wire.prompt("s", TURN, "hi").unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+        "params": {"sessionId": "s", "toolCall": {"toolCallId": "call_1", "title": "ls",
+            "kind": "execute", "status": "pending", "rawInput": {"command": "ls"}},
+        "options": [{"optionId": "once", "kind": "allow_once", "name": "Allow once"}]}});
+    let mut out = Vec::new();
+    wire.line(&request.to_string(), &mut out);
+    assert!(events_of(&out)
+        .iter()
+        .any(|e| matches!(e, HarnessEvent::ApprovalRequested { .. })));
+    let mut out = Vec::new();
+    wire.line("this line is not JSON", &mut out);
+    let sent: Vec<&Value> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        sent.contains(
+            &&json!({"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}})
+        ),
+        "{out:?}"
+    );
+    assert!(
+        sent.iter().any(|v| v["method"] == "session/cancel"),
+        "{out:?}"
+    );
+}

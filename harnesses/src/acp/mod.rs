@@ -40,7 +40,8 @@
 //! `FileChange` for edits; else `Other` with the call's title. It is answered with the
 //! `allow_once` option (accept, also "for the session") or `reject_once` (decline,
 //! cancel): never an "always" one. Interrupt is `session/cancel`, after which the open
-//! permission requests, and any that come after it, are answered `cancelled`. No steer: ACP has none.
+//! permission requests, and any that come after it, are answered `cancelled` (the open
+//! ones' approvals settled at once). No steer: ACP has none.
 //!
 //! Tolerance: unknown update kinds, notifications and vendor `_meta` are skipped and
 //! logged once; an agent's request Relay does not serve (Qwen Code's

@@ -170,11 +170,12 @@ impl AcpWire {
     }
 
     /// One permission request still waiting, answered `cancelled` (after a cancel:
-    /// ACP asks a client that cancels to answer them so); [`HarnessError::UnknownRequest`]
+    /// ACP asks a client that cancels to answer them so), and its approval settled
+    /// (`ApprovalResolved`, before the answer is written); [`HarnessError::UnknownRequest`]
     /// when none is left.
     pub fn cancel_one_pending(&mut self) -> Result<Outgoing, HarnessError> {
         let key = self.pending.keys().next().cloned();
-        let Some(p) = key.and_then(|k| self.pending.remove(&k)) else {
+        let Some((request_id, p)) = key.and_then(|k| self.pending.remove_entry(&k)) else {
             return Err(HarnessError::UnknownRequest {
                 request_id: "(none pending)".into(),
             });
@@ -185,9 +186,10 @@ impl AcpWire {
                 outcome: PermissionOutcome::Cancelled,
             },
         );
-        Ok(Outgoing::send(
-            serde_json::from_str(&answer.to_line()).unwrap_or(Value::Null),
-        ))
+        Ok(
+            Outgoing::send(serde_json::from_str(&answer.to_line()).unwrap_or(Value::Null))
+                .with_event(HarnessEvent::ApprovalResolved { request_id }),
+        )
     }
 
     /// The answer to permission request `request_id`: the option that allows it once

@@ -35,7 +35,8 @@
 //! by its `stopReason` (`end_turn` completed with the last message's text, `cancelled`
 //! interrupted, `refusal`, `max_tokens`, `max_turn_requests` and any unknown reason
 //! failed, saying which). `session/request_permission` -> `ApprovalRequested`: a
-//! `Command` whose detail is the command as it will run (`rawInput.command`), so a
+//! `Command` whose detail is the command as it will run (`rawInput.command`; Gemini
+//! CLI 0.61.0, the checked version, sends none and titles the call with it), so a
 //! policy's `--auto-accept`/`--auto-decline` rules read it as they read Codex's; a
 //! `FileChange` for edits; else `Other` with the call's title. It is answered with the
 //! `allow_once` option (accept, also "for the session") or `reject_once` (decline,

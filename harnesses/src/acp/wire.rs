@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use self::turn::Turn;
 use crate::error::HarnessError;
+use crate::pinned::GEMINI_VERSION;
 use crate::stdio::{Action, Outgoing, Wire};
 
 /// A permission request surfaced as a Relay approval, until answered.
@@ -52,8 +53,12 @@ pub struct AcpWire {
     /// Update kinds and methods Relay does not know, each logged once.
     unknown: HashSet<String>,
     /// A command's title is the command line itself, when it has no `rawInput` (Gemini
-    /// CLI's `run_shell_command` sends none; its title is the command it runs).
+    /// CLI's `run_shell_command` sends none; its title is the command it runs). Only
+    /// for the Gemini CLI version that was checked ([`GEMINI_VERSION`]): its answer to
+    /// `initialize` turns it off for any other.
     title_is_command: bool,
+    /// The id of the `initialize` request, whose answer names the agent's version.
+    initialize: Option<String>,
 }
 
 impl Wire for AcpWire {
@@ -102,6 +107,9 @@ impl AcpWire {
     pub fn request(&mut self, method: &str, params: impl Serialize) -> Outgoing {
         self.next_id += 1;
         let id = self.next_id;
+        if method == method::INITIALIZE {
+            self.initialize = Some(id.to_string());
+        }
         let message = Message::request(RequestId::Number(id), method, params);
         let value = serde_json::from_str(&message.to_line()).unwrap_or(Value::Null);
         Outgoing::request(value, id.to_string())
@@ -256,6 +264,26 @@ impl AcpWire {
         });
     }
 
+    /// Keeps taking titles as commands only if the agent's answer to `initialize`
+    /// says it is the checked Gemini CLI: in Gemini CLI a tool's title defaults to
+    /// its `getDescription()`, which for a long shell command is the model's own
+    /// description, and 0.61.0 is the version seen to title shell calls with the
+    /// command. Elsewhere such a call is an `Other` approval (a person decides).
+    fn trust_titles_of(&mut self, init: &Value) {
+        let version = init
+            .pointer("/agentInfo/version")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if self.title_is_command && version != GEMINI_VERSION {
+            self.title_is_command = false;
+            tracing::info!(
+                version,
+                checked = GEMINI_VERSION,
+                "acp: not the checked Gemini CLI version: its shell calls' titles are not taken as their commands (no policy reads them)"
+            );
+        }
+    }
+
     /// Logs `what` the first time only.
     fn unknown_once(&mut self, what: String) {
         if self.unknown.insert(what.clone()) {
@@ -316,6 +344,11 @@ impl AcpWire {
                 ),
             }
             return;
+        }
+        if self.initialize.as_deref() == Some(id.as_str()) {
+            if let Ok(init) = &result {
+                self.trust_titles_of(init);
+            }
         }
         let result = result.map_err(|e| HarnessError::Rpc {
             code: e.code,

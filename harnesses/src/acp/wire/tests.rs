@@ -440,3 +440,43 @@ fn a_broken_line_mid_turn_answers_the_open_permission_request_cancelled() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_gemini_title_is_taken_as_the_command_only_from_the_verified_version() {
+    // Gemini CLI 0.61.0 titles a shell call with `params.command` (its
+    // `getDisplayTitle`); the default title of its tools is `getDescription()`, which
+    // for a long command is the model's own description. So the title is read as the
+    // command only when the agent says it is the version that was checked; otherwise
+    // a person decides (no policy reads it).
+    let ask = |version: &str| {
+        let mut wire = AcpWire::titled_by_command();
+        let init = wire.request(method::INITIALIZE, json!({"protocolVersion": 1}));
+        let mut out = Vec::new();
+        let answer = json!({"jsonrpc": "2.0", "id": init.message["id"], "result": {
+            "protocolVersion": 1, "agentCapabilities": {"loadSession": true},
+            "agentInfo": {"name": "gemini-cli", "version": version}}});
+        wire.line(&answer.to_string(), &mut out);
+        wire.prompt("s", TURN, "hi").unwrap();
+        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+            "params": {"sessionId": "s", "toolCall": {"toolCallId": "c1", "status": "pending",
+                "title": "git status", "kind": "execute"},
+            "options": [{"optionId": "proceed_once", "kind": "allow_once", "name": "Allow"}]}});
+        let mut out = Vec::new();
+        wire.line(&request.to_string(), &mut out);
+        events_of(&out)
+            .into_iter()
+            .find_map(|e| match e {
+                HarnessEvent::ApprovalRequested { kind, detail, .. } => Some((kind, detail)),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        ask(crate::pinned::GEMINI_VERSION),
+        (ApprovalKind::Command, "git status".to_string())
+    );
+    assert_eq!(
+        ask("0.99.0"),
+        (ApprovalKind::Other, "git status".to_string())
+    );
+}

@@ -83,6 +83,9 @@ pub struct Outgoing {
     /// Wait for the [`Action::Answer`] with this id; `None` answers `Value::Null` once
     /// the line is written.
     pub awaits: Option<String>,
+    /// Events the writing settles, sent before the line is written (so before
+    /// anything the CLI answers to it).
+    pub events: Vec<HarnessEvent>,
 }
 
 impl Outgoing {
@@ -91,7 +94,14 @@ impl Outgoing {
         Self {
             message,
             awaits: None,
+            events: Vec::new(),
         }
+    }
+
+    /// The same, with `event` sent before it is written.
+    pub fn with_event(mut self, event: HarnessEvent) -> Self {
+        self.events.push(event);
+        self
     }
 
     /// A request answered by the [`Action::Answer`] with `id`.
@@ -99,6 +109,7 @@ impl Outgoing {
         Self {
             message,
             awaits: Some(id.into()),
+            events: Vec::new(),
         }
     }
 }
@@ -541,6 +552,9 @@ impl<W: Wire> Owner<W> {
                 return;
             }
         };
+        for event in outgoing.events {
+            self.emit(event).await;
+        }
         let written = self.write(&outgoing.message).await;
         match (outgoing.awaits, written) {
             // Parked even if the write failed: a broken stdin ends the session, and the

@@ -251,6 +251,8 @@ async fn scenario(cli: Cli) {
         procs::wait_gone(pid, Duration::from_secs(20)).await,
         "the agent {pid} outlived relay"
     );
+    // Nor anything it started (Qwen Code's `cli.js` under its `cli-entry.js`).
+    procs::wait_group_gone(pid, Duration::from_secs(20)).await;
     env.relay.restart().unwrap();
     // What the program said of itself stays while it is offline.
     let agent = env.agent("a1").await;

@@ -185,6 +185,14 @@ async fn a_cancel_answers_the_open_permission_request_cancelled() {
         format!("{rest:?}").contains("chose cancelled"),
         "the request was answered cancelled: {rest:?}"
     );
+    // And Relay hears it is settled (its approval closed), before the turn ends.
+    let resolved = rest.iter().position(
+        |e| matches!(e, HarnessEvent::ApprovalResolved { request_id: r } if r == request_id),
+    );
+    assert!(
+        resolved.is_some_and(|i| i + 1 < rest.len()),
+        "the approval was settled by the cancel: {rest:?}"
+    );
     // Nothing is left to answer.
     assert!(matches!(
         session

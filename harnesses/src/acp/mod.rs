@@ -29,17 +29,20 @@
 //! `rawInput.command`, a `CommandExecution` with its output as `CommandOutputDelta`s;
 //! `edit`/`delete`/`move` a `FileChange`; others a `ToolCall`), completed with the call
 //! and its output when its status is `completed` or `failed`; `plan` -> `PlanUpdated`;
-//! usage from `usage_update`, `_meta.usage` on a chunk, or the prompt's answer (`usage`,
+//! usage from `usage_update`, `_meta.usage` on a chunk (one per model call, summed over
+//! the turn), or the prompt's answer (`usage`,
 //! `_meta.usage`, `_meta.quota`) -> `TokenUsage`; the prompt's answer -> `TurnCompleted`
 //! by its `stopReason` (`end_turn` completed with the last message's text, `cancelled`
 //! interrupted, `refusal`, `max_tokens`, `max_turn_requests` and any unknown reason
 //! failed, saying which). `session/request_permission` -> `ApprovalRequested`: a
-//! `Command` whose detail is the command as it will run (`rawInput.command`), so a
+//! `Command` whose detail is the command as it will run (`rawInput.command`; Gemini
+//! CLI 0.61.0, the checked version, sends none and titles the call with it), so a
 //! policy's `--auto-accept`/`--auto-decline` rules read it as they read Codex's; a
 //! `FileChange` for edits; else `Other` with the call's title. It is answered with the
 //! `allow_once` option (accept, also "for the session") or `reject_once` (decline,
 //! cancel): never an "always" one. Interrupt is `session/cancel`, after which the open
-//! permission requests are answered `cancelled`. No steer: ACP has none.
+//! permission requests, and any that come after it, are answered `cancelled` (the open
+//! ones' approvals settled at once). No steer: ACP has none.
 //!
 //! Tolerance: unknown update kinds, notifications and vendor `_meta` are skipped and
 //! logged once; an agent's request Relay does not serve (Qwen Code's

@@ -8,7 +8,7 @@
 //! | --- | --- | --- | --- |
 //! | Gemini CLI | `--acp` | no usage statistics or telemetry, no session clean-up (it deletes live sessions), no auto-update, approval mode `default`; model `gemini-2.5-flash` unless set | a system settings file of Relay's (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`, which outranks the user's settings; the model in `GEMINI_CLI_SYSTEM_DEFAULTS_PATH`, which the user's outrank) and `GEMINI_CLI_NO_RELAUNCH` (one process, not two) |
 //! | OpenCode | `acp` | `bash`, `edit` and `webfetch` ask; no auto-update, sharing, models.dev fetch or plugin installs | `OPENCODE_PERMISSION` (merged over every config), `OPENCODE_CONFIG_CONTENT`, `OPENCODE_DISABLE_AUTOUPDATE`, `OPENCODE_DISABLE_MODELS_FETCH`, `OPENCODE_PURE` |
-//! | Qwen Code | `--acp` | approval mode `default`, no usage statistics, auto-update, follow-up suggestions or managed memory (each an extra model call) | a system settings file (`QWEN_CODE_SYSTEM_SETTINGS_PATH`) |
+//! | Qwen Code | `--acp` | approval mode `default`, no usage statistics, auto-update, follow-up suggestions or managed memory (each an extra model call) | a system settings file (`QWEN_CODE_SYSTEM_SETTINGS_PATH`) and `QWEN_CODE_NO_RELAUNCH` (its `cli.js` never re-spawns or restarts itself) |
 //!
 //! A variable the agent sets itself wins over the preset's. The settings files are
 //! written under Relay's cache (`~/.cache/relay/acp/`), the same for every agent.
@@ -161,7 +161,9 @@ impl Preset {
                     ("OPENCODE_PURE", "1".into()),
                 ]);
             }
-            Preset::Generic | Preset::Qwen => {}
+            // `cli.js` never re-spawns or restarts itself behind Relay's back (see the tests).
+            Preset::Qwen => env.push(("QWEN_CODE_NO_RELAUNCH", "true".into())),
+            Preset::Generic => {}
         }
         env
     }
@@ -349,6 +351,20 @@ mod tests {
         let content: Value = serde_json::from_str(&c.cli.env["OPENCODE_CONFIG_CONTENT"]).unwrap();
         assert_eq!(content["model"], "mock/m");
         assert!(c.cli.env["OPENCODE_PERMISSION"].contains(r#""bash":"ask""#));
+    }
+
+    #[test]
+    fn qwen_code_never_re_spawns_or_restarts_itself() {
+        // Without `QWEN_CODE_NO_RELAUNCH` its `cli.js` re-spawns itself (more heap) and
+        // starts a new child when that one exits with its relaunch code: a fresh
+        // process, never `initialize`d, behind the same pipes. The real-CLI tests run
+        // with it (`relay_mock_model::qwen_env`); so must the preset.
+        let agent = AgentSpec::new("q", Harness::QwenAcp, "/w");
+        let c = AcpConfig::for_agent(&agent, None).unwrap();
+        assert_eq!(
+            c.cli.env.get("QWEN_CODE_NO_RELAUNCH").map(String::as_str),
+            Some("true")
+        );
     }
 
     #[test]

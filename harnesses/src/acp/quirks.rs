@@ -3,7 +3,8 @@
 //! Gemini CLI 0.61.0 loses a session for good when it is loaded (`session/load`) in
 //! the same wall-clock minute (UTC) its file was created: the load fails ("Invalid
 //! session identifier") and wipes the history (`HARNESSES.md`). Its file is
-//! `$HOME/.gemini/tmp/<project>/chats/session-<YYYY-MM-DDTHH-MM>-<id[0:8]>.jsonl`, the
+//! `$HOME/.gemini/tmp/<project>/chats/session-<YYYY-MM-DDTHH-MM>-<id[0:8]>.jsonl` (under
+//! `$GEMINI_CLI_HOME` instead of `$HOME` when the agent sets it), the
 //! stamp that minute. So before loading, Relay looks for a file of the session stamped
 //! with the current minute and, if there is one, waits for the next minute. A session
 //! Relay's own process holds is never loaded at all (the launcher returns it as open).
@@ -54,14 +55,20 @@ fn session_stamps(home: &Path, id: &str) -> Vec<String> {
     stamps
 }
 
-/// Waits, if a file of Gemini session `id` is stamped with this minute, until the next.
-pub(super) async fn gemini_wait_for_next_minute(env: &BTreeMap<String, String>, id: &str) {
-    let home = env
-        .get("HOME")
+/// The home Gemini CLI keeps its `.gemini` in, for an agent with variables `env`:
+/// `GEMINI_CLI_HOME` when set (Gemini CLI's `homedir()` reads it first), else `HOME`.
+fn gemini_home(env: &BTreeMap<String, String>) -> Option<PathBuf> {
+    env.get("GEMINI_CLI_HOME")
+        .filter(|h| !h.is_empty())
+        .or_else(|| env.get("HOME"))
         .cloned()
         .or_else(|| std::env::var("HOME").ok())
-        .map(PathBuf::from);
-    let Some(home) = home else { return };
+        .map(PathBuf::from)
+}
+
+/// Waits, if a file of Gemini session `id` is stamped with this minute, until the next.
+pub(super) async fn gemini_wait_for_next_minute(env: &BTreeMap<String, String>, id: &str) {
+    let Some(home) = gemini_home(env) else { return };
     let id = id.to_string();
     let stamps = tokio::task::spawn_blocking(move || session_stamps(&home, &id))
         .await
@@ -95,6 +102,30 @@ mod tests {
         assert_eq!(minute_stamp(1_795_686_119), "2026-11-26T09-41");
         // A leap day.
         assert_eq!(minute_stamp(951_782_400), "2000-02-29T00-00");
+    }
+
+    #[test]
+    fn gemini_s_home_is_gemini_cli_home_when_the_agent_sets_it() {
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // Gemini CLI's `homedir()` is `GEMINI_CLI_HOME` when set: its sessions are
+        // there, and a same-minute load looked for under `HOME` would lose one.
+        assert_eq!(
+            gemini_home(&env(&[("HOME", "/h"), ("GEMINI_CLI_HOME", "/g")])),
+            Some(PathBuf::from("/g"))
+        );
+        assert_eq!(
+            gemini_home(&env(&[("HOME", "/h"), ("GEMINI_CLI_HOME", "")])),
+            Some(PathBuf::from("/h"))
+        );
+        assert_eq!(
+            gemini_home(&env(&[("HOME", "/h")])),
+            Some(PathBuf::from("/h"))
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use self::turn::Turn;
 use crate::error::HarnessError;
+use crate::pinned::GEMINI_VERSION;
 use crate::stdio::{Action, Outgoing, Wire};
 
 /// A permission request surfaced as a Relay approval, until answered.
@@ -52,8 +53,12 @@ pub struct AcpWire {
     /// Update kinds and methods Relay does not know, each logged once.
     unknown: HashSet<String>,
     /// A command's title is the command line itself, when it has no `rawInput` (Gemini
-    /// CLI's `run_shell_command` sends none; its title is the command it runs).
+    /// CLI's `run_shell_command` sends none; its title is the command it runs). Only
+    /// for the Gemini CLI version that was checked ([`GEMINI_VERSION`]): its answer to
+    /// `initialize` turns it off for any other.
     title_is_command: bool,
+    /// The id of the `initialize` request, whose answer names the agent's version.
+    initialize: Option<String>,
 }
 
 impl Wire for AcpWire {
@@ -102,6 +107,9 @@ impl AcpWire {
     pub fn request(&mut self, method: &str, params: impl Serialize) -> Outgoing {
         self.next_id += 1;
         let id = self.next_id;
+        if method == method::INITIALIZE {
+            self.initialize = Some(id.to_string());
+        }
         let message = Message::request(RequestId::Number(id), method, params);
         let value = serde_json::from_str(&message.to_line()).unwrap_or(Value::Null);
         Outgoing::request(value, id.to_string())
@@ -142,8 +150,8 @@ impl AcpWire {
     /// `cancelled`). Pending permission requests are answered `cancelled`, as ACP asks
     /// of a client that cancels.
     pub fn cancel(&mut self, session: &str, turn_id: &str) -> Result<Outgoing, HarnessError> {
-        match &self.turn {
-            Some(turn) if turn.id == turn_id => {}
+        match self.turn.as_mut() {
+            Some(turn) if turn.id == turn_id => turn.cancelled = true,
             Some(turn) => {
                 return Err(HarnessError::NoActiveTurn {
                     detail: format!(
@@ -170,11 +178,12 @@ impl AcpWire {
     }
 
     /// One permission request still waiting, answered `cancelled` (after a cancel:
-    /// ACP asks a client that cancels to answer them so); [`HarnessError::UnknownRequest`]
+    /// ACP asks a client that cancels to answer them so), and its approval settled
+    /// (`ApprovalResolved`, before the answer is written); [`HarnessError::UnknownRequest`]
     /// when none is left.
     pub fn cancel_one_pending(&mut self) -> Result<Outgoing, HarnessError> {
         let key = self.pending.keys().next().cloned();
-        let Some(p) = key.and_then(|k| self.pending.remove(&k)) else {
+        let Some((request_id, p)) = key.and_then(|k| self.pending.remove_entry(&k)) else {
             return Err(HarnessError::UnknownRequest {
                 request_id: "(none pending)".into(),
             });
@@ -185,9 +194,10 @@ impl AcpWire {
                 outcome: PermissionOutcome::Cancelled,
             },
         );
-        Ok(Outgoing::send(
-            serde_json::from_str(&answer.to_line()).unwrap_or(Value::Null),
-        ))
+        Ok(
+            Outgoing::send(serde_json::from_str(&answer.to_line()).unwrap_or(Value::Null))
+                .with_event(HarnessEvent::ApprovalResolved { request_id }),
+        )
     }
 
     /// The answer to permission request `request_id`: the option that allows it once
@@ -234,7 +244,15 @@ impl AcpWire {
             );
             out.push(send(&cancel));
         }
-        for (request_id, _) in self.pending.drain() {
+        // Its permission requests are answered too (as after any cancel): the agent
+        // waits on them, and would never end the turn.
+        for (request_id, pending) in self.pending.drain() {
+            out.push(send(&Message::ok(
+                pending.id,
+                RequestPermissionResponse {
+                    outcome: PermissionOutcome::Cancelled,
+                },
+            )));
             out.push(Action::Event(HarnessEvent::ApprovalResolved { request_id }));
         }
         let shown: String = line.chars().take(200).collect();
@@ -244,6 +262,26 @@ impl AcpWire {
         turn.finish(TurnOutcome::Failed { error }, &mut |e| {
             out.push(Action::Event(e))
         });
+    }
+
+    /// Keeps taking titles as commands only if the agent's answer to `initialize`
+    /// says it is the checked Gemini CLI: in Gemini CLI a tool's title defaults to
+    /// its `getDescription()`, which for a long shell command is the model's own
+    /// description, and 0.61.0 is the version seen to title shell calls with the
+    /// command. Elsewhere such a call is an `Other` approval (a person decides).
+    fn trust_titles_of(&mut self, init: &Value) {
+        let version = init
+            .pointer("/agentInfo/version")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if self.title_is_command && version != GEMINI_VERSION {
+            self.title_is_command = false;
+            tracing::info!(
+                version,
+                checked = GEMINI_VERSION,
+                "acp: not the checked Gemini CLI version: its shell calls' titles are not taken as their commands (no policy reads them)"
+            );
+        }
     }
 
     /// Logs `what` the first time only.
@@ -307,6 +345,11 @@ impl AcpWire {
             }
             return;
         }
+        if self.initialize.as_deref() == Some(id.as_str()) {
+            if let Ok(init) = &result {
+                self.trust_titles_of(init);
+            }
+        }
         let result = result.map_err(|e| HarnessError::Rpc {
             code: e.code,
             message: e.message,
@@ -363,8 +406,9 @@ impl AcpWire {
                 return;
             }
         };
-        let Some(turn) = self.turn.as_mut() else {
-            // Nobody to ask outside a turn: no.
+        let Some(turn) = self.turn.as_mut().filter(|t| !t.cancelled) else {
+            // Nobody to ask outside a turn, or in one being cancelled (a request that
+            // crossed Relay's `session/cancel`; the agent waits for its answer): no.
             let answer = Message::ok(
                 id,
                 RequestPermissionResponse {

@@ -1,5 +1,5 @@
 //! `relay-fake-acp`: an ACP agent that misbehaves on request, for the `acp` harness's
-//! bad-input tests (`tests/tests/acp_bad_input.rs`). It speaks JSON lines on stdio like
+//! tests (`tests/tests/acp_fake.rs`). It speaks JSON lines on stdio like
 //! the real ones (`relay_protocol::acp`) and knows sessions whose id starts `fake-`.
 //!
 //! With `RELAY_FAKE_ACP=silent` it never answers `initialize`. Otherwise each prompt's

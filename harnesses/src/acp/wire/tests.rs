@@ -340,3 +340,143 @@ fn unknown_stop_reasons_and_refusals_fail_saying_which() {
         Some(&completed(TurnOutcome::Interrupted))
     );
 }
+
+/// The last usage a turn reported.
+fn last_usage(run: &Run) -> Option<(u64, u64)> {
+    run.events.iter().rev().find_map(|e| match e {
+        HarnessEvent::TokenUsage {
+            input_tokens,
+            output_tokens,
+            ..
+        } => Some((*input_tokens, *output_tokens)),
+        _ => None,
+    })
+}
+
+#[test]
+fn qwen_s_usage_of_each_model_call_adds_up_to_the_turn_s() {
+    // Qwen Code puts each model call's usage on one chunk's `_meta.usage`; a turn with a
+    // tool makes two calls (7719/20 for the tool call, 7781/42 for the answer), and the
+    // turn used both, as the other harnesses count a turn.
+    let run = replay("qwen/tool_allow", ApprovalDecision::Accept, false);
+    assert_eq!(last_usage(&run), Some((7719 + 7781, 20 + 42)));
+    // One call: its usage as it is.
+    let run = replay("qwen/prompt_text", ApprovalDecision::Accept, false);
+    let (input, _) = last_usage(&run).unwrap();
+    assert_eq!(input, 7714);
+    // Gemini CLI and OpenCode give the turn's in the prompt's answer.
+    let run = replay("gemini/tool_allow", ApprovalDecision::Accept, false);
+    assert_eq!(last_usage(&run), Some((304, 44)));
+}
+
+#[test]
+fn a_permission_request_that_crosses_the_cancel_is_answered_cancelled_not_asked() {
+    // The agent asked before it read Relay's `session/cancel`: nobody may be asked
+    // about a turn being cancelled, and the agent waits for the answer before it ends
+    // the turn, so it is answered `cancelled` at once.
+    let mut wire = AcpWire::default();
+    wire.prompt("s", TURN, "hi").unwrap();
+    wire.cancel("s", TURN).unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+        "params": {"sessionId": "s", "toolCall": {"toolCallId": "call_1", "title": "rm -rf x",
+            "kind": "execute", "status": "pending", "rawInput": {"command": "rm -rf x"}},
+        "options": [{"optionId": "once", "kind": "allow_once", "name": "Allow once"},
+            {"optionId": "reject", "kind": "reject_once", "name": "Reject"}]}});
+    let mut out = Vec::new();
+    wire.line(&request.to_string(), &mut out);
+    assert!(
+        !events_of(&out)
+            .iter()
+            .any(|e| matches!(e, HarnessEvent::ApprovalRequested { .. })),
+        "{out:?}"
+    );
+    let sent: Vec<&Value> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [&json!({"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}})],
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_broken_line_mid_turn_answers_the_open_permission_request_cancelled() {
+    // The turn fails and the agent is told to cancel it; a permission request it still
+    // waits on must be answered too (ACP: a client that cancels answers them
+    // `cancelled`), else the agent never ends that turn and the next prompt meets it.
+    let mut wire = AcpWire::default();
+    wire.prompt("s", TURN, "hi").unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+        "params": {"sessionId": "s", "toolCall": {"toolCallId": "call_1", "title": "ls",
+            "kind": "execute", "status": "pending", "rawInput": {"command": "ls"}},
+        "options": [{"optionId": "once", "kind": "allow_once", "name": "Allow once"}]}});
+    let mut out = Vec::new();
+    wire.line(&request.to_string(), &mut out);
+    assert!(events_of(&out)
+        .iter()
+        .any(|e| matches!(e, HarnessEvent::ApprovalRequested { .. })));
+    let mut out = Vec::new();
+    wire.line("this line is not JSON", &mut out);
+    let sent: Vec<&Value> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        sent.contains(
+            &&json!({"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}})
+        ),
+        "{out:?}"
+    );
+    assert!(
+        sent.iter().any(|v| v["method"] == "session/cancel"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_gemini_title_is_taken_as_the_command_only_from_the_verified_version() {
+    // Gemini CLI 0.61.0 titles a shell call with `params.command` (its
+    // `getDisplayTitle`); the default title of its tools is `getDescription()`, which
+    // for a long command is the model's own description. So the title is read as the
+    // command only when the agent says it is the version that was checked; otherwise
+    // a person decides (no policy reads it).
+    let ask = |version: &str| {
+        let mut wire = AcpWire::titled_by_command();
+        let init = wire.request(method::INITIALIZE, json!({"protocolVersion": 1}));
+        let mut out = Vec::new();
+        let answer = json!({"jsonrpc": "2.0", "id": init.message["id"], "result": {
+            "protocolVersion": 1, "agentCapabilities": {"loadSession": true},
+            "agentInfo": {"name": "gemini-cli", "version": version}}});
+        wire.line(&answer.to_string(), &mut out);
+        wire.prompt("s", TURN, "hi").unwrap();
+        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
+            "params": {"sessionId": "s", "toolCall": {"toolCallId": "c1", "status": "pending",
+                "title": "git status", "kind": "execute"},
+            "options": [{"optionId": "proceed_once", "kind": "allow_once", "name": "Allow"}]}});
+        let mut out = Vec::new();
+        wire.line(&request.to_string(), &mut out);
+        events_of(&out)
+            .into_iter()
+            .find_map(|e| match e {
+                HarnessEvent::ApprovalRequested { kind, detail, .. } => Some((kind, detail)),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        ask(crate::pinned::GEMINI_VERSION),
+        (ApprovalKind::Command, "git status".to_string())
+    );
+    assert_eq!(
+        ask("0.99.0"),
+        (ApprovalKind::Other, "git status".to_string())
+    );
+}

@@ -16,6 +16,9 @@ pub(super) struct Turn {
     pub(super) id: String,
     /// The `session/prompt` request's id: its answer ends the turn.
     pub(super) prompt: String,
+    /// Relay sent `session/cancel`: the agent's permission requests from now on are
+    /// answered `cancelled`, nobody asked.
+    pub(super) cancelled: bool,
     started: bool,
     /// Items begun so far; names the next one (`<turn>-i<n>`).
     items: u32,
@@ -28,7 +31,11 @@ pub(super) struct Turn {
     /// Tool calls whose item has started (a permission request may name a call before
     /// any update does: it is known then, but its item starts with its first update).
     started_tools: HashSet<String>,
+    /// The turn's usage as last reported (input, output).
     usage: (u64, u64),
+    /// The sum of the model calls' usage reported on chunks so far (Qwen Code's
+    /// `_meta.usage`: one per model call, a turn with tools makes several).
+    calls: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -120,6 +127,7 @@ impl Turn {
         Turn {
             id: id.to_string(),
             prompt,
+            cancelled: false,
             started: false,
             items: 0,
             open: None,
@@ -127,6 +135,7 @@ impl Turn {
             tools: HashMap::new(),
             started_tools: HashSet::new(),
             usage: (0, 0),
+            calls: (0, 0),
         }
     }
 
@@ -155,7 +164,7 @@ impl Turn {
     ) {
         self.start(emit);
         if let Some(usage) = chunk.meta.as_ref().and_then(|m| m.get("usage")) {
-            self.usage_of(usage, emit);
+            self.call_usage(usage, emit);
         }
         let ContentBlock::Text { text } = chunk.content else {
             return;
@@ -314,25 +323,30 @@ impl Turn {
         }
     }
 
-    /// Token counts in whichever spelling the agent uses (OpenCode's `usage`
-    /// `inputTokens`, Qwen Code's `_meta.usage` `promptTokens`, Gemini's
-    /// `promptTokenCount`...).
+    /// One model call's usage on a chunk (Qwen Code's `_meta.usage`): added to the
+    /// calls before it, since a turn counts all its model calls (as Codex's and Claude
+    /// Code's turns do).
+    fn call_usage(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
+        let (input, output) = counts(v);
+        if input.is_none() && output.is_none() {
+            return;
+        }
+        self.calls = (
+            self.calls.0.saturating_add(input.unwrap_or(0)),
+            self.calls.1.saturating_add(output.unwrap_or(0)),
+        );
+        self.usage = self.calls;
+        emit(HarnessEvent::TokenUsage {
+            turn_id: self.id.clone(),
+            input_tokens: self.usage.0,
+            output_tokens: self.usage.1,
+        });
+    }
+
+    /// The turn's token counts (the prompt's answer), in whichever spelling the agent
+    /// uses (see [`counts`]).
     pub(super) fn usage_of(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
-        let count = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
-        let input = count(&[
-            "inputTokens",
-            "promptTokens",
-            "input_tokens",
-            "prompt_tokens",
-            "promptTokenCount",
-        ]);
-        let output = count(&[
-            "outputTokens",
-            "completionTokens",
-            "output_tokens",
-            "completion_tokens",
-            "candidatesTokenCount",
-        ]);
+        let (input, output) = counts(v);
         if input.is_none() && output.is_none() {
             return;
         }
@@ -398,6 +412,28 @@ impl Turn {
             outcome,
         });
     }
+}
+
+/// Input and output token counts in whichever spelling the agent uses (OpenCode's
+/// `usage` `inputTokens`, Qwen Code's `_meta.usage` `inputTokens`, Gemini's
+/// `promptTokenCount`...).
+fn counts(v: &Value) -> (Option<u64>, Option<u64>) {
+    let count = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
+    let input = count(&[
+        "inputTokens",
+        "promptTokens",
+        "input_tokens",
+        "prompt_tokens",
+        "promptTokenCount",
+    ]);
+    let output = count(&[
+        "outputTokens",
+        "completionTokens",
+        "output_tokens",
+        "completion_tokens",
+        "candidatesTokenCount",
+    ]);
+    (input, output)
 }
 
 fn failed(why: &str) -> TurnOutcome {

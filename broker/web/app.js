@@ -664,6 +664,11 @@ function agentIndex() {
   return idx;
 }
 
+/** "gemini-cli 0.61.0": an agent's program (name and version), or "" without one. */
+function programLabel(p) {
+  return p ? [p.name, p.version].filter(Boolean).join(" ") : "";
+}
+
 function agentsView() {
   const table = new KeyedTable({
     id: "agents",
@@ -671,7 +676,13 @@ function agentsView() {
     keyAttr: "agent",
     columns: [
       { cls: "name", head: "Agent", rowHeader: true, value: (r) => r.agent.name },
-      { cls: "harness", head: "Harness", value: (r) => r.agent.harness },
+      {
+        // An ACP agent's program as it named itself at `initialize` (`relay agent show`).
+        cls: "harness", head: "Harness",
+        value: (r) => [r.agent.harness, programLabel(r.agent.program)].join(" ").trim(),
+        paint: (td, r) => td.replaceChildren(text(r.agent.harness),
+          ...(r.agent.program ? [" ", muted(programLabel(r.agent.program))] : [])),
+      },
       {
         cls: "state", head: "State", value: (r) => r.agent.state,
         paint: (td, r) => td.replaceChildren(stateTag(r.agent.state)),

@@ -164,6 +164,14 @@ impl Env {
         self.add(name, "codex_app_server", codex_env(&self.codex_home), extra);
     }
 
+    /// Registers an ACP agent (`--harness acp`) running `command` (the fake ACP agent).
+    pub fn add_acp(&self, name: &str, command: &str) {
+        let work = self.work.display().to_string();
+        let args = ["agent", "add", name, "--harness", "acp", "--cwd", &work];
+        self.relay
+            .cli_ok(&[&args[..], &["--command", command]].concat());
+    }
+
     /// Registers a Claude Code agent pointed at the mock.
     pub fn add_claude(&self, name: &str, extra: &[&str]) {
         let env = claude_env(&self.claude_dir, &self.mock.base_url());

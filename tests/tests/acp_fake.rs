@@ -340,19 +340,8 @@ async fn a_stored_session_is_loaded_without_showing_its_replay_or_replaced_when_
 async fn through_relay_bad_input_fails_the_flight_saying_why() {
     use relay_tests::agents::{state, Env};
     let env = Env::start().await;
-    let work = env.work.display().to_string();
     let fake = env!("CARGO_BIN_EXE_relay-fake-acp");
-    env.relay.cli_ok(&[
-        "agent",
-        "add",
-        "fake",
-        "--harness",
-        "acp",
-        "--cwd",
-        &work,
-        "--command",
-        fake,
-    ]);
+    env.add_acp("fake", fake);
     for (task, says) in [
         ("garbage", "not ACP's JSON-RPC"),
         ("weird-stop", "out_of_coffee"),
@@ -375,21 +364,10 @@ async fn through_relay_bad_input_fails_the_flight_saying_why() {
 async fn many_asks_of_several_acp_agents_at_once_each_get_their_answer() {
     use relay_tests::agents::{state, Env};
     let env = Env::start().await;
-    let work = env.work.display().to_string();
     let fake = env!("CARGO_BIN_EXE_relay-fake-acp");
     let agents = ["f1", "f2", "f3"];
     for name in agents {
-        env.relay.cli_ok(&[
-            "agent",
-            "add",
-            name,
-            "--harness",
-            "acp",
-            "--cwd",
-            &work,
-            "--command",
-            fake,
-        ]);
+        env.add_acp(name, fake);
     }
     let asks: Vec<(String, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = agents

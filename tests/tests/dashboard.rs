@@ -164,19 +164,7 @@ async fn a_flight_asked_with_relay_ask_streams_into_the_page() {
     b.screenshot("agents").await;
 
     // An ACP agent shows the program it named itself as, beside its harness, once woken.
-    let work = env.work.display().to_string();
-    let fake = env!("CARGO_BIN_EXE_relay-fake-acp");
-    env.relay.cli_ok(&[
-        "agent",
-        "add",
-        "fk",
-        "--harness",
-        "acp",
-        "--cwd",
-        &work,
-        "--command",
-        fake,
-    ]);
+    env.add_acp("fk", env!("CARGO_BIN_EXE_relay-fake-acp"));
     env.relay.cli_ok(&["agent", "wake", "fk"]);
     b.wait_text("tr[data-agent=\"fk\"] .harness", |t| {
         t == "acp relay-fake-acp 0.0.1"

@@ -136,9 +136,18 @@ async fn agent_streams_are_capped_and_the_operator_keeps_its_slots() {
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("3 streams"), "{message}");
 
-    // Agent b takes the last general slot; what b asks next finds only the operator's.
-    let s = open(&relay, &b, &watch_b).await;
-    assert_eq!(s.status().as_u16(), 200);
+    // Agent b takes the last general slot, once the refused stream's connection is gone
+    // (its client closes it after reading the answer: a race with this open); what b
+    // asks next finds only the operator's.
+    let s = wait_until(
+        "b's stream gets the last general slot",
+        Duration::from_secs(10),
+        || async {
+            let s = open(&relay, &b, &watch_b).await;
+            (s.status().as_u16() == 200).then_some(s)
+        },
+    )
+    .await;
     streams.push(s);
     let refused = open(&relay, &b, "/v1/status").await;
     assert_eq!(refused.status().as_u16(), 429);

@@ -164,6 +164,15 @@ impl Env {
         self.add(name, "codex_app_server", codex_env(&self.codex_home), extra);
     }
 
+    /// The events of type `kind` in the whole log (`relay events --json`).
+    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+        let events = self
+            .relay
+            .cli_json(&["events", "--since", "0", "-n", "10000", "--json"]);
+        let all = events.as_array().cloned().unwrap_or_default();
+        all.into_iter().filter(|e| e["type"] == kind).collect()
+    }
+
     /// Registers an ACP agent (`--harness acp`) running `command` (the fake ACP agent).
     pub fn add_acp(&self, name: &str, command: &str) {
         let work = self.work.display().to_string();

@@ -289,16 +289,8 @@ async fn scenario(cli: Cli) {
         .unwrap()
         .to_string();
     assert_ne!(new, session);
-    let events = env
-        .relay
-        .cli_json(&["events", "--since", "0", "-n", "10000", "--json"]);
-    let lost: Vec<&Value> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "thread_lost")
-        .collect();
-    assert_eq!(lost.len(), 1, "{events}");
+    let lost = env.events_of("thread_lost");
+    assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(
         (
             lost[0]["old_thread_id"].as_str(),

@@ -535,16 +535,8 @@ async fn a_lost_thread_is_replaced_and_recorded_as_an_event() {
         .unwrap()
         .to_string();
     assert_ne!(new, old);
-    let events = env
-        .relay
-        .cli_json(&["events", "--since", "0", "-n", "10000", "--json"]);
-    let lost: Vec<&Value> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "thread_lost")
-        .collect();
-    assert_eq!(lost.len(), 1, "{events}");
+    let lost = env.events_of("thread_lost");
+    assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0]["old_thread_id"], old.as_str());
     assert_eq!(lost[0]["new_thread_id"], new.as_str());
     assert!(lost[0]["reason"].as_str().unwrap().contains(&old));

@@ -92,6 +92,7 @@ async fn a_state_keeps_the_reason_it_came_with_until_the_next_state() {
         .await
         .unwrap();
     let report = |state: AgentState, reason: Option<&str>| Command::UpdateAgent {
+        worktree: None,
         name: "a1".into(),
         state: Some(state),
         thread_id: None,
@@ -110,6 +111,7 @@ async fn a_state_keeps_the_reason_it_came_with_until_the_next_state() {
     );
     // A thread id alone leaves the state and its reason.
     b.execute(Command::UpdateAgent {
+        worktree: None,
         name: "a1".into(),
         state: None,
         thread_id: Some("t1".into()),

@@ -57,6 +57,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
             .unwrap();
         broker
             .execute(Command::UpdateAgent {
+                worktree: None,
                 name: "codex-1".into(),
                 state: Some(AgentState::Busy),
                 thread_id: Some("thr_1".into()),

@@ -56,6 +56,7 @@ fn state(to: FlightState) -> FlightChange {
 async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
     let mut ids = Vec::new();
     let agent_state = |s: AgentState| Command::UpdateAgent {
+        worktree: None,
         name: "a1".into(),
         state: Some(s),
         thread_id: None,

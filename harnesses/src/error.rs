@@ -74,6 +74,10 @@ pub enum HarnessError {
     /// so, and the runtime does not ask. Not retryable.
     #[error("{harness} cannot {what}")]
     Incapable { harness: Harness, what: String },
+    /// The session cannot start as a fork of another ([`crate::seam::HarnessSession::fork`]):
+    /// the harness has no fork, or the session to fork is not found. Not retryable.
+    #[error("cannot fork the session: {detail}")]
+    Fork { detail: String },
     /// This runtime has no adapter for the harness. Not retryable.
     #[error("harness {harness} is not supported by this runtime yet (only {supported})")]
     Unsupported { harness: Harness, supported: String },

@@ -219,6 +219,24 @@ pub trait HarnessSession: Send + Sync {
         stored: Option<&'a str>,
     ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>>;
 
+    /// Opens a new session that is a fork of another agent's session (`relay agent
+    /// fork`): a copy of `from.thread_id`'s conversation, cut after its first
+    /// `from.keep_turns` turns (all of them when `None`), that goes on apart from it. Used
+    /// instead of [`open`](Self::open) for a forked agent's first session; its id is
+    /// stored and resumed like any other. By default [`HarnessError::Incapable`] (a
+    /// harness without [`relay_protocol::domain::Capabilities::fork`]).
+    fn fork<'a>(
+        &'a self,
+        from: &'a relay_protocol::domain::ForkSpec,
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
+        let _ = from;
+        Box::pin(async move {
+            Err(HarnessError::Fork {
+                detail: "this harness cannot fork a session".into(),
+            })
+        })
+    }
+
     /// Starts a turn of session `session_id` with `text` as the user's input and returns the
     /// turn's id: the harness's own (with `turn_ids`), else `relay_turn_id`. The turn's
     /// progress and end arrive as events carrying that id.

@@ -119,6 +119,7 @@ async fn text_turn_streams_deltas_before_it_completes() {
     assert_eq!(
         PiLauncher.info().capabilities,
         relay_harnesses::Capabilities {
+            fork: true,
             steer: true,
             approvals: false,
             resume: true,

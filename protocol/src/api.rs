@@ -163,6 +163,63 @@ pub struct AgentAdded {
     pub warnings: Vec<String>,
 }
 
+/// `DELETE /v1/agents/{name}`'s query: `force` removes the agent's worktree even when it
+/// holds uncommitted work (committed on its branch first, so nothing is lost).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveQuery {
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /v1/agents/{name}/fork`: a new agent `name`, forked from the path's agent at
+/// flight `at` (default: its last).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkRequest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+/// `GET /v1/flights/{id}/diff`: what a flight changed (its commit, with the patch);
+/// `commit` is `None` for a flight that changed nothing or whose agent has no worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlightDiff {
+    pub flight: String,
+    pub agent: String,
+    #[serde(default)]
+    pub commit: Option<crate::domain::FlightCommit>,
+}
+
+/// `GET /v1/agents/{name}/diff`: an agent's branch against its base.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentDiff {
+    pub agent: String,
+    pub worktree: crate::domain::WorktreeState,
+    #[serde(default)]
+    pub files: Vec<crate::domain::FileChange>,
+    pub added: u64,
+    pub removed: u64,
+    /// `git diff BASE...BRANCH`, up to [`crate::domain::MAX_RECORDED_PATCH`] bytes.
+    pub patch: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub patch_truncated: bool,
+}
+
+/// `relay doctor`'s look at the worktrees Relay made: one that no agent owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanWorktree {
+    pub path: String,
+    pub repo: String,
+    pub branch: String,
+    /// The agent it was made for (removed, or registered again with another worktree).
+    pub agent: String,
+    /// Why it is an orphan, for a person.
+    pub why: String,
+    /// What `--fix` did with it (`None`: not fixed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<String>,
+}
+
 /// `GET /v1/agents/{name}/peek`: what a tmux agent's pane shows now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peek {

@@ -166,6 +166,13 @@ fn change_to_pb(c: &FlightChange) -> Change {
             turn_id: turn_id.clone(),
         }),
         FlightChange::Note { text } => Change::Note(pb::Text { text: text.clone() }),
+        // Serialising these plain structs cannot fail; an empty text if it ever did.
+        FlightChange::Commit { commit } => Change::Commit(pb::Text {
+            text: serde_json::to_string(commit).unwrap_or_default(),
+        }),
+        FlightChange::Reverted { revert } => Change::Reverted(pb::Text {
+            text: serde_json::to_string(revert).unwrap_or_default(),
+        }),
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`flight`]: invocations, flights, their state machine, changes and updates.
 //! - [`delivery`]: deliveries of messages to agents, bindings to outside channels.
 //! - [`approval`]: approval requests and decisions.
+//! - [`workspace`]: an agent's own git worktree, a flight's commit, a fork.
 //!
 //! Timestamps are milliseconds since the Unix epoch ([`crate::clock`]). Ids are opaque
 //! strings.
@@ -22,6 +23,7 @@ pub mod delivery;
 pub mod flight;
 pub mod mention;
 pub mod secrets;
+pub mod workspace;
 
 pub use agent::*;
 pub use allow::*;
@@ -31,6 +33,7 @@ pub use delivery::*;
 pub use flight::*;
 pub use mention::{parse_mentions, MentionSkip};
 pub use secrets::*;
+pub use workspace::*;
 
 /// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.
 pub fn truncate_bytes(text: &mut String, max: usize) -> bool {

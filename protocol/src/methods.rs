@@ -15,9 +15,10 @@ pub mod js;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{
-    AfterQuery, AgentAdded, ApprovalsQuery, DecideApproval, Empty, FlightTree, FlightsQuery,
-    InvokeAccepted, LoginInfo, LoginLink, LoginRequest, MessagePosted, MessagesQuery, Peek,
-    PeekQuery, ReplayQuery, ReplyRequest, Status, SteerRequest, UpdateFlight, UpdateResult,
+    AfterQuery, AgentAdded, AgentDiff, ApprovalsQuery, DecideApproval, Empty, FlightDiff,
+    FlightTree, FlightsQuery, ForkRequest, InvokeAccepted, LoginInfo, LoginLink, LoginRequest,
+    MessagePosted, MessagesQuery, Peek, PeekQuery, RemoveQuery, ReplayQuery, ReplyRequest, Status,
+    SteerRequest, UpdateFlight, UpdateResult,
 };
 use crate::bus::{
     ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, SteerCommand,
@@ -267,10 +268,15 @@ methods! {
         "Registers an agent, after checking its cwd, program and credentials."
     AgentShow = "agent.show": Get "/v1/agents/{name}", Read, Json, Empty => Agent;
         "One agent."
-    AgentRemove = "agent.remove": Delete "/v1/agents/{name}", Operator, Json, Empty => Agent;
-        "Removes an agent and stops its session."
+    AgentRemove = "agent.remove": Delete "/v1/agents/{name}", Operator, Json, RemoveQuery => Agent;
+        "Removes an agent, stops its session and removes its worktree (its branch stays)."
     AgentWake = "agent.wake": Post "/v1/agents/{name}/wake", Operator, Json, Empty => Agent;
         "Starts an agent's session now."
+    AgentFork = "agent.fork": Post "/v1/agents/{name}/fork", Operator, Json,
+        ForkRequest => AgentAdded;
+        "A new agent forked from this one's session at a flight, its worktree from that flight's commit."
+    AgentDiffShow = "agent.diff": Get "/v1/agents/{name}/diff", Read, Json, Empty => AgentDiff;
+        "An agent's branch against its base: files, lines and the patch."
     AgentPeek = "agent.peek": Get "/v1/agents/{name}/peek", Read, Json, PeekQuery => Peek;
         "What a tmux agent's pane shows now, as plain text."
     ConversationList = "conversation.list": Get "/v1/conversations", Read, Json,
@@ -302,6 +308,10 @@ methods! {
     FlightStream = "flight.stream": Get "/v1/flights/{id}/stream", Read, Stream,
         AfterQuery => FlightUpdate;
         "A flight's updates over SSE, until it ends."
+    FlightDiffShow = "flight.diff": Get "/v1/flights/{id}/diff", Read, Json, Empty => FlightDiff;
+        "What a flight changed: its commit(s) on its agent's branch, with the patch."
+    FlightRevert = "flight.revert": Post "/v1/flights/{id}/revert", Operator, Json, Empty => Flight;
+        "Reverts a flight's changes with a commit on its agent's branch."
     FlightTreeShow = "flight.tree": Get "/v1/flights/{id}/tree", Read, Json,
         Empty => FlightTree;
         "The agent-to-agent tree a flight belongs to, from its root."

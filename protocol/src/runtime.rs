@@ -46,9 +46,21 @@ pub enum Control {
         harness_request_id: String,
         decision: ApprovalDecision,
     },
-    /// The agent was removed: stop its session.
+    /// The agent was removed: stop its session, and remove its worktree (the branch
+    /// stays) unless it holds uncommitted work and `force` is not set.
     AgentRemoved {
         agent: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
+    },
+    /// Revert flight `flight`'s changes (`start..head` on the agent's branch) with a
+    /// commit of its own (`relay revert`), between turns; reported as
+    /// [`FlightChange::Reverted`].
+    Revert {
+        agent: String,
+        flight: String,
+        commit: Box<crate::domain::FlightCommit>,
+        by: String,
     },
     /// Start the agent's session now (`relay agent wake`, `keep_warm`), not at its first
     /// turn.
@@ -64,7 +76,8 @@ impl Control {
             | Control::Interrupt { agent, .. }
             | Control::Reply { agent, .. }
             | Control::Approval { agent, .. }
-            | Control::AgentRemoved { agent } => agent,
+            | Control::Revert { agent, .. }
+            | Control::AgentRemoved { agent, .. } => agent,
             Control::Wake { spec } => &spec.spec.name,
         }
     }
@@ -94,6 +107,9 @@ pub enum Report {
         /// [`Agent::program`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         program: Option<ProgramInfo>,
+        /// The agent's worktree, as made, recreated or moved on by a commit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worktree: Option<Box<crate::domain::WorktreeState>>,
     },
     ThreadLost {
         agent: String,

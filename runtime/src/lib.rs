@@ -37,6 +37,7 @@
 
 pub mod threads;
 mod worker;
+pub mod workspace;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -110,6 +111,9 @@ pub enum RuntimeError {
     Json(#[from] serde_json::Error),
     #[error("storage: {0}")]
     StorageThread(#[from] storage::StorageError),
+    /// An agent's worktree could not be made, committed, reverted or removed.
+    #[error(transparent)]
+    Workspace(#[from] workspace::WorkspaceError),
 }
 
 #[derive(Debug, Clone)]
@@ -293,6 +297,46 @@ impl Runtime {
         launcher.preflight(spec).await
     }
 
+    /// SKELETON (issue 27): makes agent `spec`'s worktree on this host (or finds the one
+    /// made before), as [`Runtime::preflight`] does for an agent with
+    /// [`AgentSpec::worktree`](relay_protocol::domain::AgentSpec::worktree) before it is
+    /// registered: a refusal says what to do.
+    pub async fn prepare_worktree(
+        &self,
+        spec: &relay_protocol::domain::AgentSpec,
+    ) -> Result<relay_protocol::domain::WorktreeState, RuntimeError> {
+        let _ = spec;
+        Err(workspace::WorkspaceError::GitMissing.into())
+    }
+
+    /// SKELETON (issue 27): agent `agent`'s branch against its base, read on this host.
+    pub async fn agent_diff(
+        &self,
+        agent: &Agent,
+    ) -> Result<relay_protocol::api::AgentDiff, RuntimeError> {
+        let _ = agent;
+        Err(workspace::WorkspaceError::GitMissing.into())
+    }
+
+    /// SKELETON (issue 27): the files agent `agent`'s worktree holds uncommitted (empty:
+    /// clean, or no worktree on this host).
+    pub async fn worktree_dirty(&self, agent: &Agent) -> Result<Vec<String>, RuntimeError> {
+        let _ = agent;
+        Ok(Vec::new())
+    }
+
+    /// SKELETON (issue 27): the worktrees this runtime made that none of `agents` owns;
+    /// with `fix`, each is removed (its uncommitted work committed on its branch first;
+    /// the branch stays).
+    pub async fn orphan_worktrees(
+        &self,
+        agents: &[Agent],
+        fix: bool,
+    ) -> Result<Vec<relay_protocol::api::OrphanWorktree>, RuntimeError> {
+        let _ = (agents, fix);
+        Ok(Vec::new())
+    }
+
     /// Whether the agents of `harness` have a screen [`Runtime::peek`] can show (a tmux
     /// pane), as its launcher here says.
     pub fn has_screen(&self, harness: Harness) -> bool {
@@ -413,7 +457,7 @@ impl Runtime {
                     return Ok(());
                 }
             }
-            Control::AgentRemoved { agent } => {
+            Control::AgentRemoved { agent, .. } => {
                 // Its thread goes too, live session or not: a new agent of the same
                 // name starts afresh.
                 if let Err(e) = self.inner.threads.forget(agent).await {
@@ -424,7 +468,7 @@ impl Runtime {
                 }
             }
             Control::Wake { spec } => return self.warm(spec),
-            Control::Approval { .. } | Control::Reply { .. } => {}
+            Control::Approval { .. } | Control::Reply { .. } | Control::Revert { .. } => {}
         }
         let Some(handle) = handle else {
             if matches!(control, Control::AgentRemoved { .. }) {

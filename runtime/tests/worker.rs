@@ -319,6 +319,7 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
 #[tokio::test(start_paused = true)]
 async fn what_a_harness_cannot_do_is_refused_with_a_reason_not_attempted() {
     let none = Capabilities {
+        fork: false,
         steer: false,
         approvals: false,
         resume: false,

@@ -30,6 +30,7 @@ fn evil_agent(dir: &Path, marker: &Path) -> Agent {
     spec.node = Some("n1".into());
     spec.command = Some(script.display().to_string());
     Agent {
+        worktree: None,
         spec,
         state: AgentState::Offline,
         session_id: None,
@@ -262,6 +263,7 @@ async fn the_shipped_nats_users_keep_a_client_off_the_node_subjects() {
         .request(
             "relay.v1.node.n1.control",
             serde_json::to_vec(&Control::AgentRemoved {
+                force: false,
                 agent: "remote-1".into(),
             })
             .unwrap()

@@ -118,6 +118,8 @@ pub enum Command {
         reason: Option<String>,
         /// What its program said of itself; kept as [`Agent::program`].
         program: Option<ProgramInfo>,
+        /// Its worktree as made, recreated or moved on; kept as [`Agent::worktree`].
+        worktree: Option<relay_protocol::domain::WorktreeState>,
     },
     ThreadLost {
         agent: String,

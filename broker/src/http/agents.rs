@@ -104,3 +104,8 @@ pub(super) async fn remove_agent(
 ) -> ApiResult<Agent> {
     Ok(Json(s.broker.remove_agent(&name).await?))
 }
+
+/// TODO(issue 27, in progress): replaced by the workspace handlers.
+pub(super) async fn workspace_pending() -> ApiResult<Agent> {
+    Err(BrokerError::Unavailable("not built yet".into()).into())
+}

@@ -108,6 +108,7 @@ impl Plane {
                 let r = self
                     .broker
                     .execute_internal(Command::UpdateAgent {
+                        worktree: None,
                         name: a.spec.name.clone(),
                         state: Some(relay_protocol::domain::AgentState::Offline),
                         thread_id: None,
@@ -325,6 +326,7 @@ impl Plane {
                         node.clone()
                             .filter(|n| Some(n.as_str()) != self.runtime.node()),
                         Control::AgentRemoved {
+                            force: false,
                             agent: name.clone(),
                         },
                     );

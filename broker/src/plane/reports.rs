@@ -94,6 +94,7 @@ impl Plane {
                 endpoint,
                 reason,
                 program,
+                worktree,
             } => (
                 Command::UpdateAgent {
                     name: agent,
@@ -102,6 +103,7 @@ impl Plane {
                     endpoint: endpoint.map(Some),
                     reason,
                     program,
+                    worktree: worktree.map(|w| *w),
                 },
                 "agent update",
             ),

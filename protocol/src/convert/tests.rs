@@ -67,6 +67,7 @@ fn unspecified_and_unknown_enum_values_are_errors_not_panics() {
 
 fn flight_full() -> Flight {
     Flight {
+        commit: None,
         id: "flt_1".into(),
         invocation: "inv_1".into(),
         agent: "codex-1".into(),
@@ -93,6 +94,7 @@ fn flight_full() -> Flight {
 
 fn flight_bare() -> Flight {
     Flight {
+        commit: None,
         id: "flt_2".into(),
         invocation: "inv_2".into(),
         agent: "pi".into(),

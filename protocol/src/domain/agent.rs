@@ -49,6 +49,10 @@ pub struct Capabilities {
     /// through Relay is refused.
     #[serde(default)]
     pub reply: bool,
+    /// A new session can start as a copy of one of its sessions, cut after a given
+    /// turn (`relay agent fork`).
+    #[serde(default)]
+    pub fork: bool,
 }
 
 /// How long a turn of a harness that ends turns by reply ([`Capabilities::reply`]) waits
@@ -64,6 +68,7 @@ impl Capabilities {
         interrupt: true,
         turn_ids: true,
         reply: false,
+        fork: true,
     };
 }
 
@@ -98,13 +103,13 @@ impl Harness {
 
     /// What the harness's CLI can do (facts in `HARNESSES.md`):
     ///
-    /// | | steer | approvals | resume | interrupt | turn ids |
-    /// | --- | --- | --- | --- | --- | --- |
-    /// | Codex app-server | `turn/steer` | server requests | `thread/resume` | `turn/interrupt` | yes |
-    /// | Claude Code stream-json | no | `can_use_tool` | `--resume` | control request | no |
-    /// | Pi RPC | `steer` | none: tools run at once | `--session` | `abort` | no |
-    /// | tmux pane | no | none | no | keys | no |
-    /// | ACP agent (and presets) | no | `session/request_permission` | `session/resume` or `session/load` | `session/cancel` | no |
+    /// | | steer | approvals | resume | interrupt | turn ids | fork |
+    /// | --- | --- | --- | --- | --- | --- | --- |
+    /// | Codex app-server | `turn/steer` | server requests | `thread/resume` | `turn/interrupt` | yes | `thread/fork` |
+    /// | Claude Code stream-json | no | `can_use_tool` | `--resume` | control request | no | `--fork-session` |
+    /// | Pi RPC | `steer` | none: tools run at once | `--session` | `abort` | no | its session fork |
+    /// | tmux pane | no | none | no | keys | no | no |
+    /// | ACP agent (and presets) | no | `session/request_permission` | `session/resume` or `session/load` | `session/cancel` | no | no |
     ///
     /// Only a tmux pane's turns end by a reply through Relay ([`Capabilities::reply`]).
     pub const fn capabilities(self) -> Capabilities {
@@ -117,6 +122,7 @@ impl Harness {
                 interrupt: true,
                 turn_ids: false,
                 reply: false,
+                fork: true,
             },
             Harness::PiRpc => Capabilities {
                 steer: true,
@@ -125,6 +131,7 @@ impl Harness {
                 interrupt: true,
                 turn_ids: false,
                 reply: false,
+                fork: true,
             },
             Harness::Tmux => Capabilities {
                 steer: false,
@@ -133,6 +140,7 @@ impl Harness {
                 interrupt: true,
                 turn_ids: false,
                 reply: true,
+                fork: false,
             },
             Harness::Acp | Harness::GeminiAcp | Harness::OpencodeAcp | Harness::QwenAcp => {
                 Capabilities {
@@ -142,6 +150,7 @@ impl Harness {
                     interrupt: true,
                     turn_ids: false,
                     reply: false,
+                    fork: false,
                 }
             }
         }
@@ -247,6 +256,14 @@ pub struct AgentSpec {
     /// person, the bus) or agents by name. Empty: [`AgentSpec::allowed_from`]'s default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_from: Vec<String>,
+    /// A git worktree of its own, on branch `relay/NAME`, made from the repository
+    /// `cwd` ([`WorktreeSpec`]); `None`: the agent works in `cwd` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<super::WorktreeSpec>,
+    /// The agent was forked from another's session ([`super::ForkSpec`]): its first
+    /// session is that fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<super::ForkSpec>,
 }
 
 /// The tmux socket Relay's agents' servers are named after (`tmux -L relay@NAME`, one
@@ -424,6 +441,8 @@ impl AgentSpec {
             pane: None,
             turn_timeout_secs: None,
             allow_from: Vec::new(),
+            worktree: None,
+            fork: None,
         }
     }
 }
@@ -458,6 +477,10 @@ pub struct Agent {
     /// offline. `None` for a harness that says nothing of itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
+    /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
+    /// `None` until the runtime that serves it has made it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<super::WorktreeState>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -562,7 +585,10 @@ mod tests {
     #[test]
     fn agent_json_is_flat() {
         let agent = Agent {
+            worktree: None,
             spec: AgentSpec {
+                fork: None,
+                worktree: None,
                 name: "codex-1".into(),
                 harness: Harness::CodexAppServer,
                 cwd: "/tmp".into(),

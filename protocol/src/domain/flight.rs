@@ -151,6 +151,10 @@ pub struct Flight {
     /// notes): what the broker's per-flight output cap counts.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub output_bytes: u64,
+    /// What the flight changed in its agent's worktree, committed on the agent's branch
+    /// (an agent with a worktree; without its patch: see [`FlightChange::Commit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<super::FlightCommit>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -188,6 +192,7 @@ impl Flight {
             reply_message: None,
             note: None,
             output_bytes: 0,
+            commit: None,
             created_at: invocation.created_at,
             updated_at: invocation.created_at,
         }
@@ -248,6 +253,18 @@ pub enum FlightChange {
     /// as [`crate::domain::Agent::note`].
     Note {
         text: String,
+    },
+    /// The flight's changes, committed on its agent's branch when its turn ended (or,
+    /// when that could not be done then, later: after a restart, or with the next turn):
+    /// also after the flight ended. Carries the patch; the flight keeps the rest
+    /// ([`Flight::commit`]).
+    Commit {
+        commit: Box<super::FlightCommit>,
+    },
+    /// The flight's changes were reverted by a commit on its agent's branch
+    /// (`relay revert`); also after the flight ended.
+    Reverted {
+        revert: super::Revert,
     },
 }
 

@@ -283,6 +283,7 @@ impl Worker {
     /// Reports the agent's state with why it is in it (kept with the state).
     async fn agent_state_because(&self, state: AgentState, reason: Option<String>) {
         self.report(Report::Agent {
+            worktree: None,
             agent: self.name.clone(),
             state: Some(state),
             thread_id: None,
@@ -302,7 +303,8 @@ fn control_flight(c: &Control) -> &str {
         Control::Steer { flight, .. }
         | Control::Interrupt { flight, .. }
         | Control::Reply { flight, .. }
-        | Control::Approval { flight, .. } => flight,
+        | Control::Approval { flight, .. }
+        | Control::Revert { flight, .. } => flight,
         Control::AgentRemoved { .. } | Control::Wake { .. } => "",
     }
 }

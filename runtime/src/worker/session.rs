@@ -122,6 +122,7 @@ impl Worker {
             }
         }
         self.report(Report::Agent {
+            worktree: None,
             agent: self.name.clone(),
             state: Some(AgentState::Offline),
             thread_id: None,
@@ -154,6 +155,7 @@ impl Worker {
             Ok(live) => {
                 let endpoint = live.session.endpoint();
                 self.report(Report::Agent {
+                    worktree: None,
                     agent: self.name.clone(),
                     state: Some(AgentState::Idle),
                     thread_id: Some(live.session_id.clone()),

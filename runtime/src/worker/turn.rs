@@ -540,7 +540,7 @@ async fn run_control(
         }
         Control::Reply { text, .. } => session.reply(session_id, turn_id, &text).await?,
         // Handled by the runtime and the worker's loop, never sent here.
-        Control::AgentRemoved { .. } | Control::Wake { .. } => {}
+        Control::AgentRemoved { .. } | Control::Wake { .. } | Control::Revert { .. } => {}
     }
     Ok(())
 }

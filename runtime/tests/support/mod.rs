@@ -400,6 +400,7 @@ pub fn state(f: &str, to: FlightState, reason: Option<&str>) -> Report {
 
 pub fn agent(state: AgentState) -> Report {
     Report::Agent {
+        worktree: None,
         agent: "a1".into(),
         state: Some(state),
         thread_id: None,
@@ -412,6 +413,7 @@ pub fn agent(state: AgentState) -> Report {
 /// The agent reported `state` because of `reason`.
 pub fn agent_because(state: AgentState, reason: &str) -> Report {
     Report::Agent {
+        worktree: None,
         agent: "a1".into(),
         state: Some(state),
         thread_id: None,
@@ -426,6 +428,7 @@ pub fn came_up(harness: Harness, conversation: &str, endpoint: &Endpoint) -> Vec
     vec![
         agent(AgentState::Starting),
         Report::Agent {
+            worktree: None,
             agent: "a1".into(),
             state: Some(AgentState::Idle),
             thread_id: Some(conversation.into()),

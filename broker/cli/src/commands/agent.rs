@@ -278,6 +278,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 .call::<m::AgentAdd>(
                     &[],
                     &AgentSpec {
+                        fork: None,
+                        worktree: None,
                         name,
                         harness,
                         cwd: cwd.display().to_string(),
@@ -452,7 +454,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             }
         }
         AgentCmd::Remove { name, json } => {
-            let a: Agent = client.call::<m::AgentRemove>(&[&name], &Empty {}).await?;
+            let a: Agent = client
+                .call::<m::AgentRemove>(&[&name], &relay_protocol::api::RemoveQuery::default())
+                .await?;
             if json {
                 print_json(&a)?;
             } else {

@@ -309,6 +309,8 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                 FlightChange::Plan { text } => out.at(seq, "  ", &format!("plan:\n{text}")),
                 FlightChange::Diff { text } => out.at(seq, "  ", &format!("diff:\n{text}")),
                 FlightChange::Note { text } => out.at(seq, "", &format!("note: {text}")),
+                FlightChange::Commit { commit } => out.at(seq, "", &commit.summary()),
+                FlightChange::Reverted { revert } => out.at(seq, "", &revert.summary()),
                 FlightChange::Session { thread_id, turn_id } => {
                     let mut line = "session".to_string();
                     if let Some(t) = thread_id {

@@ -213,6 +213,8 @@ fn describe(change: &FlightChange) -> String {
             turn_id.as_deref().unwrap_or("-")
         ),
         FlightChange::Note { text } => format!("note: {}", one_line(text)),
+        FlightChange::Commit { commit } => commit.summary(),
+        FlightChange::Reverted { revert } => revert.summary(),
     }
 }
 

@@ -88,6 +88,7 @@ impl Ctx<'_, '_> {
             crate::store::Sink::put(self.tx, T::Secrets, spec.name.as_bytes(), encode(&secrets)?)?;
         }
         let agent = Agent {
+            worktree: None,
             spec,
             state: AgentState::Offline,
             session_id: None,
@@ -118,6 +119,8 @@ impl Ctx<'_, '_> {
     /// The runtime reports an agent's session state (and why), thread id or endpoint: an
     /// event only if something changed. A state reported without a reason clears the
     /// previous one: it explained a state the agent has left.
+    // One parameter per field of `Command::UpdateAgent`, each optional.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn update_agent(
         &mut self,
         name: &str,
@@ -126,6 +129,7 @@ impl Ctx<'_, '_> {
         endpoint: &Option<Option<Endpoint>>,
         reason: &Option<String>,
         program: &Option<ProgramInfo>,
+        worktree: &Option<relay_protocol::domain::WorktreeState>,
     ) -> Result<Outcome, BrokerError> {
         let mut agent = self.agent(name)?;
         let before = agent.clone();
@@ -143,6 +147,9 @@ impl Ctx<'_, '_> {
         }
         if let Some(p) = program {
             agent.program = Some(p.clone());
+        }
+        if let Some(w) = worktree {
+            agent.worktree = Some(w.clone());
         }
         if agent != before {
             agent.updated_at = self.now;

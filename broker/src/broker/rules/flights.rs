@@ -234,7 +234,38 @@ impl Ctx<'_, '_> {
                 return unchanged(flight);
             }
         }
-        if flight.state.is_terminal() {
+        // What a flight did to its agent's worktree is recorded whenever it is known:
+        // also after the flight ended (a commit made after a restart, a revert). The same
+        // commit again (a report replayed after a restart) changes nothing.
+        let worktree_change = matches!(
+            change,
+            FlightChange::Commit { .. } | FlightChange::Reverted { .. }
+        );
+        match change {
+            FlightChange::Commit { commit } => {
+                let mut kept = (**commit).clone();
+                kept.patch = None;
+                kept.reverted_by = flight.commit.as_ref().and_then(|c| c.reverted_by.clone());
+                if flight.commit.as_ref() == Some(&kept) {
+                    return unchanged(flight);
+                }
+                flight.commit = Some(kept);
+            }
+            FlightChange::Reverted { revert } => {
+                let Some(commit) = flight.commit.as_mut() else {
+                    return Err(BrokerError::Invalid(format!(
+                        "flight {} has no commit to revert",
+                        flight.id
+                    )));
+                };
+                if commit.reverted_by.as_ref() == Some(revert) {
+                    return unchanged(flight);
+                }
+                commit.reverted_by = Some(revert.clone());
+            }
+            _ => {}
+        }
+        if flight.state.is_terminal() && !worktree_change {
             return Err(BrokerError::FlightTerminal {
                 flight: flight.id,
                 state: flight.state,
@@ -343,7 +374,10 @@ impl Ctx<'_, '_> {
             | FlightChange::CommandOutput { .. }
             | FlightChange::Plan { .. }
             | FlightChange::Diff { .. }
-            | FlightChange::Usage { .. } => {}
+            | FlightChange::Usage { .. }
+            // Recorded above.
+            | FlightChange::Commit { .. }
+            | FlightChange::Reverted { .. } => {}
         }
         if let Some(text) = reply {
             let invocation: Invocation = self
@@ -487,7 +521,11 @@ fn streamed_bytes(change: &FlightChange) -> u64 {
         | FlightChange::Diff { text }
         | FlightChange::Note { text } => text.len(),
         FlightChange::Item { text, .. } => text.as_ref().map_or(0, String::len),
-        FlightChange::State { .. } | FlightChange::Usage { .. } | FlightChange::Session { .. } => 0,
+        FlightChange::State { .. }
+        | FlightChange::Usage { .. }
+        | FlightChange::Session { .. }
+        | FlightChange::Commit { .. }
+        | FlightChange::Reverted { .. } => 0,
     };
     n as u64
 }

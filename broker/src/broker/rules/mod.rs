@@ -74,7 +74,8 @@ impl Ctx<'_, '_> {
                 endpoint,
                 reason,
                 program,
-            } => self.update_agent(name, *state, thread_id, endpoint, reason, program),
+                worktree,
+            } => self.update_agent(name, *state, thread_id, endpoint, reason, program, worktree),
             Command::ThreadLost {
                 agent,
                 old_thread_id,

@@ -72,6 +72,10 @@ pub enum BrokerError {
         #[source]
         source: relay_harnesses::HarnessError,
     },
+    /// An agent's worktree could not be made, committed, reverted or removed: says what
+    /// to do.
+    #[error(transparent)]
+    Workspace(relay_runtime::workspace::WorkspaceError),
     #[error("{0}")]
     Unavailable(String),
     /// This broker has no runtime to steer, interrupt or wake with: nothing to retry.
@@ -198,6 +202,19 @@ impl BrokerError {
             BrokerError::NoApprovalStep { .. } | BrokerError::AgentCheck { .. } => {
                 ErrorCode::InvalidRequest
             }
+            BrokerError::Workspace(w) => {
+                use relay_runtime::workspace::WorkspaceError as W;
+                match w {
+                    W::GitMissing => ErrorCode::Unavailable,
+                    W::Git { .. } | W::Io(_) => ErrorCode::Internal,
+                    W::NotARepo { .. }
+                    | W::UnknownRef { .. }
+                    | W::BranchTaken { .. }
+                    | W::DirtyBase { .. }
+                    | W::Dirty { .. }
+                    | W::RevertConflict { .. } => ErrorCode::InvalidRequest,
+                }
+            }
             BrokerError::Unavailable(_)
             | BrokerError::NoRuntime
             | BrokerError::NodeUnreachable(_)
@@ -252,6 +269,7 @@ pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
             limit,
         },
         RuntimeError::ShuttingDown => BrokerError::ShuttingDown,
+        RuntimeError::Workspace(w) => BrokerError::Workspace(w),
         // Every other refusal or fault of the runtime: the agent's session could not do
         // it (named one by one, so that a new variant is a decision here).
         e @ (RuntimeError::NotRunning { .. }

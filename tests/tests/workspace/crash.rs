@@ -62,8 +62,8 @@ async fn a_commit_cut_short_by_kill_9_is_made_once_after_the_restart() {
     assert_eq!(repo.file_at(&commits[0], "kept.txt"), "not lost");
     assert_eq!(repo.files_of(&commits[0]), vec!["kept.txt".to_string()]);
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
-    let f = wait_ended(&env, &flight).await;
-    assert_ne!(state(&f), "running", "{f}");
+    // The flight ends too (its end was on disk before the kill).
+    wait_ended(&env, &flight).await;
 
     // Not twice: the next turn (its own reconcile first) leaves one commit for it.
     let next = env.ask_no_wait("cx", "anything else?");
@@ -80,7 +80,7 @@ async fn a_commit_cut_short_by_kill_9_is_made_once_after_the_restart() {
         .map(|u| u["commit"]["commit"].clone())
         .collect();
     assert!(
-        shas.iter().all(|s| *s == commits[0].as_str()),
+        !shas.is_empty() && shas.iter().all(|s| *s == commits[0].as_str()),
         "every commit reported for the flight is the one commit: {shas:?}"
     );
 }

@@ -46,7 +46,7 @@ async fn a_worktree_deleted_by_hand_is_recreated_and_remove_keeps_work() {
     // The next turn finds it gone, makes it again from the branch (never the repo
     // itself), and says so on the flight.
     let second = committed(&env, "cx", "two.txt", "second").await;
-    let note = wait_note(&env, &second, "recreated", 10).await;
+    let note = wait_note(&env, &second, "made again", 10).await;
     assert!(note.contains(&wt.display().to_string()), "{note}");
     assert_eq!(
         std::fs::read_to_string(wt.join("one.txt")).ok().as_deref(),
@@ -99,23 +99,34 @@ async fn doctor_finds_an_orphan_worktree_and_fix_removes_it() {
 
     let data = env.relay.data_dir.clone();
     let doctor = |args: &[&str]| relay_cmd(&data, &[&["doctor"], args].concat());
-    let out = doctor(&["--json"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&wt.display().to_string()), "{text}\n{out:?}");
-    assert!(text.contains("relay/gone"), "{text}");
-
-    git(
-        &repo.path,
-        &["worktree", "unlock", &wt.display().to_string()],
+    let orphans = |args: &[&str]| {
+        let out = doctor(args);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor {args:?}: {e}: {out:?}"));
+        json["orphan_worktrees"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let found = orphans(&["--json"]);
+    let at = wt.display().to_string();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (&found[0]["path"], &found[0]["branch"], &found[0]["agent"]),
+        (&at.clone().into(), &"relay/gone".into(), &"gone".into()),
+        "{found:?}"
     );
-    let out = doctor(&["--fix"]);
-    assert!(out.status.success(), "{out:?}");
-    assert!(!wt.exists(), "{out:?}");
+    assert!(found[0]["fixed"].is_null(), "{found:?}");
+    assert!(wt.exists(), "looking changes nothing");
+
+    git(&repo.path, &["worktree", "unlock", &at]);
+    let fixed = orphans(&["--fix", "--json"]);
+    assert_eq!(fixed.len(), 1, "{fixed:?}");
+    assert!(fixed[0]["fixed"].is_string(), "{fixed:?}");
+    assert!(!wt.exists());
     assert!(!listed(&repo, &wt));
     // The branch and its work stay.
     assert_eq!(repo.file_at("relay/gone", "left.txt"), "behind");
     // Fixed: a second look finds nothing.
-    let out = doctor(&["--json"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains(&wt.display().to_string()), "{text}");
+    assert_eq!(orphans(&["--json"]), Vec::<serde_json::Value>::new());
 }

@@ -45,12 +45,9 @@ async fn fork_at_first_flight(env: &Env, repo: &Repo, harness: &str) {
     let out = env.relay.cli_ok(&["agent", "fork", "a", "a2", "--at", &f1]);
     assert!(out.contains("a2"), "{out}");
     let a2 = env.agent("a2").await;
-    assert_eq!(
-        a2["spec"]["harness"],
-        env.agent("a").await["spec"]["harness"]
-    );
-    assert_eq!(a2["spec"]["fork"]["agent"], "a", "{a2}");
-    assert_eq!(a2["spec"]["fork"]["flight"], f1.as_str(), "{a2}");
+    assert_eq!(a2["harness"], env.agent("a").await["harness"]);
+    assert_eq!(a2["fork"]["agent"], "a", "{a2}");
+    assert_eq!(a2["fork"]["flight"], f1.as_str(), "{a2}");
 
     let f3 = flight(env, "a2", "what do you remember? marker-kiwi").await;
     let f = env.flight(&f3).await;

@@ -64,7 +64,7 @@ async fn a_worktree_deleted_by_hand_is_recreated_and_remove_keeps_work() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("--force"), "says what to do: {err}");
     assert!(wt.join("draft.txt").exists());
-    assert_eq!(env.agent("cx").await["spec"]["name"], "cx");
+    assert_eq!(env.agent("cx").await["name"], "cx");
 
     // --force: the work committed on the branch, the worktree gone, the branch kept.
     let out = env.relay.cli_ok(&["agent", "remove", "cx", "--force"]);

@@ -157,17 +157,26 @@ pub async fn wait_note(env: &Env, flight: &str, text: &str, secs: u64) -> String
 /// The agent's worktree as the broker records it (`agent show --json`), once the
 /// runtime has reported it.
 pub async fn worktree_of(env: &Env, agent: &str) -> Value {
-    relay_tests::wait_until(
+    let waited = relay_tests::try_wait_until(
         format!("agent {agent}'s worktree"),
         Duration::from_secs(60),
         || async {
             let a = env.agent(agent).await;
-            a["worktree"]["path"]
-                .is_string()
-                .then(|| a["worktree"].clone())
+            state_of(&a).cloned().ok_or(a)
         },
     )
-    .await
+    .await;
+    waited.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The worktree state in an agent's JSON. It shares the name `worktree` with the
+/// registration's request (the spec is flattened into the agent) unless it has a wire
+/// name of its own: whichever object has a `path` is the state.
+pub fn state_of(agent: &Value) -> Option<&Value> {
+    ["worktree_state", "worktree"]
+        .into_iter()
+        .map(|k| &agent[k])
+        .find(|w| w["path"].is_string())
 }
 
 /// The path of a worktree's private git dir (`<repo>/.git/worktrees/NAME`).

@@ -302,3 +302,29 @@ async fn an_agents_diff_is_its_branch_against_its_base() {
     let e = refusal(rt.runtime.agent_diff(&remote).await.unwrap_err());
     assert!(matches!(e, WorkspaceError::OnNode { .. }), "{e}");
 }
+
+/// A data dir reached through a symlink: the worktree's path is the same before and
+/// after its directories exist, so the runtime finds its own record of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_behind_a_symlink_names_the_worktree_one_way() {
+    let repo = Repo::new();
+    let base = tempfile::tempdir().unwrap();
+    std::fs::create_dir(base.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(base.path().join("real"), base.path().join("link")).unwrap();
+    let stop = CancellationToken::new();
+    let (runtime, _reports) = Runtime::start_with(
+        RuntimeConfig::new(base.path().join("link/data")),
+        Harnesses::default(),
+        stop,
+    )
+    .unwrap();
+    let spec = spec("a1", &repo.path, None, &[]);
+    let made = runtime.prepare_worktree(&spec).await.unwrap();
+    let again = runtime.prepare_worktree(&spec).await.unwrap();
+    assert_eq!(made.path, again.path);
+    std::fs::write(std::path::Path::new(&made.path).join("wip.txt"), "x\n").unwrap();
+    assert_eq!(
+        runtime.worktree_dirty(&agent(spec)).await.unwrap(),
+        vec!["wip.txt"]
+    );
+}

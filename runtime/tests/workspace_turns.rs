@@ -411,3 +411,58 @@ async fn a_revert_waits_for_no_turn_and_is_refused_while_one_runs() {
         "{e}"
     );
 }
+
+/// A turn left uncommitted that still cannot be committed before the next turn (a lock
+/// held): its changes are carried into the next turn's commit, which names both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_could_not_commit_is_carried_into_the_next() {
+    let repo = Repo::new();
+    let (launcher, mut script) = full();
+    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
+    let spec = spec("a1", &repo.path, None, &[]);
+    let state = runtime.prepare_worktree(&spec).await.unwrap();
+    let wt = Path::new(&state.path);
+    write(wt, "old.txt", "from the earlier turn\n");
+    let marker_at = git(wt, &["rev-parse", "--absolute-git-dir"]) + "/relay-flight";
+    let old = relay_runtime::workspace::Marker::new("flt_a1_0", "earlier", state.head.clone());
+    std::fs::write(&marker_at, serde_json::to_vec(&old).unwrap()).unwrap();
+    let lock = git(
+        wt,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-path",
+            "index.lock",
+        ],
+    );
+    std::fs::write(&lock, "").unwrap();
+    let f1 = flight_of("a1", 1);
+    runtime
+        .dispatch(dispatch_to(&spec, &f1, "next"))
+        .await
+        .unwrap();
+    Sessions::default()
+        .serve(&mut script, 1, |cwd, _| {
+            // The lock goes while the turn runs.
+            std::fs::remove_file(&lock).unwrap();
+            write(cwd, "new.txt", "from this turn\n");
+        })
+        .await;
+    let got = until_ended(&mut reports, 1).await;
+    let commits = commits(&got);
+    let flights: Vec<&str> = commits.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(flights, vec![f1.as_str(), "flt_a1_0"], "{got:?}");
+    let c = &commits[0].1;
+    assert_eq!(c.also_flights, vec!["flt_a1_0".to_string()]);
+    assert_eq!(c.start, state.head);
+    let files: Vec<&str> = c.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(files, vec!["new.txt", "old.txt"]);
+    let message = repo.git(&["log", "-1", "--format=%B", "relay/a1"]);
+    assert!(
+        message.ends_with(&format!(
+            "{FLIGHT_TRAILER}: {f1}\n{FLIGHT_TRAILER}: flt_a1_0"
+        )),
+        "{message}"
+    );
+    assert_eq!(repo.git(&["rev-list", "--count", "main..relay/a1"]), "1");
+}

@@ -91,15 +91,30 @@ pub enum WorkspaceError {
 }
 
 /// Where agent `name`'s worktree is made: `DIR/NAME` for a `--worktree-dir` (relative:
-/// to the repository `cwd`), else `<data_dir>/worktrees/NAME`. Its parent is made
-/// canonical where it exists, so the path compares equal to git's.
+/// to the repository `cwd`), else `<data_dir>/worktrees/NAME`. Its longest existing
+/// ancestor is made canonical, so the path is the same string before and after the
+/// directories are made (a data dir under a symlink) and compares equal to git's.
 pub fn worktree_path(spec: &relay_protocol::domain::AgentSpec, data_dir: &Path) -> PathBuf {
     let parent = match spec.worktree.as_ref().and_then(|w| w.dir.as_deref()) {
         Some(dir) => Path::new(&spec.cwd).join(dir),
         None => data_dir.join("worktrees"),
     };
-    let parent = std::fs::canonicalize(&parent).unwrap_or(parent);
-    parent.join(&spec.name)
+    let mut existing = parent.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(up), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = up;
+            }
+            _ => break,
+        }
+    }
+    let mut path = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_path_buf());
+    for name in rest.iter().rev() {
+        path.push(name);
+    }
+    path.join(&spec.name)
 }
 
 /// Runs blocking git work on the blocking pool (never on an async worker).

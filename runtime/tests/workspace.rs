@@ -238,6 +238,14 @@ async fn removal_refuses_dirty_and_force_commits_the_leftovers_and_keeps_the_bra
         .await
         .unwrap()
         .is_empty());
+    // Registered again under its name: its kept branch is taken up (not a recreation).
+    let again = rt.runtime.prepare_worktree(&spec).await.unwrap();
+    assert_eq!(again.recreated, 0);
+    assert_eq!(again.head, repo.git(&["rev-parse", "relay/a1"]));
+    assert_eq!(
+        std::fs::read_to_string(path.join("new file.txt")).unwrap(),
+        "left\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,7 +37,9 @@ pub(super) struct TreeTurn {
     flight: String,
     path: PathBuf,
     record: WorktreeRecord,
-    _lock: TurnLock,
+    /// Released once the turn's commit is made (before its end goes out: a revert asked
+    /// as soon as the flight ended is not refused as running).
+    lock: Mutex<Option<TurnLock>>,
 }
 
 /// The report of an agent's worktree state.
@@ -185,7 +187,7 @@ impl Worker {
             flight: d.flight.id.clone(),
             path,
             record,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         });
         Ok(())
     }
@@ -202,6 +204,11 @@ impl Worker {
         let Some(turn) = self.tree.turn.as_ref().filter(|t| t.flight == flight) else {
             return;
         };
+        self.commit_turn(turn, flight).await;
+        turn.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    async fn commit_turn(&self, turn: &TreeTurn, flight: &str) {
         let began = tokio::time::Instant::now();
         let mut wait = Duration::from_millis(100);
         let mut noted = false;

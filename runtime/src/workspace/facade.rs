@@ -132,6 +132,9 @@ impl Workspaces {
     pub async fn ensure(&self, spec: &AgentSpec) -> Result<Ensured, RuntimeError> {
         let path = self.path(spec);
         let known = self.record(&path).await?;
+        // A branch of ours with no record here is taken up again (an agent removed and
+        // registered again under its name), not counted as a recreation.
+        let adopted = known.is_none();
         let (plan, mut record) = {
             let (spec, path) = (spec.clone(), path.clone());
             blocking(move || make::plan(&spec, &path, known.as_ref())).await?
@@ -140,7 +143,9 @@ impl Workspaces {
         match plan {
             make::Plan::Ready => {}
             make::Plan::Recreate => {
-                record.recreated += 1;
+                if !adopted {
+                    record.recreated += 1;
+                }
                 self.store.put_worktree(&key, &record).await?;
                 let (p, r) = (path.clone(), record.clone());
                 blocking(move || make::recreate(&p, &r)).await?;
@@ -166,7 +171,7 @@ impl Workspaces {
             path,
             record,
             state,
-            recreated: plan == make::Plan::Recreate,
+            recreated: plan == make::Plan::Recreate && !adopted,
         })
     }
 

@@ -466,3 +466,96 @@ async fn a_turn_that_could_not_commit_is_carried_into_the_next() {
     );
     assert_eq!(repo.git(&["rev-list", "--count", "main..relay/a1"]), "1");
 }
+
+/// The runtime stops after a turn ended and before its commit could be made (a lock
+/// held): the end is recorded, the marker stays; the next start commits it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_ended_without_its_commit_is_committed_once_at_the_next_start() {
+    let repo = Repo::new();
+    let dir = tempfile::tempdir().unwrap();
+    let db = relay_infra::storage::Durable::new(
+        relay_infra::storage::config()
+            .path(dir.path().join("db"))
+            .open()
+            .unwrap(),
+    );
+    let spec = spec("a1", &repo.path, None, &[]);
+    let f1 = flight_of("a1", 1);
+    let lock = std::sync::Mutex::new(None);
+    {
+        let (launcher, mut script) = full();
+        let (runtime, mut reports, stop) = runtime_in(dir.path(), Some(db.clone()), launcher, None);
+        runtime
+            .dispatch(dispatch_to(&spec, &f1, "edit"))
+            .await
+            .unwrap();
+        Sessions::default()
+            .serve(&mut script, 1, |cwd, _| {
+                write(cwd, "README.md", "the lost turn\n");
+                let path = git(
+                    cwd,
+                    &[
+                        "rev-parse",
+                        "--path-format=absolute",
+                        "--git-path",
+                        "index.lock",
+                    ],
+                );
+                std::fs::write(&path, "").unwrap();
+                *lock.lock().unwrap() = Some(path);
+            })
+            .await;
+        loop {
+            if let Report::Flight {
+                change: FlightChange::Note { text },
+                ..
+            } = reports.next().await
+            {
+                if text.starts_with("cannot commit yet") {
+                    break;
+                }
+            }
+        }
+        stop.cancel();
+        let got = until_ended(&mut reports, 1).await;
+        assert!(
+            notes(&got, &f1)
+                .iter()
+                .any(|n| n.contains("committed at the next start")),
+            "{got:?}"
+        );
+        assert!(commits(&got).is_empty());
+        runtime.stopped().await;
+        assert_eq!(
+            runtime
+                .threads()
+                .dispatch_state(&format!("inv_{f1}"))
+                .await
+                .unwrap(),
+            Some(relay_runtime::DispatchState::Ended)
+        );
+    }
+    assert_eq!(repo.git(&["rev-list", "--count", "main..relay/a1"]), "0");
+    std::fs::remove_file(lock.lock().unwrap().take().unwrap()).unwrap();
+    let (launcher, _script) = full();
+    let (runtime, mut reports, _stop) = runtime_in(dir.path(), Some(db.clone()), launcher, None);
+    runtime.reconcile_worktrees().await.unwrap();
+    match reports.next().await {
+        Report::Flight {
+            flight,
+            change: FlightChange::Commit { commit },
+        } => {
+            assert_eq!(flight, f1);
+            assert_eq!(commit.files.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    runtime.reconcile_worktrees().await.unwrap();
+    assert_eq!(repo.git(&["rev-list", "--count", "main..relay/a1"]), "1");
+    assert_eq!(repo.git(&["show", "relay/a1:README.md"]), "the lost turn");
+    let message = repo.git(&["log", "-1", "--format=%B", "relay/a1"]);
+    assert!(
+        message.ends_with(&format!("{FLIGHT_TRAILER}: {f1}")),
+        "{message}"
+    );
+}

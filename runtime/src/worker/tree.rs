@@ -235,7 +235,14 @@ impl Worker {
                         self.note(flight, format!("cannot commit yet: {stderr}; retrying"))
                             .await;
                     }
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        // The marker stays: the next start commits it.
+                        _ = self.deps.shutdown.cancelled() => {
+                            self.note(flight, "could not commit before the runtime stopped; the changes stay in the worktree and are committed at the next start".into()).await;
+                            return;
+                        }
+                    }
                     wait = (wait * 2).min(COMMIT_RETRY_MAX);
                 }
                 Err(e) => {

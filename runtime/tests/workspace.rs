@@ -336,3 +336,32 @@ async fn a_data_dir_behind_a_symlink_names_the_worktree_one_way() {
         vec!["wip.txt"]
     );
 }
+
+/// A worktree in a `--worktree-dir`, found by a runtime that has no record of it (its
+/// database lost): taken up and recorded, with its work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_found_without_a_record_is_taken_up() {
+    let repo = Repo::new();
+    let trees = tempfile::tempdir().unwrap();
+    let mut spec = spec("a1", &repo.path, None, &[]);
+    spec.worktree.as_mut().unwrap().dir = Some(trees.path().display().to_string());
+    let first = rt();
+    let made = first.runtime.prepare_worktree(&spec).await.unwrap();
+    assert!(made.path.starts_with(
+        &std::fs::canonicalize(trees.path())
+            .unwrap()
+            .display()
+            .to_string()
+    ));
+    std::fs::write(std::path::Path::new(&made.path).join("wip.txt"), "x\n").unwrap();
+    let second = rt();
+    let found = second.runtime.prepare_worktree(&spec).await.unwrap();
+    assert_eq!(
+        (found.path.as_str(), found.recreated),
+        (made.path.as_str(), 0)
+    );
+    assert_eq!(
+        second.runtime.worktree_dirty(&agent(spec)).await.unwrap(),
+        vec!["wip.txt"]
+    );
+}

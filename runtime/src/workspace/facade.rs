@@ -141,6 +141,8 @@ impl Workspaces {
         };
         let key = path.display().to_string();
         match plan {
+            // Live, and not in the registry (its database lost): recorded again.
+            make::Plan::Ready if adopted => self.store.put_worktree(&key, &record).await?,
             make::Plan::Ready => {}
             make::Plan::Recreate => {
                 if !adopted {

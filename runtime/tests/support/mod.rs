@@ -26,6 +26,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod dispatch;
+pub mod drive;
+pub mod repo;
 pub use dispatch::dispatch;
 
 /// The answer a call waits for.

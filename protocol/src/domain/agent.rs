@@ -366,10 +366,11 @@ pub struct Agent {
     /// offline. `None` for a harness that says nothing of itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
-    /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
+    /// The agent's worktree as its runtime made it: where it is, its branch, base and
+    /// ahead/behind (only with [`AgentSpec::worktree`], which is what was asked for;
     /// `None` until the runtime that serves it has made it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<super::WorktreeState>,
+    pub workspace: Option<super::WorktreeState>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -474,7 +475,7 @@ mod tests {
     #[test]
     fn agent_json_is_flat() {
         let agent = Agent {
-            worktree: None,
+            workspace: None,
             spec: AgentSpec {
                 fork: None,
                 worktree: None,

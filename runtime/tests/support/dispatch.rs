@@ -21,7 +21,7 @@ pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
     };
     Dispatch {
         agent: Agent {
-            worktree: None,
+            workspace: None,
             spec: AgentSpec::new("a1", harness, "/work"),
             state: AgentState::Offline,
             session_id: None,

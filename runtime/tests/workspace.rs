@@ -45,7 +45,7 @@ fn agent(spec: AgentSpec) -> Agent {
         state_reason: None,
         note: None,
         program: None,
-        workspace: None,
+        worktree: None,
         created_at: 0,
         updated_at: 0,
     }

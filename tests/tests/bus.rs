@@ -30,7 +30,7 @@ fn evil_agent(dir: &Path, marker: &Path) -> Agent {
     spec.node = Some("n1".into());
     spec.command = Some(script.display().to_string());
     Agent {
-        workspace: None,
+        worktree: None,
         spec,
         state: AgentState::Offline,
         session_id: None,

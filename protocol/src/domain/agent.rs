@@ -366,11 +366,10 @@ pub struct Agent {
     /// offline. `None` for a harness that says nothing of itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
-    /// The agent's worktree as its runtime made it: where it is, its branch, base and
-    /// ahead/behind (only with [`AgentSpec::worktree`], which is what was asked for;
+    /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
     /// `None` until the runtime that serves it has made it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<super::WorktreeState>,
+    pub worktree: Option<super::WorktreeState>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -475,7 +474,7 @@ mod tests {
     #[test]
     fn agent_json_is_flat() {
         let agent = Agent {
-            workspace: None,
+            worktree: None,
             spec: AgentSpec {
                 fork: None,
                 worktree: None,

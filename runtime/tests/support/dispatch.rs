@@ -21,7 +21,7 @@ pub fn dispatch(harness: Harness, flight: &str, task: &str) -> Dispatch {
     };
     Dispatch {
         agent: Agent {
-            workspace: None,
+            worktree: None,
             spec: AgentSpec::new("a1", harness, "/work"),
             state: AgentState::Offline,
             session_id: None,

@@ -88,7 +88,7 @@ impl Ctx<'_, '_> {
             crate::store::Sink::put(self.tx, T::Secrets, spec.name.as_bytes(), encode(&secrets)?)?;
         }
         let agent = Agent {
-            workspace: None,
+            worktree: None,
             spec,
             state: AgentState::Offline,
             session_id: None,
@@ -149,7 +149,7 @@ impl Ctx<'_, '_> {
             agent.program = Some(p.clone());
         }
         if let Some(w) = worktree {
-            agent.workspace = Some(w.clone());
+            agent.worktree = Some(w.clone());
         }
         if agent != before {
             agent.updated_at = self.now;

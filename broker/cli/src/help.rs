@@ -14,7 +14,8 @@ const GROUPS: &[(&str, &[&str])] = &[
     (
         "Daily",
         &[
-            "ask", "send", "read", "watch", "flight", "approval", "replay", "open",
+            "ask", "send", "read", "watch", "flight", "diff", "revert", "approval", "replay",
+            "open",
         ],
     ),
     (

@@ -214,9 +214,15 @@ impl BrokerError {
             BrokerError::Workspace(w) => {
                 use relay_runtime::workspace::WorkspaceError as W;
                 match w {
-                    W::GitMissing => ErrorCode::Unavailable,
+                    W::GitMissing | W::Locked { .. } => ErrorCode::Unavailable,
                     W::Git { .. } | W::Io(_) => ErrorCode::Internal,
-                    W::NotARepo { .. }
+                    W::NoCommits { .. }
+                    | W::PathTaken { .. }
+                    | W::NothingToRevert { .. }
+                    | W::Running { .. }
+                    | W::NoWorktree { .. }
+                    | W::OnNode { .. }
+                    | W::NotARepo { .. }
                     | W::UnknownRef { .. }
                     | W::BranchTaken { .. }
                     | W::DirtyBase { .. }

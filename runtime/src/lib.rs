@@ -23,6 +23,10 @@
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
+//! - An agent with a worktree ([`workspace`]) runs in a git worktree of its repository
+//!   on branch `relay/NAME`, made by the runtime that serves it (on its host, lazily at
+//!   its first session, or by [`Runtime::prepare_worktree`] at registration); each of its
+//!   flights' changes is committed when the turn ends, naming the flight.
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
 //!
 //! Depends on: relay-harnesses, relay-infra, relay-protocol.
@@ -32,7 +36,8 @@
 //!
 //! Layering, one way ([`Runtime`], in the crate root, on `worker`; a module uses only the
 //! modules after its arrow; `tests/tests/module_graph/` checks it):
-//! - `worker` -> `threads`
+//! - `worker` -> `workspace`, `threads`
+//! - `workspace` -> `threads`
 //! - `threads` -> none
 
 pub mod threads;
@@ -230,6 +235,7 @@ struct Inner {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     cancelled: Arc<Cancelled>,
+    workspaces: workspace::Workspaces,
     /// Checks of agents before registration running at once ([`Runtime::preflight`]):
     /// each may start a process, so a burst of registrations waits its turn.
     checks: tokio::sync::Semaphore,
@@ -262,12 +268,14 @@ impl Runtime {
             None => ThreadStore::open(&own)?,
         };
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
+        let workspaces = workspace::Workspaces::new(threads.clone(), config.data_dir.clone());
         Ok((
             Runtime {
                 inner: Arc::new(Inner {
                     workers: Mutex::new(HashMap::new()),
                     reports: Mutex::new(Some(reports)),
                     threads,
+                    workspaces,
                     harnesses: Arc::new(harnesses),
                     config,
                     shutdown,
@@ -294,47 +302,118 @@ impl Runtime {
     ) -> Result<relay_harnesses::Preflight, relay_harnesses::HarnessError> {
         let launcher = self.inner.harnesses.get(spec.harness)?;
         let _permit = self.inner.checks.acquire().await;
+        // An agent with a worktree runs there: checked there once it exists (before,
+        // the repository it is made from stands in for it).
+        if spec.worktree.is_some() {
+            let path = self.inner.workspaces.path(spec);
+            if path.is_dir() {
+                let mut there = spec.clone();
+                there.cwd = path.display().to_string();
+                return launcher.preflight(&there).await;
+            }
+        }
         launcher.preflight(spec).await
     }
 
-    /// SKELETON (issue 27): makes agent `spec`'s worktree on this host (or finds the one
-    /// made before), as [`Runtime::preflight`] does for an agent with
-    /// [`AgentSpec::worktree`](relay_protocol::domain::AgentSpec::worktree) before it is
-    /// registered: a refusal says what to do.
+    /// Makes agent `spec`'s worktree on this host (or finds the one made before), as
+    /// [`Runtime::preflight`] checks the harness, before it is registered: a refusal
+    /// ([`RuntimeError::Workspace`]) says what to do; so is an agent without
+    /// [`AgentSpec::worktree`](relay_protocol::domain::AgentSpec::worktree).
     pub async fn prepare_worktree(
         &self,
         spec: &relay_protocol::domain::AgentSpec,
     ) -> Result<relay_protocol::domain::WorktreeState, RuntimeError> {
-        let _ = spec;
-        Err(workspace::WorkspaceError::GitMissing.into())
+        if spec.worktree.is_none() {
+            return Err(workspace::WorkspaceError::NoWorktree {
+                agent: spec.name.clone(),
+            }
+            .into());
+        }
+        Ok(self.inner.workspaces.ensure(spec).await?.state)
     }
 
-    /// SKELETON (issue 27): agent `agent`'s branch against its base, read on this host.
+    /// Agent `agent`'s branch against its base (`git diff BASE...relay/NAME`), read on
+    /// this host; an agent on another node is refused with where to look.
     pub async fn agent_diff(
         &self,
         agent: &Agent,
     ) -> Result<relay_protocol::api::AgentDiff, RuntimeError> {
-        let _ = agent;
-        Err(workspace::WorkspaceError::GitMissing.into())
+        self.here(agent)?;
+        let (worktree, diff) = self.inner.workspaces.diff(&agent.spec).await?;
+        Ok(relay_protocol::api::AgentDiff {
+            agent: agent.spec.name.clone(),
+            worktree,
+            files: diff.files,
+            added: diff.added,
+            removed: diff.removed,
+            patch: diff.patch,
+            patch_truncated: diff.truncated,
+        })
     }
 
-    /// SKELETON (issue 27): the files agent `agent`'s worktree holds uncommitted (empty:
-    /// clean, or no worktree on this host).
+    /// The files agent `agent`'s worktree holds uncommitted (empty: clean, gone, or no
+    /// worktree on this host).
     pub async fn worktree_dirty(&self, agent: &Agent) -> Result<Vec<String>, RuntimeError> {
-        let _ = agent;
-        Ok(Vec::new())
+        if agent.spec.worktree.is_none() || self.here(agent).is_err() {
+            return Ok(Vec::new());
+        }
+        self.inner.workspaces.dirty(&agent.spec).await
     }
 
-    /// SKELETON (issue 27): the worktrees this runtime made that none of `agents` owns;
-    /// with `fix`, each is removed (its uncommitted work committed on its branch first;
-    /// the branch stays).
+    /// The worktrees this runtime made that none of `agents` owns (its agent is gone, or
+    /// has its worktree elsewhere now); with `fix`, each is removed (its uncommitted
+    /// work committed on its branch first; the branch stays) and forgotten.
     pub async fn orphan_worktrees(
         &self,
         agents: &[Agent],
         fix: bool,
     ) -> Result<Vec<relay_protocol::api::OrphanWorktree>, RuntimeError> {
-        let _ = (agents, fix);
-        Ok(Vec::new())
+        let owners: Vec<(String, PathBuf)> = agents
+            .iter()
+            .filter(|a| a.spec.worktree.is_some())
+            .map(|a| (a.spec.name.clone(), self.inner.workspaces.path(&a.spec)))
+            .collect();
+        self.inner.workspaces.orphans(&owners, fix).await
+    }
+
+    /// Commits what turns left uncommitted in the worktrees made here (a crash between
+    /// a turn's end and its commit), once, and reports each commit on its flight. Call
+    /// once after [`Runtime::start`] in a runtime that serves agents (not in `relay
+    /// doctor`: the reports would have nobody to go to).
+    pub fn reconcile_worktrees(&self) {
+        let runtime = self.clone();
+        self.inner.tasks.spawn(async move {
+            match runtime.inner.workspaces.reconcile_all().await {
+                Ok(done) => {
+                    for (agent, committed) in done {
+                        let path = PathBuf::from(&committed.state.path);
+                        // Reported before the marker goes: a crash in between commits
+                        // nothing twice (the commit is found) and loses no report.
+                        for report in worker::commit_reports(&agent, committed) {
+                            runtime.report(report).await;
+                        }
+                        if let Err(e) = runtime.inner.workspaces.finish(&path).await {
+                            tracing::warn!(%agent, error = %e, "cannot drop the turn's marker");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot reconcile the worktrees"),
+            }
+        });
+    }
+
+    /// Refuses an agent this runtime does not serve (it runs on another node).
+    fn here(&self, agent: &Agent) -> Result<(), RuntimeError> {
+        match &agent.spec.node {
+            Some(node) if Some(node.as_str()) != self.node() => {
+                Err(workspace::WorkspaceError::OnNode {
+                    agent: agent.spec.name.clone(),
+                    node: node.clone(),
+                }
+                .into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the agents of `harness` have a screen [`Runtime::peek`] can show (a tmux
@@ -457,6 +536,12 @@ impl Runtime {
                     return Ok(());
                 }
             }
+            Control::Revert {
+                agent,
+                flight,
+                commit,
+                by,
+            } => return self.revert(agent, flight, commit, by).await,
             Control::AgentRemoved { agent, .. } => {
                 // Its thread goes too, live session or not: a new agent of the same
                 // name starts afresh.
@@ -468,12 +553,20 @@ impl Runtime {
                 }
             }
             Control::Wake { spec } => return self.warm(spec),
-            Control::Approval { .. } | Control::Reply { .. } | Control::Revert { .. } => {}
+            Control::Approval { .. } | Control::Reply { .. } => {}
+        }
+        if let Control::AgentRemoved { agent, force } = &control {
+            // The worker ends first (its turn interrupted and committed), then the
+            // worktree goes.
+            if let Some(handle) = handle {
+                let (tx, rx) = oneshot::channel();
+                if handle.control(control.clone(), tx).is_ok() {
+                    let _ = rx.await;
+                }
+            }
+            return self.remove_worktree(agent, *force).await;
         }
         let Some(handle) = handle else {
-            if matches!(control, Control::AgentRemoved { .. }) {
-                return Ok(());
-            }
             return Err(RuntimeError::NoSession {
                 agent: control.agent().to_string(),
             });
@@ -481,6 +574,48 @@ impl Runtime {
         let (tx, rx) = oneshot::channel();
         handle.control(control, tx)?;
         rx.await.map_err(|_| RuntimeError::ShuttingDown)?
+    }
+
+    /// Reverts a flight's changes on its agent's branch, between turns (refused while a
+    /// turn runs), and reports it: [`FlightChange::Reverted`] on the flight, the branch's
+    /// new state on the agent. Needs no live session.
+    async fn revert(
+        &self,
+        agent: &str,
+        flight: &str,
+        commit: &relay_protocol::domain::FlightCommit,
+        by: &str,
+    ) -> Result<(), RuntimeError> {
+        let (revert, state) = self
+            .inner
+            .workspaces
+            .revert(agent, flight, commit, by)
+            .await?;
+        self.report(Report::Flight {
+            flight: flight.to_string(),
+            change: FlightChange::Reverted { revert },
+        })
+        .await;
+        self.report(worker::worktree_report(agent, state)).await;
+        Ok(())
+    }
+
+    /// Removes a removed agent's worktree; its branch stays. Uncommitted work keeps it
+    /// unless `force` (then it is committed on the branch first).
+    async fn remove_worktree(&self, agent: &str, force: bool) -> Result<(), RuntimeError> {
+        match self.inner.workspaces.remove(agent, force).await {
+            Ok(made) => {
+                if let Some(commit) = made {
+                    tracing::info!(%agent, %commit, "the removed agent's leftovers committed");
+                }
+                Ok(())
+            }
+            Err(RuntimeError::Workspace(e @ workspace::WorkspaceError::Dirty { .. })) => {
+                tracing::warn!(%agent, error = %e, "worktree kept (`relay doctor` lists it)");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits until every worker has stopped and its child process is gone. Call after
@@ -520,6 +655,7 @@ impl Runtime {
             worker::Deps {
                 reports: self.reports()?,
                 threads: self.inner.threads.clone(),
+                workspaces: self.inner.workspaces.clone(),
                 harnesses: self.inner.harnesses.clone(),
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),

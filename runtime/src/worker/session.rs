@@ -51,6 +51,9 @@ pub(super) enum SessionError {
     /// The stored session id could not be read.
     #[error(transparent)]
     Stored(RuntimeError),
+    /// The agent's worktree could not be made.
+    #[error(transparent)]
+    Worktree(RuntimeError),
     #[error("cannot record the thread id: {0}")]
     Record(#[source] RuntimeError),
     /// The runtime stopped (or the agent was removed) while the session started.
@@ -151,7 +154,12 @@ impl Worker {
         }
         let launcher = self.deps.harnesses.get(agent.spec.harness)?;
         self.agent_state(AgentState::Starting).await;
-        match self.start_session(launcher.as_ref(), agent).await {
+        // An agent with a worktree is spawned there (its cwd names the repository).
+        let started = match self.in_worktree(agent).await {
+            Ok(there) => self.start_session(launcher.as_ref(), &there).await,
+            Err(e) => Err(SessionError::Worktree(e)),
+        };
+        match started {
             Ok(live) => {
                 let endpoint = live.session.endpoint();
                 self.report(Report::Agent {

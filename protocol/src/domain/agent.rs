@@ -478,8 +478,13 @@ pub struct Agent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
     /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
-    /// `None` until the runtime that serves it has made it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `None` until the runtime that serves it has made it). `worktree_state` in JSON:
+    /// the record is flat, and its spec's `worktree` (what was asked) is beside it.
+    #[serde(
+        default,
+        rename = "worktree_state",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub worktree: Option<super::WorktreeState>,
     pub created_at: u64,
     pub updated_at: u64,

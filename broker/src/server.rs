@@ -161,7 +161,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         Plane::start(broker.clone(), runtime.clone(), reports, notifier).await?;
     // Turns whose end came before their worktree's commit (a crash in between): the
     // commit is made now, once, and reported on its flight.
-    runtime.reconcile_worktrees();
+    drop(runtime.reconcile_worktrees());
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
     let mut bus = None;
     if let Some(nats) = &config.nats {

@@ -201,7 +201,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     }
     // Turns whose end came before their worktree's commit (a crash in between): the
     // commit is made now, once, and reported on its flight.
-    runtime.reconcile_worktrees();
+    drop(runtime.reconcile_worktrees());
 
     let consumer: consumer::PullConsumer = js
         .get_stream(subjects::DISPATCH_STREAM)

@@ -224,3 +224,24 @@ pub(crate) fn some_files(files: &[String]) -> String {
     }
     s
 }
+
+/// Runs `work` (a `git worktree add`, `prune` or `remove` on `repo`) while no other
+/// such work of this process runs on the same repository: git 2.47 reads every
+/// worktree's admin dir while adding one, and fails on one another `add` is writing
+/// ("failed to read .git/worktrees/NAME/commondir"). Blocking.
+pub(crate) fn admin<R>(repo: &Path, work: impl FnOnce() -> R) -> R {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let lock = {
+        let mut locks = LOCKS
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(repo.to_path_buf()).or_default().clone()
+    };
+    let _held = lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    work()
+}

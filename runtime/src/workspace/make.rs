@@ -195,30 +195,34 @@ pub(crate) fn create(
     // The owner first: a crash after `worktree add` must not leave a branch that looks
     // like someone else's.
     git::run(repo, &["config", &owner_key(&record.branch), &at])?;
-    git::run(
-        repo,
-        &[
-            "worktree",
-            "add",
-            "--quiet",
-            "-b",
-            &record.branch,
-            &at,
-            &record.base_commit,
-        ],
-    )?;
+    git::admin(repo, || {
+        git::run(
+            repo,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                &record.branch,
+                &at,
+                &record.base_commit,
+            ],
+        )
+    })?;
     copy(repo, path, patterns)
 }
 
 /// Makes the worktree again from its branch (the old one deleted or moved by hand).
 pub(crate) fn recreate(path: &Path, record: &WorktreeRecord) -> Result<(), WorkspaceError> {
     let repo = Path::new(&record.repo);
-    git::run(repo, &["worktree", "prune"])?;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let at = path.display().to_string();
-    git::run(repo, &["worktree", "add", "--quiet", &at, &record.branch])?;
+    git::admin(repo, || {
+        git::run(repo, &["worktree", "prune"])?;
+        git::run(repo, &["worktree", "add", "--quiet", &at, &record.branch])
+    })?;
     Ok(())
 }
 

@@ -30,7 +30,7 @@ pub(crate) fn remove(
         return Ok(None);
     }
     if !super::make::is_live(repo, path)? {
-        git::run(repo, &["worktree", "prune"])?;
+        git::admin(repo, || git::run(repo, &["worktree", "prune"]))?;
         return Ok(None);
     }
     let left = git::dirty_files(path, true, &record.copied)?;
@@ -50,7 +50,9 @@ pub(crate) fn remove(
     let _ = super::commit::clear_marker(path);
     // Forced: the files copied in (and ignored ones) are not work to keep.
     let at = path.display().to_string();
-    git::run(repo, &["worktree", "remove", "--force", &at])?;
+    git::admin(repo, || {
+        git::run(repo, &["worktree", "remove", "--force", &at])
+    })?;
     Ok(made)
 }
 

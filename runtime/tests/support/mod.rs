@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod dispatch;
+pub mod drive;
 pub mod repo;
 pub use dispatch::dispatch;
 

@@ -65,7 +65,7 @@
 //!
 //! `store`, `broker` and `plane` are directories with a file per concern (`store/`: the
 //! handle, `keys.rs`, `projections.rs`, `queries.rs`, `doctor.rs`; `broker/`: the handle,
-//! `writer.rs`, `rules/` by entity; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
+//! `writer.rs`, `rules/` by entity, `agents.rs`; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
 //! `controls.rs`); their submodules are private, so only the top-level modules layer.
 //!
 //! The domain never depends on an adapter, nor do the interfaces on the runtime link: a

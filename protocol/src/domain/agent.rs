@@ -479,10 +479,10 @@ pub struct Agent {
     pub program: Option<ProgramInfo>,
     /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
     /// `None` until the runtime that serves it has made it). `worktree_state` in JSON:
-    /// the record is flat, and its spec's `worktree` (what was asked) is beside it.
+    /// beside its (flattened) spec's `worktree`, what was asked.
     #[serde(
-        default,
         rename = "worktree_state",
+        default,
         skip_serializing_if = "Option::is_none"
     )]
     pub worktree: Option<super::WorktreeState>,

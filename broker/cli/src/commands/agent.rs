@@ -207,9 +207,7 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-f
     /// Fork an agent: a new agent whose session continues SRC's conversation from a
     /// flight (its turns up to it) and whose worktree branches from that flight's
     /// commit. For trying another approach from there (codex, claude and pi can fork).
-    #[command(
-        after_help = "Examples:\n  relay agent fork codex-1 codex-2\n  relay agent fork codex-1 codex-2 --at flt_01J..."
-    )]
+    #[command(after_help = help::AGENT_FORK)]
     Fork(super::workspace::ForkArgs),
 }
 

@@ -221,6 +221,27 @@ async fn a_flights_commit_is_shown_diffed_reverted_and_remove_keeps_the_work() {
     );
     assert!(!s.repo.join("notes.txt").exists());
 
+    // The plain ask says what it committed, on stderr (stdout stays the reply).
+    let plain = s.relay.cli(&["ask", "w", "write:more.txt=again"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(
+        stdout(&plain).contains("ok: write:more.txt"),
+        "{}",
+        stdout(&plain)
+    );
+    assert!(
+        stderr(&plain).contains("on relay/w: 1 file, +1 -0")
+            && stderr(&plain).contains("relay diff flt_"),
+        "{}",
+        stderr(&plain)
+    );
+    let list = s.relay.cli_ok(&["agent", "list"]);
+    // Two flights, two commits ahead of main (recorded before each flight ended).
+    assert!(list.contains("relay/w +2 -0"), "{list}");
+    let replay = s.relay.cli_ok(&["replay", "agent", "w"]);
+    assert!(replay.contains("on relay/w from main"), "{replay}");
+    assert!(replay.contains("commit "), "{replay}");
+
     let shown = s.relay.cli_ok(&["flight", "show", &id]);
     assert!(
         shown.contains("commit") && shown.contains("1 file, +1 -0"),

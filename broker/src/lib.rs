@@ -56,7 +56,7 @@
 //! - `watch` -> `broker`, `error`, `feed`, `store`
 //! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `replay`, `seal`, `store`, `tasks`,
 //!   `watch`, `workspaces`
-//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `seal`, `watch`
+//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `seal`, `watch`, `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`
 //! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`, `seal`,
 //!   `store`, `tasks`

@@ -236,7 +236,8 @@ async fn wait_reverted(
 }
 
 /// `relay agent fork SRC NEW [--at FLIGHT]`: NEW is SRC's spec under a new name, its
-/// first session a fork of SRC's at flight `at` (default: SRC's last on that session),
+/// first session a fork of SRC's at flight `at` (default: SRC's last ended one on that
+/// session),
 /// and its worktree (SRC has one) a branch from that flight's commit (else the last
 /// commit before it, else SRC's base); registered like `agent add`.
 pub async fn fork(
@@ -300,7 +301,8 @@ async fn fork_spec(
             };
             Some(pos)
         }
-        None => on_thread.len().checked_sub(1),
+        // SRC's last flight that ended: a turn still running is not a point to fork at.
+        None => on_thread.iter().rposition(|f| f.state.is_terminal()),
     };
     if let Some(pos) = at {
         let f = on_thread[pos];

@@ -4,8 +4,8 @@
 //! dirs: the refusals of `agent add --worktree` each say what to do; a flight's commit is
 //! shown (`flight show`, `diff --stat`, `diff --json`), reverted once; `remove` refuses a
 //! dirty worktree, then `--force` keeps the work on the branch; `doctor` finds an orphan
-//! worktree and `--fix` removes it; a harness without fork is refused; many clients at
-//! once.
+//! worktree and `--fix` removes it; a harness without fork is refused; a revert over a
+//! trusted NATS bus; many clients at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -44,6 +44,11 @@ impl Setup {
     /// A repository on `main` with one commit, and a broker whose git sees no config of
     /// this machine's.
     fn start() -> Setup {
+        Self::start_with(&[])
+    }
+
+    /// [`Setup::start`] with extra `relay up` arguments.
+    fn start_with(extra: &[&str]) -> Setup {
         let tmp = tempfile::tempdir().unwrap();
         let home = tmp.path().join("home");
         std::fs::create_dir_all(&home).unwrap();
@@ -63,7 +68,7 @@ impl Setup {
         let home_s = home.display().to_string();
         let relay = RelayProcess::start_with(
             &tmp.path().join("data"),
-            &[],
+            extra,
             &[("HOME", &home_s), ("GIT_CONFIG_NOSYSTEM", "1")],
         )
         .unwrap();
@@ -439,4 +444,44 @@ async fn many_clients_add_worktree_agents_and_diff_at_once() {
         assert_eq!(d["worktree"]["branch"], format!("relay/{n}"));
         assert_eq!(d["files"], serde_json::json!([]), "{d}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trusted_bus_reverts_a_flight() {
+    let nats = relay_tests::nats::NatsServer::start().unwrap();
+    let token_dir = tempfile::tempdir().unwrap();
+    let token_file = token_dir.path().join("request-token");
+    std::fs::write(&token_file, "req-t0ken").unwrap();
+    let url = nats.url();
+    let s = Setup::start_with(&[
+        "--nats",
+        &url,
+        "--nats-request-token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let out = s.add("w", &["--worktree"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let flight = s
+        .relay
+        .cli_json(&["ask", "w", "write:bus.txt=over the bus", "--json"]);
+    let id = flight["id"].as_str().unwrap();
+    assert!(flight["commit"].is_object(), "{flight}");
+
+    let client = async_nats::connect(url.as_str()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Relay-Token", "req-t0ken");
+    let body = serde_json::to_vec(&serde_json::json!({ "flight": id })).unwrap();
+    let reply = client
+        .request_with_headers("relay.v1.cmd.revert", headers, body.into())
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let by = &answer["flight"]["commit"]["reverted_by"];
+    assert_eq!(by["by"], "nats", "{answer}");
+    let message = s.git(&["log", "-1", "--format=%B", by["commit"].as_str().unwrap()]);
+    assert!(
+        message.contains(&format!("Relay-Revert-Of: {id}")),
+        "{message}"
+    );
 }

@@ -76,6 +76,14 @@ pub enum BrokerError {
     /// to do.
     #[error(transparent)]
     Workspace(relay_runtime::workspace::WorkspaceError),
+    /// A registration refused after the agent's worktree was made: the worktree is left
+    /// for `relay doctor --fix` (the refusal's code is the cause's).
+    #[error("{source} (the worktree made for it, {path}, is left: `relay doctor --fix` removes it with the broker stopped, or `git worktree remove {path}`)")]
+    WorktreeLeft {
+        path: String,
+        #[source]
+        source: Box<BrokerError>,
+    },
     #[error("{0}")]
     Unavailable(String),
     /// This broker has no runtime to steer, interrupt or wake with: nothing to retry.
@@ -202,12 +210,19 @@ impl BrokerError {
             BrokerError::NoApprovalStep { .. } | BrokerError::AgentCheck { .. } => {
                 ErrorCode::InvalidRequest
             }
+            BrokerError::WorktreeLeft { source, .. } => source.code(),
             BrokerError::Workspace(w) => {
                 use relay_runtime::workspace::WorkspaceError as W;
                 match w {
-                    W::GitMissing => ErrorCode::Unavailable,
+                    W::GitMissing | W::Locked { .. } => ErrorCode::Unavailable,
                     W::Git { .. } | W::Io(_) => ErrorCode::Internal,
-                    W::NotARepo { .. }
+                    W::NoCommits { .. }
+                    | W::PathTaken { .. }
+                    | W::NothingToRevert { .. }
+                    | W::Running { .. }
+                    | W::NoWorktree { .. }
+                    | W::OnNode { .. }
+                    | W::NotARepo { .. }
                     | W::UnknownRef { .. }
                     | W::BranchTaken { .. }
                     | W::DirtyBase { .. }
@@ -311,6 +326,9 @@ pub enum BadInput {
     /// One of Relay's own identities, which no client may decide as.
     #[error("decided_by {} is not allowed: {why}; decide under your own name, or leave decided_by out", quote(.decided_by))]
     ReservedDecider { decided_by: String, why: String },
+    /// What is wrong with the worktree an agent's registration asks for.
+    #[error("--worktree: {0}")]
+    Worktree(String),
     #[error("agent {} runs {harness}: only a tmux agent has a pane", quote(.agent))]
     PaneNotTmux { agent: String, harness: Harness },
     /// What the spec says is wrong with its pane or the program it runs.

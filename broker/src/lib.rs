@@ -5,7 +5,8 @@
 //! - [`broker`]: the domain rules (who may invoke whom, an agent's queue, a flight's
 //!   output cap among them) and the single writer that group-commits them;
 //!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
-//!   every interface; [`ports`]: what the domain needs from the runtime
+//!   every interface; [`workspaces`]: agents' worktrees (remove, diff, revert, fork),
+//!   the same for every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
 //! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS);
 //!   [`watch`]: a flight's, an agent's or a conversation's snapshot exact at a seq, then
@@ -50,11 +51,12 @@
 //! - `ports` -> `error`
 //! - `broker` -> `error`, `policy`, `ports`, `store`, `tasks`
 //! - `feed`, `ops` -> `broker`, `error`, `ports`
+//! - `workspaces` -> `broker`, `error`, `ports`, `store`
 //! - `replay` -> `broker`, `error`, `store`
 //! - `watch` -> `broker`, `error`, `feed`, `store`
 //! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `replay`, `seal`, `store`, `tasks`,
-//!   `watch`
-//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `seal`, `watch`
+//!   `watch`, `workspaces`
+//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `seal`, `watch`, `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`
 //! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`, `seal`,
 //!   `store`, `tasks`
@@ -63,7 +65,7 @@
 //!
 //! `store`, `broker` and `plane` are directories with a file per concern (`store/`: the
 //! handle, `keys.rs`, `projections.rs`, `queries.rs`, `doctor.rs`; `broker/`: the handle,
-//! `writer.rs`, `rules/` by entity; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
+//! `writer.rs`, `rules/` by entity, `agents.rs`; `plane/`: `dispatch.rs`, `reports.rs`, `nodes.rs`,
 //! `controls.rs`); their submodules are private, so only the top-level modules layer.
 //!
 //! The domain never depends on an adapter, nor do the interfaces on the runtime link: a
@@ -88,6 +90,7 @@ pub mod shutdown;
 pub mod store;
 pub mod tasks;
 pub mod watch;
+pub mod workspaces;
 
 pub use broker::{Broker, BrokerConfig, Command, Outcome};
 pub use error::BrokerError;

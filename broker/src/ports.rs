@@ -6,8 +6,8 @@
 //! points one way (see the crate's header).
 
 use futures::future::BoxFuture;
-use relay_protocol::api::Peek;
-use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight};
+use relay_protocol::api::{AgentDiff, Peek};
+use relay_protocol::domain::{Agent, AgentSpec, Approval, Flight, FlightCommit, WorktreeState};
 
 use crate::error::BrokerError;
 
@@ -28,5 +28,41 @@ pub trait FlightControl: Send + Sync + 'static {
     /// Checks, before it is registered, what the runtime that would serve the agent can
     /// check of it (its directory, its program, its credentials): `Ok` with warnings
     /// worth saying, or why it cannot be accepted ([`BrokerError::AgentCheck`]).
-    fn check_agent(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Vec<String>, BrokerError>>;
+    /// An agent with a worktree ([`AgentSpec::worktree`]) served here gets it made now
+    /// ([`AgentChecked::worktree`]); a node's agent's is made by the node.
+    fn check_agent(&self, spec: AgentSpec)
+        -> BoxFuture<'static, Result<AgentChecked, BrokerError>>;
+    /// The files agent's worktree holds uncommitted, read by the runtime that serves it
+    /// (empty: clean, no worktree, or a node's agent: its node keeps a dirty worktree
+    /// rather than lose work).
+    fn worktree_dirty(&self, agent: Agent) -> BoxFuture<'static, Result<Vec<String>, BrokerError>>;
+    /// The agent's branch against its base, read on its runtime's host (refused for a
+    /// node's agent, with where to run git instead).
+    fn agent_diff(&self, agent: Agent) -> BoxFuture<'static, Result<AgentDiff, BrokerError>>;
+    /// Asks the runtime that serves `flight`'s agent to revert its commit `commit`, as
+    /// `by` asked: [`Reverting::Done`] once this host's runtime did (its report of the
+    /// revert is on its way), [`Reverting::Sent`] when it went to a node.
+    fn revert(
+        &self,
+        flight: Flight,
+        commit: FlightCommit,
+        by: String,
+    ) -> BoxFuture<'static, Result<Reverting, BrokerError>>;
+}
+
+/// What [`FlightControl::check_agent`] found: warnings worth saying, and the worktree it
+/// made for the agent (to be recorded with its registration).
+#[derive(Debug, Clone, Default)]
+pub struct AgentChecked {
+    pub warnings: Vec<String>,
+    pub worktree: Option<WorktreeState>,
+}
+
+/// How far a revert got ([`FlightControl::revert`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reverting {
+    /// This host's runtime made the revert commit.
+    Done,
+    /// Sent to node `node`, which makes it (and reports it) when it gets it.
+    Sent { node: String },
 }

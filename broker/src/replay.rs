@@ -119,6 +119,7 @@ pub fn agent_replay(
                 cwd: agent.spec.cwd,
                 model: agent.spec.model,
                 node: agent.spec.node,
+                worktree: agent.worktree,
             },
             EventBody::AgentRemoved { .. } => AgentEntry::Removed { seq, at },
             EventBody::ThreadLost {

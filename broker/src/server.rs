@@ -159,6 +159,9 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         .map(|command| crate::alerts::Notifier::new(command, &url));
     let (plane, plane_task) =
         Plane::start(broker.clone(), runtime.clone(), reports, notifier).await?;
+    // Turns whose end came before their worktree's commit (a crash in between): the
+    // commit is made now, once, and reported on its flight.
+    drop(runtime.reconcile_worktrees());
     let mut nats_status: Option<crate::http::NatsStatusFn> = None;
     let mut bus = None;
     if let Some(nats) = &config.nats {

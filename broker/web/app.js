@@ -664,6 +664,30 @@ function agentIndex() {
   return idx;
 }
 
+/** "commit 1a2b3c4d5e6f on relay/a: 2 files, +10 -3": a flight's commit (`FlightCommit::summary`). */
+function commitLabel(c) {
+  if (!c) return "";
+  const short = (id) => String(id || "").slice(0, 12);
+  const files = (c.files || []).length;
+  let line = (c.commit ? "commit " + short(c.commit) : "commits up to " + short(c.head)) +
+    " on " + c.branch + ": " + files + (files === 1 ? " file" : " files") +
+    ", +" + (c.added || 0) + " -" + (c.removed || 0);
+  if ((c.agent_commits || []).length) line += " (" + c.agent_commits.length + " made by the agent)";
+  return line;
+}
+
+/** "reverted by commit 1a2b3c4d5e6f (operator)" (`Revert::summary`). */
+function revertLabel(r) {
+  return r ? "reverted by commit " + String(r.commit || "").slice(0, 12) + " (" + r.by + ")" : "";
+}
+
+/** "relay/a +2 -0": an agent's branch and how far it is ahead of and behind its base. */
+function branchLabel(a) {
+  const w = a.worktree_state;
+  if (w) return w.branch + " +" + (w.ahead || 0) + " -" + (w.behind || 0);
+  return a.worktree ? "relay/" + a.name : "";
+}
+
 /** "gemini-cli 0.61.0": an agent's program (name and version), or "" without one. */
 function programLabel(p) {
   return p ? [p.name, p.version].filter(Boolean).join(" ") : "";
@@ -690,6 +714,11 @@ function agentsView() {
       {
         cls: "node", head: "Node", value: (r) => r.agent.node || r.agent.endpoint?.node || "",
         paint: (td, r, v) => td.replaceChildren(v ? text(v) : muted("local")),
+      },
+      {
+        // Its worktree's branch (`relay agent add --worktree`), ahead/behind its base.
+        cls: "branch", head: "Branch", value: (r) => branchLabel(r.agent),
+        paint: (td, r, v) => td.replaceChildren(v ? h("span", { class: "mono" }, v) : muted("—")),
       },
       {
         cls: "session", head: "Session",
@@ -996,6 +1025,12 @@ function flightView(id) {
       case "note":
         historyEntry(u, h("span", { class: "note" }, u.text));
         break;
+      case "commit":
+        historyEntry(u, h("span", { class: "mono" }, commitLabel(u.commit)));
+        break;
+      case "reverted":
+        historyEntry(u, h("span", { class: "mono" }, revertLabel(u.revert)));
+        break;
       default:
         historyEntry(u, u.kind);
     }
@@ -1017,7 +1052,8 @@ function flightView(id) {
     const f = flight;
     el.dataset.state = f.state;
     stateEl.replaceChildren(stateTag(f.state));
-    const key = [f.state, f.updated_at, f.thread_id, f.turn_id, f.parent_flight].join("|");
+    const key = [f.state, f.updated_at, f.thread_id, f.turn_id, f.parent_flight,
+      commitLabel(f.commit), revertLabel(f.commit?.reverted_by)].join("|");
     if (key !== paintedKey) {
       paintedKey = key;
       meta.replaceChildren(defs([
@@ -1028,6 +1064,9 @@ function flightView(id) {
         ["Updated", timeEl(f.updated_at)],
         ["Thread", f.thread_id ? h("span", { class: "mono" }, f.thread_id) : null],
         ["Turn", f.turn_id ? h("span", { class: "mono" }, f.turn_id) : null],
+        // What it changed in its agent's worktree, and its revert (`relay diff`, `relay revert`).
+        ["Commit", f.commit ? h("span", { class: "mono" }, commitLabel(f.commit)) : null],
+        ["Reverted", f.commit?.reverted_by ? h("span", { class: "mono" }, revertLabel(f.commit.reverted_by)) : null],
       ]));
     }
     setText(errorEl, f.error ? "Error: " + f.error : "");

@@ -223,7 +223,7 @@ pub trait HarnessSession: Send + Sync {
     /// fork`): a copy of `from.thread_id`'s conversation, cut after its first
     /// `from.keep_turns` turns (all of them when `None`), that goes on apart from it. Used
     /// instead of [`open`](Self::open) for a forked agent's first session; its id is
-    /// stored and resumed like any other. By default [`HarnessError::Incapable`] (a
+    /// stored and resumed like any other. By default [`HarnessError::Fork`] (a
     /// harness without [`relay_protocol::domain::Capabilities::fork`]).
     fn fork<'a>(
         &'a self,

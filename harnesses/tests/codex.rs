@@ -821,6 +821,45 @@ async fn wire_names_exist_in_the_generated_schema() {
             model: s(),
         }
     );
+    check(
+        "ThreadForkParams",
+        keys(&ThreadForkParams {
+            thread_id: "t".into(),
+            last_turn_id: s(),
+            cwd: s(),
+            model: s(),
+            approval_policy: Some(AskForApproval::OnRequest),
+            sandbox: Some(SandboxMode::ReadOnly),
+            developer_instructions: s(),
+            exclude_turns: true,
+        }),
+    );
+    read_type!(
+        "ThreadForkResponse",
+        ThreadForkResponse,
+        ThreadForkResponse {
+            thread: thread.clone(),
+            model: s(),
+        }
+    );
+    check(
+        "ThreadTurnsListParams",
+        keys(&ThreadTurnsListParams {
+            thread_id: "t".into(),
+            cursor: s(),
+            limit: Some(2),
+            sort_direction: Some(SortDirection::Asc),
+            items_view: Some(TurnItemsView::NotLoaded),
+        }),
+    );
+    read_type!(
+        "ThreadTurnsListResponse",
+        ThreadTurnsListResponse,
+        ThreadTurnsListResponse {
+            data: vec![turn.clone()],
+            next_cursor: s(),
+        }
+    );
     read_type!("Thread", Thread, thread.clone());
     read_type!("Turn", Turn, turn.clone());
     read_type!("TurnError", TurnError, turn.error.clone().unwrap());

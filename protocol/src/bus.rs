@@ -69,6 +69,7 @@ pub mod subjects {
     pub const CMD_STEER: &str = "relay.v1.cmd.steer";
     pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
     pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
+    pub const CMD_REVERT: &str = "relay.v1.cmd.revert";
     /// Request/reply, JSON only: a [`crate::watch::WatchRequest`] in, a
     /// [`crate::watch::SnapshotReply`] ([`super::SNAPSHOT_REPLY_TYPE`]) out.
     pub const CMD_SNAPSHOT: &str = "relay.v1.cmd.snapshot";
@@ -193,7 +194,14 @@ fn bus_actor() -> String {
     BUS_ACTOR.into()
 }
 
-/// The JSON reply of a command that answers with a flight (steer, interrupt).
+/// The JSON body of [`subjects::CMD_REVERT`]: revert the flight's commit (a trusted
+/// bus only; recorded as asked by `nats`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RevertCommand {
+    pub flight: String,
+}
+
+/// The JSON reply of a command that answers with a flight (steer, interrupt, revert).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlightAnswer {
     pub flight: crate::domain::Flight,

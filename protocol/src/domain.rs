@@ -2,7 +2,8 @@
 //! bindings and approvals, in their serde JSON forms (the CLI, HTTP and sled use these).
 //! One module per concern, every type re-exported here:
 //!
-//! - [`agent`]: agents, their harness, wake policy and approval policy.
+//! - [`agent`]: agents, their harness, wake policy and approval policy; [`pane`]: a
+//!   tmux agent's pane.
 //! - [`secrets`]: an agent's secret variables: kept, shown as `***`, recognised.
 //! - [`allow`]: who may invoke an agent (its allow list).
 //! - [`conversation`]: conversations, messages and conversation ids.
@@ -22,6 +23,7 @@ pub mod conversation;
 pub mod delivery;
 pub mod flight;
 pub mod mention;
+pub mod pane;
 pub mod secrets;
 pub mod workspace;
 
@@ -32,6 +34,7 @@ pub use conversation::*;
 pub use delivery::*;
 pub use flight::*;
 pub use mention::{parse_mentions, MentionSkip};
+pub use pane::*;
 pub use secrets::*;
 pub use workspace::*;
 

@@ -47,6 +47,10 @@ wire_tagged_enum! {
             /// The node that served it (`None`: the broker's embedded runtime).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             node: Option<String>,
+            /// Its worktree is removed even with uncommitted work (committed on its
+            /// branch first): `relay agent remove --force`.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            force: bool,
         },
         /// The harness thread stored for an agent could not be resumed and a new one was
         /// started: the earlier conversation is not in the new thread.

@@ -21,7 +21,8 @@ use crate::api::{
     SteerRequest, UpdateFlight, UpdateResult,
 };
 use crate::bus::{
-    ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, SteerCommand,
+    ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, RevertCommand,
+    SteerCommand,
 };
 use crate::domain::{
     Agent, AgentSpec, Approval, Conversation, ConversationSpec, Flight, FlightUpdate,
@@ -310,7 +311,8 @@ methods! {
         "A flight's updates over SSE, until it ends."
     FlightDiffShow = "flight.diff": Get "/v1/flights/{id}/diff", Read, Json, Empty => FlightDiff;
         "What a flight changed: its commit(s) on its agent's branch, with the patch."
-    FlightRevert = "flight.revert": Post "/v1/flights/{id}/revert", Operator, Json, Empty => Flight;
+    FlightRevert = "flight.revert": Post "/v1/flights/{id}/revert", Operator, Json, Empty => Flight,
+        bus "relay.v1.cmd.revert", RevertCommand => FlightAnswer;
         "Reverts a flight's changes with a commit on its agent's branch."
     FlightTreeShow = "flight.tree": Get "/v1/flights/{id}/tree", Read, Json,
         Empty => FlightTree;
@@ -427,6 +429,7 @@ mod tests {
             (subjects::CMD_STEER, MethodId::FlightSteer),
             (subjects::CMD_INTERRUPT, MethodId::FlightInterrupt),
             (subjects::CMD_APPROVE, MethodId::ApprovalDecide),
+            (subjects::CMD_REVERT, MethodId::FlightRevert),
             (subjects::CMD_SNAPSHOT, MethodId::Watch),
         ] {
             assert_eq!(by_subject(subject).unwrap().0.id, id, "{subject}");

@@ -119,6 +119,10 @@ pub enum AgentEntry {
         model: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
+        /// The worktree it was registered with (made by this host's runtime; a node's
+        /// agent's is made at its first session: see its turns' commits).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worktree: Option<crate::domain::WorktreeState>,
     },
     Removed {
         seq: u64,

@@ -23,6 +23,10 @@
 //!   and it reports the loss ([`Report::ThreadLost`]) instead of hiding it.
 //! - Everything the harness streams becomes a [`Report`] on one ordered channel, as it
 //!   arrives; the broker turns reports into flight updates.
+//! - An agent with a worktree ([`workspace`]) runs in a git worktree of its repository
+//!   on branch `relay/NAME`, made by the runtime that serves it (on its host, lazily at
+//!   its first session, or by [`Runtime::prepare_worktree`] at registration); each of its
+//!   flights' changes is committed when the turn ends, naming the flight.
 //! - [`RuntimeError`]: the crate's one error type; the broker maps it to wire codes.
 //!
 //! Depends on: relay-harnesses, relay-infra, relay-protocol.
@@ -32,12 +36,15 @@
 //!
 //! Layering, one way ([`Runtime`], in the crate root, on `worker`; a module uses only the
 //! modules after its arrow; `tests/tests/module_graph/` checks it):
-//! - `worker` -> `threads`
+//! - `worktrees` -> `worker`, `workspace`
+//! - `worker` -> `workspace`, `threads`
+//! - `workspace` -> `threads`
 //! - `threads` -> none
 
 pub mod threads;
 mod worker;
 pub mod workspace;
+mod worktrees;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -230,6 +237,7 @@ struct Inner {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     cancelled: Arc<Cancelled>,
+    workspaces: workspace::Workspaces,
     /// Checks of agents before registration running at once ([`Runtime::preflight`]):
     /// each may start a process, so a burst of registrations waits its turn.
     checks: tokio::sync::Semaphore,
@@ -262,12 +270,14 @@ impl Runtime {
             None => ThreadStore::open(&own)?,
         };
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
+        let workspaces = workspace::Workspaces::new(threads.clone(), config.data_dir.clone());
         Ok((
             Runtime {
                 inner: Arc::new(Inner {
                     workers: Mutex::new(HashMap::new()),
                     reports: Mutex::new(Some(reports)),
                     threads,
+                    workspaces,
                     harnesses: Arc::new(harnesses),
                     config,
                     shutdown,
@@ -294,47 +304,17 @@ impl Runtime {
     ) -> Result<relay_harnesses::Preflight, relay_harnesses::HarnessError> {
         let launcher = self.inner.harnesses.get(spec.harness)?;
         let _permit = self.inner.checks.acquire().await;
+        // An agent with a worktree runs there: checked there once it exists (before,
+        // the repository it is made from stands in for it).
+        if spec.worktree.is_some() {
+            let path = self.inner.workspaces.path(spec);
+            if path.is_dir() {
+                let mut there = spec.clone();
+                there.cwd = path.display().to_string();
+                return launcher.preflight(&there).await;
+            }
+        }
         launcher.preflight(spec).await
-    }
-
-    /// SKELETON (issue 27): makes agent `spec`'s worktree on this host (or finds the one
-    /// made before), as [`Runtime::preflight`] does for an agent with
-    /// [`AgentSpec::worktree`](relay_protocol::domain::AgentSpec::worktree) before it is
-    /// registered: a refusal says what to do.
-    pub async fn prepare_worktree(
-        &self,
-        spec: &relay_protocol::domain::AgentSpec,
-    ) -> Result<relay_protocol::domain::WorktreeState, RuntimeError> {
-        let _ = spec;
-        Err(workspace::WorkspaceError::GitMissing.into())
-    }
-
-    /// SKELETON (issue 27): agent `agent`'s branch against its base, read on this host.
-    pub async fn agent_diff(
-        &self,
-        agent: &Agent,
-    ) -> Result<relay_protocol::api::AgentDiff, RuntimeError> {
-        let _ = agent;
-        Err(workspace::WorkspaceError::GitMissing.into())
-    }
-
-    /// SKELETON (issue 27): the files agent `agent`'s worktree holds uncommitted (empty:
-    /// clean, or no worktree on this host).
-    pub async fn worktree_dirty(&self, agent: &Agent) -> Result<Vec<String>, RuntimeError> {
-        let _ = agent;
-        Ok(Vec::new())
-    }
-
-    /// SKELETON (issue 27): the worktrees this runtime made that none of `agents` owns;
-    /// with `fix`, each is removed (its uncommitted work committed on its branch first;
-    /// the branch stays).
-    pub async fn orphan_worktrees(
-        &self,
-        agents: &[Agent],
-        fix: bool,
-    ) -> Result<Vec<relay_protocol::api::OrphanWorktree>, RuntimeError> {
-        let _ = (agents, fix);
-        Ok(Vec::new())
     }
 
     /// Whether the agents of `harness` have a screen [`Runtime::peek`] can show (a tmux
@@ -457,6 +437,12 @@ impl Runtime {
                     return Ok(());
                 }
             }
+            Control::Revert {
+                agent,
+                flight,
+                commit,
+                by,
+            } => return self.revert(agent, flight, commit, by).await,
             Control::AgentRemoved { agent, .. } => {
                 // Its thread goes too, live session or not: a new agent of the same
                 // name starts afresh.
@@ -468,12 +454,20 @@ impl Runtime {
                 }
             }
             Control::Wake { spec } => return self.warm(spec),
-            Control::Approval { .. } | Control::Reply { .. } | Control::Revert { .. } => {}
+            Control::Approval { .. } | Control::Reply { .. } => {}
+        }
+        if let Control::AgentRemoved { agent, force } = &control {
+            // The worker ends first (its turn interrupted and committed), then the
+            // worktree goes.
+            if let Some(handle) = handle {
+                let (tx, rx) = oneshot::channel();
+                if handle.control(control.clone(), tx).is_ok() {
+                    let _ = rx.await;
+                }
+            }
+            return self.remove_worktree(agent, *force).await;
         }
         let Some(handle) = handle else {
-            if matches!(control, Control::AgentRemoved { .. }) {
-                return Ok(());
-            }
             return Err(RuntimeError::NoSession {
                 agent: control.agent().to_string(),
             });
@@ -520,6 +514,7 @@ impl Runtime {
             worker::Deps {
                 reports: self.reports()?,
                 threads: self.inner.threads.clone(),
+                workspaces: self.inner.workspaces.clone(),
                 harnesses: self.inner.harnesses.clone(),
                 node: self.inner.config.node.clone(),
                 shutdown: self.inner.shutdown.child_token(),

@@ -7,6 +7,8 @@
 //! ones (a new thread id, a dispatch started or done) are group-committed with every
 //! other write waiting at the same moment, so N workers recording at once cost one
 //! flush. Reads run on the blocking pool. Nothing here blocks an async worker.
+//!
+//! Also the registry of the git worktrees this runtime made ([`WorktreeRecord`]).
 
 use std::path::Path;
 
@@ -46,6 +48,27 @@ pub struct ThreadStore {
     db: Durable,
     tree: sled::Tree,
     dispatches: sled::Tree,
+    worktrees: sled::Tree,
+}
+
+/// A worktree this runtime made (the registry: `relay doctor` finds the orphans in it),
+/// keyed by its path. Written before `git worktree add`, so a crash leaves an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorktreeRecord {
+    /// The repository's top directory.
+    pub repo: String,
+    pub agent: String,
+    pub branch: String,
+    /// The base as given or found (`main`, `HEAD@1a2b3c4d5e6f`), and its commit.
+    pub base: String,
+    pub base_commit: String,
+    /// Files copied in when it was made (`--copy`): never committed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copied: Vec<String>,
+    /// Times it was made again from its branch.
+    #[serde(default)]
+    pub recreated: u32,
+    pub created_at: u64,
 }
 
 /// How far a dispatched invocation got on this runtime (for exactly-once over NATS).
@@ -73,10 +96,12 @@ impl ThreadStore {
         let db = relay_infra::disk::open_private(storage::config(), path)?;
         let tree = db.open_tree("threads")?;
         let dispatches = db.open_tree("dispatches")?;
+        let worktrees = db.open_tree("worktrees")?;
         Ok(ThreadStore {
             db: Durable::private(db, path),
             tree,
             dispatches,
+            worktrees,
         })
     }
 
@@ -89,6 +114,7 @@ impl ThreadStore {
         let db = durable.db();
         let tree = db.open_tree("runtime.threads")?;
         let dispatches = db.open_tree("runtime.dispatches")?;
+        let worktrees = db.open_tree("runtime.worktrees")?;
         if let Some(legacy) = legacy.filter(|p| p.join("conf").exists()) {
             let old = storage::config().path(legacy).open()?;
             for (name, into) in [("threads", &tree), ("dispatches", &dispatches)] {
@@ -112,6 +138,7 @@ impl ThreadStore {
             db: durable.clone(),
             tree,
             dispatches,
+            worktrees,
         })
     }
 
@@ -291,6 +318,51 @@ impl ThreadStore {
         let (tree, agent) = (self.tree.clone(), agent.to_string());
         self.db
             .write_durably(move || tree.remove(agent.as_bytes()))
+            .await??;
+        Ok(())
+    }
+}
+
+impl ThreadStore {
+    /// Records a worktree (made, or about to be), and waits until it is on disk.
+    pub async fn put_worktree(
+        &self,
+        path: &str,
+        record: &WorktreeRecord,
+    ) -> Result<(), RuntimeError> {
+        let v = serde_json::to_vec(record)?;
+        let (tree, path) = (self.worktrees.clone(), path.to_string());
+        self.db
+            .write_durably(move || tree.insert(path.as_bytes(), v))
+            .await??;
+        Ok(())
+    }
+
+    /// Every worktree recorded: (path, record). Unreadable ones are left out (with a
+    /// warning).
+    pub async fn worktrees(&self) -> Result<Vec<(String, WorktreeRecord)>, RuntimeError> {
+        let tree = self.worktrees.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                let path = String::from_utf8_lossy(&k).into_owned();
+                match serde_json::from_slice(&v) {
+                    Ok(record) => out.push((path, record)),
+                    Err(e) => tracing::warn!(%path, error = %e, "unreadable worktree record"),
+                }
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
+    }
+
+    /// Drops a worktree's record, durably.
+    pub async fn forget_worktree(&self, path: &str) -> Result<(), RuntimeError> {
+        let (tree, path) = (self.worktrees.clone(), path.to_string());
+        self.db
+            .write_durably(move || tree.remove(path.as_bytes()))
             .await??;
         Ok(())
     }

@@ -123,6 +123,7 @@ async fn on_an_open_bus_a_stranger_cannot_decide_steer_or_speak_for_anyone() {
             json!({"flight": id, "text": "also rm -rf"}),
         ),
         ("interrupt", "relay.v1.cmd.interrupt", json!({"flight": id})),
+        ("revert", "relay.v1.cmd.revert", json!({"flight": id})),
         (
             "post as the operator",
             "relay.v1.cmd.post",

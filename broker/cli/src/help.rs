@@ -14,7 +14,8 @@ const GROUPS: &[(&str, &[&str])] = &[
     (
         "Daily",
         &[
-            "ask", "send", "read", "watch", "flight", "approval", "replay", "open",
+            "ask", "send", "read", "watch", "flight", "diff", "revert", "approval", "replay",
+            "open",
         ],
     ),
     (
@@ -198,6 +199,10 @@ Examples:
   relay approval decide apr_01... accept
   relay approval decide apr_01... decline";
 
+pub const AGENT_FORK: &str = "Examples:
+  relay agent fork codex-1 codex-2
+  relay agent fork codex-1 codex-2 --at flt_01J...";
+
 pub const AGENT_ADD: &str = "\
 Examples:
   relay agent add codex-1 --harness codex --cwd ~/src/project
@@ -207,6 +212,14 @@ Examples:
   relay agent add tm-1 --harness tmux --cwd . --command \"codex\"
   relay agent add gem --harness gemini --cwd .
   relay agent add kimi --harness acp --cwd . --command kimi --arg acp
+  relay agent add cx-a --harness codex --cwd ~/src/project --worktree --copy .env
+
+With --worktree the agent works in a git worktree of the repository --cwd names, on its
+own branch relay/NAME (from --base, default the repository's current branch), made under
+Relay's data dir (or --worktree-dir DIR): agents on one repository never touch each
+other's files or your checkout. Each flight's changes become a commit naming it: `relay
+diff FLIGHT`, `relay revert FLIGHT`; `relay agent remove` removes the worktree and keeps
+the branch; `relay doctor --fix` removes worktrees no agent owns.
 
 ACP agents (--harness acp, or the presets gemini, opencode, qwen) run in ACP mode; Relay
 offers them no file system or terminal of its own (they use their own tools, which ask

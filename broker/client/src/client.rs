@@ -279,7 +279,8 @@ impl Client {
         let req = match m.verb {
             Verb::Get => self.http.get(url).query(request),
             Verb::Post => self.http.post(url).json(request),
-            Verb::Delete => self.http.delete(url),
+            // A DELETE says what it asks in its query (`?force=true`), as a GET does.
+            Verb::Delete => self.http.delete(url).query(request),
         };
         self.send(req).await
     }

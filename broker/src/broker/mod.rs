@@ -2,7 +2,8 @@
 //! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
 //! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
-//! rule counts in `live.rs`.
+//! rule counts in `live.rs`, the calls that register (after the runtime's checks) and
+//! remove agents in `agents.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use relay_infra::disk::Room;
-use relay_protocol::api::{AgentAdded, InvokeAccepted, MessagePosted, UpdateResult};
+use relay_protocol::api::{InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
     ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage, ProgramInfo,
@@ -30,7 +31,6 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
-use crate::ports::FlightControl;
 use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
@@ -105,8 +105,17 @@ impl Default for BrokerConfig {
 /// What the broker can be asked to do.
 #[derive(Debug, Clone)]
 pub enum Command {
-    RegisterAgent(AgentSpec),
-    RemoveAgent(String),
+    /// An agent, with the worktree its runtime made for it (kept as [`Agent::worktree`]).
+    RegisterAgent(
+        AgentSpec,
+        Option<Box<relay_protocol::domain::WorktreeState>>,
+    ),
+    /// `force`: its worktree is removed even with uncommitted work (see
+    /// [`EventBody::AgentRemoved`]).
+    RemoveAgent {
+        name: String,
+        force: bool,
+    },
     /// The runtime reports an agent's session state (with why, if it said), thread id or
     /// endpoint.
     UpdateAgent {
@@ -463,48 +472,10 @@ macro_rules! expect_outcome {
     };
 }
 
+// The agents' registration and removal: `agents.rs`.
+mod agents;
+
 impl Broker {
-    /// Registers an agent as clients do (HTTP, NATS, the CLI): first `checks` (the
-    /// runtime's, see [`FlightControl::check_agent`]) refuse it or say what to warn of,
-    /// then [`Broker::register_agent`]. The rules run before the checks too, so a name
-    /// taken or a bad spec is refused without starting anything.
-    pub async fn add_agent(
-        &self,
-        mut spec: AgentSpec,
-        checks: Option<&dyn FlightControl>,
-    ) -> Result<AgentAdded, BrokerError> {
-        spec.move_secrets();
-        let warnings = match checks {
-            Some(checks) => {
-                self.precheck(&spec).await?;
-                checks.check_agent(spec.clone()).await?
-            }
-            None => Vec::new(),
-        };
-        let agent = self.register_agent(spec).await?;
-        Ok(AgentAdded { agent, warnings })
-    }
-
-    /// The registration rules that need no runtime, read before the (slower) checks: the
-    /// name is free. The command re-checks everything when it runs.
-    async fn precheck(&self, spec: &AgentSpec) -> Result<(), BrokerError> {
-        if self.agent(&spec.name).await?.is_some() {
-            return Err(BrokerError::AgentExists(spec.name.clone()));
-        }
-        Ok(())
-    }
-
-    /// Registers an agent without the runtime's checks (see [`Broker::add_agent`]).
-    pub async fn register_agent(&self, mut spec: AgentSpec) -> Result<Agent, BrokerError> {
-        // Secrets apart from here on: the command's `Debug` (logs) shows names only.
-        spec.move_secrets();
-        expect_outcome!(self.execute(Command::RegisterAgent(spec)), Agent)
-    }
-
-    pub async fn remove_agent(&self, name: &str) -> Result<Agent, BrokerError> {
-        expect_outcome!(self.execute(Command::RemoveAgent(name.into())), Agent)
-    }
-
     pub async fn create_conversation(
         &self,
         spec: ConversationSpec,

@@ -1,4 +1,5 @@
-//! The agent routes: list, add, show, remove, wake, and peek at a tmux agent's pane.
+//! The agent routes: list, add, show, remove, wake, peek at a tmux agent's pane, fork, and
+//! an agent's diff.
 
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
@@ -98,14 +99,37 @@ pub(super) async fn peek_agent(
     Ok(Json(control.peek(agent, lines).await?))
 }
 
+/// `relay agent remove [--force]` (`?force=true`): refused while its worktree holds
+/// uncommitted work, unless forced.
 pub(super) async fn remove_agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
+    Query(q): Query<Req<m::AgentRemove>>,
 ) -> ApiResult<Agent> {
-    Ok(Json(s.broker.remove_agent(&name).await?))
+    Ok(Json(
+        crate::workspaces::remove_agent(&s.broker, s.control.as_ref(), &name, q.force).await?,
+    ))
 }
 
-/// TODO(issue 27, in progress): replaced by the workspace handlers.
-pub(super) async fn workspace_pending() -> ApiResult<Agent> {
-    Err(BrokerError::Unavailable("not built yet".into()).into())
+/// `relay agent fork SRC NEW [--at FLIGHT]`.
+pub(super) async fn fork_agent(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    ApiJson(req): ApiJson<Req<m::AgentFork>>,
+) -> ApiResult<AgentAdded> {
+    Ok(Json(
+        crate::workspaces::fork(&s.broker, s.control.as_ref(), &name, req).await?,
+    ))
+}
+
+/// `relay diff AGENT`: its branch against its base, read by its runtime.
+pub(super) async fn agent_diff(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<relay_protocol::api::AgentDiff> {
+    principal.may_read_agent(&name)?;
+    Ok(Json(
+        crate::workspaces::agent_diff(&s.broker, s.control.as_ref(), &name).await?,
+    ))
 }

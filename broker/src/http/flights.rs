@@ -1,5 +1,5 @@
-//! The invocation and flight routes: invoke, list and show flights, their updates, steer
-//! and interrupt.
+//! The invocation and flight routes: invoke, list and show flights, their updates, steer,
+//! interrupt, a flight's diff and its revert.
 
 use axum::extract::{Path, Query, State};
 use axum::Extension;
@@ -154,5 +154,22 @@ pub(super) async fn flight_tree(
             .store()
             .read(move |st| st.flight_tree(&id, TREE_LIMIT))
             .await?,
+    ))
+}
+
+/// `relay diff FLIGHT`: its commit as recorded, with the patch.
+pub(super) async fn flight_diff(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<relay_protocol::api::FlightDiff> {
+    principal.may_read_flight(&s.broker, &id).await?;
+    Ok(Json(crate::workspaces::flight_diff(&s.broker, &id).await?))
+}
+
+/// `relay revert FLIGHT`: a revert commit on its agent's branch (an operator's call).
+pub(super) async fn revert(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<Flight> {
+    Ok(Json(
+        crate::workspaces::revert(&s.broker, s.control.as_ref(), &id, "operator").await?,
     ))
 }

@@ -205,10 +205,10 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::AgentRemove => on(filter, agents::remove_agent),
         M::AgentWake => on(filter, agents::wake_agent),
         M::AgentPeek => on(filter, agents::peek_agent),
-        // TODO(issue 27, in progress): the workspace handlers.
-        M::AgentFork | M::AgentDiffShow | M::FlightDiffShow | M::FlightRevert => {
-            on(filter, agents::workspace_pending)
-        }
+        M::AgentFork => on(filter, agents::fork_agent),
+        M::AgentDiffShow => on(filter, agents::agent_diff),
+        M::FlightDiffShow => on(filter, flights::flight_diff),
+        M::FlightRevert => on(filter, flights::revert),
         M::ConversationList => on(filter, messages::list_conversations),
         M::ConversationAdd => on(filter, messages::add_conversation),
         M::ConversationRead => on(filter, messages::read_messages),

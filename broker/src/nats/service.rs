@@ -11,7 +11,7 @@
 //! interrupting, linking an ask or a message to a flight (`parent_flight`, `meta`), and
 //! asking or posting as the operator, an agent or one of Relay's own identities are
 //! refused ([`BrokerError::OpenBus`], naming
-//! the flags that trust it).
+//! the flags that trust it); so is reverting a flight's changes (`relay.v1.cmd.revert`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -304,6 +304,17 @@ impl Service {
                 self.trusted("interrupting a flight")?;
                 Ok(Answer::Flight(
                     crate::ops::interrupt(&self.broker, control, &flight).await?,
+                ))
+            }
+            MethodId::FlightRevert => {
+                let flight = if json {
+                    bus_body::<m::FlightRevert>(msg)?.flight
+                } else {
+                    from_pb::<pb::RevertRequest>(msg)?.flight
+                };
+                self.trusted("reverting a flight's changes")?;
+                Ok(Answer::Flight(
+                    crate::workspaces::revert(&self.broker, control, &flight, BUS_ACTOR).await?,
                 ))
             }
             MethodId::ApprovalDecide => {

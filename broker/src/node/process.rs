@@ -199,6 +199,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
             .set_dispatch_state(&invocation, DispatchState::Done, &flight)
             .await?;
     }
+    // Turns whose end came before their worktree's commit (a crash in between): the
+    // commit is made now, once, and reported on its flight.
+    drop(runtime.reconcile_worktrees());
 
     let consumer: consumer::PullConsumer = js
         .get_stream(subjects::DISPATCH_STREAM)

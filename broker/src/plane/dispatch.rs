@@ -320,13 +320,13 @@ impl Plane {
                             .await;
                     }
                 }
-                EventBody::AgentRemoved { name, node } => {
+                EventBody::AgentRemoved { name, node, force } => {
                     // Stopping its session may take a while: dispatch goes on meanwhile.
                     let control = self.route_to(
                         node.clone()
                             .filter(|n| Some(n.as_str()) != self.runtime.node()),
                         Control::AgentRemoved {
-                            force: false,
+                            force: *force,
                             agent: name.clone(),
                         },
                     );

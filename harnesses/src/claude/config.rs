@@ -11,6 +11,13 @@ pub type ClaudeConfig = CliConfig;
 pub(super) enum Start<'a> {
     New(&'a str),
     Resume(&'a str),
+    /// A new session `id`, a copy of the transcript at `from` (a path: Claude Code loads
+    /// it from any project) up to and including message `at` (all when `None`).
+    Fork {
+        id: &'a str,
+        from: &'a str,
+        at: Option<&'a str>,
+    },
 }
 
 /// The command line: stream-json both ways, permission prompts on stdio, the model,
@@ -38,10 +45,20 @@ pub(super) fn command(config: &ClaudeConfig, start: &Start<'_>) -> ProcessSpec {
     if let Some(model) = &config.model {
         args.extend(["--model".to_string(), model.clone()]);
     }
-    args.push(match start {
-        Start::New(id) => format!("--session-id={id}"),
-        Start::Resume(id) => format!("--resume={id}"),
-    });
+    match start {
+        Start::New(id) => args.push(format!("--session-id={id}")),
+        Start::Resume(id) => args.push(format!("--resume={id}")),
+        Start::Fork { id, from, at } => {
+            args.extend([
+                format!("--resume={from}"),
+                "--fork-session".to_string(),
+                format!("--session-id={id}"),
+            ]);
+            if let Some(at) = at {
+                args.push(format!("--resume-session-at={at}"));
+            }
+        }
+    }
     if let Some(relay) = &config.relay {
         args.extend(relay.claude_mcp_args());
     }
@@ -127,6 +144,20 @@ mod tests {
         assert_eq!(
             command(&config, &Start::New("9a1f")).args[11],
             "--session-id=9a1f"
+        );
+        let fork = Start::Fork {
+            id: "9a1f",
+            from: "/c/projects/-w/5b0c.jsonl",
+            at: Some("77aa"),
+        };
+        assert_eq!(
+            command(&config, &fork).args[11..15],
+            [
+                "--resume=/c/projects/-w/5b0c.jsonl",
+                "--fork-session",
+                "--session-id=9a1f",
+                "--resume-session-at=77aa"
+            ]
         );
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, ForkSpec, Harness};
 use tokio::sync::watch;
 
 use super::config::{command, ClaudeConfig, Start};
@@ -138,7 +138,7 @@ impl ClaudeSession {
         let running = wire.running();
         let malformed = wire.malformed();
         let session = match start {
-            Start::New(id) | Start::Resume(id) => id.to_string(),
+            Start::New(id) | Start::Resume(id) | Start::Fork { id, .. } => id.to_string(),
         };
         let (io, _) = StdioChild::start(
             &command(&self.config, &start),
@@ -203,6 +203,52 @@ impl ClaudeSession {
     }
 }
 
+impl ClaudeSession {
+    /// Starts `claude` on a fork of `from`'s session (see [`super::fork`]).
+    async fn fork_child(&self, from: &ForkSpec) -> Result<Child, HarnessError> {
+        let src = from.thread_id.clone();
+        let (cwd, keep) = (from.cwd.clone(), from.keep_turns);
+        let mut env: std::collections::BTreeMap<String, String> = crate::process::inherited_env()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        env.extend(self.config.env.clone());
+        let config_dir = crate::preflight::config_dir(&env, "CLAUDE_CONFIG_DIR", ".claude")
+            .ok_or_else(|| HarnessError::Fork {
+                detail: "no CLAUDE_CONFIG_DIR or HOME to find claude's sessions in".into(),
+            })?;
+        // Reading the transcript is blocking file I/O.
+        let found = tokio::task::spawn_blocking(move || {
+            let path = super::fork::find_transcript(&config_dir, &cwd, &src)?;
+            let at = match keep {
+                None | Some(0) => None,
+                Some(keep) => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| HarnessError::Fork {
+                        detail: format!("cannot read {}: {e}", path.display()),
+                    })?;
+                    super::fork::cut_after_turn(&text, keep)?
+                }
+            };
+            Ok::<_, HarnessError>((path, at))
+        })
+        .await
+        .map_err(|e| HarnessError::Io(std::io::Error::other(e)))??;
+        if from.keep_turns == Some(0) {
+            // Nothing kept: a new session (the source was found above).
+            return self.start_new().await;
+        }
+        let (path, at) = found;
+        let id = uuid::Uuid::new_v4().to_string();
+        let start = Start::Fork {
+            id: &id,
+            from: &path.display().to_string(),
+            at: at.as_deref(),
+        };
+        self.start(start).await.map_err(|e| HarnessError::Fork {
+            detail: format!("claude could not fork session {}: {e}", from.thread_id),
+        })
+    }
+}
+
 /// A failed step of opening a session, named; a program that cannot start says so
 /// by itself.
 fn open_error(action: &str, err: HarnessError) -> HarnessError {
@@ -238,6 +284,27 @@ impl HarnessSession for ClaudeSession {
             let id = child.session.clone();
             self.child.set(child);
             Ok(OpenedSession { id, lost })
+        })
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a ForkSpec,
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
+        Box::pin(async move {
+            let _one = self.child.opening().await;
+            if self.child.is_closed() {
+                return Err(HarnessError::ChannelClosed);
+            }
+            if let Some(child) = self.child.live() {
+                return Err(HarnessError::Fork {
+                    detail: format!("this session already holds conversation {}", child.session),
+                });
+            }
+            let child = self.fork_child(from).await?;
+            let id = child.session.clone();
+            self.child.set(child);
+            Ok(OpenedSession { id, lost: None })
         })
     }
 

@@ -9,6 +9,8 @@
 //! - `wire.rs`: the protocol as a [`crate::stdio::Wire`]: stdout lines -> harness events,
 //!   the running turn, the pending permission prompts; and the lines the session writes.
 //!   No I/O. `items.rs`, part of it: the model's content blocks and tool results -> items.
+//! - `fork.rs`: where a fork starts ([`crate::HarnessSession::fork`]): the source
+//!   session's transcript and the message that ends the turns kept.
 //! - [`stream_json`]: Claude Code's own stream-json lines as types (the subset Relay
 //!   reads and writes), which only this adapter knows.
 //! - [`crate::stdio`]: the owner task that alone touches the child's pipes, and
@@ -45,6 +47,15 @@
 //!   stored id that is not a uuid is refused too (`... is not a UUID and does not match
 //!   any session title`); the adapter does not even try it. A session started with
 //!   `--session-id` and given no turn is not saved, so it cannot be resumed later.
+//! - A fork: `--resume=<transcript path>.jsonl --fork-session --session-id=<new uuid>
+//!   [--resume-session-at=<message uuid>]`. `--resume <id>` finds a session only in the
+//!   working directory's project (`No conversation found with session ID` from another
+//!   directory), but a path ending in `.jsonl` is loaded from anywhere, so the fork runs
+//!   in the new agent's directory without copying anything. `--resume-session-at` keeps
+//!   the messages up to and including the one whose `uuid` it names (`No message found
+//!   with message.uuid of: <id>`, exit 1, when none). The new session's transcript, in
+//!   its own project, holds the kept entries with its `sessionId`; the source is left
+//!   as it was. Like any session it is saved only once a turn ran.
 //! - While streaming, the `assistant` line of each content block comes before that
 //!   block's `content_block_stop`; one line per block, same message id.
 //! - A failed model request (HTTP 500, no retries) gives a made-up `assistant` message
@@ -76,6 +87,7 @@
 //!   ([`crate::HarnessError::TurnRunning`]), and no steer.
 
 mod config;
+mod fork;
 mod items;
 mod launcher;
 pub mod stream_json;

@@ -1,11 +1,12 @@
 //! Codex behind the harness seam ([`crate::seam`]): [`CodexLauncher`] spawns
 //! `codex app-server` for an agent, and its session opens the agent's thread (resumed,
-//! or started with the loss said) and runs turns through [`CodexSession`].
+//! or started with the loss said; or forked from another agent's thread) and runs turns
+//! through [`CodexSession`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, ForkSpec, Harness};
 
 use super::{CodexConfig, CodexSession, ThreadOptions, CODEX_CLI};
 use crate::access::RelayAccess;
@@ -160,6 +161,28 @@ impl HarnessSession for CodexAgent {
                 Err(e) => Err(HarnessError::OpenSession {
                     action: format!("cannot resume codex thread {old}"),
                     source: Box::new(e),
+                }),
+            }
+        })
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a ForkSpec,
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
+        Box::pin(async move {
+            let src = &from.thread_id;
+            match self
+                .session
+                .fork_thread(src, from.keep_turns, &self.options)
+                .await
+            {
+                Ok(id) => Ok(OpenedSession { id, lost: None }),
+                Err(HarnessError::SessionNotFound { .. }) => Err(HarnessError::Fork {
+                    detail: format!("codex has no thread {src} (agent {})", from.agent),
+                }),
+                Err(e) => Err(HarnessError::Fork {
+                    detail: format!("codex could not fork thread {src}: {e}"),
                 }),
             }
         })

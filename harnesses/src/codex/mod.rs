@@ -26,6 +26,16 @@
 //!   found for thread id <id>` (also when the rollout file was deleted), or `invalid
 //!   session id: ...` when it is not a UUID; `turn/start` on a thread not loaded says
 //!   `thread not found: <id>`. All of these become [`HarnessError::SessionNotFound`].
+//! - A fork (`relay agent fork`, [`CodexSession::fork_thread`]): `thread/fork` with
+//!   `threadId` and `lastTurnId` (inclusive; turns after it are left out) copies the
+//!   thread's rollout into a new thread (`forkedFromId` set) with the settings given
+//!   (`cwd`...); the source thread need not be loaded in this process, and it goes on
+//!   unchanged. The turn ids come from `thread/turns/list` (`sortDirection: "asc"`,
+//!   `itemsView: "notLoaded"`), which also reads an unloaded thread. Unknown thread:
+//!   `thread/turns/list` says `thread not loaded: <id>`, `thread/fork` `no rollout found
+//!   for thread id <id>`; an unknown `lastTurnId`: `turn not found: <id>`. No
+//!   `thread/rollback` exists in 0.169.0 (only `thread/revert`, which rewrites a thread's
+//!   own history), and `lastTurnId` cannot cut before the first turn.
 //! - `turn/steer` answers `{turnId}` at once, drops the model request in flight (its
 //!   partial text is neither completed nor sent back), and samples again in the same turn
 //!   with the steered text as a second user message. With no active turn: -32600 `no
@@ -73,9 +83,10 @@ use std::sync::Arc;
 
 use self::app_server::{
     self as wire, method, AskForApproval, ClientInfo, InitializeParams, InitializeResponse,
-    Message, SandboxMode, ThreadResumeParams, ThreadResumeResponse, ThreadStartParams,
-    ThreadStartResponse, TurnInterruptParams, TurnInterruptResponse, TurnStartParams,
-    TurnStartResponse, TurnSteerParams, TurnSteerResponse, UserInput,
+    Message, SandboxMode, SortDirection, ThreadForkParams, ThreadForkResponse, ThreadResumeParams,
+    ThreadResumeResponse, ThreadStartParams, ThreadStartResponse, ThreadTurnsListParams,
+    ThreadTurnsListResponse, TurnInterruptParams, TurnInterruptResponse, TurnItemsView,
+    TurnStartParams, TurnStartResponse, TurnSteerParams, TurnSteerResponse, UserInput,
 };
 use relay_protocol::domain::ApprovalDecision;
 use relay_protocol::harness::HarnessEvent;
@@ -285,6 +296,75 @@ impl CodexSession {
         })
     }
 
+    /// Forks `thread_id` (read from its rollout: it need not be loaded here) into a new
+    /// thread with `options`' settings, keeping its first `keep_turns` turns: all of them
+    /// when `None` or when it has no more, none (a new thread) when 0. Returns the new
+    /// thread's id. [`HarnessError::SessionNotFound`] when Codex has no such thread.
+    pub async fn fork_thread(
+        &self,
+        thread_id: &str,
+        keep_turns: Option<u32>,
+        options: &ThreadOptions,
+    ) -> Result<String, HarnessError> {
+        let last_turn_id = match keep_turns {
+            None => None,
+            Some(keep) => {
+                let turns = self.first_turns(thread_id, keep.saturating_add(1)).await?;
+                if turns.len() <= keep as usize {
+                    None
+                } else if keep == 0 {
+                    // `thread/fork` cannot cut before the first turn: an empty fork is
+                    // a new thread (the source was checked to exist above).
+                    return self.start_thread(options).await;
+                } else {
+                    turns.get(keep as usize - 1).cloned()
+                }
+            }
+        };
+        let params = ThreadForkParams {
+            thread_id: thread_id.to_string(),
+            last_turn_id,
+            cwd: options.cwd.as_ref().map(|p| p.display().to_string()),
+            model: options.model.clone().or_else(|| self.model.clone()),
+            approval_policy: options.approval_policy,
+            sandbox: options.sandbox,
+            developer_instructions: options.developer_instructions.clone(),
+            exclude_turns: true,
+        };
+        let res: ThreadForkResponse = self
+            .request(method::THREAD_FORK, &params)
+            .await
+            .map_err(|e| thread_error(thread_id, e))?;
+        Ok(res.thread.id)
+    }
+
+    /// The ids of the first `n` turns of `thread_id` (fewer when it has fewer), oldest
+    /// first, page by page.
+    async fn first_turns(&self, thread_id: &str, n: u32) -> Result<Vec<String>, HarnessError> {
+        let mut ids = Vec::new();
+        let mut cursor = None;
+        loop {
+            let params = ThreadTurnsListParams {
+                thread_id: thread_id.to_string(),
+                cursor,
+                limit: Some(n - ids.len() as u32),
+                sort_direction: Some(SortDirection::Asc),
+                items_view: Some(TurnItemsView::NotLoaded),
+            };
+            let page: ThreadTurnsListResponse = self
+                .request(method::THREAD_TURNS_LIST, &params)
+                .await
+                .map_err(|e| thread_error(thread_id, e))?;
+            let empty = page.data.is_empty();
+            ids.extend(page.data.into_iter().map(|t| t.id));
+            ids.truncate(n as usize);
+            cursor = page.next_cursor;
+            if ids.len() >= n as usize || cursor.is_none() || empty {
+                return Ok(ids);
+            }
+        }
+    }
+
     /// Starts a turn with `text` as the user's input and returns the turn id. The turn's
     /// progress and end arrive as events.
     pub async fn start_turn(&self, thread_id: &str, text: &str) -> Result<String, HarnessError> {
@@ -395,6 +475,7 @@ fn thread_error(thread_id: &str, err: HarnessError) -> HarnessError {
             if [
                 "no rollout found",
                 "thread not found",
+                "thread not loaded",
                 "invalid thread id",
                 "invalid session id",
             ]
@@ -420,6 +501,7 @@ mod tests {
         for message in [
             "no rollout found for thread id 01a2",
             "thread not found: 01a2",
+            "thread not loaded: 01a2",
             "invalid session id: invalid character",
         ] {
             let err = thread_error(

@@ -9,15 +9,27 @@ use crate::process::ProcessSpec;
 /// answers `abort` only once the turn has ended, within the request timeout.
 pub type PiConfig = CliConfig;
 
-/// The command line, resuming `session` if given.
-pub(super) fn command(config: &PiConfig, session: Option<&str>) -> ProcessSpec {
+/// Which session pi starts with.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Open<'a> {
+    New,
+    /// `--session <id>`.
+    Resume(&'a str),
+    /// `--fork <id>`: a new session in the working directory with a copy of all of it.
+    Fork(&'a str),
+}
+
+/// The command line, opening `open`.
+pub(super) fn command(config: &PiConfig, open: Open<'_>) -> ProcessSpec {
     let mut args = vec!["--mode".to_string(), "rpc".to_string()];
     if let Some(model) = &config.model {
         args.extend(["--model".to_string(), model.clone()]);
     }
     args.extend(config.args.iter().cloned());
-    if let Some(session) = session {
-        args.extend(["--session".to_string(), session.to_string()]);
+    match open {
+        Open::New => {}
+        Open::Resume(id) => args.extend(["--session".to_string(), id.to_string()]),
+        Open::Fork(id) => args.extend(["--fork".to_string(), id.to_string()]),
     }
     config.process(args)
 }
@@ -42,7 +54,7 @@ mod tests {
         agent.secrets.0.insert("API_KEY".into(), "s3cret".into());
         agent.model = Some("m".into());
         let config = PiConfig::for_agent(&agent, &super::super::PI_CLI, None);
-        let spec = command(&config, Some("0190-abc"));
+        let spec = command(&config, Open::Resume("0190-abc"));
         assert_eq!(spec.program, PathBuf::from("/opt/pi"));
         assert_eq!(
             spec.args,
@@ -65,7 +77,11 @@ mod tests {
             ]
         );
         assert_eq!(spec.cwd, Some(PathBuf::from("/work")));
-        assert_eq!(command(&config, None).args[..2], ["--mode", "rpc"]);
+        assert_eq!(command(&config, Open::New).args.len(), 6);
+        assert_eq!(
+            command(&config, Open::Fork("0190-abc")).args[6..],
+            ["--fork", "0190-abc"]
+        );
         assert!(!format!("{config:?}").contains("s3cret"));
     }
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use relay_protocol::domain::{AgentSpec, ApprovalDecision, Harness};
+use relay_protocol::domain::{AgentSpec, ApprovalDecision, ForkSpec, Harness};
 use serde_json::Value;
 
-use super::config::{command, PiConfig};
+use super::config::{command, Open, PiConfig};
 use super::wire::{PiWire, REFUSED};
 use super::PI_CLI;
 use crate::access::RelayAccess;
@@ -146,12 +146,12 @@ impl PiSession {
         Ok(self.child.live_of(session)?.io)
     }
 
-    /// Starts pi (resuming `session`), asks its session id and arms it: from then on its
-    /// end is the session's. On failure the child is gone, unarmed.
-    async fn start(&self, session: Option<&str>) -> Result<String, HarnessError> {
+    /// Starts pi on `open`, asks its session id and arms it: from then on its end is
+    /// the session's. On failure the child is gone, unarmed.
+    async fn start(&self, open: Open<'_>) -> Result<String, HarnessError> {
         let events = self.child.events()?;
         let (child, state) = StdioChild::start(
-            &command(&self.config, session),
+            &command(&self.config, open),
             PiWire::default(),
             events,
             self.config.request_timeout,
@@ -175,12 +175,78 @@ impl PiSession {
     }
 
     async fn start_new(&self) -> Result<String, HarnessError> {
-        self.start(None)
+        self.start(Open::New)
             .await
             .map_err(|e| HarnessError::OpenSession {
                 action: "cannot start a pi session".into(),
                 source: Box::new(e),
             })
+    }
+}
+
+impl PiSession {
+    /// Starts pi on a fork of `from`'s session: `--fork` copies all of it into a new
+    /// session here; when turns are to be left out, pi's `fork` at the first user
+    /// message left out switches to a newer session holding what came before it, and
+    /// the whole copy, Relay's own intermediate, is deleted. Returns the session's id.
+    async fn fork_child(&self, from: &ForkSpec) -> Result<String, HarnessError> {
+        let src = &from.thread_id;
+        let copy = match self.start(Open::Fork(src)).await {
+            Ok(id) => id,
+            Err(HarnessError::ProcessExited { stderr_tail, .. })
+                if stderr_tail.contains(NO_SESSION) =>
+            {
+                return Err(HarnessError::Fork {
+                    detail: format!("pi has no session {src} (agent {})", from.agent),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(keep) = from.keep_turns else {
+            return Ok(copy);
+        };
+        let child = self.child_of(&copy)?;
+        let messages = child
+            .call("get_fork_messages", |wire| Ok(wire.fork_messages()))
+            .await?;
+        let entries: Vec<String> = messages
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|e| e.get("entryId").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The first user message left out: pi keeps what came before it.
+        let Some(cut) = entries.get(keep as usize).cloned() else {
+            return Ok(copy);
+        };
+        let state = child.call("get_state", |wire| Ok(wire.get_state())).await?;
+        let copy_file = state
+            .get("sessionFile")
+            .and_then(Value::as_str)
+            .map(std::path::PathBuf::from);
+        let forked = child.call("fork", move |wire| Ok(wire.fork(&cut))).await?;
+        if forked.get("cancelled").and_then(Value::as_bool) == Some(true) {
+            return Err(HarnessError::Fork {
+                detail: "a pi extension cancelled the fork".into(),
+            });
+        }
+        let id = session_id(child.call("get_state", |wire| Ok(wire.get_state())).await?)?;
+        self.child.set(Live {
+            io: child,
+            session: id.clone(),
+            extra: (),
+        });
+        if let Some(file) = copy_file {
+            let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(&file)).await;
+            if let Ok(Err(err)) = removed {
+                tracing::warn!(%err, session = %copy, "pi: cannot delete the fork's whole copy");
+            }
+        }
+        Ok(id)
     }
 }
 
@@ -231,7 +297,7 @@ impl HarnessSession for PiSession {
                 let id = self.start_new().await?;
                 return Ok(OpenedSession { id, lost: None });
             };
-            match self.start(Some(old)).await {
+            match self.start(Open::Resume(old)).await {
                 Ok(id) => Ok(OpenedSession { id, lost: None }),
                 Err(HarnessError::ProcessExited { stderr_tail, .. })
                     if stderr_tail.contains(NO_SESSION) =>
@@ -247,6 +313,35 @@ impl HarnessSession for PiSession {
                     source: Box::new(e),
                 }),
             }
+        })
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a ForkSpec,
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
+        Box::pin(async move {
+            let _one = self.child.opening().await;
+            if let Some(live) = self.child.live() {
+                return Err(HarnessError::Fork {
+                    detail: format!(
+                        "this pi session already holds conversation {}",
+                        live.session
+                    ),
+                });
+            }
+            let err = match self.fork_child(from).await {
+                Ok(id) => return Ok(OpenedSession { id, lost: None }),
+                Err(e @ HarnessError::Fork { .. }) => e,
+                Err(e) => HarnessError::Fork {
+                    detail: format!("pi could not fork session {}: {e}", from.thread_id),
+                },
+            };
+            // A child started for the fork must not go on as a session of its own.
+            if let Some(live) = self.child.live() {
+                live.io.shutdown().await;
+            }
+            Err(err)
         })
     }
 

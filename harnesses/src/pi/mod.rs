@@ -45,6 +45,18 @@
 //! - `--session <unknown id>` prints `No session found matching '<id>'` on stderr and
 //!   exits with code 1 without reading stdin. Pi finds a session by id prefix in the
 //!   working directory's sessions, then in every directory's.
+//! - A fork: `--fork <id>` (not with `--session`) writes at once a new session in the
+//!   working directory's sessions with a copy of all of the source (found like
+//!   `--session`'s, in any directory; its header gets the new `cwd` and `parentSession`
+//!   the source file) and runs on it; an unknown id: `No session found matching '<id>'`,
+//!   exit 1. Cutting: `get_fork_messages` lists the user messages (`entryId`, `text`) of
+//!   the branch, and `fork` with one's `entryId` switches the process to a new session
+//!   holding what came before that message (answered `{text, cancelled}`; an extension
+//!   may cancel it). `--session <id>` of a session kept in ANOTHER directory asks on
+//!   stdin `Fork this session into current directory? [y/N]` (then exits 0 with
+//!   `Aborted.` in RPC mode), which is why a fork starts with `--fork`. A user message
+//!   steered into a run counts as a message of its own there, so a session with steers
+//!   is cut by messages, not turns.
 //! - `prompt` is answered before `agent_start`; `success: false` (no model, no key, a
 //!   turn already running) means it did not start.
 //! - `steer` does not stop the stream in flight: the assistant message completes, then,

@@ -67,6 +67,18 @@ impl PiWire {
         self.request("get_state", json!({}))
     }
 
+    /// `get_fork_messages`: the user messages of the session's branch, oldest first, each
+    /// with its `entryId` and `text`.
+    pub fn fork_messages(&mut self) -> Outgoing {
+        self.request("get_fork_messages", json!({}))
+    }
+
+    /// `fork` at user message `entry_id`: pi switches to a new session holding what came
+    /// before that message.
+    pub fn fork(&mut self, entry_id: &str) -> Outgoing {
+        self.request("fork", json!({ "entryId": entry_id }))
+    }
+
     /// `prompt` starting turn `turn_id`: its events are stamped with it from now on.
     pub fn prompt(&mut self, turn_id: &str, text: &str) -> Result<Outgoing, HarnessError> {
         if let Some(turn) = &self.turn {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::pane::PaneSpec;
 use super::secrets::{looks_secret, looks_secret_value, Secrets, SECRET_SHOWN};
 use crate::names::wire_enum;
 
@@ -266,118 +267,6 @@ pub struct AgentSpec {
     pub fork: Option<super::ForkSpec>,
 }
 
-/// The tmux socket Relay's agents' servers are named after (`tmux -L relay@NAME`, one
-/// server per agent, [`PaneSpec::server`]), apart from the user's own server.
-pub const DEFAULT_TMUX_SOCKET: &str = "relay";
-
-/// The `tmux` arguments that reach server `socket`: `-S PATH` for a path (it holds a
-/// `/`), else `-L NAME`.
-pub fn tmux_socket_args(socket: &str) -> [&str; 2] {
-    match socket.contains('/') {
-        true => ["-S", socket],
-        false => ["-L", socket],
-    }
-}
-
-/// Where a tmux agent lives, and how Relay tells that its pane is ready for a task.
-/// Every field has a default (a registration may give `"pane": {"shell": true}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PaneSpec {
-    /// The tmux server: a socket name (`tmux -L NAME`; Relay's own is
-    /// [`DEFAULT_TMUX_SOCKET`], the user's usual one is `default`) or a socket path
-    /// (`tmux -S PATH`, when it holds a `/`).
-    pub socket: String,
-    /// A pane started outside Relay that this agent was attached to (`%3`, or
-    /// `session:window.pane`): Relay follows it and never ends it. `None`: Relay starts
-    /// the agent's command in a session of its own (`relay-NAME`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    /// A regular expression (Rust `regex` syntax, at most 1024 bytes) that the pane's
-    /// screen matches when its program is ready for a task (`^agent>\z`): searched in
-    /// the visible screen with each line's trailing spaces removed, `^`/`$` matching at
-    /// line ends and `\z` after the last non-blank line. Relay pastes only once it
-    /// matches, and fails the flight with the screen's last lines when it does not
-    /// within the ready timeout. `None`: the codex and claude TUIs' own ready screens
-    /// when the pane runs one, else the pane is ready once its output is quiet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_pattern: Option<String>,
-    /// The pane runs a shell, asked for explicitly (`relay agent add --shell`): each
-    /// task is typed into it and runs as shell commands. A tmux agent that Relay starts
-    /// names its program (`command`) or asks for this; with neither it is refused.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub shell: bool,
-}
-
-impl Default for PaneSpec {
-    fn default() -> Self {
-        PaneSpec {
-            socket: DEFAULT_TMUX_SOCKET.to_string(),
-            target: None,
-            ready_pattern: None,
-            shell: false,
-        }
-    }
-}
-
-impl PaneSpec {
-    /// The `tmux` arguments that reach this server (`-L NAME` or `-S PATH`).
-    pub fn socket_args(&self) -> [&str; 2] {
-        tmux_socket_args(&self.socket)
-    }
-
-    /// Why this spec cannot be used, if it cannot: a socket is a name of `[A-Za-z0-9_.-]`
-    /// or an absolute path, a target a pane id (`%3`) or `session:window.pane`, each
-    /// without spaces or control characters and at most 256 bytes.
-    pub fn problem(&self) -> Option<String> {
-        let plain = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 256
-                && !s.starts_with('-')
-                && !s.chars().any(|c| c.is_control() || c.is_whitespace())
-        };
-        let socket_ok = plain(&self.socket)
-            && (self.socket.starts_with('/')
-                || self
-                    .socket
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)));
-        if !socket_ok {
-            return Some(format!(
-                "tmux socket {:?} is neither a name ([A-Za-z0-9_.-]) nor an absolute path",
-                self.socket
-            ));
-        }
-        match &self.target {
-            Some(t) if !plain(t) => Some(format!(
-                "pane {t:?} is not a tmux pane (a pane id like %3, or session:window.pane)"
-            )),
-            _ => None,
-        }
-    }
-
-    /// The tmux server agent `agent`'s pane is on: the one given, for a pane it was
-    /// attached to; for a pane Relay starts, a server of the agent's own, `SOCKET@NAME`
-    /// (`relay@tm-1`; `/dir/sock@tm-1` for a path). Its own server is what keeps agents
-    /// apart: a pane's `$TMUX` reaches no other agent's session (its environment, its
-    /// keys). `@` is in neither a socket name nor an agent name, so two agents never
-    /// share one.
-    pub fn server(&self, agent: &str) -> String {
-        match self.target {
-            Some(_) => self.socket.clone(),
-            None => format!("{}@{agent}", self.socket),
-        }
-    }
-
-    /// How a person looks at `pane` of agent `agent`'s server ([`server`](Self::server)):
-    /// `tmux -L relay@tm-1 attach -t %3`.
-    pub fn attach_hint(&self, agent: &str, pane: &str) -> String {
-        let server = self.server(agent);
-        let [flag, socket] = tmux_socket_args(&server);
-        format!("tmux {flag} {socket} attach -t {pane}")
-    }
-}
-
 impl AgentSpec {
     /// Moves every secret variable of `env` (by [`looks_secret`] name or
     /// [`looks_secret_value`] value, or already named in `secrets`) into `secrets`,
@@ -478,8 +367,13 @@ pub struct Agent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
     /// The agent's worktree as its runtime made it (only with [`AgentSpec::worktree`];
-    /// `None` until the runtime that serves it has made it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `None` until the runtime that serves it has made it). `worktree_state` in JSON:
+    /// beside its (flattened) spec's `worktree`, what was asked.
+    #[serde(
+        rename = "worktree_state",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub worktree: Option<super::WorktreeState>,
     pub created_at: u64,
     pub updated_at: u64,
@@ -526,100 +420,4 @@ pub fn valid_agent_name(name: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secret_variables_are_found_by_name_or_by_value_and_moved_apart() {
-        for name in [
-            "OPENAI_API_KEY",
-            "GH_TOKEN",
-            "DB_PASSWORD",
-            "MYSQL_PWD",
-            "SENTRY_DSN",
-            "GITHUB_PAT",
-            "AWS_SECRET_ACCESS_KEY",
-        ] {
-            assert!(looks_secret(name), "{name}");
-        }
-        for name in ["PATH", "RUST_LOG", "LANG", "CODEX_HOME", "PATH_INFO"] {
-            assert!(!looks_secret(name), "{name}");
-        }
-        assert!(looks_secret_value("postgres://u:pw@db:5432/x"));
-        assert!(!looks_secret_value("http://127.0.0.1:9/x@y"));
-        let mut spec = AgentSpec::new("a", Harness::CodexAppServer, "/w");
-        spec.env.insert("OPENAI_API_KEY".into(), "sk-1".into());
-        spec.env
-            .insert("DATABASE_URL".into(), "postgres://u:pw@h/db".into());
-        spec.env.insert("PLAIN".into(), "x".into());
-        spec.secrets.0.insert("GIVEN".into(), "g".into());
-        spec.move_secrets();
-        spec.move_secrets();
-        assert_eq!(spec.env["OPENAI_API_KEY"], SECRET_SHOWN);
-        assert_eq!(spec.env["DATABASE_URL"], SECRET_SHOWN);
-        assert_eq!(spec.env["GIVEN"], SECRET_SHOWN);
-        assert_eq!(spec.env["PLAIN"], "x");
-        assert_eq!(spec.secrets.0["OPENAI_API_KEY"], "sk-1");
-        assert_eq!(spec.secrets.0["DATABASE_URL"], "postgres://u:pw@h/db");
-        assert!(
-            !format!("{spec:?}").contains("sk-1"),
-            "Debug shows no value"
-        );
-    }
-
-    #[test]
-    fn agent_names_fit_in_subjects() {
-        assert!(valid_agent_name("codex-1"));
-        assert!(valid_agent_name("Pi_2"));
-        for bad in ["", "-x", "a b", "a.b", "a*", "a>", &"x".repeat(65)] {
-            assert!(!valid_agent_name(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn names_honour_a_column_width() {
-        assert_eq!(format!("{:<8}|", Harness::PiRpc), "pi_rpc  |");
-        assert_eq!(format!("{}", Harness::PiRpc), "pi_rpc");
-    }
-
-    #[test]
-    fn agent_json_is_flat() {
-        let agent = Agent {
-            worktree: None,
-            spec: AgentSpec {
-                fork: None,
-                worktree: None,
-                name: "codex-1".into(),
-                harness: Harness::CodexAppServer,
-                cwd: "/tmp".into(),
-                model: None,
-                node: None,
-                wake: WakePolicy::OnDemand,
-                command: None,
-                args: vec![],
-                env: BTreeMap::new(),
-                secrets: Default::default(),
-                approval_policy: ApprovalPolicy::default(),
-                pane: None,
-                turn_timeout_secs: None,
-                allow_from: vec![],
-            },
-            state: AgentState::Idle,
-            session_id: Some("t1".into()),
-            thread_id: Some("t1".into()),
-            endpoint: None,
-            state_reason: None,
-            note: None,
-            program: None,
-            created_at: 1,
-            updated_at: 2,
-        };
-        let v = serde_json::to_value(&agent).unwrap();
-        assert_eq!(v["name"], "codex-1");
-        assert_eq!(v["harness"], "codex_app_server");
-        assert_eq!(v["thread_id"], "t1");
-        assert_eq!(v["session_id"], "t1");
-        let back: Agent = serde_json::from_value(v).unwrap();
-        assert_eq!(back, agent);
-    }
-}
+mod tests;

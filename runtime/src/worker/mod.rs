@@ -18,13 +18,17 @@
 //! - `turn.rs`: the turn in progress, its deadline and idle watchdog, and its controls
 //!   (refused with a reason where the harness lacks the capability).
 //! - `events.rs`: each harness event of the turn, turned into reports.
+//! - `tree.rs`: the agent's git worktree, when it has one: made before its session
+//!   spawns there, a marker at each turn's start, the turn's commit as its end goes out.
 //!
-//! Layering: `mod` -> `turn` -> `events`, `session` -> the seam; `queue` stands alone.
+//! Layering: `mod` -> `turn` -> `events`, `session` -> the seam; `tree` -> the
+//! workspace; `queue` stands alone.
 //! Only `session.rs` and `turn.rs` call the harness.
 
 mod events;
 mod queue;
 mod session;
+mod tree;
 mod turn;
 
 use std::sync::Arc;
@@ -38,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use queue::TurnQueue;
+pub(crate) use tree::{commit_reports, worktree_report};
 
 use self::session::{next_event, rewarm, Live, REWARM_BACKOFF};
 use self::turn::TurnEnd;
@@ -47,6 +52,8 @@ use relay_infra::retry::BackoffBuilder;
 pub struct Deps {
     pub reports: mpsc::Sender<Report>,
     pub threads: crate::ThreadStore,
+    /// The worktrees of this runtime's agents.
+    pub workspaces: crate::workspace::Workspaces,
     /// The launchers of the harnesses this runtime drives.
     pub harnesses: Arc<Harnesses>,
     pub node: Option<String>,
@@ -112,6 +119,7 @@ pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
         rewarm_waits: REWARM_BACKOFF.build(),
         rewarm_at: None,
         started: None,
+        tree: Default::default(),
     };
     tasks.spawn(worker.run(queue.clone(), msgs_rx));
     Handle { queue, msgs }
@@ -130,6 +138,8 @@ struct Worker {
     /// The turn whose start is recorded on disk: (flight, invocation). Its end is
     /// recorded too, with its report, before that report leaves (see [`Worker::report`]).
     started: Option<(String, String)>,
+    /// The agent's worktree, if it has one.
+    tree: tree::Tree,
 }
 
 impl Worker {
@@ -245,6 +255,9 @@ impl Worker {
                 if let Err(e) = self.deps.threads.set_dispatch_ended(invocation, &r).await {
                     tracing::error!(agent = %self.name, error = %e, "cannot record the turn's end");
                 }
+                // Then the worktree's changes are committed, before the end leaves: a
+                // crash in between leaves the marker, committed at the next start.
+                self.tree_commit(flight).await;
             }
         }
         // The broker side only goes away at shutdown; nothing to do then.

@@ -10,7 +10,7 @@ use relay_harnesses::seam::{HarnessInfo, HarnessSession, Launcher, OpenedSession
 use relay_harnesses::HarnessError;
 use relay_infra::retry::{self, BackoffBuilder};
 use relay_protocol::clock::now_ms;
-use relay_protocol::domain::{Agent, AgentState, Endpoint};
+use relay_protocol::domain::{Agent, AgentState, Endpoint, ForkSpec};
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::Report;
 use tokio::sync::mpsc;
@@ -51,6 +51,9 @@ pub(super) enum SessionError {
     /// The stored session id could not be read.
     #[error(transparent)]
     Stored(RuntimeError),
+    /// The agent's worktree could not be made.
+    #[error(transparent)]
+    Worktree(RuntimeError),
     #[error("cannot record the thread id: {0}")]
     Record(#[source] RuntimeError),
     /// The runtime stopped (or the agent was removed) while the session started.
@@ -151,7 +154,12 @@ impl Worker {
         }
         let launcher = self.deps.harnesses.get(agent.spec.harness)?;
         self.agent_state(AgentState::Starting).await;
-        match self.start_session(launcher.as_ref(), agent).await {
+        // An agent with a worktree is spawned there (its cwd names the repository).
+        let started = match self.in_worktree(agent).await {
+            Ok(there) => self.start_session(launcher.as_ref(), &there).await,
+            Err(e) => Err(SessionError::Worktree(e)),
+        };
+        match started {
             Ok(live) => {
                 let endpoint = live.session.endpoint();
                 self.report(Report::Agent {
@@ -200,7 +208,10 @@ impl Worker {
                 program: info.program,
                 source,
             })?;
-        match self.open_session(info, session.as_ref()).await {
+        match self
+            .open_session(info, session.as_ref(), agent.spec.fork.as_ref())
+            .await
+        {
             Ok(session_id) => Ok(Live {
                 session,
                 events,
@@ -217,11 +228,14 @@ impl Worker {
 
     /// Opens the stored session (or a new one), reports a lost one as such, and
     /// stores the id. A harness that cannot resume is not asked to: its new session
-    /// is recorded as the loss of the stored one.
+    /// is recorded as the loss of the stored one. A forked agent without a stored
+    /// session yet opens `fork`'s copy; its failure is the error (never a fresh session
+    /// in its place).
     async fn open_session(
         &self,
         info: HarnessInfo,
         session: &dyn HarnessSession,
+        fork: Option<&ForkSpec>,
     ) -> Result<String, SessionError> {
         let stored = self
             .deps
@@ -230,13 +244,14 @@ impl Worker {
             .await
             .map_err(SessionError::Stored)?
             .map(|rec| rec.thread_id);
-        let opened = match stored {
-            Some(old_id) if !info.capabilities.resume => {
+        let opened = match (stored, fork) {
+            (None, Some(from)) => session.fork(from).await?,
+            (Some(old_id), _) if !info.capabilities.resume => {
                 let new = session.open(None).await?;
                 let why = format!("{} cannot resume a conversation", info.name);
                 OpenedSession::replacing(&old_id, new.id, &why)
             }
-            stored => session.open(stored.as_deref()).await?,
+            (stored, _) => session.open(stored.as_deref()).await?,
         };
         if let Some(lost) = opened.lost {
             self.report(Report::ThreadLost {

@@ -111,6 +111,10 @@ impl Worker {
         if self.skip_cancelled(&flight).await {
             return TurnEnd::Done;
         }
+        if let Err(e) = self.tree_before_turn(&d).await {
+            self.fail(&flight, &e.to_string()).await;
+            return TurnEnd::Done;
+        }
         // Recorded (on disk) before the harness sees the task: whatever happens next, a
         // redelivery of this dispatch, or a restart, never starts the turn a second time.
         if let Err(e) = self
@@ -124,6 +128,17 @@ impl Worker {
             return TurnEnd::Done;
         }
         self.started = Some((flight.clone(), d.invocation.id.clone()));
+        // The marker, before the harness sees the task: its changes are committed as
+        // this flight's whatever happens next.
+        if let Err(e) = self.tree_begin(&d).await {
+            self.fail(
+                &flight,
+                &format!("cannot mark the turn's start in its worktree: {e}"),
+            )
+            .await;
+            self.turn_over();
+            return TurnEnd::Done;
+        }
         let shutdown = self.deps.shutdown.clone();
         let started = tokio::select! {
             _ = shutdown.cancelled() => {
@@ -385,6 +400,7 @@ impl Worker {
     /// and keeps it to refuse a late redelivery.
     fn turn_over(&mut self) {
         self.started = None;
+        self.tree_over();
     }
 
     /// Stops the turn on the worker's own account (deadline, idle, removal). A harness

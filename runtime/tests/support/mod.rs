@@ -1,7 +1,7 @@
 //! A scripted in-memory harness behind the seam, and what the worker tests share.
 //!
 //! [`scripted`] gives a [`Launcher`] to register in the runtime and the [`Script`] that
-//! drives it: every call the worker makes through the seam (spawn, open, start a turn,
+//! drives it: every call the worker makes through the seam (spawn, open, fork, start a turn,
 //! steer, interrupt, answer an approval, shut down) arrives at the test as a [`Call`],
 //! in order, and waits for the test's answer; the test sends the harness's events on the
 //! sender it got with the spawn. Nothing runs on a timer of its own, so the tests run on
@@ -16,7 +16,7 @@ use relay_harnesses::seam::{
 };
 use relay_harnesses::{HarnessError, Harnesses, RelayAccess};
 use relay_protocol::domain::{
-    AgentSpec, AgentState, ApprovalDecision, FlightChange, FlightState, Harness,
+    AgentSpec, AgentState, ApprovalDecision, FlightChange, FlightState, ForkSpec, Harness,
 };
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::{Control, Report};
@@ -26,6 +26,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod dispatch;
+pub mod drive;
+pub mod repo;
 pub use dispatch::dispatch;
 
 /// The answer a call waits for.
@@ -42,6 +44,10 @@ pub enum Call {
     },
     Open {
         stored: Option<String>,
+        reply: Reply<OpenedSession>,
+    },
+    Fork {
+        from: Box<ForkSpec>,
         reply: Reply<OpenedSession>,
     },
     StartTurn {
@@ -166,6 +172,14 @@ impl HarnessSession for ScriptedSession {
     ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
         let stored = stored.map(str::to_string);
         Box::pin(ask(&self.calls, |reply| Call::Open { stored, reply }))
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a ForkSpec,
+    ) -> BoxFuture<'a, Result<OpenedSession, HarnessError>> {
+        let from = Box::new(from.clone());
+        Box::pin(ask(&self.calls, |reply| Call::Fork { from, reply }))
     }
 
     fn start_turn<'a>(

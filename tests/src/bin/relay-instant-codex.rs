@@ -24,6 +24,9 @@
 //! holds each plain turn N ms after its delta before completing it, so invocations queue
 //! behind a running turn.
 //!
+//! A task `write:PATH=TEXT` first writes TEXT (and a newline) to PATH, relative to its
+//! working directory (an agent's worktree: the workspace tests), then answers as usual.
+//!
 //! Invoked as the agent's `--command`; the `app-server` argument is ignored.
 
 use std::io::{BufRead, BufWriter, Write};
@@ -91,6 +94,11 @@ fn main() -> std::io::Result<()> {
                     .to_string();
                 if let Some(runs) = &mut runs {
                     runs.record(&task)?;
+                }
+                if let Some((path, text)) =
+                    task.strip_prefix("write:").and_then(|w| w.split_once('='))
+                {
+                    std::fs::write(path, format!("{text}\n"))?;
                 }
                 let turn = |status, items| Turn {
                     id: turn_id.clone(),

@@ -1,4 +1,5 @@
-//! Agents: `relay agent add|attach|list|show|wake|remove|peek`.
+//! Agents: `relay agent add|attach|list|show|wake|remove|peek|fork` (the worktree parts
+//! in [`super::workspace`]).
 
 use relay_protocol::api::Empty;
 use relay_protocol::methods::call as m;
@@ -113,6 +114,8 @@ pub enum AgentCmd {
         /// runs each task as commands with no approval step: it must name this.
         #[arg(long = "allow-from", value_name = "PRINCIPAL")]
         allow_from: Vec<String>,
+        #[command(flatten)]
+        worktree: super::workspace::WorktreeArgs,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -179,11 +182,20 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-f
         #[arg(long)]
         json: bool,
     },
-    /// Remove an agent (its running turn ends; its history stays in the log).
-    #[command(alias = "rm", after_help = "Example:\n  relay agent remove codex-1")]
+    /// Remove an agent (its running turn ends; its history stays in the log). Its
+    /// worktree is removed and its branch kept; a worktree with uncommitted work is
+    /// refused unless --force.
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  relay agent remove codex-1\n  relay agent remove codex-1 --force"
+    )]
     Remove {
         /// The agent's name.
         name: String,
+        /// Remove its worktree even with uncommitted work (committed on its branch
+        /// first: nothing is lost).
+        #[arg(long)]
+        force: bool,
         /// Print JSON (machine-readable) instead of text.
         #[arg(long)]
         json: bool,
@@ -192,6 +204,11 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-f
     /// look at it live.
     #[command(after_help = "Example:\n  relay agent peek tm-1 -n 20")]
     Peek(super::flight::PeekArgs),
+    /// Fork an agent: a new agent whose session continues SRC's conversation from a
+    /// flight (its turns up to it) and whose worktree branches from that flight's
+    /// commit. For trying another approach from there (codex, claude and pi can fork).
+    #[command(after_help = help::AGENT_FORK)]
+    Fork(super::workspace::ForkArgs),
 }
 
 /// `--harness`: a harness's short name (`codex`, `claude`, `pi`, `tmux`) or its long one.
@@ -223,6 +240,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             auto_decline,
             approval_timeout,
             allow_from,
+            worktree,
             json,
         } => {
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
@@ -279,7 +297,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     &[],
                     &AgentSpec {
                         fork: None,
-                        worktree: None,
+                        worktree: worktree.spec(),
                         name,
                         harness,
                         cwd: cwd.display().to_string(),
@@ -317,6 +335,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     agent.spec.cwd,
                     agent.spec.name
                 );
+                for line in super::workspace::show_lines(agent) {
+                    outln!("{line}");
+                }
             }
         }
         AgentCmd::Attach {
@@ -373,8 +394,8 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if f.json {
                 print_json(&agents)?;
             } else {
-                let mut table = Table::new(&["NAME", "HARNESS", "STATE", "NODE", "CWD"])
-                    .optional(&["NODE", "HARNESS"]);
+                let mut table = Table::new(&["NAME", "HARNESS", "STATE", "NODE", "CWD", "BRANCH"])
+                    .optional(&["NODE", "HARNESS", "BRANCH"]);
                 for a in &agents {
                     table.row(vec![
                         Cell::new(&a.spec.name),
@@ -382,6 +403,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         Cell::state(a.state.as_str()),
                         Cell::dim(a.spec.node.as_deref().unwrap_or("local")),
                         Cell::new(&a.spec.cwd),
+                        Cell::dim(super::workspace::list_marker(a)),
                     ]);
                 }
                 table.print(
@@ -398,6 +420,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 outln!("name      {}", a.spec.name);
                 outln!("harness   {}", a.spec.harness);
                 outln!("cwd       {}", a.spec.cwd);
+                for line in super::workspace::show_lines(&a) {
+                    outln!("{line}");
+                }
                 outln!("state     {}", a.state.as_str());
                 if let Some(reason) = &a.state_reason {
                     outln!("why       {}", reason.replace('\n', "\n          "));
@@ -453,16 +478,17 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 }
             }
         }
-        AgentCmd::Remove { name, json } => {
+        AgentCmd::Remove { name, force, json } => {
             let a: Agent = client
-                .call::<m::AgentRemove>(&[&name], &relay_protocol::api::RemoveQuery::default())
+                .call::<m::AgentRemove>(&[&name], &relay_protocol::api::RemoveQuery { force })
                 .await?;
             if json {
                 print_json(&a)?;
             } else {
-                outln!("removed {}", a.spec.name);
+                super::workspace::removed(&a);
             }
         }
+        AgentCmd::Fork(args) => super::workspace::fork(client, args).await?,
         AgentCmd::Peek(args) => super::flight::peek(client, args).await?,
         AgentCmd::Wake { name, json } => {
             let a: Agent = client.call::<m::AgentWake>(&[&name], &Empty {}).await?;

@@ -281,6 +281,10 @@ async fn ask(
             _ => {}
         }
     }
+    // On stderr: stdout stays the reply, for scripts.
+    if let Some(c) = flight.commit.as_ref().filter(|_| !json) {
+        errln!("relay: {} (relay diff {})", c.summary(), flight.id);
+    }
     if flight.state != FlightState::Completed && !json {
         errln!(
             "relay: flight {} {}: {}",

@@ -252,6 +252,9 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         if let Some(note) = &flight.note {
             outln!("note       {}", note_text(note));
         }
+        for line in super::workspace::flight_lines(&flight) {
+            outln!("{line}");
+        }
         if let Some(o) = &flight.output {
             outln!("output\n{o}");
         }

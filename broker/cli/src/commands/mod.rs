@@ -25,6 +25,7 @@ pub mod replay;
 pub mod serve;
 pub mod status;
 pub mod watch;
+pub mod workspace;
 
 #[derive(Args)]
 pub struct JsonFlag {
@@ -78,6 +79,13 @@ pub enum Cmd {
     /// a broker restart.
     #[command(after_help = help::WATCH)]
     Watch(watch::WatchArgs),
+    /// Show what a flight changed, or an agent's branch against its base.
+    ///
+    /// For an agent with a worktree (`relay agent add --worktree`): a flight's commit
+    /// (flt_...), or the agent's whole branch (its name). The patch, or --stat.
+    Diff(workspace::DiffArgs),
+    /// Undo a flight's changes with a revert commit on its agent's branch.
+    Revert(workspace::RevertArgs),
     /// Flights: list, show, steer, interrupt, reply.
     ///
     /// A flight is one tracked run of an agent (each ask and each mention makes one).
@@ -154,9 +162,10 @@ or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
     /// not. It writes no record (opening the database lets sled recover it, as `relay up`
     /// would).
     #[command(
-        after_help = "Run it with the broker stopped (`relay up` holds the database lock).\n\nExamples:\n  relay doctor\n  relay doctor --data-dir /srv/relay --json"
+        after_help = "Run it with the broker stopped (`relay up` holds the database lock). It also lists the \
+worktrees Relay made (`relay agent add --worktree`) that no agent owns; --fix removes them.\n\nExamples:\n  relay doctor\n  relay doctor --fix\n  relay doctor --data-dir /srv/relay --json"
     )]
-    Doctor(JsonFlag),
+    Doctor(doctor::DoctorArgs),
     /// Print a shell's completion script (bash, zsh, fish...).
     #[command(after_help = help::COMPLETIONS)]
     Completions {
@@ -210,7 +219,7 @@ pub async fn run(
     let done = Ok(Exit::Ok);
     match cmd {
         Cmd::Serve(cmd) => serve::run(data_dir, cmd).await,
-        Cmd::Doctor(f) => doctor::run(data_dir, f.json).await,
+        Cmd::Doctor(args) => doctor::run(data_dir, args).await,
         Cmd::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut crate::command(), "relay", &mut out);
@@ -220,6 +229,8 @@ pub async fn run(
         Cmd::Man { out } => help::man(out),
         Cmd::Ask(args) => ask::run(&client(data_dir)?, args).await,
         Cmd::Watch(args) => watch::run(&client(data_dir)?, args).await,
+        Cmd::Diff(args) => workspace::diff(&client(data_dir)?, args).await.and(done),
+        Cmd::Revert(args) => workspace::revert(&client(data_dir)?, args).await.and(done),
         Cmd::Flight(args) => flight::run(&client(data_dir)?, args).await,
         Cmd::Status(f) => status::run(&client(data_dir)?, f.json).await.and(done),
         Cmd::Send(args) => conversation::send(&client(data_dir)?, args).await.and(done),

@@ -106,6 +106,7 @@ fn agent_line(entry: &AgentEntry, out: &mut Lines) {
             cwd,
             model,
             node,
+            worktree,
             ..
         } => {
             let mut line = format!("registered: {harness} in {cwd}");
@@ -114,6 +115,12 @@ fn agent_line(entry: &AgentEntry, out: &mut Lines) {
             }
             if let Some(n) = node {
                 line.push_str(&format!(", on node {n}"));
+            }
+            if let Some(w) = worktree {
+                line.push_str(&format!(
+                    ", worktree {} on {} from {}",
+                    w.path, w.branch, w.base
+                ));
             }
             out.at(*seq, "", &line);
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use relay_protocol::domain::{
-    valid_agent_name, Agent, AgentSpec, AgentState, Endpoint, Harness, ProgramInfo,
+    valid_agent_name, Agent, AgentSpec, AgentState, Endpoint, Harness, ProgramInfo, WorktreeState,
 };
 use relay_protocol::event::EventBody;
 
@@ -48,7 +48,11 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    pub(super) fn register_agent(&mut self, spec: &AgentSpec) -> Result<Outcome, BrokerError> {
+    pub(super) fn register_agent(
+        &mut self,
+        spec: &AgentSpec,
+        worktree: &Option<Box<WorktreeState>>,
+    ) -> Result<Outcome, BrokerError> {
         if !valid_agent_name(&spec.name) {
             return Err(BadInput::AgentName(spec.name.clone()).into());
         }
@@ -71,6 +75,7 @@ impl Ctx<'_, '_> {
             return Err(BadInput::Empty("agent's cwd").into());
         }
         crate::policy::validate(&spec.approval_policy).map_err(BadInput::Policy)?;
+        check_worktree(spec)?;
         self.check_pane(spec)?;
         if let Some(problem) = spec.allow_from_problem() {
             return Err(BadInput::AllowFrom(problem).into());
@@ -88,7 +93,7 @@ impl Ctx<'_, '_> {
             crate::store::Sink::put(self.tx, T::Secrets, spec.name.as_bytes(), encode(&secrets)?)?;
         }
         let agent = Agent {
-            worktree: None,
+            worktree: worktree.as_deref().cloned(),
             spec,
             state: AgentState::Offline,
             session_id: None,
@@ -106,12 +111,13 @@ impl Ctx<'_, '_> {
         Ok(Outcome::Agent(agent))
     }
 
-    pub(super) fn remove_agent(&mut self, name: &str) -> Result<Outcome, BrokerError> {
+    pub(super) fn remove_agent(&mut self, name: &str, force: bool) -> Result<Outcome, BrokerError> {
         let agent = self.agent(name)?;
         crate::store::Sink::del(self.tx, T::Secrets, name.as_bytes())?;
         self.emit(EventBody::AgentRemoved {
             name: name.to_owned(),
             node: agent.spec.node.clone(),
+            force,
         })?;
         Ok(Outcome::Agent(agent))
     }
@@ -176,6 +182,53 @@ impl Ctx<'_, '_> {
         })?;
         Ok(Outcome::Done)
     }
+}
+
+/// The worktree a registration asks for is well formed, before any git runs on it:
+/// the repository (`cwd`) an absolute path (the runtime runs git there, from wherever it
+/// was started), the base a ref (never an option: git reads a leading `-` as one), the
+/// directory absolute, and what is copied in relative to the repository, never out of it.
+pub(in crate::broker) fn check_worktree(spec: &AgentSpec) -> Result<(), BrokerError> {
+    let Some(w) = &spec.worktree else {
+        return Ok(());
+    };
+    let bad = |why: String| -> Result<(), BrokerError> { Err(BadInput::Worktree(why).into()) };
+    if !std::path::Path::new(&spec.cwd).is_absolute() {
+        return bad(format!(
+            "the repository (cwd) {:?} must be an absolute path",
+            spec.cwd
+        ));
+    }
+    if spec.cwd.contains('\0') {
+        return bad("the repository (cwd) holds a NUL byte".into());
+    }
+    if let Some(base) = &w.base {
+        if base.trim().is_empty() || base.starts_with('-') || base.contains(['\0', '\n']) {
+            return bad(format!(
+                "--base {base:?} is not a branch, tag or commit name"
+            ));
+        }
+    }
+    if let Some(dir) = &w.dir {
+        if dir.contains('\0') || !std::path::Path::new(dir).is_absolute() {
+            return bad(format!("--worktree-dir {dir:?} must be an absolute path"));
+        }
+    }
+    for pattern in &w.copy {
+        let path = std::path::Path::new(pattern);
+        if pattern.trim().is_empty()
+            || pattern.contains('\0')
+            || path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return bad(format!(
+                "--copy {pattern:?}: name files relative to the repository, inside it (no `..`, not absolute)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A registration's spec as it is stored and published, and its secret variables: the

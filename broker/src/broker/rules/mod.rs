@@ -21,6 +21,8 @@ mod approvals;
 mod flights;
 mod messages;
 
+pub(super) use agents::check_worktree;
+
 /// The domain rules, run inside the writer's transaction.
 pub(super) struct Ctx<'a, 't> {
     pub(super) tx: &'a Tx<'t>,
@@ -65,8 +67,8 @@ impl Ctx<'_, '_> {
 
     pub(super) fn run(&mut self, command: &Command) -> Result<Outcome, BrokerError> {
         match command {
-            Command::RegisterAgent(spec) => self.register_agent(spec),
-            Command::RemoveAgent(name) => self.remove_agent(name),
+            Command::RegisterAgent(spec, worktree) => self.register_agent(spec, worktree),
+            Command::RemoveAgent { name, force } => self.remove_agent(name, *force),
             Command::UpdateAgent {
                 name,
                 state,

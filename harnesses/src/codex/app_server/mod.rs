@@ -4,7 +4,8 @@
 //! - The envelope: [`Message`] (request, notification, response, error) and [`RequestId`].
 //! - Method names: [`method`] (client requests), [`notification`] (server notifications),
 //!   [`server_request`] (requests Codex sends to the client, such as approvals).
-//! - Params and results for `initialize`, `thread/start`, `thread/resume`, `turn/start`,
+//! - Params and results for `initialize`, `thread/start`, `thread/resume`, `thread/fork`,
+//!   `thread/turns/list`, `turn/start`,
 //!   `turn/steer`, `turn/interrupt`, the notifications the adapter translates, and the
 //!   approval requests with their answers.
 //!
@@ -114,16 +115,20 @@ pub mod method {
     pub const INITIALIZE: &str = "initialize";
     pub const THREAD_START: &str = "thread/start";
     pub const THREAD_RESUME: &str = "thread/resume";
+    pub const THREAD_FORK: &str = "thread/fork";
+    pub const THREAD_TURNS_LIST: &str = "thread/turns/list";
     pub const TURN_START: &str = "turn/start";
     pub const TURN_STEER: &str = "turn/steer";
     pub const TURN_INTERRUPT: &str = "turn/interrupt";
     /// Client -> server notification sent once after the `initialize` response.
     pub const INITIALIZED: &str = "initialized";
 
-    pub const ALL: [&str; 6] = [
+    pub const ALL: [&str; 8] = [
         INITIALIZE,
         THREAD_START,
         THREAD_RESUME,
+        THREAD_FORK,
+        THREAD_TURNS_LIST,
         TURN_START,
         TURN_STEER,
         TURN_INTERRUPT,

@@ -1,5 +1,5 @@
-//! Threads: `thread/start` and `thread/resume` with their policies, and the thread and
-//! turn records Codex answers with.
+//! Threads: `thread/start`, `thread/resume` and `thread/fork` with their policies,
+//! `thread/turns/list`, and the thread and turn records Codex answers with.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,4 +123,76 @@ pub struct TurnError {
     /// A tag such as `"other"` or an object; kept raw.
     #[serde(default)]
     pub codex_error_info: Option<Value>,
+}
+
+/// `thread/fork`: a new thread with a copy of `thread_id`'s history, through
+/// `last_turn_id` (inclusive; all turns when absent), with its own settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadForkParams {
+    pub thread_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_turn_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<AskForApproval>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    /// The answer without the copied turns (Relay needs only the new id).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclude_turns: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadForkResponse {
+    pub thread: Thread,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// `sortDirection` of `thread/turns/list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SortDirection {
+    Asc,
+    Desc,
+}
+
+/// `itemsView` of `thread/turns/list`: how much of each turn's items to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnItemsView {
+    NotLoaded,
+    Summary,
+    Full,
+}
+
+/// `thread/turns/list`: a page of a thread's turns, read from its rollout (the thread
+/// need not be loaded in this process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListParams {
+    pub thread_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_direction: Option<SortDirection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_view: Option<TurnItemsView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListResponse {
+    pub data: Vec<Turn>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }

@@ -1,0 +1,476 @@
+//! The broker's rules of what a flight did to its agent's worktree, over a real
+//! (temporary) sled store: a commit is recorded also after the flight ended (a commit
+//! made after a restart), without its patch (the update keeps it); the same commit again
+//! is one update, not two; a revert needs a commit; a flight's diff is its commit with
+//! the patch; a revert is refused for a flight with no commit, one still running, one
+//! reverted already; a registration's worktree spec is checked before any git runs; and
+//! the worktree a registration carries is kept on the agent.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use relay_broker::store::Store;
+use relay_broker::{Broker, BrokerConfig, BrokerError};
+use relay_protocol::domain::{
+    AgentSpec, FileChange, Flight, FlightChange, FlightCommit, FlightState, Harness, InvokeRequest,
+    Revert, WorktreeSpec,
+};
+use tokio_util::sync::CancellationToken;
+
+async fn broker() -> Broker {
+    let (b, _task) = Broker::start(
+        Store::temporary().unwrap(),
+        BrokerConfig::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    b
+}
+
+fn state(to: FlightState) -> FlightChange {
+    FlightChange::State {
+        to,
+        reason: None,
+        output: None,
+    }
+}
+
+fn commit() -> FlightCommit {
+    FlightCommit {
+        branch: "relay/a1".into(),
+        start: "a".repeat(40),
+        head: "b".repeat(40),
+        commit: Some("b".repeat(40)),
+        files: vec![FileChange {
+            path: "notes.txt".into(),
+            added: 1,
+            removed: 0,
+            binary: false,
+        }],
+        added: 1,
+        removed: 0,
+        patch: Some("+hello\n".into()),
+        ..FlightCommit::default()
+    }
+}
+
+/// A flight of agent a1 that ran and completed.
+async fn ended_flight(b: &Broker) -> Flight {
+    b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"))
+        .await
+        .unwrap();
+    let f = b
+        .invoke(InvokeRequest::new("a1", "hi"))
+        .await
+        .unwrap()
+        .flight;
+    b.update_flight(&f.id, state(FlightState::Running))
+        .await
+        .unwrap();
+    b.update_flight(&f.id, state(FlightState::Completed))
+        .await
+        .unwrap()
+        .flight
+}
+
+#[tokio::test]
+async fn a_commit_after_the_end_is_recorded_once_and_without_its_patch() {
+    let b = broker().await;
+    let f = ended_flight(&b).await;
+    let change = FlightChange::Commit {
+        commit: Box::new(commit()),
+    };
+    let first = b.update_flight(&f.id, change.clone()).await.unwrap();
+    assert_eq!(first.flight.state, FlightState::Completed);
+    let mut kept = commit();
+    kept.patch = None;
+    assert_eq!(first.flight.commit, Some(kept.clone()));
+    // The same commit again (a report replayed after a restart): no second update.
+    let again = b.update_flight(&f.id, change).await.unwrap();
+    assert_eq!(again.flight.update_seq, first.flight.update_seq);
+    let updates = b
+        .store()
+        .read({
+            let id = f.id.clone();
+            move |s| s.flight_updates(&id, 0)
+        })
+        .await
+        .unwrap();
+    let commits: Vec<_> = updates
+        .iter()
+        .filter(|u| matches!(u.change, FlightChange::Commit { .. }))
+        .collect();
+    assert_eq!(commits.len(), 1, "{updates:?}");
+    // The diff is the update's: with the patch.
+    let diff = relay_broker::workspaces::flight_diff(&b, &f.id)
+        .await
+        .unwrap();
+    assert_eq!(diff.commit.unwrap().patch.as_deref(), Some("+hello\n"));
+    // Other changes are still refused after the end.
+    let late = b
+        .update_flight(&f.id, FlightChange::Delta { text: "x".into() })
+        .await;
+    assert!(
+        matches!(late, Err(BrokerError::FlightTerminal { .. })),
+        "{late:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_revert_needs_a_commit_and_is_kept_on_it() {
+    let b = broker().await;
+    let f = ended_flight(&b).await;
+    let revert = Revert {
+        commit: "c".repeat(40),
+        by: "operator".into(),
+        at: 1,
+        files: Vec::new(),
+    };
+    let refused = b
+        .update_flight(
+            &f.id,
+            FlightChange::Reverted {
+                revert: revert.clone(),
+            },
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(BrokerError::Invalid(m)) if m.contains("has no commit to revert")),
+        "{refused:?}"
+    );
+    // Asked through the operation, the same refusal comes before any runtime is asked.
+    let asked = relay_broker::workspaces::revert(&b, None, &f.id, "operator").await;
+    assert!(
+        matches!(&asked, Err(BrokerError::Invalid(m)) if m.contains("no commit to revert")),
+        "{asked:?}"
+    );
+    b.update_flight(
+        &f.id,
+        FlightChange::Commit {
+            commit: Box::new(commit()),
+        },
+    )
+    .await
+    .unwrap();
+    let reverted = b
+        .update_flight(
+            &f.id,
+            FlightChange::Reverted {
+                revert: revert.clone(),
+            },
+        )
+        .await
+        .unwrap()
+        .flight;
+    assert_eq!(
+        reverted.commit.as_ref().unwrap().reverted_by,
+        Some(revert.clone())
+    );
+    // A commit report replayed after the revert keeps the revert.
+    let replayed = b
+        .update_flight(
+            &f.id,
+            FlightChange::Commit {
+                commit: Box::new(commit()),
+            },
+        )
+        .await
+        .unwrap()
+        .flight;
+    assert_eq!(replayed.commit.unwrap().reverted_by, Some(revert));
+    let twice = relay_broker::workspaces::revert(&b, None, &f.id, "operator").await;
+    assert!(
+        matches!(&twice, Err(BrokerError::Invalid(m)) if m.contains("reverted already")),
+        "{twice:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_running_flight_is_not_reverted() {
+    let b = broker().await;
+    b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"))
+        .await
+        .unwrap();
+    let f = b
+        .invoke(InvokeRequest::new("a1", "hi"))
+        .await
+        .unwrap()
+        .flight;
+    b.update_flight(&f.id, state(FlightState::Running))
+        .await
+        .unwrap();
+    let asked = relay_broker::workspaces::revert(&b, None, &f.id, "operator").await;
+    assert!(
+        matches!(&asked, Err(BrokerError::Invalid(m)) if m.contains("is running flight") && m.contains("interrupt")),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_worktree_spec_is_checked_before_any_git_runs() {
+    let b = broker().await;
+    let with = |cwd: &str, w: WorktreeSpec| AgentSpec {
+        worktree: Some(w),
+        ..AgentSpec::new("w1", Harness::CodexAppServer, cwd)
+    };
+    let cases = [
+        (with("relative/repo", WorktreeSpec::default()), "absolute"),
+        (
+            with(
+                "/repo",
+                WorktreeSpec {
+                    base: Some("--upload-pack=x".into()),
+                    ..WorktreeSpec::default()
+                },
+            ),
+            "not a branch",
+        ),
+        (
+            with(
+                "/repo",
+                WorktreeSpec {
+                    dir: Some("rel".into()),
+                    ..WorktreeSpec::default()
+                },
+            ),
+            "--worktree-dir",
+        ),
+        (
+            with(
+                "/repo",
+                WorktreeSpec {
+                    copy: vec!["a/../../etc".into()],
+                    ..WorktreeSpec::default()
+                },
+            ),
+            "no `..`",
+        ),
+        (
+            with(
+                "/repo",
+                WorktreeSpec {
+                    copy: vec!["/etc/passwd".into()],
+                    ..WorktreeSpec::default()
+                },
+            ),
+            "not absolute",
+        ),
+    ];
+    for (spec, says) in cases {
+        let e = b.register_agent(spec.clone()).await.unwrap_err();
+        assert!(e.to_string().contains(says), "{spec:?}: {e}");
+    }
+    assert!(b.agent("w1").await.unwrap().is_none());
+    // A well-formed one is registered (its worktree made by the runtime, none here).
+    let ok = b
+        .register_agent(with(
+            "/repo",
+            WorktreeSpec {
+                base: Some("main".into()),
+                dir: Some("/srv/trees".into()),
+                copy: vec![".env".into(), "config/*.local".into()],
+            },
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ok.worktree, None);
+}
+
+/// The port as a fork sees it: records the spec it is asked to check, makes no worktree.
+struct Recorder(std::sync::Mutex<Vec<AgentSpec>>);
+
+impl relay_broker::ports::FlightControl for Recorder {
+    fn steer(
+        &self,
+        _: Flight,
+        _: String,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn interrupt(&self, _: Flight) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn reply(
+        &self,
+        _: Flight,
+        _: String,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn approval_decided(
+        &self,
+        _: relay_protocol::domain::Approval,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn wake(
+        &self,
+        _: relay_protocol::domain::Agent,
+    ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn peek(
+        &self,
+        _: relay_protocol::domain::Agent,
+        _: usize,
+    ) -> futures::future::BoxFuture<'static, Result<relay_protocol::api::Peek, BrokerError>> {
+        Box::pin(async { Err(BrokerError::NoRuntime) })
+    }
+    fn check_agent(
+        &self,
+        spec: AgentSpec,
+    ) -> futures::future::BoxFuture<'static, Result<relay_broker::ports::AgentChecked, BrokerError>>
+    {
+        self.0.lock().unwrap().push(spec);
+        Box::pin(async { Ok(relay_broker::ports::AgentChecked::default()) })
+    }
+    fn worktree_dirty(
+        &self,
+        _: relay_protocol::domain::Agent,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<String>, BrokerError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn agent_diff(
+        &self,
+        _: relay_protocol::domain::Agent,
+    ) -> futures::future::BoxFuture<'static, Result<relay_protocol::api::AgentDiff, BrokerError>>
+    {
+        Box::pin(async { Err(BrokerError::NoRuntime) })
+    }
+    fn revert(
+        &self,
+        _: Flight,
+        _: FlightCommit,
+        _: String,
+    ) -> futures::future::BoxFuture<'static, Result<relay_broker::ports::Reverting, BrokerError>>
+    {
+        Box::pin(async { Err(BrokerError::NoRuntime) })
+    }
+}
+
+/// A flight of `agent` that ran on thread `thread` and ended, with `head` as its commit.
+async fn turn(b: &Broker, agent: &str, thread: &str, head: Option<&str>) -> String {
+    let f = b
+        .invoke(InvokeRequest::new(agent, "hi"))
+        .await
+        .unwrap()
+        .flight;
+    b.update_flight(&f.id, state(FlightState::Running))
+        .await
+        .unwrap();
+    b.update_flight(
+        &f.id,
+        FlightChange::Session {
+            thread_id: Some(thread.into()),
+            turn_id: None,
+        },
+    )
+    .await
+    .unwrap();
+    if let Some(head) = head {
+        let mut c = commit();
+        c.head = head.into();
+        b.update_flight(
+            &f.id,
+            FlightChange::Commit {
+                commit: Box::new(c),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    b.update_flight(&f.id, state(FlightState::Completed))
+        .await
+        .unwrap();
+    f.id
+}
+
+#[tokio::test]
+async fn a_fork_keeps_the_turns_up_to_its_flight_and_branches_from_its_commit() {
+    let b = broker().await;
+    let spec = AgentSpec {
+        worktree: Some(WorktreeSpec {
+            base: None,
+            dir: Some("/srv/trees".into()),
+            copy: vec![".env".into()],
+        }),
+        env: [("OPENAI_API_KEY".to_string(), "sk-kept-apart".to_string())].into(),
+        ..AgentSpec::new("src", Harness::CodexAppServer, "/repo")
+    };
+    let recorder = std::sync::Arc::new(Recorder(std::sync::Mutex::new(Vec::new())));
+    let control: std::sync::Arc<dyn relay_broker::ports::FlightControl> = recorder.clone();
+    b.add_agent(spec, Some(control.as_ref())).await.unwrap();
+    // An earlier session's flight, then three on the current one (the second changed
+    // nothing).
+    turn(&b, "src", "old-thread", Some(&"0".repeat(40))).await;
+    turn(&b, "src", "t1", Some(&"1".repeat(40))).await;
+    let f2 = turn(&b, "src", "t1", None).await;
+    let f3 = turn(&b, "src", "t1", Some(&"3".repeat(40))).await;
+    b.execute(relay_broker::Command::UpdateAgent {
+        name: "src".into(),
+        state: None,
+        thread_id: Some("t1".into()),
+        endpoint: None,
+        reason: None,
+        program: None,
+        worktree: None,
+    })
+    .await
+    .unwrap();
+
+    let fork = |name: &str, at: Option<&str>| relay_protocol::api::ForkRequest {
+        name: name.into(),
+        at: at.map(str::to_string),
+    };
+    let added = relay_broker::workspaces::fork(&b, Some(&control), "src", fork("at2", Some(&f2)))
+        .await
+        .unwrap();
+    let checked = recorder.0.lock().unwrap().last().cloned().unwrap();
+    let f = checked.fork.clone().unwrap();
+    assert_eq!((f.agent.as_str(), f.thread_id.as_str()), ("src", "t1"));
+    assert_eq!(f.flight.as_deref(), Some(f2.as_str()));
+    assert_eq!((f.keep_turns, f.turns), (Some(2), 3));
+    assert_eq!(f.cwd, "/repo");
+    // f2 made no commit: the last one before it, f1's.
+    let w = checked.worktree.clone().unwrap();
+    assert_eq!(w.base, Some("1".repeat(40)));
+    assert_eq!(
+        (w.dir.as_deref(), w.copy.clone()),
+        (Some("/srv/trees"), vec![".env".to_string()])
+    );
+    // The runtime gets SRC's secret to start NEW; the record shows its name only.
+    assert_eq!(
+        checked.secrets.0.get("OPENAI_API_KEY").map(String::as_str),
+        Some("sk-kept-apart")
+    );
+    assert_eq!(added.agent.spec.name, "at2");
+    assert_eq!(
+        added.agent.spec.env["OPENAI_API_KEY"],
+        relay_protocol::domain::SECRET_SHOWN
+    );
+
+    // By default: the last flight, its own commit.
+    relay_broker::workspaces::fork(&b, Some(&control), "src", fork("last", None))
+        .await
+        .unwrap();
+    let checked = recorder.0.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        checked.fork.as_ref().unwrap().flight.as_deref(),
+        Some(f3.as_str())
+    );
+    assert_eq!(checked.worktree.unwrap().base, Some("3".repeat(40)));
+
+    // A flight of an earlier session, and one that is not SRC's, are refused.
+    let old = b
+        .store()
+        .read(|s| s.recent_flights(1000, |f| f.thread_id.as_deref() == Some("old-thread")))
+        .await
+        .unwrap();
+    let e = relay_broker::workspaces::fork(&b, Some(&control), "src", fork("x", Some(&old[0].id)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("earlier session"), "{e}");
+    let e = relay_broker::workspaces::fork(&b, Some(&control), "src", fork("x", Some("flt_nope")))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not a flight of agent src"), "{e}");
+}

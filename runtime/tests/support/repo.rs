@@ -1,0 +1,77 @@
+//! Real git repositories in temp dirs for the workspace tests, with their own identity
+//! (nothing of the user's git config is needed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs git in `dir`; its stdout. Panics with git's words on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("LC_ALL", "C")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository on branch `main` with one commit (`README.md`, `src/lib.txt`), in a
+/// directory whose name has a space.
+pub struct Repo {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Repo {
+    pub fn new() -> Repo {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("my repo");
+        std::fs::create_dir(&path).unwrap();
+        let path = std::fs::canonicalize(&path).unwrap();
+        git(&path, &["init", "-q", "-b", "main"]);
+        git(&path, &["config", "user.name", "Tester"]);
+        git(&path, &["config", "user.email", "tester@example.com"]);
+        std::fs::write(path.join("README.md"), "hello\n").unwrap();
+        std::fs::create_dir(path.join("src")).unwrap();
+        std::fs::write(path.join("src/lib.txt"), "one\ntwo\nthree\n").unwrap();
+        std::fs::write(path.join(".gitignore"), ".env\n").unwrap();
+        git(&path, &["add", "-A"]);
+        git(&path, &["commit", "-q", "-m", "init"]);
+        Repo { _dir: dir, path }
+    }
+
+    pub fn git(&self, args: &[&str]) -> String {
+        git(&self.path, args)
+    }
+
+    pub fn head(&self) -> String {
+        self.git(&["rev-parse", "HEAD"])
+    }
+}
+
+/// The spec of agent `name` with a worktree of `repo` (base, copy as given).
+pub fn spec(
+    name: &str,
+    repo: &Path,
+    base: Option<&str>,
+    copy: &[&str],
+) -> relay_protocol::domain::AgentSpec {
+    let mut spec = relay_protocol::domain::AgentSpec::new(
+        name,
+        relay_protocol::domain::Harness::ClaudeStreamJson,
+        repo.display().to_string(),
+    );
+    spec.worktree = Some(relay_protocol::domain::WorktreeSpec {
+        base: base.map(str::to_string),
+        dir: None,
+        copy: copy.iter().map(|c| c.to_string()).collect(),
+    });
+    spec
+}

@@ -169,14 +169,10 @@ pub async fn worktree_of(env: &Env, agent: &str) -> Value {
     waited.unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The worktree state in an agent's JSON. It shares the name `worktree` with the
-/// registration's request (the spec is flattened into the agent) unless it has a wire
-/// name of its own: whichever object has a `path` is the state.
+/// The worktree state in an agent's JSON: `worktree_state` (the agent flattens its
+/// spec, whose `worktree` is what the registration asked for).
 pub fn state_of(agent: &Value) -> Option<&Value> {
-    ["worktree_state", "worktree"]
-        .into_iter()
-        .map(|k| &agent[k])
-        .find(|w| w["path"].is_string())
+    Some(&agent["worktree_state"]).filter(|w| w["path"].is_string())
 }
 
 /// The path of a worktree's private git dir (`<repo>/.git/worktrees/NAME`).

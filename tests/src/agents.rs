@@ -20,7 +20,10 @@ use crate::{wait_until, RelayProcess};
 /// Answers by the last user text: `slow:` streams its words 250 ms apart, `exec:` asks to
 /// run the command (escalated in Codex, which makes it ask for approval; with the `Bash`
 /// tool in Claude Code, which asks; with `bash` in Pi, which runs it) and then reports its
-/// output, `mcp:SERVER:TOOL ARGS` calls tool TOOL of MCP server SERVER with the JSON
+/// output, `write:PATH CONTENT` writes CONTENT (`\n` for a line break) to PATH in the
+/// agent's cwd with the CLI's shell tool ([`Reply::write_file`]; it asks, and
+/// [`relay_mock_model::WRITE_FILE_RULE`] accepts) and then answers `wrote PATH: CONTENT`,
+/// `mcp:SERVER:TOOL ARGS` calls tool TOOL of MCP server SERVER with the JSON
 /// object ARGS (see [`mcp_call`]), `hang` never ends, anything else is echoed as
 /// `ok: <text>`; `fail` fails the model request.
 pub fn script(req: &RecordedRequest) -> Reply {
@@ -30,6 +33,9 @@ pub fn script(req: &RecordedRequest) -> Reply {
     }
     if let Some(answer) = text.strip_prefix("answer:") {
         return answer_flight(req, &text, answer);
+    }
+    if let Some(write) = text.strip_prefix("write:") {
+        return write_step(req, write);
     }
     if let Some(words) = text.strip_prefix("slow:") {
         Reply::slow_chunks(
@@ -81,6 +87,23 @@ fn mcp_call(req: &RecordedRequest, call: &str) -> Reply {
     // Unique per request (Claude Code drops a call whose id it saw before).
     let call_id = format!("toolu_{}", req.messages().len() + req.input().len());
     Reply::mcp_call(call_id, server, tool, &args)
+}
+
+/// What `write:PATH CONTENT` answers: the write, then, once the request carries its
+/// result, `wrote PATH: CONTENT` (as typed, `\n` and all: one line).
+fn write_step(req: &RecordedRequest, spec: &str) -> Reply {
+    let spec = spec.lines().next().unwrap_or_default().trim();
+    let Some((path, content)) = spec.split_once(' ') else {
+        return Reply::failed(format!(
+            "the test script wants write:PATH CONTENT, not {spec:?}"
+        ));
+    };
+    if req.tool_output_since_prompt().is_some() {
+        return Reply::text(format!("wrote {path}: {content}"));
+    }
+    // Unique per request (Claude Code drops a call whose id it saw before).
+    let call_id = format!("toolu_w{}", req.messages().len() + req.input().len());
+    Reply::write_file(call_id, path, &content.replace("\\n", "\n"))
 }
 
 /// What `answer:TEXT` answers, for an agent CLI in a tmux pane whose task names its

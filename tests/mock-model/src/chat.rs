@@ -106,8 +106,8 @@ pub(crate) async fn complete(
             return sse.finish().await;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered before any stream starts.
-        Reply::HttpError { .. } => return Ok(()),
+        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
+        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
     };
     sse.data(&chunk(json!({}), Some(finish))).await?;
     if include_usage {
@@ -164,7 +164,7 @@ async fn whole(
             return http::write_response(conn, 400, "application/json", body.as_bytes()).await;
         }
         Reply::Hang => return hold_until_hangup(conn).await,
-        Reply::HttpError { .. } => return Ok(()),
+        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
     };
     let body = json!({
         "id": id, "object": "chat.completion", "created": 0, "model": model,

@@ -98,8 +98,8 @@ pub(crate) async fn generate(
             return http::write_response(conn, 400, "application/json", body.as_bytes()).await;
         }
         Reply::Hang => return hold_until_hangup(conn).await,
-        // Answered before this is called.
-        Reply::HttpError { .. } => return Ok(()),
+        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before this is called.
+        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
     };
     let output = approx_tokens(&part.to_string());
     let body = response(vec![part], Some((input, output)), &model, &id).to_string();
@@ -153,8 +153,8 @@ pub(crate) async fn stream(
             sse.raw(&error_body(&code, &message).to_string()).await?;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered before any stream starts.
-        Reply::HttpError { .. } => return Ok(()),
+        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
+        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
     }
     sse.finish().await
 }

@@ -14,9 +14,14 @@
 //!   function call (a Responses `function_call` item, a Messages `tool_use` block, a
 //!   Gemini `functionCall` part or a chat `tool_calls` delta; e.g. an escalated
 //!   `exec_command` that makes Codex ask for approval, or [`Reply::shell_command`]), a
-//!   failure, or a hang that never completes.
+//!   file written with the CLI's own shell tool ([`Reply::write_file`], one approval rule
+//!   accepts it in every CLI: [`WRITE_FILE_RULE`]), a failure, or a hang that never
+//!   completes.
 //! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers that
-//!   read the conversation the CLI sent in any of the APIs ([`all_input_text`]).
+//!   read the conversation the CLI sent in any of the APIs ([`all_input_text`],
+//!   [`RecordedRequest::carries`]); [`MockModel::requests_with`] and
+//!   [`MockModel::requests_prompted`] find the requests that carry a text, or were
+//!   prompted by it.
 //! - `requests.rs`: [`RecordedRequest`] and [`all_input_text`].
 //! - `homes.rs`: what points each CLI at the mock ([`write_codex_home`],
 //!   [`claude_env`], [`write_pi_dir`], [`write_gemini_home`], [`write_opencode_home`],
@@ -91,6 +96,30 @@ pub enum Reply {
     Hang,
     /// A plain HTTP error status with a body, no stream.
     HttpError { status: u16, body: String },
+    /// Write `content` to `path` (relative to the agent's working directory) with the
+    /// CLI's own shell tool: [`Reply::write_file`]. Turned into a [`Reply::FunctionCall`]
+    /// once the request shows which API and tools the CLI has.
+    WriteFile {
+        call_id: String,
+        path: String,
+        content: String,
+    },
+}
+
+/// The shell script [`Reply::write_file`] runs: `sh -c SCRIPT sh CONTENT PATH` writes
+/// CONTENT to PATH. A fixed script with the data as arguments, so one approval rule
+/// ([`WRITE_FILE_RULE`]) accepts exactly these writes and nothing else.
+pub const WRITE_FILE_SCRIPT: &str = r#"printf %s "$1" > "$2""#;
+
+/// The `--auto-accept` rule that accepts the commands of [`Reply::write_file`] (content
+/// and path plain arguments: no leading `-`, no `=`), and nothing else.
+pub const WRITE_FILE_RULE: &str = r#"sh -c 'printf %s "$1" > "$2"' sh * *"#;
+
+/// The command line [`Reply::write_file`] asks the CLI to run, quoted as the approval
+/// rules read it (each word exactly its shell quoting); `None` when it cannot be quoted
+/// (a NUL byte).
+pub fn write_file_command(path: &str, content: &str) -> Option<String> {
+    shlex::try_join(["sh", "-c", WRITE_FILE_SCRIPT, "sh", content, path]).ok()
 }
 
 impl Reply {
@@ -172,6 +201,44 @@ impl Reply {
             "run_shell_command",
             &json!({"command": cmd, "description": description}),
         )
+    }
+
+    /// A call of the CLI's shell tool that writes `content` to `path` in the agent's
+    /// working directory (see [`WRITE_FILE_SCRIPT`]): Codex's `exec_command` asking to
+    /// run outside its sandbox (Codex asks for approval; [`WRITE_FILE_RULE`] accepts it),
+    /// Claude Code's `Bash` (it asks too), Pi's and OpenCode's `bash`, else
+    /// `run_shell_command` (Gemini CLI, Qwen Code). Each CLI then runs `sh` in its cwd,
+    /// so the file lands where the agent works. Give each call an id of its own (Claude
+    /// Code drops a call whose id it saw before).
+    pub fn write_file(call_id: impl Into<String>, path: &str, content: &str) -> Self {
+        Self::WriteFile {
+            call_id: call_id.into(),
+            path: path.to_string(),
+            content: content.to_string(),
+        }
+    }
+
+    /// The reply as the CLI that sent `req` on `wire` takes it: a [`Reply::WriteFile`]
+    /// becomes that CLI's shell tool call; every other reply is itself.
+    fn for_request(self, wire: Wire, req: &RecordedRequest) -> Self {
+        let Self::WriteFile {
+            call_id,
+            path,
+            content,
+        } = self
+        else {
+            return self;
+        };
+        let Some(cmd) = write_file_command(&path, &content) else {
+            return Self::failed(format!("the mock cannot quote a write of {path:?}"));
+        };
+        let args = json!({"command": cmd, "description": format!("write {path}")});
+        match wire {
+            Wire::Responses => Self::exec_command_escalated(call_id, &cmd, "write a file"),
+            _ if req.offers_tool("Bash") => Self::function_call(call_id, "Bash", &args),
+            _ if req.offers_tool("bash") => Self::function_call(call_id, "bash", &args),
+            _ => Self::shell_command(call_id, &cmd, "write a file"),
+        }
     }
 
     /// A `response.failed` event with a generic server error.
@@ -281,6 +348,23 @@ impl MockModel {
     /// Model requests (any [`Wire`]) so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().model_requests.clone()
+    }
+
+    /// Model requests whose conversation ([`all_input_text`]) contains `text`, in
+    /// arrival order: e.g. the requests of the turn whose prompt carried a marker.
+    pub fn requests_with(&self, text: &str) -> Vec<RecordedRequest> {
+        let requests = self.requests();
+        requests.into_iter().filter(|r| r.carries(text)).collect()
+    }
+
+    /// Model requests whose last user text contains `marker` (the requests of that
+    /// prompt's turn, not of later turns that only carry it as history).
+    pub fn requests_prompted(&self, marker: &str) -> Vec<RecordedRequest> {
+        let requests = self.requests();
+        requests
+            .into_iter()
+            .filter(|r| r.last_user_text().is_some_and(|t| t.contains(marker)))
+            .collect()
     }
 
     /// Every request so far (model requests, `GET /v1/models`, unknown paths).
@@ -462,6 +546,10 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         // Called outside the lock: a handler may be slow, or use the mock itself.
         Pick::Handler(handler) => handler(&recorded),
         Pick::Default => default_reply(&recorded),
+    };
+    let reply = match wire {
+        Some(wire) => reply.for_request(wire, &recorded),
+        None => reply,
     };
     if let Reply::HttpError { status, body } = &reply {
         return http::write_response(conn, *status, "application/json", body.as_bytes()).await;

@@ -145,8 +145,8 @@ pub(crate) async fn stream(
             return sse.finish().await;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered before any stream starts.
-        Reply::HttpError { .. } => return Ok(()),
+        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
+        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
     };
     sse.event(
         "content_block_stop",

@@ -50,6 +50,13 @@ impl RecordedRequest {
             .unwrap_or_default()
     }
 
+    /// Whether the conversation the request carries ([`all_input_text`]: messages, tool
+    /// calls and their outputs) contains `text`: e.g. whether a resumed or forked
+    /// session's request carries an earlier turn's prompt or answer.
+    pub fn carries(&self, text: &str) -> bool {
+        all_input_text(self).contains(text)
+    }
+
     /// The text the user last typed: in a Responses request, the last `message` item
     /// with role `user`; in a Messages or chat request, the last `text` block of a `user`
     /// message, skipping the `<system-reminder>` blocks Claude Code adds and messages

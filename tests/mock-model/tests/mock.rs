@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{call, post, WAIT};
-use relay_mock_model::{write_codex_home, MockModel, Reply};
+use relay_mock_model::{write_codex_home, write_file_command, MockModel, Reply, WRITE_FILE_RULE};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -149,6 +149,86 @@ async fn function_calls_and_failures_have_their_events() {
 
     let (status, _, _) = post_json(mock.addr(), &user("x")).await;
     assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+}
+
+/// A write is Codex's escalated `exec_command` on Responses, Claude Code's `Bash` on
+/// Messages; either way a command that, run by a shell, writes the file; and the requests
+/// of a turn are found by the text they carry.
+#[tokio::test]
+async fn a_write_file_is_each_clis_shell_call_and_writes_the_file() {
+    let mock = MockModel::start().await.unwrap();
+    let content = "a line with 'quotes', spaces and a $dollar";
+    mock.push(Reply::write_file("call_w", "notes.txt", content));
+    mock.push(Reply::write_file("toolu_w", "notes.txt", content));
+    let cmd = write_file_command("notes.txt", content).unwrap();
+
+    let (_, _, body) = post_json(mock.addr(), &user("write it")).await;
+    let item = events(&body)
+        .into_iter()
+        .find(|(k, _)| k == "response.output_item.done")
+        .unwrap()
+        .1["item"]
+        .clone();
+    let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &item["name"],
+            &item["call_id"],
+            &args["cmd"],
+            &args["sandbox_permissions"]
+        ),
+        (
+            &json!("exec_command"),
+            &json!("call_w"),
+            &json!(cmd),
+            &json!("require_escalated")
+        )
+    );
+
+    let claude = json!({"model": "m", "stream": false,
+        "tools": [{"name": "Read"}, {"name": "Bash"}],
+        "messages": [{"role": "user", "content": "write it too"}]});
+    let (_, _, body) = post(mock.addr(), "/v1/messages", &claude).await;
+    let block = &serde_json::from_str::<Value>(&body).unwrap()["content"][0];
+    assert_eq!(
+        (
+            &block["type"],
+            &block["name"],
+            &block["id"],
+            &block["input"]["command"]
+        ),
+        (
+            &json!("tool_use"),
+            &json!("Bash"),
+            &json!("toolu_w"),
+            &json!(cmd)
+        )
+    );
+
+    // The command writes exactly the content, in the directory it runs in.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("bash")
+        .args(["-c", &cmd])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        content
+    );
+    // The rule names the script word for word, then the two plain arguments.
+    assert!(WRITE_FILE_RULE.ends_with(" sh * *"), "{WRITE_FILE_RULE}");
+    assert_eq!(
+        shlex::split(WRITE_FILE_RULE).unwrap()[..4],
+        shlex::split(&cmd).unwrap()[..4]
+    );
+
+    assert_eq!(mock.requests_with("write it").len(), 2);
+    assert_eq!(mock.requests_with("write it too").len(), 1);
+    let prompted = mock.requests_prompted("too");
+    assert_eq!(prompted.len(), 1);
+    assert!(prompted[0].carries("write it too") && !prompted[0].carries("nothing like it"));
 }
 
 #[tokio::test]

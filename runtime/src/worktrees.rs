@@ -79,21 +79,35 @@ impl Runtime {
     pub fn reconcile_worktrees(&self) -> tokio::task::JoinHandle<()> {
         let runtime = self.clone();
         self.inner.tasks.spawn(async move {
-            match runtime.inner.workspaces.reconcile_all().await {
-                Ok(done) => {
-                    for (agent, committed) in done {
-                        let path = PathBuf::from(&committed.state.path);
-                        // Reported before the marker goes: a crash in between commits
-                        // nothing twice (the commit is found) and loses no report.
-                        for report in worker::commit_reports(&agent, committed) {
-                            runtime.report(report).await;
-                        }
-                        if let Err(e) = runtime.inner.workspaces.finish(&path).await {
-                            tracing::warn!(%agent, error = %e, "cannot drop the turn's marker");
-                        }
+            let workspaces = &runtime.inner.workspaces;
+            let recorded = match workspaces.recorded().await {
+                Ok(r) => r,
+                Err(e) => return tracing::warn!(error = %e, "cannot reconcile the worktrees"),
+            };
+            for (path, record) in recorded {
+                let agent = record.agent.clone();
+                // Under the agent's lock from the commit to the marker's removal: its
+                // worker, starting a turn meanwhile (a flight dispatched again at the
+                // start), writes its own marker only after this one is gone, and this
+                // one never removes that.
+                let _lock = workspaces.lock_turn(&agent, None).await;
+                let committed = match workspaces.commit(&path, &record).await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(%agent, path = %path.display(), error = %e, "cannot commit a turn left uncommitted");
+                        continue;
                     }
+                };
+                let marker = committed.marker.clone();
+                // Reported before the marker goes: a crash in between commits nothing
+                // twice (the commit is found) and loses no report.
+                for report in worker::commit_reports(&agent, committed) {
+                    runtime.report(report).await;
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot reconcile the worktrees"),
+                if let Err(e) = workspaces.finish(&path, &marker).await {
+                    tracing::warn!(%agent, error = %e, "cannot drop the turn's marker");
+                }
             }
         })
     }

@@ -240,7 +240,7 @@ impl PiSession {
             session: id.clone(),
             extra: (),
         });
-        if let Some(file) = copy_file {
+        if let Some(file) = copy_file.filter(|f| intermediate(f, src, &copy, &id)) {
             let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(&file)).await;
             if let Ok(Err(err)) = removed {
                 tracing::warn!(%err, session = %copy, "pi: cannot delete the fork's whole copy");
@@ -248,6 +248,24 @@ impl PiSession {
         }
         Ok(id)
     }
+}
+
+/// Whether `file`, the session file pi named for the copy `copy` of session `src`
+/// before the fork switched to session `now`, is that intermediate copy and nothing
+/// else: a copy distinct from both, whose file names it (pi's files are
+/// `<time>_<id>.jsonl`). Never the source's, nor the session now in use.
+fn intermediate(file: &std::path::Path, src: &str, copy: &str, now: &str) -> bool {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    !copy.is_empty()
+        && copy != src
+        && copy != now
+        && name.ends_with(".jsonl")
+        && name.contains(copy)
+        && !name.contains(src)
+        && !name.contains(now)
 }
 
 /// The `sessionId` of a `get_state` answer.
@@ -479,5 +497,20 @@ mod tests {
             Some(HarnessEvent::ProcessExited { .. })
         ));
         assert!(events.recv().await.is_none());
+    }
+
+    #[test]
+    fn only_the_forks_intermediate_copy_is_deleted() {
+        let p = |n: &str| std::path::PathBuf::from(format!("/s/--w--/{n}"));
+        let file = p("2026-01-01T00-00-00-000Z_c0py.jsonl");
+        assert!(intermediate(&file, "src1", "c0py", "n3w"));
+        // pi opened the source itself, or the fork did not switch: never deleted.
+        assert!(!intermediate(&p("t_src1.jsonl"), "src1", "src1", "n3w"));
+        assert!(!intermediate(&file, "src1", "c0py", "c0py"));
+        // A file that is not the copy's.
+        assert!(!intermediate(&p("t_src1.jsonl"), "src1", "c0py", "n3w"));
+        assert!(!intermediate(&p("t_n3w.jsonl"), "src1", "c0py", "n3w"));
+        assert!(!intermediate(&p("c0py"), "src1", "c0py", "n3w"));
+        assert!(!intermediate(&file, "src1", "", "n3w"));
     }
 }

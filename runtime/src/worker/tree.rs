@@ -106,19 +106,19 @@ impl Worker {
     pub(super) async fn in_worktree(&mut self, agent: &Agent) -> Result<Agent, RuntimeError> {
         let mut agent = agent.clone();
         if agent.spec.worktree.is_some() {
-            let path = self.ensure_worktree(&agent, None).await?;
+            let (path, _) = self.ensure_worktree(&agent, None).await?;
             agent.spec.cwd = path.display().to_string();
         }
         Ok(agent)
     }
 
     /// Makes (or finds, or makes again) the agent's worktree; a recreation is noted on
-    /// `flight` (or on the next one).
+    /// `flight` (or on the next one). (Its path, whether it was made again now.)
     async fn ensure_worktree(
         &mut self,
         agent: &Agent,
         flight: Option<&str>,
-    ) -> Result<PathBuf, RuntimeError> {
+    ) -> Result<(PathBuf, bool), RuntimeError> {
         let made = self.deps.workspaces.ensure(&agent.spec).await?;
         if made.recreated {
             self.tree.note = Some(format!(
@@ -132,25 +132,28 @@ impl Worker {
             self.change(flight, FlightChange::Note { text }).await;
         }
         self.tree_state(made.state).await;
-        Ok(made.path)
+        Ok((made.path, made.recreated))
     }
 
     /// Before a turn: the worktree there, and a turn left uncommitted committed now.
-    pub(super) async fn tree_before_turn(&mut self, d: &Dispatch) -> Result<(), RuntimeError> {
+    /// Whether the worktree was made again just now (a session spawned in the old one
+    /// works in a deleted directory: the caller restarts it).
+    pub(super) async fn tree_before_turn(&mut self, d: &Dispatch) -> Result<bool, RuntimeError> {
         if d.agent.spec.worktree.is_none() {
-            return Ok(());
+            return Ok(false);
         }
-        let path = self.ensure_worktree(&d.agent, Some(&d.flight.id)).await?;
+        let (path, recreated) = self.ensure_worktree(&d.agent, Some(&d.flight.id)).await?;
         let Some(record) = self.deps.workspaces.record(&path).await? else {
-            return Ok(());
+            return Ok(recreated);
         };
         let _lock = self.deps.workspaces.lock_turn(&self.name, None).await;
         match self.deps.workspaces.commit(&path, &record).await {
             Ok(Some(committed)) => {
+                let marker = committed.marker.clone();
                 for r in commit_reports(&self.name, committed) {
                     let _ = self.deps.reports.send(r).await;
                 }
-                self.deps.workspaces.finish(&path).await?;
+                self.deps.workspaces.finish(&path, &marker).await?;
             }
             Ok(None) => {}
             // Carried into this turn's commit (see `Workspaces::begin`).
@@ -158,7 +161,7 @@ impl Worker {
                 tracing::warn!(agent = %self.name, error = %e, "an earlier turn's changes stay uncommitted for now")
             }
         }
-        Ok(())
+        Ok(recreated)
     }
 
     /// At the turn's start (recorded started, the harness not told yet): the agent's
@@ -215,20 +218,18 @@ impl Worker {
         loop {
             match self.deps.workspaces.commit(&turn.path, &turn.record).await {
                 Ok(Some(committed)) => {
-                    let state = committed.state.clone();
+                    let (state, marker) = (committed.state.clone(), committed.marker.clone());
                     for r in commit_reports(&self.name, committed) {
                         let _ = self.deps.reports.send(r).await;
                     }
                     *self.tree.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
-                    if let Err(e) = self.deps.workspaces.finish(&turn.path).await {
+                    if let Err(e) = self.deps.workspaces.finish(&turn.path, &marker).await {
                         tracing::warn!(agent = %self.name, error = %e, "cannot drop the turn's marker");
                     }
                     return;
                 }
-                Ok(None) => {
-                    let _ = self.deps.workspaces.finish(&turn.path).await;
-                    return;
-                }
+                // No marker (or no worktree) left to drop.
+                Ok(None) => return,
                 Err(WorkspaceError::Locked { stderr, .. }) if began.elapsed() < COMMIT_PATIENCE => {
                     if !noted {
                         noted = true;

@@ -111,9 +111,26 @@ impl Worker {
         if self.skip_cancelled(&flight).await {
             return TurnEnd::Done;
         }
-        if let Err(e) = self.tree_before_turn(&d).await {
-            self.fail(&flight, &e.to_string()).await;
-            return TurnEnd::Done;
+        match self.tree_before_turn(&d).await {
+            Err(e) => {
+                self.fail(&flight, &e.to_string()).await;
+                return TurnEnd::Done;
+            }
+            // The worktree was made again under a live session: its harness still works
+            // in the deleted directory (its files and commands would go nowhere), so it
+            // is started again in the new one.
+            Ok(true) if self.session.is_some() => {
+                self.stop_session().await;
+                match self.wake(&d.agent).await {
+                    Ok(()) => {}
+                    Err(SessionError::ShutDown) => return TurnEnd::Shutdown,
+                    Err(e) => {
+                        self.fail(&flight, &e.to_string()).await;
+                        return TurnEnd::Done;
+                    }
+                }
+            }
+            Ok(_) => {}
         }
         // Recorded (on disk) before the harness sees the task: whatever happens next, a
         // redelivery of this dispatch, or a restart, never starts the turn a second time.

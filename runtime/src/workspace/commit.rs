@@ -250,11 +250,21 @@ pub(crate) fn numstat(
     Ok((files, added, removed))
 }
 
-/// `git diff from..to`, cut to [`MAX_RECORDED_PATCH`] bytes; whether it was cut.
+/// `git diff from..to`, cut to [`MAX_RECORDED_PATCH`] bytes; whether it was cut. No
+/// more of it than that is read.
 pub(crate) fn patch(dir: &Path, from: &str, to: &str) -> Result<(String, bool), WorkspaceError> {
-    let full = git::run(dir, &["diff", "--no-renames", "--no-color", from, to])?;
-    if full.len() <= MAX_RECORDED_PATCH {
-        return Ok((full, false));
+    let args = [
+        "diff",
+        "--no-renames",
+        "--no-color",
+        "--no-ext-diff",
+        from,
+        to,
+    ];
+    let (text, more) = git::capped(dir, &args, MAX_RECORDED_PATCH)?;
+    // Bytes cut mid-character come back as U+FFFD, longer than they were.
+    if text.len() <= MAX_RECORDED_PATCH && !more {
+        return Ok((text, false));
     }
-    Ok((cut(&full, MAX_RECORDED_PATCH), true))
+    Ok((cut(&text, MAX_RECORDED_PATCH), true))
 }

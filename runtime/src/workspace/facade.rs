@@ -228,29 +228,28 @@ impl Workspaces {
         .await
     }
 
-    /// Drops the marker once its commit is reported.
-    pub async fn finish(&self, path: &Path) -> Result<(), WorkspaceError> {
-        let path = path.to_path_buf();
-        blocking(move || commit::clear_marker(&path)).await
+    /// Drops the marker `marker` once its commit is reported; a marker written since
+    /// (the next turn's, when this commit was made by someone else meanwhile) stays.
+    pub async fn finish(&self, path: &Path, marker: &Marker) -> Result<(), WorkspaceError> {
+        let (path, marker) = (path.to_path_buf(), marker.clone());
+        blocking(move || match commit::read_marker(&path) {
+            Ok(Some(there)) if there == marker => commit::clear_marker(&path),
+            Ok(_) => Ok(()),
+            // Unreadable: it is not the marker committed; left for a person.
+            Err(e) => Err(e),
+        })
+        .await
     }
 
-    /// Every recorded worktree's marker committed (a restart after a crash), each under
-    /// its agent's lock: (agent, what was committed). Markers that cannot be committed
-    /// now stay, for the agent's next turn.
-    pub async fn reconcile_all(&self) -> Result<Vec<(String, Committed)>, RuntimeError> {
-        let mut out = Vec::new();
-        for (path, record) in self.store.worktrees().await? {
-            let _lock = self.lock_turn(&record.agent, None).await;
-            let path = PathBuf::from(path);
-            match self.commit(&path, &record).await {
-                Ok(Some(c)) => out.push((record.agent.clone(), c)),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(agent = %record.agent, path = %path.display(), error = %e, "cannot commit a turn left uncommitted")
-                }
-            }
-        }
-        Ok(out)
+    /// The worktrees recorded here: (path, record).
+    pub async fn recorded(&self) -> Result<Vec<(PathBuf, WorktreeRecord)>, RuntimeError> {
+        Ok(self
+            .store
+            .worktrees()
+            .await?
+            .into_iter()
+            .map(|(p, r)| (PathBuf::from(p), r))
+            .collect())
     }
 
     /// Reverts flight `flight`'s changes on agent `agent`'s branch; refused while a

@@ -11,15 +11,26 @@ use super::WorkspaceError;
 
 /// The options every Relay git command runs with: no automatic gc or maintenance after
 /// a commit (it would take the repository-wide locks that the other agents' commits
-/// need, and it is the user's repository to maintain), and no commit signing (a signing
-/// prompt would hang a turn's end).
-const QUIET: [&str; 6] = [
+/// need, and it is the user's repository to maintain), no commit signing (a signing
+/// prompt would hang a turn's end), no hooks at all (`--no-verify` skips only
+/// `pre-commit` and `commit-msg`: a `prepare-commit-msg` hook failing without a
+/// terminal, as commitizen's does, would fail every turn's commit, one rewriting the
+/// message could drop its `Relay-Flight:` trailer, and `post-commit`, `post-checkout`
+/// hooks would run the repository's programs at each of Relay's commits), and no
+/// filesystem monitor (`core.fsmonitor` runs a program at each `status`, also for a
+/// repository an agent nests in its worktree: `-c` reaches the git processes run for
+/// submodules too).
+const QUIET: [&str; 10] = [
     "-c",
     "gc.auto=0",
     "-c",
     "maintenance.auto=false",
     "-c",
     "commit.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
 ];
 
 /// How long [`run`] retries a git command that fails on one of the repository's shared
@@ -70,6 +81,61 @@ pub(crate) fn output(dir: &Path, args: &[&str]) -> Result<Output, WorkspaceError
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
+}
+
+/// Runs git and gives at most `max` bytes of its stdout (as text), and whether there
+/// was more: the rest is never read (git is stopped), so a flight that wrote a file of
+/// gigabytes costs `max` bytes of memory, not the file's size.
+pub(crate) fn capped(
+    dir: &Path,
+    args: &[&str],
+    max: usize,
+) -> Result<(String, bool), WorkspaceError> {
+    let (bytes, more, stderr, ok) =
+        read_capped(command(dir, args), max).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => WorkspaceError::GitMissing,
+            _ => WorkspaceError::Io(e),
+        })?;
+    if !ok && !more {
+        return Err(failure(dir, args, stderr));
+    }
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), more))
+}
+
+/// Runs `cmd` (its stdout and stderr piped) and reads at most `max` bytes of its
+/// stdout; with more to come, the process is killed. (stdout read, whether there was
+/// more, stderr, success).
+fn read_capped(mut cmd: Command, max: usize) -> std::io::Result<(Vec<u8>, bool, String, bool)> {
+    use std::io::Read;
+    let mut child = cmd.spawn()?;
+    // stderr drains on its own thread: a full stderr pipe must not stop the child
+    // before its stdout is read.
+    let errors = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = (&mut e).take(64 * 1024).read_to_end(&mut buf);
+            buf
+        })
+    });
+    let mut out = Vec::new();
+    let more = match child.stdout.take() {
+        Some(stdout) => {
+            let mut limited = stdout.take(max as u64 + 1);
+            limited.read_to_end(&mut out)?;
+            out.len() > max
+        }
+        None => false,
+    };
+    if more {
+        out.truncate(max);
+        let _ = child.kill();
+    }
+    let status = child.wait()?;
+    let stderr = errors
+        .and_then(|t| t.join().ok())
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    Ok((out, more, stderr, status.success()))
 }
 
 /// Whether git failed on a lock another git process holds.
@@ -244,4 +310,33 @@ pub(crate) fn admin<R>(repo: &Path, work: impl FnOnce() -> R) -> R {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     work()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_capped_read_stops_the_writer_past_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let finished = dir.path().join("finished");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!(
+                "head -c 4000000 /dev/zero && touch '{}'",
+                finished.display()
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let (out, more, _, _) = read_capped(cmd, 1000).unwrap();
+        assert_eq!(out.len(), 1000);
+        assert!(more);
+        // The writer was stopped before it wrote the rest (the pipe holds 64 KiB).
+        assert!(!finished.exists());
+
+        let (out, more, _, ok) = read_capped(command(dir.path(), &["--version"]), 1000).unwrap();
+        assert!(ok && !more && out.starts_with(b"git version"));
+    }
 }

@@ -35,6 +35,8 @@ pub fn dispatch_to(spec: &AgentSpec, flight: &str, task: &str) -> Dispatch {
 pub struct Sessions {
     pub at: HashMap<String, (PathBuf, mpsc::Sender<HarnessEvent>)>,
     opened: u32,
+    /// Sessions spawned.
+    pub spawned: u32,
 }
 
 impl Sessions {
@@ -75,6 +77,7 @@ impl Sessions {
                     events,
                     reply,
                 } => {
+                    self.spawned += 1;
                     self.at
                         .insert(agent.name.clone(), (PathBuf::from(&agent.cwd), events));
                     reply.send(Ok(())).unwrap();

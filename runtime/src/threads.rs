@@ -49,6 +49,9 @@ pub struct ThreadStore {
     tree: sled::Tree,
     dispatches: sled::Tree,
     worktrees: sled::Tree,
+    /// The reports of a turn's commit (its flight's, and each flight it carried), kept
+    /// until the turn's end is with the broker: see [`ThreadStore::put_commit_reports`].
+    commits: sled::Tree,
 }
 
 /// A worktree this runtime made (the registry: `relay doctor` finds the orphans in it),
@@ -97,11 +100,13 @@ impl ThreadStore {
         let tree = db.open_tree("threads")?;
         let dispatches = db.open_tree("dispatches")?;
         let worktrees = db.open_tree("worktrees")?;
+        let commits = db.open_tree("commits")?;
         Ok(ThreadStore {
             db: Durable::private(db, path),
             tree,
             dispatches,
             worktrees,
+            commits,
         })
     }
 
@@ -115,6 +120,7 @@ impl ThreadStore {
         let tree = db.open_tree("runtime.threads")?;
         let dispatches = db.open_tree("runtime.dispatches")?;
         let worktrees = db.open_tree("runtime.worktrees")?;
+        let commits = db.open_tree("runtime.commits")?;
         if let Some(legacy) = legacy.filter(|p| p.join("conf").exists()) {
             let old = storage::config().path(legacy).open()?;
             for (name, into) in [("threads", &tree), ("dispatches", &dispatches)] {
@@ -139,6 +145,7 @@ impl ThreadStore {
             tree,
             dispatches,
             worktrees,
+            commits,
         })
     }
 
@@ -310,6 +317,54 @@ impl ThreadStore {
         for invocation in ids {
             self.forget_dispatch(&invocation).await?;
         }
+        self.forget_commit_reports(flight).await
+    }
+
+    /// Keeps the reports of the commit made as `flight`'s turn ended (or of an earlier
+    /// turn's, committed late), and waits until they are on disk, before they are sent:
+    /// they wait in memory like every report, and a crash before the broker recorded
+    /// them would leave a commit on the branch that its flight does not name. Dropped
+    /// with `flight`'s dispatch record once its end is with the broker
+    /// ([`ThreadStore::forget_flight`]); what is left at a start is sent again
+    /// ([`ThreadStore::commit_reports_unsent`]: the broker takes the same commit once).
+    pub async fn put_commit_reports(
+        &self,
+        flight: &str,
+        reports: &[Report],
+    ) -> Result<(), RuntimeError> {
+        let v = serde_json::to_vec(reports)?;
+        let (tree, flight) = (self.commits.clone(), flight.to_string());
+        self.db
+            .write_durably(move || tree.insert(flight.as_bytes(), v))
+            .await??;
+        Ok(())
+    }
+
+    /// The commit reports kept ([`ThreadStore::put_commit_reports`]): (flight, reports).
+    /// An unreadable record is skipped, with a warning.
+    pub async fn commit_reports_unsent(&self) -> Result<Vec<(String, Vec<Report>)>, RuntimeError> {
+        let tree = self.commits.clone();
+        storage::read(move || {
+            let mut out = Vec::new();
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                let flight = String::from_utf8_lossy(&k).into_owned();
+                match serde_json::from_slice::<Vec<Report>>(&v) {
+                    Ok(reports) => out.push((flight, reports)),
+                    Err(e) => tracing::warn!(%flight, error = %e, "unreadable commit record"),
+                }
+            }
+            Ok::<_, sled::Error>(out)
+        })
+        .await?
+        .map_err(RuntimeError::from)
+    }
+
+    /// Drops the commit reports kept for `flight`. Not flushed, as
+    /// [`ThreadStore::forget_dispatch`] (a record kept by a crash is only sent again).
+    pub async fn forget_commit_reports(&self, flight: &str) -> Result<(), RuntimeError> {
+        let (tree, flight) = (self.commits.clone(), flight.to_string());
+        storage::read(move || tree.remove(flight.as_bytes())).await??;
         Ok(())
     }
 

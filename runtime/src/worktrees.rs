@@ -102,8 +102,13 @@ impl Runtime {
                 let marker = committed.marker.clone();
                 // Reported before the marker goes: a crash in between commits nothing
                 // twice (the commit is found) and loses no report.
-                for report in worker::commit_reports(&agent, committed) {
-                    runtime.report(report).await;
+                let reports = worker::commit_reports(&agent, committed);
+                match runtime.reports() {
+                    Ok(to) => {
+                        worker::send_commit(&runtime.inner.threads, &to, &marker.flight, reports)
+                            .await
+                    }
+                    Err(_) => return,
                 }
                 if let Err(e) = workspaces.finish(&path, &marker).await {
                     tracing::warn!(%agent, error = %e, "cannot drop the turn's marker");

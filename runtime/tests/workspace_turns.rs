@@ -118,6 +118,26 @@ async fn a_flights_changes_are_one_commit_naming_it_and_the_agents_own_are_its_r
     // The main checkout never saw any of it.
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
     assert!(!repo.path.join("docs").exists());
+    // The commit's reports were kept on disk before they went (a crash before the
+    // broker records them loses none), until the flight's end is with the broker.
+    let kept = runtime.threads().commit_reports_unsent().await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].0, f1);
+    assert!(
+        kept[0].1.iter().any(|r| matches!(
+            r,
+            Report::Flight { flight, change: FlightChange::Commit { commit } }
+                if flight == &f1 && commit.commit.as_deref() == Some(ours.as_str())
+        )),
+        "{kept:?}"
+    );
+    runtime.threads().forget_flight(&f1).await.unwrap();
+    assert!(runtime
+        .threads()
+        .commit_reports_unsent()
+        .await
+        .unwrap()
+        .is_empty());
 
     // A turn that changes nothing makes no commit.
     let f2 = flight_of("a1", 2);

@@ -485,3 +485,90 @@ async fn a_trusted_bus_reverts_a_flight() {
         "{message}"
     );
 }
+
+/// A commit whose reports the runtime kept but the broker may not have recorded (a
+/// crash between the two: `ThreadStore::put_commit_reports`) is recorded at the next
+/// start, once, and the kept record is dropped. The record is written here into the
+/// stopped broker's database, as the runtime keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_commit_report_is_recorded_at_the_next_start_once() {
+    let mut s = Setup::start();
+    let out = s.add("w", &["--worktree"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let asked = s.relay.cli(&["ask", "w", "write:a.txt=one", "--json"]);
+    assert!(asked.status.success(), "{}", stderr(&asked));
+    let first: Value = serde_json::from_slice(&asked.stdout).unwrap();
+    let mut commit: relay_protocol::domain::FlightCommit =
+        serde_json::from_value(first["commit"].clone()).unwrap();
+    // A flight that changed nothing: no commit recorded on it.
+    let asked = s.relay.cli(&["ask", "w", "look only", "--json"]);
+    let second: Value = serde_json::from_slice(&asked.stdout).unwrap();
+    let id = second["id"].as_str().unwrap().to_string();
+    assert!(second.get("commit").is_none(), "{second}");
+    s.relay.kill9();
+
+    // The runtime's record of a commit of that flight, as kept before it is sent.
+    commit.patch = Some("+one\n".into());
+    let report = relay_protocol::runtime::Report::Flight {
+        flight: id.clone(),
+        change: relay_protocol::domain::FlightChange::Commit {
+            commit: Box::new(commit.clone()),
+        },
+    };
+    let db = s.tmp.path().join("data").join("db");
+    let store = relay_infra::storage::read(move || relay_broker::Store::open(&db))
+        .await
+        .unwrap()
+        .unwrap();
+    let threads = {
+        let durable = store.durable().clone();
+        relay_infra::storage::read(move || relay_runtime::ThreadStore::within(&durable, None))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    threads.put_commit_reports(&id, &[report]).await.unwrap();
+    assert_eq!(threads.commit_reports_unsent().await.unwrap().len(), 1);
+    drop(threads);
+    drop(store);
+
+    for _ in 0..2 {
+        s.relay.restart().unwrap();
+        let shown = s.relay.cli_json(&["flight", "show", &id, "--json"]);
+        assert_eq!(
+            shown["commit"]["commit"], first["commit"]["commit"],
+            "{shown}"
+        );
+        s.relay.kill9();
+    }
+    // Recorded once (the second start had nothing kept to send), and the record is gone.
+    let db = s.tmp.path().join("data").join("db");
+    let store = relay_infra::storage::read(move || relay_broker::Store::open(&db))
+        .await
+        .unwrap()
+        .unwrap();
+    let durable = store.durable().clone();
+    let threads =
+        relay_infra::storage::read(move || relay_runtime::ThreadStore::within(&durable, None))
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(threads.commit_reports_unsent().await.unwrap().is_empty());
+    drop(threads);
+    drop(store);
+    s.relay.restart().unwrap();
+    let events = s
+        .relay
+        .cli_json(&["events", "--since", "0", "-n", "100000", "--json"]);
+    let commits = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["type"] == "flight_updated"
+                && e["update"]["flight"] == id.as_str()
+                && e["update"]["kind"] == "commit"
+        })
+        .count();
+    assert_eq!(commits, 1, "{events}");
+}

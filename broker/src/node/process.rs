@@ -149,6 +149,19 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     // may not have reached the broker: reports wait in memory and died with the last
     // process. The recorded end is sent (again; the broker refuses a second end), after
     // `running`, which a completed turn needs and the broker may not have seen.
+    // The commits of worktrees whose reports the last process kept but may not have
+    // seen in JetStream (see `ThreadStore::put_commit_reports`): sent again (the broker
+    // takes the same commit once), the flights' commits only (the branch's state in them
+    // may be older than what was sent since).
+    for (flight, reports) in runtime.threads().commit_reports_unsent().await? {
+        for report in reports {
+            if let Report::Flight { .. } = report {
+                wire::publish_report(&js, &config.key, &config.name, &report, &forward_stop)
+                    .await?;
+            }
+        }
+        runtime.threads().forget_commit_reports(&flight).await?;
+    }
     for (invocation, report) in runtime.threads().ended_unsent().await? {
         if let Report::Flight {
             flight,
@@ -388,6 +401,10 @@ async fn forward_reports(
                 .await
             {
                 tracing::error!(error = %e, "cannot record dispatch state");
+            }
+            // The turn's commit went out before its end: it is in JetStream too.
+            if let Err(e) = runtime.threads().forget_commit_reports(&flight).await {
+                tracing::warn!(%flight, error = %e, "cannot drop a kept commit report");
             }
         }
     }

@@ -16,6 +16,7 @@ use crate::store::T;
 
 impl Plane {
     pub(super) async fn recover(&self) -> Result<(), BrokerError> {
+        self.resend_commits().await?;
         let (live, agents) = self
             .broker
             .store()
@@ -124,6 +125,45 @@ impl Plane {
             if a.spec.wake == relay_protocol::domain::WakePolicy::KeepWarm {
                 if let Err(e) = self.runtime.warm(&self.with_secrets(a.clone()).await) {
                     tracing::warn!(agent = %a.spec.name, error = %e, "cannot warm");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the commits of worktrees whose reports the last process kept but may not
+    /// have seen recorded (see `ThreadStore::put_commit_reports`): the broker takes the
+    /// same commit once, so a report it has already is nothing new. Each record is
+    /// dropped once its reports are in.
+    async fn resend_commits(&self) -> Result<(), BrokerError> {
+        let threads = self.runtime.threads();
+        let kept = threads
+            .commit_reports_unsent()
+            .await
+            .map_err(crate::error::runtime_error)?;
+        for (flight, reports) in kept {
+            let mut recorded = true;
+            for report in reports {
+                // The flights' commits only: the branch's state (ahead/behind) in them
+                // may be older than what was recorded since, and is reported afresh when
+                // the agent's worktree is next looked at.
+                let command = match report {
+                    Report::Flight { flight, change } => Command::UpdateFlight { flight, change },
+                    _ => continue,
+                };
+                match self.broker.execute_internal(command).await {
+                    Ok(_) => {}
+                    // Its flight or agent is gone: nothing to record it on.
+                    Err(BrokerError::UnknownFlight(_) | BrokerError::UnknownAgent(_)) => {}
+                    Err(e) => {
+                        tracing::warn!(%flight, error = %e, "a kept commit report was not recorded");
+                        recorded = false;
+                    }
+                }
+            }
+            if recorded {
+                if let Err(e) = threads.forget_commit_reports(&flight).await {
+                    tracing::warn!(%flight, error = %e, "cannot drop a kept commit report");
                 }
             }
         }

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use queue::TurnQueue;
-pub(crate) use tree::{commit_reports, worktree_report};
+pub(crate) use tree::{commit_reports, send_commit, worktree_report};
 
 use self::session::{next_event, rewarm, Live, REWARM_BACKOFF};
 use self::turn::TurnEnd;

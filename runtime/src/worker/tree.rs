@@ -12,7 +12,7 @@ use relay_protocol::domain::{Agent, FlightChange, WorktreeState};
 use relay_protocol::runtime::{Dispatch, Report};
 
 use super::Worker;
-use crate::threads::WorktreeRecord;
+use crate::threads::{ThreadStore, WorktreeRecord};
 use crate::workspace::{Committed, TurnLock, WorkspaceError};
 use crate::RuntimeError;
 
@@ -72,6 +72,26 @@ pub(crate) fn commit_reports(agent: &str, committed: Committed) -> Vec<Report> {
         out.push(worktree_report(agent, committed.state));
     }
     out
+}
+
+/// Sends the reports of a commit made for `flight`'s turn, kept on disk first (see
+/// [`ThreadStore::put_commit_reports`]): a crash before the broker records them loses
+/// none. A record that cannot be kept is said, and the reports go anyway.
+pub(crate) async fn send_commit(
+    threads: &ThreadStore,
+    to: &tokio::sync::mpsc::Sender<Report>,
+    flight: &str,
+    reports: Vec<Report>,
+) {
+    if reports.is_empty() {
+        return;
+    }
+    if let Err(e) = threads.put_commit_reports(flight, &reports).await {
+        tracing::error!(%flight, error = %e, "cannot keep the commit's reports until they are recorded");
+    }
+    for r in reports {
+        let _ = to.send(r).await;
+    }
 }
 
 fn same(a: &WorktreeState, b: &WorktreeState) -> bool {
@@ -150,9 +170,14 @@ impl Worker {
         match self.deps.workspaces.commit(&path, &record).await {
             Ok(Some(committed)) => {
                 let marker = committed.marker.clone();
-                for r in commit_reports(&self.name, committed) {
-                    let _ = self.deps.reports.send(r).await;
-                }
+                let reports = commit_reports(&self.name, committed);
+                send_commit(
+                    &self.deps.threads,
+                    &self.deps.reports,
+                    &marker.flight,
+                    reports,
+                )
+                .await;
                 self.deps.workspaces.finish(&path, &marker).await?;
             }
             Ok(None) => {}
@@ -219,9 +244,8 @@ impl Worker {
             match self.deps.workspaces.commit(&turn.path, &turn.record).await {
                 Ok(Some(committed)) => {
                     let (state, marker) = (committed.state.clone(), committed.marker.clone());
-                    for r in commit_reports(&self.name, committed) {
-                        let _ = self.deps.reports.send(r).await;
-                    }
+                    let reports = commit_reports(&self.name, committed);
+                    send_commit(&self.deps.threads, &self.deps.reports, flight, reports).await;
                     *self.tree.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
                     if let Err(e) = self.deps.workspaces.finish(&turn.path, &marker).await {
                         tracing::warn!(agent = %self.name, error = %e, "cannot drop the turn's marker");

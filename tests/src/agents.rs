@@ -23,6 +23,10 @@ use crate::{wait_until, RelayProcess};
 /// output, `write:PATH CONTENT` writes CONTENT (`\n` for a line break) to PATH in the
 /// agent's cwd with the CLI's shell tool ([`Reply::write_file`]; it asks, and
 /// [`relay_mock_model::WRITE_FILE_RULE`] accepts) and then answers `wrote PATH: CONTENT`,
+/// `edit:PATH CONTENT` writes the new file PATH with the CLI's own edit tool
+/// ([`Reply::edit_file`]: Codex's `apply_patch`, with model
+/// [`relay_mock_model::CODEX_APPLY_PATCH_MODEL`]; Claude Code's `Write`, PATH absolute;
+/// each asks, as a file change) and then answers `edited PATH`,
 /// `mcp:SERVER:TOOL ARGS` calls tool TOOL of MCP server SERVER with the JSON
 /// object ARGS (see [`mcp_call`]), `hang` never ends, anything else is echoed as
 /// `ok: <text>`; `fail` fails the model request.
@@ -36,6 +40,9 @@ pub fn script(req: &RecordedRequest) -> Reply {
     }
     if let Some(write) = text.strip_prefix("write:") {
         return write_step(req, write);
+    }
+    if let Some(edit) = text.strip_prefix("edit:") {
+        return edit_step(req, edit);
     }
     if let Some(words) = text.strip_prefix("slow:") {
         Reply::slow_chunks(
@@ -104,6 +111,23 @@ fn write_step(req: &RecordedRequest, spec: &str) -> Reply {
     // Unique per request (Claude Code drops a call whose id it saw before).
     let call_id = format!("toolu_w{}", req.messages().len() + req.input().len());
     Reply::write_file(call_id, path, &content.replace("\\n", "\n"))
+}
+
+/// What `edit:PATH CONTENT` answers: the edit, then, once the request carries its
+/// result, `edited PATH`.
+fn edit_step(req: &RecordedRequest, spec: &str) -> Reply {
+    let spec = spec.lines().next().unwrap_or_default().trim();
+    let Some((path, content)) = spec.split_once(' ') else {
+        return Reply::failed(format!(
+            "the test script wants edit:PATH CONTENT, not {spec:?}"
+        ));
+    };
+    if req.tool_output_since_prompt().is_some() {
+        return Reply::text(format!("edited {path}"));
+    }
+    // Unique per request (Claude Code drops a call whose id it saw before).
+    let call_id = format!("toolu_e{}", req.messages().len() + req.input().len());
+    Reply::edit_file(call_id, path, &content.replace("\\n", "\n"))
 }
 
 /// What `answer:TEXT` answers, for an agent CLI in a tmux pane whose task names its

@@ -5,7 +5,7 @@
 //! shown (`flight show`, `diff --stat`, `diff --json`), reverted once; `remove` refuses a
 //! dirty worktree, then `--force` keeps the work on the branch; `doctor` finds an orphan
 //! worktree and `--fix` removes it; a harness without fork is refused; a revert over a
-//! trusted NATS bus; many clients at once.
+//! trusted NATS bus; many clients at once; `agent add --accept-file-changes` recorded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -117,6 +117,37 @@ fn stdout(out: &Output) -> String {
 fn refused(out: &Output) -> String {
     assert!(!out.status.success(), "not refused: {}", stdout(out));
     stderr(out)
+}
+
+/// `agent add --accept-file-changes` records the policy (JSON and text of `agent show`);
+/// without it file changes wait for a person.
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_file_changes_is_recorded_on_the_agent() {
+    let s = Setup::start();
+    let out = s.add("fc", &["--worktree", "--accept-file-changes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = s.add("nofc", &["--worktree"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let policy = |name: &str| s.agent(name)["approval_policy"].clone();
+    assert_eq!(
+        policy("fc")["accept_file_changes"],
+        true,
+        "{}",
+        policy("fc")
+    );
+    assert!(
+        policy("nofc")["accept_file_changes"].is_null(),
+        "{}",
+        policy("nofc")
+    );
+    let line = "accept    every file change (--accept-file-changes)";
+    let shown = s.relay.cli_ok(&["agent", "show", "fc"]);
+    assert!(shown.contains(line), "{shown}");
+    let shown = s.relay.cli_ok(&["agent", "show", "nofc"]);
+    assert!(!shown.contains(line), "{shown}");
+    // The flag takes no value.
+    let e = refused(&s.add("fc2", &["--accept-file-changes=yes"]));
+    assert!(e.contains("--accept-file-changes"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

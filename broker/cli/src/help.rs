@@ -213,6 +213,7 @@ Examples:
   relay agent add gem --harness gemini --cwd .
   relay agent add kimi --harness acp --cwd . --command kimi --arg acp
   relay agent add cx-a --harness codex --cwd ~/src/project --worktree --copy .env
+  relay agent add cx-b --harness codex --cwd ~/src/project --worktree --accept-file-changes
 
 With --worktree the agent works in a git worktree of the repository --cwd names, on its
 own branch relay/NAME (from --base, default the repository's current branch), made under

@@ -106,8 +106,12 @@ pub(crate) async fn complete(
             return sse.finish().await;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        // Answered (HttpError), turned into a tool call (WriteFile, EditFile) or a failure
+        // (CustomToolCall: Responses only) before any stream starts.
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::CustomToolCall { .. } => return Ok(()),
     };
     sse.data(&chunk(json!({}), Some(finish))).await?;
     if include_usage {
@@ -164,7 +168,10 @@ async fn whole(
             return http::write_response(conn, 400, "application/json", body.as_bytes()).await;
         }
         Reply::Hang => return hold_until_hangup(conn).await,
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::CustomToolCall { .. } => return Ok(()),
     };
     let body = json!({
         "id": id, "object": "chat.completion", "created": 0, "model": model,

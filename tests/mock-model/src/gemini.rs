@@ -98,8 +98,12 @@ pub(crate) async fn generate(
             return http::write_response(conn, 400, "application/json", body.as_bytes()).await;
         }
         Reply::Hang => return hold_until_hangup(conn).await,
-        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before this is called.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        // Answered (HttpError), turned into a tool call (WriteFile, EditFile) or a failure
+        // (CustomToolCall: Responses only) before this is called.
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::CustomToolCall { .. } => return Ok(()),
     };
     let output = approx_tokens(&part.to_string());
     let body = response(vec![part], Some((input, output)), &model, &id).to_string();
@@ -153,8 +157,12 @@ pub(crate) async fn stream(
             sse.raw(&error_body(&code, &message).to_string()).await?;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        // Answered (HttpError), turned into a tool call (WriteFile, EditFile) or a failure
+        // (CustomToolCall: Responses only) before any stream starts.
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::CustomToolCall { .. } => return Ok(()),
     }
     sse.finish().await
 }

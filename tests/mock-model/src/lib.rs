@@ -15,7 +15,9 @@
 //!   Gemini `functionCall` part or a chat `tool_calls` delta; e.g. an escalated
 //!   `exec_command` that makes Codex ask for approval, or [`Reply::shell_command`]), a
 //!   file written with the CLI's own shell tool ([`Reply::write_file`], one approval rule
-//!   accepts it in every CLI: [`WRITE_FILE_RULE`]), a failure, or a hang that never
+//!   accepts it in every CLI: [`WRITE_FILE_RULE`]) or with its own edit tool
+//!   ([`Reply::edit_file`]: Codex's freeform `apply_patch`, a Responses
+//!   `custom_tool_call`; Claude Code's `Write`), a failure, or a hang that never
 //!   completes.
 //! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers that
 //!   read the conversation the CLI sent in any of the APIs ([`all_input_text`],
@@ -23,6 +25,8 @@
 //!   [`MockModel::requests_prompted`] find the requests that carry a text, or were
 //!   prompted by it.
 //! - `requests.rs`: [`RecordedRequest`] and [`all_input_text`].
+//! - `tools.rs`: the file-writing calls ([`Reply::write_file`], [`Reply::edit_file`]) and
+//!   how each becomes the calling CLI's tool call.
 //! - `homes.rs`: what points each CLI at the mock ([`write_codex_home`],
 //!   [`claude_env`], [`write_pi_dir`], [`write_gemini_home`], [`write_opencode_home`],
 //!   [`write_qwen_home`] and their `*_env`).
@@ -31,7 +35,7 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `homes`, `http`, `requests` -> none
+//! - `homes`, `http`, `requests`, `tools` -> none
 //! - `chat`, `gemini`, `messages`, `responses` -> `http`
 //!
 //! Data flow: an accept loop spawns one task per connection; each reads one request,
@@ -47,8 +51,13 @@ mod http;
 mod messages;
 mod requests;
 mod responses;
+mod tools;
 
 pub use requests::{all_input_text, RecordedRequest};
+pub use tools::{
+    apply_patch_add_file_text, write_file_command, CODEX_APPLY_PATCH_MODEL, WRITE_FILE_RULE,
+    WRITE_FILE_SCRIPT,
+};
 
 pub use homes::{
     claude_env, codex_env, gemini_env, opencode_env, qwen_env, write_codex_home,
@@ -104,22 +113,20 @@ pub enum Reply {
         path: String,
         content: String,
     },
-}
-
-/// The shell script [`Reply::write_file`] runs: `sh -c SCRIPT sh CONTENT PATH` writes
-/// CONTENT to PATH. A fixed script with the data as arguments, so one approval rule
-/// ([`WRITE_FILE_RULE`]) accepts exactly these writes and nothing else.
-pub const WRITE_FILE_SCRIPT: &str = r#"printf %s "$1" > "$2""#;
-
-/// The `--auto-accept` rule that accepts the commands of [`Reply::write_file`] (content
-/// and path plain arguments: no leading `-`, no `=`), and nothing else.
-pub const WRITE_FILE_RULE: &str = r#"sh -c 'printf %s "$1" > "$2"' sh * *"#;
-
-/// The command line [`Reply::write_file`] asks the CLI to run, quoted as the approval
-/// rules read it (each word exactly its shell quoting); `None` when it cannot be quoted
-/// (a NUL byte).
-pub fn write_file_command(path: &str, content: &str) -> Option<String> {
-    shlex::try_join(["sh", "-c", WRITE_FILE_SCRIPT, "sh", content, path]).ok()
+    /// A new file `path` holding `content`, written with the CLI's own edit tool:
+    /// [`Reply::edit_file`]. Turned into that tool's call like [`Reply::WriteFile`].
+    EditFile {
+        call_id: String,
+        path: String,
+        content: String,
+    },
+    /// A call of a freeform tool (a Responses `custom_tool_call`, e.g. Codex's
+    /// `apply_patch`): `input` is the raw text the tool takes. Responses only.
+    CustomToolCall {
+        call_id: String,
+        name: String,
+        input: String,
+    },
 }
 
 impl Reply {
@@ -201,44 +208,6 @@ impl Reply {
             "run_shell_command",
             &json!({"command": cmd, "description": description}),
         )
-    }
-
-    /// A call of the CLI's shell tool that writes `content` to `path` in the agent's
-    /// working directory (see [`WRITE_FILE_SCRIPT`]): Codex's `exec_command` asking to
-    /// run outside its sandbox (Codex asks for approval; [`WRITE_FILE_RULE`] accepts it),
-    /// Claude Code's `Bash` (it asks too), Pi's and OpenCode's `bash`, else
-    /// `run_shell_command` (Gemini CLI, Qwen Code). Each CLI then runs `sh` in its cwd,
-    /// so the file lands where the agent works. Give each call an id of its own (Claude
-    /// Code drops a call whose id it saw before).
-    pub fn write_file(call_id: impl Into<String>, path: &str, content: &str) -> Self {
-        Self::WriteFile {
-            call_id: call_id.into(),
-            path: path.to_string(),
-            content: content.to_string(),
-        }
-    }
-
-    /// The reply as the CLI that sent `req` on `wire` takes it: a [`Reply::WriteFile`]
-    /// becomes that CLI's shell tool call; every other reply is itself.
-    fn for_request(self, wire: Wire, req: &RecordedRequest) -> Self {
-        let Self::WriteFile {
-            call_id,
-            path,
-            content,
-        } = self
-        else {
-            return self;
-        };
-        let Some(cmd) = write_file_command(&path, &content) else {
-            return Self::failed(format!("the mock cannot quote a write of {path:?}"));
-        };
-        let args = json!({"command": cmd, "description": format!("write {path}")});
-        match wire {
-            Wire::Responses => Self::exec_command_escalated(call_id, &cmd, "write a file"),
-            _ if req.offers_tool("Bash") => Self::function_call(call_id, "Bash", &args),
-            _ if req.offers_tool("bash") => Self::function_call(call_id, "bash", &args),
-            _ => Self::shell_command(call_id, &cmd, "write a file"),
-        }
     }
 
     /// A `response.failed` event with a generic server error.

@@ -145,8 +145,12 @@ pub(crate) async fn stream(
             return sse.finish().await;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        // Answered (HttpError), turned into a tool call (WriteFile, EditFile) or a failure
+        // (CustomToolCall: Responses only) before any stream starts.
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::CustomToolCall { .. } => return Ok(()),
     };
     sse.event(
         "content_block_stop",

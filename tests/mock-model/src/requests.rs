@@ -117,7 +117,7 @@ impl RecordedRequest {
         {
             return input[last_user..]
                 .iter()
-                .find(|i| i["type"] == "function_call_output")
+                .find(|i| is_call_output(i))
                 .map(|i| output_text(i.get("output")));
         }
         let contents = self.contents();
@@ -173,14 +173,14 @@ impl RecordedRequest {
     }
 
     /// `(call id, output)` of every tool result, in order: Responses
-    /// `function_call_output` items, Messages `tool_result` blocks, chat `role: "tool"`
-    /// messages (`tool_call_id`), or Gemini `functionResponse` parts (their `id`, else
+    /// `function_call_output` and `custom_tool_call_output` items, Messages `tool_result`
+    /// blocks, chat `role: "tool"` messages (`tool_call_id`), or Gemini `functionResponse` parts (their `id`, else
     /// their `name`).
     pub fn function_call_outputs(&self) -> Vec<(String, String)> {
         let responses = self
             .input()
             .iter()
-            .filter(|item| item.get("type").and_then(Value::as_str) == Some("function_call_output"))
+            .filter(|item| is_call_output(item))
             .map(|item| {
                 let call_id = str_field(item, "call_id").to_string();
                 (call_id, output_text(item.get("output")))
@@ -239,6 +239,11 @@ pub fn all_input_text(req: &RecordedRequest) -> String {
                 str_field(item, "name"),
                 str_field(item, "arguments")
             )),
+            Some("custom_tool_call") => out.push(format!(
+                "{} {}",
+                str_field(item, "name"),
+                str_field(item, "input")
+            )),
             Some("function_call_output") | Some("custom_tool_call_output") => {
                 out.push(output_text(item.get("output")))
             }
@@ -295,6 +300,14 @@ pub fn all_input_text(req: &RecordedRequest) -> String {
 }
 
 /// A Gemini content's `parts` (empty when absent).
+/// A Responses tool result: a function's, or a freeform (custom) tool's.
+fn is_call_output(item: &Value) -> bool {
+    matches!(
+        item.get("type").and_then(Value::as_str),
+        Some("function_call_output" | "custom_tool_call_output")
+    )
+}
+
 fn gemini_parts(content: &Value) -> &[Value] {
     content
         .get("parts")
@@ -371,6 +384,25 @@ mod tests {
         assert_eq!(
             req.function_call_outputs(),
             vec![("c1".to_string(), "done".to_string())]
+        );
+    }
+
+    /// Codex's freeform `apply_patch`: its call is a `custom_tool_call`, its result a
+    /// `custom_tool_call_output` (a result like any other to the scripted model).
+    #[test]
+    fn a_custom_tools_output_is_a_tool_output() {
+        let req = request(json!({"input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "edit"}]},
+            {"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch", "call_id": "c9"},
+            {"type": "custom_tool_call_output", "call_id": "c9", "output": "Success. Updated: A a.txt"},
+        ]}));
+        assert_eq!(
+            req.tool_output_since_prompt().as_deref(),
+            Some("Success. Updated: A a.txt")
+        );
+        assert_eq!(
+            req.function_call_outputs(),
+            vec![("c9".to_string(), "Success. Updated: A a.txt".to_string())]
         );
     }
 

@@ -1,5 +1,5 @@
 //! The OpenAI Responses API stream (what Codex speaks): `response.created`, the output
-//! item (text deltas, or a function call), then `response.completed` with usage, or
+//! item (text deltas, a function call, or a freeform tool's `custom_tool_call`), then `response.completed` with usage, or
 //! `response.failed`.
 
 use serde_json::json;
@@ -101,6 +101,29 @@ pub(crate) async fn stream(
             .await?;
             approx_tokens(&arguments)
         }
+        Reply::CustomToolCall {
+            call_id,
+            name,
+            input,
+        } => {
+            sse.event(
+                "response.output_item.done",
+                &json!({
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "custom_tool_call",
+                        "id": format!("ctc_{n}"),
+                        "status": "completed",
+                        "call_id": call_id,
+                        "name": name,
+                        "input": input,
+                    },
+                }),
+            )
+            .await?;
+            approx_tokens(&input)
+        }
         Reply::Failed { code, message } => {
             sse.event(
                 "response.failed",
@@ -117,8 +140,9 @@ pub(crate) async fn stream(
             return sse.finish().await;
         }
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
-        // Answered (HttpError) or turned into a FunctionCall (WriteFile) before any stream starts.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } => return Ok(()),
+        // Answered (HttpError) or turned into a tool call (WriteFile, EditFile) before any
+        // stream starts.
+        Reply::HttpError { .. } | Reply::WriteFile { .. } | Reply::EditFile { .. } => return Ok(()),
     };
 
     let input_tokens = approx_tokens(&all_input_text(req));

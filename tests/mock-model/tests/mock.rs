@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{call, post, WAIT};
-use relay_mock_model::{write_codex_home, write_file_command, MockModel, Reply, WRITE_FILE_RULE};
+use relay_mock_model::{
+    apply_patch_add_file_text, write_codex_home, write_file_command, MockModel, Reply,
+    WRITE_FILE_RULE,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -229,6 +232,76 @@ async fn a_write_file_is_each_clis_shell_call_and_writes_the_file() {
     let prompted = mock.requests_prompted("too");
     assert_eq!(prompted.len(), 1);
     assert!(prompted[0].carries("write it too") && !prompted[0].carries("nothing like it"));
+}
+
+/// [`Reply::edit_file`] on the wire: Codex's freeform `apply_patch` as a Responses
+/// `custom_tool_call` (then `response.completed`), Claude Code's `Write` as a `tool_use`
+/// whose input streams as JSON deltas.
+#[tokio::test]
+async fn an_edit_file_is_codex_apply_patch_or_claude_codes_write() {
+    let mock = MockModel::start().await.unwrap();
+    mock.push(Reply::edit_file("call_e", "new.txt", "one\ntwo\n"));
+    mock.push(Reply::edit_file("toolu_e", "/w/new.txt", "one\n"));
+    let mut codex = user("edit it");
+    codex["tools"] = json!([
+        {"type": "function", "name": "exec_command"},
+        {"type": "custom", "name": "apply_patch"},
+    ]);
+    let (_, _, body) = post_json(mock.addr(), &codex).await;
+    let sent = events(&body);
+    let kinds: Vec<&str> = sent.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let item = &sent[1].1["item"];
+    assert_eq!(
+        (
+            &item["type"],
+            &item["name"],
+            &item["call_id"],
+            &item["input"]
+        ),
+        (
+            &json!("custom_tool_call"),
+            &json!("apply_patch"),
+            &json!("call_e"),
+            &json!(apply_patch_add_file_text("new.txt", "one\ntwo\n"))
+        )
+    );
+
+    let claude = json!({"model": "m", "stream": true,
+        "tools": [{"name": "Bash"}, {"name": "Write"}],
+        "messages": [{"role": "user", "content": "edit it too"}]});
+    let (_, _, body) = post(mock.addr(), "/v1/messages", &claude).await;
+    let events = events(&body);
+    let start = &events
+        .iter()
+        .find(|(k, _)| k == "content_block_start")
+        .unwrap()
+        .1;
+    assert_eq!(
+        (
+            &start["content_block"]["name"],
+            &start["content_block"]["id"]
+        ),
+        (&json!("Write"), &json!("toolu_e"))
+    );
+    let delta = &events
+        .iter()
+        .find(|(k, _)| k == "content_block_delta")
+        .unwrap()
+        .1;
+    let input: Value =
+        serde_json::from_str(delta["delta"]["partial_json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        input,
+        json!({"file_path": "/w/new.txt", "content": "one\n"})
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,10 @@
 //!   that flight's files and not the next one's; Codex and Claude Code.
 //! - `crash`: `kill -9` of the broker while a flight's commit waits for git's lock: after
 //!   the restart the commit is made once, not twice, not lost.
+//! - `native`: each CLI's own edit tool (Codex's `apply_patch`, Claude Code's `Write`;
+//!   the mock's `edit:PATH CONTENT`) accepted by `--accept-file-changes`: its native
+//!   change events (`file_change` items; Codex's diff) on the flight before its end, the
+//!   file in the flight's commit.
 //! - `lifecycle`: a worktree deleted by hand is recreated at the next turn; `relay agent
 //!   remove` refuses uncommitted work and `--force` commits it on the kept branch; `relay
 //!   doctor` finds an orphan worktree and `--fix` removes it.
@@ -22,5 +26,6 @@ mod concurrent;
 mod crash;
 mod fork;
 mod lifecycle;
+mod native;
 mod repo;
 mod writes;

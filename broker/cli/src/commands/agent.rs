@@ -10,7 +10,7 @@ use clap::Subcommand;
 use relay_client::Client;
 use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{
-    Agent, AgentSpec, ApprovalPolicy, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
+    Agent, AgentSpec, Harness, PaneSpec, WakePolicy, DEFAULT_TMUX_SOCKET,
 };
 
 use super::JsonFlag;
@@ -89,25 +89,8 @@ pub enum AgentCmd {
         /// on_demand, keep_warm or manual.
         #[arg(long, default_value_t = WakePolicy::OnDemand)]
         wake: WakePolicy,
-        /// Accept approval requests for exactly this command (repeatable). A rule is
-        /// shell-quoted words: the program, then literal arguments; `*` stands for one
-        /// plain argument (no leading `-`, `+` or `@`, no `=`), `**` (last) for any number
-        /// of them. `cargo
-        /// test` accepts `cargo test` and nothing longer; `cargo test *` also accepts
-        /// `cargo test parser`, never `cargo test --config ...`. A command is matched as
-        /// it will run: a shell's `-c` script only when it is a plain list of words.
-        #[arg(long = "auto-accept", value_name = "RULE")]
-        auto_accept: Vec<String>,
-        /// Decline approval requests for commands that start with this rule's words
-        /// (repeatable; same syntax as --auto-accept).
-        #[arg(long = "auto-decline", value_name = "RULE")]
-        auto_decline: Vec<String>,
-        /// Decline an approval request that no rule decided and nobody answered within
-        /// SECS seconds; it is recorded as decided by `policy:timeout:<SECS>s`. Without
-        /// it, a request waits for a person however long (until its turn ends): `relay
-        /// up --notify-command` and the dashboard tell you it waits.
-        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
-        approval_timeout: Option<u64>,
+        #[command(flatten)]
+        approvals: super::approval::PolicyArgs,
         /// Who may invoke the agent (ask it, or consult it with a mention), repeatable:
         /// `operator` (you: any requester that is not an agent), an agent's name, or `*`
         /// for anyone [default: *]. A tmux agent without --command runs a shell, which
@@ -236,9 +219,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             model,
             node,
             wake,
-            auto_accept,
-            auto_decline,
-            approval_timeout,
+            approvals,
             allow_from,
             worktree,
             json,
@@ -308,12 +289,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                         args,
                         env: env.into_iter().collect::<BTreeMap<_, _>>(),
                         secrets: relay_protocol::domain::Secrets(secrets),
-                        approval_policy: ApprovalPolicy {
-                            accept_commands: auto_accept,
-                            decline_commands: auto_decline,
-                            accept_file_changes: false,
-                            timeout_secs: approval_timeout,
-                        },
+                        approval_policy: approvals.policy(),
                         pane,
                         turn_timeout_secs: turn_timeout,
                         allow_from,
@@ -459,19 +435,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     "allow     {} (who may invoke it)",
                     a.spec.allowed_from().join(", ")
                 );
-                let policy = &a.spec.approval_policy;
-                for rule in &policy.accept_commands {
-                    outln!("accept    {rule}");
-                }
-                for rule in &policy.decline_commands {
-                    outln!("decline   {rule}");
-                }
-                match policy.timeout_secs {
-                    Some(secs) => outln!("approvals declined when nobody answers within {secs} s"),
-                    None if a.spec.harness.capabilities().approvals => {
-                        outln!("approvals wait for a person (no --approval-timeout)")
-                    }
-                    None => {}
+                let approvals = a.spec.harness.capabilities().approvals;
+                for line in super::approval::policy_lines(&a.spec.approval_policy, approvals) {
+                    outln!("{line}");
                 }
                 for line in capability_lines(a.spec.harness) {
                     outln!("{line}");

@@ -1,10 +1,11 @@
 //! Approvals: `relay approval list|decide` (the older `relay approvals` and `relay
-//! approve` are kept).
+//! approve` are kept), and an agent's approval policy as `relay agent add` takes it
+//! ([`PolicyArgs`]) and `relay agent show` prints it ([`policy_lines`]).
 
 use clap::{Args, Subcommand};
 use relay_client::Client;
 use relay_protocol::api::{ApprovalsQuery, DecideApproval};
-use relay_protocol::domain::{Approval, ApprovalDecision};
+use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy};
 use relay_protocol::methods::call as m;
 
 use super::Actor;
@@ -12,6 +13,72 @@ use crate::help;
 use crate::terminal::outln;
 use crate::views::print_json;
 use crate::views::table::{age, Cell, Table};
+
+/// `relay agent add`'s approval policy flags.
+#[derive(Args)]
+pub struct PolicyArgs {
+    /// Accept approval requests for exactly this command (repeatable). A rule is
+    /// shell-quoted words: the program, then literal arguments; `*` stands for one
+    /// plain argument (no leading `-`, `+` or `@`, no `=`), `**` (last) for any number
+    /// of them. `cargo
+    /// test` accepts `cargo test` and nothing longer; `cargo test *` also accepts
+    /// `cargo test parser`, never `cargo test --config ...`. A command is matched as
+    /// it will run: a shell's `-c` script only when it is a plain list of words.
+    #[arg(long = "auto-accept", value_name = "RULE")]
+    pub auto_accept: Vec<String>,
+    /// Decline approval requests for commands that start with this rule's words
+    /// (repeatable; same syntax as --auto-accept).
+    #[arg(long = "auto-decline", value_name = "RULE")]
+    pub auto_decline: Vec<String>,
+    /// Decline an approval request that no rule decided and nobody answered within
+    /// SECS seconds; it is recorded as decided by `policy:timeout:<SECS>s`. Without
+    /// it, a request waits for a person however long (until its turn ends): `relay
+    /// up --notify-command` and the dashboard tell you it waits.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub approval_timeout: Option<u64>,
+    /// Accept every file change the agent's own edit tool asks to make (Codex's
+    /// apply_patch, Claude Code's Edit and Write...), recorded as decided by
+    /// `policy:accept_file_changes`. Natural for an agent in a worktree of its own
+    /// (--worktree), where each flight's changes are a commit you can revert.
+    #[arg(long)]
+    pub accept_file_changes: bool,
+}
+
+impl PolicyArgs {
+    pub fn policy(self) -> ApprovalPolicy {
+        ApprovalPolicy {
+            accept_commands: self.auto_accept,
+            decline_commands: self.auto_decline,
+            accept_file_changes: self.accept_file_changes,
+            timeout_secs: self.approval_timeout,
+        }
+    }
+}
+
+/// `relay agent show`'s lines for an agent's approval policy (`approvals`: whether its
+/// harness asks for approvals at all).
+pub fn policy_lines(policy: &ApprovalPolicy, approvals: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    for rule in &policy.accept_commands {
+        lines.push(format!("accept    {rule}"));
+    }
+    if policy.accept_file_changes {
+        lines.push("accept    every file change (--accept-file-changes)".to_string());
+    }
+    for rule in &policy.decline_commands {
+        lines.push(format!("decline   {rule}"));
+    }
+    match policy.timeout_secs {
+        Some(secs) => lines.push(format!(
+            "approvals declined when nobody answers within {secs} s"
+        )),
+        None if approvals => {
+            lines.push("approvals wait for a person (no --approval-timeout)".to_string())
+        }
+        None => {}
+    }
+    lines
+}
 
 #[derive(Subcommand)]
 pub enum ApprovalCmd {
@@ -143,4 +210,47 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Add {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    }
+
+    fn policy(args: &[&str]) -> ApprovalPolicy {
+        let argv = std::iter::once("add").chain(args.iter().copied());
+        Add::try_parse_from(argv).unwrap().policy.policy()
+    }
+
+    #[test]
+    fn accept_file_changes_is_a_flag_of_the_policy() {
+        let p = policy(&["--accept-file-changes", "--auto-accept", "cargo test"]);
+        assert!(p.accept_file_changes);
+        assert_eq!(p.accept_commands, vec!["cargo test".to_string()]);
+        assert!(!policy(&[]).accept_file_changes);
+        let lines = policy_lines(&p, true);
+        assert_eq!(
+            lines,
+            vec![
+                "accept    cargo test",
+                "accept    every file change (--accept-file-changes)",
+                "approvals wait for a person (no --approval-timeout)",
+            ]
+        );
+        let plain = policy_lines(&policy(&["--approval-timeout", "5"]), true);
+        assert_eq!(
+            plain,
+            vec!["approvals declined when nobody answers within 5 s"]
+        );
+        assert!(policy_lines(&policy(&[]), false).is_empty());
+    }
 }

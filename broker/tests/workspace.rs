@@ -474,3 +474,55 @@ async fn a_fork_keeps_the_turns_up_to_its_flight_and_branches_from_its_commit() 
         .unwrap_err();
     assert!(e.to_string().contains("not a flight of agent src"), "{e}");
 }
+
+#[tokio::test]
+async fn a_spec_the_rules_refuse_never_reaches_the_runtime_that_makes_worktrees() {
+    let b = broker().await;
+    let recorder = std::sync::Arc::new(Recorder(std::sync::Mutex::new(Vec::new())));
+    let control: std::sync::Arc<dyn relay_broker::ports::FlightControl> = recorder.clone();
+    let with = |name: &str| AgentSpec {
+        worktree: Some(WorktreeSpec::default()),
+        ..AgentSpec::new(name, Harness::CodexAppServer, "/repo")
+    };
+    // Names git would run with (`relay/x y`, `worktrees/../../evil`), a reserved one.
+    for name in ["x y", "../../evil", "operator"] {
+        let e = b
+            .add_agent(with(name), Some(control.as_ref()))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BrokerError::BadInput(_)), "{name:?}: {e:?}");
+    }
+    assert!(
+        recorder.0.lock().unwrap().is_empty(),
+        "the runtime was asked to make a worktree for a refused spec"
+    );
+    // A fork under a bad name is refused the same way, before its worktree is made.
+    b.add_agent(with("src"), Some(control.as_ref()))
+        .await
+        .unwrap();
+    b.execute(relay_broker::Command::UpdateAgent {
+        name: "src".into(),
+        state: None,
+        thread_id: Some("t1".into()),
+        endpoint: None,
+        reason: None,
+        program: None,
+        worktree: None,
+    })
+    .await
+    .unwrap();
+    let asked = recorder.0.lock().unwrap().len();
+    let e = relay_broker::workspaces::fork(
+        &b,
+        Some(&control),
+        "src",
+        relay_protocol::api::ForkRequest {
+            name: "bad name".into(),
+            at: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, BrokerError::BadInput(_)), "{e:?}");
+    assert_eq!(recorder.0.lock().unwrap().len(), asked);
+}

@@ -526,3 +526,72 @@ async fn a_spec_the_rules_refuse_never_reaches_the_runtime_that_makes_worktrees(
     assert!(matches!(e, BrokerError::BadInput(_)), "{e:?}");
     assert_eq!(recorder.0.lock().unwrap().len(), asked);
 }
+
+#[tokio::test]
+async fn a_fork_of_a_fork_counts_the_turns_its_session_began_with() {
+    let b = broker().await;
+    let recorder = std::sync::Arc::new(Recorder(std::sync::Mutex::new(Vec::new())));
+    let control: std::sync::Arc<dyn relay_broker::ports::FlightControl> = recorder.clone();
+    let thread = |name: &str, t: &str| relay_broker::Command::UpdateAgent {
+        name: name.into(),
+        state: None,
+        thread_id: Some(t.into()),
+        endpoint: None,
+        reason: None,
+        program: None,
+        worktree: None,
+    };
+    let fork = |name: &str, at: &str| relay_protocol::api::ForkRequest {
+        name: name.into(),
+        at: Some(at.into()),
+    };
+    b.add_agent(
+        AgentSpec::new("src", Harness::CodexAppServer, "/repo"),
+        Some(control.as_ref()),
+    )
+    .await
+    .unwrap();
+    turn(&b, "src", "t1", None).await;
+    let f2 = turn(&b, "src", "t1", None).await;
+    turn(&b, "src", "t1", None).await;
+    b.execute(thread("src", "t1")).await.unwrap();
+    // mid's session: src's first two turns, then its own.
+    relay_broker::workspaces::fork(&b, Some(&control), "src", fork("mid", &f2))
+        .await
+        .unwrap();
+    let m1 = turn(&b, "mid", "t-mid", None).await;
+    turn(&b, "mid", "t-mid", None).await;
+    b.execute(thread("mid", "t-mid")).await.unwrap();
+    relay_broker::workspaces::fork(&b, Some(&control), "mid", fork("last", &m1))
+        .await
+        .unwrap();
+    let f = recorder
+        .0
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap()
+        .fork
+        .unwrap();
+    assert_eq!(f.thread_id, "t-mid");
+    // Up to m1 in t-mid: src's two turns, then m1.
+    assert_eq!((f.keep_turns, f.turns), (Some(3), 4));
+
+    // Once mid's forked session is gone (a new one), its flights are all its thread has.
+    let n1 = turn(&b, "mid", "t-new", None).await;
+    b.execute(thread("mid", "t-new")).await.unwrap();
+    relay_broker::workspaces::fork(&b, Some(&control), "mid", fork("again", &n1))
+        .await
+        .unwrap();
+    let f = recorder
+        .0
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap()
+        .fork
+        .unwrap();
+    assert_eq!((f.keep_turns, f.turns), (Some(1), 1));
+}

@@ -595,3 +595,46 @@ async fn a_fork_of_a_fork_counts_the_turns_its_session_began_with() {
         .unwrap();
     assert_eq!((f.keep_turns, f.turns), (Some(1), 1));
 }
+
+#[tokio::test]
+async fn a_commits_patch_is_kept_within_the_recorded_bound_whoever_sends_it() {
+    use relay_protocol::domain::MAX_RECORDED_PATCH;
+    let b = broker().await;
+    let f = ended_flight(&b).await;
+    let mut big = commit();
+    // Multi-byte characters across the bound: the cut is at a character's boundary.
+    big.patch = Some("+é\n".repeat(MAX_RECORDED_PATCH));
+    b.update_flight(
+        &f.id,
+        FlightChange::Commit {
+            commit: Box::new(big),
+        },
+    )
+    .await
+    .unwrap();
+    let diff = relay_broker::workspaces::flight_diff(&b, &f.id)
+        .await
+        .unwrap()
+        .commit
+        .unwrap();
+    let patch = diff.patch.unwrap();
+    assert!(patch.len() <= MAX_RECORDED_PATCH, "{}", patch.len());
+    assert!(patch.len() > MAX_RECORDED_PATCH - 4, "{}", patch.len());
+    assert!(diff.patch_truncated);
+    // The event the log keeps (and watch, SSE and NATS send) holds the bounded patch.
+    let events = b.store().read(|s| s.events_after(0, 10_000)).await.unwrap();
+    let longest = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            relay_protocol::event::EventBody::FlightUpdated { update, .. } => {
+                match &update.change {
+                    FlightChange::Commit { commit } => commit.patch.as_ref().map(String::len),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    assert!(longest <= MAX_RECORDED_PATCH, "{longest}");
+}

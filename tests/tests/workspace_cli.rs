@@ -307,10 +307,20 @@ async fn a_flights_commit_is_shown_diffed_reverted_and_remove_keeps_the_work() {
 #[tokio::test(flavor = "multi_thread")]
 async fn doctor_finds_an_orphan_worktree_and_fix_removes_it() {
     let mut s = Setup::start();
-    // A registration the broker's rules refuse after its worktree was made (an approval
-    // rule that does not parse is only checked there): the worktree is left, and the
-    // refusal says so.
-    let e = refused(&s.add("orphan", &["--worktree", "--auto-accept", "'unbalanced"]));
+    // A registration the broker's rules refuse after its worktree was made (a secret's
+    // name is only checked there; the CLI cannot send a bad one, the API can): the
+    // worktree is left, and the refusal says so.
+    let spec = serde_json::json!({
+        "name": "orphan",
+        "harness": "codex_app_server",
+        "cwd": s.repo.display().to_string(),
+        "command": instant_codex_bin().display().to_string(),
+        "worktree": {},
+        "secrets": {"A=B": "x"},
+    });
+    let (code, body) = s.relay.http().post("/v1/agents", &spec).await;
+    assert_eq!(code, 400, "{body}");
+    let e = body["error"]["message"].as_str().unwrap();
     assert!(
         e.contains("is left") && e.contains("relay doctor --fix"),
         "{e}"

@@ -495,3 +495,51 @@ async fn a_trusted_bus_reverts_a_flight() {
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flights_commit_is_the_runtimes_record_and_shown_once() {
+    let s = Setup::start();
+    let out = s.add("w", &["--worktree"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let asked = s.relay.cli(&["ask", "w", "write:notes.txt=hi", "--json"]);
+    assert!(asked.status.success(), "{}", stderr(&asked));
+    let flight: Value = serde_json::from_slice(&asked.stdout).unwrap();
+    let id = flight["id"].as_str().unwrap().to_string();
+    let real = flight["commit"].clone();
+    assert!(real.is_object(), "{flight}");
+
+    // `flight show` names the commit once, under its own label.
+    let shown = s.relay.cli_ok(&["flight", "show", &id]);
+    assert!(shown.contains("changes    commit "), "{shown}");
+    assert!(!shown.contains("commit     commit"), "{shown}");
+
+    // A client cannot write a commit (which a revert would then revert) nor a revert.
+    let http = s.relay.http();
+    let fake = serde_json::json!({"kind": "commit", "commit": {
+        "branch": "relay/w", "start": "0".repeat(40), "head": "1".repeat(40),
+        "added": 0, "removed": 0, "patch": "+forged\n"
+    }});
+    let (code, body) = http.post(&format!("/v1/flights/{id}/updates"), &fake).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("recorded by the runtime"),
+        "{body}"
+    );
+    let forged_revert = serde_json::json!({
+        "kind": "reverted", "revert": {"commit": "2".repeat(40), "by": "x", "at": 1}
+    });
+    let (code, body) = http
+        .post(&format!("/v1/flights/{id}/updates"), &forged_revert)
+        .await;
+    assert_eq!(code, 400, "{body}");
+    let after = s.relay.cli_json(&["flight", "show", &id, "--json"]);
+    assert_eq!(after["commit"], real, "{after}");
+    let diff = s.relay.cli_json(&["diff", &id, "--json"]);
+    assert!(
+        !diff["commit"]["patch"].as_str().unwrap().contains("forged"),
+        "{diff}"
+    );
+}

@@ -313,6 +313,15 @@ async fn fork_spec(
             )));
         }
     }
+    // A forked agent's first session began with the turns it kept of its source's: in
+    // that thread they come before its own flights' (a fork of a fork keeps them too).
+    let first_thread = flights.iter().find_map(|f| f.thread_id.as_deref());
+    let inherited = match &source.spec.fork {
+        Some(from) if first_thread == Some(thread.as_str()) => {
+            from.keep_turns.map_or(from.turns, |k| k.min(from.turns))
+        }
+        _ => 0,
+    };
     let upto = at.map_or(0, |p| p + 1);
     let base_commit = on_thread[..upto]
         .iter()
@@ -330,8 +339,8 @@ async fn fork_spec(
         agent: src.clone(),
         thread_id: thread,
         flight: at.map(|p| on_thread[p].id.clone()),
-        keep_turns: at.map(|p| (p + 1) as u32),
-        turns: on_thread.len() as u32,
+        keep_turns: at.map(|p| inherited.saturating_add((p + 1) as u32)),
+        turns: inherited.saturating_add(on_thread.len() as u32),
         cwd: source
             .worktree
             .as_ref()

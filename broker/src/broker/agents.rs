@@ -65,11 +65,12 @@ impl Broker {
         }
     }
 
-    /// The registration rules that need no runtime, read before the (slower) checks: the
-    /// name is free, the worktree asked for is well formed. The command re-checks
+    /// The registration rules that need no runtime, read before the (slower) checks,
+    /// which make the worktree: the spec is well formed (a name git would refuse as a
+    /// branch, or `..`, never reaches git), the name is free. The command re-checks
     /// everything when it runs.
     async fn precheck(&self, spec: &AgentSpec) -> Result<(), BrokerError> {
-        rules::check_worktree(spec)?;
+        rules::check_spec(spec)?;
         if self.agent(&spec.name).await?.is_some() {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }

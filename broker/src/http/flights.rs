@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
-use relay_protocol::domain::Flight;
+use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::methods::call as m;
 
 use super::{ApiJson, ApiResult, ApiState, Principal, Req};
@@ -101,6 +101,15 @@ pub(super) async fn update_flight(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Req<m::FlightWrite>>,
 ) -> ApiResult<relay_protocol::api::UpdateResult> {
+    // What a flight did to its agent's worktree is the runtime's record of git's work (a
+    // revert reverts what it names, and the rule takes it after the flight ended): a
+    // client cannot write one.
+    if let FlightChange::Commit { .. } | FlightChange::Reverted { .. } = &body.change {
+        return Err(BrokerError::Invalid(format!(
+            "a flight's commit and its revert are recorded by the runtime that made them, not written by a client; `relay revert {id}` reverts its commit"
+        ))
+        .into());
+    }
     Ok(Json(s.broker.update_flight(&id, body.change).await?))
 }
 

@@ -297,7 +297,8 @@ pub fn flight_lines(f: &Flight) -> Vec<String> {
     let Some(c) = &f.commit else {
         return Vec::new();
     };
-    let mut lines = vec![format!("commit     {}", c.summary())];
+    // The summary starts with "commit ..." (or "commits up to ...").
+    let mut lines = vec![format!("changes    {}", c.summary())];
     if !c.also_flights.is_empty() {
         lines.push(format!("also       {}", c.also_flights.join(", ")));
     }

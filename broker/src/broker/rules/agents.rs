@@ -17,74 +17,12 @@ use crate::store::{encode, T};
 const STATE_REASON_BYTES: usize = 4096;
 
 impl Ctx<'_, '_> {
-    /// A pane is only a tmux agent's, and well formed: its ready pattern a regular
-    /// expression, and a pane Relay starts runs a named program or, asked for
-    /// explicitly, a shell (never a shell by default: it runs each task as commands).
-    fn check_pane(&mut self, spec: &AgentSpec) -> Result<(), BrokerError> {
-        if let Some(problem) = spec.pane_program_problem() {
-            return Err(BadInput::Pane(problem).into());
-        }
-        let Some(pane) = &spec.pane else {
-            return Ok(());
-        };
-        if spec.harness != Harness::Tmux {
-            return Err(BadInput::PaneNotTmux {
-                agent: spec.name.clone(),
-                harness: spec.harness,
-            }
-            .into());
-        }
-        if let Some(problem) = pane.problem() {
-            return Err(BadInput::Pane(problem).into());
-        }
-        if let Some(pattern) = &pane.ready_pattern {
-            relay_harnesses::tmux::screens::ReadyPattern::new(pattern).map_err(|e| {
-                BadInput::ReadyPattern {
-                    agent: spec.name.clone(),
-                    error: e.to_string(),
-                }
-            })?;
-        }
-        Ok(())
-    }
-
     pub(super) fn register_agent(
         &mut self,
         spec: &AgentSpec,
         worktree: &Option<Box<WorktreeState>>,
     ) -> Result<Outcome, BrokerError> {
-        if !valid_agent_name(&spec.name) {
-            return Err(BadInput::AgentName(spec.name.clone()).into());
-        }
-        // An agent speaks under its name: as `relay` or `operator` it would author
-        // what reads as Relay's or the operator's (checked at registration only, not
-        // in `valid_agent_name`, so an existing store still loads).
-        if let Some(why) = relay_protocol::domain::decider::reserved_name(&spec.name) {
-            return Err(BadInput::ReservedAgentName {
-                name: spec.name.clone(),
-                why,
-            }
-            .into());
-        }
-        if let Some(node) = &spec.node {
-            if !valid_agent_name(node) {
-                return Err(BadInput::NodeName(node.clone()).into());
-            }
-        }
-        if spec.cwd.trim().is_empty() {
-            return Err(BadInput::Empty("agent's cwd").into());
-        }
-        crate::policy::validate(&spec.approval_policy).map_err(BadInput::Policy)?;
-        check_worktree(spec)?;
-        self.check_pane(spec)?;
-        if let Some(problem) = spec.allow_from_problem() {
-            return Err(BadInput::AllowFrom(problem).into());
-        }
-        // A shell runs any task as commands, with no approval step: who may send it one
-        // is said, never a default.
-        if spec.runs_shell() && spec.allow_from.is_empty() {
-            return Err(BadInput::ShellNeedsAllowFrom(spec.name.clone()).into());
-        }
+        check_spec(spec)?;
         if self.tx.contains(T::Agents, spec.name.as_bytes())? {
             return Err(BrokerError::AgentExists(spec.name.clone()));
         }
@@ -184,11 +122,82 @@ impl Ctx<'_, '_> {
     }
 }
 
+/// What a registration's spec must be, whatever is registered already: its name, node,
+/// cwd, policy, worktree, pane and who may invoke it. Checked again by the rule, and
+/// before the runtime's checks (which make the worktree: git must never run on a name
+/// the rule refuses).
+pub(in crate::broker) fn check_spec(spec: &AgentSpec) -> Result<(), BrokerError> {
+    if !valid_agent_name(&spec.name) {
+        return Err(BadInput::AgentName(spec.name.clone()).into());
+    }
+    // An agent speaks under its name: as `relay` or `operator` it would author
+    // what reads as Relay's or the operator's (checked at registration only, not
+    // in `valid_agent_name`, so an existing store still loads).
+    if let Some(why) = relay_protocol::domain::decider::reserved_name(&spec.name) {
+        return Err(BadInput::ReservedAgentName {
+            name: spec.name.clone(),
+            why,
+        }
+        .into());
+    }
+    if let Some(node) = &spec.node {
+        if !valid_agent_name(node) {
+            return Err(BadInput::NodeName(node.clone()).into());
+        }
+    }
+    if spec.cwd.trim().is_empty() {
+        return Err(BadInput::Empty("agent's cwd").into());
+    }
+    crate::policy::validate(&spec.approval_policy).map_err(BadInput::Policy)?;
+    check_worktree(spec)?;
+    check_pane(spec)?;
+    if let Some(problem) = spec.allow_from_problem() {
+        return Err(BadInput::AllowFrom(problem).into());
+    }
+    // A shell runs any task as commands, with no approval step: who may send it one
+    // is said, never a default.
+    if spec.runs_shell() && spec.allow_from.is_empty() {
+        return Err(BadInput::ShellNeedsAllowFrom(spec.name.clone()).into());
+    }
+    Ok(())
+}
+
+/// A pane is only a tmux agent's, and well formed: its ready pattern a regular
+/// expression, and a pane Relay starts runs a named program or, asked for
+/// explicitly, a shell (never a shell by default: it runs each task as commands).
+fn check_pane(spec: &AgentSpec) -> Result<(), BrokerError> {
+    if let Some(problem) = spec.pane_program_problem() {
+        return Err(BadInput::Pane(problem).into());
+    }
+    let Some(pane) = &spec.pane else {
+        return Ok(());
+    };
+    if spec.harness != Harness::Tmux {
+        return Err(BadInput::PaneNotTmux {
+            agent: spec.name.clone(),
+            harness: spec.harness,
+        }
+        .into());
+    }
+    if let Some(problem) = pane.problem() {
+        return Err(BadInput::Pane(problem).into());
+    }
+    if let Some(pattern) = &pane.ready_pattern {
+        relay_harnesses::tmux::screens::ReadyPattern::new(pattern).map_err(|e| {
+            BadInput::ReadyPattern {
+                agent: spec.name.clone(),
+                error: e.to_string(),
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// The worktree a registration asks for is well formed, before any git runs on it:
 /// the repository (`cwd`) an absolute path (the runtime runs git there, from wherever it
 /// was started), the base a ref (never an option: git reads a leading `-` as one), the
 /// directory absolute, and what is copied in relative to the repository, never out of it.
-pub(in crate::broker) fn check_worktree(spec: &AgentSpec) -> Result<(), BrokerError> {
+fn check_worktree(spec: &AgentSpec) -> Result<(), BrokerError> {
     let Some(w) = &spec.worktree else {
         return Ok(());
     };

@@ -6,9 +6,9 @@
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    id_token, Agent, Conversation, ConversationKind, ConversationSpec, DeliveryReason, Flight,
-    FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest, ItemKind, ItemPhase,
-    Message, MessageClass, MessageMeta, Note, PostMessage,
+    id_token, truncate_bytes, Agent, Conversation, ConversationKind, ConversationSpec,
+    DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest,
+    ItemKind, ItemPhase, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_RECORDED_PATCH,
 };
 use relay_protocol::event::EventBody;
 
@@ -221,6 +221,25 @@ impl Ctx<'_, '_> {
         flight_id: &str,
         change: &FlightChange,
     ) -> Result<Outcome, BrokerError> {
+        // The patch is kept in the log with its update and goes out with every copy of
+        // it (watch, SSE, NATS): bounded here whoever sent it, as the runtime bounds it.
+        if let FlightChange::Commit { commit } = change {
+            if commit
+                .patch
+                .as_ref()
+                .is_some_and(|p| p.len() > MAX_RECORDED_PATCH)
+            {
+                let mut bounded = (**commit).clone();
+                if let Some(p) = bounded.patch.as_mut() {
+                    truncate_bytes(p, MAX_RECORDED_PATCH);
+                }
+                bounded.patch_truncated = true;
+                let bounded = FlightChange::Commit {
+                    commit: Box::new(bounded),
+                };
+                return self.update_flight(flight_id, &bounded);
+            }
+        }
         let mut flight = self.flight(flight_id)?;
         let unchanged = |flight: Flight| {
             Ok(Outcome::Flight(UpdateResult {

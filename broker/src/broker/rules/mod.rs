@@ -21,7 +21,7 @@ mod approvals;
 mod flights;
 mod messages;
 
-pub(super) use agents::check_worktree;
+pub(super) use agents::check_spec;
 
 /// The domain rules, run inside the writer's transaction.
 pub(super) struct Ctx<'a, 't> {

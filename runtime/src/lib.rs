@@ -457,8 +457,8 @@ impl Runtime {
             Control::Approval { .. } | Control::Reply { .. } => {}
         }
         if let Control::AgentRemoved { agent, force } = &control {
-            // The worker ends first (its turn interrupted and committed), then the
-            // worktree goes.
+            // The worker ends first (its turn interrupted and committed, its session
+            // stopped: it answers only then), then the worktree goes.
             if let Some(handle) = handle {
                 let (tx, rx) = oneshot::channel();
                 if handle.control(control.clone(), tx).is_ok() {

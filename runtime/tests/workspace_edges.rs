@@ -1,12 +1,15 @@
 //! Edges of the workspaces found in review, with real git in temp repositories: one
-//! commit per flight even when the worktree changed after it was made.
+//! commit per flight even when the worktree changed after it was made; a removed
+//! agent's worktree goes only once its harness stopped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use std::path::Path;
 
+use relay_protocol::runtime::Control;
 use relay_runtime::workspace::Workspaces;
+use support::drive::*;
 use support::repo::{spec, Repo};
 use support::*;
 
@@ -66,4 +69,48 @@ async fn a_flight_found_committed_is_not_committed_again_when_the_tree_changed_s
     );
     assert_eq!(naming(&repo, "relay/a1", "flt_a1_1"), 1);
     assert_eq!(naming(&repo, "relay/a1", "flt_a1_2"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_agents_worktree_goes_only_after_its_harness_stopped() {
+    let repo = Repo::new();
+    let (launcher, mut script, stopped) = full_slow_to_stop();
+    let (_dir, runtime, mut reports, _stop) = runtime(launcher, None);
+    let spec = spec("a1", &repo.path, None, &[]);
+    let mut sessions = Sessions::default();
+    runtime
+        .dispatch(dispatch_to(&spec, &flight_of("a1", 1), "add"))
+        .await
+        .unwrap();
+    sessions
+        .serve(&mut script, 1, |cwd, _| write(cwd, "a.txt", "1\n"))
+        .await;
+    until_ended(&mut reports, 1).await;
+    let wt = sessions.cwd("a1");
+    let rt = runtime.clone();
+    let mut removal = tokio::spawn(async move {
+        rt.control(Control::AgentRemoved {
+            agent: "a1".into(),
+            force: true,
+        })
+        .await
+    });
+    assert!(matches!(script.next().await, Call::Shutdown));
+    // The harness is stopping and still writes: its worktree must stay meanwhile. (The
+    // removal, were it not waiting, takes a few git commands: far less than this.)
+    let early = tokio::time::timeout(std::time::Duration::from_secs(1), &mut removal).await;
+    assert!(
+        early.is_err(),
+        "the worktree was removed before its harness stopped"
+    );
+    assert!(wt.is_dir());
+    write(&wt, "last.txt", "written while stopping\n");
+    stopped.notify_one();
+    removal.await.unwrap().unwrap();
+    assert!(!wt.exists());
+    // Forced: what it wrote while stopping is committed on the branch, not lost.
+    assert_eq!(
+        repo.git(&["show", "relay/a1:last.txt"]),
+        "written while stopping"
+    );
 }

@@ -114,3 +114,56 @@ async fn a_removed_agents_worktree_goes_only_after_its_harness_stopped() {
         "written while stopping"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_dir_inside_the_repository_is_refused() {
+    let repo = Repo::new();
+    let (launcher, _script) = full();
+    let (_dir, runtime, _reports, _stop) = runtime(launcher, None);
+    let mut a1 = spec("a1", &repo.path, None, &[]);
+    a1.worktree.as_mut().unwrap().dir = Some("trees".into());
+    let err = runtime.prepare_worktree(&a1).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            relay_runtime::RuntimeError::Workspace(
+                relay_runtime::workspace::WorkspaceError::InsideRepo { .. }
+            )
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("outside the repository"), "{err}");
+    assert!(!repo.path.join("trees").exists());
+    assert_eq!(repo.git(&["worktree", "list"]).lines().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_file_is_never_written_through_a_symlink_out_of_the_worktree() {
+    let repo = Repo::new();
+    let outside = tempfile::tempdir().unwrap();
+    // Branch `evil` has `conf` as a symlink to a directory outside; the main checkout
+    // has `conf/` a real directory holding an untracked `.env`.
+    repo.git(&["checkout", "-q", "-b", "evil"]);
+    std::os::unix::fs::symlink(outside.path(), repo.path.join("conf")).unwrap();
+    repo.git(&["add", "conf"]);
+    repo.git(&["commit", "-q", "-m", "link"]);
+    repo.git(&["checkout", "-q", "main"]);
+    write(&repo.path, "conf/.env", "SECRET=1\n");
+    write(&repo.path, ".env", "TOP=1\n");
+    let (launcher, _script) = full();
+    let (_dir, runtime, _reports, _stop) = runtime(launcher, None);
+    let state = runtime
+        .prepare_worktree(&spec(
+            "a1",
+            &repo.path,
+            Some("evil"),
+            &["conf/.env", ".env"],
+        ))
+        .await
+        .unwrap();
+    let wt = Path::new(&state.path);
+    assert!(!outside.path().join(".env").exists(), "written outside");
+    assert!(wt.join("conf").symlink_metadata().unwrap().is_symlink());
+    // The other file is copied.
+    assert_eq!(std::fs::read_to_string(wt.join(".env")).unwrap(), "TOP=1\n");
+}

@@ -218,6 +218,7 @@ impl BrokerError {
                     W::Git { .. } | W::Io(_) => ErrorCode::Internal,
                     W::NoCommits { .. }
                     | W::PathTaken { .. }
+                    | W::InsideRepo { .. }
                     | W::NothingToRevert { .. }
                     | W::Running { .. }
                     | W::NoWorktree { .. }

@@ -307,8 +307,8 @@ impl Runtime {
         // An agent with a worktree runs there: checked there once it exists (before,
         // the repository it is made from stands in for it).
         if spec.worktree.is_some() {
-            let path = self.inner.workspaces.path(spec);
-            if path.is_dir() {
+            // A failure to look is no reason to refuse: the repository stands in.
+            if let Ok(Some(path)) = self.inner.workspaces.existing(spec).await {
                 let mut there = spec.clone();
                 there.cwd = path.display().to_string();
                 return launcher.preflight(&there).await;
@@ -457,8 +457,8 @@ impl Runtime {
             Control::Approval { .. } | Control::Reply { .. } => {}
         }
         if let Control::AgentRemoved { agent, force } = &control {
-            // The worker ends first (its turn interrupted and committed), then the
-            // worktree goes.
+            // The worker ends first (its turn interrupted and committed, its session
+            // stopped: it answers only then), then the worktree goes.
             if let Some(handle) = handle {
                 let (tx, rx) = oneshot::channel();
                 if handle.control(control.clone(), tx).is_ok() {

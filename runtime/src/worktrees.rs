@@ -63,11 +63,13 @@ impl Runtime {
         agents: &[Agent],
         fix: bool,
     ) -> Result<Vec<relay_protocol::api::OrphanWorktree>, RuntimeError> {
-        let owners: Vec<(String, PathBuf)> = agents
+        let specs: Vec<_> = agents
             .iter()
             .filter(|a| a.spec.worktree.is_some())
-            .map(|a| (a.spec.name.clone(), self.inner.workspaces.path(&a.spec)))
+            .map(|a| a.spec.clone())
             .collect();
+        let paths = self.inner.workspaces.paths(&specs).await?;
+        let owners: Vec<(String, PathBuf)> = specs.into_iter().map(|s| s.name).zip(paths).collect();
         self.inner.workspaces.orphans(&owners, fix).await
     }
 

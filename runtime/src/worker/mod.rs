@@ -120,6 +120,7 @@ pub fn spawn(name: String, deps: Deps, tasks: &TaskTracker) -> Handle {
         rewarm_at: None,
         started: None,
         tree: Default::default(),
+        removed: None,
     };
     tasks.spawn(worker.run(queue.clone(), msgs_rx));
     Handle { queue, msgs }
@@ -140,6 +141,8 @@ struct Worker {
     started: Option<(String, String)>,
     /// The agent's worktree, if it has one.
     tree: tree::Tree,
+    /// The answer to the agent's removal, sent once its session stopped.
+    removed: Option<oneshot::Sender<Result<(), RuntimeError>>>,
 }
 
 impl Worker {
@@ -163,7 +166,7 @@ impl Worker {
                         }
                     }
                     Some(Msg::Control(Control::AgentRemoved { .. }, reply)) => {
-                        let _ = reply.send(Ok(()));
+                        self.removed = Some(reply);
                         stop_reason = Some(REMOVED);
                         break;
                     }
@@ -212,6 +215,11 @@ impl Worker {
             None => {}
         }
         self.stop_session().await;
+        // The removal is answered only now that the session stopped: the runtime removes
+        // the worktree then, never under a harness still writing in it.
+        if let Some(reply) = self.removed.take() {
+            let _ = reply.send(Ok(()));
+        }
     }
 
     /// The answer to a control of a flight that is not the running turn: an interrupt of

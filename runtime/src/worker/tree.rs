@@ -195,7 +195,7 @@ impl Worker {
         if d.agent.spec.worktree.is_none() {
             return Ok(());
         }
-        let path = self.deps.workspaces.path(&d.agent.spec);
+        let path = self.deps.workspaces.path(&d.agent.spec).await?;
         let Some(record) = self.deps.workspaces.record(&path).await? else {
             return Err(WorkspaceError::NoWorktree {
                 agent: self.name.clone(),

@@ -286,8 +286,9 @@ impl Worker {
                     None | Some(Msg::Control(Control::AgentRemoved { .. }, _)) => {
                         self.interrupt_own(&on, &turn).await;
                         self.fail(&turn.flight, "the agent was removed during the turn").await;
+                        // Answered once the session stopped (see `Worker::run`).
                         if let Some(Msg::Control(_, reply)) = m {
-                            let _ = reply.send(Ok(()));
+                            self.removed = Some(reply);
                         }
                         break TurnEnd::Shutdown;
                     }

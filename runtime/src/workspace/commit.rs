@@ -4,8 +4,9 @@
 //! end the worktree's changes are committed with a `Relay-Flight:` trailer per flight,
 //! and what changed is recorded; then the marker goes. A marker found later (a crash,
 //! or a lock held past the patience) is committed then, once: a commit since the
-//! marker's start that already names the flight, with nothing left uncommitted, is
-//! taken as that commit (a crash between the commit and the marker's removal).
+//! marker's start that already names the flight is taken as that commit (a crash
+//! between the commit and the marker's removal), never a second one naming it: what
+//! the worktree gained since is left uncommitted, carried into the next turn's commit.
 //! Blocking.
 
 use std::io::Write;
@@ -181,8 +182,10 @@ pub(crate) fn commit(
         .find(|(_, ours)| *ours)
         .map(|(c, _)| c.clone());
     let ours = match made {
-        Some(c) if git::dirty_files(path, true, &record.copied)?.is_empty() => Some(c),
-        _ => {
+        // One commit per flight: changes made since (the harness still writing after
+        // it) stay in the worktree for the next turn's commit, which stages everything.
+        Some(c) => Some(c),
+        None => {
             stage_all(path, &record.copied)?;
             if staged(path)? {
                 let mut message = format!("{}\n\n", marker.title);

@@ -71,9 +71,26 @@ impl Workspaces {
         }
     }
 
-    /// Where agent `spec`'s worktree is (or will be) on this host.
-    pub fn path(&self, spec: &AgentSpec) -> PathBuf {
-        worktree_path(spec, &self.data_dir)
+    /// Where agent `spec`'s worktree is (or will be) on this host (found on the blocking
+    /// pool: it looks at the file system).
+    pub async fn path(&self, spec: &AgentSpec) -> Result<PathBuf, WorkspaceError> {
+        Ok(self.paths(std::slice::from_ref(spec)).await?.remove(0))
+    }
+
+    /// [`Workspaces::path`] of each of `specs`, in order.
+    pub async fn paths(&self, specs: &[AgentSpec]) -> Result<Vec<PathBuf>, WorkspaceError> {
+        let (specs, data_dir) = (specs.to_vec(), self.data_dir.clone());
+        blocking(move || Ok(specs.iter().map(|s| worktree_path(s, &data_dir)).collect())).await
+    }
+
+    /// [`Workspaces::path`], when it is a directory (the worktree made).
+    pub async fn existing(&self, spec: &AgentSpec) -> Result<Option<PathBuf>, WorkspaceError> {
+        let (spec, data_dir) = (spec.clone(), self.data_dir.clone());
+        blocking(move || {
+            let path = worktree_path(&spec, &data_dir);
+            Ok(path.is_dir().then_some(path))
+        })
+        .await
     }
 
     fn lock_of(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -115,7 +132,7 @@ impl Workspaces {
         &self,
         agent: &str,
     ) -> Result<Option<(PathBuf, WorktreeRecord)>, RuntimeError> {
-        let mut mine: Vec<(PathBuf, WorktreeRecord)> = self
+        let mine: Vec<(PathBuf, WorktreeRecord)> = self
             .store
             .worktrees()
             .await?
@@ -123,14 +140,18 @@ impl Workspaces {
             .filter(|(_, r)| r.agent == agent)
             .map(|(p, r)| (PathBuf::from(p), r))
             .collect();
-        mine.sort_by_key(|(p, r)| (p.exists(), r.created_at));
-        Ok(mine.pop())
+        Ok(blocking(move || {
+            let mut mine = mine;
+            mine.sort_by_key(|(p, r)| (p.exists(), r.created_at));
+            Ok(mine.pop())
+        })
+        .await?)
     }
 
     /// Makes agent `spec`'s worktree, or finds it, or makes it again from its branch
     /// when it was deleted or moved by hand. A refusal says what to do.
     pub async fn ensure(&self, spec: &AgentSpec) -> Result<Ensured, RuntimeError> {
-        let path = self.path(spec);
+        let path = self.path(spec).await?;
         let known = self.record(&path).await?;
         // A branch of ours with no record here is taken up again (an agent removed and
         // registered again under its name), not counted as a recreation.
@@ -313,7 +334,7 @@ impl Workspaces {
 
     /// The files agent `spec`'s worktree holds uncommitted (none when it has none here).
     pub async fn dirty(&self, spec: &AgentSpec) -> Result<Vec<String>, RuntimeError> {
-        let path = self.path(spec);
+        let path = self.path(spec).await?;
         let Some(record) = self.record(&path).await? else {
             return Ok(Vec::new());
         };
@@ -325,7 +346,7 @@ impl Workspaces {
         &self,
         spec: &AgentSpec,
     ) -> Result<(WorktreeState, remove::Diff), RuntimeError> {
-        let path = self.path(spec);
+        let path = self.path(spec).await?;
         let Some(record) = self.record(&path).await? else {
             return Err(WorkspaceError::NoWorktree {
                 agent: spec.name.clone(),

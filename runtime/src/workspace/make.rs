@@ -46,6 +46,12 @@ pub(crate) fn plan(
         };
         return Ok((Plan::Ready, record));
     }
+    if canonical(path).starts_with(&repo) {
+        return Err(WorkspaceError::InsideRepo {
+            path: path.to_path_buf(),
+            repo,
+        });
+    }
     let taken = path.exists() && !is_empty_dir(path);
     if git::branch_exists(&repo, &branch)? {
         let owner = git::output(&repo, &["config", "--get", &owner_key(&branch)])?;
@@ -232,6 +238,7 @@ pub(crate) fn recreate(path: &Path, record: &WorktreeRecord) -> Result<(), Works
 /// files already there are left alone.
 fn copy(repo: &Path, path: &Path, patterns: &[String]) -> Result<Vec<String>, WorkspaceError> {
     let mut copied = Vec::new();
+    let inside = canonical(path);
     for pattern in patterns {
         let spec = format!(":(glob){pattern}");
         let listed = git::run(repo, &["ls-files", "-z", "--others", "--", &spec])?;
@@ -250,6 +257,20 @@ fn copy(repo: &Path, path: &Path, patterns: &[String]) -> Result<Vec<String>, Wo
             }
             let meta = from.symlink_metadata()?;
             if let Some(parent) = to.parent() {
+                // A directory of the branch may be a symlink out of the worktree: never
+                // written (nor a directory made) through it.
+                let mut existing = parent;
+                while !existing.exists() {
+                    existing = existing.parent().unwrap_or(path);
+                }
+                if !canonical(existing).starts_with(&inside) {
+                    tracing::warn!(
+                        file,
+                        worktree = %path.display(),
+                        "not copied: its directory in the worktree is a symlink leading out of it"
+                    );
+                    continue;
+                }
                 std::fs::create_dir_all(parent)?;
             }
             if meta.file_type().is_symlink() {

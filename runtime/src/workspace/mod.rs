@@ -50,6 +50,10 @@ pub enum WorkspaceError {
     /// The worktree's directory exists and is not the agent's worktree.
     #[error("{path} exists and is not agent {agent}'s worktree: move it away, or choose another --worktree-dir")]
     PathTaken { path: PathBuf, agent: String },
+    /// The worktree would be inside the repository's own checkout (a `--worktree-dir`
+    /// in it), where git sees it as an untracked embedded repository.
+    #[error("{path} is inside the repository {repo}: its checkout would see the worktree as an untracked embedded repository; pick a --worktree-dir outside the repository (or none: Relay's data dir)")]
+    InsideRepo { path: PathBuf, repo: PathBuf },
     /// The default base (the repository's current branch) has uncommitted changes the
     /// worktree would not have.
     #[error("{repo} has uncommitted changes ({files}) that the agent's worktree would not have: commit or stash them first, or name the base explicitly with --base to branch without them")]

@@ -85,6 +85,8 @@ pub struct Scripted {
     info: HarnessInfo,
     endpoint: Endpoint,
     calls: mpsc::UnboundedSender<Call>,
+    /// When set, a session's shutdown returns only once this is notified.
+    hold_shutdown: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// A fake harness registered as `harness`, able to do what `capabilities` say, reached
@@ -105,8 +107,19 @@ pub fn scripted(
         },
         endpoint,
         calls,
+        hold_shutdown: None,
     };
     (Arc::new(launcher), Script { calls: rx })
+}
+
+/// [`full`], whose sessions' shutdowns (after their [`Call::Shutdown`]) last until the
+/// test notifies the `Notify` returned: a harness slow to stop.
+pub fn full_slow_to_stop() -> (Arc<Scripted>, Script, Arc<tokio::sync::Notify>) {
+    let (launcher, script) = full();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut launcher = Arc::into_inner(launcher).unwrap();
+    launcher.hold_shutdown = Some(gate.clone());
+    (Arc::new(launcher), script, gate)
 }
 
 /// The fake most tests use: every capability, a process endpoint, registered for
@@ -153,6 +166,7 @@ impl Launcher for Scripted {
                 session: Arc::new(ScriptedSession {
                     endpoint: self.endpoint.clone(),
                     calls: self.calls.clone(),
+                    hold_shutdown: self.hold_shutdown.clone(),
                 }),
                 events: rx,
             })
@@ -163,6 +177,7 @@ impl Launcher for Scripted {
 struct ScriptedSession {
     endpoint: Endpoint,
     calls: mpsc::UnboundedSender<Call>,
+    hold_shutdown: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl HarnessSession for ScriptedSession {
@@ -244,7 +259,13 @@ impl HarnessSession for ScriptedSession {
 
     fn shutdown(&self) -> BoxFuture<'_, Result<(), HarnessError>> {
         let _ = self.calls.send(Call::Shutdown);
-        Box::pin(std::future::ready(Ok(())))
+        let hold = self.hold_shutdown.clone();
+        Box::pin(async move {
+            if let Some(hold) = hold {
+                hold.notified().await;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -127,6 +127,7 @@ async fn a_revert_needs_a_commit_and_is_kept_on_it() {
         by: "operator".into(),
         at: 1,
         files: Vec::new(),
+        more_files: 0,
     };
     let refused = b
         .update_flight(
@@ -319,4 +320,38 @@ async fn a_commits_patch_is_kept_within_the_recorded_bound_whoever_sends_it() {
         .max()
         .unwrap();
     assert!(longest <= MAX_RECORDED_PATCH, "{longest}");
+}
+
+#[tokio::test]
+async fn a_commits_file_list_is_kept_within_its_bound_and_the_rest_counted() {
+    use relay_protocol::domain::MAX_LISTED_FILES;
+    let b = broker().await;
+    let f = ended_flight(&b).await;
+    let mut many = commit();
+    many.files = (0..MAX_LISTED_FILES + 250)
+        .map(|i| FileChange {
+            path: format!("node_modules/p{i}/index.js"),
+            added: 1,
+            removed: 0,
+            binary: false,
+        })
+        .collect();
+    b.update_flight(
+        &f.id,
+        FlightChange::Commit {
+            commit: Box::new(many),
+        },
+    )
+    .await
+    .unwrap();
+    let shown = b.flight(&f.id).await.unwrap().unwrap();
+    let c = shown.commit.unwrap();
+    assert_eq!((c.files.len(), c.more_files), (MAX_LISTED_FILES, 250));
+    // Said whole to a person.
+    assert!(
+        c.summary()
+            .contains(&format!("{} files", MAX_LISTED_FILES + 250)),
+        "{}",
+        c.summary()
+    );
 }

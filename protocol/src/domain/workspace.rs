@@ -20,6 +20,17 @@ pub const REVERT_TRAILER: &str = "Relay-Revert-Of";
 pub const BRANCH_PREFIX: &str = "relay/";
 /// Largest patch recorded with a flight's commit; a larger one is cut (and says so).
 pub const MAX_RECORDED_PATCH: usize = 256 * 1024;
+/// Most files listed with a flight's commit or a revert; the rest are counted only
+/// ([`FlightCommit::more_files`]): a flight that adds a dependency tree would otherwise
+/// put tens of thousands of entries in the flight record and every copy of it.
+pub const MAX_LISTED_FILES: usize = 1000;
+
+/// Cuts `files` to [`MAX_LISTED_FILES`]; how many were left out.
+pub fn cap_files(files: &mut Vec<FileChange>) -> u64 {
+    let over = files.len().saturating_sub(MAX_LISTED_FILES);
+    files.truncate(MAX_LISTED_FILES);
+    over as u64
+}
 
 /// The branch of agent `name`'s worktree.
 pub fn branch_of(name: &str) -> String {
@@ -76,6 +87,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One file a flight changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileChange {
@@ -105,9 +120,12 @@ pub struct FlightCommit {
     /// Commits the agent made itself during the turn, oldest first (`start..` them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent_commits: Vec<String>,
-    /// Every file `start..head` changed, with its lines.
+    /// The files `start..head` changed, with their lines: the first
+    /// [`MAX_LISTED_FILES`]; `more_files` counts the others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileChange>,
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub more_files: u64,
     pub added: u64,
     pub removed: u64,
     /// Other flights whose changes are in this commit too: their own commit could not
@@ -137,6 +155,9 @@ pub struct Revert {
     pub at: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileChange>,
+    /// Files the revert changed past the first [`MAX_LISTED_FILES`].
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub more_files: u64,
 }
 
 /// Where a forked agent starts from (`relay agent fork SRC NEW [--at FLIGHT]`): a fork
@@ -176,11 +197,11 @@ impl FlightCommit {
             Some(c) => format!("commit {}", short(c)),
             None => format!("commits up to {}", short(&self.head)),
         };
+        let files = self.files.len() as u64 + self.more_files;
         let mut line = format!(
-            "{what} on {}: {} file{}, +{} -{}",
+            "{what} on {}: {files} file{}, +{} -{}",
             self.branch,
-            self.files.len(),
-            if self.files.len() == 1 { "" } else { "s" },
+            if files == 1 { "" } else { "s" },
             self.added,
             self.removed
         );

@@ -207,7 +207,8 @@ pub(crate) fn commit(
         return Ok(None);
     }
     let head = head(path)?;
-    let (files, added, removed) = numstat(path, &marker.start, &head)?;
+    let (mut files, added, removed) = numstat(path, &marker.start, &head)?;
+    let more_files = relay_protocol::domain::cap_files(&mut files);
     let (patch, patch_truncated) = patch(path, &marker.start, &head)?;
     Ok(Some(FlightCommit {
         branch: record.branch.clone(),
@@ -216,6 +217,7 @@ pub(crate) fn commit(
         commit: ours,
         agent_commits,
         files,
+        more_files,
         added,
         removed,
         also_flights: marker.pending.clone(),

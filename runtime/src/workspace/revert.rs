@@ -89,11 +89,13 @@ fn abort(path: &Path) {
 }
 
 fn described(path: &Path, commit: &str, by: &str) -> Result<Revert, WorkspaceError> {
-    let (files, _, _) = numstat(path, &format!("{commit}^"), commit)?;
+    let (mut files, _, _) = numstat(path, &format!("{commit}^"), commit)?;
+    let more_files = relay_protocol::domain::cap_files(&mut files);
     Ok(Revert {
         commit: commit.to_string(),
         by: by.to_string(),
         at: now_ms(),
         files,
+        more_files,
     })
 }

@@ -6,9 +6,10 @@
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    id_token, truncate_bytes, Agent, Conversation, ConversationKind, ConversationSpec,
+    cap_files, id_token, truncate_bytes, Agent, Conversation, ConversationKind, ConversationSpec,
     DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest,
-    ItemKind, ItemPhase, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_RECORDED_PATCH,
+    ItemKind, ItemPhase, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES,
+    MAX_RECORDED_PATCH,
 };
 use relay_protocol::event::EventBody;
 
@@ -223,17 +224,19 @@ impl Ctx<'_, '_> {
     ) -> Result<Outcome, BrokerError> {
         // The patch is kept in the log with its update and goes out with every copy of
         // it (watch, SSE, NATS): bounded here whoever sent it, as the runtime bounds it.
+        // So is its list of files.
         if let FlightChange::Commit { commit } = change {
-            if commit
+            let long_patch = commit
                 .patch
                 .as_ref()
-                .is_some_and(|p| p.len() > MAX_RECORDED_PATCH)
-            {
+                .is_some_and(|p| p.len() > MAX_RECORDED_PATCH);
+            if long_patch || commit.files.len() > MAX_LISTED_FILES {
                 let mut bounded = (**commit).clone();
-                if let Some(p) = bounded.patch.as_mut() {
+                if let Some(p) = bounded.patch.as_mut().filter(|_| long_patch) {
                     truncate_bytes(p, MAX_RECORDED_PATCH);
+                    bounded.patch_truncated = true;
                 }
-                bounded.patch_truncated = true;
+                bounded.more_files += cap_files(&mut bounded.files);
                 let bounded = FlightChange::Commit {
                     commit: Box::new(bounded),
                 };

@@ -37,7 +37,7 @@ pub enum BrokerError {
     UnknownAgent(String),
     #[error("unknown conversation {}", quote(.0))]
     UnknownConversation(String),
-    #[error("unknown flight {}", quote(.0))]
+    #[error("unknown flight {}{}", quote(.0), flight_id_hint(.0))]
     UnknownFlight(String),
     #[error("unknown message {}", quote(.0))]
     UnknownMessage(String),
@@ -383,6 +383,16 @@ impl From<NodeUnreachable> for BrokerError {
 /// Client input as an error message quotes it: `"name"`, or when it is longer than
 /// [`QUOTE_BYTES`], its start and its size: `"aaaa…"…(102400 bytes)`. An error never
 /// echoes a client's 100 KB back to it (or into a log).
+/// What to say of a flight id that is not one at all (an agent's name, say): what flight
+/// ids look like, and where to find one.
+fn flight_id_hint(id: &str) -> &'static str {
+    if id.starts_with("flt_") {
+        ""
+    } else {
+        ": flight ids look like flt_... (`relay flight list --agent NAME` lists an agent's flights)"
+    }
+}
+
 pub fn quote(input: &str) -> String {
     if input.len() <= QUOTE_BYTES {
         return format!("{input:?}");

@@ -388,6 +388,7 @@ pub struct NodeProcess {
     pub data_dir: PathBuf,
     nats_url: String,
     extra: Vec<String>,
+    envs: Vec<(String, String)>,
     child: Option<Child>,
     pub log: PathBuf,
 }
@@ -412,6 +413,18 @@ impl NodeProcess {
         broker: &RelayProcess,
         extra: &[&str],
     ) -> anyhow::Result<NodeProcess> {
+        Self::start_with_env(name, data_dir, nats_url, broker, extra, &[])
+    }
+
+    /// With extra `relay node` arguments and environment variables (`HOME` for its git).
+    pub fn start_with_env(
+        name: &str,
+        data_dir: &Path,
+        nats_url: &str,
+        broker: &RelayProcess,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<NodeProcess> {
         std::fs::create_dir_all(data_dir)?;
         let key = data_dir.join("node.key");
         let out = relay_cmd_with(
@@ -429,6 +442,10 @@ impl NodeProcess {
             data_dir: data_dir.to_path_buf(),
             nats_url: nats_url.to_string(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             log: data_dir.with_extension("log"),
         };
@@ -454,6 +471,7 @@ impl NodeProcess {
             ])
             .arg(&self.data_dir)
             .args(&self.extra)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,relay=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -51,10 +51,13 @@ async fn doctor_finds_damage_and_a_gap_and_refuses_a_running_broker() {
     relay.cli_ok(&["send", "one"]);
     relay.cli_ok(&["send", "two"]);
 
-    // A running broker holds the database.
-    let (ok, _, err) = doctor(&data, false);
-    assert!(!ok);
+    // A running broker holds the database: refused (exit 4, a conflict, not damage),
+    // saying what to do.
+    let out = relay_cmd(&data, &["doctor"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("in use by another relay process"), "{err}");
+    assert!(err.contains("stop the `relay up`"), "{err}");
 
     relay.terminate().unwrap();
     let (ok, out, err) = doctor(&data, false);

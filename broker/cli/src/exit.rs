@@ -7,7 +7,7 @@
 //! | 1 | failed: the flight failed (`relay doctor`: the data dir has a problem) |
 //! | 2 | usage: bad arguments, or a request the broker refused as invalid |
 //! | 3 | not found: no such agent, flight, conversation, message or approval |
-//! | 4 | refused: not allowed (the token), or in conflict (exists already, a cycle, too deep, already ended) |
+//! | 4 | refused: not allowed (the token), or in conflict (exists already, a cycle, too deep, already ended; `relay doctor`: a running relay holds the data dir) |
 //! | 5 | unavailable: no broker running, not reachable, or overloaded (try again) |
 //! | 6 | the flight was cancelled or interrupted (or an approval it needed declined) |
 //! | 70 | anything else: an unexpected answer or an internal error (a bug to report) |

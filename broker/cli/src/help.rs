@@ -97,7 +97,8 @@ Exit codes:
   2    usage: bad arguments, or a request the broker refused as invalid
   3    not found: no such agent, flight, conversation, message or approval
   4    refused: not allowed (an agent's token), or a conflict (exists already, a
-       cycle, a chain too deep, a flight already ended)
+       cycle, a chain too deep, a flight already ended; relay doctor: a running relay
+       holds the data dir)
   5    unavailable: no broker runs, it cannot be reached, or it is overloaded (try again)
   6    cancelled: the flight was cancelled or interrupted
   70   internal: an unexpected answer (a bug: please report it)

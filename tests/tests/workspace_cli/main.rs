@@ -7,7 +7,8 @@
 //! worktree and `--fix` removes it; a harness without fork is refused; a revert over a
 //! trusted NATS bus; many clients at once; `agent add --accept-file-changes` recorded.
 //! In `records`: how a flight's commit is recorded (over the bus, kept across a crash,
-//! never written by a client).
+//! never written by a client). In `node`: a node's agent, its worktree made on the
+//! node's host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use relay_tests::load::instant_codex_bin;
 use relay_tests::{wait_until, RelayProcess};
 use serde_json::Value;
 
+mod node;
 mod records;
 
 /// Runs git in `dir` with no system or user config of this machine's; its stdout.
@@ -318,6 +320,22 @@ async fn a_flights_commit_is_shown_diffed_reverted_and_remove_keeps_the_work() {
     assert!(!path.join("notes.txt").exists());
     let e = refused(&s.relay.cli(&["revert", &id]));
     assert!(e.contains("reverted already"), "{e}");
+    // An agent's name where a flight id goes: a usage error saying how to find one.
+    let out = s.relay.cli(&["revert", "w"]);
+    let e = refused(&out);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("flights are named flt_") && e.contains("relay flight list --agent w"),
+        "{e}"
+    );
+    // The broker says it too, to every interface (exit 3: not found).
+    let out = s.relay.cli(&["flight", "show", "w"]);
+    let e = refused(&out);
+    assert_eq!(out.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("unknown flight \"w\": flight ids look like flt_"),
+        "{e}"
+    );
 
     // Uncommitted work in the worktree: remove refuses, naming it and what to do.
     std::fs::write(path.join("draft.txt"), "unfinished\n").unwrap();

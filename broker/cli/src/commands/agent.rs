@@ -451,7 +451,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             if json {
                 print_json(&a)?;
             } else {
-                super::workspace::removed(&a);
+                super::workspace::removed(&a, force);
             }
         }
         AgentCmd::Fork(args) => super::workspace::fork(client, args).await?,

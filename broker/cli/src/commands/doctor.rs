@@ -6,7 +6,7 @@ use crate::exit::Exit;
 
 use relay_client::data_dir::DataDir;
 
-use crate::terminal::outln;
+use crate::terminal::{errln, outln};
 use crate::views::print_json;
 
 /// `relay doctor [--fix]`.
@@ -34,12 +34,25 @@ pub async fn run(data_dir: DataDir, args: DoctorArgs) -> anyhow::Result<Exit> {
             db.display()
         );
     }
-    let (report, store) = relay_infra::storage::read(move || {
+    let opened = relay_infra::storage::read(move || {
         let store = relay_broker::Store::open(&db)?;
         let report = store.doctor()?;
         Ok::<_, relay_broker::BrokerError>((report, store))
     })
-    .await??;
+    .await?;
+    let (report, store) = match opened {
+        Ok(opened) => opened,
+        // A running broker (or node) holds the database: a conflict, not damage (exit 4,
+        // not 1), with what to do.
+        Err(e @ relay_broker::BrokerError::Locked(_)) => {
+            errln!(
+                "relay: {e}: `relay doctor` checks a stopped data dir; stop the `relay up` (or `relay node`) using {} first, then run it again",
+                dir.display()
+            );
+            return Ok(Exit::Refused);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let orphans = orphan_worktrees(&dir, store, fix).await?;
     if json {
         let mut value = serde_json::to_value(&report)?;

@@ -108,7 +108,7 @@ pub enum Cmd {
     Open(open::OpenArgs),
 
     // --- agents and conversations ----------------------------------------------------
-    /// Agents: add, attach, list, show, wake, remove, peek.
+    /// Agents: add, attach, list, show, wake, remove, peek, fork.
     ///
     /// `attach` adopts a tmux pane of yours; `peek` shows what a tmux agent's pane shows.
     #[command(subcommand)]

@@ -10,6 +10,7 @@ use relay_protocol::api::{AgentAdded, AgentDiff, Empty, FlightDiff, ForkRequest}
 use relay_protocol::domain::{short, Agent, FileChange, Flight, WorktreeSpec, WorktreeState};
 use relay_protocol::methods::call as m;
 
+use crate::exit::usage;
 use crate::terminal::{errln, out, outln};
 use crate::views::print_json;
 
@@ -174,6 +175,15 @@ fn patch(text: &str, truncated: bool) {
 }
 
 pub async fn revert(client: &Client, args: RevertArgs) -> anyhow::Result<()> {
+    // An agent's name is the likely mistake (`relay diff` takes either): say how to find
+    // the flight.
+    if !args.flight.starts_with("flt_") {
+        usage!(
+            "{:?} is not a flight id: flights are named flt_...; `relay flight list --agent {}` lists an agent's flights, and `relay revert flt_...` reverts one",
+            args.flight,
+            args.flight
+        );
+    }
     let f: Flight = client
         .call::<m::FlightRevert>(&[&args.flight], &Empty {})
         .await?;
@@ -233,11 +243,23 @@ pub async fn fork(client: &Client, args: ForkArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `relay agent remove` says after the agent is gone.
-pub fn removed(agent: &Agent) {
+/// What `relay agent remove [--force]` says after the agent is gone.
+pub fn removed(agent: &Agent, force: bool) {
     outln!("removed {}", agent.spec.name);
-    if let Some(w) = &agent.worktree {
-        outln!("worktree {} removed", w.path);
+    match (&agent.worktree, &agent.spec.node) {
+        // The node decides, on its host (the broker cannot see that worktree): without
+        // --force it keeps one holding uncommitted work rather than lose it.
+        (Some(w), Some(node)) if force => outln!(
+            "worktree {} is removed by node {node} on its host (uncommitted work in it is committed on the branch first)",
+            w.path
+        ),
+        (Some(w), Some(node)) => outln!(
+            "worktree {} is removed by node {node} on its host, and kept there if it holds uncommitted work (`relay doctor` on that host does not reach it yet: `git -C {} worktree list` there shows it)",
+            w.path,
+            agent.spec.cwd
+        ),
+        (Some(w), None) => outln!("worktree {} removed", w.path),
+        (None, _) => {}
     }
     if let Some(kept) = relay_broker::workspaces::branch_kept(agent) {
         outln!("{kept}");

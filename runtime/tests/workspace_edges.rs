@@ -10,14 +10,8 @@ use std::path::Path;
 use relay_protocol::runtime::Control;
 use relay_runtime::workspace::Workspaces;
 use support::drive::*;
-use support::repo::{spec, Repo};
+use support::repo::{spec, write, Repo};
 use support::*;
-
-fn write(dir: &Path, file: &str, text: &str) {
-    let path = dir.join(file);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 /// The commits of `branch` naming `flight` in their trailer.
 fn naming(repo: &Repo, branch: &str, flight: &str) -> usize {

@@ -11,14 +11,8 @@ use std::path::Path;
 use relay_protocol::domain::MAX_RECORDED_PATCH;
 use relay_runtime::workspace::Workspaces;
 use support::drive::*;
-use support::repo::{spec, Repo};
+use support::repo::{spec, write, Repo};
 use support::*;
-
-fn write(dir: &Path, file: &str, text: &str) {
-    let path = dir.join(file);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marker_is_dropped_only_by_the_commit_of_it() {

@@ -14,14 +14,8 @@ use relay_protocol::runtime::{Control, Report};
 use relay_runtime::workspace::WorkspaceError;
 use relay_runtime::RuntimeError;
 use support::drive::*;
-use support::repo::{git, spec, Repo};
+use support::repo::{git, hold_index_lock, spec, write, Repo};
 use support::*;
-
-fn write(dir: &Path, file: &str, text: &str) {
-    let path = dir.join(file);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flights_changes_are_one_commit_naming_it_and_the_agents_own_are_its_range() {
@@ -167,17 +161,7 @@ async fn a_lock_held_by_someone_else_is_waited_out_with_a_note() {
         .serve(&mut script, 1, |cwd, _| {
             write(cwd, "README.md", "changed\n");
             // Someone else's git holds the worktree's index.
-            let path = git(
-                cwd,
-                &[
-                    "rev-parse",
-                    "--path-format=absolute",
-                    "--git-path",
-                    "index.lock",
-                ],
-            );
-            std::fs::write(&path, "").unwrap();
-            *lock.lock().unwrap() = Some(path);
+            *lock.lock().unwrap() = Some(hold_index_lock(cwd));
         })
         .await;
     let mut got = Vec::new();
@@ -446,16 +430,7 @@ async fn a_turn_that_could_not_commit_is_carried_into_the_next() {
     let marker_at = git(wt, &["rev-parse", "--absolute-git-dir"]) + "/relay-flight";
     let old = relay_runtime::workspace::Marker::new("flt_a1_0", "earlier", state.head.clone());
     std::fs::write(&marker_at, serde_json::to_vec(&old).unwrap()).unwrap();
-    let lock = git(
-        wt,
-        &[
-            "rev-parse",
-            "--path-format=absolute",
-            "--git-path",
-            "index.lock",
-        ],
-    );
-    std::fs::write(&lock, "").unwrap();
+    let lock = hold_index_lock(wt);
     let f1 = flight_of("a1", 1);
     runtime
         .dispatch(dispatch_to(&spec, &f1, "next"))
@@ -512,17 +487,7 @@ async fn a_turn_ended_without_its_commit_is_committed_once_at_the_next_start() {
         Sessions::default()
             .serve(&mut script, 1, |cwd, _| {
                 write(cwd, "README.md", "the lost turn\n");
-                let path = git(
-                    cwd,
-                    &[
-                        "rev-parse",
-                        "--path-format=absolute",
-                        "--git-path",
-                        "index.lock",
-                    ],
-                );
-                std::fs::write(&path, "").unwrap();
-                *lock.lock().unwrap() = Some(path);
+                *lock.lock().unwrap() = Some(hold_index_lock(cwd));
             })
             .await;
         loop {

@@ -75,3 +75,26 @@ pub fn spec(
     });
     spec
 }
+
+/// Writes `text` to `file` under `dir`, making its directories.
+pub fn write(dir: &Path, file: &str, text: &str) {
+    let path = dir.join(file);
+    std::fs::create_dir_all(path.parent().expect("a file has a parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+/// Takes git's index lock of the worktree `cwd` (as another git process would hold
+/// it); the lock file's path, to remove to release it.
+pub fn hold_index_lock(cwd: &Path) -> PathBuf {
+    let path = PathBuf::from(git(
+        cwd,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-path",
+            "index.lock",
+        ],
+    ));
+    std::fs::write(&path, "").expect("lock");
+    path
+}

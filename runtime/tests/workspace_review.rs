@@ -6,34 +6,24 @@
 
 mod support;
 
-use std::path::Path;
-
 use relay_protocol::domain::MAX_RECORDED_PATCH;
-use relay_runtime::workspace::Workspaces;
 use support::drive::*;
-use support::repo::{spec, write, Repo};
+use support::repo::{direct, spec, write, Repo};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marker_is_dropped_only_by_the_commit_of_it() {
     let repo = Repo::new();
-    let (launcher, _script) = full();
-    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
-    let state = runtime
-        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
-        .await
-        .unwrap();
-    let wt = Path::new(&state.path);
-    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
-    let record = ws.record(wt).await.unwrap().unwrap();
+    let d = direct(&repo).await;
+    let (ws, wt, record) = (&d.ws, d.wt.as_path(), &d.record);
     // A turn ended and the process died before its commit.
     ws.begin(wt, "flt_a1_1", "one").await.unwrap();
     write(wt, "a.txt", "1\n");
     // At the next start the reconcile commits it...
-    let late = ws.commit(wt, &record).await.unwrap().unwrap();
+    let late = ws.commit(wt, record).await.unwrap().unwrap();
     // ... while the agent's worker, starting a turn dispatched again, finds that commit,
     // drops the marker and writes its own.
-    let found = ws.commit(wt, &record).await.unwrap().unwrap();
+    let found = ws.commit(wt, record).await.unwrap().unwrap();
     assert_eq!(
         found.commit.as_ref().unwrap().commit,
         late.commit.as_ref().unwrap().commit
@@ -45,7 +35,7 @@ async fn a_marker_is_dropped_only_by_the_commit_of_it() {
     ws.finish(wt, &late.marker).await.unwrap();
     write(wt, "b.txt", "2\n");
     let second = ws
-        .commit(wt, &record)
+        .commit(wt, record)
         .await
         .unwrap()
         .expect("the running turn's marker is still there");
@@ -98,20 +88,13 @@ async fn the_repositorys_hooks_neither_break_nor_run_in_relays_commits() {
     )
     .unwrap();
     repo.git(&["config", "core.fsmonitor", &monitor.display().to_string()]);
-    let (launcher, _script) = full();
-    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
-    let state = runtime
-        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
-        .await
-        .unwrap();
-    let wt = Path::new(&state.path);
-    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
-    let record = ws.record(wt).await.unwrap().unwrap();
+    let d = direct(&repo).await;
+    let (ws, wt, record) = (&d.ws, d.wt.as_path(), &d.record);
     ws.begin(wt, "flt_a1_1", "one").await.unwrap();
     write(wt, "a.txt", "1\n");
     let a1 = spec("a1", &repo.path, None, &[]);
     assert_eq!(ws.dirty(&a1).await.unwrap(), ["a.txt"]);
-    let done = ws.commit(wt, &record).await.unwrap().unwrap();
+    let done = ws.commit(wt, record).await.unwrap().unwrap();
     let c = done.commit.unwrap();
     assert_eq!(c.commit.unwrap(), repo.git(&["rev-parse", "relay/a1"]));
     assert!(
@@ -124,21 +107,14 @@ async fn the_repositorys_hooks_neither_break_nor_run_in_relays_commits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patch_past_its_limit_is_recorded_cut() {
     let repo = Repo::new();
-    let (launcher, _script) = full();
-    let (dir, runtime, _reports, _stop) = runtime(launcher, None);
-    let state = runtime
-        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
-        .await
-        .unwrap();
-    let wt = Path::new(&state.path);
-    let ws = Workspaces::new(runtime.threads().clone(), dir.path().to_path_buf());
-    let record = ws.record(wt).await.unwrap().unwrap();
+    let d = direct(&repo).await;
+    let (ws, wt, record) = (&d.ws, d.wt.as_path(), &d.record);
     ws.begin(wt, "flt_a1_1", "one").await.unwrap();
     // Lines of 3 bytes and a 4-byte character: the cut falls inside one somewhere.
     let big = "é😀\n".repeat(4 * MAX_RECORDED_PATCH / 7);
     write(wt, "big.txt", &big);
     let c = ws
-        .commit(wt, &record)
+        .commit(wt, record)
         .await
         .unwrap()
         .unwrap()

@@ -1,5 +1,6 @@
 //! Real git repositories in temp dirs for the workspace tests, with their own identity
-//! (nothing of the user's git config is needed).
+//! (nothing of the user's git config is needed), and [`direct`]: a worktree made by a runtime,
+//! driven through its `Workspaces` step by step.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,4 +98,44 @@ pub fn hold_index_lock(cwd: &Path) -> PathBuf {
     ));
     std::fs::write(&path, "").expect("lock");
     path
+}
+
+/// Agent `a1`'s worktree of `repo`, made by a runtime, and the runtime's
+/// [`relay_runtime::workspace::Workspaces`] to drive it directly (no worker: the steps a
+/// turn, a crash or a restart would take, one by one).
+#[allow(dead_code)]
+pub struct Direct {
+    pub runtime: relay_runtime::Runtime,
+    pub ws: relay_runtime::workspace::Workspaces,
+    pub wt: std::path::PathBuf,
+    pub record: relay_runtime::threads::WorktreeRecord,
+    _guards: (
+        tempfile::TempDir,
+        super::Reports,
+        tokio_util::sync::CancellationToken,
+        super::Script,
+    ),
+}
+
+#[allow(dead_code)]
+pub async fn direct(repo: &Repo) -> Direct {
+    let (launcher, script) = super::full();
+    let (dir, runtime, reports, stop) = super::runtime(launcher, None);
+    let state = runtime
+        .prepare_worktree(&spec("a1", &repo.path, None, &[]))
+        .await
+        .expect("worktree made");
+    let wt = std::path::PathBuf::from(&state.path);
+    let ws = relay_runtime::workspace::Workspaces::new(
+        runtime.threads().clone(),
+        dir.path().to_path_buf(),
+    );
+    let record = ws.record(&wt).await.expect("read").expect("recorded");
+    Direct {
+        runtime,
+        ws,
+        wt,
+        record,
+        _guards: (dir, reports, stop, script),
+    }
 }

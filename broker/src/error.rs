@@ -57,6 +57,13 @@ pub enum BrokerError {
     FlightTerminal { flight: String, state: FlightState },
     #[error("approval {} is already closed", quote(.0))]
     ApprovalClosed(String),
+    #[error("unknown rule {} (`relay rule list` shows the rules)", quote(.0))]
+    UnknownRule(String),
+    /// A flight would start past a budget (`--budget`). `what` names the budget and
+    /// what was used of it (`agent "a": 200000 tokens/day, 201337 used`); `resets`
+    /// says when it resets or how to go on.
+    #[error("budget_exceeded: {what}; {resets}")]
+    BudgetExceeded { what: String, resets: String },
     /// `relay approve` named a flight of an agent whose harness never asks (Pi).
     #[error("flight {} has nothing to approve: agent {} runs {harness}, which has no approval step (its tools run without asking)", quote(.flight), quote(.agent))]
     NoApprovalStep {
@@ -207,6 +214,8 @@ impl BrokerError {
             BrokerError::IllegalTransition { .. } => ErrorCode::IllegalTransition,
             BrokerError::FlightTerminal { .. } => ErrorCode::FlightTerminal,
             BrokerError::ApprovalClosed(_) => ErrorCode::ApprovalClosed,
+            BrokerError::UnknownRule(_) => ErrorCode::UnknownRule,
+            BrokerError::BudgetExceeded { .. } => ErrorCode::BudgetExceeded,
             BrokerError::NoApprovalStep { .. } | BrokerError::AgentCheck { .. } => {
                 ErrorCode::InvalidRequest
             }

@@ -204,6 +204,7 @@ mod tests {
             decision: None,
             decided_by: None,
             created_at: 0,
+            remembered: None,
             decided_at: None,
         }
     }

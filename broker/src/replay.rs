@@ -18,7 +18,7 @@ use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::replay::{
     AgentEntry, AgentReplay, ApprovalStep, ConversationEntry, ConversationReplay, TurnEntry,
-    TurnReplay, TurnStep, Usage,
+    TurnReplay, TurnStep,
 };
 
 use crate::broker::Broker;
@@ -206,16 +206,14 @@ fn turn(
         Some(last) => flight_of_update(store, last.event_seq)?,
         None => flight.clone(),
     };
-    let usage = updates.iter().rev().find_map(|u| match u.update.change {
-        FlightChange::Usage {
-            input_tokens,
-            output_tokens,
-        } => Some(Usage {
-            input_tokens,
-            output_tokens,
+    // The flight record's usage has its cost filled in from the price table.
+    let usage = match &now.usage {
+        Some(u) => Some(u.clone()),
+        None => updates.iter().rev().find_map(|u| match &u.update.change {
+            FlightChange::Usage(usage) => Some(usage.clone()),
+            _ => None,
         }),
-        _ => None,
-    });
+    };
     let mut steps: Vec<(u64, u64, TurnStep)> = Vec::with_capacity(updates.len());
     for e in approvals.iter().filter(|e| e.seq > from) {
         steps.push((e.seq, e.at, approval_step(e)?));
@@ -371,10 +369,11 @@ mod tests {
     /// else between them, or another command's output, starts a new one.
     #[test]
     fn consecutive_deltas_and_output_of_one_command_are_joined() {
-        let usage = FlightChange::Usage {
+        let usage = FlightChange::Usage(relay_protocol::domain::TokenUsage {
             input_tokens: 1,
             output_tokens: 2,
-        };
+            ..Default::default()
+        });
         let steps = vec![
             update(1, delta("hel")),
             update(2, delta("lo")),

@@ -52,7 +52,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
         .await
         .unwrap();
         broker
-            .execute(Command::RegisterAgent(spec(), None))
+            .execute(Command::RegisterAgent(Box::new(spec()), None))
             .await
             .unwrap();
         broker

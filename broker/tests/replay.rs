@@ -135,14 +135,8 @@ async fn command_turn(b: &Broker) -> String {
                 text: "there\n".into(),
             },
             item(ItemPhase::Completed, Some("echo hi")),
-            FlightChange::Usage {
-                input_tokens: 10,
-                output_tokens: 2,
-            },
-            FlightChange::Usage {
-                input_tokens: 20,
-                output_tokens: 4,
-            },
+            FlightChange::Usage(relay_protocol::domain::TokenUsage::new(10, 2)),
+            FlightChange::Usage(relay_protocol::domain::TokenUsage::new(20, 4)),
             delta("done"),
             state(FlightState::Completed, Some("hello done")),
         ],
@@ -170,10 +164,9 @@ fn steps(turn: &TurnReplay) -> Vec<String> {
                 TurnStep::Update(FlightChange::Item { phase, text, .. }) => {
                     format!("item {phase} {text:?}")
                 }
-                TurnStep::Update(FlightChange::Usage {
-                    input_tokens,
-                    output_tokens,
-                }) => format!("usage {input_tokens}/{output_tokens}"),
+                TurnStep::Update(FlightChange::Usage(u)) => {
+                    format!("usage {}/{}", u.input_tokens, u.output_tokens)
+                }
                 TurnStep::Update(other) => format!("{other:?}"),
                 TurnStep::Approval(ApprovalStep::ApprovalRequested { detail, .. }) => {
                     format!("asked {detail}")
@@ -217,7 +210,9 @@ async fn a_flight_replays_its_log_and_stops_at_the_published_seq() {
         (
             turn.state,
             turn.thread_id.as_deref(),
-            turn.usage.map(|u| (u.input_tokens, u.output_tokens)),
+            turn.usage
+                .as_ref()
+                .map(|u| (u.input_tokens, u.output_tokens)),
             turn.invocation.task.as_str(),
         ),
         (FlightState::Completed, Some("t1"), Some((20, 4)), "run it")

@@ -8,6 +8,8 @@ export const METHODS = Object.freeze({
   "agent.add": Object.freeze({ verb: "POST", route: "/v1/agents", stream: false }),
   "agent.show": Object.freeze({ verb: "GET", route: "/v1/agents/{name}", stream: false }),
   "agent.remove": Object.freeze({ verb: "DELETE", route: "/v1/agents/{name}", stream: false }),
+  "agent.set": Object.freeze({ verb: "POST", route: "/v1/agents/{name}", stream: false }),
+  "agent.budget": Object.freeze({ verb: "GET", route: "/v1/agents/{name}/budget", stream: false }),
   "agent.wake": Object.freeze({ verb: "POST", route: "/v1/agents/{name}/wake", stream: false }),
   "agent.fork": Object.freeze({ verb: "POST", route: "/v1/agents/{name}/fork", stream: false }),
   "agent.diff": Object.freeze({ verb: "GET", route: "/v1/agents/{name}/diff", stream: false }),
@@ -30,6 +32,10 @@ export const METHODS = Object.freeze({
   "flight.reply": Object.freeze({ verb: "POST", route: "/v1/flights/{id}/reply", stream: false }),
   "approval.list": Object.freeze({ verb: "GET", route: "/v1/approvals", stream: false }),
   "approval.decide": Object.freeze({ verb: "POST", route: "/v1/approvals/{id}", stream: false }),
+  "rule.list": Object.freeze({ verb: "GET", route: "/v1/rules", stream: false }),
+  "rule.show": Object.freeze({ verb: "GET", route: "/v1/rules/{id}", stream: false }),
+  "rule.remove": Object.freeze({ verb: "DELETE", route: "/v1/rules/{id}", stream: false }),
+  "usage": Object.freeze({ verb: "GET", route: "/v1/usage", stream: false }),
   "event.list": Object.freeze({ verb: "GET", route: "/v1/events", stream: false }),
   "event.stream": Object.freeze({ verb: "GET", route: "/v1/events/stream", stream: true }),
   "watch": Object.freeze({ verb: "GET", route: "/v1/watch", stream: true }),
@@ -57,7 +63,7 @@ export const APPROVAL_STATES = Object.freeze(["pending", "decided", "expired"]);
 export const APPROVAL_DECISIONS = Object.freeze(["accept", "accept_for_session", "decline", "cancel"]);
 
 /** The error codes every interface answers with. */
-export const ERROR_CODES = Object.freeze(["invalid_request", "unauthorized", "payload_too_large", "unknown_agent", "unknown_conversation", "unknown_flight", "unknown_message", "unknown_approval", "agent_exists", "conversation_exists", "illegal_transition", "flight_terminal", "approval_closed", "overloaded", "unavailable", "depth_limit", "cycle", "not_found", "storage_full", "internal"]);
+export const ERROR_CODES = Object.freeze(["invalid_request", "unauthorized", "payload_too_large", "unknown_agent", "unknown_conversation", "unknown_flight", "unknown_message", "unknown_approval", "agent_exists", "conversation_exists", "illegal_transition", "flight_terminal", "approval_closed", "overloaded", "unavailable", "depth_limit", "cycle", "not_found", "storage_full", "budget_exceeded", "unknown_rule", "internal"]);
 
 /** The path of method `name` with its `{param}`s filled in from `params`, in order,
  * each percent-encoded. Throws on an unknown method or a wrong number of params. */

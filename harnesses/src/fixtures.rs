@@ -98,8 +98,7 @@ pub(crate) fn delta(item_id: &str, delta: &str) -> HarnessEvent {
 pub(crate) fn usage(input_tokens: u64, output_tokens: u64) -> HarnessEvent {
     HarnessEvent::TokenUsage {
         turn_id: TURN.into(),
-        input_tokens,
-        output_tokens,
+        usage: relay_protocol::domain::TokenUsage::new(input_tokens, output_tokens),
     }
 }
 

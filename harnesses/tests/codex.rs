@@ -115,8 +115,10 @@ async fn text_turn_streams_deltas_in_order() {
     );
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::ItemCompleted { item_id: id, text: Some(t), .. } if *id == item_id && t == "Hello, world!")));
-    assert!(seen.iter().any(|e| matches!(e,
-        HarnessEvent::TokenUsage { turn_id, input_tokens, .. } if *turn_id == turn && *input_tokens > 0)));
+    assert!(
+        seen.iter().any(|e| matches!(e,
+        HarnessEvent::TokenUsage { turn_id, usage } if *turn_id == turn && usage.input_tokens > 0))
+    );
 
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 1);

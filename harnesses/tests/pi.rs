@@ -143,8 +143,8 @@ async fn text_turn_streams_deltas_before_it_completes() {
             text: Some("Hello, world!".into()),
         }));
     assert!(seen.iter().any(|e| matches!(e,
-        HarnessEvent::TokenUsage { turn_id, input_tokens, output_tokens }
-            if turn_id == "t1" && *input_tokens > 0 && *output_tokens > 0)));
+        HarnessEvent::TokenUsage { turn_id, usage }
+            if turn_id == "t1" && usage.input_tokens > 0 && usage.output_tokens > 0)));
 
     let requests = s.mock.requests();
     assert_eq!(requests.len(), 1);

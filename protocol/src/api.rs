@@ -33,6 +33,11 @@ wire_enum! {
         /// The broker's disk is (nearly) full: the write was refused and nothing of it
         /// stored; reads go on, and writes resume once space is freed.
         StorageFull = "storage_full",
+        /// The agent (or the flight tree) used up its budget; the message names the
+        /// budget and when it resets.
+        BudgetExceeded = "budget_exceeded",
+        /// No such remembered rule.
+        UnknownRule = "unknown_rule",
         Internal = "internal",
     }
 }
@@ -48,6 +53,7 @@ impl ErrorCode {
             | ErrorCode::UnknownFlight
             | ErrorCode::UnknownMessage
             | ErrorCode::UnknownApproval
+            | ErrorCode::UnknownRule
             | ErrorCode::NotFound => 404,
             ErrorCode::AgentExists
             | ErrorCode::ConversationExists
@@ -57,7 +63,7 @@ impl ErrorCode {
             | ErrorCode::DepthLimit
             | ErrorCode::Cycle => 409,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::Overloaded => 429,
+            ErrorCode::Overloaded | ErrorCode::BudgetExceeded => 429,
             ErrorCode::Unavailable => 503,
             // "Insufficient Storage" (RFC 4918).
             ErrorCode::StorageFull => 507,
@@ -236,6 +242,69 @@ pub struct DecideApproval {
     pub decision: ApprovalDecision,
     #[serde(default = "default_decider")]
     pub decided_by: String,
+    /// Remember the decision as a rule (`--remember SCOPE [--any-arg N]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<crate::domain::Remember>,
+}
+
+/// `GET /v1/rules`'s query: the rules that apply to `agent` (all, without).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RulesQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// `POST /v1/agents/{name}`: what `relay agent set` changes. A field left out stays.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSettings {
+    /// The new budget; `Some` of an empty budget removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::domain::Budget>,
+}
+
+/// `GET /v1/usage`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageQuery {
+    #[serde(default)]
+    pub by: crate::domain::UsageBy,
+    /// Flights created at or after this time (ms since the epoch); all without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// Only this agent's flights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// `relay usage`: totals per group, largest cost first (then tokens, then key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    pub by: crate::domain::UsageBy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    pub rows: Vec<UsageRow>,
+    /// All rows added up.
+    pub total: crate::domain::UsageTotals,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The agent, conversation id, root flight id, `YYYY-MM-DD` or node.
+    pub key: String,
+    #[serde(flatten)]
+    pub totals: crate::domain::UsageTotals,
+}
+
+/// An agent's budget and what it has used of it (`agent show`, `GET
+/// /v1/agents/{name}/budget`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::domain::Budget>,
+    /// The agent's usage today (UTC).
+    pub today: crate::domain::UsageTotals,
+    /// When today's limits reset: the next UTC midnight (ms since the epoch).
+    pub resets_at: u64,
 }
 
 fn default_decider() -> String {

@@ -70,6 +70,13 @@ pub mod subjects {
     pub const CMD_INTERRUPT: &str = "relay.v1.cmd.interrupt";
     pub const CMD_APPROVE: &str = "relay.v1.cmd.approve";
     pub const CMD_REVERT: &str = "relay.v1.cmd.revert";
+    /// Request/reply, JSON: a [`crate::api::RulesQuery`] in, the rules out.
+    pub const CMD_RULES: &str = "relay.v1.cmd.rules";
+    /// Request/reply, JSON: a [`super::RuleRemoveCommand`] in, the removed rule out.
+    pub const CMD_RULE_REMOVE: &str = "relay.v1.cmd.rule_remove";
+    /// Request/reply, JSON: a [`crate::api::UsageQuery`] in, a
+    /// [`crate::api::UsageReport`] out.
+    pub const CMD_USAGE: &str = "relay.v1.cmd.usage";
     /// Request/reply, JSON only: a [`crate::watch::WatchRequest`] in, a
     /// [`crate::watch::SnapshotReply`] ([`super::SNAPSHOT_REPLY_TYPE`]) out.
     pub const CMD_SNAPSHOT: &str = "relay.v1.cmd.snapshot";
@@ -188,6 +195,23 @@ pub struct ApproveCommand {
     pub decision: crate::domain::ApprovalDecision,
     #[serde(default = "bus_actor")]
     pub decided_by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<crate::domain::Remember>,
+}
+
+/// The JSON body of [`subjects::CMD_RULE_REMOVE`] (recorded as removed by `nats`, or
+/// `NAME@nats`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuleRemoveCommand {
+    pub rule: String,
+    #[serde(default = "bus_actor")]
+    pub removed_by: String,
+}
+
+/// The JSON reply of [`subjects::CMD_RULE_REMOVE`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuleAnswer {
+    pub rule: crate::domain::Rule,
 }
 
 fn bus_actor() -> String {

@@ -154,12 +154,13 @@ fn change_to_pb(c: &FlightChange) -> Change {
         }),
         FlightChange::Plan { text } => Change::Plan(pb::Text { text: text.clone() }),
         FlightChange::Diff { text } => Change::Diff(pb::Text { text: text.clone() }),
-        FlightChange::Usage {
-            input_tokens,
-            output_tokens,
-        } => Change::Usage(pb::Usage {
-            input_tokens: *input_tokens,
-            output_tokens: *output_tokens,
+        FlightChange::Usage(u) => Change::Usage(pb::Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            model: u.model.clone(),
+            cost_micro_usd: u.cost_micro_usd,
         }),
         FlightChange::Session { thread_id, turn_id } => Change::Session(pb::Session {
             thread_id: thread_id.clone(),

@@ -12,6 +12,8 @@
 //! - [`delivery`]: deliveries of messages to agents, bindings to outside channels.
 //! - [`approval`]: approval requests and decisions.
 //! - [`workspace`]: an agent's own git worktree, a flight's commit, a fork.
+//! - [`rule`]: remembered decisions (rules made by deciding an approval).
+//! - [`usage`]: tokens and cost of flights, their totals, agents' budgets.
 //!
 //! Timestamps are milliseconds since the Unix epoch ([`crate::clock`]). Ids are opaque
 //! strings.
@@ -24,7 +26,9 @@ pub mod delivery;
 pub mod flight;
 pub mod mention;
 pub mod pane;
+pub mod rule;
 pub mod secrets;
+pub mod usage;
 pub mod workspace;
 
 pub use agent::*;
@@ -35,7 +39,9 @@ pub use delivery::*;
 pub use flight::*;
 pub use mention::{parse_mentions, MentionSkip};
 pub use pane::*;
+pub use rule::*;
 pub use secrets::*;
+pub use usage::*;
 pub use workspace::*;
 
 /// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.

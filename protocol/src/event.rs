@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{
     Agent, Approval, Binding, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
+    Rule,
 };
 use crate::names::wire_tagged_enum;
 
@@ -89,6 +90,15 @@ wire_tagged_enum! {
         },
         ApprovalDecided = "approval_decided" {
             approval: Approval,
+        },
+        /// A decision was remembered as a rule (`--remember`).
+        RuleAdded = "rule_added" {
+            rule: Rule,
+        },
+        /// A rule was removed (`relay rule remove`): the rule as it was, who removed it.
+        RuleRemoved = "rule_removed" {
+            rule: Rule,
+            removed_by: String,
         },
     }
 }

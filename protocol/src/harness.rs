@@ -60,10 +60,12 @@ pub enum HarnessEvent {
         turn_id: String,
         diff: String,
     },
+    /// The turn's usage so far, a running total ([`crate::domain::TokenUsage`]'s
+    /// conventions: input includes cached, output includes reasoning).
     TokenUsage {
         turn_id: String,
-        input_tokens: u64,
-        output_tokens: u64,
+        #[serde(flatten)]
+        usage: crate::domain::TokenUsage,
     },
     /// The harness asks permission; answer with the session's `respond_approval`.
     ApprovalRequested {

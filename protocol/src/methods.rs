@@ -15,18 +15,19 @@ pub mod js;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{
-    AfterQuery, AgentAdded, AgentDiff, ApprovalsQuery, DecideApproval, Empty, FlightDiff,
-    FlightTree, FlightsQuery, ForkRequest, InvokeAccepted, LoginInfo, LoginLink, LoginRequest,
-    MessagePosted, MessagesQuery, Peek, PeekQuery, RemoveQuery, ReplayQuery, ReplyRequest, Status,
-    SteerRequest, UpdateFlight, UpdateResult,
+    AfterQuery, AgentAdded, AgentDiff, AgentSettings, ApprovalsQuery, BudgetStatus, DecideApproval,
+    Empty, FlightDiff, FlightTree, FlightsQuery, ForkRequest, InvokeAccepted, LoginInfo, LoginLink,
+    LoginRequest, MessagePosted, MessagesQuery, Peek, PeekQuery, RemoveQuery, ReplayQuery,
+    ReplyRequest, RulesQuery, Status, SteerRequest, UpdateFlight, UpdateResult, UsageQuery,
+    UsageReport,
 };
 use crate::bus::{
     ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, RevertCommand,
-    SteerCommand,
+    RuleAnswer, RuleRemoveCommand, SteerCommand,
 };
 use crate::domain::{
     Agent, AgentSpec, Approval, Conversation, ConversationSpec, Flight, FlightUpdate,
-    InvokeRequest, Message, PostMessage,
+    InvokeRequest, Message, PostMessage, Rule,
 };
 use crate::event::Event;
 use crate::replay::{AgentReplay, ConversationReplay, TurnReplay};
@@ -271,6 +272,12 @@ methods! {
         "One agent."
     AgentRemove = "agent.remove": Delete "/v1/agents/{name}", Operator, Json, RemoveQuery => Agent;
         "Removes an agent, stops its session and removes its worktree (its branch stays)."
+    AgentSet = "agent.set": Post "/v1/agents/{name}", Operator, Json,
+        AgentSettings => Agent;
+        "Changes an agent's settings: its budget."
+    AgentBudget = "agent.budget": Get "/v1/agents/{name}/budget", Read, Json,
+        Empty => BudgetStatus;
+        "An agent's budget and what it used of it today."
     AgentWake = "agent.wake": Post "/v1/agents/{name}/wake", Operator, Json, Empty => Agent;
         "Starts an agent's session now."
     AgentFork = "agent.fork": Post "/v1/agents/{name}/fork", Operator, Json,
@@ -334,7 +341,18 @@ methods! {
     ApprovalDecide = "approval.decide": Post "/v1/approvals/{id}", Operator, Json,
         DecideApproval => Approval,
         bus "relay.v1.cmd.approve", ApproveCommand => ApprovalAnswer;
-        "Decides a pending approval."
+        "Decides a pending approval, and can remember the decision as a rule."
+    RuleList = "rule.list": Get "/v1/rules", Read, Json, RulesQuery => Vec<Rule>,
+        bus "relay.v1.cmd.rules", RulesQuery => Vec<Rule>;
+        "Remembered decisions, each with its scope, origin and how often it matched."
+    RuleShow = "rule.show": Get "/v1/rules/{id}", Read, Json, Empty => Rule;
+        "One remembered decision."
+    RuleRemove = "rule.remove": Delete "/v1/rules/{id}", Operator, Json, Empty => Rule,
+        bus "relay.v1.cmd.rule_remove", RuleRemoveCommand => RuleAnswer;
+        "Removes a remembered decision: the next such request asks again."
+    UsageShow = "usage": Get "/v1/usage", Read, Json, UsageQuery => UsageReport,
+        bus "relay.v1.cmd.usage", UsageQuery => UsageReport;
+        "Tokens and cost of flights, added up by agent, conversation, tree, day or node."
     EventList = "event.list": Get "/v1/events", Read, Json, AfterQuery => Vec<Event>;
         "The event log after a global seq."
     EventStream = "event.stream": Get "/v1/events/stream", Read, Stream, AfterQuery => Event;
@@ -430,6 +448,9 @@ mod tests {
             (subjects::CMD_INTERRUPT, MethodId::FlightInterrupt),
             (subjects::CMD_APPROVE, MethodId::ApprovalDecide),
             (subjects::CMD_REVERT, MethodId::FlightRevert),
+            (subjects::CMD_RULES, MethodId::RuleList),
+            (subjects::CMD_RULE_REMOVE, MethodId::RuleRemove),
+            (subjects::CMD_USAGE, MethodId::UsageShow),
             (subjects::CMD_SNAPSHOT, MethodId::Watch),
         ] {
             assert_eq!(by_subject(subject).unwrap().0.id, id, "{subject}");

@@ -20,11 +20,7 @@ use crate::domain::{
 };
 
 /// Tokens a turn used, as its harness last reported them (a running total per turn).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
+pub use crate::domain::TokenUsage as Usage;
 
 /// One turn: a flight, who asked for it and what happened in it, in log order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -103,8 +103,7 @@ async fn every_update_kind_becomes_its_event_and_the_agent_is_known_by_what_it_s
         kind: ItemKind::Reasoning, text: Some(t), ..} if t == "hmm")));
     assert!(turn.contains(&HarnessEvent::TokenUsage {
         turn_id: "t1".into(),
-        input_tokens: 12,
-        output_tokens: 3
+        usage: relay_protocol::domain::TokenUsage::new(12, 3)
     }));
     // A second turn in the same process and session.
     let turn = run_turn(session.as_ref(), &mut events, WAIT, &id, "again", "t2").await;

@@ -35,6 +35,7 @@ fn approval(i: usize) -> Approval {
         decided_by: None,
         created_at: 1,
         decided_at: None,
+        remembered: None,
     }
 }
 

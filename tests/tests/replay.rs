@@ -151,7 +151,7 @@ async fn a_flight_replays_its_command_approval_text_and_usage() {
             None
         )
     );
-    let usage = turn.usage.expect("codex reports usage");
+    let usage = turn.usage.clone().expect("codex reports usage");
     assert!(
         usage.input_tokens > 0 && usage.output_tokens > 0,
         "{usage:?}"

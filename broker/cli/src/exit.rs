@@ -66,6 +66,7 @@ impl Exit {
             | ErrorCode::UnknownFlight
             | ErrorCode::UnknownMessage
             | ErrorCode::UnknownApproval
+            | ErrorCode::UnknownRule
             | ErrorCode::NotFound => Exit::NotFound,
             ErrorCode::Unauthorized
             | ErrorCode::AgentExists
@@ -74,6 +75,7 @@ impl Exit {
             | ErrorCode::FlightTerminal
             | ErrorCode::ApprovalClosed
             | ErrorCode::DepthLimit
+            | ErrorCode::BudgetExceeded
             | ErrorCode::Cycle => Exit::Refused,
             ErrorCode::Overloaded | ErrorCode::Unavailable | ErrorCode::StorageFull => {
                 Exit::Unavailable

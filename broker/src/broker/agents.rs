@@ -90,7 +90,10 @@ impl Broker {
         // Secrets apart from here on: the command's `Debug` (logs) shows names only.
         spec.move_secrets();
         expect_outcome!(
-            self.execute(Command::RegisterAgent(spec, worktree.map(Box::new))),
+            self.execute(Command::RegisterAgent(
+                Box::new(spec),
+                worktree.map(Box::new)
+            )),
             Agent
         )
     }

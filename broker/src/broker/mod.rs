@@ -107,7 +107,7 @@ impl Default for BrokerConfig {
 pub enum Command {
     /// An agent, with the worktree its runtime made for it (kept as [`Agent::worktree`]).
     RegisterAgent(
-        AgentSpec,
+        Box<AgentSpec>,
         Option<Box<relay_protocol::domain::WorktreeState>>,
     ),
     /// `force`: its worktree is removed even with uncommitted work (see

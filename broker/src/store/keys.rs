@@ -42,9 +42,16 @@ pub enum T {
     /// Where the events of an agent, a conversation or a flight are in the log (an
     /// index for replays: see the module docs).
     ReplayIndex,
+    /// rule id -> `Rule`: remembered decisions, with their match counters.
+    Rules,
+    /// agent, 0, `YYYY-MM-DD` -> `UsageTotals` of the agent's flights created that UTC
+    /// day (budgets read it without a scan).
+    UsageDaily,
+    /// root flight id -> `UsageTotals` of its agent-to-agent tree.
+    UsageTrees,
 }
 
-pub(super) const TREE_NAMES: [&str; 18] = [
+pub(super) const TREE_NAMES: [&str; 21] = [
     "events",
     "agents",
     "conversations",
@@ -63,6 +70,9 @@ pub(super) const TREE_NAMES: [&str; 18] = [
     "meta",
     "flight_children",
     "replay_index",
+    "rules",
+    "usage_daily",
+    "usage_trees",
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {

@@ -38,6 +38,8 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
             vec![(Scope::Flight, approval.request.flight.as_str())]
         }
         EventBody::AgentUpdated { .. }
+        | EventBody::RuleAdded { .. }
+        | EventBody::RuleRemoved { .. }
         | EventBody::ConversationCreated { .. }
         | EventBody::DeliveryPlanned { .. }
         | EventBody::DeliveryAttempted { .. }
@@ -112,6 +114,8 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
+        // TODO(issue 28, rules part): the rules projection and its match counters.
+        EventBody::RuleAdded { .. } | EventBody::RuleRemoved { .. } => Ok(()),
         EventBody::BindingCreated { binding } => {
             sink.put(T::Bindings, binding.id.as_bytes(), encode(binding)?)
         }

@@ -310,10 +310,12 @@ impl ClaudeWire {
         if let Some(usage) = result.usage.filter(|u| *u != Usage::default()) {
             out.push(Action::Event(HarnessEvent::TokenUsage {
                 turn_id: turn.id.clone(),
-                input_tokens: usage.input_tokens
-                    + usage.cache_creation_input_tokens
-                    + usage.cache_read_input_tokens,
-                output_tokens: usage.output_tokens,
+                usage: relay_protocol::domain::TokenUsage::new(
+                    usage.input_tokens
+                        + usage.cache_creation_input_tokens
+                        + usage.cache_read_input_tokens,
+                    usage.output_tokens,
+                ),
             }));
         }
         let ok = result.subtype == TurnResult::SUCCESS && !result.is_error;

@@ -344,12 +344,14 @@ impl Translator {
                 };
                 HarnessEvent::TokenUsage {
                     turn_id: n.turn_id,
-                    input_tokens: total
-                        .input_tokens
-                        .saturating_sub(state.usage_baseline.input_tokens),
-                    output_tokens: total
-                        .output_tokens
-                        .saturating_sub(state.usage_baseline.output_tokens),
+                    usage: relay_protocol::domain::TokenUsage::new(
+                        total
+                            .input_tokens
+                            .saturating_sub(state.usage_baseline.input_tokens),
+                        total
+                            .output_tokens
+                            .saturating_sub(state.usage_baseline.output_tokens),
+                    ),
                 }
             }
             notification::ERROR => {

@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::api::ErrorCode;
-use crate::domain::{ApprovalKind, ApprovalRequest, ApprovalState, ItemKind, ItemPhase, Note};
+use crate::domain::{
+    ApprovalKind, ApprovalRequest, ApprovalState, ItemKind, ItemPhase, Note, TokenUsage,
+};
 
 /// Through the encoded bytes too, so absent vs default survives the wire.
 fn reencode<M: prost::Message + Default>(m: &M) -> M {
@@ -68,6 +70,8 @@ fn unspecified_and_unknown_enum_values_are_errors_not_panics() {
 fn flight_full() -> Flight {
     Flight {
         commit: None,
+        usage: None,
+        root_flight: None,
         id: "flt_1".into(),
         invocation: "inv_1".into(),
         agent: "codex-1".into(),
@@ -95,6 +99,8 @@ fn flight_full() -> Flight {
 fn flight_bare() -> Flight {
     Flight {
         commit: None,
+        usage: None,
+        root_flight: None,
         id: "flt_2".into(),
         invocation: "inv_2".into(),
         agent: "pi".into(),
@@ -236,13 +242,22 @@ fn every_flight_change_is_sent_as_its_oneof_case() {
             Change::Diff(text("+x")),
         ),
         (
-            FlightChange::Usage {
+            FlightChange::Usage(TokenUsage {
                 input_tokens: 12,
                 output_tokens: 34,
-            },
+                cached_input_tokens: 5,
+                reasoning_tokens: Some(6),
+                model: Some("m".into()),
+                cost_micro_usd: Some(7),
+                cost_source: None,
+            }),
             Change::Usage(pb::Usage {
                 input_tokens: 12,
                 output_tokens: 34,
+                cached_input_tokens: 5,
+                reasoning_tokens: Some(6),
+                model: Some("m".into()),
+                cost_micro_usd: Some(7),
             }),
         ),
         (
@@ -375,6 +390,7 @@ fn approvals_are_sent_with_wire_names_and_no_decision_until_decided() {
         decision: None,
         decided_by: None,
         created_at: 5,
+        remembered: None,
         decided_at: None,
     };
     let pending = pb::Approval {

@@ -265,6 +265,9 @@ pub struct AgentSpec {
     /// session is that fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<super::ForkSpec>,
+    /// Its limits per day and per flight tree (`--budget`); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::Budget>,
 }
 
 impl AgentSpec {
@@ -332,6 +335,7 @@ impl AgentSpec {
             allow_from: Vec::new(),
             worktree: None,
             fork: None,
+            budget: None,
         }
     }
 }

@@ -33,7 +33,7 @@ wire_enum! {
 
 /// Who decides an approval, as its record names them: a person or client by its own
 /// name, and the identities only Relay records, from this one list: its approval
-/// policies (`policy:...`), Relay itself (`relay:restart`, `relay:turn-ended`), a
+/// policies (`policy:...`), remembered rules (`rule:<id>`), Relay itself (`relay:restart`, `relay:turn-ended`), a
 /// harness settling its own request (`codex:withdrawn`, `claude:withdrawn`... for every
 /// harness, by short and wire name), a dashboard login (`alice@dashboard`) and a
 /// decision made over the bus (`alice@nats`). A client may not claim any of
@@ -46,6 +46,8 @@ pub mod decider {
     pub const POLICY: &str = "policy:";
     /// Relay decided on its own: `relay:restart`, `relay:turn-ended`.
     pub const RELAY: &str = "relay:";
+    /// A remembered decision decided: `rule:<id>` (see [`crate::domain::Rule`]).
+    pub const RULE: &str = "rule:";
     /// The suffix of a dashboard login's decisions.
     pub const DASHBOARD: &str = "@dashboard";
     /// The suffix of decisions made over the bus: NATS does not say who published a
@@ -104,6 +106,7 @@ pub mod decider {
         let mut prefixes = vec![
             (POLICY.to_string(), "an agent's approval policy"),
             (RELAY.to_string(), "Relay"),
+            (RULE.to_string(), "a remembered rule"),
         ];
         for h in Harness::ALL {
             prefixes.push((format!("{}:", h.short_name()), "a harness"));
@@ -153,4 +156,7 @@ pub struct Approval {
     pub created_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<u64>,
+    /// The rule this decision was remembered as (`--remember`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<String>,
 }

@@ -155,6 +155,13 @@ pub struct Flight {
     /// (an agent with a worktree; without its patch: see [`FlightChange::Commit`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<super::FlightCommit>,
+    /// Tokens and cost of the flight's turn, as last reported ([`FlightChange::Usage`]),
+    /// its cost filled in from the price table where the harness gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::TokenUsage>,
+    /// The root of the flight's agent-to-agent tree (`None`: it is a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_flight: Option<String>,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -193,6 +200,8 @@ impl Flight {
             note: None,
             output_bytes: 0,
             commit: None,
+            usage: None,
+            root_flight: None,
             created_at: invocation.created_at,
             updated_at: invocation.created_at,
         }
@@ -236,10 +245,10 @@ pub enum FlightChange {
     Diff {
         text: String,
     },
-    Usage {
-        input_tokens: u64,
-        output_tokens: u64,
-    },
+    /// The turn's usage so far (a running total, replacing the last): the
+    /// [`super::TokenUsage`] fields beside `kind` (`input_tokens`, `output_tokens` and
+    /// the optional others). The harness never sets `cost_source`; the broker does.
+    Usage(super::TokenUsage),
     /// The session/turn ids the harness assigned.
     Session {
         #[serde(default, skip_serializing_if = "Option::is_none")]

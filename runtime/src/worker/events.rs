@@ -113,19 +113,8 @@ impl Worker {
                 self.change(&flight, FlightChange::Diff { text: diff })
                     .await;
             }
-            HarnessEvent::TokenUsage {
-                turn_id,
-                input_tokens,
-                output_tokens,
-            } if same_turn(&turn_id) => {
-                self.change(
-                    &flight,
-                    FlightChange::Usage {
-                        input_tokens,
-                        output_tokens,
-                    },
-                )
-                .await;
+            HarnessEvent::TokenUsage { turn_id, usage } if same_turn(&turn_id) => {
+                self.change(&flight, FlightChange::Usage(usage)).await;
             }
             HarnessEvent::ApprovalRequested {
                 turn_id,

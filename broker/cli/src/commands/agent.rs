@@ -278,6 +278,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     &[],
                     &AgentSpec {
                         fork: None,
+                        budget: None,
                         worktree: worktree.spec(),
                         name,
                         harness,

@@ -196,6 +196,7 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
             &DecideApproval {
                 decision,
                 decided_by,
+                remember: None,
             },
         )
         .await?;

@@ -79,5 +79,10 @@ pub fn describe_event(e: &Event) -> String {
         B::ApprovalRequested { approval } | B::ApprovalDecided { approval } => {
             format!("{} {}", approval.id, approval.request.detail)
         }
+        B::RuleAdded { rule } => format!(
+            "{} {} {} {}",
+            rule.id, rule.scope, rule.decision, rule.pattern
+        ),
+        B::RuleRemoved { rule, removed_by } => format!("{} by {removed_by}", rule.id),
     }
 }

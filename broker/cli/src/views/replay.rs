@@ -305,13 +305,13 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                     }
                     out.at(seq, "", &line);
                 }
-                FlightChange::Usage {
-                    input_tokens,
-                    output_tokens,
-                } => out.at(
+                FlightChange::Usage(u) => out.at(
                     seq,
                     "",
-                    &format!("usage: {input_tokens} input + {output_tokens} output tokens"),
+                    &format!(
+                        "usage: {} input + {} output tokens",
+                        u.input_tokens, u.output_tokens
+                    ),
                 ),
                 FlightChange::Plan { text } => out.at(seq, "  ", &format!("plan:\n{text}")),
                 FlightChange::Diff { text } => out.at(seq, "  ", &format!("diff:\n{text}")),
@@ -506,6 +506,7 @@ mod tests {
             usage: Some(Usage {
                 input_tokens: 10,
                 output_tokens: 2,
+                ..Usage::default()
             }),
             entries: vec![
                 entry(
@@ -554,10 +555,9 @@ mod tests {
                 ),
                 entry(
                     15,
-                    TurnStep::Update(FlightChange::Usage {
-                        input_tokens: 10,
-                        output_tokens: 2,
-                    }),
+                    TurnStep::Update(FlightChange::Usage(
+                        relay_protocol::domain::TokenUsage::new(10, 2),
+                    )),
                 ),
                 entry(
                     16,

@@ -203,10 +203,7 @@ fn describe(change: &FlightChange) -> String {
         FlightChange::CommandOutput { text, .. } => format!("output: {}", one_line(text)),
         FlightChange::Plan { text } => format!("plan: {}", one_line(text)),
         FlightChange::Diff { text } => format!("diff: {}", one_line(text)),
-        FlightChange::Usage {
-            input_tokens,
-            output_tokens,
-        } => format!("usage: {input_tokens} in, {output_tokens} out"),
+        FlightChange::Usage(u) => format!("usage: {} in, {} out", u.input_tokens, u.output_tokens),
         FlightChange::Session { thread_id, turn_id } => format!(
             "session: thread {}, turn {}",
             thread_id.as_deref().unwrap_or("-"),
@@ -243,10 +240,9 @@ mod tests {
             "command_execution started: rm -rf x\\x0d\\x1b[2Kls"
         );
         assert_eq!(
-            describe(&FlightChange::Usage {
-                input_tokens: 3,
-                output_tokens: 4
-            }),
+            describe(&FlightChange::Usage(
+                relay_protocol::domain::TokenUsage::new(3, 4)
+            )),
             "usage: 3 in, 4 out"
         );
     }

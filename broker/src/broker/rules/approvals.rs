@@ -56,6 +56,7 @@ impl Ctx<'_, '_> {
             decision: None,
             decided_by: None,
             created_at: self.now,
+            remembered: None,
             decided_at: None,
         };
         self.emit(EventBody::ApprovalRequested {

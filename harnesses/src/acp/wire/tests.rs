@@ -161,7 +161,7 @@ fn each_cli_streams_its_text_as_deltas_of_one_message() {
         );
         assert!(
             run.events.iter().any(
-                |e| matches!(e, HarnessEvent::TokenUsage { input_tokens, .. } if *input_tokens > 0)
+                |e| matches!(e, HarnessEvent::TokenUsage { usage, .. } if usage.input_tokens > 0)
             ),
             "{cli}: {:?}",
             run.events
@@ -344,11 +344,7 @@ fn unknown_stop_reasons_and_refusals_fail_saying_which() {
 /// The last usage a turn reported.
 fn last_usage(run: &Run) -> Option<(u64, u64)> {
     run.events.iter().rev().find_map(|e| match e {
-        HarnessEvent::TokenUsage {
-            input_tokens,
-            output_tokens,
-            ..
-        } => Some((*input_tokens, *output_tokens)),
+        HarnessEvent::TokenUsage { usage, .. } => Some((usage.input_tokens, usage.output_tokens)),
         _ => None,
     })
 }

@@ -317,8 +317,7 @@ impl Turn {
             self.usage.0 = u.used;
             emit(HarnessEvent::TokenUsage {
                 turn_id: self.id.clone(),
-                input_tokens: self.usage.0,
-                output_tokens: self.usage.1,
+                usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
             });
         }
     }
@@ -338,8 +337,7 @@ impl Turn {
         self.usage = self.calls;
         emit(HarnessEvent::TokenUsage {
             turn_id: self.id.clone(),
-            input_tokens: self.usage.0,
-            output_tokens: self.usage.1,
+            usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
         });
     }
 
@@ -356,8 +354,7 @@ impl Turn {
         );
         emit(HarnessEvent::TokenUsage {
             turn_id: self.id.clone(),
-            input_tokens: self.usage.0,
-            output_tokens: self.usage.1,
+            usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
         });
     }
 

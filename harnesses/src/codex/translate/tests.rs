@@ -239,8 +239,7 @@ fn a_turn_translates_in_order() {
             },
             HarnessEvent::TokenUsage {
                 turn_id: "t1".into(),
-                input_tokens: 50,
-                output_tokens: 3
+                usage: relay_protocol::domain::TokenUsage::new(50, 3),
             },
             // No items on turn/completed: the last completed agent message is the answer.
             HarnessEvent::TurnCompleted {

@@ -125,8 +125,10 @@ impl Turn {
                     self.output_tokens = self.output_tokens.saturating_add(usage.output);
                     emit(HarnessEvent::TokenUsage {
                         turn_id,
-                        input_tokens: self.input_tokens,
-                        output_tokens: self.output_tokens,
+                        usage: relay_protocol::domain::TokenUsage::new(
+                            self.input_tokens,
+                            self.output_tokens,
+                        ),
                     });
                 }
             }

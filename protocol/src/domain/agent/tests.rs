@@ -61,6 +61,7 @@ fn agent_json_is_flat() {
         worktree: None,
         spec: AgentSpec {
             fork: None,
+            budget: None,
             worktree: None,
             name: "codex-1".into(),
             harness: Harness::CodexAppServer,

@@ -305,6 +305,7 @@ async fn ask_one(server: &Server, session: &str, approval: Approval) -> Option<S
     let decide = DecideApproval {
         decision,
         decided_by: server.actor.clone(),
+        remember: None,
     };
     let decided = server
         .call::<m::ApprovalDecide>(&[&approval.id], &decide)

@@ -344,10 +344,7 @@ mod tests {
                 ItemPhase::Completed,
                 Some("Hi there"),
             ),
-            FlightChange::Usage {
-                input_tokens: 1,
-                output_tokens: 2,
-            },
+            FlightChange::Usage(relay_protocol::domain::TokenUsage::new(1, 2)),
         ] {
             all.extend(tr.apply(&change));
             // Output as slow as a person reads it is shown as it comes.

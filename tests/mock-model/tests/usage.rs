@@ -21,12 +21,12 @@ fn data(body: &str) -> Vec<Value> {
 fn last_with(body: &str, key: &str) -> Value {
     data(body)
         .into_iter()
-        .filter_map(|d| {
+        .rev()
+        .find_map(|d| {
             d.get(key)
                 .or_else(|| d.get("response").and_then(|r| r.get(key)))
                 .cloned()
         })
-        .last()
         .unwrap_or_else(|| panic!("no {key} in {body}"))
 }
 

@@ -14,6 +14,10 @@
 //! - Pi reports each call (assistant message) apart; the adapter sums them. Its cost is
 //!   zero without a price in `models.json`, so none is reported.
 //! - Qwen Code reports each call on a chunk's `_meta.usage`; the adapter sums them.
+//! - Gemini CLI sums its calls in `_meta.quota` but reports no cached count and leaves
+//!   the thoughts out of the output.
+//! - OpenCode's prompt answer carries its last model call's usage only, each kind
+//!   apart (input without the cached part, output without the reasoning).
 //!
 //! Each test has its own mock and home directories and checks that the CLI is gone at
 //! the end. Every wait has a timeout; nothing sleeps.
@@ -29,8 +33,8 @@ use relay_harnesses::codex::CodexLauncher;
 use relay_harnesses::pi::PiLauncher;
 use relay_harnesses::{HarnessSession, Launcher, Spawned};
 use relay_mock_model::{
-    claude_env, codex_env, qwen_env, write_codex_home, write_pi_dir, write_qwen_home, MockModel,
-    RecordedRequest, Reply, Usage,
+    claude_env, codex_env, gemini_env, opencode_env, qwen_env, write_codex_home, write_gemini_home,
+    write_opencode_home, write_pi_dir, write_qwen_home, MockModel, RecordedRequest, Reply, Usage,
 };
 use relay_protocol::domain::{AgentSpec, ApprovalDecision, CostSource, Harness, TokenUsage};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
@@ -68,11 +72,15 @@ const ANSWER: Usage = Usage {
 
 /// The mock's script: `one-call` answers with [`ONE`]; `tool-call` calls the CLI's
 /// shell tool (`call`) with [`CALL`], then answers with [`ANSWER`] once the tool's output
-/// is back. Anything else (a CLI's side request) gets the default estimate.
+/// is back. Anything else (a CLI's side request, which offers no tools: OpenCode's
+/// title, Gemini CLI's checks) gets the default estimate.
 fn script(call: fn(&RecordedRequest) -> Reply) -> impl Fn(&RecordedRequest) -> Reply {
     move |req| {
         let text = req.last_user_text().unwrap_or_default();
-        if text.contains("one-call") {
+        let tools = req.body.get("tools").and_then(|t| t.as_array());
+        if tools.is_none_or(|t| t.is_empty()) {
+            Reply::text("side")
+        } else if text.contains("one-call") {
             Reply::text("one answer").with_usage(ONE)
         } else if text.contains("tool-call") {
             match req.tool_output_since_prompt() {
@@ -350,5 +358,72 @@ async fn qwen_code_sums_its_calls() {
             &relay(ANSWER, Some(ANSWER.reasoning))
         )
     );
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn gemini_cli_reports_the_turns_counts() {
+    let mock = MockModel::start().await.unwrap();
+    mock.set_handler(script(|_| {
+        Reply::shell_command("call_1", "echo hi", "the test asks")
+    }));
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    write_gemini_home(home.path()).unwrap();
+    let mut spec = AgentSpec::new("a1", Harness::GeminiAcp, work.path().display().to_string());
+    spec.env.extend(gemini_env(home.path(), &mock.base_url()));
+    let mut agent = start(&AcpLauncher::new(Harness::GeminiAcp), &spec).await;
+
+    // Gemini CLI reports the turn's `promptTokenCount` and `candidatesTokenCount`
+    // summed over its calls, and its model: no cached count, and the output without
+    // the thoughts (`candidatesTokenCount` leaves them out), which it does not report.
+    let gemini = |u: Usage| TokenUsage {
+        input_tokens: u.input,
+        output_tokens: u.output - u.reasoning,
+        model: Some("gemini-2.5-flash".into()),
+        ..TokenUsage::default()
+    };
+    let one = last("gemini one call", &agent.turn("one-call", "t1").await);
+    assert_eq!(one, gemini(ONE));
+    let tool = last("gemini tool call", &agent.turn("tool-call", "t2").await);
+    let both = sum(&gemini(CALL), &gemini(ANSWER));
+    assert_eq!(
+        tool,
+        TokenUsage {
+            model: Some("gemini-2.5-flash".into()),
+            ..both
+        }
+    );
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn opencode_reports_the_turns_counts() {
+    let mock = MockModel::start().await.unwrap();
+    mock.set_handler(script(|_| {
+        Reply::function_call(
+            "call_1",
+            "bash",
+            &json!({"command": "echo hi", "description": "the test asks"}),
+        )
+    }));
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    write_opencode_home(home.path(), &mock.url()).unwrap();
+    let mut spec = AgentSpec::new(
+        "a1",
+        Harness::OpencodeAcp,
+        work.path().display().to_string(),
+    );
+    spec.env.extend(opencode_env(home.path()));
+    let mut agent = start(&AcpLauncher::new(Harness::OpencodeAcp), &spec).await;
+
+    // OpenCode counts each kind apart (input without the cached part, output without
+    // the reasoning); the adapter puts them together. Its prompt answer carries the
+    // LAST model call's usage only: a tool turn reports its answer's, not the call's.
+    let one = last("opencode one call", &agent.turn("one-call", "t1").await);
+    assert_eq!(one, relay(ONE, Some(ONE.reasoning)));
+    let tool = last("opencode tool call", &agent.turn("tool-call", "t2").await);
+    assert_eq!(tool, relay(ANSWER, Some(ANSWER.reasoning)));
     agent.stop().await;
 }

@@ -339,7 +339,7 @@ impl Turn {
     /// calls before it, since a turn counts all its model calls (as Codex's and Claude
     /// Code's turns do).
     fn call_usage(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
-        let counts = Counts::of(v);
+        let counts = Counts::of(v).in_relays_way(false);
         if !counts.any() {
             return;
         }
@@ -356,9 +356,10 @@ impl Turn {
     }
 
     /// The turn's token counts (the prompt's answer), in whichever spelling the agent
-    /// uses (see [`Counts::of`]).
-    pub(super) fn usage_of(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
-        let counts = Counts::of(v);
+    /// uses (see [`Counts::of`]); `acp`: ACP's own `Usage`, whose kinds are counted
+    /// apart.
+    pub(super) fn usage_of(&mut self, v: &Value, acp: bool, emit: &mut impl FnMut(HarnessEvent)) {
+        let counts = Counts::of(v).in_relays_way(acp);
         if !counts.any() {
             return;
         }
@@ -372,7 +373,7 @@ impl Turn {
         self.close(emit);
         if let Some(usage) = &result.usage {
             if let Ok(v) = serde_json::to_value(usage) {
-                self.usage_of(&v, emit);
+                self.usage_of(&v, true, emit);
             }
         }
         if let Some(meta) = &result.meta {
@@ -381,13 +382,13 @@ impl Turn {
                     if let Some(model) = usage::model_of(v) {
                         self.usage.model = Some(model);
                     }
-                    self.usage_of(v, emit);
+                    self.usage_of(v, false, emit);
                     // Gemini CLI nests its counts (`_meta.quota.token_count`).
                     if let Some(inner) = v
                         .as_object()
                         .and_then(|o| o.values().find(|x| x.is_object()))
                     {
-                        self.usage_of(inner, emit);
+                        self.usage_of(inner, false, emit);
                     }
                 }
             }

@@ -3,10 +3,20 @@
 //!
 //! Where they come from: OpenCode's prompt answer `usage` (ACP's own `Usage`:
 //! `inputTokens`, `outputTokens`, `thoughtTokens`, `cachedReadTokens`,
-//! `cachedWriteTokens`, the turn's), Qwen Code's `_meta.usage` on a chunk (the same
+//! `cachedWriteTokens`, `totalTokens`), Qwen Code's `_meta.usage` on a chunk (the same
 //! names, one model call's: the turn adds them up), Gemini CLI's prompt answer
 //! `_meta.quota.token_count` (`input_tokens`, `output_tokens`) with the model in
 //! `_meta.quota.model_usage[].model`, and `usage_update`'s `cost`.
+//!
+//! Two ways of counting, told apart by the total (verified with the pinned CLIs and
+//! exact counts from the mock): ACP's `Usage` counts each kind apart, so `totalTokens`
+//! is the sum of all five (OpenCode: `inputTokens` leaves the cached input out,
+//! `outputTokens` the thoughts); Qwen Code's `_meta.usage` counts as Relay does
+//! (`totalTokens` = input + output, the cached part inside the input, the thoughts
+//! inside the output). A report whose total is the sum of all its counts is read the
+//! first way; without a total, ACP's `Usage` the first way and a vendor's the second.
+//! Gemini CLI 0.61.0 reports neither cached nor thought counts, and its output is the
+//! API's `candidatesTokenCount`, the thoughts left out.
 
 use relay_protocol::domain::{usd_to_micros, CostSource, TokenUsage};
 use serde_json::Value;
@@ -17,7 +27,9 @@ pub(super) struct Counts {
     input: Option<u64>,
     output: Option<u64>,
     cached: Option<u64>,
+    cache_write: Option<u64>,
     thought: Option<u64>,
+    total: Option<u64>,
 }
 
 impl Counts {
@@ -46,6 +58,7 @@ impl Counts {
                 "cachedContentTokenCount",
                 "cached_tokens",
             ]),
+            cache_write: count(&["cachedWriteTokens", "cached_write_tokens"]),
             thought: count(&[
                 "thoughtTokens",
                 "thought_tokens",
@@ -53,7 +66,34 @@ impl Counts {
                 "reasoningTokens",
                 "reasoning_tokens",
             ]),
+            total: count(&["totalTokens", "total_tokens", "totalTokenCount"]),
         }
+    }
+
+    /// The counts in Relay's way (input with the cached part and cache writes in it,
+    /// output with the thoughts in it), from counts of kinds apart when `apart`, or
+    /// when the total says so (see the module's header).
+    pub(super) fn in_relays_way(mut self, apart: bool) -> Counts {
+        let n = |c: Option<u64>| c.unwrap_or(0);
+        let extras = n(self.cached)
+            .saturating_add(n(self.cache_write))
+            .saturating_add(n(self.thought));
+        let sum_apart = n(self.input)
+            .saturating_add(n(self.output))
+            .saturating_add(extras);
+        // A zero total is none (ACP's `Usage` reads a missing one as 0).
+        let apart = match self.total.filter(|&t| t > 0) {
+            Some(total) => extras > 0 && total == sum_apart,
+            None => apart,
+        };
+        if apart {
+            self.input = self.input.map(|i| {
+                i.saturating_add(n(self.cached))
+                    .saturating_add(n(self.cache_write))
+            });
+            self.output = self.output.map(|o| o.saturating_add(n(self.thought)));
+        }
+        self
     }
 
     /// Carries an input or an output count (a report without either says nothing).
@@ -61,10 +101,8 @@ impl Counts {
         self.input.is_some() || self.output.is_some()
     }
 
-    /// `usage` with these counts in place of its own (those missing here kept). The
-    /// ACP agents verified count input with the cached part in it and output with the
-    /// reasoning in it, as Relay does (Qwen Code: `inputTokens` is the API's
-    /// `prompt_tokens`, `cachedReadTokens` a part of it).
+    /// `usage` with these counts in place of its own (those missing here kept); the
+    /// counts must be in Relay's way ([`Counts::in_relays_way`]).
     pub(super) fn replace(&self, usage: &mut TokenUsage) {
         if let Some(n) = self.input {
             usage.input_tokens = n;
@@ -138,6 +176,36 @@ mod tests {
             );
         }
         assert!(!Counts::of(&json!({"totalTokens": 3})).any());
+    }
+
+    #[test]
+    fn counts_of_kinds_apart_are_put_together_by_their_total() {
+        // OpenCode's prompt answer: 1200 input of which 300 cached, 70 output of
+        // which 30 thoughts, each kind apart.
+        let opencode = json!({"inputTokens": 900, "cachedReadTokens": 300, "outputTokens": 40,
+                              "thoughtTokens": 30, "totalTokens": 1270});
+        // Qwen Code's `_meta.usage`: the same turn counted as Relay does.
+        let qwen = json!({"inputTokens": 1200, "cachedReadTokens": 300, "outputTokens": 70,
+                          "thoughtTokens": 30, "totalTokens": 1270});
+        let no_total = json!({"inputTokens": 900, "cachedReadTokens": 300, "outputTokens": 40,
+                              "thoughtTokens": 30});
+        let expect = TokenUsage {
+            input_tokens: 1200,
+            cached_input_tokens: 300,
+            output_tokens: 70,
+            reasoning_tokens: Some(30),
+            ..TokenUsage::default()
+        };
+        for (v, apart) in [(opencode, false), (qwen, true), (no_total, true)] {
+            let mut u = TokenUsage::default();
+            Counts::of(&v).in_relays_way(apart).replace(&mut u);
+            assert_eq!(u, expect, "{v}");
+        }
+        // Cache writes are input too.
+        let mut u = TokenUsage::default();
+        let v = json!({"inputTokens": 10, "cachedWriteTokens": 5, "outputTokens": 1, "totalTokens": 16});
+        Counts::of(&v).in_relays_way(false).replace(&mut u);
+        assert_eq!((u.input_tokens, u.cached_input_tokens), (15, 0));
     }
 
     #[test]

@@ -140,7 +140,7 @@ pub enum Reply {
         name: String,
         input: String,
     },
-    /// `reply`, reporting exactly `usage`: [`Reply::with_usage`].
+    /// `reply`, reporting exactly `usage`: [`Reply::with_usage`] (`usage.rs`).
     WithUsage { reply: Box<Reply>, usage: Usage },
 }
 
@@ -235,24 +235,6 @@ impl Reply {
 
     pub fn hang() -> Self {
         Self::Hang
-    }
-
-    /// This reply, reporting exactly `usage` (instead of the mock's
-    /// [`MockModel::set_usage`] or the 4-bytes-a-token estimate). Only replies that end
-    /// with a usage (text and tool calls) report it.
-    pub fn with_usage(self, usage: Usage) -> Self {
-        Self::WithUsage {
-            reply: Box::new(self.without_usage().0),
-            usage,
-        }
-    }
-
-    /// The reply itself and the usage set on it, if any.
-    fn without_usage(self) -> (Reply, Option<Usage>) {
-        match self {
-            Self::WithUsage { reply, usage } => (reply.without_usage().0, Some(usage)),
-            other => (other, None),
-        }
     }
 
     /// The full text of a text reply (empty for the others).

@@ -19,6 +19,28 @@
 
 use serde_json::{json, Value};
 
+use crate::Reply;
+
+impl Reply {
+    /// This reply, reporting exactly `usage` (instead of the mock's
+    /// [`crate::MockModel::set_usage`] or the 4-bytes-a-token estimate). Only replies
+    /// that end with a usage (text and tool calls) report it.
+    pub fn with_usage(self, usage: Usage) -> Self {
+        Self::WithUsage {
+            reply: Box::new(self.without_usage().0),
+            usage,
+        }
+    }
+
+    /// The reply itself and the usage set on it, if any.
+    pub(crate) fn without_usage(self) -> (Reply, Option<Usage>) {
+        match self {
+            Self::WithUsage { reply, usage } => (reply.without_usage().0, Some(usage)),
+            other => (other, None),
+        }
+    }
+}
+
 /// Token counts one model reply reports: set with [`crate::Reply::with_usage`] for one
 /// reply, or [`crate::MockModel::set_usage`] for every reply that has none. Without
 /// either, a reply reports `input` and `output` estimated at 4 bytes a token (of the

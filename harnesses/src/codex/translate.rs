@@ -6,8 +6,15 @@
 //! on: events to publish, responses to hand to waiting requests, and messages to write
 //! back (a JSON-RPC error for every server request Relay does not handle, so Codex never
 //! waits forever). It remembers what later lines need: each turn's last agent message and
-//! failure reason, the file changes an approval refers to, token totals, and the server
-//! requests still awaiting an answer.
+//! failure reason, the file changes an approval refers to, token totals, each thread's
+//! model (from the answers to `thread/start|resume|fork`, for the usage reports), and
+//! the server requests still awaiting an answer.
+//!
+//! Usage: `thread/tokenUsage/updated`'s `total` is the thread's over its life (every
+//! model request added, a resumed thread's too); a turn's `TokenUsage` is that total
+//! minus the one when the turn started, with cached input and reasoning (Codex counts
+//! as Relay does: input includes the cached part, output the reasoning). Codex reports
+//! no cost.
 //!
 //! Here: the envelope, the translator's state, the notifications and [`CodexWire`];
 //! `approvals.rs`: the server requests surfaced as approvals and their answers;

@@ -280,13 +280,22 @@ pub async fn decide(
     if let Some(control) = control {
         let mut answer = pending;
         answer.decision = Some(match &agent {
-            Some(a) => remember::harness_answer(a.spec.harness, decision, session_rule),
+            Some(a) => remember::harness_answer(
+                a.spec.harness,
+                answer.request.kind,
+                decision,
+                session_rule,
+            ),
             None => decision,
         });
         control.approval_decided(answer).await?;
     }
+    // Once the harness has its answer, the record follows whatever the queue holds: a
+    // client's decision refused `overloaded` now would leave the agent going on (Codex
+    // perhaps holding an `acceptForSession`) with nothing recorded, not even its rule.
+    let wait_for_room = internal || control.is_some();
     broker
-        .decide(approval, decision, decided_by, rule, internal)
+        .decide(approval, decision, decided_by, rule, wait_for_room)
         .await
 }
 

@@ -269,8 +269,15 @@ pub async fn decide(
             }
         }
     };
+    // "For the session" is recorded only with the session rule that says so: remembered
+    // for the agent, the project or everywhere it is the accept that rule records (and
+    // the one the harness gets).
     let decision = match decision {
-        ApprovalDecision::AcceptForSession if rule.is_none() => ApprovalDecision::Accept,
+        ApprovalDecision::AcceptForSession
+            if rule.as_ref().is_none_or(|r| r.scope != RuleScope::Session) =>
+        {
+            ApprovalDecision::Accept
+        }
         d => d,
     };
     let session_rule = rule

@@ -439,6 +439,47 @@ async fn each_scope_applies_where_it_says_and_codex_gets_its_session_form() {
     w.close().await;
 }
 
+/// Codex gets `acceptForSession` for a command only: for a file change it would approve
+/// the change's paths for the rest of the session, wider than the exact change the rule
+/// remembers. A person's `accept_for_session` remembered wider than the session is
+/// recorded as the accept its rule and the harness got.
+#[tokio::test]
+async fn codex_gets_accept_for_session_for_a_session_command_only() {
+    let w = open(Store::temporary().unwrap()).await;
+    w.agent("a1", Harness::CodexAppServer, "/repo", "t1").await;
+
+    let f = w
+        .ask("a1", ApprovalKind::FileChange, "update src/lib.rs")
+        .await;
+    let d = w
+        .person(&f, AcceptForSession, Some(RuleScope::Session))
+        .await
+        .unwrap();
+    assert_eq!(w.answers.of(&f.id), Some(Accept));
+    let rule = d.remembered.clone().unwrap();
+    assert_eq!(w.rule(&rule).await.scope, RuleScope::Session);
+    let again = w
+        .ask("a1", ApprovalKind::FileChange, "update src/lib.rs")
+        .await;
+    let by_rule = w.by_rules(&again).await.unwrap();
+    assert_eq!(by_rule.decided_by, Some(format!("rule:{rule}")));
+    assert_eq!(w.answers.of(&again.id), Some(Accept));
+
+    let c = w.command("a1", "cargo build").await;
+    let d = w
+        .person(&c, AcceptForSession, Some(RuleScope::Agent))
+        .await
+        .unwrap();
+    assert_eq!(w.answers.of(&c.id), Some(Accept));
+    assert_eq!(d.decision, Some(Accept));
+    assert_eq!(
+        w.rule(d.remembered.as_deref().unwrap()).await.decision,
+        Accept
+    );
+    w.consistent().await;
+    w.close().await;
+}
+
 /// 16 clients at once each decide an approval remembering it; then 16 at once match
 /// (the even ones, twice each) or remove (the odd ones) their rules: exactly the even
 /// rules stay, each matched twice, and the projection agrees with a rebuild.

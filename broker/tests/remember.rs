@@ -4,8 +4,8 @@
 //! option or another agent's still asks a person; each scope applies where it says;
 //! a removed rule decides nothing; rules and counters survive a restart and agree with
 //! doctor's rebuild; the harness gets its own form of the answer (Codex
-//! `acceptForSession` for a session rule only); and many clients at once deciding and
-//! removing leave exactly the rules and counts they made. The fake here is the runtime's
+//! `acceptForSession` for a command decided by a recorded session rule only); and many
+//! clients at once deciding and removing leave exactly the rules and counts they made. The fake here is the runtime's
 //! port only (it records the answers a harness would get).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -335,13 +335,15 @@ async fn each_scope_applies_where_it_says_and_codex_gets_its_session_form() {
     w.agent("c1", Harness::ClaudeStreamJson, "/other", "s1")
         .await;
 
-    // Session: Codex's own acceptForSession, for that session only.
+    // Session: Codex's own acceptForSession, for that session only, once the rule is
+    // recorded: the decision that makes it is a plain accept (it is recorded after the
+    // harness has it, and a crash between must not leave Codex an "always" alone).
     let a = w.command("a1", "ls").await;
     let d = w
         .person(&a, Accept, Some(RuleScope::Session))
         .await
         .unwrap();
-    assert_eq!(w.answers.of(&a.id), Some(AcceptForSession));
+    assert_eq!(w.answers.of(&a.id), Some(Accept));
     let session_rule = w.rule(d.remembered.as_deref().unwrap()).await;
     assert_eq!(session_rule.session.as_deref(), Some("t1"));
     let again = w.command("a1", "ls").await;

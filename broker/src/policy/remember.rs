@@ -213,8 +213,8 @@ pub fn deciding<'a>(
 }
 
 /// The answer a harness gets for `decision` on a request of `kind` (see the table in
-/// the module docs of [`super`]): `session_rule` when the decision was remembered, or
-/// matched, by an accept rule of scope `session`.
+/// the module docs of [`super`]): `session_rule` when the decision was made by an
+/// accept rule of scope `session` already recorded (not the decision that makes one).
 ///
 /// Only a command: Codex caches an `acceptForSession` command as that exact command
 /// (and cwd) for its thread, the rule's meaning; but an `acceptForSession` file change

@@ -67,6 +67,7 @@ impl InProcess {
                 http: Default::default(),
                 relay_program: None,
                 notify_command: None,
+                banner: true,
             },
             shutdown.clone(),
         ));

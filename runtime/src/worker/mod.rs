@@ -184,7 +184,10 @@ impl Worker {
                 }
                 d = queue.next() => {
                     let Some(d) = d else { break };
-                    if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
+                    // Every line the turn logs names its flight.
+                    let span = tracing::info_span!("flight", flight = %d.flight.id);
+                    let turn = tracing::Instrument::instrument(self.turn(d, &mut msgs), span);
+                    if let TurnEnd::Shutdown = turn.await {
                         break;
                     }
                 }

@@ -358,5 +358,12 @@ pub(super) async fn span(req: Request, next: Next) -> Response {
         http = %req.method(),
         route = route.as_deref().unwrap_or(""),
     );
-    next.run(req).instrument(span).await
+    async {
+        let response = next.run(req).await;
+        // An access log, for whoever turns debug on.
+        tracing::debug!(status = response.status().as_u16(), "answered");
+        response
+    }
+    .instrument(span)
+    .await
 }

@@ -196,6 +196,7 @@ impl Plane {
                     };
                     // Kept otherwise: the next start settles the flight from it.
                     if committed {
+                        tracing::debug!("flight ended");
                         if let Err(e) = self.runtime.threads().forget_flight(&flight).await {
                             tracing::warn!(%flight, error = %e, "cannot forget the dispatch record");
                         }

@@ -186,8 +186,13 @@ impl Worker {
                     let Some(d) = d else { break };
                     // Every line the turn logs names its flight.
                     let span = tracing::info_span!("flight", flight = %d.flight.id);
-                    let turn = tracing::Instrument::instrument(self.turn(d, &mut msgs), span);
-                    if let TurnEnd::Shutdown = turn.await {
+                    let turn = async {
+                        tracing::debug!(agent = %self.name, "turn starts");
+                        let end = self.turn(d, &mut msgs).await;
+                        tracing::debug!(agent = %self.name, "turn ended");
+                        end
+                    };
+                    if let TurnEnd::Shutdown = tracing::Instrument::instrument(turn, span).await {
                         break;
                     }
                 }

@@ -297,11 +297,11 @@ impl Fold {
                 FlightChange::Usage(usage) => self.used(flight, usage),
                 _ => {}
             },
-            EventBody::ApprovalRequested { approval } => {
-                if approval.state == ApprovalState::Pending {
-                    self.pending.insert(approval.id.clone());
-                    self.pending_gauge();
-                }
+            EventBody::ApprovalRequested { approval }
+                if approval.state == ApprovalState::Pending =>
+            {
+                self.pending.insert(approval.id.clone());
+                self.pending_gauge();
             }
             EventBody::ApprovalDecided { approval } => {
                 self.pending.remove(&approval.id);

@@ -21,6 +21,9 @@
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
 //!   and drained; [`shutdown`]: the signals that stop them; [`tasks`]: every task the
 //!   broker spawns is owned by one, ended and waited for when its part stops.
+//! - [`telemetry`]: the Prometheus series of `/metrics` (flights, approvals, usage from
+//!   the committed events; the writer's queue, flushes and refusals from its atomics), in
+//!   a recorder each broker owns.
 //! - [`alerts`]: an approval waiting for a person runs the user's notify command (a
 //!   bounded pool, batched when over), and its agent's timeout declines it (used by
 //!   `plane`).
@@ -57,15 +60,16 @@
 //! - `workspaces` -> `broker`, `error`, `ports`, `store`
 //! - `replay` -> `broker`, `error`, `store`
 //! - `watch` -> `broker`, `error`, `feed`, `store`
+//! - `telemetry` -> `alerts`, `broker`, `error`, `feed`, `store`
 //! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `remembered`, `replay`, `seal`,
-//!   `store`, `tasks`, `watch`, `workspaces`
+//!   `store`, `tasks`, `telemetry`, `watch`, `workspaces`
 //! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `remembered`, `seal`, `watch`,
 //!   `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`
 //! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`,
 //!   `remembered`, `seal`, `store`, `tasks`
 //! - `server` -> `alerts`, `broker`, `error`, `files`, `http`, `nats`, `plane`, `seal`, `store`,
-//!   `tasks`
+//!   `tasks`, `telemetry`
 //!
 //! `store`, `broker` and `plane` are directories with a file per concern (`store/`: the
 //! handle, `keys.rs`, `projections.rs`, `queries.rs`, `doctor.rs`; `broker/`: the handle,
@@ -94,6 +98,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 pub mod watch;
 pub mod workspaces;
 

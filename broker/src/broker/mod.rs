@@ -37,8 +37,11 @@ use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
 mod live;
+mod refusals;
 mod rules;
 mod writer;
+
+pub use refusals::{Full, Refusals};
 
 pub(crate) use live::LiveByAgent;
 
@@ -226,6 +229,8 @@ struct Inner {
     tasks: Tasks,
     /// Flights not yet ended per agent, as committed: the queue rule reads it.
     live: Arc<LiveByAgent>,
+    /// What was refused for overload, for `/metrics`.
+    refusals: Refusals,
 }
 
 /// What `relay status` counts, kept current from the published events.
@@ -331,6 +336,7 @@ impl Broker {
                 counts,
                 tasks: Tasks::new(&shutdown),
                 live: live.clone(),
+                refusals: Refusals::default(),
             }),
         };
         let writer = Writer {
@@ -409,6 +415,22 @@ impl Broker {
         self.inner.store.flushes()
     }
 
+    /// Commands waiting for the writer now (its queue's depth).
+    pub fn queue_depth(&self) -> usize {
+        let c = &self.inner.commands;
+        c.max_capacity().saturating_sub(c.capacity())
+    }
+
+    /// Whether the writer stopped because a commit or flush failed (see [`Broker::failed`]).
+    pub fn has_failed(&self) -> bool {
+        self.inner.failed.is_cancelled()
+    }
+
+    /// What was refused for overload (counted by the broker and the HTTP server).
+    pub fn refusals(&self) -> &Refusals {
+        &self.inner.refusals
+    }
+
     /// Seq of the last committed (flushed and published) event.
     pub fn last_seq(&self) -> u64 {
         self.inner.last_seq.load(Ordering::Acquire)
@@ -433,20 +455,27 @@ impl Broker {
             })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
+                    self.inner.refusals.count(Full::CommandQueue);
                     BrokerError::Overloaded("the command queue is full".into())
                 }
                 mpsc::error::TrySendError::Closed(_) => BrokerError::ShuttingDown,
             })?;
-        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+        self.counted(rx.await.map_err(|_| BrokerError::ShuttingDown)?)
+    }
+
+    /// Counts an invocation refused for its agent's full queue.
+    fn counted(&self, r: Result<Outcome, BrokerError>) -> Result<Outcome, BrokerError> {
+        if let Err(BrokerError::AgentQueueFull { .. }) = &r {
+            self.inner.refusals.count(Full::AgentQueue);
+        }
+        r
     }
 
     /// Runs a command from inside Relay (the runtime streaming deltas): waits for room in
     /// the queue instead of failing, so the harness's stream is slowed, never dropped.
     pub async fn execute_internal(&self, command: Command) -> Result<Outcome, BrokerError> {
-        self.submit(command)
-            .await?
-            .await
-            .map_err(|_| BrokerError::ShuttingDown)?
+        let r = self.submit(command).await?.await;
+        self.counted(r.map_err(|_| BrokerError::ShuttingDown)?)
     }
 
     /// Enqueues a command from inside Relay (waiting for room) and returns at once with

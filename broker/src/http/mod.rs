@@ -20,13 +20,18 @@
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
 //! SSE streams and watches) and `replay` (a flight, an agent or a conversation read back
-//! from the log), and `web` (the dashboard's page and its login).
+//! from the log), and `web` (the dashboard's page and its login), and `health`
+//! (`/metrics` and `/healthz`, outside the method table: not JSON).
+//!
+//! Each request runs in a tracing span `request` with its method's name from the table
+//! (`method = "flight.show"`) and its route, so every line it logs says which call it was.
 
 mod agents;
 mod approvals;
 mod auth;
 mod events;
 mod flights;
+mod health;
 mod layers;
 mod messages;
 mod reads;
@@ -78,6 +83,8 @@ pub struct ApiState {
     pub web: Arc<WebAuth>,
     /// The connections' limits (the router takes its cap on each agent's streams).
     pub limits: HttpLimits,
+    /// The series `/metrics` renders (`None`: it answers `unavailable`).
+    pub metrics: Option<crate::telemetry::Metrics>,
 }
 
 /// An error as the API answers it.
@@ -155,6 +162,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     for (route, methods) in routes {
         router = router.route(route, methods);
     }
+    // Not the JSON API (not in the method table), but behind the token like it.
+    router = router.route("/metrics", axum::routing::get(health::metrics));
     router
         .fallback(|| async {
             HttpError::new(
@@ -164,7 +173,10 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         })
         // Inside the token guard: it counts each agent's streams by its principal.
         .layer(middleware::from_fn_with_state(
-            layers::Streams::new(state.limits.streams_per_agent),
+            layers::Streams::new(
+                state.limits.streams_per_agent,
+                state.broker.refusals().clone(),
+            ),
             layers::cap_streams,
         ))
         .layer(middleware::from_fn_with_state(
@@ -179,8 +191,12 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .layer(middleware::from_fn(layers::json_errors))
         // The page: after the layers above, so it takes the login cookie, not the token.
         .merge(web::routes())
+        // No token: a monitor's probe says only up or not.
+        .route("/healthz", axum::routing::get(health::healthz))
         // Outermost, the page's routes included: the connection's slot, Host and Origin.
         .layer(middleware::from_fn_with_state(state.clone(), layers::guard))
+        // Around all of it: the request's span.
+        .layer(middleware::from_fn(layers::span))
         .with_state(state)
 }
 

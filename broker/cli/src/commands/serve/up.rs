@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use clap::Args;
 use relay_client::data_dir::DataDir;
 
-use super::settings::{init_logs, BusArgs, NatsArgs, RuntimeArgs};
+use super::settings::{init_logs, BusArgs, LogArgs, LogFormat, NatsArgs, RuntimeArgs};
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -72,11 +72,13 @@ pub struct UpArgs {
     bus: BusArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    logs: LogArgs,
 }
 
 /// `relay up`: runs the broker until SIGINT/SIGTERM.
 pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
-    init_logs();
+    init_logs(args.logs.log_format);
     args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
     relay_broker::shutdown::on_signals(shutdown.clone());
@@ -105,6 +107,9 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
         // This program: the agents' sessions run `relay ask` and `relay mcp` with it.
         relay_program: std::env::current_exe().ok(),
         notify_command: args.notify_command,
+        // JSON logs: every line of stderr is JSON (the banner's facts are in the
+        // `relay broker up` line).
+        banner: args.logs.log_format == LogFormat::Text,
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(Exit::Ok)

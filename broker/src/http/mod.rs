@@ -18,9 +18,9 @@
 //! or an agent, and what an agent's token may do), `reads` (what an agent's token may
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
-//! `replay` (a flight, an agent or a conversation read back from the log), and `web`
-//! (the dashboard's page and its login).
+//! interrupt), `approvals`, `events` (the event log, the SSE streams and watches),
+//! `replay` (a flight, an agent or a conversation read back from the log), `usage` (the
+//! usage report, an agent's budget), and `web` (the dashboard's page and its login).
 
 mod agents;
 mod approvals;
@@ -33,6 +33,7 @@ mod reads;
 mod replay;
 mod serve;
 mod slots;
+mod usage;
 mod web;
 
 pub use auth::Principal;
@@ -234,10 +235,11 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::LoginCreate => on(filter, web::new_login),
         M::LoginShow => on(filter, web::whoami),
         M::LoginEnd => on(filter, web::logout),
+        M::AgentSet => on(filter, usage::set_agent),
+        M::AgentBudget => on(filter, usage::agent_budget),
+        M::UsageShow => on(filter, usage::usage),
         // TODO(issue 28): each part replaces its placeholder with the handler.
-        M::AgentSet | M::AgentBudget | M::RuleList | M::RuleShow | M::RuleRemove | M::UsageShow => {
-            on(filter, not_built)
-        }
+        M::RuleList | M::RuleShow | M::RuleRemove => on(filter, not_built),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
-//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; and `relay.v1.cmd.snapshot`, in JSON
-//! only, a watch's snapshot with where to follow it from ([`snapshot`]).
+//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; `relay.v1.cmd.snapshot`, in JSON
+//! only, a watch's snapshot with where to follow it from ([`snapshot`]); and
+//! `relay.v1.cmd.usage`, in JSON only, the usage report ([`USAGE_REPLY_TYPE`]).
 //!
 //! Who the bus is: NATS does not say who published a request, so the broker trusts the
 //! bus only as far as its setup does. A trusted bus (NATS credentials, whose server's
@@ -114,10 +115,11 @@ impl Service {
             let reply_to = match methods::by_subject(&msg.subject).map(|(m, _)| m.id) {
                 Some(MethodId::Invoke) => ReplyTo::Invoke,
                 Some(MethodId::Watch) => ReplyTo::Snapshot,
+                Some(MethodId::UsageShow) => ReplyTo::Json(USAGE_REPLY_TYPE),
                 _ => ReplyTo::Command,
             };
             let form = Form {
-                json: is_json(&msg) || reply_to == ReplyTo::Snapshot,
+                json: is_json(&msg) || matches!(reply_to, ReplyTo::Snapshot | ReplyTo::Json(_)),
                 reply_to,
             };
             match self.permits.clone().try_acquire_owned() {
@@ -151,6 +153,7 @@ impl Service {
         // `<type>+json`.
         let name = match (form.reply_to, form.json) {
             (ReplyTo::Snapshot, _) => SNAPSHOT_REPLY_TYPE.to_string(),
+            (ReplyTo::Json(name), _) => name.to_string(),
             (ReplyTo::Invoke, false) => type_name::<pb::InvokeReply>(),
             (ReplyTo::Invoke, true) => json_type_name::<pb::InvokeReply>(),
             (ReplyTo::Command, false) => type_name::<pb::CommandReply>(),
@@ -345,6 +348,10 @@ impl Service {
                     .await?,
                 ))
             }
+            MethodId::UsageShow => {
+                let q = bus_body::<m::UsageShow>(msg)?;
+                Ok(Answer::Usage(Box::new(self.broker.usage(q, None).await?)))
+            }
             MethodId::Watch => {
                 let req = bus_body::<m::Watch>(msg)?;
                 let scope = req.scope().map_err(BrokerError::Invalid)?;
@@ -492,7 +499,13 @@ enum ReplyTo {
     Command,
     /// JSON only.
     Snapshot,
+    /// JSON only, of this `Relay-Type`: the subjects added in JSON alone.
+    Json(&'static str),
 }
+
+/// The `Relay-Type` of the reply to `relay.v1.cmd.usage`: a
+/// [`relay_protocol::api::UsageReport`] or an `{"error"}`, JSON only.
+pub const USAGE_REPLY_TYPE: &str = "relay.v1.UsageReport+json";
 
 enum Answer {
     Invoked(relay_protocol::api::InvokeAccepted),
@@ -502,6 +515,7 @@ enum Answer {
     Flight(relay_protocol::domain::Flight),
     Approval(relay_protocol::domain::Approval),
     Snapshot(Box<SnapshotReply>),
+    Usage(Box<relay_protocol::api::UsageReport>),
     Error(ApiError),
 }
 
@@ -515,6 +529,7 @@ impl Answer {
                 approval: a.clone(),
             }),
             Answer::Snapshot(r) => serde_json::to_vec(r),
+            Answer::Usage(r) => serde_json::to_vec(r),
             Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
         };
         Bytes::from(v.unwrap_or_default())
@@ -553,11 +568,11 @@ impl Answer {
                 result: Some(C::Approval(convert::approval_to_pb(a))),
             }
             .encode_to_vec(),
-            // Never asked for: snapshot replies are always JSON.
-            Answer::Snapshot(_) => pb::CommandReply {
+            // Never asked for: these replies are always JSON.
+            Answer::Snapshot(_) | Answer::Usage(_) => pb::CommandReply {
                 result: Some(C::Error(pb::Error {
                     code: "invalid_request".into(),
-                    message: "a snapshot is answered in JSON only".into(),
+                    message: "this subject is answered in JSON only".into(),
                 })),
             }
             .encode_to_vec(),

@@ -10,7 +10,8 @@
 //!   what it streamed before, and its turn is interrupted (the agent takes its next ask);
 //! - a turn reaching its agent's budget (`on_exceed: interrupt`) is cancelled with
 //!   `budget_exceeded` and interrupted, the next ask is refused until the budget is
-//!   raised, and `GET /v1/usage` adds up the flights' last totals; a bad price file stops
+//!   raised, and `GET /v1/usage` (and `relay.v1.cmd.usage`) adds up the flights' last
+//!   totals; a bad price file stops
 //!   `relay up` naming its line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -174,7 +175,8 @@ async fn a_flight_past_the_output_cap_fails_naming_it_and_its_turn_is_interrupte
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_reaching_an_interrupting_budget_is_interrupted_and_the_next_flight_waits_for_a_raise(
 ) {
-    let env = Env::start().await;
+    let nats = relay_tests::nats::NatsServer::start().unwrap();
+    let env = Env::start_with(&["--nats", &nats.url()]).await;
     env.add_agent("cx", &[]);
     let http = env.relay.http();
     // One token a day: the turn's first usage report reaches it.
@@ -244,6 +246,22 @@ async fn a_turn_reaching_an_interrupting_budget_is_interrupted_and_the_next_flig
     }
     assert_eq!(report["rows"][0]["key"], "cx", "{report}");
     assert_eq!(report["rows"][0]["tokens"].as_u64(), Some(want), "{report}");
+    // The same over NATS (JSON only).
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let reply = client
+        .request(
+            "relay.v1.cmd.usage",
+            json!({"by": "agent"}).to_string().into(),
+        )
+        .await
+        .unwrap();
+    let headers = reply.headers.clone().unwrap();
+    assert_eq!(
+        headers.get("Relay-Type").unwrap().as_str(),
+        "relay.v1.UsageReport+json"
+    );
+    let over_nats: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(over_nats, report);
 }
 
 #[test]

@@ -18,9 +18,10 @@
 //! or an agent, and what an agent's token may do), `reads` (what an agent's token may
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, `events` (the event log, the SSE streams and watches),
-//! `replay` (a flight, an agent or a conversation read back from the log), `usage` (the
-//! usage report, an agent's budget), and `web` (the dashboard's page and its login).
+//! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
+//! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
+//! from the log), `usage` (the usage report, an agent's budget), and `web` (the
+//! dashboard's page and its login).
 
 mod agents;
 mod approvals;
@@ -31,6 +32,7 @@ mod layers;
 mod messages;
 mod reads;
 mod replay;
+mod rules;
 mod serve;
 mod slots;
 mod usage;
@@ -235,17 +237,13 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::LoginCreate => on(filter, web::new_login),
         M::LoginShow => on(filter, web::whoami),
         M::LoginEnd => on(filter, web::logout),
+        M::RuleList => on(filter, rules::list_rules),
+        M::RuleShow => on(filter, rules::show_rule),
+        M::RuleRemove => on(filter, rules::remove_rule),
         M::AgentSet => on(filter, usage::set_agent),
         M::AgentBudget => on(filter, usage::agent_budget),
         M::UsageShow => on(filter, usage::usage),
-        // TODO(issue 28): each part replaces its placeholder with the handler.
-        M::RuleList | M::RuleShow | M::RuleRemove => on(filter, not_built),
     }
-}
-
-/// TODO(issue 28): placeholder of a method whose handler is being written.
-async fn not_built() -> ApiResult<relay_protocol::api::Empty> {
-    Err(BrokerError::Unavailable("not built yet".into()).into())
 }
 
 async fn status(

@@ -1,7 +1,8 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
 //! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; `relay.v1.cmd.snapshot`, in JSON
-//! only, a watch's snapshot with where to follow it from ([`snapshot`]); and
-//! `relay.v1.cmd.usage`, in JSON only, the usage report ([`USAGE_REPLY_TYPE`]).
+//! only, a watch's snapshot with where to follow it from ([`snapshot`]); the remembered
+//! rules, in JSON only (`rules.rs`); and `relay.v1.cmd.usage`, in JSON only, the usage
+//! report ([`USAGE_REPLY_TYPE`]).
 //!
 //! Who the bus is: NATS does not say who published a request, so the broker trusts the
 //! bus only as far as its setup does. A trusted bus (NATS credentials, whose server's
@@ -38,6 +39,8 @@ use super::MAX_INFLIGHT_REQUESTS;
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
 use crate::ports::FlightControl;
+
+mod rules;
 
 /// Queue group of the broker's request subscriptions (several brokers would share load).
 const QUEUE_GROUP: &str = "relay-broker";
@@ -119,7 +122,9 @@ impl Service {
                 _ => ReplyTo::Command,
             };
             let form = Form {
-                json: is_json(&msg) || matches!(reply_to, ReplyTo::Snapshot | ReplyTo::Json(_)),
+                json: is_json(&msg)
+                    || matches!(reply_to, ReplyTo::Snapshot | ReplyTo::Json(_))
+                    || rules::json_only(&msg.subject),
                 reply_to,
             };
             match self.permits.clone().try_acquire_owned() {
@@ -320,10 +325,12 @@ impl Service {
                     crate::workspaces::revert(&self.broker, control, &flight, BUS_ACTOR).await?,
                 ))
             }
+            MethodId::RuleList | MethodId::RuleRemove => self.rules(method.id, msg).await,
             MethodId::ApprovalDecide => {
-                let (id, decision, by) = if json {
+                // Remembering is asked in JSON (`remember`); protobuf has no field for it.
+                let (id, decision, by, remember) = if json {
                     let b = bus_body::<m::ApprovalDecide>(msg)?;
-                    (b.approval, b.decision, b.decided_by)
+                    (b.approval, b.decision, b.decided_by, b.remember)
                 } else {
                     let r: pb::ApproveRequest = from_pb(msg)?;
                     let d = ApprovalDecision::from_pb(r.decision)
@@ -333,7 +340,7 @@ impl Service {
                     } else {
                         r.decided_by
                     };
-                    (r.approval, d, by)
+                    (r.approval, d, by, None)
                 };
                 self.trusted("deciding an approval")?;
                 Ok(Answer::Approval(
@@ -344,13 +351,17 @@ impl Service {
                         decision,
                         &by,
                         Some(crate::ops::Via::Bus),
+                        remember,
                     )
                     .await?,
                 ))
             }
             MethodId::UsageShow => {
                 let q = bus_body::<m::UsageShow>(msg)?;
-                Ok(Answer::Usage(Box::new(self.broker.usage(q, None).await?)))
+                let report = self.broker.usage(q, None).await?;
+                let body = serde_json::to_vec(&report)
+                    .map_err(|e| BrokerError::Internal(format!("a usage report's JSON: {e}")))?;
+                Ok(Answer::Json(Bytes::from(body)))
             }
             MethodId::Watch => {
                 let req = bus_body::<m::Watch>(msg)?;
@@ -515,7 +526,8 @@ enum Answer {
     Flight(relay_protocol::domain::Flight),
     Approval(relay_protocol::domain::Approval),
     Snapshot(Box<SnapshotReply>),
-    Usage(Box<relay_protocol::api::UsageReport>),
+    /// A JSON-only subject's reply, encoded.
+    Json(Bytes),
     Error(ApiError),
 }
 
@@ -529,7 +541,7 @@ impl Answer {
                 approval: a.clone(),
             }),
             Answer::Snapshot(r) => serde_json::to_vec(r),
-            Answer::Usage(r) => serde_json::to_vec(r),
+            Answer::Json(b) => return b.clone(),
             Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
         };
         Bytes::from(v.unwrap_or_default())
@@ -568,8 +580,8 @@ impl Answer {
                 result: Some(C::Approval(convert::approval_to_pb(a))),
             }
             .encode_to_vec(),
-            // Never asked for: these replies are always JSON.
-            Answer::Snapshot(_) | Answer::Usage(_) => pb::CommandReply {
+            // Never asked for: snapshot and JSON-only replies are always JSON.
+            Answer::Snapshot(_) | Answer::Json(_) => pb::CommandReply {
                 result: Some(C::Error(pb::Error {
                     code: "invalid_request".into(),
                     message: "this subject is answered in JSON only".into(),

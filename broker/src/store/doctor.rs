@@ -80,7 +80,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 16] = [
+const TREES_PROJECTED: [T; 17] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -95,6 +95,7 @@ const TREES_PROJECTED: [T; 16] = [
     T::LiveFlights,
     T::FlightChildren,
     T::ReplayIndex,
+    T::Rules,
     T::UsageDaily,
     T::UsageTrees,
 ];

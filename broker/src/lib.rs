@@ -4,7 +4,8 @@
 //! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
 //! - [`broker`]: the domain rules (who may invoke whom, an agent's queue, a flight's
 //!   output cap among them) and the single writer that group-commits them;
-//!   [`policy`]: approval policies and remembered decisions' rules; [`ops`]: steer,
+//!   [`policy`]: approval policies and remembered decisions' rules; [`prices`]: the
+//!   user's price table (a flight's cost where its harness reported none); [`ops`]: steer,
 //!   interrupt and decide (and remember), the same for every interface; [`remembered`]:
 //!   remembered rules listed, removed and deciding requests, the same for every interface; [`workspaces`]: agents' worktrees (remove, diff, revert, fork),
 //!   the same for every interface; [`ports`]: what the domain needs from the runtime
@@ -49,11 +50,11 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `error`, `files`, `policy`, `seal`, `shutdown`, `tasks` -> none
+//! - `error`, `files`, `policy`, `prices`, `seal`, `shutdown`, `tasks` -> none
 //! - `alerts` -> `tasks`
 //! - `store` -> `error`
 //! - `ports` -> `error`
-//! - `broker` -> `error`, `policy`, `ports`, `store`, `tasks`
+//! - `broker` -> `error`, `policy`, `ports`, `prices`, `store`, `tasks`
 //! - `feed` -> `broker`, `error`, `ports`
 //! - `ops` -> `broker`, `error`, `policy`, `ports`
 //! - `remembered` -> `broker`, `error`, `ops`, `policy`, `ports`
@@ -91,6 +92,7 @@ pub mod ops;
 pub mod plane;
 pub mod policy;
 pub mod ports;
+pub mod prices;
 pub mod remembered;
 pub mod replay;
 pub mod seal;

@@ -2,9 +2,10 @@
 //! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
 //! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
-//! rule counts in `live.rs`, the calls that register (after the runtime's checks) and
-//! remove agents in `agents.rs`, the calls that decide approvals and remove remembered
-//! rules in `approvals.rs`.
+//! rule counts in `live.rs`, the calls that register (after the runtime's checks),
+//! change and remove agents in `agents.rs`, the calls that decide approvals and remove
+//! remembered rules in `approvals.rs`, the reads of usage (the report, an agent's budget)
+//! in `usage.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -83,6 +84,10 @@ pub struct BrokerConfig {
     /// before it is failed, naming this cap, and its turn interrupted: one runaway turn
     /// cannot fill the disk. What came before the cap is kept.
     pub max_flight_output: u64,
+    /// The user's price table (`relay up --prices FILE`): the writer costs a flight's
+    /// usage from it when the harness reported no cost. `None`: costs only where
+    /// harnesses report them.
+    pub prices: Option<Arc<crate::prices::PriceTable>>,
 }
 
 /// See [`BrokerConfig::storage_stall_timeout`]: a group commit takes milliseconds; a
@@ -103,6 +108,7 @@ impl Default for BrokerConfig {
             storage_stall_timeout: DEFAULT_STORAGE_STALL_TIMEOUT,
             agent_queue: relay_runtime::AGENT_QUEUE_CAPACITY,
             max_flight_output: DEFAULT_MAX_FLIGHT_OUTPUT,
+            prices: None,
         }
     }
 }
@@ -120,6 +126,11 @@ pub enum Command {
     RemoveAgent {
         name: String,
         force: bool,
+    },
+    /// `agent.set`: changes an agent's settings (its budget).
+    SetAgent {
+        name: String,
+        settings: relay_protocol::api::AgentSettings,
     },
     /// The runtime reports an agent's session state (with why, if it said), thread id or
     /// endpoint.
@@ -514,6 +525,8 @@ macro_rules! expect_outcome {
 
 // The agents' registration and removal: `agents.rs`.
 mod agents;
+// The usage report and an agent's budget status: `usage.rs`.
+mod usage;
 
 impl Broker {
     pub async fn create_conversation(

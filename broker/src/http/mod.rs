@@ -19,9 +19,10 @@
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
-//! SSE streams and watches) and `replay` (a flight, an agent or a conversation read back
-//! from the log), and `web` (the dashboard's page and its login), and `health`
-//! (`/metrics` and `/healthz`, outside the method table: not JSON).
+//! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
+//! from the log), `usage` (the usage report, an agent's budget), `web` (the dashboard's
+//! page and its login), and `health` (`/metrics` and `/healthz`, outside the method
+//! table: not JSON).
 //!
 //! Each request runs in a tracing span `request` with its method's name from the table
 //! (`method = "flight.show"`) and its route, so every line it logs says which call it was.
@@ -39,6 +40,7 @@ mod replay;
 mod rules;
 mod serve;
 mod slots;
+mod usage;
 mod web;
 
 pub use auth::Principal;
@@ -254,14 +256,10 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::RuleList => on(filter, rules::list_rules),
         M::RuleShow => on(filter, rules::show_rule),
         M::RuleRemove => on(filter, rules::remove_rule),
-        // TODO(issue 28): each part replaces its placeholder with the handler.
-        M::AgentSet | M::AgentBudget | M::UsageShow => on(filter, not_built),
+        M::AgentSet => on(filter, usage::set_agent),
+        M::AgentBudget => on(filter, usage::agent_budget),
+        M::UsageShow => on(filter, usage::usage),
     }
-}
-
-/// TODO(issue 28): placeholder of a method whose handler is being written.
-async fn not_built() -> ApiResult<relay_protocol::api::Empty> {
-    Err(BrokerError::Unavailable("not built yet".into()).into())
 }
 
 async fn status(

@@ -42,8 +42,9 @@ async fn failed_stalled(r: &mut Running, latest: &str) {
     assert_eq!(r.reports.take(want.len()).await, want);
 }
 
-/// The turn ends on its own (`done`), and nothing interrupted it.
-async fn completes_uninterrupted(r: &mut Running) {
+/// The turn ends on its own (`done`), and nothing interrupted it; the approval
+/// requests in `unanswered` expire with it.
+async fn completes_uninterrupted(r: &mut Running, unanswered: &[&str]) {
     r.events
         .send(HarnessEvent::TurnCompleted {
             turn_id: "t1".into(),
@@ -54,6 +55,11 @@ async fn completes_uninterrupted(r: &mut Running) {
         .await
         .unwrap();
     let mut want = vec![completed(f(), "done")];
+    want.extend(unanswered.iter().map(|request| Report::ApprovalsExpired {
+        flight: f().into(),
+        by: None,
+        request: Some(request.to_string()),
+    }));
     want.extend(turn_closed(f()));
     assert_eq!(r.reports.take(want.len()).await, want);
     assert!(r.script.quiet(), "the harness was interrupted");
@@ -157,7 +163,7 @@ async fn waiting_for_an_approval_is_not_a_stall() {
     ];
     assert_eq!(r.reports.take(want.len()).await, want);
     tokio::time::sleep(STALL * 10).await;
-    completes_uninterrupted(&mut r).await;
+    completes_uninterrupted(&mut r, &["r1"]).await;
 }
 
 /// A plain warning (codex's "Model metadata ... not found", an MCP server that did not
@@ -177,7 +183,7 @@ async fn a_plain_warning_is_a_note_but_not_a_stall() {
         vec![note("Model metadata for `m` not found")]
     );
     tokio::time::sleep(STALL * 5).await;
-    completes_uninterrupted(&mut r).await;
+    completes_uninterrupted(&mut r, &[]).await;
 }
 
 /// The quiet note (`RuntimeConfig::turn_quiet_note`): a turn its harness says nothing of
@@ -208,5 +214,5 @@ async fn a_quiet_turn_gets_a_note_saying_so_and_goes_on() {
     let spoke = tokio::time::Instant::now();
     assert_eq!(r.reports.take(1).await, vec![said(30)]);
     assert_eq!(spoke.elapsed(), quiet);
-    completes_uninterrupted(&mut r).await;
+    completes_uninterrupted(&mut r, &[]).await;
 }

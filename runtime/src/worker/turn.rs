@@ -344,13 +344,26 @@ impl Worker {
         // Controls still waiting on the harness answer now: an interrupt is done (the
         // turn is over), anything else came too late.
         turn.over.cancel();
-        while controls.join_next().await.is_some() {}
-        self.report(Report::ApprovalsExpired {
-            flight: turn.flight.clone(),
-            by: None,
-            request: None,
-        })
-        .await;
+        while let Some(done) = controls.join_next().await {
+            if let Ok(Some((request, true))) = done {
+                turn.approvals.remove(&request);
+            }
+        }
+        // Only the requests Relay did not answer expire with the turn. One the harness had
+        // an answer to is recorded by whoever answered it: that decision may still be on
+        // its way to the broker (it answers the harness first, then records), and expiring
+        // it here first would record "expired" for a command the agent ran, and lose the
+        // rule a remembered decision makes (found by issue 28's concurrent test).
+        let mut unanswered: Vec<String> = turn.approvals.drain().collect();
+        unanswered.sort();
+        for request in unanswered {
+            self.report(Report::ApprovalsExpired {
+                flight: turn.flight.clone(),
+                by: None,
+                request: Some(request),
+            })
+            .await;
+        }
         self.turn_over();
         if self.session.is_some() {
             self.agent_state(AgentState::Idle).await;

@@ -495,17 +495,12 @@ pub fn turn_began(f: &str, conversation: &str, turn_id: &str) -> Vec<Report> {
     ]
 }
 
-/// The reports of a turn's end after its terminal state: open approvals expire, and
-/// the agent is idle again (when its session lives).
-pub fn turn_closed(f: &str) -> Vec<Report> {
-    vec![
-        Report::ApprovalsExpired {
-            flight: f.into(),
-            by: None,
-            request: None,
-        },
-        agent(AgentState::Idle),
-    ]
+/// The reports of a turn's end after its terminal state, when it left no approval
+/// unanswered: the agent is idle again (when its session lives). (An unanswered one
+/// expires first, one report per request: never a sweep of the flight's approvals, which
+/// would close one whose answer is on its way to the broker.)
+pub fn turn_closed(_f: &str) -> Vec<Report> {
+    vec![agent(AgentState::Idle)]
 }
 
 pub fn completed(f: &str, output: &str) -> Report {

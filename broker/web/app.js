@@ -641,9 +641,8 @@ function approvalItem(initial) {
     for (const b of buttons) b.disabled = busy || !pending;
     rememberBox.hidden = !(a.kind === "command" || a.kind === "file_change");
     outcome.hidden = pending;
-    rememberedAs.replaceChildren(a.remembered
-      ? [", remembered as rule ", h("a", { href: "#/rules", class: "mono" }, a.remembered)]
-      : "");
+    rememberedAs.replaceChildren();
+    if (a.remembered) put(rememberedAs, [", remembered as rule ", h("a", { href: "#/rules", class: "mono" }, a.remembered)]);
     setText(decision, a.state === "expired" ? "expired" : a.decision || a.state);
     decision.dataset.decision = a.state === "expired" ? "expired" : a.decision || "";
     setText(decidedBy, a.decided_by || "nobody");
@@ -1270,7 +1269,7 @@ function rulesView() {
       {
         cls: "origin", head: "Origin", value: (r) => r.origin || "",
         paint: (td, r) => td.replaceChildren(r.origin ? h("span", { class: "mono" }, r.origin) : muted("—"),
-          " by ", r.created_by),
+          text(" by " + r.created_by)),
       },
       { cls: "num matched", head: "Matched", value: (r) => String(r.matched ?? 0) },
       {

@@ -230,9 +230,12 @@ fn logged(bytes: &[u8]) -> String {
     one_line(text.trim())
 }
 
+/// How every timeout's decider begins (`/metrics` tells them from other policies by it).
+pub const TIMEOUT_DECIDER: &str = "policy:timeout:";
+
 /// `policy:timeout:<SECS>s`: who an approval's timeout decides as.
 pub fn timeout_decider(secs: u64) -> String {
-    format!("policy:timeout:{secs}s")
+    format!("{TIMEOUT_DECIDER}{secs}s")
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
 //! - [`broker`]: the domain rules (who may invoke whom, an agent's queue, a flight's
 //!   output cap among them) and the single writer that group-commits them;
-//!   [`policy`]: approval policies and remembered decisions' rules; [`ops`]: steer,
+//!   [`policy`]: approval policies and remembered decisions' rules; [`prices`]: the
+//!   user's price table (a flight's cost where its harness reported none); [`ops`]: steer,
 //!   interrupt and decide (and remember), the same for every interface; [`remembered`]:
 //!   remembered rules listed, removed and deciding requests, the same for every interface; [`workspaces`]: agents' worktrees (remove, diff, revert, fork),
 //!   the same for every interface; [`ports`]: what the domain needs from the runtime
@@ -21,6 +22,9 @@
 //! - [`server`]: `relay up`, the process: broker, embedded runtime, API and bus, started
 //!   and drained; [`shutdown`]: the signals that stop them; [`tasks`]: every task the
 //!   broker spawns is owned by one, ended and waited for when its part stops.
+//! - [`telemetry`]: the Prometheus series of `/metrics` (flights, approvals, usage from
+//!   the committed events; the writer's queue, flushes and refusals from its atomics), in
+//!   a recorder each broker owns.
 //! - [`alerts`]: an approval waiting for a person runs the user's notify command (a
 //!   bounded pool, batched when over), and its agent's timeout declines it (used by
 //!   `plane`).
@@ -46,26 +50,27 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `error`, `files`, `policy`, `seal`, `shutdown`, `tasks` -> none
+//! - `error`, `files`, `policy`, `prices`, `seal`, `shutdown`, `tasks` -> none
 //! - `alerts` -> `tasks`
 //! - `store` -> `error`
 //! - `ports` -> `error`
-//! - `broker` -> `error`, `policy`, `ports`, `store`, `tasks`
+//! - `broker` -> `error`, `policy`, `ports`, `prices`, `store`, `tasks`
 //! - `feed` -> `broker`, `error`, `ports`
 //! - `ops` -> `broker`, `error`, `policy`, `ports`
 //! - `remembered` -> `broker`, `error`, `ops`, `policy`, `ports`
 //! - `workspaces` -> `broker`, `error`, `ports`, `store`
 //! - `replay` -> `broker`, `error`, `store`
 //! - `watch` -> `broker`, `error`, `feed`, `store`
+//! - `telemetry` -> `alerts`, `broker`, `error`, `feed`, `store`
 //! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `remembered`, `replay`, `seal`,
-//!   `store`, `tasks`, `watch`, `workspaces`
+//!   `store`, `tasks`, `telemetry`, `watch`, `workspaces`
 //! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `remembered`, `seal`, `watch`,
 //!   `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`
 //! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`,
 //!   `remembered`, `seal`, `store`, `tasks`
 //! - `server` -> `alerts`, `broker`, `error`, `files`, `http`, `nats`, `plane`, `seal`, `store`,
-//!   `tasks`
+//!   `tasks`, `telemetry`
 //!
 //! `store`, `broker` and `plane` are directories with a file per concern (`store/`: the
 //! handle, `keys.rs`, `projections.rs`, `queries.rs`, `doctor.rs`; `broker/`: the handle,
@@ -87,6 +92,7 @@ pub mod ops;
 pub mod plane;
 pub mod policy;
 pub mod ports;
+pub mod prices;
 pub mod remembered;
 pub mod replay;
 pub mod seal;
@@ -94,6 +100,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 pub mod watch;
 pub mod workspaces;
 

@@ -269,24 +269,44 @@ pub async fn decide(
             }
         }
     };
+    // "For the session" is recorded only with the session rule that says so: remembered
+    // for the agent, the project or everywhere it is the accept that rule records (and
+    // the one the harness gets).
     let decision = match decision {
-        ApprovalDecision::AcceptForSession if rule.is_none() => ApprovalDecision::Accept,
+        ApprovalDecision::AcceptForSession
+            if rule.as_ref().is_none_or(|r| r.scope != RuleScope::Session) =>
+        {
+            ApprovalDecision::Accept
+        }
         d => d,
     };
-    let session_rule = rule
+    // Codex's `acceptForSession` only for a session rule already committed (one that
+    // matched), never for the decision that makes the rule: that decision is recorded
+    // after the harness has its answer, and a crash (or a failed write) in between would
+    // leave Codex an "always" with no Relay rule to show or remove. The second identical
+    // command is then decided by the rule, and Codex caches it from there.
+    let session_rule = matched
         .as_ref()
-        .or(matched.as_ref())
         .is_some_and(|r| r.scope == RuleScope::Session && r.decision == ApprovalDecision::Accept);
     if let Some(control) = control {
         let mut answer = pending;
         answer.decision = Some(match &agent {
-            Some(a) => remember::harness_answer(a.spec.harness, decision, session_rule),
+            Some(a) => remember::harness_answer(
+                a.spec.harness,
+                answer.request.kind,
+                decision,
+                session_rule,
+            ),
             None => decision,
         });
         control.approval_decided(answer).await?;
     }
+    // Once the harness has its answer, the record follows whatever the queue holds: a
+    // client's decision refused `overloaded` now would leave the agent going on with
+    // nothing recorded, not even its rule.
+    let wait_for_room = internal || control.is_some();
     broker
-        .decide(approval, decision, decided_by, rule, internal)
+        .decide(approval, decision, decided_by, rule, wait_for_room)
         .await
 }
 

@@ -93,6 +93,9 @@ pub struct ServerConfig {
     pub relay_program: Option<PathBuf>,
     /// Runs (`sh -c`) when an approval waits for a person ([`crate::alerts`]).
     pub notify_command: Option<String>,
+    /// Says where the broker serves on stderr, for a person (off with JSON logs, whose
+    /// every line must be JSON: the `relay broker up` log line has the same facts).
+    pub banner: bool,
 }
 
 /// Runs until `shutdown` fires, then drains: stops accepting requests, commits what is
@@ -239,10 +242,13 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         shutdown: shutdown.clone(),
         web: Arc::new(crate::http::WebAuth::new(&url)),
         limits: config.http.clone(),
+        metrics: Some(crate::telemetry::Metrics::start(&broker).await?),
     };
     let max_body = config.broker.max_message_bytes + 64 * 1024;
     tracing::info!(%url, data_dir = %config.data_dir.display(), last_seq = broker.last_seq(), "relay broker up");
-    eprintln!("{}", banner(&url, &config.data_dir));
+    if config.banner {
+        eprintln!("{}", banner(&url, &config.data_dir));
+    }
     let app = router(state, max_body);
     let http_shutdown = shutdown.clone();
     let server = broker.tasks().track(crate::http::serve(
@@ -250,6 +256,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         app,
         config.http.clone(),
         http_shutdown,
+        broker.refusals().clone(),
     ));
     let failed = tokio::select! {
         _ = shutdown.cancelled() => false,

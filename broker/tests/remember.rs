@@ -4,8 +4,8 @@
 //! option or another agent's still asks a person; each scope applies where it says;
 //! a removed rule decides nothing; rules and counters survive a restart and agree with
 //! doctor's rebuild; the harness gets its own form of the answer (Codex
-//! `acceptForSession` for a session rule only); and many clients at once deciding and
-//! removing leave exactly the rules and counts they made. The fake here is the runtime's
+//! `acceptForSession` for a command decided by a recorded session rule only); and many
+//! clients at once deciding and removing leave exactly the rules and counts they made. The fake here is the runtime's
 //! port only (it records the answers a harness would get).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -335,13 +335,15 @@ async fn each_scope_applies_where_it_says_and_codex_gets_its_session_form() {
     w.agent("c1", Harness::ClaudeStreamJson, "/other", "s1")
         .await;
 
-    // Session: Codex's own acceptForSession, for that session only.
+    // Session: Codex's own acceptForSession, for that session only, once the rule is
+    // recorded: the decision that makes it is a plain accept (it is recorded after the
+    // harness has it, and a crash between must not leave Codex an "always" alone).
     let a = w.command("a1", "ls").await;
     let d = w
         .person(&a, Accept, Some(RuleScope::Session))
         .await
         .unwrap();
-    assert_eq!(w.answers.of(&a.id), Some(AcceptForSession));
+    assert_eq!(w.answers.of(&a.id), Some(Accept));
     let session_rule = w.rule(d.remembered.as_deref().unwrap()).await;
     assert_eq!(session_rule.session.as_deref(), Some("t1"));
     let again = w.command("a1", "ls").await;
@@ -435,6 +437,47 @@ async fn each_scope_applies_where_it_says_and_codex_gets_its_session_form() {
     assert!(w.by_rules(&same).await.is_some());
     let other_file = w.ask("c1", ApprovalKind::FileChange, "src/main.rs").await;
     assert_eq!(w.by_rules(&other_file).await, None);
+    w.consistent().await;
+    w.close().await;
+}
+
+/// Codex gets `acceptForSession` for a command only: for a file change it would approve
+/// the change's paths for the rest of the session, wider than the exact change the rule
+/// remembers. A person's `accept_for_session` remembered wider than the session is
+/// recorded as the accept its rule and the harness got.
+#[tokio::test]
+async fn codex_gets_accept_for_session_for_a_session_command_only() {
+    let w = open(Store::temporary().unwrap()).await;
+    w.agent("a1", Harness::CodexAppServer, "/repo", "t1").await;
+
+    let f = w
+        .ask("a1", ApprovalKind::FileChange, "update src/lib.rs")
+        .await;
+    let d = w
+        .person(&f, AcceptForSession, Some(RuleScope::Session))
+        .await
+        .unwrap();
+    assert_eq!(w.answers.of(&f.id), Some(Accept));
+    let rule = d.remembered.clone().unwrap();
+    assert_eq!(w.rule(&rule).await.scope, RuleScope::Session);
+    let again = w
+        .ask("a1", ApprovalKind::FileChange, "update src/lib.rs")
+        .await;
+    let by_rule = w.by_rules(&again).await.unwrap();
+    assert_eq!(by_rule.decided_by, Some(format!("rule:{rule}")));
+    assert_eq!(w.answers.of(&again.id), Some(Accept));
+
+    let c = w.command("a1", "cargo build").await;
+    let d = w
+        .person(&c, AcceptForSession, Some(RuleScope::Agent))
+        .await
+        .unwrap();
+    assert_eq!(w.answers.of(&c.id), Some(Accept));
+    assert_eq!(d.decision, Some(Accept));
+    assert_eq!(
+        w.rule(d.remembered.as_deref().unwrap()).await.decision,
+        Accept
+    );
     w.consistent().await;
     w.close().await;
 }

@@ -95,10 +95,32 @@ pub(crate) fn delta(item_id: &str, delta: &str) -> HarnessEvent {
     }
 }
 
-pub(crate) fn usage(input_tokens: u64, output_tokens: u64) -> HarnessEvent {
+pub(crate) fn usage(usage: relay_protocol::domain::TokenUsage) -> HarnessEvent {
     HarnessEvent::TokenUsage {
         turn_id: TURN.into(),
-        usage: relay_protocol::domain::TokenUsage::new(input_tokens, output_tokens),
+        usage,
+    }
+}
+
+/// Input and output tokens of `model`, none cached, no cost.
+pub(crate) fn tokens(input: u64, output: u64, model: &str) -> relay_protocol::domain::TokenUsage {
+    relay_protocol::domain::TokenUsage {
+        model: Some(model.into()),
+        ..relay_protocol::domain::TokenUsage::new(input, output)
+    }
+}
+
+/// The same with a harness's cost.
+pub(crate) fn priced(
+    input: u64,
+    output: u64,
+    model: &str,
+    micro_usd: u64,
+) -> relay_protocol::domain::TokenUsage {
+    relay_protocol::domain::TokenUsage {
+        cost_micro_usd: Some(micro_usd),
+        cost_source: Some(relay_protocol::domain::CostSource::Harness),
+        ..tokens(input, output, model)
     }
 }
 

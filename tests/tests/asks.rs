@@ -7,7 +7,12 @@
 //!   through Relay's MCP `ask` tool (which Codex answers without a person), not over
 //!   HTTP with its token from many clients at once; the operator can;
 //! - a flight streaming past `relay up --max-flight-output` fails naming the cap, keeps
-//!   what it streamed before, and its turn is interrupted (the agent takes its next ask).
+//!   what it streamed before, and its turn is interrupted (the agent takes its next ask);
+//! - a turn reaching its agent's budget (`on_exceed: interrupt`) is cancelled with
+//!   `budget_exceeded` and interrupted, the next ask is refused until the budget is
+//!   raised, and `GET /v1/usage` (and `relay.v1.cmd.usage`) adds up the flights' last
+//!   totals; a bad price file stops
+//!   `relay up` naming its line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_broker::seal::AgentTokens;
@@ -165,4 +170,120 @@ async fn a_flight_past_the_output_cap_fails_naming_it_and_its_turn_is_interrupte
     let f = env.wait_flight(&next, SECS, ended).await;
     assert_eq!(state(&f), "completed", "{f}");
     assert_eq!(f["output"], "ok: hello", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_reaching_an_interrupting_budget_is_interrupted_and_the_next_flight_waits_for_a_raise(
+) {
+    let nats = relay_tests::nats::NatsServer::start().unwrap();
+    let env = Env::start_with(&["--nats", &nats.url()]).await;
+    env.add_agent("cx", &[]);
+    let http = env.relay.http();
+    // One token a day: the turn's first usage report reaches it.
+    let (code, body) = http
+        .post(
+            "/v1/agents/cx",
+            &json!({"budget": {"tokens_per_day": 1, "on_exceed": "interrupt"}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["budget"]["tokens_per_day"], 1, "{body}");
+    // A turn of two model answers around a command. Codex reports an answer's usage
+    // only once the tools it called are done: here after the approval and the command.
+    let id = env.ask_no_wait("cx", "exec: echo spent");
+    let approval = env.wait_approval(&id).await;
+    let (code, body) = http
+        .post(
+            &format!("/v1/approvals/{}", approval["id"].as_str().unwrap()),
+            &json!({"decision": "accept"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let f = env.wait_flight(&id, SECS, ended).await;
+    assert_eq!(state(&f), "cancelled", "{f}");
+    let error = f["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("budget_exceeded: agent \"cx\" used ")
+            && error.contains("its budget is 1 tokens/day"),
+        "{error}"
+    );
+    let used = f["usage"]["input_tokens"].as_u64().unwrap()
+        + f["usage"]["output_tokens"].as_u64().unwrap();
+    assert!(used >= 1, "{f}");
+    // The next flight is refused, saying when the budget resets and how to raise it.
+    let (code, body) = http
+        .post("/v1/invocations", &json!({"target": "cx", "task": "hello"}))
+        .await;
+    assert_eq!(code, 429, "{body}");
+    assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("00:00 UTC") && message.contains("relay agent set cx --budget"),
+        "{message}"
+    );
+    let (code, status) = http.get("/v1/agents/cx/budget").await;
+    assert_eq!(code, 200, "{status}");
+    assert!(
+        status["today"]["tokens"].as_u64().unwrap() >= used,
+        "{status}"
+    );
+    // Removed: the agent takes its next ask, so its interrupted turn is over.
+    let (code, body) = http.post("/v1/agents/cx", &json!({"budget": {}})).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.get("budget").is_none(), "{body}");
+    let next = env.ask_no_wait("cx", "hello");
+    let f = env.wait_flight(&next, SECS, ended).await;
+    assert_eq!(state(&f), "completed", "{f}");
+    assert_eq!(f["output"], "ok: hello", "{f}");
+    // The usage report adds both flights' last totals.
+    let (code, report) = http.get("/v1/usage?by=agent").await;
+    assert_eq!(code, 200, "{report}");
+    let mut want = 0;
+    for flight in [&id, &next] {
+        let f = env.flight(flight).await;
+        want += f["usage"]["input_tokens"].as_u64().unwrap_or(0)
+            + f["usage"]["output_tokens"].as_u64().unwrap_or(0);
+    }
+    assert_eq!(report["rows"][0]["key"], "cx", "{report}");
+    assert_eq!(report["rows"][0]["tokens"].as_u64(), Some(want), "{report}");
+    // The same over NATS (JSON only).
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let reply = client
+        .request(
+            "relay.v1.cmd.usage",
+            json!({"by": "agent"}).to_string().into(),
+        )
+        .await
+        .unwrap();
+    let headers = reply.headers.clone().unwrap();
+    assert_eq!(
+        headers.get("Relay-Type").unwrap().as_str(),
+        "relay.v1.UsageReport+json"
+    );
+    let over_nats: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(over_nats, report);
+}
+
+#[test]
+fn a_bad_price_file_stops_relay_up_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let prices = dir.path().join("prices.json");
+    std::fs::write(
+        &prices,
+        "{\"models\": {\n  \"m\": {\"input\": -1, \"output\": 1}}}",
+    )
+    .unwrap();
+    let out = std::process::Command::new(relay_tests::relay_bin())
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--prices")
+        .arg(&prices)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("prices.json") && err.contains("line 2") && err.contains("negative"),
+        "{err}"
+    );
 }

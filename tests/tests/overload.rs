@@ -67,6 +67,7 @@ impl InProcess {
                 http: Default::default(),
                 relay_program: None,
                 notify_command: None,
+                banner: true,
             },
             shutdown.clone(),
         ));
@@ -321,6 +322,16 @@ async fn an_ask_past_a_full_agent_queue_is_refused_at_once_without_a_flight_and_
     }
     let (_, after) = http.get("/v1/status").await;
     assert_eq!(after["flights"], before["flights"], "{before} {after}");
+    // `/metrics` counts each refusal, and shows the queue as it stands.
+    let (_, metrics) = http.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap();
+    for line in [
+        "relay_overloaded_total{what=\"agent_queue\"} 32".to_string(),
+        format!("relay_queue_depth{{queue=\"agent\",agent=\"{agent}\"}} {AGENT_QUEUE_CAPACITY}"),
+        format!("relay_flights{{state=\"queued\"}} {AGENT_QUEUE_CAPACITY}"),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
     // The queued ones still wait their turn behind the running one.
     let (_, live) = http.get("/v1/flights?live=true&limit=1000").await;
     let mut states: Vec<(String, String)> = live

@@ -1,5 +1,5 @@
-//! The broker's calls that register and remove agents: the runtime's checks first (and
-//! the worktree they make, kept with the registration), then the rules.
+//! The broker's calls that register, change and remove agents: the runtime's checks
+//! first (and the worktree they make, kept with the registration), then the rules.
 
 use relay_protocol::api::AgentAdded;
 use relay_protocol::domain::{Agent, AgentSpec};
@@ -109,6 +109,22 @@ impl Broker {
             self.execute(Command::RemoveAgent {
                 name: name.into(),
                 force
+            }),
+            Agent
+        )
+    }
+
+    /// `agent.set`: replaces the agent's budget (an empty one removes it), recorded as
+    /// `agent_updated`.
+    pub async fn set_agent(
+        &self,
+        name: &str,
+        settings: relay_protocol::api::AgentSettings,
+    ) -> Result<Agent, BrokerError> {
+        expect_outcome!(
+            self.execute(Command::SetAgent {
+                name: name.into(),
+                settings
             }),
             Agent
         )

@@ -2,9 +2,10 @@
 //! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
 //! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
-//! rule counts in `live.rs`, the calls that register (after the runtime's checks) and
-//! remove agents in `agents.rs`, the calls that decide approvals and remove remembered
-//! rules in `approvals.rs`.
+//! rule counts in `live.rs`, the calls that register (after the runtime's checks),
+//! change and remove agents in `agents.rs`, the calls that decide approvals and remove
+//! remembered rules in `approvals.rs`, the reads of usage (the report, an agent's budget)
+//! in `usage.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -37,8 +38,11 @@ use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
 mod live;
+mod refusals;
 mod rules;
 mod writer;
+
+pub use refusals::{Full, Refusals};
 
 pub(crate) use live::LiveByAgent;
 
@@ -80,6 +84,10 @@ pub struct BrokerConfig {
     /// before it is failed, naming this cap, and its turn interrupted: one runaway turn
     /// cannot fill the disk. What came before the cap is kept.
     pub max_flight_output: u64,
+    /// The user's price table (`relay up --prices FILE`): the writer costs a flight's
+    /// usage from it when the harness reported no cost. `None`: costs only where
+    /// harnesses report them.
+    pub prices: Option<Arc<crate::prices::PriceTable>>,
 }
 
 /// See [`BrokerConfig::storage_stall_timeout`]: a group commit takes milliseconds; a
@@ -100,6 +108,7 @@ impl Default for BrokerConfig {
             storage_stall_timeout: DEFAULT_STORAGE_STALL_TIMEOUT,
             agent_queue: relay_runtime::AGENT_QUEUE_CAPACITY,
             max_flight_output: DEFAULT_MAX_FLIGHT_OUTPUT,
+            prices: None,
         }
     }
 }
@@ -117,6 +126,11 @@ pub enum Command {
     RemoveAgent {
         name: String,
         force: bool,
+    },
+    /// `agent.set`: changes an agent's settings (its budget).
+    SetAgent {
+        name: String,
+        settings: relay_protocol::api::AgentSettings,
     },
     /// The runtime reports an agent's session state (with why, if it said), thread id or
     /// endpoint.
@@ -226,6 +240,8 @@ struct Inner {
     tasks: Tasks,
     /// Flights not yet ended per agent, as committed: the queue rule reads it.
     live: Arc<LiveByAgent>,
+    /// What was refused for overload, for `/metrics`.
+    refusals: Refusals,
 }
 
 /// What `relay status` counts, kept current from the published events.
@@ -331,6 +347,7 @@ impl Broker {
                 counts,
                 tasks: Tasks::new(&shutdown),
                 live: live.clone(),
+                refusals: Refusals::default(),
             }),
         };
         let writer = Writer {
@@ -409,6 +426,22 @@ impl Broker {
         self.inner.store.flushes()
     }
 
+    /// Commands waiting for the writer now (its queue's depth).
+    pub fn queue_depth(&self) -> usize {
+        let c = &self.inner.commands;
+        c.max_capacity().saturating_sub(c.capacity())
+    }
+
+    /// Whether the writer stopped because a commit or flush failed (see [`Broker::failed`]).
+    pub fn has_failed(&self) -> bool {
+        self.inner.failed.is_cancelled()
+    }
+
+    /// What was refused for overload (counted by the broker and the HTTP server).
+    pub fn refusals(&self) -> &Refusals {
+        &self.inner.refusals
+    }
+
     /// Seq of the last committed (flushed and published) event.
     pub fn last_seq(&self) -> u64 {
         self.inner.last_seq.load(Ordering::Acquire)
@@ -433,20 +466,27 @@ impl Broker {
             })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
+                    self.inner.refusals.count(Full::CommandQueue);
                     BrokerError::Overloaded("the command queue is full".into())
                 }
                 mpsc::error::TrySendError::Closed(_) => BrokerError::ShuttingDown,
             })?;
-        rx.await.map_err(|_| BrokerError::ShuttingDown)?
+        self.counted(rx.await.map_err(|_| BrokerError::ShuttingDown)?)
+    }
+
+    /// Counts an invocation refused for its agent's full queue.
+    fn counted(&self, r: Result<Outcome, BrokerError>) -> Result<Outcome, BrokerError> {
+        if let Err(BrokerError::AgentQueueFull { .. }) = &r {
+            self.inner.refusals.count(Full::AgentQueue);
+        }
+        r
     }
 
     /// Runs a command from inside Relay (the runtime streaming deltas): waits for room in
     /// the queue instead of failing, so the harness's stream is slowed, never dropped.
     pub async fn execute_internal(&self, command: Command) -> Result<Outcome, BrokerError> {
-        self.submit(command)
-            .await?
-            .await
-            .map_err(|_| BrokerError::ShuttingDown)?
+        let r = self.submit(command).await?.await;
+        self.counted(r.map_err(|_| BrokerError::ShuttingDown)?)
     }
 
     /// Enqueues a command from inside Relay (waiting for room) and returns at once with
@@ -485,6 +525,8 @@ macro_rules! expect_outcome {
 
 // The agents' registration and removal: `agents.rs`.
 mod agents;
+// The usage report and an agent's budget status: `usage.rs`.
+mod usage;
 
 impl Broker {
     pub async fn create_conversation(

@@ -256,13 +256,16 @@ pub(super) fn check_origin(origin: &str, headers: &HeaderMap) -> Result<(), Http
 pub(super) struct Streams {
     max: usize,
     held: Arc<Mutex<HashMap<String, usize>>>,
+    /// Counts a stream refused (`relay_overloaded_total{what="streams"}`).
+    refusals: crate::broker::Refusals,
 }
 
 impl Streams {
-    pub(super) fn new(max: usize) -> Streams {
+    pub(super) fn new(max: usize, refusals: crate::broker::Refusals) -> Streams {
         Streams {
             max,
             held: Arc::default(),
+            refusals,
         }
     }
 
@@ -310,6 +313,7 @@ pub(super) async fn cap_streams(
         let mut held = streams.held();
         let n = held.entry(agent.clone()).or_default();
         if *n >= streams.max {
+            streams.refusals.count(crate::broker::Full::Streams);
             let max = streams.max;
             return overloaded(format!(
                 "agent {}'s token holds {max} streams open already, the most one agent may; close one first",
@@ -327,4 +331,39 @@ pub(super) async fn cap_streams(
         chunk
     });
     Response::from_parts(parts, axum::body::Body::from_stream(body))
+}
+
+/// Runs the request in a span `request` naming its method from the method table
+/// (`method = "flight.show"`; a route outside the table by its path) and its route, so
+/// every line logged while serving it says which call it was.
+pub(super) async fn span(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|r| r.as_str().to_string());
+    let verb = match *req.method() {
+        axum::http::Method::GET => Some(Verb::Get),
+        axum::http::Method::POST => Some(Verb::Post),
+        axum::http::Method::DELETE => Some(Verb::Delete),
+        _ => None,
+    };
+    let method = match (verb, route.as_deref()) {
+        (Some(v), Some(r)) => relay_protocol::methods::by_route(v, r).map(|m| m.name),
+        _ => None,
+    };
+    let span = tracing::info_span!(
+        "request",
+        method = method.unwrap_or_else(|| route.as_deref().unwrap_or("unrouted")),
+        http = %req.method(),
+        route = route.as_deref().unwrap_or(""),
+    );
+    async {
+        let response = next.run(req).await;
+        // An access log, for whoever turns debug on.
+        tracing::debug!(status = response.status().as_u16(), "answered");
+        response
+    }
+    .instrument(span)
+    .await
 }

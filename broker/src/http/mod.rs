@@ -19,14 +19,20 @@
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
-//! SSE streams and watches) and `replay` (a flight, an agent or a conversation read back
-//! from the log), and `web` (the dashboard's page and its login).
+//! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
+//! from the log), `usage` (the usage report, an agent's budget), `web` (the dashboard's
+//! page and its login), and `health` (`/metrics` and `/healthz`, outside the method
+//! table: not JSON).
+//!
+//! Each request runs in a tracing span `request` with its method's name from the table
+//! (`method = "flight.show"`) and its route, so every line it logs says which call it was.
 
 mod agents;
 mod approvals;
 mod auth;
 mod events;
 mod flights;
+mod health;
 mod layers;
 mod messages;
 mod reads;
@@ -34,6 +40,7 @@ mod replay;
 mod rules;
 mod serve;
 mod slots;
+mod usage;
 mod web;
 
 pub use auth::Principal;
@@ -78,6 +85,8 @@ pub struct ApiState {
     pub web: Arc<WebAuth>,
     /// The connections' limits (the router takes its cap on each agent's streams).
     pub limits: HttpLimits,
+    /// The series `/metrics` renders (`None`: it answers `unavailable`).
+    pub metrics: Option<crate::telemetry::Metrics>,
 }
 
 /// An error as the API answers it.
@@ -155,6 +164,8 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
     for (route, methods) in routes {
         router = router.route(route, methods);
     }
+    // Not the JSON API (not in the method table), but behind the token like it.
+    router = router.route("/metrics", axum::routing::get(health::metrics));
     router
         .fallback(|| async {
             HttpError::new(
@@ -164,7 +175,10 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         })
         // Inside the token guard: it counts each agent's streams by its principal.
         .layer(middleware::from_fn_with_state(
-            layers::Streams::new(state.limits.streams_per_agent),
+            layers::Streams::new(
+                state.limits.streams_per_agent,
+                state.broker.refusals().clone(),
+            ),
             layers::cap_streams,
         ))
         .layer(middleware::from_fn_with_state(
@@ -179,8 +193,12 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .layer(middleware::from_fn(layers::json_errors))
         // The page: after the layers above, so it takes the login cookie, not the token.
         .merge(web::routes())
+        // No token: a monitor's probe says only up or not.
+        .route("/healthz", axum::routing::get(health::healthz))
         // Outermost, the page's routes included: the connection's slot, Host and Origin.
         .layer(middleware::from_fn_with_state(state.clone(), layers::guard))
+        // Around all of it: the request's span.
+        .layer(middleware::from_fn(layers::span))
         .with_state(state)
 }
 
@@ -238,14 +256,10 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::RuleList => on(filter, rules::list_rules),
         M::RuleShow => on(filter, rules::show_rule),
         M::RuleRemove => on(filter, rules::remove_rule),
-        // TODO(issue 28): each part replaces its placeholder with the handler.
-        M::AgentSet | M::AgentBudget | M::UsageShow => on(filter, not_built),
+        M::AgentSet => on(filter, usage::set_agent),
+        M::AgentBudget => on(filter, usage::agent_budget),
+        M::UsageShow => on(filter, usage::usage),
     }
-}
-
-/// TODO(issue 28): placeholder of a method whose handler is being written.
-async fn not_built() -> ApiResult<relay_protocol::api::Empty> {
-    Err(BrokerError::Unavailable("not built yet".into()).into())
 }
 
 async fn status(

@@ -61,12 +61,14 @@ impl Default for HttpLimits {
 /// Serves `app` on `listener` (HTTP/1.1) until `shutdown` fires, then stops accepting,
 /// lets each open connection finish the request it is on (live streams end on
 /// `shutdown` too) and returns once every connection is closed. A connection that does
-/// not send its request head in time is closed, and one over the cap is refused.
+/// not send its request head in time is closed, and one over the cap is refused (and
+/// counted in `refusals`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: HttpLimits,
     shutdown: tokio_util::sync::CancellationToken,
+    refusals: crate::broker::Refusals,
 ) {
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
@@ -127,7 +129,7 @@ pub async fn serve(
             app.clone(),
             graceful.watcher(),
         );
-        let (stop, full) = (shutdown.clone(), full.clone());
+        let (stop, full, refusals) = (shutdown.clone(), full.clone(), refusals.clone());
         connections.track(async move {
             // Its first request head, read before it takes a slot.
             let head = tokio::select! {
@@ -144,6 +146,7 @@ pub async fn serve(
                 return;
             };
             let Some(slot) = slots.admit() else {
+                refusals.count(crate::broker::Full::Connections);
                 if !full.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     tracing::warn!(
                         max,

@@ -1,7 +1,8 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
 //! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; `relay.v1.cmd.snapshot`, in JSON
-//! only, a watch's snapshot with where to follow it from ([`snapshot`]); and the
-//! remembered rules, in JSON only (`rules.rs`).
+//! only, a watch's snapshot with where to follow it from ([`snapshot`]); the remembered
+//! rules, in JSON only (`rules.rs`); and `relay.v1.cmd.usage`, in JSON only, the usage
+//! report ([`USAGE_REPLY_TYPE`]).
 //!
 //! Who the bus is: NATS does not say who published a request, so the broker trusts the
 //! bus only as far as its setup does. A trusted bus (NATS credentials, whose server's
@@ -117,11 +118,12 @@ impl Service {
             let reply_to = match methods::by_subject(&msg.subject).map(|(m, _)| m.id) {
                 Some(MethodId::Invoke) => ReplyTo::Invoke,
                 Some(MethodId::Watch) => ReplyTo::Snapshot,
+                Some(MethodId::UsageShow) => ReplyTo::Json(USAGE_REPLY_TYPE),
                 _ => ReplyTo::Command,
             };
             let form = Form {
                 json: is_json(&msg)
-                    || reply_to == ReplyTo::Snapshot
+                    || matches!(reply_to, ReplyTo::Snapshot | ReplyTo::Json(_))
                     || rules::json_only(&msg.subject),
                 reply_to,
             };
@@ -156,6 +158,7 @@ impl Service {
         // `<type>+json`.
         let name = match (form.reply_to, form.json) {
             (ReplyTo::Snapshot, _) => SNAPSHOT_REPLY_TYPE.to_string(),
+            (ReplyTo::Json(name), _) => name.to_string(),
             (ReplyTo::Invoke, false) => type_name::<pb::InvokeReply>(),
             (ReplyTo::Invoke, true) => json_type_name::<pb::InvokeReply>(),
             (ReplyTo::Command, false) => type_name::<pb::CommandReply>(),
@@ -353,6 +356,13 @@ impl Service {
                     .await?,
                 ))
             }
+            MethodId::UsageShow => {
+                let q = bus_body::<m::UsageShow>(msg)?;
+                let report = self.broker.usage(q, None).await?;
+                let body = serde_json::to_vec(&report)
+                    .map_err(|e| BrokerError::Internal(format!("a usage report's JSON: {e}")))?;
+                Ok(Answer::Json(Bytes::from(body)))
+            }
             MethodId::Watch => {
                 let req = bus_body::<m::Watch>(msg)?;
                 let scope = req.scope().map_err(BrokerError::Invalid)?;
@@ -500,7 +510,13 @@ enum ReplyTo {
     Command,
     /// JSON only.
     Snapshot,
+    /// JSON only, of this `Relay-Type`: the subjects added in JSON alone.
+    Json(&'static str),
 }
+
+/// The `Relay-Type` of the reply to `relay.v1.cmd.usage`: a
+/// [`relay_protocol::api::UsageReport`] or an `{"error"}`, JSON only.
+pub const USAGE_REPLY_TYPE: &str = "relay.v1.UsageReport+json";
 
 enum Answer {
     Invoked(relay_protocol::api::InvokeAccepted),
@@ -568,7 +584,7 @@ impl Answer {
             Answer::Snapshot(_) | Answer::Json(_) => pb::CommandReply {
                 result: Some(C::Error(pb::Error {
                     code: "invalid_request".into(),
-                    message: "a snapshot is answered in JSON only".into(),
+                    message: "this subject is answered in JSON only".into(),
                 })),
             }
             .encode_to_vec(),

@@ -118,11 +118,13 @@ impl Plane {
             return;
         };
         let (acks, mut acks_rx) =
-            mpsc::channel::<(Pending, async_nats::jetstream::Message)>(PENDING_REPLIES);
+            mpsc::channel::<(Pending, async_nats::jetstream::Message, tracing::Span)>(
+                PENDING_REPLIES,
+            );
         let this = self.clone();
         self.tasks.spawn(async move {
-            while let Some((pending, msg)) = acks_rx.recv().await {
-                this.settle_pending(pending).await;
+            while let Some((pending, msg, span)) = acks_rx.recv().await {
+                tracing::Instrument::instrument(this.settle_pending(pending), span).await;
                 if let Err(e) = msg.ack().await {
                     tracing::warn!(error = %e, "report ack failed");
                 }
@@ -153,6 +155,7 @@ impl Plane {
                     None
                 }
             };
+            let span = super::reports::flight_span(&report);
             // Retried in place until it is recorded (never left for redelivery, see
             // above), or the broker stops. Each try owns its copies: a future borrowing
             // them is not `Send` to the compiler through backon's generic types.
@@ -160,13 +163,18 @@ impl Plane {
                 let (this, report, source) = (self.clone(), report.clone(), source.clone());
                 async move { this.submit_report_from(report, source).await }
             };
-            let submitted = attempt
-                .retry(SUBMIT_BACKOFF)
-                .when(|e| !matches!(e, BrokerError::ShuttingDown))
-                .notify(|e, _| tracing::warn!(error = %e, "node report not recorded; retrying"))
-                .await;
+            let submitted = tracing::Instrument::instrument(
+                attempt
+                    .retry(SUBMIT_BACKOFF)
+                    .when(|e| !matches!(e, BrokerError::ShuttingDown))
+                    .notify(
+                        |e, _| tracing::warn!(error = %e, "node report not recorded; retrying"),
+                    ),
+                span.clone(),
+            )
+            .await;
             let Ok(pending) = submitted else { return };
-            if acks.send((pending, msg)).await.is_err() {
+            if acks.send((pending, msg, span)).await.is_err() {
                 return;
             }
         }

@@ -8,6 +8,7 @@ use relay_protocol::domain::{
 use relay_protocol::event::EventBody;
 use relay_protocol::runtime::Report;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::Instrument;
 
 use super::{control, Plane};
 use crate::broker::{Broker, Command, Live, Outcome};
@@ -31,18 +32,31 @@ pub(super) enum Pending {
     Streamed(Reply),
 }
 
+/// The span of what a report of a flight causes (`flight = flt_...`): its submission,
+/// the wait for its commit and the policy applied to its approval log within it. A
+/// report of no flight (an agent's state) has none.
+pub(super) fn flight_span(report: &Report) -> tracing::Span {
+    let flight = match report {
+        Report::Flight { flight, .. } | Report::ApprovalsExpired { flight, .. } => flight,
+        Report::ApprovalRequested { request, .. } => &request.flight,
+        _ => return tracing::Span::none(),
+    };
+    tracing::info_span!("flight", flight = %flight)
+}
+
 impl Plane {
     pub(super) async fn consume(
         self,
         mut reports: mpsc::Receiver<Report>,
-        pending: mpsc::Sender<Pending>,
+        pending: mpsc::Sender<(Pending, tracing::Span)>,
     ) {
         while let Some(report) = reports.recv().await {
-            match self.submit_report(report).await {
+            let span = flight_span(&report);
+            match self.submit_report(report).instrument(span.clone()).await {
                 Ok(p) => {
-                    let _ = pending.send(p).await;
+                    let _ = pending.send((p, span)).await;
                 }
-                Err(e) => tracing::warn!(error = %e, "report not recorded"),
+                Err(e) => span.in_scope(|| tracing::warn!(error = %e, "report not recorded")),
             }
         }
     }
@@ -147,9 +161,9 @@ impl Plane {
         ))
     }
 
-    pub(super) async fn drain(self, mut pending: mpsc::Receiver<Pending>) {
-        while let Some(p) = pending.recv().await {
-            self.settle_pending(p).await;
+    pub(super) async fn drain(self, mut pending: mpsc::Receiver<(Pending, tracing::Span)>) {
+        while let Some((p, span)) = pending.recv().await {
+            self.settle_pending(p).instrument(span).await;
         }
     }
 
@@ -182,6 +196,7 @@ impl Plane {
                     };
                     // Kept otherwise: the next start settles the flight from it.
                     if committed {
+                        tracing::debug!("flight ended");
                         if let Err(e) = self.runtime.threads().forget_flight(&flight).await {
                             tracing::warn!(%flight, error = %e, "cannot forget the dispatch record");
                         }
@@ -191,12 +206,15 @@ impl Plane {
                     Ok(Ok(Outcome::Flight(r))) if r.applied && r.flight.state.is_terminal() => {
                         // The broker ended the flight (its output cap): stop the turn.
                         let control = control(self);
-                        self.tasks.spawn(async move {
+                        self.tasks.spawn(
+                            async move {
                             let id = r.flight.id.clone();
                             if let Err(e) = control.interrupt(r.flight).await {
                                 tracing::warn!(flight = %id, error = %e, "the turn of a flight past its output cap was not interrupted");
                             }
-                        });
+                        }
+                            .in_current_span(),
+                        );
                     }
                     Ok(Ok(_)) => {}
                     Ok(Err(e @ BrokerError::FlightTerminal { .. })) => {
@@ -211,7 +229,8 @@ impl Plane {
                     if let Ok(Ok(Outcome::Approval(a))) = rx.await {
                         // Deciding may wait on a node; keep it off the ordered path.
                         let this = self.clone();
-                        self.tasks.spawn(async move { this.apply_policy(a).await });
+                        self.tasks
+                            .spawn(async move { this.apply_policy(a).await }.in_current_span());
                     }
                 }
             }

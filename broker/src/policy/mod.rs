@@ -35,7 +35,9 @@
 //!
 //! | Relay decision | Codex | Claude Code, ACP agents, Pi, tmux |
 //! |---|---|---|
-//! | accept, remembered or matched with scope `session` | `acceptForSession` (Codex caches that exact command for its thread: the same meaning) | allow once |
+//! | accept of a command decided by a rule of scope `session` | `acceptForSession` (Codex caches that exact command for its thread: the same meaning) | allow once |
+//! | accept of a command remembered with scope `session` | `accept`: the rule is recorded only after the harness has its answer, so Codex gets its "always" only from a rule already recorded (the next identical command, decided by it) | allow once |
+//! | accept of a file change, whatever the scope | `accept` (Codex's `acceptForSession` would approve the change's paths, and a grant root, for the rest of the session: wider than the exact change remembered) | allow once |
 //! | accept, any other scope or none | `accept` | allow once (Claude Code's "always allow" suggestions are prefix rules like `Bash(cargo test:*)`, ACP's `allow_always` is per tool in Gemini CLI: both wider than what the person saw, so never sent) |
 //! | decline (remembered or not) | `decline` | deny / reject once |
 //! | a person's `accept_for_session` without `--remember` | recorded as `--remember session`: a Relay rule records it (if it cannot be remembered exactly, it is a plain accept, answered and recorded as one) | the same |

@@ -212,17 +212,25 @@ pub fn deciding<'a>(
         })
 }
 
-/// The answer a harness gets for `decision` (see the table in the module docs of
-/// [`super`]): `session_rule` when the decision was remembered, or matched, by an
-/// accept rule of scope `session`.
+/// The answer a harness gets for `decision` on a request of `kind` (see the table in
+/// the module docs of [`super`]): `session_rule` when the decision was made by an
+/// accept rule of scope `session` already recorded (not the decision that makes one).
+///
+/// Only a command: Codex caches an `acceptForSession` command as that exact command
+/// (and cwd) for its thread, the rule's meaning; but an `acceptForSession` file change
+/// approves its PATHS for the session (any later change to those files, and a
+/// `grantRoot`'s whole directory), wider than the exact change the rule remembers.
 pub fn harness_answer(
     harness: Harness,
+    kind: ApprovalKind,
     decision: ApprovalDecision,
     session_rule: bool,
 ) -> ApprovalDecision {
     match decision {
         ApprovalDecision::Accept | ApprovalDecision::AcceptForSession
-            if session_rule && harness == Harness::CodexAppServer =>
+            if session_rule
+                && harness == Harness::CodexAppServer
+                && kind == ApprovalKind::Command =>
         {
             ApprovalDecision::AcceptForSession
         }

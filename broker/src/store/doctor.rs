@@ -80,7 +80,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 15] = [
+const TREES_PROJECTED: [T; 17] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -96,6 +96,8 @@ const TREES_PROJECTED: [T; 15] = [
     T::FlightChildren,
     T::ReplayIndex,
     T::Rules,
+    T::UsageDaily,
+    T::UsageTrees,
 ];
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]

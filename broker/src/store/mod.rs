@@ -9,6 +9,8 @@
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
 //! - `flight_children` (an index): parent flight id, 0, child flight id -> nothing
+//! - `usage_daily`: agent, 0, UTC day (`YYYY-MM-DD`) -> `UsageTotals`; `usage_trees`:
+//!   root flight id -> `UsageTotals` (the usage counters budgets read: see `usage`)
 //! - `replay_index`: scope letter + id, 0, global seq (u64 BE) -> nothing: the events a
 //!   replay of an agent (`a`), a conversation (`c`) or a flight (`f`) reads besides the
 //!   flight's updates ([`Scope`], [`replay_scopes`]). Deltas are not in it: a flight's
@@ -30,8 +32,10 @@
 //! transaction view [`Tx`] and the blocking-pool reads; `keys` lays out the trees, keys
 //! and versioned values; `projections` applies events to the trees ([`apply`]) and
 //! builds the indexes a database made before them lacks; `queries` reads the records
-//! back; `doctor` rebuilds the projections from the log and compares ([`Store::verify`]).
-//! They layer one way: `keys` <- `projections` <- `queries`, `doctor`.
+//! back; `usage` folds the flights' usage into its counters and reads them (and the
+//! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
+//! ([`Store::verify`]). They layer one way: `keys` <- `usage` <-> `projections` <-
+//! `queries`, `doctor` (`projections` calls the fold, which writes through its `Sink`).
 //!
 //! [`Event`]: relay_protocol::event::Event
 //! [`Agent`]: relay_protocol::domain::Agent
@@ -43,6 +47,7 @@ mod doctor;
 mod keys;
 mod projections;
 mod queries;
+mod usage;
 
 use relay_infra::storage::{self, Durable};
 use serde::de::DeserializeOwned;
@@ -54,6 +59,7 @@ use crate::error::BrokerError;
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{child_key, decode, encode, pair_key, seq_key, Scope, T};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
+pub use usage::{day_key, tree_root};
 
 use keys::TREE_NAMES;
 

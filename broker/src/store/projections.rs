@@ -112,6 +112,18 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             {
                 sink.del(T::LiveFlights, flight.id.as_bytes())?;
             }
+            // The usage counters move by what this update changed of the flight's usage
+            // (its record before it is still stored here).
+            if matches!(
+                update.change,
+                relay_protocol::domain::FlightChange::Usage(_)
+            ) {
+                let previous: Option<Flight> = match sink.get(T::Flights, flight.id.as_bytes())? {
+                    Some(v) => Some(decode(&v)?),
+                    None => None,
+                };
+                super::usage::fold(sink, previous.as_ref(), flight)?;
+            }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
         EventBody::RuleAdded { rule } => sink.put(T::Rules, rule.id.as_bytes(), encode(rule)?),

@@ -15,7 +15,7 @@
 //!   lost. One process per agent for as long as it lives.
 //! - `preset.rs` ([`AcpConfig`], [`Preset`]): the command line, variables and settings
 //!   files of each preset.
-//! - `wire.rs` (and `wire/turn.rs`): the [`crate::stdio::Wire`] of ACP: requests
+//! - `wire.rs` (and `wire/turn.rs`, `wire/usage.rs`): the [`crate::stdio::Wire`] of ACP: requests
 //!   written, stdout lines read into
 //!   [`HarnessEvent`](relay_protocol::harness::HarnessEvent)s, the turn running and
 //!   the permission requests waiting. Pure, tested over lines.
@@ -29,9 +29,10 @@
 //! `rawInput.command`, a `CommandExecution` with its output as `CommandOutputDelta`s;
 //! `edit`/`delete`/`move` a `FileChange`; others a `ToolCall`), completed with the call
 //! and its output when its status is `completed` or `failed`; `plan` -> `PlanUpdated`;
-//! usage from `usage_update`, `_meta.usage` on a chunk (one per model call, summed over
-//! the turn), or the prompt's answer (`usage`,
-//! `_meta.usage`, `_meta.quota`) -> `TokenUsage`; the prompt's answer -> `TurnCompleted`
+//! usage from `usage_update` (its `cost` in USD is the harness's), `_meta.usage` on a
+//! chunk (one per model call, summed over the turn), or the prompt's answer (`usage`,
+//! `_meta.usage`, `_meta.quota`) -> `TokenUsage`, in Relay's counting whichever way the
+//! agent counts (`wire/usage.rs`); the prompt's answer -> `TurnCompleted`
 //! by its `stopReason` (`end_turn` completed with the last message's text, `cancelled`
 //! interrupted, `refusal`, `max_tokens`, `max_turn_requests` and any unknown reason
 //! failed, saying which). `session/request_permission` -> `ApprovalRequested`: a

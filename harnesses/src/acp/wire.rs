@@ -8,6 +8,7 @@
 //! a late word of an ended turn): counted in [`AcpWire::quiet_counter`], never shown.
 
 mod turn;
+mod usage;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -31,7 +31,10 @@
 //! text), thinking blocks (reasoning) and tool calls (item id the tool use id; command
 //! for `Bash`, file change for `Edit`/`Write`/`MultiEdit`/`NotebookEdit`, tool call
 //! otherwise), a tool's completion carrying the call and its output; `TokenUsage` from
-//! the result (input counts cache reads and writes too); `TurnCompleted`: `success`
+//! the result (summed over the turn's model requests by Claude Code; input counts cache
+//! reads and writes too, cached the reads; the model the API named; the cost is the
+//! turn's part of `total_cost_usd`, which Claude Code adds up over the process's life
+//! and prices from its own table, any model name included); `TurnCompleted`: `success`
 //! without `is_error` -> completed with the result text, after an interrupt Relay sent ->
 //! interrupted, else failed with Claude Code's message. Prompts still pending when the
 //! turn ends are settled (`ApprovalResolved`). A subagent's lines (those with a

@@ -59,6 +59,9 @@ pub struct System {
     pub error_status: Option<serde_json::Value>,
     #[serde(default)]
     pub error: Option<serde_json::Value>,
+    /// Subtype [`System::INIT`]: the model the session uses.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 impl System {
@@ -66,6 +69,8 @@ impl System {
     /// "api_retry","attempt":1,"max_retries":3,"retry_delay_ms":513.5,"error_status":null,
     /// "error":"unknown",...}`).
     pub const API_RETRY: &'static str = "api_retry";
+    /// The first line of every turn: session id, tools, model.
+    pub const INIT: &'static str = "init";
 
     /// An `api_retry` line as a note for a person: "Claude Code retries its model
     /// request (1/3, in 0.5 s): unknown error".
@@ -193,7 +198,14 @@ pub struct Message {
     pub id: String,
     #[serde(default)]
     pub content: Content,
+    /// The model that answered (`assistant` only; [`SYNTHETIC`] on Claude Code's own
+    /// messages).
+    #[serde(default)]
+    pub model: Option<String>,
 }
+
+/// The model of the messages Claude Code makes up itself (`API Error: ...`).
+pub const SYNTHETIC: &str = "<synthetic>";
 
 /// A message's content: plain text or blocks.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -235,6 +247,11 @@ pub struct TurnResult {
     /// The turn's model usage (summed over its model requests).
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// What Claude Code says the session cost so far (over every turn of the process,
+    /// not this turn's alone), from its own price of the model: it prices any model
+    /// name, the mock's included.
+    #[serde(default)]
+    pub total_cost_usd: Option<f64>,
     /// Diagnostics of an `error_*` subtype.
     #[serde(default)]
     pub errors: Vec<Value>,
@@ -242,6 +259,32 @@ pub struct TurnResult {
 
 impl TurnResult {
     pub const SUCCESS: &'static str = "success";
+
+    /// The turn's usage in Relay's conventions: input is every input token (uncached,
+    /// written to the cache and read from it), cached the part read from it; the
+    /// output includes any thinking (the API has no separate count). The cost is Claude
+    /// `cost_usd`, the turn's part of Claude Code's `total_cost_usd`. `None` when
+    /// nothing was counted (after an interrupt, or a failed model request).
+    pub fn token_usage(
+        &self,
+        model: Option<String>,
+        cost_usd: Option<f64>,
+    ) -> Option<relay_protocol::domain::TokenUsage> {
+        let usage = self.usage.filter(|u| *u != Usage::default())?;
+        let cost = cost_usd.and_then(relay_protocol::domain::usd_to_micros);
+        Some(relay_protocol::domain::TokenUsage {
+            input_tokens: usage
+                .input_tokens
+                .saturating_add(usage.cache_creation_input_tokens)
+                .saturating_add(usage.cache_read_input_tokens),
+            cached_input_tokens: usage.cache_read_input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: None,
+            model,
+            cost_micro_usd: cost,
+            cost_source: cost.map(|_| relay_protocol::domain::CostSource::Harness),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::stream_json::{
     CanUseTool, ControlReply, ControlRequest, ControlResponse, HostRequest, Input, Line,
-    PermissionResult, System, TurnResult, Usage,
+    PermissionResult, System, TurnResult, SYNTHETIC,
 };
 use relay_protocol::domain::{ApprovalDecision, Harness};
 use relay_protocol::harness::{HarnessEvent, TurnOutcome};
@@ -50,6 +50,13 @@ pub struct ClaudeWire {
     /// Relay's own MCP server is wired in (`--mcp-config`): its tools
     /// (`mcp__relay__*`) run without a prompt to a person.
     relay_mcp: bool,
+    /// The model `system/init` names (`claude-opus-4-8[1m]`): the turn's model when no
+    /// message of the API named one.
+    init_model: Option<String>,
+    /// The last `result`'s `total_cost_usd`: Claude Code adds up the cost over the
+    /// process's life (while each `result`'s usage is the turn's alone), so a turn's
+    /// cost is the difference.
+    session_cost_usd: f64,
 }
 
 struct Turn {
@@ -58,6 +65,8 @@ struct Turn {
     announced: bool,
     interrupting: bool,
     items: Items,
+    /// The model that answered, as the API named it in the turn's last message.
+    model: Option<String>,
 }
 
 impl Default for ClaudeWire {
@@ -75,6 +84,8 @@ impl ClaudeWire {
             next_request: 0,
             malformed: Arc::default(),
             relay_mcp: false,
+            init_model: None,
+            session_cost_usd: 0.0,
         }
     }
 
@@ -134,6 +145,7 @@ impl ClaudeWire {
             announced: false,
             interrupting: false,
             items: Items::new(turn_id),
+            model: None,
         });
         self.publish();
         Ok(Outgoing::send(line))
@@ -307,15 +319,20 @@ impl ClaudeWire {
             out.push(Action::Event(HarnessEvent::ApprovalResolved { request_id }));
         }
         // After an interrupt, and when the model request failed, Claude Code counts none.
-        if let Some(usage) = result.usage.filter(|u| *u != Usage::default()) {
+        let model = turn.model.clone().or_else(|| self.init_model.clone());
+        let cost = result.total_cost_usd.map(|total| {
+            let before = std::mem::replace(&mut self.session_cost_usd, total);
+            // Less than before: a count that started again, all of it this turn's.
+            if total >= before {
+                total - before
+            } else {
+                total
+            }
+        });
+        if let Some(usage) = result.token_usage(model, cost) {
             out.push(Action::Event(HarnessEvent::TokenUsage {
                 turn_id: turn.id.clone(),
-                usage: relay_protocol::domain::TokenUsage::new(
-                    usage.input_tokens
-                        + usage.cache_creation_input_tokens
-                        + usage.cache_read_input_tokens,
-                    usage.output_tokens,
-                ),
+                usage,
             }));
         }
         let ok = result.subtype == TurnResult::SUCCESS && !result.is_error;
@@ -367,6 +384,12 @@ impl Wire for ClaudeWire {
                 }
             }
             Line::Assistant(l) => {
+                if let (Some(turn), None) = (&mut self.turn, &l.parent_tool_use_id) {
+                    // `<synthetic>` is Claude Code's own message about a failed request.
+                    if let Some(model) = l.message.model.as_ref().filter(|m| *m != SYNTHETIC) {
+                        turn.model = Some(model.clone());
+                    }
+                }
                 if let Some(items) = self.items(l.parent_tool_use_id.as_deref()) {
                     items.assistant(l, out);
                 }
@@ -392,6 +415,11 @@ impl Wire for ClaudeWire {
                 out.push(Action::Event(HarnessEvent::Retrying {
                     message: system.retry_note(),
                 }))
+            }
+            Line::System(system) if system.subtype == System::INIT => {
+                if let Some(model) = system.model {
+                    self.init_model = Some(model);
+                }
             }
             Line::System(_) => {}
             Line::Other => tracing::debug!("claude line of an unknown type skipped"),

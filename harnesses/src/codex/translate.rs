@@ -6,8 +6,15 @@
 //! on: events to publish, responses to hand to waiting requests, and messages to write
 //! back (a JSON-RPC error for every server request Relay does not handle, so Codex never
 //! waits forever). It remembers what later lines need: each turn's last agent message and
-//! failure reason, the file changes an approval refers to, token totals, and the server
-//! requests still awaiting an answer.
+//! failure reason, the file changes an approval refers to, token totals, each thread's
+//! model (from the answers to `thread/start|resume|fork`, for the usage reports), and
+//! the server requests still awaiting an answer.
+//!
+//! Usage: `thread/tokenUsage/updated`'s `total` is the thread's over its life (every
+//! model request added, a resumed thread's too); a turn's `TokenUsage` is that total
+//! minus the one when the turn started, with cached input and reasoning (Codex counts
+//! as Relay does: input includes the cached part, output the reasoning). Codex reports
+//! no cost.
 //!
 //! Here: the envelope, the translator's state, the notifications and [`CodexWire`];
 //! `approvals.rs`: the server requests surfaced as approvals and their answers;
@@ -90,6 +97,9 @@ pub(crate) struct Translator {
     turns: HashMap<String, TurnState>,
     /// Latest cumulative token usage per thread.
     thread_usage: HashMap<String, TokenUsageBreakdown>,
+    /// The model of each thread, as the answer to `thread/start`, `thread/resume` or
+    /// `thread/fork` names it (the usage notifications do not).
+    thread_model: HashMap<String, String>,
     /// Changes of `fileChange` items in progress, by item id: a file change approval names
     /// the item, not the changes.
     file_changes: HashMap<String, Vec<FileUpdateChange>>,
@@ -114,6 +124,7 @@ impl Translator {
             malformed,
             turns: HashMap::new(),
             thread_usage: HashMap::new(),
+            thread_model: HashMap::new(),
             file_changes: HashMap::new(),
             server_requests: HashMap::new(),
             relay_mcp,
@@ -157,11 +168,14 @@ impl Translator {
                 id: Some(id),
                 result: Some(result),
                 ..
-            } => match serde_json::from_str(result.get()) {
-                Ok(result) => vec![Action::Response {
-                    id,
-                    result: Ok(result),
-                }],
+            } => match serde_json::from_str::<Value>(result.get()) {
+                Ok(result) => {
+                    self.note_thread_model(&result);
+                    vec![Action::Response {
+                        id,
+                        result: Ok(result),
+                    }]
+                }
                 Err(err) => {
                     self.malformed(line, &err);
                     Vec::new()
@@ -182,6 +196,16 @@ impl Translator {
                 );
                 Vec::new()
             }
+        }
+    }
+
+    /// Keeps the model of a thread answer (`{thread: {id}, model}`).
+    fn note_thread_model(&mut self, result: &Value) {
+        let thread = result.pointer("/thread/id").and_then(Value::as_str);
+        let model = result.get("model").and_then(Value::as_str);
+        if let (Some(thread), Some(model)) = (thread, model) {
+            self.thread_model
+                .insert(thread.to_string(), model.to_string());
         }
     }
 
@@ -336,22 +360,33 @@ impl Translator {
                     return Vec::new();
                 };
                 let total = n.token_usage.total;
+                let model = self.thread_model.get(&n.thread_id).cloned();
                 self.thread_usage.insert(n.thread_id, total);
                 // Codex replays the last turn's usage right after `thread/resume`; that
                 // turn is not running here, so there is nothing to report.
                 let Some(state) = self.turns.get(&n.turn_id) else {
                     return Vec::new();
                 };
+                // Codex's counts already follow Relay's conventions (the OpenAI ones):
+                // input includes the cached input, output the reasoning.
+                let base = &state.usage_baseline;
                 HarnessEvent::TokenUsage {
                     turn_id: n.turn_id,
-                    usage: relay_protocol::domain::TokenUsage::new(
-                        total
-                            .input_tokens
-                            .saturating_sub(state.usage_baseline.input_tokens),
-                        total
-                            .output_tokens
-                            .saturating_sub(state.usage_baseline.output_tokens),
-                    ),
+                    usage: relay_protocol::domain::TokenUsage {
+                        input_tokens: total.input_tokens.saturating_sub(base.input_tokens),
+                        cached_input_tokens: total
+                            .cached_input_tokens
+                            .saturating_sub(base.cached_input_tokens),
+                        output_tokens: total.output_tokens.saturating_sub(base.output_tokens),
+                        reasoning_tokens: Some(
+                            total
+                                .reasoning_output_tokens
+                                .saturating_sub(base.reasoning_output_tokens),
+                        ),
+                        model,
+                        cost_micro_usd: None,
+                        cost_source: None,
+                    },
                 }
             }
             notification::ERROR => {

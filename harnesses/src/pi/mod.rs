@@ -29,7 +29,9 @@
 //! `CommandExecution` with its output as `CommandOutputDelta`s, `edit`/`write` a
 //! `FileChange`, others a `ToolCall`), completed with the call and its result as text;
 //! each assistant `message_end` -> `TokenUsage` (the turn's running total over its model
-//! requests; input counts cache reads and writes); `agent_end` -> `TurnCompleted` by the
+//! requests; input counts cache reads and writes, cached the reads; the message's
+//! model; pi's cost where it is not zero, which it is for a model without a price in
+//! `models.json`); `agent_end` -> `TurnCompleted` by the
 //! run's last assistant message: `stopReason` `aborted` is `Interrupted`, `error` is
 //! `Failed` with pi's `errorMessage` (unless pi runs again, below), anything else
 //! `Completed` with the message's text. `auto_retry_start` and `extension_error` become

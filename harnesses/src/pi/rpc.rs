@@ -112,6 +112,9 @@ pub(super) struct Message {
     pub stop_reason: Option<String>,
     pub error_message: Option<String>,
     pub usage: Option<Usage>,
+    /// The model that answered (an assistant message's).
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,6 +128,17 @@ pub(super) struct Usage {
     pub cache_read: u64,
     #[serde(default)]
     pub cache_write: u64,
+    /// Pi's price of these tokens, from the model's `cost` in `models.json` (all zero
+    /// when it has none).
+    #[serde(default)]
+    pub cost: Option<Cost>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Cost {
+    /// US dollars.
+    #[serde(default)]
+    pub total: f64,
 }
 
 /// `assistantMessageEvent` of a `message_update`.

@@ -206,6 +206,15 @@ wire_enum! {
     }
 }
 
+/// A harness's cost in US dollars as a float (Claude Code's `total_cost_usd`, Pi's
+/// `cost.total`) -> millionths of a dollar, rounded to the nearest; `None` for a value
+/// that is not a finite, non-negative amount.
+pub fn usd_to_micros(usd: f64) -> Option<u64> {
+    let micros = (usd * 1_000_000.0).round();
+    // `as` would saturate: the bound keeps a huge value from passing as u64::MAX.
+    (micros.is_finite() && micros >= 0.0 && micros < u64::MAX as f64).then_some(micros as u64)
+}
+
 /// `2.5` -> 2_500_000 millionths of a dollar; `None` for anything but a non-negative
 /// decimal with at most six decimal places.
 pub fn parse_usd_micros(text: &str) -> Option<u64> {
@@ -235,6 +244,19 @@ pub fn format_usd(micros: u64) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn harness_dollars_round_to_the_nearest_micro_dollar() {
+        assert_eq!(usd_to_micros(0.0001), Some(100));
+        // Claude Code's sums carry float noise: 0.00030000000000000003.
+        assert_eq!(usd_to_micros(0.000_300_000_000_000_000_03), Some(300));
+        assert_eq!(usd_to_micros(0.000_000_4), Some(0));
+        assert_eq!(usd_to_micros(0.000_000_6), Some(1));
+        assert_eq!(usd_to_micros(0.027575 - 0.006525), Some(21050));
+        for bad in [-0.01, f64::NAN, f64::INFINITY, 1e300] {
+            assert_eq!(usd_to_micros(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn budget_limits_parse_from_their_command_line_form() {

@@ -184,7 +184,15 @@ impl Worker {
                 }
                 d = queue.next() => {
                     let Some(d) = d else { break };
-                    if let TurnEnd::Shutdown = self.turn(d, &mut msgs).await {
+                    // Every line the turn logs names its flight.
+                    let span = tracing::info_span!("flight", flight = %d.flight.id);
+                    let turn = async {
+                        tracing::debug!(agent = %self.name, "turn starts");
+                        let end = self.turn(d, &mut msgs).await;
+                        tracing::debug!(agent = %self.name, "turn ended");
+                        end
+                    };
+                    if let TurnEnd::Shutdown = tracing::Instrument::instrument(turn, span).await {
                         break;
                     }
                 }

@@ -11,6 +11,7 @@
 use serde_json::{json, Value};
 
 use crate::http::{self, Conn, SseWriter};
+use crate::usage::Usage;
 use crate::{
     all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
     Shared,
@@ -32,10 +33,6 @@ fn tool_call(call_id: &str, name: &str, arguments: &str, namespace: Option<&str>
     json!({"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
-fn usage(input: u64, output: u64) -> Value {
-    json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output})
-}
-
 /// The error a [`Reply::Failed`] becomes. Its `code` is not sent: OpenCode retries, with
 /// backoff and without end, any error whose text mentions a 5xx status, `server_error`,
 /// rate limits or overload, so a scripted failure says only `invalid_request_error`
@@ -49,6 +46,7 @@ pub(crate) async fn complete(
     shared: &Shared,
     req: &RecordedRequest,
     reply: Reply,
+    set_usage: Option<Usage>,
 ) -> std::io::Result<()> {
     let n = shared.next_id();
     let id = format!("chatcmpl-{n}");
@@ -61,7 +59,7 @@ pub(crate) async fn complete(
     let input = approx_tokens(&all_input_text(req));
     let streamed = req.body.get("stream").and_then(Value::as_bool) == Some(true);
     if !streamed {
-        return whole(conn, &id, &model, input, n, reply).await;
+        return whole(conn, &id, &model, (input, set_usage), n, reply).await;
     }
     let include_usage = req.body["stream_options"]["include_usage"].as_bool() == Some(true);
     let chunk = |delta: Value, finish: Option<&str>| {
@@ -111,13 +109,14 @@ pub(crate) async fn complete(
         Reply::HttpError { .. }
         | Reply::WriteFile { .. }
         | Reply::EditFile { .. }
-        | Reply::CustomToolCall { .. } => return Ok(()),
+        | Reply::CustomToolCall { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     };
     sse.data(&chunk(json!({}), Some(finish))).await?;
     if include_usage {
         let body = json!({
             "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-            "choices": [], "usage": usage(input, output),
+            "choices": [], "usage": Usage::or_estimate(set_usage, input, output).chat(),
         });
         sse.data(&body.to_string()).await?;
     }
@@ -130,7 +129,7 @@ async fn whole(
     conn: &mut Conn,
     id: &str,
     model: &str,
-    input: u64,
+    (input, set_usage): (u64, Option<Usage>),
     n: u64,
     reply: Reply,
 ) -> std::io::Result<()> {
@@ -171,12 +170,13 @@ async fn whole(
         Reply::HttpError { .. }
         | Reply::WriteFile { .. }
         | Reply::EditFile { .. }
-        | Reply::CustomToolCall { .. } => return Ok(()),
+        | Reply::CustomToolCall { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     };
     let body = json!({
         "id": id, "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": usage(input, output),
+        "usage": Usage::or_estimate(set_usage, input, output).chat(),
     });
     http::write_response(conn, 200, "application/json", body.to_string().as_bytes()).await
 }

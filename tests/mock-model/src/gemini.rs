@@ -11,6 +11,7 @@
 use serde_json::{json, Value};
 
 use crate::http::{self, Conn, SseWriter};
+use crate::usage::Usage;
 use crate::{
     all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
     Shared,
@@ -50,16 +51,12 @@ fn function_call_part(
 
 /// One `GenerateContentResponse` carrying `parts`; with `finish` set, the finish
 /// reason and the usage too (Gemini sends usage on every chunk; the CLI reads the last).
-fn response(parts: Vec<Value>, finish: Option<(u64, u64)>, model: &str, id: &str) -> Value {
+fn response(parts: Vec<Value>, finish: Option<Usage>, model: &str, id: &str) -> Value {
     let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
     let mut body = json!({"candidates": [], "modelVersion": model, "responseId": id});
-    if let Some((input, output)) = finish {
+    if let Some(usage) = finish {
         candidate["finishReason"] = json!("STOP");
-        body["usageMetadata"] = json!({
-            "promptTokenCount": input,
-            "candidatesTokenCount": output,
-            "totalTokenCount": input + output,
-        });
+        body["usageMetadata"] = usage.gemini();
     }
     body["candidates"] = json!([candidate]);
     body
@@ -81,6 +78,7 @@ pub(crate) async fn generate(
     shared: &Shared,
     req: &RecordedRequest,
     reply: Reply,
+    set_usage: Option<Usage>,
 ) -> std::io::Result<()> {
     let id = format!("gem_{}", shared.next_id());
     let model = model(req);
@@ -103,10 +101,12 @@ pub(crate) async fn generate(
         Reply::HttpError { .. }
         | Reply::WriteFile { .. }
         | Reply::EditFile { .. }
-        | Reply::CustomToolCall { .. } => return Ok(()),
+        | Reply::CustomToolCall { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     };
     let output = approx_tokens(&part.to_string());
-    let body = response(vec![part], Some((input, output)), &model, &id).to_string();
+    let usage = Usage::or_estimate(set_usage, input, output);
+    let body = response(vec![part], Some(usage), &model, &id).to_string();
     http::write_response(conn, 200, "application/json", body.as_bytes()).await
 }
 
@@ -117,6 +117,7 @@ pub(crate) async fn stream(
     shared: &Shared,
     req: &RecordedRequest,
     reply: Reply,
+    set_usage: Option<Usage>,
 ) -> std::io::Result<()> {
     let id = format!("gem_{}", shared.next_id());
     let model = model(req);
@@ -133,7 +134,7 @@ pub(crate) async fn stream(
             };
             let last = chunks.len() - 1;
             for (i, chunk) in chunks.iter().enumerate() {
-                let finish = (i == last).then_some((input, output));
+                let finish = (i == last).then_some(Usage::or_estimate(set_usage, input, output));
                 let body = response(vec![json!({"text": chunk})], finish, &model, &id);
                 sse.data(&body.to_string()).await?;
                 if i < last && !delay.is_zero() && !sleep_unless_hangup(sse.conn(), delay).await? {
@@ -150,7 +151,8 @@ pub(crate) async fn stream(
         } => {
             let part = function_call_part(&call_id, &name, &arguments, namespace.as_deref());
             let output = approx_tokens(&arguments);
-            let body = response(vec![part], Some((input, output)), &model, &id);
+            let usage = Usage::or_estimate(set_usage, input, output);
+            let body = response(vec![part], Some(usage), &model, &id);
             sse.data(&body.to_string()).await?;
         }
         Reply::Failed { code, message } => {
@@ -162,7 +164,8 @@ pub(crate) async fn stream(
         Reply::HttpError { .. }
         | Reply::WriteFile { .. }
         | Reply::EditFile { .. }
-        | Reply::CustomToolCall { .. } => return Ok(()),
+        | Reply::CustomToolCall { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     }
     sse.finish().await
 }

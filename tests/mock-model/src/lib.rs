@@ -19,6 +19,17 @@
 //!   ([`Reply::edit_file`]: Codex's freeform `apply_patch`, a Responses
 //!   `custom_tool_call`; Claude Code's `Write`), a failure, or a hang that never
 //!   completes.
+//! - [`Usage`]: the token counts a reply reports. By default a reply reports input and
+//!   output estimated at 4 bytes a token and nothing cached or reasoned; a test sets exact
+//!   counts for one reply with [`Reply::with_usage`] (e.g.
+//!   `mock.push(Reply::text("hi").with_usage(Usage::new(1000, 400, 50, 20)))`: 1000 input
+//!   tokens of which 400 cached, 50 output of which 20 reasoning), or for every reply
+//!   without its own with [`MockModel::set_usage`] (the default echo and handler replies
+//!   included). Each API gets the counts in its own spelling (`usage.rs`): Responses
+//!   `input_tokens_details.cached_tokens` and `output_tokens_details.reasoning_tokens`,
+//!   Messages `cache_read_input_tokens` (its `input_tokens` is the uncached rest), chat
+//!   completions `prompt_tokens_details.cached_tokens`, Gemini `cachedContentTokenCount`
+//!   and `thoughtsTokenCount` (its `candidatesTokenCount` leaves the thoughts out).
 //! - [`RecordedRequest`]: every request as received, JSON body parsed, with helpers that
 //!   read the conversation the CLI sent in any of the APIs ([`all_input_text`],
 //!   [`RecordedRequest::carries`]); [`MockModel::requests_with`] and
@@ -35,8 +46,8 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `homes`, `http`, `requests`, `tools` -> none
-//! - `chat`, `gemini`, `messages`, `responses` -> `http`
+//! - `homes`, `http`, `requests`, `tools`, `usage` -> none
+//! - `chat`, `gemini`, `messages`, `responses` -> `http`, `usage`
 //!
 //! Data flow: an accept loop spawns one task per connection; each reads one request,
 //! records it, picks a reply (the scripted queue first, then the handler set with
@@ -52,12 +63,14 @@ mod messages;
 mod requests;
 mod responses;
 mod tools;
+mod usage;
 
 pub use requests::{all_input_text, RecordedRequest};
 pub use tools::{
     apply_patch_add_file_text, write_file_command, CODEX_APPLY_PATCH_MODEL, WRITE_FILE_RULE,
     WRITE_FILE_SCRIPT,
 };
+pub use usage::Usage;
 
 pub use homes::{
     claude_env, codex_env, gemini_env, opencode_env, qwen_env, write_codex_home,
@@ -127,6 +140,8 @@ pub enum Reply {
         name: String,
         input: String,
     },
+    /// `reply`, reporting exactly `usage`: [`Reply::with_usage`] (`usage.rs`).
+    WithUsage { reply: Box<Reply>, usage: Usage },
 }
 
 impl Reply {
@@ -226,6 +241,7 @@ impl Reply {
     pub fn full_text(&self) -> String {
         match self {
             Self::Text { chunks, .. } => chunks.concat(),
+            Self::WithUsage { reply, .. } => reply.full_text(),
             _ => String::new(),
         }
     }
@@ -237,6 +253,8 @@ type Handler = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
 struct State {
     queue: VecDeque<Reply>,
     handler: Option<Handler>,
+    /// What a reply reports when it has no usage of its own ([`MockModel::set_usage`]).
+    usage: Option<Usage>,
     /// Model requests (any [`Wire`]).
     model_requests: Vec<RecordedRequest>,
     /// Everything, model requests included, in arrival order.
@@ -312,6 +330,13 @@ impl MockModel {
     /// Answers model requests the queue does not, instead of the default echo.
     pub fn set_handler(&self, handler: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static) {
         self.shared.lock().handler = Some(Arc::new(handler));
+    }
+
+    /// Every reply without a usage of its own ([`Reply::with_usage`]) reports `usage`
+    /// from now on, the default echo and the handler's replies included; `None` goes
+    /// back to the 4-bytes-a-token estimate.
+    pub fn set_usage(&self, usage: Option<Usage>) {
+        self.shared.lock().usage = usage;
     }
 
     /// Model requests (any [`Wire`]) so far, in arrival order.
@@ -457,7 +482,7 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     let is_model = wire.is_some();
     let is_models = recorded.method == "GET" && recorded.path.ends_with("/models");
 
-    let pick = {
+    let (pick, mock_usage) = {
         let mut state = shared.lock();
         state.all_requests.push(recorded.clone());
         if is_model {
@@ -472,6 +497,8 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         } else {
             None
         }
+        .map(|pick| (pick, state.usage))
+        .unzip()
     };
 
     let Some(pick) = pick else {
@@ -516,6 +543,8 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         Pick::Handler(handler) => handler(&recorded),
         Pick::Default => default_reply(&recorded),
     };
+    let (reply, usage) = reply.without_usage();
+    let usage = usage.or(mock_usage.flatten());
     let reply = match wire {
         Some(wire) => reply.for_request(wire, &recorded),
         None => reply,
@@ -524,11 +553,11 @@ async fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         return http::write_response(conn, *status, "application/json", body.as_bytes()).await;
     }
     match wire {
-        Some(Wire::Messages) => messages::stream(conn, shared, &recorded, reply).await,
-        Some(Wire::GeminiStream) => gemini::stream(conn, shared, &recorded, reply).await,
-        Some(Wire::GeminiWhole) => gemini::generate(conn, shared, &recorded, reply).await,
-        Some(Wire::Chat) => chat::complete(conn, shared, &recorded, reply).await,
-        _ => responses::stream(conn, shared, &recorded, reply).await,
+        Some(Wire::Messages) => messages::stream(conn, shared, &recorded, reply, usage).await,
+        Some(Wire::GeminiStream) => gemini::stream(conn, shared, &recorded, reply, usage).await,
+        Some(Wire::GeminiWhole) => gemini::generate(conn, shared, &recorded, reply, usage).await,
+        Some(Wire::Chat) => chat::complete(conn, shared, &recorded, reply, usage).await,
+        _ => responses::stream(conn, shared, &recorded, reply, usage).await,
     }
 }
 

@@ -7,6 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::http::{self, Conn, SseWriter};
+use crate::usage::Usage;
 use crate::{
     all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
     Shared,
@@ -48,6 +49,7 @@ pub(crate) async fn stream(
     shared: &Shared,
     req: &RecordedRequest,
     reply: Reply,
+    set_usage: Option<Usage>,
 ) -> std::io::Result<()> {
     let n = shared.next_id();
     let message_id = format!("msg_{n}");
@@ -58,14 +60,13 @@ pub(crate) async fn stream(
         .unwrap_or("mock-model")
         .to_string();
     let input_tokens = approx_tokens(&all_input_text(req));
+    // The reply's usage, given the estimate of its output.
     let usage = |output_tokens: u64| {
-        json!({
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        })
+        let u = Usage::or_estimate(set_usage, input_tokens, output_tokens);
+        u.messages(u.output)
     };
+    // `message_start` says 1 output token so far, as the API does.
+    let start_usage = Usage::or_estimate(set_usage, input_tokens, 1).messages(1);
 
     if req.body.get("stream").and_then(Value::as_bool) != Some(true) {
         let Some((content, stop)) = block(&reply, n) else {
@@ -93,7 +94,7 @@ pub(crate) async fn stream(
         "message_start",
         &json!({"type": "message_start", "message": {
             "id": message_id, "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage(1),
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": start_usage,
         }}),
     )
     .await?;
@@ -150,7 +151,8 @@ pub(crate) async fn stream(
         Reply::HttpError { .. }
         | Reply::WriteFile { .. }
         | Reply::EditFile { .. }
-        | Reply::CustomToolCall { .. } => return Ok(()),
+        | Reply::CustomToolCall { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     };
     sse.event(
         "content_block_stop",

@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use crate::http::{Conn, SseWriter};
+use crate::usage::Usage;
 use crate::{
     all_input_text, approx_tokens, hold_until_hangup, sleep_unless_hangup, RecordedRequest, Reply,
     Shared,
@@ -15,6 +16,7 @@ pub(crate) async fn stream(
     shared: &Shared,
     req: &RecordedRequest,
     reply: Reply,
+    usage: Option<Usage>,
 ) -> std::io::Result<()> {
     let n = shared.next_id();
     let response_id = format!("resp_{n}");
@@ -142,7 +144,11 @@ pub(crate) async fn stream(
         Reply::Hang => return hold_until_hangup(sse.conn()).await,
         // Answered (HttpError) or turned into a tool call (WriteFile, EditFile) before any
         // stream starts.
-        Reply::HttpError { .. } | Reply::WriteFile { .. } | Reply::EditFile { .. } => return Ok(()),
+        // (WithUsage is unwrapped before.)
+        Reply::HttpError { .. }
+        | Reply::WriteFile { .. }
+        | Reply::EditFile { .. }
+        | Reply::WithUsage { .. } => return Ok(()),
     };
 
     let input_tokens = approx_tokens(&all_input_text(req));
@@ -153,13 +159,7 @@ pub(crate) async fn stream(
             "response": {
                 "id": response_id,
                 "status": "completed",
-                "usage": {
-                    "input_tokens": input_tokens,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens": output_tokens,
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": input_tokens + output_tokens,
-                },
+                "usage": Usage::or_estimate(usage, input_tokens, output_tokens).responses(),
             },
         }),
     )

@@ -8,7 +8,7 @@
 //! - `weird-stop`: a chunk, then the stop reason `out_of_coffee`;
 //! - `die`: a chunk, `fake dies` on stderr, exit code 3;
 //! - `ask`: a request Relay does not know (`craft/drainMidTurnQueue`, id 0), then a
-//!   permission request for `rm -rf /tmp/x` (id 1); once answered, the chunk
+//!   permission request for `rm -rf /tmp/x` (id 1; `ask:COMMAND`: for COMMAND); once answered, the chunk
 //!   `chose <optionId|cancelled>` and `end_turn` (`cancelled` after a `session/cancel`);
 //! - `slow`: a chunk every 50 ms until `session/cancel`, then `cancelled`;
 //! - anything else: an update kind nobody knows, a plan, a finished tool call, the
@@ -121,44 +121,8 @@ fn prompt(rx: &mpsc::Receiver<Value>, id: &Value, session: &str, text: &str) -> 
             eprintln!("fake dies");
             std::process::exit(3);
         }
-        "ask" => {
-            out(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "craft/drainMidTurnQueue",
-                "params": {"sessionId": session}}),
-            );
-            out(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission",
-                "params": {"sessionId": session,
-                    "toolCall": {"toolCallId": "call-1", "title": "Remove a directory",
-                        "kind": "execute", "rawInput": {"command": "rm -rf /tmp/x"}},
-                    "options": [
-                        {"optionId": "proceed_always", "name": "Always", "kind": "allow_always"},
-                        {"optionId": "proceed_once", "name": "Once", "kind": "allow_once"},
-                        {"optionId": "cancel", "name": "No", "kind": "reject_once"}]}}),
-            );
-            let mut refused_unknown = false;
-            let mut cancelled = false;
-            while let Ok(msg) = rx.recv() {
-                if msg["method"] == "session/cancel" {
-                    cancelled = true;
-                    continue;
-                }
-                if msg["id"] == json!(0) {
-                    refused_unknown = msg["error"]["code"] == json!(-32601);
-                    continue;
-                }
-                if msg["id"] == json!(1) {
-                    let outcome = &msg["result"]["outcome"];
-                    let chose = outcome["optionId"].as_str().unwrap_or("cancelled");
-                    chunk(
-                        session,
-                        &format!("chose {chose}; unknown request refused: {refused_unknown}"),
-                    );
-                    end(if cancelled { "cancelled" } else { "end_turn" });
-                    break;
-                }
-            }
-        }
+        "ask" => ask(rx, id, session, "rm -rf /tmp/x"),
+        text if text.starts_with("ask:") => ask(rx, id, session, &text["ask:".len()..]),
         "slow" => loop {
             chunk(session, "tick ");
             match rx.recv_timeout(Duration::from_millis(50)) {
@@ -206,4 +170,46 @@ fn prompt(rx: &mpsc::Receiver<Value>, id: &Value, session: &str, text: &str) -> 
         }
     }
     true
+}
+
+/// `ask`/`ask:COMMAND`: an unknown request, then a permission request for `command`,
+/// answered with the option chosen (see the module docs).
+fn ask(rx: &mpsc::Receiver<Value>, id: &Value, session: &str, command: &str) {
+    let end = |reason: &str| answer(id, json!({"stopReason": reason}));
+    out(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "craft/drainMidTurnQueue",
+        "params": {"sessionId": session}}),
+    );
+    out(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission",
+        "params": {"sessionId": session,
+            "toolCall": {"toolCallId": "call-1", "title": "Remove a directory",
+                "kind": "execute", "rawInput": {"command": command}},
+            "options": [
+                {"optionId": "proceed_always", "name": "Always", "kind": "allow_always"},
+                {"optionId": "proceed_once", "name": "Once", "kind": "allow_once"},
+                {"optionId": "cancel", "name": "No", "kind": "reject_once"}]}}),
+    );
+    let mut refused_unknown = false;
+    let mut cancelled = false;
+    while let Ok(msg) = rx.recv() {
+        if msg["method"] == "session/cancel" {
+            cancelled = true;
+            continue;
+        }
+        if msg["id"] == json!(0) {
+            refused_unknown = msg["error"]["code"] == json!(-32601);
+            continue;
+        }
+        if msg["id"] == json!(1) {
+            let outcome = &msg["result"]["outcome"];
+            let chose = outcome["optionId"].as_str().unwrap_or("cancelled");
+            chunk(
+                session,
+                &format!("chose {chose}; unknown request refused: {refused_unknown}"),
+            );
+            end(if cancelled { "cancelled" } else { "end_turn" });
+            break;
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! conversation, its request message and its queued flight; the loop rules and the
 //! record of a new invocation serve a mention's consult too, see `messages.rs`), and
 //! every update of a flight (state transitions, streamed text and summaries, the reply
-//! it posts, and the consults that reply's mentions start).
+//! it posts, and the consults that reply's mentions start). A usage change is costed
+//! and checked against its agent's budget in `budgets.rs`.
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
@@ -41,6 +42,7 @@ impl Ctx<'_, '_> {
         }
         self.may_invoke(&req.requester, &agent)?;
         let depth = self.loop_depth(&req.target, req.parent_flight.as_deref())?;
+        self.check_budget(&agent, req.parent_flight.as_deref())?;
         let conversation = match &req.conversation {
             Some(id) => self.conversation(id)?,
             None => {
@@ -209,7 +211,8 @@ impl Ctx<'_, '_> {
         invocation: Invocation,
         flight_id: String,
     ) -> Result<InvokeAccepted, BrokerError> {
-        let flight = Flight::queued(flight_id, &invocation);
+        let mut flight = Flight::queued(flight_id, &invocation);
+        flight.root_flight = self.root_of(invocation.parent_flight.as_deref())?;
         self.emit(EventBody::InvocationCreated {
             invocation: invocation.clone(),
             flight: flight.clone(),
@@ -287,7 +290,9 @@ impl Ctx<'_, '_> {
             }
             _ => {}
         }
-        if flight.state.is_terminal() && !worktree_change {
+        // Usage too: a turn ended by its budget still reports what it used.
+        let late = worktree_change || matches!(change, FlightChange::Usage(_));
+        if flight.state.is_terminal() && !late {
             return Err(BrokerError::FlightTerminal {
                 flight: flight.id,
                 state: flight.state,
@@ -392,11 +397,12 @@ impl Ctx<'_, '_> {
                     flight: None,
                 });
             }
+            // Costed by `report_usage`.
+            FlightChange::Usage(usage) => flight.usage = Some(usage.clone()),
             FlightChange::Item { .. }
             | FlightChange::CommandOutput { .. }
             | FlightChange::Plan { .. }
             | FlightChange::Diff { .. }
-            | FlightChange::Usage { .. }
             // Recorded above.
             | FlightChange::Commit { .. }
             | FlightChange::Reverted { .. } => {}

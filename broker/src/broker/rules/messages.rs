@@ -211,6 +211,7 @@ impl Ctx<'_, '_> {
             let depth = match self
                 .may_invoke(&message.author, &agent)
                 .and_then(|()| self.loop_depth(name, parent.as_deref()))
+                .and_then(|d| self.check_budget(&agent, parent.as_deref()).map(|()| d))
             {
                 Ok(depth) => depth,
                 Err(
@@ -218,7 +219,8 @@ impl Ctx<'_, '_> {
                     | BrokerError::SelfAsk { .. }
                     | BrokerError::DepthLimit { .. }
                     | BrokerError::NotAllowed { .. }
-                    | BrokerError::AgentQueueFull { .. }),
+                    | BrokerError::AgentQueueFull { .. }
+                    | BrokerError::BudgetExceeded { .. }),
                 ) => {
                     let why = format!("{name} was not consulted: {e}");
                     self.settle_delivery(&delivery, Err(why.clone()))?;

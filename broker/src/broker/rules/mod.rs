@@ -18,6 +18,7 @@ use crate::store::{apply, encode, seq_key, Tx, T};
 
 mod agents;
 mod approvals;
+mod budgets;
 mod flights;
 mod messages;
 
@@ -87,7 +88,12 @@ impl Ctx<'_, '_> {
             Command::CreateConversation(spec) => self.create_conversation(spec),
             Command::PostMessage(post) => self.post_message(post),
             Command::Invoke(req) => self.invoke(req),
+            Command::UpdateFlight {
+                flight,
+                change: FlightChange::Usage(usage),
+            } => self.report_usage(flight, usage),
             Command::UpdateFlight { flight, change } => self.update_flight(flight, change),
+            Command::SetAgent { name, settings } => self.set_agent(name, settings),
             Command::RequestApproval { agent, request } => self.request_approval(agent, request),
             Command::DecideApproval {
                 id,

@@ -307,14 +307,39 @@ fn scopes_apply_to_their_session_agent_project_or_everyone() {
 #[test]
 fn only_codex_gets_accept_for_session_and_only_for_a_session_rule() {
     use ApprovalDecision::*;
+    let cmd = ApprovalKind::Command;
     for h in Harness::ALL {
         let codex = h == Harness::CodexAppServer;
         let session_accept = if codex { AcceptForSession } else { Accept };
-        assert_eq!(harness_answer(h, Accept, true), session_accept, "{h}");
-        assert_eq!(harness_answer(h, AcceptForSession, true), session_accept);
-        assert_eq!(harness_answer(h, Accept, false), Accept);
-        assert_eq!(harness_answer(h, AcceptForSession, false), Accept);
-        assert_eq!(harness_answer(h, Decline, true), Decline);
-        assert_eq!(harness_answer(h, Cancel, false), Cancel);
+        assert_eq!(harness_answer(h, cmd, Accept, true), session_accept, "{h}");
+        assert_eq!(
+            harness_answer(h, cmd, AcceptForSession, true),
+            session_accept
+        );
+        assert_eq!(harness_answer(h, cmd, Accept, false), Accept);
+        assert_eq!(harness_answer(h, cmd, AcceptForSession, false), Accept);
+        assert_eq!(harness_answer(h, cmd, Decline, true), Decline);
+        assert_eq!(harness_answer(h, cmd, Cancel, false), Cancel);
+    }
+}
+
+/// Codex's `acceptForSession` on a file change approves its paths (and a grant root)
+/// for the rest of the session: wider than the exact change a rule remembers, so a
+/// file change, or any other request, gets a plain accept even for a session rule.
+#[test]
+fn codex_gets_accept_for_session_for_a_command_only() {
+    use ApprovalDecision::*;
+    let codex = Harness::CodexAppServer;
+    for kind in [ApprovalKind::FileChange, ApprovalKind::Other] {
+        assert_eq!(
+            harness_answer(codex, kind, Accept, true),
+            Accept,
+            "{kind:?}"
+        );
+        assert_eq!(
+            harness_answer(codex, kind, AcceptForSession, true),
+            Accept,
+            "{kind:?}"
+        );
     }
 }

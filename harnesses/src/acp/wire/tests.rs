@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_protocol::acp::{method, NewSessionRequest};
-use relay_protocol::domain::{ApprovalDecision, ApprovalKind};
+use relay_protocol::domain::{ApprovalDecision, ApprovalKind, TokenUsage};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use serde_json::{json, Value};
 
@@ -342,27 +342,44 @@ fn unknown_stop_reasons_and_refusals_fail_saying_which() {
 }
 
 /// The last usage a turn reported.
-fn last_usage(run: &Run) -> Option<(u64, u64)> {
+fn last_usage(run: &Run) -> Option<TokenUsage> {
     run.events.iter().rev().find_map(|e| match e {
-        HarnessEvent::TokenUsage { usage, .. } => Some((usage.input_tokens, usage.output_tokens)),
+        HarnessEvent::TokenUsage { usage, .. } => Some(usage.clone()),
         _ => None,
     })
+}
+
+fn counted(input: u64, output: u64, reasoning: Option<u64>, model: Option<&str>) -> TokenUsage {
+    TokenUsage {
+        reasoning_tokens: reasoning,
+        model: model.map(str::to_string),
+        ..TokenUsage::new(input, output)
+    }
 }
 
 #[test]
 fn qwen_s_usage_of_each_model_call_adds_up_to_the_turn_s() {
     // Qwen Code puts each model call's usage on one chunk's `_meta.usage`; a turn with a
     // tool makes two calls (7719/20 for the tool call, 7781/42 for the answer), and the
-    // turn used both, as the other harnesses count a turn.
+    // turn used both, as the other harnesses count a turn. Its `thoughtTokens` is the
+    // reasoning (none here), `cachedReadTokens` the cached input (none).
     let run = replay("qwen/tool_allow", ApprovalDecision::Accept, false);
-    assert_eq!(last_usage(&run), Some((7719 + 7781, 20 + 42)));
+    assert_eq!(
+        last_usage(&run),
+        Some(counted(7719 + 7781, 20 + 42, Some(0), None))
+    );
     // One call: its usage as it is.
     let run = replay("qwen/prompt_text", ApprovalDecision::Accept, false);
-    let (input, _) = last_usage(&run).unwrap();
-    assert_eq!(input, 7714);
-    // Gemini CLI and OpenCode give the turn's in the prompt's answer.
+    assert_eq!(last_usage(&run).unwrap().input_tokens, 7714);
+    // Gemini CLI and OpenCode give the turn's in the prompt's answer; Gemini CLI names
+    // the model in `_meta.quota.model_usage`.
     let run = replay("gemini/tool_allow", ApprovalDecision::Accept, false);
-    assert_eq!(last_usage(&run), Some((304, 44)));
+    assert_eq!(
+        last_usage(&run),
+        Some(counted(304, 44, None, Some("gemini-2.5-flash")))
+    );
+    let run = replay("opencode/tool_allow", ApprovalDecision::Accept, false);
+    assert_eq!(last_usage(&run), Some(counted(2428, 6, None, None)));
 }
 
 #[test]

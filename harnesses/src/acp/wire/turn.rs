@@ -7,8 +7,11 @@ use relay_protocol::acp::{
     ContentBlock, ContentChunk, Plan, PromptResponse, StopReason, ToolCall, ToolCallContent,
     ToolCallStatus, ToolCallUpdate, ToolKind, UsageUpdate,
 };
+use relay_protocol::domain::TokenUsage;
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use serde_json::Value;
+
+use super::usage::{self, Counts};
 
 /// The turn running: from Relay's `session/prompt` to its answer.
 #[derive(Debug)]
@@ -31,11 +34,11 @@ pub(super) struct Turn {
     /// Tool calls whose item has started (a permission request may name a call before
     /// any update does: it is known then, but its item starts with its first update).
     started_tools: HashSet<String>,
-    /// The turn's usage as last reported (input, output).
-    usage: (u64, u64),
+    /// The turn's usage as last reported.
+    usage: TokenUsage,
     /// The sum of the model calls' usage reported on chunks so far (Qwen Code's
     /// `_meta.usage`: one per model call, a turn with tools makes several).
-    calls: (u64, u64),
+    calls: TokenUsage,
 }
 
 #[derive(Debug)]
@@ -134,8 +137,8 @@ impl Turn {
             last_message: String::new(),
             tools: HashMap::new(),
             started_tools: HashSet::new(),
-            usage: (0, 0),
-            calls: (0, 0),
+            usage: TokenUsage::default(),
+            calls: TokenUsage::default(),
         }
     }
 
@@ -311,51 +314,57 @@ impl Turn {
     }
 
     /// `usage_update` says how full the context is: the tokens in it are the turn's
-    /// input as far as Relay can tell.
+    /// input as far as Relay can tell; its `cost`, where it has one, is the turn's.
     pub(super) fn context_usage(&mut self, u: UsageUpdate, emit: &mut impl FnMut(HarnessEvent)) {
+        let before = self.usage.clone();
         if u.used > 0 {
-            self.usage.0 = u.used;
-            emit(HarnessEvent::TokenUsage {
-                turn_id: self.id.clone(),
-                usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
-            });
+            self.usage.input_tokens = u.used;
         }
+        if let Some(cost) = &u.cost {
+            usage::set_cost(&mut self.usage, cost.amount, &cost.currency);
+        }
+        if self.usage != before {
+            self.emit_usage(emit);
+        }
+    }
+
+    fn emit_usage(&self, emit: &mut impl FnMut(HarnessEvent)) {
+        emit(HarnessEvent::TokenUsage {
+            turn_id: self.id.clone(),
+            usage: self.usage.clone(),
+        });
     }
 
     /// One model call's usage on a chunk (Qwen Code's `_meta.usage`): added to the
     /// calls before it, since a turn counts all its model calls (as Codex's and Claude
     /// Code's turns do).
     fn call_usage(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
-        let (input, output) = counts(v);
-        if input.is_none() && output.is_none() {
+        let counts = Counts::of(v).in_relays_way(false);
+        if !counts.any() {
             return;
         }
-        self.calls = (
-            self.calls.0.saturating_add(input.unwrap_or(0)),
-            self.calls.1.saturating_add(output.unwrap_or(0)),
-        );
-        self.usage = self.calls;
-        emit(HarnessEvent::TokenUsage {
-            turn_id: self.id.clone(),
-            usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
-        });
+        counts.add_to(&mut self.calls);
+        let (model, cost) = (self.usage.model.take(), self.usage.cost_micro_usd);
+        let source = self.usage.cost_source.take();
+        self.usage = TokenUsage {
+            model,
+            cost_micro_usd: cost,
+            cost_source: source,
+            ..self.calls.clone()
+        };
+        self.emit_usage(emit);
     }
 
     /// The turn's token counts (the prompt's answer), in whichever spelling the agent
-    /// uses (see [`counts`]).
-    pub(super) fn usage_of(&mut self, v: &Value, emit: &mut impl FnMut(HarnessEvent)) {
-        let (input, output) = counts(v);
-        if input.is_none() && output.is_none() {
+    /// uses (see [`Counts::of`]); `acp`: ACP's own `Usage`, whose kinds are counted
+    /// apart.
+    pub(super) fn usage_of(&mut self, v: &Value, acp: bool, emit: &mut impl FnMut(HarnessEvent)) {
+        let counts = Counts::of(v).in_relays_way(acp);
+        if !counts.any() {
             return;
         }
-        self.usage = (
-            input.unwrap_or(self.usage.0),
-            output.unwrap_or(self.usage.1),
-        );
-        emit(HarnessEvent::TokenUsage {
-            turn_id: self.id.clone(),
-            usage: relay_protocol::domain::TokenUsage::new(self.usage.0, self.usage.1),
-        });
+        counts.replace(&mut self.usage);
+        self.emit_usage(emit);
     }
 
     /// The prompt's answer: the turn's end.
@@ -364,19 +373,22 @@ impl Turn {
         self.close(emit);
         if let Some(usage) = &result.usage {
             if let Ok(v) = serde_json::to_value(usage) {
-                self.usage_of(&v, emit);
+                self.usage_of(&v, true, emit);
             }
         }
         if let Some(meta) = &result.meta {
             for key in ["usage", "quota"] {
                 if let Some(v) = meta.get(key) {
-                    self.usage_of(v, emit);
+                    if let Some(model) = usage::model_of(v) {
+                        self.usage.model = Some(model);
+                    }
+                    self.usage_of(v, false, emit);
                     // Gemini CLI nests its counts (`_meta.quota.token_count`).
                     if let Some(inner) = v
                         .as_object()
                         .and_then(|o| o.values().find(|x| x.is_object()))
                     {
-                        self.usage_of(inner, emit);
+                        self.usage_of(inner, false, emit);
                     }
                 }
             }
@@ -409,28 +421,6 @@ impl Turn {
             outcome,
         });
     }
-}
-
-/// Input and output token counts in whichever spelling the agent uses (OpenCode's
-/// `usage` `inputTokens`, Qwen Code's `_meta.usage` `inputTokens`, Gemini's
-/// `promptTokenCount`...).
-fn counts(v: &Value) -> (Option<u64>, Option<u64>) {
-    let count = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
-    let input = count(&[
-        "inputTokens",
-        "promptTokens",
-        "input_tokens",
-        "prompt_tokens",
-        "promptTokenCount",
-    ]);
-    let output = count(&[
-        "outputTokens",
-        "completionTokens",
-        "output_tokens",
-        "completion_tokens",
-        "candidatesTokenCount",
-    ]);
-    (input, output)
 }
 
 fn failed(why: &str) -> TurnOutcome {

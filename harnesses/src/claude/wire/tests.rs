@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use super::*;
 use crate::claude::items::approval_detail;
 use crate::fixtures::{
-    completed, delta, events_of, feed, feed_rest, feed_until, item_completed, item_started, sent,
-    turn_started, usage, TURN,
+    completed, delta, events_of, feed, feed_rest, feed_until, item_completed, item_started, priced,
+    sent, turn_started, usage, TURN,
 };
 
 fn fixture(name: &str) -> &'static str {
@@ -87,7 +87,8 @@ fn a_text_turn_streams_its_deltas_and_completes_with_the_result() {
             delta("msg_8:0", ": "),
             delta("msg_8:0", "hello"),
             item_completed("msg_8:0", ItemKind::AgentMessage, "ok: hello"),
-            usage(5, 3),
+            // Claude Code's price of 5 + 3 tokens of its default model: $0.0001.
+            usage(priced(5, 3, "claude-opus-4-8", 100)),
             completed(TurnOutcome::Completed {
                 text: "ok: hello".into()
             }),
@@ -135,7 +136,7 @@ fn an_approved_command_is_asked_then_completed_with_its_output() {
             delta("msg_10:0", "done: "),
             delta("msg_10:0", "seen"),
             item_completed("msg_10:0", ItemKind::AgentMessage, "done: seen"),
-            usage(10, 10),
+            usage(priced(10, 10, "claude-opus-4-8", 300)),
             completed(TurnOutcome::Completed {
                 text: "done: seen".into()
             }),
@@ -250,7 +251,7 @@ fn an_interrupt_settles_the_pending_approval() {
                 ItemKind::CommandExecution,
                 "$ echo hi > out.txt\nerror: The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how to proceed."
             ),
-            usage(5, 7),
+            usage(priced(5, 7, "claude-opus-4-8", 200)),
             completed(TurnOutcome::Interrupted),
         ]
     );
@@ -517,4 +518,33 @@ fn a_retried_model_request_is_a_note_per_retry() {
             },
         ]
     );
+}
+
+/// Claude Code's `result` counts input as the Messages API does (uncached, cache
+/// writes and cache reads apart): Relay's input is all three, cached the reads. Its
+/// `total_cost_usd` adds up over the process's turns: each turn's cost is the
+/// difference from the last `result`'s.
+#[test]
+fn input_adds_the_cache_back_and_the_cost_is_the_turns_part() {
+    let with_counts = |cost: &str| {
+        fixture("text")
+            .replace(
+                r#""usage":{"input_tokens":5,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3"#,
+                r#""usage":{"input_tokens":5,"cache_creation_input_tokens":20,"cache_read_input_tokens":300,"output_tokens":3"#,
+            )
+            .replace(r#""total_cost_usd":0.0001,"#, &format!(r#""total_cost_usd":{cost},"#))
+    };
+    let mut wire = started();
+    let first = events(feed(&mut wire, &with_counts("0.0001")));
+    let expect = |micro_usd| {
+        usage(relay_protocol::domain::TokenUsage {
+            cached_input_tokens: 300,
+            ..priced(5 + 20 + 300, 3, "claude-opus-4-8", micro_usd)
+        })
+    };
+    assert!(first.contains(&expect(100)), "{first:?}");
+    // The second turn of the process: $0.00035 so far, $0.00025 of it this turn's.
+    wire.start_turn(TURN, "again").unwrap();
+    let second = events(feed(&mut wire, &with_counts("0.00035")));
+    assert!(second.contains(&expect(250)), "{second:?}");
 }

@@ -192,8 +192,11 @@ fn a_turn_translates_in_order() {
     let evs = feed(
         &mut t,
         &[
+            // The answer to `thread/start` names the thread's model.
+            json!({"id":1,"result":{"thread":{"id":tid,"turns":[]},"model":"gpt-test"}}),
             json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"old","tokenUsage":{
-                "total":{"inputTokens":100,"outputTokens":10},"last":{"inputTokens":100,"outputTokens":10}}}}),
+                "total":{"inputTokens":100,"cachedInputTokens":40,"outputTokens":10,"reasoningOutputTokens":4},
+                "last":{"inputTokens":100,"outputTokens":10}}}}),
             json!({"method":"turn/started","params":{"threadId":tid,"turn":{"id":"t1","status":"inProgress","items":[]}}}),
             json!({"method":"item/started","params":{"threadId":tid,"turnId":"t1","item":{"type":"agentMessage","id":"m","text":""}}}),
             json!({"method":"item/agentMessage/delta","params":{"threadId":tid,"turnId":"t1","itemId":"m","delta":"he"}}),
@@ -202,7 +205,8 @@ fn a_turn_translates_in_order() {
             json!({"method":"turn/plan/updated","params":{"threadId":tid,"turnId":"t1","explanation":null,"plan":[
                 {"step":"read","status":"completed"},{"step":"write","status":"inProgress"}]}}),
             json!({"method":"thread/tokenUsage/updated","params":{"threadId":tid,"turnId":"t1","tokenUsage":{
-                "total":{"inputTokens":150,"outputTokens":13},"last":{"inputTokens":50,"outputTokens":3}}}}),
+                "total":{"inputTokens":150,"cachedInputTokens":60,"outputTokens":13,"reasoningOutputTokens":5},
+                "last":{"inputTokens":50,"outputTokens":3}}}}),
             json!({"method":"turn/completed","params":{"threadId":tid,"turn":{"id":"t1","status":"completed","items":[],"itemsView":"notLoaded"}}}),
         ],
     );
@@ -237,9 +241,18 @@ fn a_turn_translates_in_order() {
                 turn_id: "t1".into(),
                 text: "[x] read\n[>] write".into()
             },
+            // What the turn used: the thread's totals minus those at its start, with
+            // the model of its thread.
             HarnessEvent::TokenUsage {
                 turn_id: "t1".into(),
-                usage: relay_protocol::domain::TokenUsage::new(50, 3),
+                usage: relay_protocol::domain::TokenUsage {
+                    input_tokens: 50,
+                    cached_input_tokens: 20,
+                    output_tokens: 3,
+                    reasoning_tokens: Some(1),
+                    model: Some("gpt-test".into()),
+                    ..Default::default()
+                },
             },
             // No items on turn/completed: the last completed agent message is the answer.
             HarnessEvent::TurnCompleted {

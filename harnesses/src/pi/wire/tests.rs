@@ -6,8 +6,8 @@
 use super::turn::{describe_call, output_delta, tool_kind, ARGS_SHOWN};
 use super::*;
 use crate::fixtures::{
-    completed, delta, events_of, feed, item_completed, item_started, sent, turn_started, usage,
-    TURN,
+    completed, delta, events_of, feed, item_completed, item_started, priced, sent, tokens,
+    turn_started, usage, TURN,
 };
 use relay_protocol::harness::ItemKind;
 
@@ -65,7 +65,7 @@ fn a_text_turn_streams_its_message_as_one_item() {
                 delta(m, "lo "),
                 delta(m, "world"),
                 item_completed(m, ItemKind::AgentMessage, "Hello world"),
-                usage(3, 3),
+                usage(tokens(3, 3, "mock-model")),
                 completed(TurnOutcome::Completed {
                     text: "Hello world".into()
                 }),
@@ -87,7 +87,7 @@ fn a_bash_call_is_a_command_with_its_output_then_the_answer_follows() {
             vec![turn_started()],
             user(1, "run it").to_vec(),
             vec![
-                usage(2, 6),
+                usage(tokens(2, 6, "mock-model")),
                 item_started("toolu_1", ItemKind::CommandExecution),
                 HarnessEvent::CommandOutputDelta {
                     turn_id: TURN.into(),
@@ -98,7 +98,7 @@ fn a_bash_call_is_a_command_with_its_output_then_the_answer_follows() {
                 item_started(m, ItemKind::AgentMessage),
                 delta(m, "done"),
                 item_completed(m, ItemKind::AgentMessage, "done"),
-                usage(12, 7),
+                usage(tokens(12, 7, "mock-model")),
                 completed(TurnOutcome::Completed {
                     text: "done".into()
                 }),
@@ -167,7 +167,7 @@ fn an_abort_mid_stream_closes_the_open_message_and_interrupts_the_turn() {
                 item_started(m, ItemKind::AgentMessage),
                 delta(m, "a "),
                 item_completed(m, ItemKind::AgentMessage, "a "),
-                usage(1, 1),
+                usage(tokens(1, 1, "mock-model")),
                 completed(TurnOutcome::Interrupted),
             ],
         ]
@@ -400,8 +400,35 @@ fn token_counts_too_large_to_add_saturate() {
         &format!("\"cacheRead\":{huge},\"cacheWrite\":{huge},\"totalTokens\":6"),
     );
     let out = feed(&mut wire, &text);
+    let expect = relay_protocol::domain::TokenUsage {
+        cached_input_tokens: u64::MAX,
+        ..tokens(u64::MAX, 3, "mock-model")
+    };
     assert!(
-        events_of(&out).contains(&usage(u64::MAX, 3)),
+        events_of(&out).contains(&usage(expect)),
+        "{:?}",
+        events_of(&out)
+    );
+}
+
+/// Pi's `input` is the uncached rest (as the Messages API counts it): Relay's input adds
+/// the cache reads and writes back, the reads are its cached part; pi's cost is the
+/// harness's (rounded to the micro-dollar), but a zero one (no price in `models.json`,
+/// as in every other fixture) is no cost at all.
+#[test]
+fn cached_input_is_part_of_the_input_and_a_price_is_a_cost() {
+    let mut wire = prompted();
+    let text = include_str!("fixtures/text.jsonl").replace(
+        "\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":6,\"cost\":{\"input\":0,\"output\":0,\"cacheRead\":0,\"cacheWrite\":0,\"total\":0}",
+        "\"cacheRead\":40,\"cacheWrite\":7,\"totalTokens\":53,\"cost\":{\"input\":0,\"output\":0,\"cacheRead\":0,\"cacheWrite\":0,\"total\":0.0012344}",
+    );
+    let out = feed(&mut wire, &text);
+    let expect = relay_protocol::domain::TokenUsage {
+        cached_input_tokens: 40,
+        ..priced(3 + 40 + 7, 3, "mock-model", 1234)
+    };
+    assert!(
+        events_of(&out).contains(&usage(expect)),
         "{:?}",
         events_of(&out)
     );

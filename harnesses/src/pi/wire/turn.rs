@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use serde_json::Value;
 
-use super::super::rpc::{BlockEvent, Line, Message};
+use relay_protocol::domain::{usd_to_micros, CostSource, TokenUsage};
+
+use super::super::rpc::{BlockEvent, Line, Message, Usage};
 
 /// Longest tool arguments shown in an item's text, in bytes.
 pub(super) const ARGS_SHOWN: usize = 500;
@@ -27,8 +29,10 @@ pub(super) struct Turn {
     /// Blocks of the current assistant message that are open: index -> item id, kind.
     open: BTreeMap<usize, (String, ItemKind)>,
     tools: HashMap<String, Tool>,
-    input_tokens: u64,
-    output_tokens: u64,
+    /// The turn's usage so far: the sum of its assistant messages' (one per model call).
+    usage: TokenUsage,
+    /// The sum of the messages' costs, in US dollars (rounded once, when reported).
+    cost_usd: f64,
 }
 
 /// Where a turn is after its prompt was accepted.
@@ -58,6 +62,29 @@ struct Tool {
 }
 
 impl Turn {
+    /// Adds one assistant message's usage (one model call) to the turn's, in Relay's
+    /// conventions: pi's `input` is the uncached rest (as the Messages API counts), so
+    /// the input is it plus the cache reads and writes, the cached part the reads. Pi's
+    /// cost is kept only when it is not zero: pi prices a model it has no `cost` for at
+    /// zero, which says nothing (the price table then applies).
+    fn add_usage(&mut self, usage: &Usage, model: Option<&str>) {
+        // Counts from the wire: a huge one saturates rather than overflow.
+        let u = &mut self.usage;
+        u.input_tokens = u
+            .input_tokens
+            .saturating_add(usage.input)
+            .saturating_add(usage.cache_read)
+            .saturating_add(usage.cache_write);
+        u.cached_input_tokens = u.cached_input_tokens.saturating_add(usage.cache_read);
+        u.output_tokens = u.output_tokens.saturating_add(usage.output);
+        if let Some(model) = model.filter(|m| !m.is_empty()) {
+            u.model = Some(model.to_string());
+        }
+        self.cost_usd += usage.cost.as_ref().map_or(0.0, |c| c.total);
+        u.cost_micro_usd = usd_to_micros(self.cost_usd).filter(|&c| c > 0);
+        u.cost_source = u.cost_micro_usd.map(|_| CostSource::Harness);
+    }
+
     /// Turn `id`, prompted by request `prompt`.
     pub(super) fn new(id: &str, prompt: Option<String>) -> Turn {
         Turn {
@@ -69,8 +96,8 @@ impl Turn {
             users: 0,
             open: BTreeMap::new(),
             tools: HashMap::new(),
-            input_tokens: 0,
-            output_tokens: 0,
+            usage: TokenUsage::default(),
+            cost_usd: 0.0,
         }
     }
     pub(super) fn read(&mut self, line: Line, emit: &mut impl FnMut(HarnessEvent)) {
@@ -116,19 +143,10 @@ impl Turn {
                     });
                 }
                 if let Some(usage) = &message.usage {
-                    // Counts from the wire: a huge one saturates rather than overflow.
-                    self.input_tokens = self
-                        .input_tokens
-                        .saturating_add(usage.input)
-                        .saturating_add(usage.cache_read)
-                        .saturating_add(usage.cache_write);
-                    self.output_tokens = self.output_tokens.saturating_add(usage.output);
+                    self.add_usage(usage, message.model.as_deref());
                     emit(HarnessEvent::TokenUsage {
                         turn_id,
-                        usage: relay_protocol::domain::TokenUsage::new(
-                            self.input_tokens,
-                            self.output_tokens,
-                        ),
+                        usage: self.usage.clone(),
                     });
                 }
             }

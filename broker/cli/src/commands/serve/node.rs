@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use relay_client::data_dir::DataDir;
 
-use super::settings::{init_logs, NatsArgs, RuntimeArgs};
+use super::settings::{init_logs, LogArgs, NatsArgs, RuntimeArgs};
 use crate::terminal::{errln, out};
 
 #[derive(Args)]
@@ -23,11 +23,13 @@ pub struct NodeArgs {
     nats: NatsArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    logs: LogArgs,
 }
 
 /// `relay node`: runs the node until SIGINT/SIGTERM.
 pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<Exit> {
-    init_logs();
+    init_logs(args.logs.log_format);
     args.runtime.apply();
     let Some(nats) = args.nats.config(None)? else {
         anyhow::bail!("relay node needs --nats URL: it reaches the broker only through NATS");

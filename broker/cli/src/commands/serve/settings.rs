@@ -191,14 +191,35 @@ fn secret(
     Ok(from_env.filter(|v| !v.is_empty()).cloned())
 }
 
-/// Logs on stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logs() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+/// How the process's log lines are written.
+#[derive(Args, Clone, Copy)]
+pub struct LogArgs {
+    /// The log lines on stderr: `text` for a person, `json` (one JSON object a line,
+    /// with the spans it was logged in: `request` with the API method, `flight` with its
+    /// id) for a log shipper. Filtered by RUST_LOG (default `info`).
+    #[arg(long, value_enum, default_value = "text", env = "RELAY_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs on stderr, filtered by `RUST_LOG` (default `info`), as `format` says.
+pub fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Every line one object, its spans' fields included (a line a flight caused
+        // carries `"flight":"flt_..."` in its `spans`).
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use clap::Args;
 use relay_client::data_dir::DataDir;
 
-use super::settings::{init_logs, BusArgs, NatsArgs, RuntimeArgs};
+use super::settings::{init_logs, BusArgs, LogArgs, LogFormat, NatsArgs, RuntimeArgs};
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -66,17 +66,32 @@ pub struct UpArgs {
     /// disk is stuck and exits with an error (for a supervisor to restart it).
     #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "SECONDS", default_value_t = relay_broker::broker::DEFAULT_STORAGE_STALL_TIMEOUT.as_secs(), value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400))]
     storage_stall_timeout: u64,
+    /// Your price table, for the cost of flights whose harness reports none (Relay
+    /// ships no prices). JSON: {"models": {"MODEL": {"input": USD_PER_MILLION_TOKENS,
+    /// "cached_input": ..., "output": ...}}} (numbers or decimal strings; cached_input
+    /// optional). A bad file refuses to start, naming the line.
+    #[arg(long, value_name = "FILE", env = "RELAY_PRICES")]
+    prices: Option<std::path::PathBuf>,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
     bus: BusArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    logs: LogArgs,
 }
 
 /// `relay up`: runs the broker until SIGINT/SIGTERM.
 pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
-    init_logs();
+    init_logs(args.logs.log_format);
+    // Read before anything starts: a bad file stops `relay up` here, naming the line.
+    let prices = match &args.prices {
+        Some(path) => Some(std::sync::Arc::new(
+            relay_broker::prices::PriceTable::load(path).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     args.runtime.apply();
     let shutdown = tokio_util::sync::CancellationToken::new();
     relay_broker::shutdown::on_signals(shutdown.clone());
@@ -90,6 +105,7 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
             disk_reserve: args.disk_reserve_mb << 20,
             storage_stall_timeout: std::time::Duration::from_secs(args.storage_stall_timeout),
             max_flight_output: args.max_flight_output,
+            prices,
             ..relay_broker::BrokerConfig::default()
         },
         nats: args.nats.config(Some(&args.bus))?,
@@ -105,6 +121,9 @@ pub async fn run(data_dir: DataDir, args: UpArgs) -> anyhow::Result<Exit> {
         // This program: the agents' sessions run `relay ask` and `relay mcp` with it.
         relay_program: std::env::current_exe().ok(),
         notify_command: args.notify_command,
+        // JSON logs: every line of stderr is JSON (the banner's facts are in the
+        // `relay broker up` line).
+        banner: args.logs.log_format == LogFormat::Text,
     };
     relay_broker::server::run(config, shutdown).await?;
     Ok(Exit::Ok)

@@ -1,0 +1,393 @@
+//! The broker's Prometheus series, for `GET /metrics` ([`Metrics`]).
+//!
+//! The series live in a recorder this broker owns (`metrics-exporter-prometheus`'s
+//! [`PrometheusRecorder`], built and never installed as the process's global recorder):
+//! two brokers in one process (tests) each keep and render their own. So nothing here
+//! uses the `metrics` crate's macros (they record into the global recorder): each series
+//! is registered on the recorder by its key.
+//!
+//! Where each series comes from:
+//! - flights, approvals, tokens and cost: a task folds the broker's committed events
+//!   ([`crate::feed::follow`]: gap-free, in seq order), starting from a scan of the live
+//!   flights and pending approvals at start. A scrape waits (briefly) until the fold has
+//!   reached the last published event, so what it shows is the log as of one seq;
+//! - the writer's queue depth, durable flushes and overload refusals: read at scrape
+//!   time from atomics the writer and the HTTP server keep ([`Broker::queue_depth`],
+//!   [`Broker::flushes`], [`Broker::refusals`]): the writer's path takes no lock for
+//!   them.
+//!
+//! Counters count from this process's start (Prometheus handles a restart's reset);
+//! gauges are exact at any time. The only per-name label is `agent` (bounded by agents).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use relay_protocol::domain::{decider, Approval, ApprovalState, FlightChange, FlightState};
+use relay_protocol::domain::{Flight, TokenUsage};
+use relay_protocol::event::{Event, EventBody};
+use tokio::sync::watch;
+
+use crate::broker::{Broker, Full};
+use crate::error::BrokerError;
+use crate::store::T;
+
+/// Longest a scrape waits for the fold to reach the last published event; past it, it
+/// answers what the fold has (a scrape must never hang on a busy broker).
+const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// The live flights' states, in the order they are rendered.
+const LIVE_STATES: [FlightState; 4] = [
+    FlightState::Queued,
+    FlightState::Waking,
+    FlightState::Running,
+    FlightState::Waiting,
+];
+
+/// Who decided an approval, as `relay_approvals_decided_total`'s `kind` label says it.
+pub fn decided_kind(decided_by: &str) -> &'static str {
+    let by = decided_by.trim_start().to_ascii_lowercase();
+    if by.starts_with(decider::RULE) {
+        "rule"
+    } else if by.starts_with(crate::alerts::TIMEOUT_DECIDER) {
+        "timeout"
+    } else if by.starts_with(decider::POLICY) {
+        "policy"
+    } else if by.starts_with(decider::RELAY) {
+        "relay"
+    } else if by.ends_with(":withdrawn") && decider::reserved(&by, false).is_some() {
+        "harness"
+    } else {
+        "person"
+    }
+}
+
+/// The broker's series and the task that keeps them. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    series: Series,
+    handle: PrometheusHandle,
+    broker: Broker,
+    /// The seq of the last event the fold applied.
+    folded: watch::Receiver<u64>,
+}
+
+impl Metrics {
+    /// Scans the live flights and pending approvals (off the async workers), then starts
+    /// the fold of every event after the scan on the broker's tasks.
+    pub async fn start(broker: &Broker) -> Result<Metrics, BrokerError> {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        describe(&recorder);
+        let handle = recorder.handle();
+        let series = Series(Arc::new(recorder));
+        let (seq, flights, pending) = broker
+            .store()
+            .read(|s| {
+                let approvals: Vec<Approval> = s.values(T::Approvals)?;
+                let pending = approvals
+                    .into_iter()
+                    .filter(|a| a.state == ApprovalState::Pending)
+                    .map(|a| a.id)
+                    .collect::<HashSet<_>>();
+                Ok((s.last_seq()?, s.live_flights()?, pending))
+            })
+            .await?;
+        let (tx, folded) = watch::channel(seq);
+        let mut fold = Fold::new(series.clone(), flights, pending);
+        let mut events = crate::feed::follow(broker.clone(), seq);
+        broker.tasks().spawn(async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    Ok(event) => {
+                        fold.apply(&event);
+                        tx.send_replace(event.seq);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "metrics stopped following the event log");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Metrics {
+            inner: Arc::new(Shared {
+                series,
+                handle,
+                broker: broker.clone(),
+                folded,
+            }),
+        })
+    }
+
+    /// The series in Prometheus' text format, as of (at least) the last event published
+    /// when the scrape began (unless the fold is more than [`CATCH_UP`] behind).
+    pub async fn render(&self) -> String {
+        let s = &self.inner;
+        let target = s.broker.last_seq();
+        let mut folded = s.folded.clone();
+        let caught_up = tokio::time::timeout(CATCH_UP, folded.wait_for(|seq| *seq >= target));
+        if !matches!(caught_up.await, Ok(Ok(_))) {
+            tracing::warn!(target, "a scrape did not wait for the metrics to catch up");
+        }
+        s.series
+            .counter("relay_durable_flushes_total", &[])
+            .absolute(s.broker.flushes());
+        s.series
+            .gauge("relay_queue_depth", &[("queue", "writer".into())])
+            .set(s.broker.queue_depth() as f64);
+        for what in Full::ALL {
+            s.series
+                .counter("relay_overloaded_total", &[("what", what.label().into())])
+                .absolute(s.broker.refusals().get(what));
+        }
+        s.handle.render()
+    }
+}
+
+/// The broker's own recorder, on which each series is registered by its key (a
+/// registered series is kept: registering again returns the same one).
+#[derive(Clone)]
+struct Series(Arc<PrometheusRecorder>);
+
+const META: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, None);
+
+type Labels<'a> = &'a [(&'static str, String)];
+
+impl Series {
+    fn key(name: &'static str, labels: Labels) -> Key {
+        let labels: Vec<Label> = labels
+            .iter()
+            .map(|(k, v)| Label::new(*k, v.clone()))
+            .collect();
+        Key::from_parts(name, labels)
+    }
+
+    fn counter(&self, name: &'static str, labels: Labels) -> Counter {
+        self.0.register_counter(&Self::key(name, labels), &META)
+    }
+
+    fn gauge(&self, name: &'static str, labels: Labels) -> Gauge {
+        self.0.register_gauge(&Self::key(name, labels), &META)
+    }
+}
+
+/// The HELP lines of every series.
+fn describe(r: &PrometheusRecorder) {
+    let counters = [
+        ("relay_flights_total", "Flights that entered each state (a new flight enters its first)."),
+        ("relay_approvals_decided_total", "Approvals decided, by who decided: a person, a remembered rule, an approval policy, a timeout, Relay itself (restart, turn ended) or the harness (withdrawn)."),
+        ("relay_tokens_total", "Tokens the agents' flights reported, by agent and kind (input includes cached_input; output includes reasoning)."),
+        ("relay_cost_micro_usd_total", "Cost the agents' flights reported or the price table gave, in millionths of a US dollar."),
+        ("relay_durable_flushes_total", "Durable flushes of the broker's database (group commit: far fewer than writes)."),
+        ("relay_overloaded_total", "Requests refused for overload, by what was full."),
+    ];
+    for (name, help) in counters {
+        r.describe_counter(name.into(), None, help.into());
+    }
+    let gauges = [
+        ("relay_flights", "Live flights by state."),
+        ("relay_approvals_pending", "Approvals waiting for a decision."),
+        ("relay_queue_depth", "Commands waiting for the broker's writer (queue=writer), and flights queued behind each agent's turn (queue=agent)."),
+    ];
+    for (name, help) in gauges {
+        r.describe_gauge(name.into(), None, help.into());
+    }
+}
+
+/// The fold of the event log into the series: what it must remember of each live flight
+/// and pending approval (bounded by those, dropped when they end).
+struct Fold {
+    series: Series,
+    /// Live flights: agent and state.
+    flights: HashMap<String, (String, FlightState)>,
+    /// Live flights' last reported usage (a running total: only its growth is counted).
+    usage: HashMap<String, TokenUsage>,
+    pending: HashSet<String>,
+}
+
+impl Fold {
+    fn new(series: Series, live: Vec<Flight>, pending: HashSet<String>) -> Fold {
+        let mut fold = Fold {
+            series,
+            flights: HashMap::new(),
+            usage: HashMap::new(),
+            pending,
+        };
+        // Every series exists from the start (at 0), so a scraper sees each one.
+        for state in LIVE_STATES {
+            fold.live_gauge(state).set(0.0);
+        }
+        for state in [
+            FlightState::Completed,
+            FlightState::Failed,
+            FlightState::Cancelled,
+        ]
+        .into_iter()
+        .chain(LIVE_STATES)
+        {
+            fold.transitions(state).absolute(0);
+        }
+        for kind in ["person", "rule", "policy", "timeout", "relay", "harness"] {
+            fold.series
+                .counter("relay_approvals_decided_total", &[("kind", kind.into())])
+                .absolute(0);
+        }
+        for flight in live {
+            fold.enter(&flight.agent, &flight.id, flight.state);
+            if let Some(usage) = flight.usage {
+                fold.usage.insert(flight.id, usage);
+            }
+        }
+        fold.pending_gauge();
+        fold
+    }
+
+    fn live_gauge(&self, state: FlightState) -> Gauge {
+        self.series
+            .gauge("relay_flights", &[("state", state.as_str().into())])
+    }
+
+    fn transitions(&self, state: FlightState) -> Counter {
+        self.series
+            .counter("relay_flights_total", &[("state", state.as_str().into())])
+    }
+
+    fn agent_queue(&self, agent: &str) -> Gauge {
+        self.series.gauge(
+            "relay_queue_depth",
+            &[("queue", "agent".into()), ("agent", agent.into())],
+        )
+    }
+
+    fn pending_gauge(&self) {
+        self.series
+            .gauge("relay_approvals_pending", &[])
+            .set(self.pending.len() as f64);
+    }
+
+    /// A live flight now in `state` (from none, at its creation or the start's scan).
+    fn enter(&mut self, agent: &str, id: &str, state: FlightState) {
+        if state.is_terminal() {
+            return;
+        }
+        self.live_gauge(state).increment(1.0);
+        if state == FlightState::Queued {
+            self.agent_queue(agent).increment(1.0);
+        } else {
+            // Registered at 0, so an agent's queue is there once it has had a flight.
+            self.agent_queue(agent).increment(0.0);
+        }
+        self.flights.insert(id.into(), (agent.into(), state));
+    }
+
+    fn apply(&mut self, event: &Event) {
+        match &event.body {
+            EventBody::InvocationCreated { flight, .. } => {
+                self.transitions(flight.state).increment(1);
+                self.enter(&flight.agent, &flight.id, flight.state);
+            }
+            EventBody::FlightUpdated { update, flight } => match &update.change {
+                FlightChange::State { to, .. } => self.moved(flight, *to),
+                FlightChange::Usage(usage) => self.used(flight, usage),
+                _ => {}
+            },
+            EventBody::ApprovalRequested { approval }
+                if approval.state == ApprovalState::Pending =>
+            {
+                self.pending.insert(approval.id.clone());
+                self.pending_gauge();
+            }
+            EventBody::ApprovalDecided { approval } => {
+                self.pending.remove(&approval.id);
+                self.pending_gauge();
+                let kind = decided_kind(approval.decided_by.as_deref().unwrap_or(""));
+                self.series
+                    .counter("relay_approvals_decided_total", &[("kind", kind.into())])
+                    .increment(1);
+            }
+            _ => {}
+        }
+    }
+
+    /// A flight's state changed to `to`.
+    fn moved(&mut self, flight: &Flight, to: FlightState) {
+        self.transitions(to).increment(1);
+        if let Some((agent, from)) = self.flights.remove(&flight.id) {
+            self.live_gauge(from).decrement(1.0);
+            if from == FlightState::Queued {
+                self.agent_queue(&agent).decrement(1.0);
+            }
+        }
+        if to.is_terminal() {
+            // No usage is taken after a flight ends (the writer refuses it).
+            self.usage.remove(&flight.id);
+        } else {
+            self.enter(&flight.agent, &flight.id, to);
+        }
+    }
+
+    /// A flight reported its usage: a running total, so only what it grew by since the
+    /// flight's last report is counted (a total reported twice counts once).
+    fn used(&mut self, flight: &Flight, usage: &TokenUsage) {
+        let before = self.usage.get(&flight.id).cloned().unwrap_or_default();
+        let agent = flight.agent.clone();
+        let grew = |now: u64, then: u64| now.saturating_sub(then);
+        let kinds = [
+            ("input", grew(usage.input_tokens, before.input_tokens)),
+            (
+                "cached_input",
+                grew(usage.cached_input_tokens, before.cached_input_tokens),
+            ),
+            ("output", grew(usage.output_tokens, before.output_tokens)),
+            (
+                "reasoning",
+                grew(
+                    usage.reasoning_tokens.unwrap_or(0),
+                    before.reasoning_tokens.unwrap_or(0),
+                ),
+            ),
+        ];
+        for (kind, n) in kinds {
+            self.series
+                .counter(
+                    "relay_tokens_total",
+                    &[("agent", agent.clone()), ("kind", kind.into())],
+                )
+                .increment(n);
+        }
+        self.series
+            .counter("relay_cost_micro_usd_total", &[("agent", agent)])
+            .increment(grew(
+                usage.cost_micro_usd.unwrap_or(0),
+                before.cost_micro_usd.unwrap_or(0),
+            ));
+        if !flight.state.is_terminal() {
+            self.usage.insert(flight.id.clone(), usage.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deciders_fall_into_their_kinds() {
+        assert_eq!(decided_kind("rule:rul_1"), "rule");
+        assert_eq!(decided_kind(&crate::alerts::timeout_decider(30)), "timeout");
+        assert_eq!(decided_kind("policy:auto-accept:cargo test"), "policy");
+        assert_eq!(decided_kind("relay:turn-ended"), "relay");
+        assert_eq!(decided_kind("codex:withdrawn"), "harness");
+        assert_eq!(decided_kind("operator"), "person");
+        assert_eq!(decided_kind("alice@dashboard"), "person");
+        assert_eq!(decided_kind("bob@nats"), "person");
+        // A person named like a harness's withdrawal is still no harness.
+        assert_eq!(decided_kind("someone:withdrawn"), "person");
+    }
+}

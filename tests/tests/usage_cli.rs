@@ -205,7 +205,7 @@ async fn a_flight_past_the_budget_is_refused_until_it_is_raised() {
     );
     env.relay.cli_ok(&["ask", "capped", "third"]);
     let agent = env.relay.cli_json(&["agent", "show", "capped", "--json"]);
-    assert_eq!(agent["spec"]["budget"]["tokens_per_day"], 10_000_000);
+    assert_eq!(agent["budget"]["tokens_per_day"], 10_000_000, "{agent}");
 
     // Removed.
     let set = env.relay.cli_ok(&["agent", "set", "capped", "--no-budget"]);

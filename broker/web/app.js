@@ -118,6 +118,33 @@ function num(n) {
   return typeof n === "number" ? n.toLocaleString() : String(n ?? "");
 }
 
+/** Millionths of a dollar as `$0.012300` (exact: integer arithmetic, as the CLI). */
+function usd(micros) {
+  const m = Math.max(0, Math.trunc(Number(micros) || 0));
+  return "$" + Math.floor(m / 1e6) + "." + String(m % 1e6).padStart(6, "0");
+}
+
+/** A total's cost: `?` when none of its flights has a known cost, `+?` when some lack one. */
+function costText(t) {
+  const without = t.flights_without_cost || 0;
+  if (without === 0) return usd(t.cost_micro_usd);
+  if (without >= (t.flights || 0)) return "?";
+  return usd(t.cost_micro_usd) + "+?";
+}
+
+/** A flight's usage on one line, as `relay flight show` says it. */
+function usageText(u) {
+  let s = `${num(u.input_tokens)} input`;
+  if (u.cached_input_tokens) s += ` (${num(u.cached_input_tokens)} cached)`;
+  s += ` + ${num(u.output_tokens)} output`;
+  if (u.reasoning_tokens) s += ` (${num(u.reasoning_tokens)} reasoning)`;
+  s += ` = ${num((u.input_tokens || 0) + (u.output_tokens || 0))} tokens, `;
+  if (u.cost_micro_usd == null) s += "cost unknown";
+  else s += usd(u.cost_micro_usd) + ({ harness: " (from the harness)", prices: " (from the price table)" }[u.cost_source] || "");
+  if (u.model) s += ", model " + u.model;
+  return s;
+}
+
 /** A `dl` of [label, value] pairs; pairs whose value is null are left out. */
 function defs(pairs) {
   const dl = h("dl", { class: "defs" });
@@ -554,24 +581,35 @@ function approvalItem(initial) {
   const reason = h("p", { class: "reason" });
   const accept = h("button", { type: "button", class: "accept" }, "Accept");
   const decline = h("button", { type: "button", class: "decline" }, "Decline");
-  const actions = h("div", { class: "actions" }, accept, decline);
+  // Accept and remember: a rule (`relay rule list`) then decides the same request
+  // within the chosen scope. Only commands and file changes can be remembered.
+  const scope = h("select", { class: "remember-scope", "aria-label": "Remember for" },
+    REMEMBER_SCOPES.map(([value, label]) => h("option", { value }, label)));
+  scope.value = "agent";
+  const remember = h("button", { type: "button", class: "remember" }, "Accept and remember");
+  const rememberBox = h("span", { class: "remember-box" }, remember, " for ", scope);
+  const buttons = [accept, decline, remember];
+  const actions = h("div", { class: "actions" }, accept, decline, rememberBox);
   const decision = h("span", { class: "decision" });
   const decidedBy = h("span", { class: "decided-by" });
   const decidedAt = h("span", { class: "when" });
-  const outcome = h("p", { class: "outcome" }, decision, " by ", decidedBy, " ", decidedAt);
+  const rememberedAs = h("span", { class: "remembered" });
+  const outcome = h("p", { class: "outcome" }, decision, " by ", decidedBy, " ", decidedAt, rememberedAs);
   const error = h("p", { class: "error", role: "alert", hidden: true });
   const li = h("li", { class: "approval", tabindex: "0", dataset: { approval: a.id } },
     h("div", { class: "approval-head" }, agent, " wants ", kind, " in ", flight, " ", when),
     command, reason, actions, outcome, error);
 
-  async function decide(choice) {
+  async function decide(choice, rememberScope) {
     if (busy || a.state !== "pending") return false;
     busy = true;
-    accept.disabled = decline.disabled = true;
+    for (const b of buttons) b.disabled = true;
     li.setAttribute("aria-busy", "true");
     error.hidden = true;
+    const body = { decision: choice };
+    if (rememberScope) body.remember = { scope: rememberScope };
     try {
-      const got = await call("approval.decide", [a.id], { body: { decision: choice } });
+      const got = await call("approval.decide", [a.id], { body });
       if (got && got.id) {
         update(got);
         putApproval(got, false);
@@ -583,7 +621,7 @@ function approvalItem(initial) {
     } finally {
       busy = false;
       li.removeAttribute("aria-busy");
-      accept.disabled = decline.disabled = a.state !== "pending";
+      for (const b of buttons) b.disabled = a.state !== "pending";
     }
   }
 
@@ -600,8 +638,11 @@ function approvalItem(initial) {
     reason.hidden = !a.reason;
     const pending = a.state === "pending";
     actions.hidden = !pending;
-    accept.disabled = decline.disabled = busy || !pending;
+    for (const b of buttons) b.disabled = busy || !pending;
+    rememberBox.hidden = !(a.kind === "command" || a.kind === "file_change");
     outcome.hidden = pending;
+    rememberedAs.replaceChildren();
+    if (a.remembered) put(rememberedAs, [", remembered as rule ", h("a", { href: "#/rules", class: "mono" }, a.remembered)]);
     setText(decision, a.state === "expired" ? "expired" : a.decision || a.state);
     decision.dataset.decision = a.state === "expired" ? "expired" : a.decision || "";
     setText(decidedBy, a.decided_by || "nobody");
@@ -611,10 +652,19 @@ function approvalItem(initial) {
 
   accept.addEventListener("click", () => decide("accept"));
   decline.addEventListener("click", () => decide("decline"));
+  remember.addEventListener("click", () => decide("accept", scope.value));
   update(a);
   li._approval = { decide, get state() { return a.state; } };
   return { li, update, decide, get approval() { return a; } };
 }
+
+/** The scopes a decision can be remembered for, and how the select names them. */
+const REMEMBER_SCOPES = [
+  ["session", "this session"],
+  ["agent", "this agent"],
+  ["project", "this project"],
+  ["everywhere", "every agent"],
+];
 
 /** Approval items by id, kept across renders so focus and pending requests survive. */
 class ApprovalItems {
@@ -1014,9 +1064,8 @@ function flightView(id) {
         diffBox.hidden = false;
         break;
       case "usage":
-        usageEl.replaceChildren(
-          h("span", { class: "tokens" }, num(u.input_tokens)), " input tokens, ",
-          h("span", { class: "tokens" }, num(u.output_tokens)), " output tokens");
+        // The flight record's usage (its cost filled in by the broker) wins once painted.
+        if (!flight?.usage) setText(usageEl, usageText(u));
         break;
       case "session":
         historyEntry(u, "session ", u.thread_id ? ["thread ", h("span", { class: "mono" }, u.thread_id)] : null,
@@ -1069,6 +1118,7 @@ function flightView(id) {
         ["Reverted", f.commit?.reverted_by ? h("span", { class: "mono" }, revertLabel(f.commit.reverted_by)) : null],
       ]));
     }
+    if (f.usage) setText(usageEl, usageText(f.usage));
     setText(errorEl, f.error ? "Error: " + f.error : "");
     errorEl.hidden = !f.error;
     if (f.output != null && f.output !== paintedOutput) {
@@ -1187,6 +1237,137 @@ function approvalsView() {
       noneDecided.hidden = decided.length > 0;
     },
   };
+}
+
+// Rules: remembered decisions ------------------------------------------------------
+
+function ruleScopeText(r) {
+  switch (r.scope) {
+    case "session": return `session ${r.agent ?? "?"}/${r.session ?? "?"}`;
+    case "agent": return `agent ${r.agent ?? "?"}`;
+    case "project": return `project ${r.project ?? "?"}`;
+    default: return r.scope;
+  }
+}
+
+function rulesView() {
+  const errBox = h("p", { class: "error", role: "alert", hidden: true });
+  const empty = h("p", { class: "muted empty", hidden: true },
+    "No remembered decisions. “Accept and remember” on an approval makes one.");
+  const count = h("p", { class: "muted count" });
+  let rules = new Map();
+  const table = new KeyedTable({
+    id: "rules",
+    caption: "Remembered decisions",
+    keyAttr: "rule",
+    columns: [
+      { cls: "id mono", head: "Rule", rowHeader: true, value: (r) => r.id },
+      { cls: "decision", head: "Decision", value: (r) => r.decision },
+      { cls: "kind", head: "Kind", value: (r) => r.kind },
+      { cls: "pattern mono", head: "Pattern", value: (r) => r.pattern },
+      { cls: "scope", head: "Scope", value: ruleScopeText },
+      {
+        cls: "origin", head: "Origin", value: (r) => r.origin || "",
+        paint: (td, r) => td.replaceChildren(r.origin ? h("span", { class: "mono" }, r.origin) : muted("—"),
+          text(" by " + r.created_by)),
+      },
+      { cls: "num matched", head: "Matched", value: (r) => String(r.matched ?? 0) },
+      {
+        cls: "when", head: "Last matched", value: (r) => String(r.last_matched_at || 0),
+        paint: (td, r) => td.replaceChildren(timeEl(r.last_matched_at)),
+      },
+      {
+        cls: "remove", head: "", value: (r) => r.id,
+        paint: (td, r) => td.replaceChildren(h("button", {
+          type: "button", class: "danger remove-rule", "aria-label": inert(`Remove rule ${r.id}`),
+          onclick: (e) => remove(r.id, e.currentTarget),
+        }, "Remove")),
+      },
+    ],
+  });
+  const el = h("section", { class: "view rules-view", "aria-labelledby": "rules-title" },
+    h("div", { class: "view-head" }, h("h1", { id: "rules-title" }, "Rules"), count),
+    h("p", { class: "muted" }, "Decisions remembered from approvals: each decides the same request " +
+      "(the same command, word for word) within its scope, recorded as decided by rule:ID."),
+    errBox, empty, table.el);
+  let gone = false;
+
+  function render(list) {
+    rules = new Map(list.map((r) => [r.id, r]));
+    for (const id of [...table.rows.keys()]) if (!rules.has(id)) table.remove(id);
+    for (const r of list) table.upsert(r.id, r);
+    table.order(list.map((r) => r.id));
+    empty.hidden = list.length > 0;
+    setText(count, `${list.length} rules`);
+  }
+
+  function refetch() {
+    call("rule.list").then((list) => {
+      if (gone) return;
+      errBox.hidden = true;
+      render(list || []);
+    }, (e) => { if (!gone) showError(errBox, e); });
+  }
+
+  async function remove(id, button) {
+    button.disabled = true;
+    errBox.hidden = true;
+    try {
+      await call("rule.remove", [id]);
+      rules.delete(id);
+      render([...rules.values()]);
+    } catch (e) {
+      showError(errBox, e);
+      button.disabled = false;
+    }
+  }
+
+  refetch();
+  return {
+    el,
+    // A decision (by a person or a rule) may have made or matched a rule.
+    update(d) {
+      if (!d.all && d.approvals) refetch();
+    },
+    destroy: () => { gone = true; },
+  };
+}
+
+// Usage ----------------------------------------------------------------------------
+
+function usageTable(report, keyHead) {
+  const numCell = (v) => h("td", { class: "num" }, num(v));
+  const row = (key, t, total) => h("tr", { class: total ? "total" : null },
+    h("th", { scope: "row", class: "mono" }, key),
+    numCell(t.flights), numCell(t.input_tokens), numCell(t.cached_input_tokens),
+    numCell(t.output_tokens), numCell(t.reasoning_tokens), numCell(t.tokens),
+    h("td", { class: "num cost" }, costText(t)));
+  const rows = (report.rows || []).map((r) => row(r.key, r, false));
+  if (rows.length > 1) rows.push(row("total", report.total || {}, true));
+  return h("table", { class: "grid usage" },
+    h("caption", { class: "sr-only" }, "Usage by " + keyHead),
+    h("thead", null, h("tr", null, [keyHead, "Flights", "Input", "Cached", "Output", "Reasoning", "Tokens", "Cost"]
+      .map((c, i) => h("th", { scope: "col", class: i ? "num" : null }, c)))),
+    h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: "8", class: "muted" }, "No flight reported usage."))));
+}
+
+function usageView() {
+  const byAgent = h("div", { id: "usage-by-agent" }, loading("usage"));
+  const byDay = h("div", { id: "usage-by-day" }, loading("usage"));
+  const el = h("section", { class: "view usage-view", "aria-labelledby": "usage-title" },
+    h("div", { class: "view-head" }, h("h1", { id: "usage-title" }, "Usage")),
+    h("p", { class: "muted" }, "Tokens and cost of flights (input includes cached, output includes reasoning; " +
+      "a flight counts in the UTC day it was created). Cost is ? where unknown: no cost from the harness " +
+      "and no price for the model (relay up --prices)."),
+    h("h2", null, "By agent"), byAgent,
+    h("h2", null, "By day (UTC)"), byDay);
+  let gone = false;
+  for (const [by, box, head] of [["agent", byAgent, "Agent"], ["day", byDay, "Day"]]) {
+    call("usage", [], { query: { by } }).then((r) => {
+      if (!gone) box.replaceChildren(usageTable(r || {}, head));
+    }, (e) => { if (!gone) box.replaceChildren(errorNode(e)); });
+  }
+  return { el, destroy: () => { gone = true; } };
 }
 
 // Conversations --------------------------------------------------------------------
@@ -1546,6 +1727,8 @@ function route() {
   else if (name === "flight" && a) view = flightView(a);
   else if (name === "approvals" && !a) view = approvalsView();
   else if (name === "conversations" && !a) view = conversationsView();
+  else if (name === "rules" && !a) view = rulesView();
+  else if (name === "usage" && !a) view = usageView();
   else if (name === "conversation" && a) view = conversationView(a);
   else if (name === "replay" && a === "flight" && b) view = replayFlightView(b);
   else if (name === "replay" && a === "agent" && b) view = replayAgentView(b);

@@ -14,8 +14,8 @@ const GROUPS: &[(&str, &[&str])] = &[
     (
         "Daily",
         &[
-            "ask", "send", "read", "watch", "flight", "diff", "revert", "approval", "replay",
-            "open",
+            "ask", "send", "read", "watch", "flight", "diff", "revert", "approval", "rule",
+            "replay", "open",
         ],
     ),
     (
@@ -29,6 +29,7 @@ const GROUPS: &[(&str, &[&str])] = &[
             "node",
             "node-key",
             "status",
+            "usage",
             "events",
             "doctor",
             "completions",
@@ -198,7 +199,49 @@ Examples:
 pub const APPROVAL_DECIDE: &str = "\
 Examples:
   relay approval decide apr_01... accept
-  relay approval decide apr_01... decline";
+  relay approval decide apr_01... decline
+  relay approval decide apr_01... accept --remember agent       # and the next `cargo test` too
+  relay approval decide apr_01... accept --remember project --any-arg 2
+
+--remember makes a rule (`relay rule list`) that decides the next request of the same kind \
+exactly like this one, within its scope: session (this agent's current session), agent, \
+project (every agent whose directory is this agent's) or everywhere. A command is \
+remembered word for word as it will run, never as a prefix: a rule for `cargo test` does \
+not cover `cargo test --release` or `cargo test; rm -rf ~`. --any-arg N lets the Nth \
+argument be any plain argument (not an option). A file change is remembered by its \
+path(s). A decline rule wins over an accept rule; the narrowest scope goes first.";
+
+pub const RULE_LIST: &str = "\
+Examples:
+  relay rule list
+  relay rule list --agent codex-1            # the rules that apply to codex-1 now
+  relay rule list --json | jq '.[] | select(.matched == 0)'
+
+Columns: the rule, its decision, the kind of request (command or file_change), its scope \
+and what it is bound to, the approval that made it, how many requests it decided and when \
+last, and its pattern (cut on a narrow terminal: `relay rule show` has it whole).";
+
+pub const USAGE: &str = "\
+Examples:
+  relay usage                                # by agent, every flight
+  relay usage --by day --since 7d
+  relay usage --by tree --since 2026-11-27 --agent codex-1
+  relay usage --by conversation --json | jq '.rows[0]'
+
+INPUT includes CACHED (read from the model's cache); OUTPUT includes REASONING; TOKENS \
+is INPUT plus OUTPUT, what budgets count. A flight counts in the UTC day it was created, \
+with its turn's usage as last reported. COST is `?` where no cost is known, and ends in \
+`+?` when some flights' is not (their tokens are counted, their cost is not).";
+
+pub const AGENT_SET: &str = "\
+Examples:
+  relay agent set codex-1 --budget 200000/day --budget $5/day
+  relay agent set codex-1 --budget 50k/tree --on-budget interrupt
+  relay agent set codex-1 --on-budget finish  # keeps its limits
+  relay agent set codex-1 --no-budget
+
+--budget replaces every limit the agent had. The limits apply from its next flight: one \
+that would start past a limit is refused (budget_exceeded, exit 4), saying when it resets.";
 
 pub const AGENT_FORK: &str = "Examples:
   relay agent fork codex-1 codex-2
@@ -215,6 +258,7 @@ Examples:
   relay agent add kimi --harness acp --cwd . --command kimi --arg acp
   relay agent add cx-a --harness codex --cwd ~/src/project --worktree --copy .env
   relay agent add cx-b --harness codex --cwd ~/src/project --worktree --accept-file-changes
+  relay agent add capped --harness claude --cwd . --budget 200000/day --budget $2/day
 
 With --worktree the agent works in a git worktree of the repository --cwd names, on its
 own branch relay/NAME (from --base, default the repository's current branch), made under

@@ -404,7 +404,9 @@ pub enum SseEnd {
 
 impl Client {
     /// The typed API error in a failed response, or the raw text when there is none. A
-    /// 429 or 503 is [`ClientError::Overloaded`], typed body or not (a proxy's, say).
+    /// 429 or 503 is [`ClientError::Overloaded`], typed body or not (a proxy's, say),
+    /// except a typed refusal that is no overload: `budget_exceeded` is a 429 too, but
+    /// trying again changes nothing until the budget resets or is raised.
     fn error_from(
         &self,
         status: reqwest::StatusCode,
@@ -415,6 +417,16 @@ impl Client {
             .ok()
             .map(|b| b.error);
         match status.as_u16() {
+            429 | 503
+                if !typed.as_ref().is_none_or(|e| {
+                    matches!(e.code, ErrorCode::Overloaded | ErrorCode::Unavailable)
+                }) =>
+            {
+                typed.map_or_else(
+                    || ClientError::Protocol(status.to_string()),
+                    ClientError::Api,
+                )
+            }
             429 | 503 => ClientError::Overloaded {
                 url: self.url.clone(),
                 retry_after,
@@ -516,6 +528,31 @@ mod tests {
         let said = e.to_string();
         assert!(said.contains("is overloaded; retry in 60 s"), "{said}");
         assert!(!said.contains("cannot reach"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_budget_refusal_is_a_refusal_not_an_overload() {
+        use relay_protocol::methods::call as m;
+        let typed = r#"{"error":{"code":"budget_exceeded","message":"agent a1 used 120 of its 100 tokens/day"}}"#;
+        let answer: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{typed}",
+                typed.len()
+            )
+            .into_boxed_str(),
+        );
+        let client = Client::new(&answering(answer).await, "t").unwrap();
+        let e = client
+            .call::<m::StatusShow>(&[], &relay_protocol::api::Empty {})
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Api(_)), "{e:?}");
+        assert_eq!(e.code(), Some(ErrorCode::BudgetExceeded));
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "agent a1 used 120 of its 100 tokens/day (budget_exceeded)"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Agents: `relay agent add|attach|list|show|wake|remove|peek|fork` (the worktree parts
-//! in [`super::workspace`]).
+//! Agents: `relay agent add|attach|list|show|set|wake|remove|peek|fork` (the worktree
+//! parts in [`super::workspace`], the budget in [`super::budget`]).
 
 use relay_protocol::api::Empty;
 use relay_protocol::methods::call as m;
@@ -91,6 +91,8 @@ pub enum AgentCmd {
         wake: WakePolicy,
         #[command(flatten)]
         approvals: super::approval::PolicyArgs,
+        #[command(flatten)]
+        budget: super::budget::BudgetArgs,
         /// Who may invoke the agent (ask it, or consult it with a mention), repeatable:
         /// `operator` (you: any requester that is not an agent), an agent's name, or `*`
         /// for anyone [default: *]. A tmux agent without --command runs a shell, which
@@ -155,6 +157,8 @@ From anywhere:\n  relay agent attach helper --pane %3 --socket default --allow-f
         #[arg(long)]
         json: bool,
     },
+    /// Change an agent's budget (`--budget` replaces its limits), or remove it.
+    Set(super::budget::SetArgs),
     /// Start an agent's session now instead of at its first turn (an agent with wake
     /// policy `manual` runs no turn until this).
     #[command(after_help = "Example:\n  relay agent wake codex-1")]
@@ -220,10 +224,12 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
             node,
             wake,
             approvals,
+            budget,
             allow_from,
             worktree,
             json,
         } => {
+            let budget = budget.budget()?;
             let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
             let mut command = command;
             let mut pane = None;
@@ -278,7 +284,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                     &[],
                     &AgentSpec {
                         fork: None,
-                        budget: None,
+                        budget,
                         worktree: worktree.spec(),
                         name,
                         harness,
@@ -440,6 +446,9 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 for line in super::approval::policy_lines(&a.spec.approval_policy, approvals) {
                     outln!("{line}");
                 }
+                for line in super::budget::agent_lines(client, &a.spec.name).await {
+                    outln!("{line}");
+                }
                 for line in capability_lines(a.spec.harness) {
                     outln!("{line}");
                 }
@@ -455,6 +464,7 @@ pub async fn run(client: &Client, cmd: AgentCmd) -> anyhow::Result<()> {
                 super::workspace::removed(&a, force);
             }
         }
+        AgentCmd::Set(args) => super::budget::set(client, args).await?,
         AgentCmd::Fork(args) => super::workspace::fork(client, args).await?,
         AgentCmd::Peek(args) => super::flight::peek(client, args).await?,
         AgentCmd::Wake { name, json } => {

@@ -4,8 +4,8 @@
 
 use clap::{Args, Subcommand};
 use relay_client::Client;
-use relay_protocol::api::{ApprovalsQuery, DecideApproval};
-use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy};
+use relay_protocol::api::{ApprovalsQuery, DecideApproval, Empty};
+use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalPolicy, Remember, RuleScope};
 use relay_protocol::methods::call as m;
 
 use super::Actor;
@@ -114,6 +114,19 @@ pub struct ApproveArgs {
     id: String,
     /// accept, accept_for_session, decline or cancel.
     decision: ApprovalDecision,
+    /// Also remember the decision as a rule, which decides the next identical request
+    /// itself: for this agent's `session`, the `agent`, its `project` (every agent in
+    /// the same directory) or `everywhere`. Only with accept or decline. A command is
+    /// remembered exactly as it will run (never a prefix: `cargo test` does not cover
+    /// `cargo test --release`).
+    #[arg(long, value_name = "SCOPE")]
+    remember: Option<RuleScope>,
+    /// With --remember: the command's Nth argument (1 = the first after the program)
+    /// may be any plain argument (not an option) in the rule: `--any-arg 2` remembers
+    /// `cargo test parser` as `cargo test *`.
+    #[arg(long, value_name = "N", requires = "remember",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    any_arg: Option<u32>,
     #[command(flatten)]
     actor: Actor,
     /// Print JSON (machine-readable) instead of text.
@@ -179,9 +192,12 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
     let ApproveArgs {
         id,
         decision,
+        remember,
+        any_arg,
         actor,
         json,
     } = args;
+    let remember = remember_of(decision, remember, any_arg)?;
     let decided_by = actor.name();
     // Relay's own identities, from the one list the broker checks too: refused here
     // before anything is sent.
@@ -196,21 +212,53 @@ pub async fn approve(client: &Client, args: ApproveArgs) -> anyhow::Result<()> {
             &DecideApproval {
                 decision,
                 decided_by,
-                remember: None,
+                remember,
             },
         )
         .await?;
     if json {
-        print_json(&a)?;
-    } else {
-        outln!(
-            "{} {} by {}",
-            a.id,
-            decision.as_str(),
-            a.decided_by.as_deref().unwrap_or("?")
-        );
+        return print_json(&a);
+    }
+    outln!(
+        "{} {} by {}",
+        a.id,
+        decision.as_str(),
+        a.decided_by.as_deref().unwrap_or("?")
+    );
+    if let Some(rule_id) = &a.remembered {
+        // The approval names the rule; the rule says what it decides and where.
+        match client.call::<m::RuleShow>(&[rule_id], &Empty {}).await {
+            Ok(rule) => outln!("{}", super::rule::remembered_line(&rule)),
+            Err(e) => outln!("remembered as rule {rule_id} (relay rule show {rule_id}: {e})"),
+        }
+    } else if remember.is_some() {
+        // A broker that took the decision but made no rule must not look like it did.
+        crate::terminal::errln!("relay: warning: the broker recorded the decision but no rule");
     }
     Ok(())
+}
+
+/// `--remember` and `--any-arg` as the broker takes them: only an accept or a decline
+/// is remembered (a cancel is no answer to the request, and `accept_for_session` is
+/// `accept --remember session`).
+fn remember_of(
+    decision: ApprovalDecision,
+    scope: Option<RuleScope>,
+    any_arg: Option<u32>,
+) -> anyhow::Result<Option<Remember>> {
+    let Some(scope) = scope else {
+        return Ok(None);
+    };
+    match decision {
+        ApprovalDecision::Accept | ApprovalDecision::Decline => {}
+        ApprovalDecision::AcceptForSession => crate::exit::usage!(
+            "--remember goes with accept or decline: for `accept_for_session`, decide `accept --remember session`"
+        ),
+        ApprovalDecision::Cancel => {
+            crate::exit::usage!("--remember goes with accept or decline, not cancel")
+        }
+    }
+    Ok(Some(Remember { scope, any_arg }))
 }
 
 #[cfg(test)]
@@ -230,6 +278,56 @@ mod tests {
     fn policy(args: &[&str]) -> ApprovalPolicy {
         let argv = std::iter::once("add").chain(args.iter().copied());
         Add::try_parse_from(argv).unwrap().policy.policy()
+    }
+
+    #[derive(Parser)]
+    struct Decide {
+        #[command(flatten)]
+        args: ApproveArgs,
+    }
+
+    fn decide(args: &[&str]) -> Result<Option<Remember>, String> {
+        let argv = std::iter::once("decide").chain(args.iter().copied());
+        let a = Decide::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .args;
+        remember_of(a.decision, a.remember, a.any_arg).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn remember_takes_a_scope_and_an_argument_position() {
+        assert_eq!(decide(&["apr_1", "accept"]), Ok(None));
+        assert_eq!(
+            decide(&["apr_1", "accept", "--remember", "agent"]),
+            Ok(Some(Remember {
+                scope: RuleScope::Agent,
+                any_arg: None
+            }))
+        );
+        assert_eq!(
+            decide(&[
+                "apr_1",
+                "decline",
+                "--remember",
+                "everywhere",
+                "--any-arg",
+                "2"
+            ]),
+            Ok(Some(Remember {
+                scope: RuleScope::Everywhere,
+                any_arg: Some(2)
+            }))
+        );
+        let no_scope = decide(&["apr_1", "accept", "--remember", "forever"]).unwrap_err();
+        assert!(no_scope.contains("forever"), "{no_scope}");
+        let alone = decide(&["apr_1", "accept", "--any-arg", "1"]).unwrap_err();
+        assert!(alone.contains("--remember"), "{alone}");
+        let zero = decide(&["apr_1", "accept", "--remember", "agent", "--any-arg", "0"]);
+        assert!(zero.unwrap_err().contains("--any-arg"));
+        let cancel = decide(&["apr_1", "cancel", "--remember", "agent"]).unwrap_err();
+        assert_eq!(cancel, "--remember goes with accept or decline, not cancel");
+        let session = decide(&["apr_1", "accept_for_session", "--remember", "agent"]);
+        assert!(session.unwrap_err().contains("accept --remember session"));
     }
 
     #[test]

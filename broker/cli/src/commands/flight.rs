@@ -252,6 +252,9 @@ pub async fn show(client: &Client, args: FlightArgs) -> anyhow::Result<()> {
         if let Some(note) = &flight.note {
             outln!("note       {}", note_text(note));
         }
+        if let Some(u) = &flight.usage {
+            outln!("usage      {}", super::usage::flight_usage_line(u));
+        }
         for line in super::workspace::flight_lines(&flight) {
             outln!("{line}");
         }

@@ -15,6 +15,7 @@ pub mod acp;
 pub mod agent;
 pub mod approval;
 pub mod ask;
+pub mod budget;
 pub mod conversation;
 pub mod doctor;
 pub mod events;
@@ -22,8 +23,10 @@ pub mod flight;
 pub mod mcp;
 pub mod open;
 pub mod replay;
+pub mod rule;
 pub mod serve;
 pub mod status;
+pub mod usage;
 pub mod watch;
 pub mod workspace;
 
@@ -96,6 +99,12 @@ pub enum Cmd {
     /// An agent asks to run a command or change files; a person (or a rule) decides.
     #[command(subcommand)]
     Approval(approval::ApprovalCmd),
+    /// Remembered decisions: list, show, remove.
+    ///
+    /// `relay approval decide ID accept --remember agent` makes one: it decides the next
+    /// identical request itself (recorded as decided by `rule:<id>`).
+    #[command(subcommand)]
+    Rule(rule::RuleCmd),
     /// Replay a flight, an agent's session or a conversation.
     ///
     /// Read from the log: a readable transcript, or one JSON document with --json.
@@ -108,7 +117,7 @@ pub enum Cmd {
     Open(open::OpenArgs),
 
     // --- agents and conversations ----------------------------------------------------
-    /// Agents: add, attach, list, show, wake, remove, peek, fork.
+    /// Agents: add, attach, list, show, set, wake, remove, peek, fork.
     ///
     /// `attach` adopts a tmux pane of yours; `peek` shows what a tmux agent's pane shows.
     #[command(subcommand)]
@@ -149,6 +158,11 @@ or the data dir's api.json.\n\nExample (an MCP client's configuration):\n  \
     /// Show the broker's state.
     #[command(after_help = "Examples:\n  relay status\n  relay status --json")]
     Status(JsonFlag),
+    /// Tokens and cost of flights, by agent, conversation, tree, day or node.
+    ///
+    /// Each row adds up its flights' last reported usage; COST is `?` where no cost is
+    /// known (no cost from the harness and no price for its model: `relay up --prices`).
+    Usage(usage::UsageArgs),
     /// Print the event log, or follow it.
     ///
     /// The last N events, or N events after --since SEQ; --follow goes on live (across a
@@ -239,6 +253,8 @@ pub async fn run(
         Cmd::Agent(cmd) => agent::run(&client(data_dir)?, cmd).await.and(done),
         Cmd::Conversation(cmd) => conversation::run(&client(data_dir)?, cmd).await.and(done),
         Cmd::Approval(cmd) => approval::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Rule(cmd) => rule::run(&client(data_dir)?, cmd).await.and(done),
+        Cmd::Usage(args) => usage::run(&client(data_dir)?, args).await.and(done),
         Cmd::Reply(args) => flight::reply(&client(data_dir)?, args).await.and(done),
         Cmd::Mcp(args) => mcp::run(&client(data_dir)?, args).await.and(done),
         // Served even without a broker: the editor is answered why, not left with a

@@ -1,5 +1,5 @@
 //! The tables of the listings (`relay agent list`, `flight list`, `approval list`,
-//! `conversation list`): a header row, columns as wide as their widest cell, fitted to
+//! `conversation list`, `rule list`, `usage`): a header row (numbers aligned right), columns as wide as their widest cell, fitted to
 //! the terminal by cutting the one column that gives (a summary, a task) at a word with
 //! an ellipsis, states in colour on a terminal, and a line on stderr when there is
 //! nothing to list. In a pipe nothing is cut: scripts get every cell whole (or use
@@ -36,6 +36,14 @@ impl Cell {
             ..Cell::new(text)
         }
     }
+
+    /// A total's label.
+    pub fn bold(text: impl AsRef<str>) -> Cell {
+        Cell {
+            paint: Paint::Bold,
+            ..Cell::new(text)
+        }
+    }
 }
 
 pub struct Table {
@@ -47,6 +55,11 @@ pub struct Table {
     /// Columns left out, in this order, when the table does not fit even with the
     /// flexible column cut to [`MIN_FLEX`].
     optional: Vec<usize>,
+    /// Leave the optional columns out before cutting the flexible one (a key that must
+    /// stay whole matters more than a breakdown).
+    drop_first: bool,
+    /// Columns aligned to the right (numbers).
+    right: Vec<usize>,
 }
 
 /// The narrowest the flexible column is cut to before columns are left out (and, with
@@ -60,15 +73,40 @@ impl Table {
             rows: Vec::new(),
             flex: Some(headers.len().saturating_sub(1)),
             optional: Vec::new(),
+            drop_first: false,
+            right: Vec::new(),
         }
+    }
+
+    fn positions(&self, headers: &[&str]) -> Vec<usize> {
+        headers
+            .iter()
+            .filter_map(|h| self.headers.iter().position(|x| x == h))
+            .collect()
+    }
+
+    /// The column (by header) cut to fit the terminal, instead of the last one.
+    pub fn flex(mut self, header: &str) -> Table {
+        self.flex = self.headers.iter().position(|x| *x == header);
+        self
+    }
+
+    /// The columns (by header) aligned to the right: numbers.
+    pub fn right(mut self, headers: &[&str]) -> Table {
+        self.right = self.positions(headers);
+        self
+    }
+
+    /// On a narrow terminal, leave the optional columns out before cutting the flexible
+    /// one.
+    pub fn drop_before_cutting(mut self) -> Table {
+        self.drop_first = true;
+        self
     }
 
     /// The columns (by header) a narrow terminal may do without, the first to go first.
     pub fn optional(mut self, headers: &[&str]) -> Table {
-        self.optional = headers
-            .iter()
-            .filter_map(|h| self.headers.iter().position(|x| x == h))
-            .collect();
+        self.optional = self.positions(headers);
         self
     }
 
@@ -116,6 +154,13 @@ impl Table {
                     break;
                 }
                 let others = total - widths[flex];
+                let can_drop = dropping.clone().any(|i| shown.contains(i));
+                if self.drop_first && can_drop {
+                    if let Some(i) = dropping.next() {
+                        shown.retain(|s| s != i);
+                    }
+                    continue;
+                }
                 if width.saturating_sub(others) >= MIN_FLEX.min(widths[flex]) {
                     widths[flex] = width - others;
                     break;
@@ -150,6 +195,15 @@ impl Table {
                     None => cell.text.clone(),
                 };
                 let pad = widths[i].saturating_sub(columns(&text));
+                if self.right.contains(&i) {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(&cell.paint.paint(&text));
+                    if last {
+                        break;
+                    }
+                    line.push_str("  ");
+                    continue;
+                }
                 line.push_str(&cell.paint.paint(&text));
                 if last {
                     break;

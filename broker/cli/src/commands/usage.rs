@@ -1,0 +1,356 @@
+//! `relay usage`: tokens and cost of flights added up by agent, conversation, tree, day
+//! or node; and how a flight's own usage reads in `relay flight show`
+//! ([`flight_usage_line`]). Money is shown to the micro-dollar (`$0.012300`), `?` where
+//! no cost is known (no harness cost and no price for the model: `relay up --prices`).
+
+use clap::Args;
+use relay_client::Client;
+use relay_protocol::api::{UsageQuery, UsageReport};
+use relay_protocol::domain::{format_usd, TokenUsage, UsageBy, UsageTotals};
+use relay_protocol::methods::call as m;
+
+use crate::help;
+use crate::views::print_json;
+use crate::views::table::{Cell, Table};
+
+#[derive(Args)]
+#[command(after_help = help::USAGE)]
+pub struct UsageArgs {
+    /// Group flights by agent, conversation, tree (a root flight and the flights it
+    /// asked of other agents), day (UTC) or node.
+    #[arg(long, value_name = "GROUP", default_value_t = UsageBy::Agent)]
+    by: UsageBy,
+    /// Only flights created since then: a duration back from now (`30m`, `24h`, `7d`,
+    /// `2w`) or a UTC date (`2026-11-27`, from its midnight) [default: all].
+    #[arg(long, value_name = "WHEN", value_parser = since_arg)]
+    since: Option<u64>,
+    /// Only this agent's flights.
+    #[arg(long, value_name = "AGENT")]
+    agent: Option<String>,
+    /// Print JSON (machine-readable) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `relay usage`.
+pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
+    let UsageArgs {
+        by,
+        since,
+        agent,
+        json,
+    } = args;
+    let report: UsageReport = client
+        .call::<m::UsageShow>(&[], &UsageQuery { by, since, agent })
+        .await?;
+    if json {
+        return print_json(&report);
+    }
+    let since = report
+        .since
+        .map(|s| format!(" since {}", utc_minute(s)))
+        .unwrap_or_default();
+    report_table(&report).print(
+        crate::terminal::width(),
+        &format!("no flight reported usage{since}"),
+    );
+    Ok(())
+}
+
+/// The report as a table: a row per group, then the total (when there is more than
+/// one row). The numbers are right-aligned; on a narrow terminal the breakdown
+/// columns go first, then the key is cut.
+fn report_table(report: &UsageReport) -> Table {
+    let key = match report.by {
+        UsageBy::Agent => "AGENT",
+        UsageBy::Conversation => "CONVERSATION",
+        UsageBy::Tree => "TREE",
+        UsageBy::Day => "DAY",
+        UsageBy::Node => "NODE",
+    };
+    let numbers = [
+        "FLIGHTS",
+        "INPUT",
+        "CACHED",
+        "OUTPUT",
+        "REASONING",
+        "TOKENS",
+        "COST",
+    ];
+    let headers: Vec<&'static str> = std::iter::once(key).chain(numbers).collect();
+    let mut table = Table::new(&headers)
+        .flex(key)
+        .right(&numbers)
+        .optional(&["REASONING", "CACHED", "FLIGHTS"])
+        .drop_before_cutting();
+    let row = |key: Cell, t: &UsageTotals| {
+        let mut cells = vec![key];
+        cells.extend(
+            [
+                t.flights,
+                t.input_tokens,
+                t.cached_input_tokens,
+                t.output_tokens,
+                t.reasoning_tokens,
+                t.tokens,
+            ]
+            .map(|n| Cell::new(n.to_string())),
+        );
+        cells.push(Cell::new(cost_text(t)));
+        cells
+    };
+    for r in &report.rows {
+        table.row(row(Cell::new(&r.key), &r.totals));
+    }
+    if report.rows.len() > 1 {
+        table.row(row(Cell::bold("total"), &report.total));
+    }
+    table
+}
+
+/// A total's cost: `$0.012300`; `?` when no flight of it has a known cost; `$0.012300+?`
+/// when some have none (the sum leaves them out).
+fn cost_text(t: &UsageTotals) -> String {
+    match t.flights_without_cost {
+        0 => format_usd(t.cost_micro_usd),
+        n if n >= t.flights => "?".into(),
+        _ => format!("{}+?", format_usd(t.cost_micro_usd)),
+    }
+}
+
+/// A flight's usage on one line (`relay flight show`): `1200 input (400 cached) + 300
+/// output (100 reasoning) = 1500 tokens, $0.012300 (from the harness), model gpt-5`.
+pub fn flight_usage_line(u: &TokenUsage) -> String {
+    let mut line = format!("{} input", u.input_tokens);
+    if u.cached_input_tokens > 0 {
+        line.push_str(&format!(" ({} cached)", u.cached_input_tokens));
+    }
+    line.push_str(&format!(" + {} output", u.output_tokens));
+    if let Some(r) = u.reasoning_tokens.filter(|r| *r > 0) {
+        line.push_str(&format!(" ({r} reasoning)"));
+    }
+    line.push_str(&format!(" = {} tokens, ", u.tokens()));
+    match (u.cost_micro_usd, u.cost_source) {
+        (Some(c), Some(relay_protocol::domain::CostSource::Harness)) => {
+            line.push_str(&format!("{} (from the harness)", format_usd(c)))
+        }
+        (Some(c), Some(relay_protocol::domain::CostSource::Prices)) => {
+            line.push_str(&format!("{} (from the price table)", format_usd(c)))
+        }
+        (Some(c), None) => line.push_str(&format_usd(c)),
+        (None, _) => line.push_str("cost unknown"),
+    }
+    if let Some(model) = &u.model {
+        line.push_str(&format!(", model {model}"));
+    }
+    line
+}
+
+/// `--since`: `30m`, `24h`, `7d`, `2w` back from now, or a UTC date `YYYY-MM-DD` (its
+/// midnight), as ms since the epoch.
+fn since_arg(text: &str) -> Result<u64, String> {
+    parse_since(text, relay_protocol::clock::now_ms())
+}
+
+fn parse_since(text: &str, now_ms: u64) -> Result<u64, String> {
+    let text = text.trim();
+    let bad =
+        || format!("{text:?} is neither a duration (30m, 24h, 7d, 2w) nor a date (2026-11-27)");
+    if let Some(ms) = date_ms(text) {
+        return Ok(ms);
+    }
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let per: u64 = match unit {
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => 86_400_000,
+        'w' => 7 * 86_400_000,
+        _ => return Err(bad()),
+    };
+    let n: u64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    let back = n.checked_mul(per).ok_or_else(bad)?;
+    Ok(now_ms.saturating_sub(back))
+}
+
+/// `YYYY-MM-DD` as the ms of its UTC midnight, for a real date from 1970 on.
+fn date_ms(text: &str) -> Option<u64> {
+    let mut parts = text.splitn(3, '-');
+    let (y, mo, d) = (parts.next()?, parts.next()?, parts.next()?);
+    if y.len() != 4 || mo.len() != 2 || d.len() != 2 {
+        return None;
+    }
+    let (y, mo, d): (i64, u32, u32) = (y.parse().ok()?, mo.parse().ok()?, d.parse().ok()?);
+    if !(1..=12).contains(&mo) || d == 0 || d > days_in_month(y, mo) || y < 1970 {
+        return None;
+    }
+    u64::try_from(days_from_civil(y, mo, d) * 86_400_000).ok()
+}
+
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The UTC date and time of `ms` since the epoch: `2026-11-28 00:00 UTC`.
+pub fn utc_minute(ms: u64) -> String {
+    let days = i64::try_from(ms / 86_400_000).unwrap_or(0);
+    let minute = (ms % 86_400_000) / 60_000;
+    // Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        minute / 60,
+        minute % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use relay_protocol::api::UsageRow;
+
+    const NOV_27: u64 = 1_795_737_600_000; // 2026-11-27 00:00 UTC
+
+    #[test]
+    fn since_takes_a_duration_or_a_utc_date() {
+        let now = NOV_27 + 3_600_000;
+        assert_eq!(parse_since("2026-11-27", now), Ok(NOV_27));
+        assert_eq!(parse_since("1h", now), Ok(NOV_27));
+        assert_eq!(parse_since("24h", now), Ok(now - 86_400_000));
+        assert_eq!(parse_since("7d", now), Ok(now - 7 * 86_400_000));
+        assert_eq!(parse_since("30m", now), Ok(now - 1_800_000));
+        assert_eq!(parse_since("2w", now), Ok(now - 14 * 86_400_000));
+        assert_eq!(parse_since("2024-02-29", now), Ok(1_709_164_800_000));
+        for bad in [
+            "",
+            "h",
+            "7",
+            "7y",
+            "-1d",
+            "2026-13-01",
+            "2026-02-29",
+            "26-11-27",
+            "1d2h",
+        ] {
+            let e = parse_since(bad, now).unwrap_err();
+            assert!(e.contains("neither a duration"), "{bad}: {e}");
+        }
+        assert_eq!(utc_minute(NOV_27 + 86_400_000), "2026-11-28 00:00 UTC");
+        assert_eq!(utc_minute(NOV_27 + 90_061_000), "2026-11-28 01:01 UTC");
+        assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
+    }
+
+    fn totals(flights: u64, tokens: u64, cost: u64, without: u64) -> UsageTotals {
+        UsageTotals {
+            flights,
+            input_tokens: tokens - 10,
+            cached_input_tokens: 5,
+            output_tokens: 10,
+            reasoning_tokens: 2,
+            tokens,
+            cost_micro_usd: cost,
+            flights_without_cost: without,
+        }
+    }
+
+    #[test]
+    fn costs_are_exact_and_unknown_ones_are_said() {
+        assert_eq!(cost_text(&totals(1, 100, 12_300, 0)), "$0.012300");
+        assert_eq!(cost_text(&totals(2, 100, 0, 2)), "?");
+        assert_eq!(cost_text(&totals(3, 100, 12_300, 1)), "$0.012300+?");
+    }
+
+    fn report() -> UsageReport {
+        UsageReport {
+            by: UsageBy::Agent,
+            since: None,
+            rows: vec![
+                UsageRow {
+                    key: "codex-1".into(),
+                    totals: totals(2, 1500, 12_300, 0),
+                },
+                UsageRow {
+                    key: "a-longer-agent-name".into(),
+                    totals: totals(1, 40, 0, 1),
+                },
+            ],
+            total: totals(3, 1540, 12_300, 1),
+        }
+    }
+
+    #[test]
+    fn the_report_is_a_table_with_a_total_line() {
+        let lines = report_table(&report()).render(None);
+        assert_eq!(
+            lines,
+            vec![
+                "AGENT                FLIGHTS  INPUT  CACHED  OUTPUT  REASONING  TOKENS         COST",
+                "codex-1                    2   1490       5      10          2    1500    $0.012300",
+                "a-longer-agent-name        1     30       5      10          2      40            ?",
+                "total                      3   1530       5      10          2    1540  $0.012300+?",
+            ]
+        );
+        // One row: no total line to repeat it.
+        let mut one = report();
+        one.rows.truncate(1);
+        assert_eq!(report_table(&one).render(None).len(), 2);
+    }
+
+    #[test]
+    fn a_narrow_terminal_leaves_the_breakdown_out_before_cutting_the_key() {
+        let lines = report_table(&report()).render(Some(60));
+        assert!(
+            lines.iter().all(|l| crate::terminal::columns(l) <= 60),
+            "{lines:#?}"
+        );
+        assert!(!lines[0].contains("REASONING"), "{lines:#?}");
+        assert!(lines[2].starts_with("a-longer-agent-name "), "{lines:#?}");
+        assert!(lines[0].ends_with("COST"), "{lines:#?}");
+    }
+
+    #[test]
+    fn a_flight_usage_reads_on_one_line() {
+        let u = TokenUsage {
+            input_tokens: 1200,
+            cached_input_tokens: 400,
+            output_tokens: 300,
+            reasoning_tokens: Some(100),
+            model: Some("gpt-5".into()),
+            cost_micro_usd: Some(12_300),
+            cost_source: Some(relay_protocol::domain::CostSource::Harness),
+        };
+        assert_eq!(
+            flight_usage_line(&u),
+            "1200 input (400 cached) + 300 output (100 reasoning) = 1500 tokens, $0.012300 (from the harness), model gpt-5"
+        );
+        assert_eq!(
+            flight_usage_line(&TokenUsage::new(10, 2)),
+            "10 input + 2 output = 12 tokens, cost unknown"
+        );
+    }
+}

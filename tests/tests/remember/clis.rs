@@ -5,7 +5,8 @@
 //! Code's `run_shell_command`; each asks for approval first), then the model answers
 //! `outputs: <the tool's output>`; anything else is answered `ok`.
 
-use relay_mock_model::{qwen_env, write_qwen_home, RecordedRequest, Reply};
+use relay_mock_model::{qwen_env, write_qwen_home, RecordedRequest, Reply, Usage};
+use relay_protocol::domain::{CostSource, TokenUsage};
 use relay_tests::agents::{state, Env};
 use serde_json::{json, Value};
 
@@ -63,29 +64,90 @@ impl Cli {
     }
 }
 
-/// The mock's answer (see the module docs).
+/// What a model call of one CLI reports, by step of the turn: each harness and step its
+/// own counts, so a sum shows which calls it counted. Claude Code's input has cache
+/// writes (the Messages API alone has them; no reasoning count there); the others
+/// reasoning. Cache writes a multiple of 4 and reads even: Claude Code's own cost of
+/// them is whole micro-dollars.
+pub fn mock_usage(cli: Cli, step: Step) -> Usage {
+    match (cli, step) {
+        (Cli::Codex, Step::Text) => Usage::new(1200, 300, 70, 30),
+        (Cli::Codex, Step::Call) => Usage::new(2100, 600, 40, 10),
+        (Cli::Codex, Step::Answer) => Usage::new(3300, 1500, 90, 25),
+        (Cli::Claude, Step::Text) => Usage::new(2200, 500, 90, 0).with_cache_write(100),
+        (Cli::Claude, Step::Call) => Usage::new(2400, 800, 40, 0).with_cache_write(200),
+        (Cli::Claude, Step::Answer) => Usage::new(3600, 1600, 60, 0),
+        (Cli::Qwen, Step::Text) => Usage::new(3200, 700, 110, 20),
+        (Cli::Qwen, Step::Call) => Usage::new(4100, 900, 50, 5),
+        (Cli::Qwen, Step::Answer) => Usage::new(5300, 2500, 130, 15),
+    }
+}
+
+/// One model call of a turn: a text answer, a tool call, the answer after the tool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Step {
+    Text,
+    Call,
+    Answer,
+}
+
+/// What Relay must record for a turn of `cli` made of `steps`, before any price table:
+/// every adapter adds its turn's calls up (cache writes are input, never cached);
+/// Claude Code's cost is its own, of a model it does not know (the mock's): $5 per
+/// million input tokens, $6.25 written to the cache, $0.50 read from it, $25 output.
+pub fn relay_usage(cli: Cli, steps: &[Step]) -> TokenUsage {
+    let calls: Vec<Usage> = steps.iter().map(|s| mock_usage(cli, *s)).collect();
+    let sum = |f: fn(&Usage) -> u64| calls.iter().map(f).sum::<u64>();
+    let claude_cost = calls
+        .iter()
+        .map(|u| {
+            (u.input - u.cached - u.cache_write) * 5
+                + u.cache_write * 25 / 4
+                + u.cached / 2
+                + u.output * 25
+        })
+        .sum();
+    TokenUsage {
+        input_tokens: sum(|u| u.input),
+        cached_input_tokens: sum(|u| u.cached),
+        output_tokens: sum(|u| u.output),
+        reasoning_tokens: (cli != Cli::Claude).then(|| sum(|u| u.reasoning)),
+        model: (cli != Cli::Qwen).then(|| "mock-model".to_string()),
+        cost_micro_usd: (cli == Cli::Claude).then_some(claude_cost),
+        cost_source: (cli == Cli::Claude).then_some(CostSource::Harness),
+    }
+}
+
+/// The mock's answer (see the module docs), with [`mock_usage`]. Which CLI asks is told
+/// by its shell tool.
 pub fn script(req: &RecordedRequest) -> Reply {
+    let cli = if req.offers_tool("Bash") {
+        Cli::Claude
+    } else if req.offers_tool("run_shell_command") {
+        Cli::Qwen
+    } else {
+        Cli::Codex
+    };
     let text = req.last_user_text().unwrap_or_default();
     let Some((_, rest)) = text.split_once("exec:") else {
-        return Reply::text("ok");
+        return Reply::text("ok").with_usage(mock_usage(cli, Step::Text));
     };
     let cmd = rest.lines().next().unwrap_or_default().trim();
     if let Some(output) = req.tool_output_since_prompt() {
-        return Reply::text(format!("outputs: {output}"));
+        return Reply::text(format!("outputs: {output}")).with_usage(mock_usage(cli, Step::Answer));
     }
     // Unique per request (Claude Code drops a call whose id it saw before).
     let call_id = format!("toolu_{}", req.messages().len() + req.input().len());
-    if req.offers_tool("Bash") {
-        Reply::function_call(
+    let call = match cli {
+        Cli::Claude => Reply::function_call(
             call_id,
             "Bash",
             &json!({"command": cmd, "description": "the test asks"}),
-        )
-    } else if req.offers_tool("run_shell_command") {
-        Reply::shell_command(call_id, cmd, "the test asks")
-    } else {
-        Reply::exec_command_escalated(call_id, cmd, "the test asks")
-    }
+        ),
+        Cli::Qwen => Reply::shell_command(call_id, cmd, "the test asks"),
+        Cli::Codex => Reply::exec_command_escalated(call_id, cmd, "the test asks"),
+    };
+    call.with_usage(mock_usage(cli, Step::Call))
 }
 
 pub fn ended(f: &Value) -> bool {

@@ -16,10 +16,15 @@
 //!   flight; the next is refused with `budget_exceeded` (exit code and a message naming
 //!   the budget and when it resets); `relay agent set --budget` higher lets it run.
 //!
+//! - `concurrent`: sixteen decisions remembered over HTTP at once, and removals racing
+//!   the next asks (`relay-fake-acp` agents: sixteen real CLIs are too heavy for it): no
+//!   rule lost, each rule's count exactly the approvals it decided.
+//!
 //! The harnesses and the mock's script are in `clis`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod budget;
 mod clis;
+mod concurrent;
 mod rules;
 mod usage;

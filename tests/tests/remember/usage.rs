@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use relay_protocol::domain::{TokenUsage, UsageTotals};
+use relay_protocol::domain::{CostSource, TokenUsage, UsageTotals};
 use relay_tests::agents::Env;
 use serde_json::Value;
 
-use crate::clis::{usage_report, with_usage, Cli};
+use crate::clis::{relay_usage, usage_report, with_usage, Cli, Step};
 
 /// Dollars per million tokens of the mock's model: whole micro-dollars per token, so
 /// the cost Relay computes is exact.
@@ -91,8 +91,12 @@ async fn usage_adds_up_by_agent_tree_and_day() {
     env.mock.set_handler(crate::clis::script);
     Cli::Codex.add(&env, "cx", &[]);
     // Its shell asks the Codex agent: accepted by the agent's rule.
-    Cli::Claude.add(&env, "cl", &["--auto-accept", "relay ask cx hello"]);
-    Cli::Qwen.add(&env, "qw", &[]);
+    // Named, the mock's model is one Claude Code does not know (it prices it its own
+    // way) and one the price table prices for Qwen Code, whose reports name no model.
+    let model = ["--model", "mock-model"];
+    let rule = ["--auto-accept", "relay ask cx hello"];
+    Cli::Claude.add(&env, "cl", &[&model[..], &rule[..]].concat());
+    Cli::Qwen.add(&env, "qw", &model);
 
     // A text flight on each harness, and a tree: cl's flight, cx's child under it.
     let mut ids: Vec<String> = ["cx", "cl", "qw"]
@@ -118,15 +122,27 @@ async fn usage_adds_up_by_agent_tree_and_day() {
     assert_eq!(child["root_flight"], root.as_str(), "{child}");
     flights.push(child);
 
-    for f in &flights {
-        let u = usage_of(f);
-        assert!(u.input_tokens > 0 && u.output_tokens > 0, "{f}");
-        assert!(u.cached_input_tokens <= u.input_tokens, "{f}");
-        // Codex and Qwen Code report no cost: the price table's, exact.
-        if f["agent"] != "cl" {
-            assert_eq!(u.model.as_deref(), Some("mock-model"), "{f}");
-            assert_eq!(u.cost_micro_usd, Some(priced(&u)), "{f}");
+    // Each flight's usage is what the mock reported for its calls, added up; the
+    // price table's cost where the harness reports none.
+    let turns = [
+        (Cli::Codex, &[Step::Text][..]),
+        (Cli::Claude, &[Step::Text]),
+        (Cli::Qwen, &[Step::Text]),
+        (Cli::Claude, &[Step::Call, Step::Answer]),
+        (Cli::Codex, &[Step::Text]),
+    ];
+    for (f, (cli, steps)) in flights.iter().zip(turns) {
+        let mut want = relay_usage(cli, steps);
+        if cli != Cli::Claude {
+            want.cost_micro_usd = Some(priced(&want));
+            want.cost_source = Some(CostSource::Prices);
         }
+        let got = usage_of(f);
+        if cli == Cli::Qwen {
+            // Qwen Code names no model; Relay priced it by the agent's.
+            want.model = got.model.clone();
+        }
+        assert_eq!(got, want, "{cli:?} {steps:?}: {f}");
     }
 
     // By agent, by tree (the root and its child in one row; every other flight its own

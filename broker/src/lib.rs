@@ -4,8 +4,9 @@
 //! - [`store`]: sled: the append-only event log and the projections rebuilt from it.
 //! - [`broker`]: the domain rules (who may invoke whom, an agent's queue, a flight's
 //!   output cap among them) and the single writer that group-commits them;
-//!   [`policy`]: approval policies; [`ops`]: steer, interrupt and decide, the same for
-//!   every interface; [`workspaces`]: agents' worktrees (remove, diff, revert, fork),
+//!   [`policy`]: approval policies and remembered decisions' rules; [`ops`]: steer,
+//!   interrupt and decide (and remember), the same for every interface; [`remembered`]:
+//!   remembered rules listed, removed and deciding requests, the same for every interface; [`workspaces`]: agents' worktrees (remove, diff, revert, fork),
 //!   the same for every interface; [`ports`]: what the domain needs from the runtime
 //!   ([`ports::FlightControl`]).
 //! - [`feed`]: a gap-free, duplicate-free stream of events from any seq (SSE, NATS);
@@ -39,7 +40,7 @@
 //! Depends on: relay-harnesses, relay-infra, relay-protocol, relay-runtime.
 //!
 //! Modules depend one way, in layers: the leaves, on no other module; the domain (`store`, then
-//! `broker`, `feed`, `watch`, `replay`, `ports`, `ops`) and its ports; the adapters (`http`
+//! `broker`, `feed`, `watch`, `replay`, `ports`, `ops`, `remembered`) and its ports; the adapters (`http`
 //! and `nats`, the interfaces; `node` on `nats`; `plane` on `node`, implementing the
 //! ports); and `server`, which wires them together.
 //!
@@ -50,16 +51,19 @@
 //! - `store` -> `error`
 //! - `ports` -> `error`
 //! - `broker` -> `error`, `policy`, `ports`, `store`, `tasks`
-//! - `feed`, `ops` -> `broker`, `error`, `ports`
+//! - `feed` -> `broker`, `error`, `ports`
+//! - `ops` -> `broker`, `error`, `policy`, `ports`
+//! - `remembered` -> `broker`, `error`, `ops`, `policy`, `ports`
 //! - `workspaces` -> `broker`, `error`, `ports`, `store`
 //! - `replay` -> `broker`, `error`, `store`
 //! - `watch` -> `broker`, `error`, `feed`, `store`
-//! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `replay`, `seal`, `store`, `tasks`,
-//!   `watch`, `workspaces`
-//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `seal`, `watch`, `workspaces`
+//! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `remembered`, `replay`, `seal`,
+//!   `store`, `tasks`, `watch`, `workspaces`
+//! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `remembered`, `seal`, `watch`,
+//!   `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`
-//! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`, `seal`,
-//!   `store`, `tasks`
+//! - `plane` -> `alerts`, `broker`, `error`, `feed`, `node`, `ops`, `policy`, `ports`,
+//!   `remembered`, `seal`, `store`, `tasks`
 //! - `server` -> `alerts`, `broker`, `error`, `files`, `http`, `nats`, `plane`, `seal`, `store`,
 //!   `tasks`
 //!
@@ -83,6 +87,7 @@ pub mod ops;
 pub mod plane;
 pub mod policy;
 pub mod ports;
+pub mod remembered;
 pub mod replay;
 pub mod seal;
 pub mod server;

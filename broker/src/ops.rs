@@ -1,14 +1,17 @@
 //! Operations that every interface (HTTP, NATS) offers the same way, so their rules live
-//! in one place: steer, interrupt and decide an approval.
+//! in one place: steer, interrupt and decide an approval (remembering the decision as a
+//! rule, and answering each harness in its own terms).
 
 use std::sync::Arc;
 
 use relay_protocol::domain::{
-    Approval, ApprovalDecision, ApprovalState, Flight, FlightChange, FlightState,
+    decider, Approval, ApprovalDecision, ApprovalState, Flight, FlightChange, FlightState,
+    Remember, RuleScope,
 };
 
 use crate::broker::Broker;
 use crate::error::{BadInput, BrokerError};
+use crate::policy::remember;
 use crate::ports::FlightControl;
 
 /// A live (non-terminal) flight and the runtime control that can act on it.
@@ -172,9 +175,16 @@ pub fn check_client_name(name: &str, via: Via, claim: Claim) -> Result<(), Broke
 
 /// Decides an approval: the harness gets the answer first, and only once it has it is
 /// the decision recorded, so the record never claims an answer the agent did not get.
-/// `by`: `None` for Relay's own policies, which wait for room in the command queue and
-/// may record a reserved identity; a client's `decided_by` is checked first
-/// ([`check_client_decider`]).
+/// `by`: `None` for Relay's own policies and remembered rules, which wait for room in
+/// the command queue and may record a reserved identity; a client's `decided_by` is
+/// checked first ([`check_client_decider`]).
+///
+/// `remember`: the decision is remembered as a rule ([`crate::policy::remember`]), built
+/// before the harness is answered: one that cannot be remembered exactly is refused
+/// (`invalid_request`) and the approval stays pending. A client's `accept_for_session`
+/// without it is remembered for the session (a Relay rule records every "always"); if
+/// it cannot be, it is a plain accept, answered and recorded as one. The harness gets
+/// its own form of the answer ([`crate::policy::remember::harness_answer`]).
 pub async fn decide(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
@@ -182,6 +192,7 @@ pub async fn decide(
     decision: ApprovalDecision,
     decided_by: &str,
     by: Option<Via>,
+    remember: Option<Remember>,
 ) -> Result<Approval, BrokerError> {
     let internal = by.is_none();
     if let Some(via) = by {
@@ -194,7 +205,12 @@ pub async fn decide(
     };
     let decided_by = recorded.as_str();
     let id = approval.to_string();
-    let (pending, flight_agent) = broker
+    // The rule an internal decision names (`rule:<id>`), for the harness's answer.
+    let by_rule = match internal {
+        true => decided_by.strip_prefix(decider::RULE).map(str::to_string),
+        false => None,
+    };
+    let (pending, flight_agent, agent, matched) = broker
         .store()
         .read(move |s| {
             let pending = s.approval(&id)?;
@@ -206,7 +222,15 @@ pub async fn decide(
                     None => None,
                 },
             };
-            Ok::<_, BrokerError>((pending, flight_agent))
+            let agent = match &pending {
+                Some(a) => s.agent(&a.agent)?,
+                None => None,
+            };
+            let matched = match &by_rule {
+                Some(rule) => s.rule(rule)?,
+                None => None,
+            };
+            Ok::<_, BrokerError>((pending, flight_agent, agent, matched))
         })
         .await?;
     let Some(pending) = pending else {
@@ -224,18 +248,46 @@ pub async fn decide(
     if pending.state != ApprovalState::Pending {
         return Err(BrokerError::ApprovalClosed(approval.into()));
     }
+    let implicit =
+        remember.is_none() && !internal && decision == ApprovalDecision::AcceptForSession;
+    let asked = remember.or(implicit.then_some(Remember {
+        scope: RuleScope::Session,
+        any_arg: None,
+    }));
+    let rule = match (asked, &agent) {
+        (None, _) => None,
+        (Some(_), None) if implicit => None,
+        (Some(_), None) => return Err(BrokerError::UnknownAgent(pending.agent.clone())),
+        (Some(r), Some(agent)) => {
+            match remember::remembered_rule(&pending, agent, decision, r, decided_by) {
+                Ok(rule) => Some(rule),
+                Err(why) if implicit => {
+                    tracing::debug!(approval = %pending.id, %why, "accept_for_session not remembered: a plain accept");
+                    None
+                }
+                Err(why) => return Err(BrokerError::Invalid(why)),
+            }
+        }
+    };
+    let decision = match decision {
+        ApprovalDecision::AcceptForSession if rule.is_none() => ApprovalDecision::Accept,
+        d => d,
+    };
+    let session_rule = rule
+        .as_ref()
+        .or(matched.as_ref())
+        .is_some_and(|r| r.scope == RuleScope::Session && r.decision == ApprovalDecision::Accept);
     if let Some(control) = control {
         let mut answer = pending;
-        answer.decision = Some(decision);
+        answer.decision = Some(match &agent {
+            Some(a) => remember::harness_answer(a.spec.harness, decision, session_rule),
+            None => decision,
+        });
         control.approval_decided(answer).await?;
     }
-    if internal {
-        broker
-            .decide_approval_internal(approval, decision, decided_by)
-            .await
-    } else {
-        broker.decide_approval(approval, decision, decided_by).await
-    }
+    broker
+        .decide(approval, decision, decided_by, rule, internal)
+        .await
 }
 
 #[cfg(test)]

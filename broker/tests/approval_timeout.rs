@@ -100,6 +100,7 @@ async fn an_approval_timeout_ends_when_the_approval_is_decided_and_with_the_plan
             id: first.id.clone(),
             decision: ApprovalDecision::Accept,
             decided_by: "alice".into(),
+            remember: None,
         })
         .await
         .unwrap();

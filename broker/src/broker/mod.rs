@@ -3,7 +3,8 @@
 //! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
 //! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
 //! rule counts in `live.rs`, the calls that register (after the runtime's checks) and
-//! remove agents in `agents.rs`.
+//! remove agents in `agents.rs`, the calls that decide approvals and remove remembered
+//! rules in `approvals.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
@@ -25,6 +26,7 @@ use relay_protocol::api::{InvokeAccepted, MessagePosted, UpdateResult};
 use relay_protocol::domain::{
     Agent, AgentSpec, AgentState, Approval, ApprovalDecision, ApprovalRequest, Conversation,
     ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage, ProgramInfo,
+    Rule,
 };
 use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -147,10 +149,18 @@ pub enum Command {
         agent: String,
         request: ApprovalRequest,
     },
+    /// `remember`: the rule this decision is remembered as (built by `ops::decide` from
+    /// what the person saw; its id, time and origin are the writer's), recorded with it.
     DecideApproval {
         id: String,
         decision: ApprovalDecision,
         decided_by: String,
+        remember: Option<Box<Rule>>,
+    },
+    /// Removes a remembered rule (`relay rule remove`), recorded as removed by `removed_by`.
+    RemoveRule {
+        id: String,
+        removed_by: String,
     },
     /// Closes every approval of a flight still pending (its turn ended).
     ExpireApprovals {
@@ -182,6 +192,7 @@ pub enum Outcome {
     Flight(UpdateResult),
     Approval(Approval),
     Approvals(Vec<Approval>),
+    Rule(Rule),
     Done,
 }
 
@@ -507,48 +518,10 @@ impl Broker {
             Flight
         )
     }
-
-    /// Decides an approval for a client (rejected with `Overloaded` when the queue is
-    /// full).
-    pub async fn decide_approval(
-        &self,
-        id: &str,
-        decision: ApprovalDecision,
-        decided_by: &str,
-    ) -> Result<Approval, BrokerError> {
-        self.decide(id, decision, decided_by, false).await
-    }
-
-    /// [`Broker::decide_approval`] for Relay's own policies: waits for queue room.
-    pub async fn decide_approval_internal(
-        &self,
-        id: &str,
-        decision: ApprovalDecision,
-        decided_by: &str,
-    ) -> Result<Approval, BrokerError> {
-        self.decide(id, decision, decided_by, true).await
-    }
-
-    async fn decide(
-        &self,
-        id: &str,
-        decision: ApprovalDecision,
-        decided_by: &str,
-        internal: bool,
-    ) -> Result<Approval, BrokerError> {
-        let command = Command::DecideApproval {
-            id: id.into(),
-            decision,
-            decided_by: decided_by.into(),
-        };
-        let outcome = if internal {
-            self.execute_internal(command).await
-        } else {
-            self.execute(command).await
-        };
-        expect_outcome!(async { outcome }, Approval)
-    }
 }
+
+// Approvals' decisions and remembered rules: `approvals.rs`.
+mod approvals;
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())

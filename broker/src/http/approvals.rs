@@ -76,6 +76,7 @@ pub(super) async fn decide_approval(
             body.decision,
             &decided_by,
             Some(via),
+            body.remember,
         )
         .await?,
     ))

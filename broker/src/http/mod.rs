@@ -18,9 +18,9 @@
 //! or an agent, and what an agent's token may do), `reads` (what an agent's token may
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
-//! interrupt), `approvals`, `events` (the event log, the SSE streams and watches) and
-//! `replay` (a flight, an agent or a conversation read back from the log), and `web`
-//! (the dashboard's page and its login).
+//! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
+//! SSE streams and watches) and `replay` (a flight, an agent or a conversation read back
+//! from the log), and `web` (the dashboard's page and its login).
 
 mod agents;
 mod approvals;
@@ -31,6 +31,7 @@ mod layers;
 mod messages;
 mod reads;
 mod replay;
+mod rules;
 mod serve;
 mod slots;
 mod web;
@@ -234,10 +235,11 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::LoginCreate => on(filter, web::new_login),
         M::LoginShow => on(filter, web::whoami),
         M::LoginEnd => on(filter, web::logout),
+        M::RuleList => on(filter, rules::list_rules),
+        M::RuleShow => on(filter, rules::show_rule),
+        M::RuleRemove => on(filter, rules::remove_rule),
         // TODO(issue 28): each part replaces its placeholder with the handler.
-        M::AgentSet | M::AgentBudget | M::RuleList | M::RuleShow | M::RuleRemove | M::UsageShow => {
-            on(filter, not_built)
-        }
+        M::AgentSet | M::AgentBudget | M::UsageShow => on(filter, not_built),
     }
 }
 

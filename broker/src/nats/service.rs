@@ -1,6 +1,7 @@
 //! The NATS service: the invoke and command request subjects, answered in protobuf or
-//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; and `relay.v1.cmd.snapshot`, in JSON
-//! only, a watch's snapshot with where to follow it from ([`snapshot`]).
+//! JSON, at most [`MAX_INFLIGHT_REQUESTS`] at once; `relay.v1.cmd.snapshot`, in JSON
+//! only, a watch's snapshot with where to follow it from ([`snapshot`]); and the
+//! remembered rules, in JSON only (`rules.rs`).
 //!
 //! Who the bus is: NATS does not say who published a request, so the broker trusts the
 //! bus only as far as its setup does. A trusted bus (NATS credentials, whose server's
@@ -37,6 +38,8 @@ use super::MAX_INFLIGHT_REQUESTS;
 use crate::broker::Broker;
 use crate::error::{quote, BrokerError};
 use crate::ports::FlightControl;
+
+mod rules;
 
 /// Queue group of the broker's request subscriptions (several brokers would share load).
 const QUEUE_GROUP: &str = "relay-broker";
@@ -117,7 +120,9 @@ impl Service {
                 _ => ReplyTo::Command,
             };
             let form = Form {
-                json: is_json(&msg) || reply_to == ReplyTo::Snapshot,
+                json: is_json(&msg)
+                    || reply_to == ReplyTo::Snapshot
+                    || rules::json_only(&msg.subject),
                 reply_to,
             };
             match self.permits.clone().try_acquire_owned() {
@@ -317,10 +322,12 @@ impl Service {
                     crate::workspaces::revert(&self.broker, control, &flight, BUS_ACTOR).await?,
                 ))
             }
+            MethodId::RuleList | MethodId::RuleRemove => self.rules(method.id, msg).await,
             MethodId::ApprovalDecide => {
-                let (id, decision, by) = if json {
+                // Remembering is asked in JSON (`remember`); protobuf has no field for it.
+                let (id, decision, by, remember) = if json {
                     let b = bus_body::<m::ApprovalDecide>(msg)?;
-                    (b.approval, b.decision, b.decided_by)
+                    (b.approval, b.decision, b.decided_by, b.remember)
                 } else {
                     let r: pb::ApproveRequest = from_pb(msg)?;
                     let d = ApprovalDecision::from_pb(r.decision)
@@ -330,7 +337,7 @@ impl Service {
                     } else {
                         r.decided_by
                     };
-                    (r.approval, d, by)
+                    (r.approval, d, by, None)
                 };
                 self.trusted("deciding an approval")?;
                 Ok(Answer::Approval(
@@ -341,6 +348,7 @@ impl Service {
                         decision,
                         &by,
                         Some(crate::ops::Via::Bus),
+                        remember,
                     )
                     .await?,
                 ))
@@ -502,6 +510,8 @@ enum Answer {
     Flight(relay_protocol::domain::Flight),
     Approval(relay_protocol::domain::Approval),
     Snapshot(Box<SnapshotReply>),
+    /// A JSON-only subject's reply, encoded.
+    Json(Bytes),
     Error(ApiError),
 }
 
@@ -515,6 +525,7 @@ impl Answer {
                 approval: a.clone(),
             }),
             Answer::Snapshot(r) => serde_json::to_vec(r),
+            Answer::Json(b) => return b.clone(),
             Answer::Error(e) => serde_json::to_vec(&ErrorBody { error: e.clone() }),
         };
         Bytes::from(v.unwrap_or_default())
@@ -553,8 +564,8 @@ impl Answer {
                 result: Some(C::Approval(convert::approval_to_pb(a))),
             }
             .encode_to_vec(),
-            // Never asked for: snapshot replies are always JSON.
-            Answer::Snapshot(_) => pb::CommandReply {
+            // Never asked for: snapshot and JSON-only replies are always JSON.
+            Answer::Snapshot(_) | Answer::Json(_) => pb::CommandReply {
                 result: Some(C::Error(pb::Error {
                     code: "invalid_request".into(),
                     message: "a snapshot is answered in JSON only".into(),

@@ -1,6 +1,6 @@
 //! Reports: what the runtime reports becomes a broker command, enqueued in arrival
 //! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
-//! its agent's policy applied (`apply_policy`).
+//! its agent's policy applied (`apply_policy`), then its remembered rules.
 
 use relay_protocol::domain::{
     Approval, ApprovalDecision, ApprovalPolicy, ApprovalState, FlightChange,
@@ -223,17 +223,26 @@ impl Plane {
             return;
         };
         let decision = crate::policy::decide(&agent.spec.approval_policy, &approval);
+        let control = control(self);
         let Some((decision, by)) = decision else {
-            self.waits_for_person(&agent.spec.approval_policy, approval);
+            // Then the remembered decisions; else a person.
+            match crate::remembered::decide(&self.broker, Some(&control), &approval, &agent).await {
+                Ok(Some(_)) => {}
+                Ok(None) => self.waits_for_person(&agent.spec.approval_policy, approval),
+                Err(e) => {
+                    tracing::warn!(approval = %approval.id, error = %e, "remembered decision not applied");
+                    self.waits_for_person(&agent.spec.approval_policy, approval);
+                }
+            }
             return;
         };
-        let control = control(self);
         let decided = crate::ops::decide(
             &self.broker,
             Some(&control),
             &approval.id,
             decision,
             &by,
+            None,
             None,
         )
         .await;
@@ -269,6 +278,7 @@ impl Plane {
                 &approval.id,
                 ApprovalDecision::Decline,
                 &crate::alerts::timeout_decider(secs),
+                None,
                 None,
             )
             .await;

@@ -80,7 +80,7 @@ pub struct DoctorReport {
     pub mismatched_trees: Vec<String>,
 }
 
-const TREES_PROJECTED: [T; 14] = [
+const TREES_PROJECTED: [T; 15] = [
     T::Agents,
     T::Conversations,
     T::Messages,
@@ -95,6 +95,7 @@ const TREES_PROJECTED: [T; 14] = [
     T::LiveFlights,
     T::FlightChildren,
     T::ReplayIndex,
+    T::Rules,
 ];
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -13,6 +13,9 @@
 //!   replay of an agent (`a`), a conversation (`c`) or a flight (`f`) reads besides the
 //!   flight's updates ([`Scope`], [`replay_scopes`]). Deltas are not in it: a flight's
 //!   updates are read from `flight_updates`, which holds each one's global seq.
+//! - `rules`: rule id -> remembered [`Rule`](relay_protocol::domain::Rule), its `matched`
+//!   and `last_matched_at` folded from the `approval_decided` events decided by
+//!   `rule:<id>`; deleted by `rule_removed`.
 //!
 //! Projections are written only by [`apply`], both when a batch commits and when
 //! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.

@@ -2,7 +2,7 @@
 //! rebuild), the sinks it writes through, and the indexes built once for a database made
 //! before they existed.
 
-use relay_protocol::domain::{Flight, FlightUpdate};
+use relay_protocol::domain::{decider, Approval, ApprovalState, Flight, FlightUpdate, Rule};
 use relay_protocol::event::{Event, EventBody};
 use serde::Serialize;
 
@@ -114,8 +114,8 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             }
             sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
         }
-        // TODO(issue 28, rules part): the rules projection and its match counters.
-        EventBody::RuleAdded { .. } | EventBody::RuleRemoved { .. } => Ok(()),
+        EventBody::RuleAdded { rule } => sink.put(T::Rules, rule.id.as_bytes(), encode(rule)?),
+        EventBody::RuleRemoved { rule, .. } => sink.del(T::Rules, rule.id.as_bytes()),
         EventBody::BindingCreated { binding } => {
             sink.put(T::Bindings, binding.id.as_bytes(), encode(binding)?)
         }
@@ -129,9 +129,33 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
                 ids.push(approval.id.clone());
                 sink.put(T::FlightApprovals, flight, encode(&ids)?)?;
             }
+            count_rule_match(sink, approval, event.at)?;
             sink.put(T::Approvals, approval.id.as_bytes(), encode(approval)?)
         }
     }
+}
+
+/// A decision made by remembered rule `rule:<id>` counts as one match of that rule (the
+/// fold of the log: a rebuild counts the same). A rule removed meanwhile (its decision
+/// was on its way when it went) counts nowhere.
+fn count_rule_match(sink: &dyn Sink, approval: &Approval, at: u64) -> Result<(), BrokerError> {
+    if approval.state != ApprovalState::Decided {
+        return Ok(());
+    }
+    let Some(id) = approval
+        .decided_by
+        .as_deref()
+        .and_then(|by| by.strip_prefix(decider::RULE))
+    else {
+        return Ok(());
+    };
+    let Some(stored) = sink.get(T::Rules, id.as_bytes())? else {
+        return Ok(());
+    };
+    let mut rule: Rule = decode(&stored)?;
+    rule.matched += 1;
+    rule.last_matched_at = Some(approval.decided_at.unwrap_or(at));
+    sink.put(T::Rules, id.as_bytes(), encode(&rule)?)
 }
 
 /// A flight update as stored: with the global seq of the event that made it.

@@ -3,7 +3,7 @@
 //! getters: async code calls them inside [`Store::read`].
 
 use relay_protocol::domain::{
-    Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message,
+    Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message, Rule,
 };
 use relay_protocol::event::Event;
 
@@ -149,6 +149,17 @@ impl Store {
 
     pub fn approval(&self, id: &str) -> Result<Option<Approval>, BrokerError> {
         self.get(T::Approvals, id.as_bytes())
+    }
+
+    pub fn rule(&self, id: &str) -> Result<Option<Rule>, BrokerError> {
+        self.get(T::Rules, id.as_bytes())
+    }
+
+    /// Every remembered rule, oldest first.
+    pub fn rules(&self) -> Result<Vec<Rule>, BrokerError> {
+        let mut rules: Vec<Rule> = self.values(T::Rules)?;
+        rules.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(rules)
     }
 
     pub fn deliveries(&self) -> Result<Vec<Delivery>, BrokerError> {

@@ -1,9 +1,10 @@
 //! The rules of approvals: a request (which puts its running flight to waiting), a
-//! decision (which resumes it once none is pending), and the expiry of those a flight
-//! left pending.
+//! decision (which resumes it once none is pending, and may be remembered as a rule, in
+//! the same transaction), the expiry of those a flight left pending, and the removal of
+//! a remembered rule.
 
 use relay_protocol::domain::{
-    Approval, ApprovalDecision, ApprovalRequest, ApprovalState, FlightChange, FlightState,
+    Approval, ApprovalDecision, ApprovalRequest, ApprovalState, FlightChange, FlightState, Rule,
 };
 use relay_protocol::event::EventBody;
 
@@ -80,6 +81,7 @@ impl Ctx<'_, '_> {
         id: &str,
         decision: ApprovalDecision,
         decided_by: &str,
+        remember: Option<&Rule>,
     ) -> Result<Outcome, BrokerError> {
         let mut approval: Approval = self
             .tx
@@ -92,10 +94,25 @@ impl Ctx<'_, '_> {
         approval.decision = Some(decision);
         approval.decided_by = Some(decided_by.into());
         approval.decided_at = Some(self.now);
+        let flight = self.flight(&approval.request.flight)?;
+        if let Some(rule) = remember {
+            // The rule first: the decision names it, and a reader of the log meets the
+            // rule before the decision that made it.
+            let rule = Rule {
+                id: new_id("rul"),
+                origin: Some(approval.id.clone()),
+                created_by: decided_by.into(),
+                created_at: self.now,
+                matched: 0,
+                last_matched_at: None,
+                ..rule.clone()
+            };
+            approval.remembered = Some(rule.id.clone());
+            self.emit(EventBody::RuleAdded { rule })?;
+        }
         self.emit(EventBody::ApprovalDecided {
             approval: approval.clone(),
         })?;
-        let flight = self.flight(&approval.request.flight)?;
         if flight.state == FlightState::Waiting && self.pending_approvals(&flight.id)?.is_empty() {
             self.update_flight(
                 &flight.id,
@@ -133,5 +150,21 @@ impl Ctx<'_, '_> {
             closed.push(a);
         }
         Ok(Outcome::Approvals(closed))
+    }
+
+    pub(super) fn remove_rule(
+        &mut self,
+        id: &str,
+        removed_by: &str,
+    ) -> Result<Outcome, BrokerError> {
+        let rule: Rule = self
+            .tx
+            .read(T::Rules, id.as_bytes())?
+            .ok_or_else(|| BrokerError::UnknownRule(id.into()))?;
+        self.emit(EventBody::RuleRemoved {
+            rule: rule.clone(),
+            removed_by: removed_by.into(),
+        })?;
+        Ok(Outcome::Rule(rule))
     }
 }

@@ -93,7 +93,9 @@ impl Ctx<'_, '_> {
                 id,
                 decision,
                 decided_by,
-            } => self.decide_approval(id, *decision, decided_by),
+                remember,
+            } => self.decide_approval(id, *decision, decided_by, remember.as_deref()),
+            Command::RemoveRule { id, removed_by } => self.remove_rule(id, removed_by),
             Command::ExpireApprovals {
                 flight,
                 by,

@@ -27,8 +27,22 @@
 //! it does not: what that program does with files the agent can write (a `build.rs`, a
 //! test, `.cargo/config.toml`, the shell's startup files for `-lc`), or where `PATH`
 //! finds the program. Rules are a convenience for trusted commands, not a sandbox.
+//!
+//! Remembered decisions ([`remember`]): a person deciding with `--remember SCOPE` makes a
+//! rule of this same language from the request they saw (never wider: it matches the
+//! whole argument list, for a decline too), and the next identical request is decided
+//! by it (`rule:<id>`). How a decision reaches each harness, both ways:
+//!
+//! | Relay decision | Codex | Claude Code, ACP agents, Pi, tmux |
+//! |---|---|---|
+//! | accept, remembered or matched with scope `session` | `acceptForSession` (Codex caches that exact command for its thread: the same meaning) | allow once |
+//! | accept, any other scope or none | `accept` | allow once (Claude Code's "always allow" suggestions are prefix rules like `Bash(cargo test:*)`, ACP's `allow_always` is per tool in Gemini CLI: both wider than what the person saw, so never sent) |
+//! | decline (remembered or not) | `decline` | deny / reject once |
+//! | a person's `accept_for_session` without `--remember` | recorded as `--remember session`: a Relay rule records it (if it cannot be remembered exactly, it is a plain accept, answered and recorded as one) | the same |
 
 use relay_protocol::domain::{Approval, ApprovalDecision, ApprovalKind, ApprovalPolicy};
+
+pub mod remember;
 
 /// Shells whose `-c`/`-lc` script is unwrapped, as codex writes them.
 pub const SHELLS: &[&str] = &[

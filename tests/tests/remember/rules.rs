@@ -1,5 +1,6 @@
 //! A decision remembered with `--remember agent`, with each real CLI: one scenario, one
-//! broker and two agents of the harness, in the order the checks build on.
+//! broker and two agents of the harness, in the order the checks build on. The second
+//! agent's CLI starts while the first works (a real CLI takes seconds to start).
 
 use std::time::Duration;
 
@@ -40,19 +41,25 @@ async fn still_asks(env: &Env, cli: Cli, agent: &str, cmd: &str) {
     assert!(d["remembered"].is_null(), "{d}");
 }
 
-/// `kill -9` of the broker (its agents' CLIs go with it), and a start on the same data.
-async fn kill9_and_restart(env: &mut Env, agent: &str) {
+/// `kill -9` of the broker (its agents' CLIs go with it), and a start on the same data;
+/// the pid of `agent`'s CLI that was killed, to check it is gone (a CLI may take seconds
+/// to exit, which the test need not wait for at once).
+async fn kill9_and_restart(env: &mut Env, agent: &str) -> Option<u32> {
     let pid = env.agent(agent).await["endpoint"]["pid"].as_u64();
     env.relay.kill9();
+    env.relay.restart().unwrap();
+    pid.map(|p| p as u32)
+}
+
+/// The CLI `pid` (and everything it started) is gone.
+async fn gone(pid: Option<u32>) {
     if let Some(pid) = pid {
-        let pid = pid as u32;
         assert!(
-            procs::wait_gone(pid, Duration::from_secs(20)).await,
+            procs::wait_gone(pid, Duration::from_secs(30)).await,
             "the agent {pid} outlived relay"
         );
-        procs::wait_group_gone(pid, Duration::from_secs(20)).await;
+        procs::wait_group_gone(pid, Duration::from_secs(30)).await;
     }
-    env.relay.restart().unwrap();
 }
 
 async fn scenario(cli: Cli) {
@@ -60,6 +67,8 @@ async fn scenario(cli: Cli) {
     cli.add(&env, "a1", &[]);
     cli.add(&env, "a2", &[]);
     let file = env.work.join("remembered.txt");
+    // a2 starts its CLI meanwhile (a slow start: Qwen Code took 10 s on a busy machine).
+    let warm = env.ask_no_wait("a2", "hello");
 
     // A person accepts, and remembers it for the agent.
     let (first, a) = ask_waiting(&env, cli, "a1", CMD).await;
@@ -115,15 +124,20 @@ async fn scenario(cli: Cli) {
     let last = counted[0]["last_matched_at"].as_u64().unwrap();
     assert!(last >= rule["created_at"].as_u64().unwrap(), "{counted:?}");
 
-    // The rule and its counters survive a `kill -9` of the broker.
-    kill9_and_restart(&mut env, "a1").await;
-    assert_eq!(rules(&env), counted, "{cli:?}: after kill -9");
-
-    // Neither a wider command of the agent nor the same command of another agent is
-    // what the person accepted: both ask, and the rule does not count them.
-    still_asks(&env, cli, "a1", WIDER).await;
+    // The same command of another agent is not what the person accepted: it asks, and
+    // the rule does not count it.
+    completed(&env, &warm).await;
     still_asks(&env, cli, "a2", CMD).await;
     assert_eq!(rules(&env), counted, "{cli:?}");
+
+    // The rule and its counters survive a `kill -9` of the broker.
+    let killed = kill9_and_restart(&mut env, "a1").await;
+    assert_eq!(rules(&env), counted, "{cli:?}: after kill -9");
+
+    // Nor is a wider command of the agent: it asks, and the rule does not count it.
+    still_asks(&env, cli, "a1", WIDER).await;
+    assert_eq!(rules(&env), counted, "{cli:?}");
+    gone(killed).await;
     let http = env.relay.http();
     let (code, for_a1) = http.get("/v1/rules?agent=a1").await;
     assert_eq!((code, for_a1), (200, json!(counted)));

@@ -482,11 +482,21 @@ impl Worker {
         let name = turn.info.name;
         let reports = self.deps.reports.clone();
         let turn_over = turn.over.clone();
+        let answering = answers.is_some();
         controls.spawn(async move {
             let interrupt = matches!(c, Control::Interrupt { .. });
+            // An approval's answer may already be with the harness when the turn ends (the
+            // agent acted on it and finished): it gets a moment to return, so it is not
+            // reported unanswered, and expired, behind an answer the agent got.
+            let ended = async {
+                turn_over.cancelled().await;
+                if answering {
+                    tokio::time::sleep(ANSWER_AFTER_TURN_END).await;
+                }
+            };
             let r = tokio::select! {
                 r = run_control(session.as_ref(), &session_id, &turn_id, &flight, &reports, c) => r,
-                _ = turn_over.cancelled() => {
+                _ = ended => {
                     if interrupt {
                         Ok(())
                     } else {
@@ -500,6 +510,10 @@ impl Worker {
         });
     }
 }
+
+/// How long an approval's answer that was on its way when the turn ended may take to
+/// return (a write to the harness: milliseconds) before it counts as too late.
+const ANSWER_AFTER_TURN_END: Duration = Duration::from_secs(5);
 
 /// How long a turn may run: the ask's timeout, else the agent's, else for a harness
 /// whose turns end only by a reply, [`DEFAULT_REPLY_TIMEOUT_SECS`]; else no limit.

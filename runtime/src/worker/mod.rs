@@ -15,16 +15,18 @@
 //! - this file: the worker's loop between turns, its handle, and how it reports.
 //! - `session.rs`: spawning the session, opening (and storing) its conversation,
 //!   watching it between turns, `keep_warm`, stopping it.
-//! - `turn.rs`: the turn in progress, its deadline and idle watchdog, and its controls
-//!   (refused with a reason where the harness lacks the capability).
+//! - `turn.rs`: the turn in progress, its deadline and idle watchdog.
+//! - `controls.rs`: its controls, each a task of its own (refused with a reason where
+//!   the harness lacks the capability).
 //! - `events.rs`: each harness event of the turn, turned into reports.
 //! - `tree.rs`: the agent's git worktree, when it has one: made before its session
 //!   spawns there, a marker at each turn's start, the turn's commit as its end goes out.
 //!
-//! Layering: `mod` -> `turn` -> `events`, `session` -> the seam; `tree` -> the
+//! Layering: `mod` -> `turn` -> `controls`, `events`, `session` -> the seam; `tree` -> the
 //! workspace; `queue` stands alone.
-//! Only `session.rs` and `turn.rs` call the harness.
+//! Only `session.rs`, `turn.rs` and `controls.rs` call the harness.
 
+mod controls;
 mod events;
 mod queue;
 mod session;

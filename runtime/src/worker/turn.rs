@@ -6,8 +6,8 @@
 //! Controls of the running turn are carried out by tasks of their own, so the worker
 //! keeps draining the harness's events while the harness answers them (a full event
 //! buffer would otherwise stop the child's stdout, and with it the very answer the
-//! control waits for). What the harness cannot do (its [`Capabilities`]) is refused
-//! here, with the reason, and never sent to it.
+//! control waits for): see `controls.rs`, which also refuses what the harness cannot do
+//! (its capabilities), with the reason, never sending it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,27 +15,21 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
 use relay_harnesses::HarnessError;
-use relay_infra::retry::{self, Retryable};
 use relay_protocol::domain::{
     AgentState, FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS,
 };
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::{Control, Dispatch, Report};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::SessionError;
-use super::{control_flight, Msg, Worker};
+use super::{Msg, Worker};
 use crate::threads::DispatchState;
-use crate::RuntimeError;
 
 /// How long an interrupt the worker sends on its own (timeout, idle, removal) may take:
 /// the turn is over for Relay either way.
 const OWN_INTERRUPT: Duration = Duration::from_secs(5);
-/// An interrupt the harness refuses because no turn is active yet (right after the
-/// turn's start) is tried again every 100 ms, up to 30 times.
-const INTERRUPT_BACKOFF: retry::ExponentialBuilder =
-    retry::at_most(30, Duration::from_millis(100), Duration::from_millis(100));
 
 /// How often the quiet note ([`crate::RuntimeConfig::turn_quiet_note`]) comes again
 /// while the turn stays quiet.
@@ -67,9 +61,9 @@ pub(super) enum TurnEnd {
 }
 
 /// The session a turn runs on, as its controls need it.
-struct OnSession {
-    session: Arc<dyn HarnessSession>,
-    session_id: String,
+pub(super) struct OnSession {
+    pub(super) session: Arc<dyn HarnessSession>,
+    pub(super) session_id: String,
 }
 
 impl Worker {
@@ -444,76 +438,7 @@ impl Worker {
             self.stop_session().await;
         }
     }
-
-    /// Carries out a control of the running turn in a task of its own; see the module
-    /// docs.
-    fn spawn_control(
-        &self,
-        on: &OnSession,
-        turn: &mut Turn,
-        c: Control,
-        reply: oneshot::Sender<Result<(), RuntimeError>>,
-        controls: &mut tokio::task::JoinSet<Option<(String, bool)>>,
-    ) {
-        if control_flight(&c) != turn.flight {
-            let _ = reply.send(self.not_running(&c));
-            return;
-        }
-        if let Some(what) = unsupported(&c, turn.info.capabilities) {
-            let _ = reply.send(Err(RuntimeError::Unsupported {
-                harness: turn.info.harness,
-                what,
-            }));
-            return;
-        }
-        let answers = match &c {
-            Control::Approval {
-                harness_request_id, ..
-            } => Some(harness_request_id.clone()),
-            _ => None,
-        };
-        if let Some(request) = &answers {
-            turn.answering.insert(request.clone());
-        }
-        let session = on.session.clone();
-        let session_id = on.session_id.clone();
-        let turn_id = turn.turn_id.clone();
-        let flight = turn.flight.clone();
-        let name = turn.info.name;
-        let reports = self.deps.reports.clone();
-        let turn_over = turn.over.clone();
-        let answering = answers.is_some();
-        controls.spawn(async move {
-            let interrupt = matches!(c, Control::Interrupt { .. });
-            // An approval's answer may already be with the harness when the turn ends (the
-            // agent acted on it and finished): it gets a moment to return, so it is not
-            // reported unanswered, and expired, behind an answer the agent got.
-            let ended = async {
-                turn_over.cancelled().await;
-                if answering {
-                    tokio::time::sleep(ANSWER_AFTER_TURN_END).await;
-                }
-            };
-            let r = tokio::select! {
-                r = run_control(session.as_ref(), &session_id, &turn_id, &flight, &reports, c) => r,
-                _ = ended => {
-                    if interrupt {
-                        Ok(())
-                    } else {
-                        Err(RuntimeError::TurnEnded { flight, harness: name })
-                    }
-                }
-            };
-            let answered = answers.map(|request| (request, r.is_ok()));
-            let _ = reply.send(r);
-            answered
-        });
-    }
 }
-
-/// How long an approval's answer that was on its way when the turn ended may take to
-/// return (a write to the harness: milliseconds) before it counts as too late.
-const ANSWER_AFTER_TURN_END: Duration = Duration::from_secs(5);
 
 /// How long a turn may run: the ask's timeout, else the agent's, else for a harness
 /// whose turns end only by a reply, [`DEFAULT_REPLY_TIMEOUT_SECS`]; else no limit.
@@ -525,22 +450,6 @@ fn turn_deadline(d: &Dispatch, can: Capabilities) -> Option<Duration> {
         .or(can
             .reply
             .then_some(Duration::from_secs(DEFAULT_REPLY_TIMEOUT_SECS)))
-}
-
-/// A steer the harness cannot take: what it asked, and what to do instead.
-const STEER_INSTEAD: &str = "steer a running turn: interrupt it (`relay interrupt FLIGHT`) and ask again with the added text, or ask a follow-up once it ends";
-
-/// What a control of the running turn asks that the harness cannot do, if anything.
-fn unsupported(c: &Control, can: Capabilities) -> Option<&'static str> {
-    match c {
-        Control::Steer { .. } if !can.steer => Some(STEER_INSTEAD),
-        Control::Interrupt { .. } if !can.interrupt => Some("interrupt a running turn"),
-        Control::Approval { .. } if !can.approvals => Some("answer approval requests"),
-        Control::Reply { .. } if !can.reply => Some(
-            "take an answer through Relay (its turns end on their own, with the agent's reply)",
-        ),
-        _ => None,
-    }
 }
 
 /// The stall watchdog's state: whether a note came since the last progress, and the
@@ -559,49 +468,4 @@ fn counts_as_activity(ev: &HarnessEvent) -> bool {
         ev,
         HarnessEvent::Warning { .. } | HarnessEvent::Retrying { .. }
     )
-}
-
-/// Steers, interrupts or answers an approval of the running turn.
-async fn run_control(
-    session: &dyn HarnessSession,
-    session_id: &str,
-    turn_id: &str,
-    flight: &str,
-    reports: &mpsc::Sender<Report>,
-    c: Control,
-) -> Result<(), RuntimeError> {
-    match c {
-        Control::Steer { text, .. } => {
-            session.steer(session_id, turn_id, &text).await?;
-            let _ = reports
-                .send(Report::Flight {
-                    flight: flight.to_string(),
-                    change: FlightChange::Note {
-                        text: format!("steered: {text}"),
-                    },
-                })
-                .await;
-        }
-        Control::Interrupt { .. } => {
-            // Right after the turn's start the harness may not have made it active yet
-            // (Codex: "no active turn"); give it a moment rather than fail the request.
-            (|| session.interrupt(session_id, turn_id))
-                .retry(INTERRUPT_BACKOFF)
-                .when(|e| matches!(e, HarnessError::NoActiveTurn { .. }))
-                .await?;
-        }
-        Control::Approval {
-            harness_request_id,
-            decision,
-            ..
-        } => {
-            session
-                .respond_approval(&harness_request_id, decision)
-                .await?
-        }
-        Control::Reply { text, .. } => session.reply(session_id, turn_id, &text).await?,
-        // Handled by the runtime and the worker's loop, never sent here.
-        Control::AgentRemoved { .. } | Control::Wake { .. } | Control::Revert { .. } => {}
-    }
-    Ok(())
 }

@@ -27,7 +27,7 @@ pub fn next_utc_midnight(ms: u64) -> u64 {
 
 /// Days since 1970-01-01 -> (year, month, day) of the proleptic Gregorian calendar
 /// (Howard Hinnant's `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z % 146_097;

@@ -15,18 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `YYYY-MM-DDTHH-MM` of `secs` since the epoch, in UTC (Gemini's file stamp).
 pub(super) fn minute_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
     let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = relay_protocol::clock::civil_from_days(secs / 86_400);
     format!("{y:04}-{m:02}-{d:02}T{hh:02}-{mm:02}")
 }
 

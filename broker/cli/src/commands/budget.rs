@@ -55,7 +55,16 @@ impl BudgetArgs {
 
 /// `--budget`'s value, checked as clap parses it (so `--help`'s usage error names it).
 fn limit_arg(text: &str) -> Result<String, String> {
-    Budget::default().set_limit(text)?;
+    Budget::default().set_limit(text).map_err(|why| {
+        // An unquoted `$5/day` reaches us as `/day` (`$5` is the shell's fifth
+        // argument) and `$0.5/day` as `bash.5/day`: say why, not only that it is wrong.
+        let amount = text.rsplit_once('/').map_or(text, |(a, _)| a).trim();
+        if !text.contains('$') && (amount.is_empty() || amount.contains('.')) {
+            format!("{why}; a dollar amount needs quotes in a shell (`--budget '$5/day'`), or `$5` is read as a shell variable")
+        } else {
+            why
+        }
+    })?;
     Ok(text.to_string())
 }
 
@@ -216,6 +225,12 @@ mod tests {
         // A bad limit is refused as clap parses it, naming the forms.
         let bad = parse(&["--budget", "5/week"]).err().unwrap();
         assert!(bad.contains("the period must be `day` or `tree`"), "{bad}");
+        assert!(!bad.contains("quotes"), "{bad}");
+        // What a shell leaves of an unquoted `$5/day` and `$0.5/day`.
+        for unquoted in ["/day", "bash.5/day"] {
+            let bad = parse(&["--budget", unquoted]).err().unwrap();
+            assert!(bad.contains("needs quotes in a shell"), "{bad}");
+        }
         let bad = parse(&["--on-budget", "explode"]).err().unwrap();
         assert!(bad.contains("explode"), "{bad}");
         let both = parse(&["--no-budget", "--budget", "1/day"]).err().unwrap();

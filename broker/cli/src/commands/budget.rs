@@ -44,13 +44,31 @@ impl BudgetArgs {
             on_exceed: self.on_budget.unwrap_or_default(),
             ..Budget::default()
         };
+        let mut given: Vec<(&String, Budget)> = Vec::new();
         for limit in &self.budget {
+            let mut one = Budget::default();
+            if let Err(why) = one.set_limit(limit) {
+                usage!("{why}");
+            }
+            // Two limits on the same thing: the last would silently win.
+            if let Some((earlier, _)) = given.iter().find(|(_, b)| same_kind(b, &one)) {
+                usage!("--budget {earlier} and --budget {limit} limit the same thing: give one");
+            }
             if let Err(why) = budget.set_limit(limit) {
                 usage!("{why}");
             }
+            given.push((limit, one));
         }
         Ok(Some(budget))
     }
+}
+
+/// Whether two one-limit budgets limit the same thing (tokens or cost, per day or tree).
+fn same_kind(a: &Budget, b: &Budget) -> bool {
+    (a.tokens_per_day.is_some() && b.tokens_per_day.is_some())
+        || (a.cost_micro_usd_per_day.is_some() && b.cost_micro_usd_per_day.is_some())
+        || (a.tokens_per_tree.is_some() && b.tokens_per_tree.is_some())
+        || (a.cost_micro_usd_per_tree.is_some() && b.cost_micro_usd_per_tree.is_some())
 }
 
 /// `--budget`'s value, checked as clap parses it (so `--help`'s usage error names it).
@@ -239,6 +257,17 @@ mod tests {
         let alone = parse(&["--on-budget", "finish"]).unwrap();
         let e = alone.budget.budget().unwrap_err().to_string();
         assert!(e.contains("--on-budget goes with --budget"), "{e}");
+        // The same limit twice is refused, not the last taken.
+        let twice = parse(&["--budget", "5/day", "--budget", "10k/d"]).unwrap();
+        let e = twice.budget.budget().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--budget 5/day and --budget 10k/d limit the same thing: give one"
+        );
+        let apart = parse(&[
+            "--budget", "5/day", "--budget", "$5/day", "--budget", "5/tree",
+        ]);
+        assert!(apart.unwrap().budget.budget().unwrap().is_some());
         assert!(parse(&[]).unwrap().budget.budget().unwrap().is_none());
     }
 

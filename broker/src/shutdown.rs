@@ -26,11 +26,12 @@ pub fn on_signals(shutdown: CancellationToken) {
         tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
         tracing::info!("shutting down (send the signal again to force)");
         shutdown.cancel();
+        // Logged, not printed: with `--log-format json` every line of stderr is JSON.
         tokio::select! {
-            _ = int.recv() => eprintln!("relay: forced exit"),
-            _ = term.recv() => eprintln!("relay: forced exit"),
-            _ = tokio::time::sleep(FORCE_EXIT_AFTER) => eprintln!(
-                "relay: the shutdown did not finish within {} s; exiting anyway",
+            _ = int.recv() => tracing::warn!("forced exit at a second signal"),
+            _ = term.recv() => tracing::warn!("forced exit at a second signal"),
+            _ = tokio::time::sleep(FORCE_EXIT_AFTER) => tracing::error!(
+                "the shutdown did not finish within {} s; exiting anyway",
                 FORCE_EXIT_AFTER.as_secs()
             ),
         }

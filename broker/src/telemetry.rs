@@ -19,7 +19,7 @@
 //! Counters count from this process's start (Prometheus handles a restart's reset);
 //! gauges are exact at any time. The only per-name label is `agent` (bounded by agents).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +37,12 @@ use crate::store::T;
 /// Longest a scrape waits for the fold to reach the last published event; past it, it
 /// answers what the fold has (a scrape must never hang on a busy broker).
 const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// How many ended flights' last usage the fold keeps: the writer still takes a usage
+/// report after a flight ended (a turn cancelled by a person or by its budget reports
+/// what it used on its way out), and only what it grew by may count. Past these, a late
+/// report of a long-ended flight would count whole: far more than a report comes late.
+const ENDED_KEPT: usize = 1024;
 
 /// The live flights' states, in the order they are rendered.
 const LIVE_STATES: [FlightState; 4] = [
@@ -208,6 +214,8 @@ struct Fold {
     flights: HashMap<String, (String, FlightState)>,
     /// Live flights' last reported usage (a running total: only its growth is counted).
     usage: HashMap<String, TokenUsage>,
+    /// The last usage of the [`ENDED_KEPT`] flights that ended last, oldest first.
+    ended: VecDeque<(String, TokenUsage)>,
     pending: HashSet<String>,
 }
 
@@ -217,6 +225,7 @@ impl Fold {
             series,
             flights: HashMap::new(),
             usage: HashMap::new(),
+            ended: VecDeque::new(),
             pending,
         };
         // Every series exists from the start (at 0), so a scraper sees each one.
@@ -325,8 +334,9 @@ impl Fold {
             }
         }
         if to.is_terminal() {
-            // No usage is taken after a flight ends (the writer refuses it).
-            self.usage.remove(&flight.id);
+            if let Some(usage) = self.usage.remove(&flight.id) {
+                self.keep_ended(&flight.id, usage);
+            }
         } else {
             self.enter(&flight.agent, &flight.id, to);
         }
@@ -335,7 +345,16 @@ impl Fold {
     /// A flight reported its usage: a running total, so only what it grew by since the
     /// flight's last report is counted (a total reported twice counts once).
     fn used(&mut self, flight: &Flight, usage: &TokenUsage) {
-        let before = self.usage.get(&flight.id).cloned().unwrap_or_default();
+        let before = match self.usage.get(&flight.id) {
+            Some(u) => u.clone(),
+            None if !flight.state.is_terminal() => TokenUsage::default(),
+            None => self
+                .ended
+                .iter()
+                .find(|(id, _)| *id == flight.id)
+                .map(|(_, u)| u.clone())
+                .unwrap_or_default(),
+        };
         let agent = flight.agent.clone();
         let grew = |now: u64, then: u64| now.saturating_sub(then);
         let kinds = [
@@ -367,9 +386,24 @@ impl Fold {
                 usage.cost_micro_usd.unwrap_or(0),
                 before.cost_micro_usd.unwrap_or(0),
             ));
-        if !flight.state.is_terminal() {
+        if flight.state.is_terminal() {
+            // A late report (the flight's end was folded before it).
+            self.keep_ended(&flight.id, usage.clone());
+        } else {
             self.usage.insert(flight.id.clone(), usage.clone());
         }
+    }
+
+    /// Keeps an ended flight's last usage (the oldest one kept goes past [`ENDED_KEPT`]).
+    fn keep_ended(&mut self, id: &str, usage: TokenUsage) {
+        if let Some(kept) = self.ended.iter_mut().find(|(i, _)| i == id) {
+            kept.1 = usage;
+            return;
+        }
+        if self.ended.len() >= ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((id.to_string(), usage));
     }
 }
 
@@ -389,5 +423,81 @@ mod tests {
         assert_eq!(decided_kind("bob@nats"), "person");
         // A person named like a harness's withdrawal is still no harness.
         assert_eq!(decided_kind("someone:withdrawn"), "person");
+    }
+
+    fn flight(state: FlightState) -> Flight {
+        let mut f: Flight = serde_json::from_value(serde_json::json!({
+            "id": "flt_1", "invocation": "inv_1", "agent": "a1", "state": "running",
+            "update_seq": 0, "conversation": "cnv_1", "created_at": 1, "updated_at": 1,
+        }))
+        .unwrap();
+        f.state = state;
+        f
+    }
+
+    fn update(seq: u64, flight: Flight, change: FlightChange) -> Event {
+        let update = relay_protocol::domain::FlightUpdate {
+            flight: flight.id.clone(),
+            agent: flight.agent.clone(),
+            seq,
+            at: 1,
+            change,
+        };
+        Event {
+            v: relay_protocol::event::EVENT_VERSION,
+            seq,
+            at: 1,
+            body: EventBody::FlightUpdated { update, flight },
+        }
+    }
+
+    fn input(n: u64) -> TokenUsage {
+        TokenUsage {
+            input_tokens: n,
+            cost_micro_usd: Some(n),
+            ..TokenUsage::default()
+        }
+    }
+
+    /// The value of the series whose line starts with `series` (name and labels).
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    #[test]
+    fn usage_reported_after_a_flight_ended_counts_only_its_growth() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let mut fold = Fold::new(
+            Series(Arc::new(recorder)),
+            vec![flight(FlightState::Running)],
+            HashSet::new(),
+        );
+        let ended = FlightChange::State {
+            to: FlightState::Cancelled,
+            reason: None,
+            output: None,
+        };
+        fold.apply(&update(
+            1,
+            flight(FlightState::Running),
+            FlightChange::Usage(input(100)),
+        ));
+        fold.apply(&update(2, flight(FlightState::Cancelled), ended));
+        // The cancelled turn reports its last total on its way out, twice.
+        let late = flight(FlightState::Cancelled);
+        fold.apply(&update(3, late.clone(), FlightChange::Usage(input(120))));
+        fold.apply(&update(4, late, FlightChange::Usage(input(120))));
+        let text = handle.render();
+        assert_eq!(
+            value(&text, r#"relay_tokens_total{agent="a1",kind="input"}"#),
+            120.0
+        );
+        assert_eq!(
+            value(&text, r#"relay_cost_micro_usd_total{agent="a1"}"#),
+            120.0
+        );
     }
 }

@@ -157,3 +157,33 @@ async fn a_node_serves_claude_code_and_pi_agents_approvals_included() {
     let input = all_input_text(&env.mock.requests().last().cloned().unwrap());
     assert!(input.contains("the word is heron"), "{input}");
 }
+
+/// `relay node --log-format json`: every line the node writes on stderr, from its start
+/// to its exit at SIGTERM, is one JSON object (no line for a person in between).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_with_json_logs_writes_only_json() {
+    let nats = NatsServer::start().unwrap();
+    let url = nats.url();
+    let env = Env::start_with(&["--nats", &url]).await;
+    let mut node = NodeProcess::start_with(
+        "n1",
+        &env.tmp.path().join("node-n1"),
+        &url,
+        &env.relay,
+        &["--log-format", "json"],
+    )
+    .unwrap();
+    node.terminate().unwrap();
+    let log = node.log_text();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{log}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "relay node up"),
+        "{log}"
+    );
+}

@@ -235,7 +235,7 @@ with its turn's usage as last reported. COST is `?` where no cost is known, and 
 
 pub const AGENT_SET: &str = "\
 Examples:
-  relay agent set codex-1 --budget 200000/day --budget $5/day
+  relay agent set codex-1 --budget 200000/day --budget '$5/day'
   relay agent set codex-1 --budget 50k/tree --on-budget interrupt
   relay agent set codex-1 --on-budget finish  # keeps its limits
   relay agent set codex-1 --no-budget
@@ -258,7 +258,7 @@ Examples:
   relay agent add kimi --harness acp --cwd . --command kimi --arg acp
   relay agent add cx-a --harness codex --cwd ~/src/project --worktree --copy .env
   relay agent add cx-b --harness codex --cwd ~/src/project --worktree --accept-file-changes
-  relay agent add capped --harness claude --cwd . --budget 200000/day --budget $2/day
+  relay agent add capped --harness claude --cwd . --budget 200000/day --budget '$2/day'
 
 With --worktree the agent works in a git worktree of the repository --cwd names, on its
 own branch relay/NAME (from --base, default the repository's current branch), made under

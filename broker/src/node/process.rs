@@ -74,6 +74,9 @@ pub struct NodeConfig {
     pub turn_idle_timeout: Option<Duration>,
     /// See [`RuntimeConfig::turn_stall_timeout`].
     pub turn_stall_timeout: Option<Duration>,
+    /// Print a line for a person on stderr once it serves (not with JSON logs, where
+    /// every line of stderr is JSON: the `relay node up` log line says it).
+    pub banner: bool,
 }
 
 /// The key of node `name` in `key_file`, where `relay node-key NAME --out FILE` wrote it
@@ -236,7 +239,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .await?;
     write_ready(&config)?;
     tracing::info!(node = %config.name, "relay node up");
-    eprintln!("relay node {}: serving its agents over NATS", config.name);
+    if config.banner {
+        eprintln!("relay node {}: serving its agents over NATS", config.name);
+    }
 
     loop {
         tokio::select! {

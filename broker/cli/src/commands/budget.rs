@@ -44,18 +44,45 @@ impl BudgetArgs {
             on_exceed: self.on_budget.unwrap_or_default(),
             ..Budget::default()
         };
+        let mut given: Vec<(&String, Budget)> = Vec::new();
         for limit in &self.budget {
+            let mut one = Budget::default();
+            if let Err(why) = one.set_limit(limit) {
+                usage!("{why}");
+            }
+            // Two limits on the same thing: the last would silently win.
+            if let Some((earlier, _)) = given.iter().find(|(_, b)| same_kind(b, &one)) {
+                usage!("--budget {earlier} and --budget {limit} limit the same thing: give one");
+            }
             if let Err(why) = budget.set_limit(limit) {
                 usage!("{why}");
             }
+            given.push((limit, one));
         }
         Ok(Some(budget))
     }
 }
 
+/// Whether two one-limit budgets limit the same thing (tokens or cost, per day or tree).
+fn same_kind(a: &Budget, b: &Budget) -> bool {
+    (a.tokens_per_day.is_some() && b.tokens_per_day.is_some())
+        || (a.cost_micro_usd_per_day.is_some() && b.cost_micro_usd_per_day.is_some())
+        || (a.tokens_per_tree.is_some() && b.tokens_per_tree.is_some())
+        || (a.cost_micro_usd_per_tree.is_some() && b.cost_micro_usd_per_tree.is_some())
+}
+
 /// `--budget`'s value, checked as clap parses it (so `--help`'s usage error names it).
 fn limit_arg(text: &str) -> Result<String, String> {
-    Budget::default().set_limit(text)?;
+    Budget::default().set_limit(text).map_err(|why| {
+        // An unquoted `$5/day` reaches us as `/day` (`$5` is the shell's fifth
+        // argument) and `$0.5/day` as `bash.5/day`: say why, not only that it is wrong.
+        let amount = text.rsplit_once('/').map_or(text, |(a, _)| a).trim();
+        if !text.contains('$') && (amount.is_empty() || amount.contains('.')) {
+            format!("{why}; a dollar amount needs quotes in a shell (`--budget '$5/day'`), or `$5` is read as a shell variable")
+        } else {
+            why
+        }
+    })?;
     Ok(text.to_string())
 }
 
@@ -216,6 +243,12 @@ mod tests {
         // A bad limit is refused as clap parses it, naming the forms.
         let bad = parse(&["--budget", "5/week"]).err().unwrap();
         assert!(bad.contains("the period must be `day` or `tree`"), "{bad}");
+        assert!(!bad.contains("quotes"), "{bad}");
+        // What a shell leaves of an unquoted `$5/day` and `$0.5/day`.
+        for unquoted in ["/day", "bash.5/day"] {
+            let bad = parse(&["--budget", unquoted]).err().unwrap();
+            assert!(bad.contains("needs quotes in a shell"), "{bad}");
+        }
         let bad = parse(&["--on-budget", "explode"]).err().unwrap();
         assert!(bad.contains("explode"), "{bad}");
         let both = parse(&["--no-budget", "--budget", "1/day"]).err().unwrap();
@@ -224,6 +257,17 @@ mod tests {
         let alone = parse(&["--on-budget", "finish"]).unwrap();
         let e = alone.budget.budget().unwrap_err().to_string();
         assert!(e.contains("--on-budget goes with --budget"), "{e}");
+        // The same limit twice is refused, not the last taken.
+        let twice = parse(&["--budget", "5/day", "--budget", "10k/d"]).unwrap();
+        let e = twice.budget.budget().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--budget 5/day and --budget 10k/d limit the same thing: give one"
+        );
+        let apart = parse(&[
+            "--budget", "5/day", "--budget", "$5/day", "--budget", "5/tree",
+        ]);
+        assert!(apart.unwrap().budget.budget().unwrap().is_some());
         assert!(parse(&[]).unwrap().budget.budget().unwrap().is_none());
     }
 

@@ -41,20 +41,33 @@ pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
         json,
     } = args;
     let report: UsageReport = client
-        .call::<m::UsageShow>(&[], &UsageQuery { by, since, agent })
+        .call::<m::UsageShow>(
+            &[],
+            &UsageQuery {
+                by,
+                since,
+                agent: agent.clone(),
+            },
+        )
         .await?;
     if json {
         return print_json(&report);
     }
-    let since = report
-        .since
-        .map(|s| format!(" since {}", utc_minute(s)))
-        .unwrap_or_default();
     report_table(&report).print(
         crate::terminal::width(),
-        &format!("no flight reported usage{since}"),
+        &nothing_text(agent.as_deref(), report.since),
     );
     Ok(())
+}
+
+/// What an empty report says, with its filters: an agent with no usage (or a misspelt
+/// name: a removed agent's flights still count, so it is no error) reads as such.
+fn nothing_text(agent: Option<&str>, since: Option<u64>) -> String {
+    let of = agent.map(|a| format!(" of agent {a}")).unwrap_or_default();
+    let since = since
+        .map(|s| format!(" since {}", utc_minute(s)))
+        .unwrap_or_default();
+    format!("no flight{of} reported usage{since}")
 }
 
 /// The report as a table: a row per group, then the total (when there is more than
@@ -276,6 +289,15 @@ mod tests {
             cost_micro_usd: cost,
             flights_without_cost: without,
         }
+    }
+
+    #[test]
+    fn an_empty_report_says_its_filters() {
+        assert_eq!(nothing_text(None, None), "no flight reported usage");
+        assert_eq!(
+            nothing_text(Some("a1"), Some(NOV_27)),
+            "no flight of agent a1 reported usage since 2026-11-27 00:00 UTC"
+        );
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub async fn run(data_dir: DataDir, args: NodeArgs) -> anyhow::Result<Exit> {
             key,
             turn_idle_timeout: args.runtime.turn_idle_timeout(),
             turn_stall_timeout: args.runtime.turn_stall_timeout(),
+            banner: args.logs.log_format == super::settings::LogFormat::Text,
         },
         shutdown,
     )

@@ -85,11 +85,13 @@ impl ModelPrice {
     pub fn cost(&self, u: &TokenUsage) -> u64 {
         let cached = u.cached_input_tokens.min(u.input_tokens);
         let cached_price = self.cached_input.unwrap_or(self.input).0;
-        let numerator = u128::from(cached) * u128::from(cached_price)
-            + u128::from(u.input_tokens - cached) * u128::from(self.input.0)
-            + u128::from(u.output_tokens) * u128::from(self.output.0);
+        // Each product fits a u128; their sum may not (a wild count at a wild price):
+        // saturated, the cost reads as the most there is.
+        let numerator = (u128::from(cached) * u128::from(cached_price))
+            .saturating_add(u128::from(u.input_tokens - cached) * u128::from(self.input.0))
+            .saturating_add(u128::from(u.output_tokens) * u128::from(self.output.0));
         // Tokens x millionths of a dollar per million tokens: divide by a million.
-        let micros = (numerator + 500_000) / 1_000_000;
+        let micros = numerator.saturating_add(500_000) / 1_000_000;
         u64::try_from(micros).unwrap_or(u64::MAX)
     }
 }
@@ -173,6 +175,13 @@ mod tests {
         let cheap = PriceTable::parse(r#"{"models":{"c":{"input":0.4,"output":0.6}}}"#).unwrap();
         assert_eq!(cheap.models["c"].cost(&one), 0);
         assert_eq!(cheap.models["c"].cost(&TokenUsage::new(0, 1)), 1);
+        // The largest counts at the largest prices: the most there is, no overflow.
+        let dear = ModelPrice {
+            input: Price(u64::MAX),
+            cached_input: None,
+            output: Price(u64::MAX),
+        };
+        assert_eq!(dear.cost(&TokenUsage::new(u64::MAX, u64::MAX)), u64::MAX);
     }
 
     #[test]

@@ -25,6 +25,48 @@ pub fn next_utc_midnight(ms: u64) -> u64 {
     (ms / DAY_MS + 1) * DAY_MS
 }
 
+/// The UTC date and minute of `ms`: `2026-11-28 00:00 UTC` (when a budget resets).
+pub fn utc_minute(ms: u64) -> String {
+    let minute = (ms % DAY_MS) / 60_000;
+    format!("{} {:02}:{:02} UTC", utc_date(ms), minute / 60, minute % 60)
+}
+
+/// The UTC midnight of a date written `YYYY-MM-DD` (as [`utc_date`] writes it), in ms
+/// since the epoch; `None` for anything else, a day the month does not have or a date
+/// before 1970.
+pub fn utc_midnight_of(date: &str) -> Option<u64> {
+    let mut parts = date.splitn(3, '-');
+    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(y, 4) && digits(m, 2) && digits(d, 2)) {
+        return None;
+    }
+    let (y, m, d): (u64, u64, u64) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
+    if y < 1970 || !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+        return None;
+    }
+    days_from_civil(y, m, d).checked_mul(DAY_MS)
+}
+
+fn days_in_month(y: u64, m: u64) -> u64 {
+    match m {
+        2 if (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// (year, month, day) -> days since 1970-01-01, for dates from the epoch on (Howard
+/// Hinnant's `days_from_civil`, the inverse of [`civil_from_days`]).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let (era, yoe) = (y / 400, y % 400);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 -> (year, month, day) of the proleptic Gregorian calendar
 /// (Howard Hinnant's `civil_from_days`, for days on or after the epoch).
 pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
@@ -56,5 +98,39 @@ mod tests {
         assert_eq!(utc_date(1_795_824_000_000), "2026-11-28");
         assert_eq!(utc_date(951_782_400_000), "2000-02-29");
         assert_eq!(utc_date(4_107_542_400_000), "2100-03-01");
+    }
+
+    #[test]
+    fn utc_minutes_and_dates_read_back() {
+        assert_eq!(utc_minute(1_795_824_000_000), "2026-11-28 00:00 UTC");
+        assert_eq!(
+            utc_minute(1_795_824_000_000 + 3_661_000),
+            "2026-11-28 01:01 UTC"
+        );
+        assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_midnight_of("1970-01-01"), Some(0));
+        assert_eq!(utc_midnight_of("2026-11-28"), Some(1_795_824_000_000));
+        assert_eq!(utc_midnight_of("2024-02-29"), Some(1_709_164_800_000));
+        assert_eq!(utc_midnight_of("2000-02-29"), Some(951_782_400_000));
+        // Every day of 1970..2101 reads back as the date it writes.
+        for day in 0..48_000 {
+            let ms = day * DAY_MS;
+            assert_eq!(utc_midnight_of(&utc_date(ms)), Some(ms), "{}", utc_date(ms));
+        }
+        for bad in [
+            "",
+            "2026-13-01",
+            "2026-02-29",
+            "2100-02-29",
+            "26-11-27",
+            "2026-1-27",
+            "1969-12-31",
+            "2026-11-+7",
+            "2026-11-27x",
+            "2026-00-10",
+            "2026-04-31",
+        ] {
+            assert_eq!(utc_midnight_of(bad), None, "{bad}");
+        }
     }
 }

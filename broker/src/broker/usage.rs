@@ -15,13 +15,8 @@ impl Broker {
             .store
             .read(move |s| {
                 s.usage_report(&q, |st, f| match &me {
-                    None => true,
-                    Some(me) if &f.agent == me => true,
-                    Some(me) => st
-                        .invocation(&f.invocation)
-                        .ok()
-                        .flatten()
-                        .is_some_and(|i| &i.requester == me),
+                    None => Ok(true),
+                    Some(me) => st.runs_or_asked(f, me),
                 })
             })
             .await

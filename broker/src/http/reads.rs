@@ -109,12 +109,7 @@ impl Principal {
 
 /// Whether `me` runs or asked for `flight`.
 pub(super) fn own_flight(st: &Store, flight: &Flight, me: &str) -> Result<bool, BrokerError> {
-    if flight.agent == me {
-        return Ok(true);
-    }
-    Ok(st
-        .invocation(&flight.invocation)?
-        .is_some_and(|i| i.requester == me))
+    st.runs_or_asked(flight, me)
 }
 
 fn tree_holds(st: &Store, tree: &FlightTree, me: &str) -> Result<bool, BrokerError> {

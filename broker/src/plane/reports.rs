@@ -204,13 +204,13 @@ impl Plane {
                 }
                 Pending::Streamed(rx) => match rx.await {
                     Ok(Ok(Outcome::Flight(r))) if r.applied && r.flight.state.is_terminal() => {
-                        // The broker ended the flight (its output cap): stop the turn.
+                        // The broker ended the flight (its output cap, its agent's budget): stop the turn.
                         let control = control(self);
                         self.tasks.spawn(
                             async move {
                             let id = r.flight.id.clone();
                             if let Err(e) = control.interrupt(r.flight).await {
-                                tracing::warn!(flight = %id, error = %e, "the turn of a flight past its output cap was not interrupted");
+                                tracing::warn!(flight = %id, error = %e, "the turn of a flight the broker ended (its output cap or its budget) was not interrupted");
                             }
                         }
                             .in_current_span(),

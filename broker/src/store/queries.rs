@@ -143,6 +143,17 @@ impl Store {
         self.get(T::Invocations, id.as_bytes())
     }
 
+    /// Whether agent `me` runs `flight` or asked for it: what an agent's token reads of
+    /// the flights (their list, their usage) and of their trees.
+    pub fn runs_or_asked(&self, flight: &Flight, me: &str) -> Result<bool, BrokerError> {
+        if flight.agent == me {
+            return Ok(true);
+        }
+        Ok(self
+            .invocation(&flight.invocation)?
+            .is_some_and(|i| i.requester == me))
+    }
+
     pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
         self.get(T::Conversations, id.as_bytes())
     }

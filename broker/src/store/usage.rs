@@ -96,7 +96,7 @@ impl Store {
     pub fn usage_report(
         &self,
         q: &UsageQuery,
-        visible: impl Fn(&Store, &Flight) -> bool,
+        visible: impl Fn(&Store, &Flight) -> Result<bool, BrokerError>,
     ) -> Result<UsageReport, BrokerError> {
         let agents: HashMap<String, Agent> = self
             .values::<Agent>(T::Agents)?
@@ -110,7 +110,7 @@ impl Store {
             let Some(usage) = &flight.usage else { continue };
             if q.since.is_some_and(|s| flight.created_at < s)
                 || q.agent.as_ref().is_some_and(|a| &flight.agent != a)
-                || !visible(self, &flight)
+                || !visible(self, &flight)?
             {
                 continue;
             }

@@ -88,16 +88,23 @@ pub struct UsageTotals {
 
 impl UsageTotals {
     /// Adds one flight's usage.
+    /// Saturating: the counts come from the harnesses, and a wild one (an agent's bug)
+    /// must pin a total at its maximum, past every budget, not wrap it back under one
+    /// (or panic the writer that folds it).
     pub fn add(&mut self, u: &TokenUsage) {
-        self.flights += 1;
-        self.input_tokens += u.input_tokens;
-        self.cached_input_tokens += u.cached_input_tokens;
-        self.output_tokens += u.output_tokens;
-        self.reasoning_tokens += u.reasoning_tokens.unwrap_or(0);
-        self.tokens += u.tokens();
+        self.flights = self.flights.saturating_add(1);
+        self.input_tokens = self.input_tokens.saturating_add(u.input_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(u.cached_input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(u.output_tokens);
+        self.reasoning_tokens = self
+            .reasoning_tokens
+            .saturating_add(u.reasoning_tokens.unwrap_or(0));
+        self.tokens = self.tokens.saturating_add(u.tokens());
         match u.cost_micro_usd {
-            Some(c) => self.cost_micro_usd += c,
-            None => self.flights_without_cost += 1,
+            Some(c) => self.cost_micro_usd = self.cost_micro_usd.saturating_add(c),
+            None => self.flights_without_cost = self.flights_without_cost.saturating_add(1),
         }
     }
 }
@@ -312,5 +319,30 @@ mod tests {
             (2, 214, 10, 1)
         );
         assert_eq!((t.cached_input_tokens, t.reasoning_tokens), (80, 6));
+    }
+
+    #[test]
+    fn wild_counts_pin_the_totals_at_their_maximum() {
+        let wild = TokenUsage {
+            input_tokens: u64::MAX,
+            cached_input_tokens: u64::MAX,
+            output_tokens: u64::MAX,
+            reasoning_tokens: Some(u64::MAX),
+            model: None,
+            cost_micro_usd: Some(u64::MAX),
+            cost_source: Some(CostSource::Harness),
+        };
+        let mut t = UsageTotals::default();
+        t.add(&TokenUsage::new(5, 5));
+        t.add(&wild);
+        t.add(&wild);
+        assert_eq!(
+            (t.flights, t.input_tokens, t.output_tokens, t.tokens),
+            (3, u64::MAX, u64::MAX, u64::MAX)
+        );
+        assert_eq!(
+            (t.cached_input_tokens, t.reasoning_tokens, t.cost_micro_usd),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
     }
 }

@@ -182,7 +182,7 @@ pub fn show_lines(status: &BudgetStatus) -> Vec<String> {
     lines.push(format!(
         "today     {} tokens, {cost} in {flights} (the day resets at {})",
         t.tokens,
-        super::usage::utc_minute(status.resets_at)
+        relay_protocol::clock::utc_minute(status.resets_at)
     ));
     lines
 }

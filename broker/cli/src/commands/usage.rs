@@ -6,6 +6,7 @@
 use clap::Args;
 use relay_client::Client;
 use relay_protocol::api::{UsageQuery, UsageReport};
+use relay_protocol::clock::utc_minute;
 use relay_protocol::domain::{format_usd, TokenUsage, UsageBy, UsageTotals};
 use relay_protocol::methods::call as m;
 
@@ -169,75 +170,20 @@ fn parse_since(text: &str, now_ms: u64) -> Result<u64, String> {
     let text = text.trim();
     let bad =
         || format!("{text:?} is neither a duration (30m, 24h, 7d, 2w) nor a date (2026-11-27)");
-    if let Some(ms) = date_ms(text) {
+    if let Some(ms) = relay_protocol::clock::utc_midnight_of(text) {
         return Ok(ms);
     }
     let unit = text.chars().last().ok_or_else(bad)?;
     let per: u64 = match unit {
         'm' => 60_000,
         'h' => 3_600_000,
-        'd' => 86_400_000,
-        'w' => 7 * 86_400_000,
+        'd' => relay_protocol::clock::DAY_MS,
+        'w' => 7 * relay_protocol::clock::DAY_MS,
         _ => return Err(bad()),
     };
     let n: u64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
     let back = n.checked_mul(per).ok_or_else(bad)?;
     Ok(now_ms.saturating_sub(back))
-}
-
-/// `YYYY-MM-DD` as the ms of its UTC midnight, for a real date from 1970 on.
-fn date_ms(text: &str) -> Option<u64> {
-    let mut parts = text.splitn(3, '-');
-    let (y, mo, d) = (parts.next()?, parts.next()?, parts.next()?);
-    if y.len() != 4 || mo.len() != 2 || d.len() != 2 {
-        return None;
-    }
-    let (y, mo, d): (i64, u32, u32) = (y.parse().ok()?, mo.parse().ok()?, d.parse().ok()?);
-    if !(1..=12).contains(&mo) || d == 0 || d > days_in_month(y, mo) || y < 1970 {
-        return None;
-    }
-    u64::try_from(days_from_civil(y, mo, d) * 86_400_000).ok()
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The UTC date and time of `ms` since the epoch: `2026-11-28 00:00 UTC`.
-pub fn utc_minute(ms: u64) -> String {
-    let days = i64::try_from(ms / 86_400_000).unwrap_or(0);
-    let minute = (ms % 86_400_000) / 60_000;
-    // Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        minute / 60,
-        minute % 60
-    )
 }
 
 #[cfg(test)]

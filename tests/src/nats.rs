@@ -19,6 +19,35 @@ use anyhow::{bail, Context};
 use crate::procs::signal;
 use crate::wait::try_wait_until_blocking;
 
+/// The headers of a JSON request on the bus: `Content-Type`, and the request token
+/// (`Relay-Token`) when given.
+pub fn json_headers(token: Option<&str>) -> async_nats::HeaderMap {
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Content-Type", "application/json");
+    if let Some(t) = token {
+        h.insert("Relay-Token", t);
+    }
+    h
+}
+
+/// A JSON request on `subject` and its JSON answer (panics when none comes: a test's).
+pub async fn json_request(
+    client: &async_nats::Client,
+    subject: &str,
+    token: Option<&str>,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let reply = client
+        .request_with_headers(
+            subject.to_string(),
+            json_headers(token),
+            body.to_string().into(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"));
+    serde_json::from_slice(&reply.payload).unwrap_or_else(|e| panic!("{subject}: {e}"))
+}
+
 /// The JetStream storage a test server offers. Set, because a nats-server without
 /// `max_file_store` offers 75% of the disk free when it starts, and a CI machine with
 /// little disk left then refused the broker's 1 GiB flight stream in every NATS test.

@@ -15,7 +15,7 @@ use prost::Message as _;
 use relay_broker::seal::AgentTokens;
 use relay_protocol::pb;
 use relay_tests::agents::{state, Env};
-use relay_tests::nats::NatsServer;
+use relay_tests::nats::{json_request as request, NatsServer};
 use relay_tests::wait_until;
 use serde_json::{json, Value};
 
@@ -26,33 +26,6 @@ async fn env_with_nats(nats: &NatsServer, extra: &[&str]) -> Env {
     let env = Env::start_with(&args).await;
     env.add_agent("codex-1", &[]);
     env
-}
-
-fn json_headers(token: Option<&str>) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    h.insert("Content-Type", "application/json");
-    if let Some(t) = token {
-        h.insert("Relay-Token", t);
-    }
-    h
-}
-
-/// A JSON request on `subject` and its JSON answer.
-async fn request(
-    client: &async_nats::Client,
-    subject: &str,
-    token: Option<&str>,
-    body: Value,
-) -> Value {
-    let reply = client
-        .request_with_headers(
-            subject.to_string(),
-            json_headers(token),
-            body.to_string().into(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"));
-    serde_json::from_slice(&reply.payload).unwrap()
 }
 
 /// A flight of codex-1 waiting for its command's approval, and the approval's id.

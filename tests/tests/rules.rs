@@ -8,10 +8,9 @@
 //! once, and says which option it got), so each test takes seconds; a real nats-server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use async_nats::HeaderMap;
 use relay_broker::seal::AgentTokens;
 use relay_tests::agents::{state, Env};
-use relay_tests::nats::NatsServer;
+use relay_tests::nats::{json_request as request, NatsServer};
 use relay_tests::Http;
 use serde_json::{json, Value};
 
@@ -213,33 +212,6 @@ async fn rules_over_http_for_the_operator_an_agents_token_and_a_dashboard_login(
         .await;
     assert_eq!(code, 200);
     assert_eq!(chosen(&env, &f3).await, "cancel");
-}
-
-fn json_headers(token: Option<&str>) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    h.insert("Content-Type", "application/json");
-    if let Some(t) = token {
-        h.insert("Relay-Token", t);
-    }
-    h
-}
-
-/// A JSON request on `subject` and its JSON answer.
-async fn request(
-    client: &async_nats::Client,
-    subject: &str,
-    token: Option<&str>,
-    body: Value,
-) -> Value {
-    let reply = client
-        .request_with_headers(
-            subject.to_string(),
-            json_headers(token),
-            body.to_string().into(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"));
-    serde_json::from_slice(&reply.payload).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

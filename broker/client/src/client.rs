@@ -491,18 +491,23 @@ mod tests {
         url
     }
 
+    /// A 429 whose body is the JSON `typed`, with `headers` (each ending in CRLF).
+    fn json_429(typed: &str, headers: &str) -> &'static str {
+        Box::leak(
+            format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{typed}",
+                typed.len()
+            )
+            .into_boxed_str(),
+        )
+    }
+
     #[tokio::test]
     async fn a_429_or_503_is_an_overload_with_its_retry_after_not_an_unreachable_broker() {
         use relay_protocol::methods::call as m;
         let typed = r#"{"error":{"code":"overloaded","message":"full"}}"#;
-        let answer: &'static str = Box::leak(
-            format!(
-                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 3\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{typed}",
-                typed.len()
-            )
-            .into_boxed_str(),
-        );
-        let client = Client::new(&answering(answer).await, "t").unwrap();
+        let client =
+            Client::new(&answering(json_429(typed, "retry-after: 3\r\n")).await, "t").unwrap();
         let e = client
             .call::<m::StatusShow>(&[], &relay_protocol::api::Empty {})
             .await
@@ -534,14 +539,7 @@ mod tests {
     async fn a_budget_refusal_is_a_refusal_not_an_overload() {
         use relay_protocol::methods::call as m;
         let typed = r#"{"error":{"code":"budget_exceeded","message":"agent a1 used 120 of its 100 tokens/day"}}"#;
-        let answer: &'static str = Box::leak(
-            format!(
-                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{typed}",
-                typed.len()
-            )
-            .into_boxed_str(),
-        );
-        let client = Client::new(&answering(answer).await, "t").unwrap();
+        let client = Client::new(&answering(json_429(typed, "")).await, "t").unwrap();
         let e = client
             .call::<m::StatusShow>(&[], &relay_protocol::api::Empty {})
             .await

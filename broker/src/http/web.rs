@@ -11,12 +11,28 @@
 //! A browser never sees the API token. `relay open` (the operator's token) asks
 //! `POST /v1/login` for a one-time code, valid for [`CODE_LIFETIME`], and opens
 //! `/login?code=CODE`. That route spends the code and answers `303 /` with a login
-//! cookie: random, `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's
-//! page sends it), named after the port (`relay_login_7777`: cookies are per host,
-//! not per port, and two brokers on one host must not log each other out). The URL the
-//! page keeps is `/`: no token or code in its history, and a code read from a shell's
-//! history is spent. Logins live in memory: they end with the process (the page then
-//! says to run `relay open` again) or with `POST /v1/logout`.
+//! cookie: signed (below), `HttpOnly` (no script reads it), `SameSite=Strict` (no other
+//! site's page sends it), named after the port (`relay_login_7777`: cookies are per
+//! host, not per port, and two brokers on one host must not log each other out), kept
+//! by the browser for the login's lifetime. The URL the page keeps is `/`: no token or
+//! code in its history, and a code read from a shell's history is spent.
+//!
+//! ## What is stored where, and what ends a login
+//!
+//! The one-time codes live in memory (a restart forgets the unused ones: they last two
+//! minutes anyway). A login is not stored at all: its cookie carries its id, name and
+//! issue time, signed with HMAC-SHA256 under a key kept in `<data dir>/dashboard.key`
+//! (mode 0600; see [`super::login_keys`] for the format and what a wider mode does).
+//! So:
+//! - a restart (even `kill -9`) ends no login: the page reconnects and stays logged in;
+//! - a login expires 30 days after its link was spent (`LOGIN_LIFETIME`);
+//! - `POST /v1/logout` ends the cookie's login for good: its id is revoked in memory at
+//!   once and written to `<data dir>/dashboard.revoked` (on the blocking pool), read
+//!   back at start; entries are dropped once their login would have expired;
+//! - `POST /v1/login/revoke` (`relay open --revoke-all`, the operator's token only)
+//!   writes a new key and uses it: every login and every unused link ends.
+//!
+//! Checking a cookie reads only memory: the key and the revocations are loaded at start.
 //!
 //! The cookie stands for the operator on every `/v1` route, with two limits: a request
 //! that is not a `GET` must carry `X-Relay-Dashboard: 1`, a header no cross-site form
@@ -28,9 +44,11 @@
 //! page's own script and style: text an agent wrote can never run as script, even if
 //! some view put it in as HTML by mistake (none does: the page uses `textContent`).
 
+use relay_protocol::clock;
 use relay_protocol::methods::call as m;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
@@ -38,18 +56,18 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink};
+use relay_protocol::api::{Empty, ErrorCode, LoginInfo, LoginLink};
 use relay_protocol::domain::decider;
 use serde::Deserialize;
 
+use super::login_keys::{LoginKeys, Signed, LOGIN_LIFETIME};
 use super::{ApiJson, ApiResult, ApiState, HttpError, Principal, Req};
+use crate::files::FileError;
 
 /// How long a login link works.
 pub const CODE_LIFETIME: Duration = Duration::from_secs(120);
 /// Login links not yet used, at most (the oldest goes first).
 const MAX_CODES: usize = 64;
-/// Logins at most (the oldest goes first).
-const MAX_LOGINS: usize = 256;
 /// The header a dashboard login's writes carry.
 pub const DASHBOARD_HEADER: &str = "x-relay-dashboard";
 
@@ -99,20 +117,14 @@ impl Login {
     }
 }
 
-/// The login codes and logins of one broker (in memory).
+/// The login codes (in memory) and the signed logins (see [`login_keys`]) of one broker.
 pub struct WebAuth {
     /// `http://127.0.0.1:PORT`
     origin: String,
     cookie: String,
-    state: Mutex<LoginTable>,
-}
-
-#[derive(Default)]
-struct LoginTable {
     /// code -> (who, when it was made)
-    codes: HashMap<String, (String, Instant)>,
-    /// login id -> (login, when it was made)
-    logins: HashMap<String, (Login, Instant)>,
+    codes: Mutex<HashMap<String, (String, Instant)>>,
+    keys: Arc<LoginKeys>,
 }
 
 /// Removes the oldest entry of `map` while it holds `max` or more.
@@ -134,15 +146,24 @@ fn random_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A file of the login keys could not be written: the answer says so (the login ended
+/// in memory all the same).
+fn file_error(doing: &str, e: impl std::fmt::Display) -> HttpError {
+    tracing::error!(error = %e, "{doing}");
+    HttpError::new(ErrorCode::Internal, format!("{doing}: {e}"))
+}
+
 impl WebAuth {
-    /// For the broker listening at `origin` (`http://127.0.0.1:PORT`).
-    pub fn new(origin: &str) -> WebAuth {
+    /// For the broker listening at `origin` (`http://127.0.0.1:PORT`), its logins signed
+    /// with the key of `data_dir` (made if missing). Blocking: reads and may write files.
+    pub fn open(origin: &str, data_dir: &Path) -> Result<WebAuth, FileError> {
         let port = origin.rsplit(':').next().unwrap_or("0");
-        WebAuth {
+        Ok(WebAuth {
             origin: origin.trim_end_matches('/').to_string(),
             cookie: format!("relay_login_{port}"),
-            state: Mutex::new(LoginTable::default()),
-        }
+            codes: Mutex::new(HashMap::new()),
+            keys: Arc::new(LoginKeys::open(data_dir, clock::now_ms())?),
+        })
     }
 
     /// `http://127.0.0.1:PORT`: the broker's own origin.
@@ -150,47 +171,70 @@ impl WebAuth {
         &self.origin
     }
 
-    fn logins(&self) -> MutexGuard<'_, LoginTable> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn codes(&self) -> MutexGuard<'_, HashMap<String, (String, Instant)>> {
+        self.codes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A new one-time code for `name`.
     fn issue(&self, name: String) -> String {
         let code = random_id();
-        let mut logins = self.logins();
-        logins
-            .codes
-            .retain(|_, (_, made)| made.elapsed() < CODE_LIFETIME);
-        make_room(&mut logins.codes, MAX_CODES, |(_, made)| *made);
-        logins.codes.insert(code.clone(), (name, Instant::now()));
+        let mut codes = self.codes();
+        codes.retain(|_, (_, made)| made.elapsed() < CODE_LIFETIME);
+        make_room(&mut codes, MAX_CODES, |(_, made)| *made);
+        codes.insert(code.clone(), (name, Instant::now()));
         code
     }
 
-    /// Spends `code`: the new login's id, if the code was good.
+    /// Spends `code`: the new login's cookie value, if the code was good.
     fn spend(&self, code: &str) -> Option<String> {
-        let mut logins = self.logins();
-        let (name, made) = logins.codes.remove(code)?;
+        let (name, made) = self.codes().remove(code)?;
         if made.elapsed() >= CODE_LIFETIME {
             return None;
         }
-        let id = random_id();
-        make_room(&mut logins.logins, MAX_LOGINS, |(_, made)| *made);
-        logins
-            .logins
-            .insert(id.clone(), (Login { name }, Instant::now()));
-        Some(id)
+        Some(self.keys.sign(&self.cookie, &name, clock::now_ms()))
     }
 
-    /// The login the request's cookie names, if any.
+    /// The login the request's cookie names, if any (memory only: no file is read).
     pub fn login(&self, headers: &HeaderMap) -> Option<Login> {
-        let id = self.cookie_value(headers)?;
-        self.logins().logins.get(id).map(|(s, _)| s.clone())
+        self.signed(headers).map(|s| Login { name: s.name })
     }
 
-    fn end(&self, headers: &HeaderMap) {
-        if let Some(id) = self.cookie_value(headers) {
-            self.logins().logins.remove(id);
+    fn signed(&self, headers: &HeaderMap) -> Option<Signed> {
+        let value = self.cookie_value(headers)?;
+        self.keys.verify(&self.cookie, value, clock::now_ms())
+    }
+
+    /// Ends the cookie's login for good: refused from now on, and its revocation written
+    /// (on the blocking pool) so a restart does not bring it back.
+    async fn end(&self, headers: &HeaderMap) -> Result<(), HttpError> {
+        let Some(login) = self.signed(headers) else {
+            return Ok(());
+        };
+        let keys = self.keys.clone();
+        let full = !keys.revoke(&login, clock::now_ms());
+        if full {
+            tracing::warn!(
+                "too many dashboard logouts kept; rotating the dashboard key (every login ends)"
+            );
         }
+        relay_infra::storage::read(move || if full { keys.rotate() } else { keys.save() })
+            .await
+            .map_err(|e| file_error("cannot keep the logout", e))?
+            .map_err(|e| file_error("cannot keep the logout", e))
+    }
+
+    /// Ends every login: a new key (written on the blocking pool, then used), and the
+    /// login links not yet spent forgotten.
+    async fn revoke_all(&self) -> Result<(), HttpError> {
+        self.codes().clear();
+        let keys = self.keys.clone();
+        relay_infra::storage::read(move || keys.rotate())
+            .await
+            .map_err(|e| file_error("cannot rotate the dashboard key", e))?
+            .map_err(|e| file_error("cannot rotate the dashboard key", e))?;
+        // A link made while the key was being written is forgotten too.
+        self.codes().clear();
+        Ok(())
     }
 
     fn cookie_value<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
@@ -204,8 +248,12 @@ impl WebAuth {
             .map(|(_, value)| value)
     }
 
-    fn set_cookie(&self, id: &str) -> String {
-        format!("{}={id}; HttpOnly; SameSite=Strict; Path=/", self.cookie)
+    fn set_cookie(&self, value: &str) -> String {
+        format!(
+            "{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+            self.cookie,
+            LOGIN_LIFETIME.as_secs()
+        )
     }
 
     fn clear_cookie(&self) -> String {
@@ -352,14 +400,37 @@ pub(super) async fn whoami(
     }))
 }
 
-/// `POST /v1/logout`: ends the cookie's login.
+/// `POST /v1/logout`: ends the cookie's login, for good (a restart does not bring it
+/// back). The cookie is cleared even if its revocation could not be written.
 pub(super) async fn logout(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    s.web.end(&headers);
-    (
-        [(header::SET_COOKIE, s.web.clear_cookie())],
-        Json(serde_json::json!({})),
-    )
-        .into_response()
+    let ended = s.web.end(&headers).await;
+    let mut response = match ended {
+        Ok(()) => Json(serde_json::json!({})).into_response(),
+        Err(e) => e.into_response(),
+    };
+    if let Ok(clear) = HeaderValue::from_str(&s.web.clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, clear);
+    }
+    response
+}
+
+/// `POST /v1/login/revoke`: rotates the login key, ending every dashboard login and
+/// forgetting the links not yet used (the operator's token only, like a new link).
+pub(super) async fn revoke_all(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
+    ApiJson(_): ApiJson<Req<m::LoginRevokeAll>>,
+) -> ApiResult<Empty> {
+    if principal != Principal::Operator || login.is_some() {
+        return Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            "ending every login takes the operator's token (api.json), not a dashboard login's or an agent's",
+        ));
+    }
+    s.web.revoke_all().await?;
+    tracing::info!("dashboard key rotated: every dashboard login ended");
+    Ok(Json(Empty {}))
 }
 
 #[cfg(test)]
@@ -374,40 +445,73 @@ mod tests {
         h
     }
 
-    #[test]
-    fn a_code_logs_in_once_and_only_its_own_port_cookie_counts() {
-        let web = WebAuth::new("http://127.0.0.1:7777");
+    fn web(port: u16) -> (tempfile::TempDir, WebAuth) {
+        let dir = tempfile::tempdir().unwrap();
+        let web = WebAuth::open(&format!("http://127.0.0.1:{port}"), dir.path()).unwrap();
+        (dir, web)
+    }
+
+    #[tokio::test]
+    async fn a_code_logs_in_once_and_only_its_own_port_cookie_counts() {
+        let (dir, web) = web(7777);
         let code = web.issue("alice".into());
-        let id = web.spend(&code).unwrap();
+        let value = web.spend(&code).unwrap();
         assert_eq!(web.spend(&code), None, "a code works once");
         assert_eq!(web.spend("nope"), None);
-        let cookie = web.set_cookie(&id);
-        assert!(cookie.starts_with(&format!("relay_login_7777={id};")));
+        let cookie = web.set_cookie(&value);
+        assert!(cookie.starts_with(&format!("relay_login_7777={value};")));
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        let login = web.login(&with_cookie(&format!("x=1; relay_login_7777={id}")));
+        let login = web.login(&with_cookie(&format!("x=1; relay_login_7777={value}")));
         assert_eq!(login.unwrap().decided_by(), "alice@dashboard");
         assert_eq!(
-            web.login(&with_cookie(&format!("relay_login_8888={id}"))),
+            web.login(&with_cookie(&format!("relay_login_8888={value}"))),
+            None
+        );
+        // Another port's broker on the same data dir (its key) does not take it either.
+        let other = WebAuth::open("http://127.0.0.1:8888", dir.path()).unwrap();
+        assert_eq!(
+            other.login(&with_cookie(&format!("relay_login_8888={value}"))),
             None
         );
         assert_eq!(web.login(&with_cookie("relay_login_7777=forged")), None);
-        web.end(&with_cookie(&format!("relay_login_7777={id}")));
-        assert_eq!(
-            web.login(&with_cookie(&format!("relay_login_7777={id}"))),
-            None
-        );
+        // A restart (the same data dir, the same port) keeps it.
+        let again = WebAuth::open("http://127.0.0.1:7777", dir.path()).unwrap();
+        let cookie = with_cookie(&format!("relay_login_7777={value}"));
+        assert!(again.login(&cookie).is_some());
+        assert!(web.end(&cookie).await.is_ok());
+        assert_eq!(web.login(&cookie), None);
+        let again = WebAuth::open("http://127.0.0.1:7777", dir.path()).unwrap();
+        assert_eq!(again.login(&cookie), None, "a logout outlives a restart");
+    }
+
+    #[tokio::test]
+    async fn revoke_all_ends_every_login_and_unspent_link() {
+        let (dir, web) = web(7777);
+        let cookies: Vec<HeaderMap> = (0..3)
+            .map(|_| {
+                let code = web.issue("a".into());
+                with_cookie(&format!("relay_login_7777={}", web.spend(&code).unwrap()))
+            })
+            .collect();
+        let unspent = web.issue("a".into());
+        assert!(web.revoke_all().await.is_ok());
+        for c in &cookies {
+            assert_eq!(web.login(c), None);
+        }
+        assert_eq!(web.spend(&unspent), None, "a link made before is forgotten");
+        let fresh = web.spend(&web.issue("a".into())).unwrap();
+        let fresh = with_cookie(&format!("relay_login_7777={fresh}"));
+        assert!(web.login(&fresh).is_some());
+        let again = WebAuth::open("http://127.0.0.1:7777", dir.path()).unwrap();
+        assert_eq!(again.login(&cookies[0]), None);
+        assert!(again.login(&fresh).is_some());
     }
 
     #[test]
-    fn codes_and_logins_are_bounded() {
-        let web = WebAuth::new("http://127.0.0.1:1");
+    fn codes_are_bounded() {
+        let (_dir, web) = web(1);
         let codes: Vec<String> = (0..MAX_CODES + 5).map(|_| web.issue("a".into())).collect();
-        assert_eq!(web.logins().codes.len(), MAX_CODES);
+        assert_eq!(web.codes().len(), MAX_CODES);
         assert_eq!(web.spend(&codes[0]), None, "the oldest code went first");
-        for _ in 0..MAX_LOGINS + 3 {
-            let code = web.issue("a".into());
-            web.spend(&code).unwrap();
-        }
-        assert_eq!(web.logins().logins.len(), MAX_LOGINS);
     }
 }

@@ -21,8 +21,8 @@
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
 //! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
 //! from the log), `usage` (the usage report, an agent's budget), `web` (the dashboard's
-//! page and its login), `login_keys` (the login cookies' key and revocations, kept in
-//! the data dir), and `health` (`/metrics` and `/healthz`, outside the method
+//! page and its login routes), `login` (the dashboard's logins: codes, cookies, their
+//! end), `login_keys` (the login cookies' key and revocations, kept in the data dir), and `health` (`/metrics` and `/healthz`, outside the method
 //! table: not JSON).
 //!
 //! Each request runs in a tracing span `request` with its method's name from the table
@@ -35,6 +35,7 @@ mod events;
 mod flights;
 mod health;
 mod layers;
+mod login;
 mod login_keys;
 mod messages;
 mod reads;
@@ -46,11 +47,11 @@ mod usage;
 mod web;
 
 pub use auth::Principal;
+pub use login::{Login, WebAuth, CODE_LIFETIME};
 pub use serve::{
     serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RESERVED_CONNECTIONS, DEFAULT_STREAMS_PER_AGENT, DEFAULT_WRITE_STALL_TIMEOUT,
 };
-pub use web::{Login, WebAuth, CODE_LIFETIME};
 
 use std::sync::Arc;
 

@@ -43,7 +43,12 @@ fn ok() -> BoxFuture<'static, Result<(), BrokerError>> {
 }
 
 impl FlightControl for Answers {
-    fn steer(&self, _: Flight, _: String) -> BoxFuture<'static, Result<(), BrokerError>> {
+    fn steer(
+        &self,
+        _: Flight,
+        _: String,
+        _: Option<String>,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
         ok()
     }
     fn interrupt(&self, _: Flight) -> BoxFuture<'static, Result<(), BrokerError>> {

@@ -7,15 +7,20 @@ use axum::Json;
 use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal, Req};
+use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 use crate::error::BrokerError;
 
-/// An agent's token invokes as that agent, linked to the flight it is running.
+/// An agent's token invokes as that agent, linked to the flight it is running; a
+/// dashboard login asks as `NAME@dashboard`, whatever the body says.
 pub(super) async fn invoke(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     ApiJson(mut req): ApiJson<Req<m::Invoke>>,
 ) -> ApiResult<relay_protocol::api::InvokeAccepted> {
+    if let Some(Extension(web)) = login {
+        req.requester = web.decided_by();
+    }
     principal.act_as(&req.requester)?;
     req.parent_flight = principal
         .parent_flight(&s.broker, req.parent_flight.take())
@@ -113,26 +118,32 @@ pub(super) async fn update_flight(
     Ok(Json(s.broker.update_flight(&id, body.change).await?))
 }
 
+/// Recorded with the steer's note as its caller ([`Principal::actor`]).
 pub(super) async fn steer(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Req<m::FlightSteer>>,
 ) -> ApiResult<Flight> {
     principal.may_control(&s.broker, &id).await?;
+    let by = principal.actor(login.as_deref());
     Ok(Json(
-        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text).await?,
+        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text, Some(by)).await?,
     ))
 }
 
+/// Noted on the flight as asked by its caller ([`Principal::actor`]).
 pub(super) async fn interrupt(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(id): Path<String>,
 ) -> ApiResult<Flight> {
     principal.may_control(&s.broker, &id).await?;
+    let by = principal.actor(login.as_deref());
     Ok(Json(
-        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id, Some(by)).await?,
     ))
 }
 

@@ -176,7 +176,7 @@ function flightsView(params = new URLSearchParams()) {
     const have = [...agentSel.options].map((o) => o.value);
     const want = ["", ...names];
     if (have.join("\n") !== want.join("\n")) {
-      agentSel.replaceChildren(h("option", { value: "" }, "every agent"), names.map((n) => h("option", { value: n }, n)));
+      agentSel.replaceChildren(h("option", { value: "" }, "every agent"), ...names.map((n) => h("option", { value: n }, n)));
     }
     agentSel.value = filters.agent;
   }

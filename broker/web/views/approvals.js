@@ -9,8 +9,9 @@ import { fleet, invalidate, putApproval } from "/lib/fleet.js";
 // Remember: "Accept and remember" and "Decline and remember" make a rule for the scope
 // the select names; for a command, a second select may let one plain argument be any
 // (`--any-arg N`, N counting from 1 after the program, of the command as the broker
-// splits it: [`commandWords`]). The broker checks the choice again and says why it
-// refuses one; the page only offers what it would take.
+// splits it: [`commandWords`]). The page offers only the plain arguments; the broker
+// checks the choice again (a command not in canonical form cannot be remembered) and
+// the item shows its reason when it refuses.
 //
 // Hooks for tests: `li[data-approval]` with `button.accept`, `button.decline`,
 // `button.remember` (`data-action="accept-remember"`), `button.decline-remember`,
@@ -63,7 +64,10 @@ function shellWords(text) {
 function commandWords(detail) {
   const argv = shellWords(detail);
   if (!argv || !argv.length) return null;
-  if (argv.length === 3 && SHELLS.has(argv[0]) && (argv[1] === "-c" || argv[1] === "-lc")) return shellWords(argv[2]);
+  if (argv.length === 3 && SHELLS.has(argv[0]) && (argv[1] === "-c" || argv[1] === "-lc")) {
+    // Only an ASCII script is unwrapped (as the broker: a multibyte locale could read it otherwise).
+    return /^[\x00-\x7f]*$/.test(argv[2]) ? shellWords(argv[2]) : null;
+  }
   return argv;
 }
 

@@ -60,7 +60,7 @@ function rulesSection(errBox) {
   const el = h("section", { class: "rules-section", "aria-labelledby": "rules-subtitle" },
     h("h2", { id: "rules-subtitle" }, "Remembered decisions ", count),
     h("p", { class: "muted" }, "Decisions remembered from approvals: each decides the same request " +
-      "(the same command, word for word, or with `*` for one plain argument) within its scope, " +
+      "(the same command, word for word, or with “*” for one plain argument) within its scope, " +
       "recorded as decided by rule:ID."),
     empty, h("div", { class: "table-box" }, table.el));
 

@@ -44,14 +44,14 @@ function filtersOf(params) {
 }
 
 /**
- * The time `since` stands for (ms since the epoch), 0 for none: `90m`, `24h`, `7d` back
+ * The time `since` stands for (ms since the epoch), 0 for none: `90m`, `24h`, `7d`, `2w` back
  * from `now`, a UTC day `2026-11-27`, or ms since the epoch (as `relay usage --since`).
  * `null` when it reads as none of these.
  */
 function sinceMs(since, now = Date.now()) {
   if (!since) return 0;
-  let m = /^(\d+)([mhd])$/.exec(since);
-  if (m) return now - Number(m[1]) * { m: 60e3, h: 3600e3, d: 86400e3 }[m[2]];
+  let m = /^(\d+)([mhdw])$/.exec(since);
+  if (m) return now - Number(m[1]) * { m: 60e3, h: 3600e3, d: 86400e3, w: 7 * 86400e3 }[m[2]];
   m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(since);
   if (m) return Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]));
   if (/^\d+$/.test(since)) return Number(since);
@@ -232,7 +232,7 @@ function flightsView(params = new URLSearchParams()) {
     clearTimeout(timer);
     const cutoff = sinceMs(filters.since);
     if (cutoff === null) {
-      showError(errBox, new Error(`since ${filters.since}: write 1h, 24h, 7d, a day (2026-11-27) or ms since the epoch`));
+      showError(errBox, new Error(`since ${filters.since}: write 30m, 24h, 7d, 2w, a day (2026-11-27) or ms since the epoch`));
       return;
     }
     const query = { limit: LIMIT };

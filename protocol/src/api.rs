@@ -487,6 +487,42 @@ pub struct AfterQuery {
     pub limit: Option<usize>,
 }
 
+/// A row of `GET /v1/flights`: the flight's fields, and beside them what it was asked
+/// and by whom (read from its invocation), so a list can show its task without a
+/// request per flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedFlight {
+    #[serde(flatten)]
+    pub flight: Flight,
+    /// The task's beginning: at most [`ListedFlight::TASK_CHARS`] characters (`…` after
+    /// one that is cut), or empty when its invocation cannot be read.
+    #[serde(default)]
+    pub task: String,
+    #[serde(default)]
+    pub requester: String,
+}
+
+impl ListedFlight {
+    /// How much of a task a list row carries.
+    pub const TASK_CHARS: usize = 500;
+
+    /// `flight` with `invocation`'s task (its beginning) and requester.
+    pub fn new(flight: Flight, invocation: Option<&Invocation>) -> ListedFlight {
+        let (task, requester) = invocation.map_or_else(Default::default, |i| {
+            let mut task: String = i.task.chars().take(Self::TASK_CHARS).collect();
+            if task.len() < i.task.len() {
+                task.push('…');
+            }
+            (task, i.requester.clone())
+        });
+        ListedFlight {
+            flight,
+            task,
+            requester,
+        }
+    }
+}
+
 /// `GET /v1/flights`: flights by agent, state, time or text, newest last, at most
 /// `limit` (100).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{
     AfterQuery, AgentAdded, AgentDiff, AgentSettings, ApprovalsQuery, BudgetStatus, DecideApproval,
-    Empty, FlightDiff, FlightTree, FlightsQuery, ForkRequest, InvokeAccepted, LoginInfo, LoginLink,
-    LoginRequest, MessagePosted, MessagesQuery, Peek, PeekQuery, RemoveQuery, ReplayQuery,
-    ReplyRequest, RulesQuery, Status, SteerRequest, UpdateFlight, UpdateResult, UsageQuery,
-    UsageReport,
+    Empty, FlightDiff, FlightTree, FlightsQuery, ForkRequest, InvokeAccepted, ListedFlight,
+    LoginInfo, LoginLink, LoginRequest, MessagePosted, MessagesQuery, Peek, PeekQuery, RemoveQuery,
+    ReplayQuery, ReplyRequest, RulesQuery, Status, SteerRequest, UpdateFlight, UpdateResult,
+    UsageQuery, UsageReport,
 };
 use crate::bus::{
     ApprovalAnswer, ApproveCommand, FlightAnswer, InterruptCommand, InvokeCommand, RevertCommand,
@@ -303,8 +303,8 @@ methods! {
         InvokeRequest => InvokeAccepted,
         bus "relay.v1.invoke.{agent}", InvokeCommand => InvokeAccepted;
         "Asks an agent: a new invocation and its flight."
-    FlightList = "flight.list": Get "/v1/flights", Read, Json, FlightsQuery => Vec<Flight>;
-        "Flights, newest last, by agent or state."
+    FlightList = "flight.list": Get "/v1/flights", Read, Json, FlightsQuery => Vec<ListedFlight>;
+        "Flights, newest last, by agent, state, time or text, each with its task and requester."
     FlightShow = "flight.show": Get "/v1/flights/{id}", Read, Json, Empty => Flight;
         "One flight."
     FlightUpdates = "flight.updates": Get "/v1/flights/{id}/updates", Read, Json,

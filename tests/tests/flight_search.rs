@@ -48,6 +48,13 @@ async fn flights_are_found_by_time_and_by_text_over_http_and_from_the_cli() {
         env.wait_flight(id, 60, |f| state(f) == "completed").await;
     }
 
+    // Each row carries its task and requester, so a list shows them without a request
+    // per flight.
+    let (_, rows) = http.get("/v1/flights?q=nightly").await;
+    assert_eq!(rows[0]["task"], "nightly run", "{rows}");
+    assert_eq!(rows[0]["requester"], "Nightly-Bot", "{rows}");
+    assert_eq!(rows[0]["state"], "completed", "{rows}");
+
     // Text, in any case: the task, the requester, the agent, the id, the output.
     assert_eq!(list(&http, "q=zEBRA").await, vec![zebra.clone()]);
     assert_eq!(list(&http, "q=nightly-bot").await, vec![bot.clone()]);
@@ -106,6 +113,16 @@ async fn flights_are_found_by_time_and_by_text_over_http_and_from_the_cli() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("neither a duration"), "{err}");
+
+    // A long task is cut in the row, and still found by what lies past the cut.
+    let long_task = format!("{} okapi", "x".repeat(600));
+    let long = ask(&http, "kit", &long_task, "operator").await;
+    env.wait_flight(&long, 60, |f| state(f) == "completed")
+        .await;
+    let (_, rows) = http.get("/v1/flights?q=OKAPI").await;
+    assert_eq!(ids(&rows), vec![long.clone()]);
+    let cut = rows[0]["task"].as_str().unwrap();
+    assert_eq!(cut, format!("{}…", "x".repeat(500)));
 }
 
 /// Sixteen clients list by text and time, again and again, while flights are asked:

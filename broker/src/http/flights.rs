@@ -4,6 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Extension;
 use axum::Json;
+use relay_protocol::api::ListedFlight;
 use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::methods::call as m;
 
@@ -40,7 +41,7 @@ pub(super) async fn list_flights(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     Query(q): Query<Req<m::FlightList>>,
-) -> ApiResult<Vec<Flight>> {
+) -> ApiResult<Vec<ListedFlight>> {
     let me = principal.agent().map(str::to_string);
     let since = match q.since.as_deref() {
         Some(text) => Some(
@@ -89,7 +90,7 @@ pub(super) async fn list_flights(
                         None => true,
                     })
             };
-            if live {
+            let flights = if live {
                 let mut out = Vec::new();
                 for f in st.live_flights()? {
                     if keep(&f)? {
@@ -97,10 +98,17 @@ pub(super) async fn list_flights(
                     }
                 }
                 out.drain(..out.len().saturating_sub(scan.limit));
-                Ok(out)
+                out
             } else {
-                st.scan_flights(&scan, keep)
-            }
+                st.scan_flights(&scan, keep)?
+            };
+            flights
+                .into_iter()
+                .map(|f| {
+                    let invocation = st.invocation(&f.invocation)?;
+                    Ok(ListedFlight::new(f, invocation.as_ref()))
+                })
+                .collect::<Result<Vec<_>, BrokerError>>()
         })
         .await?;
     Ok(Json(out))

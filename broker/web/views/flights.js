@@ -9,9 +9,12 @@
 // flights of the fleet watch, so the list stays live and a broker that ignores a filter
 // still shows only matching flights.
 //
-// A flight record has no task: the page knows it from the watch (`invocation_created`)
-// or asks `replay.flight` for it (with `from_seq` past the end: the invocation, no
-// entries), once per flight, a few at a time, only for the flights it shows.
+// A flight's task and requester come with `flight.list`'s rows (the task's first 500
+// characters) or from the watch (`invocation_created`); a flight known only from the
+// watch's snapshot has its asked once of `replay.flight` (with `from_seq` past the end:
+// the invocation, no entries), a few at a time, only for the flights it shows. A row the
+// broker found for the current text search stays though its match lies past the part
+// of the task the page holds.
 //
 // Hooks for tests: `[data-view="flights"]`; the filters `select[data-filter="agent"]`,
 // `select[data-filter="state"]`, `select[data-filter="since"]`, `input[data-filter="q"]`
@@ -243,6 +246,9 @@ function flightsView(params = new URLSearchParams()) {
     call("flight.list", [], { query }).then((list) => {
       if (mine !== asking) return;
       fetched = new Map((list || []).map((f) => [f.id, f]));
+      for (const f of list || []) {
+        if (typeof f.task === "string") askedCache.set(f.id, { task: f.task, requester: f.requester || "" });
+      }
       full = (list || []).length >= LIMIT;
       errBox.hidden = true;
       invalidate({ all: false });
@@ -269,9 +275,12 @@ function flightsView(params = new URLSearchParams()) {
       for (const f of fleet.live.values()) all.set(f.id, f);
       const unknown = [];
       const list = [];
+      const answered = fetchedFor && fetchedFor.key === JSON.stringify(filters);
       for (const f of all.values()) {
         const asked = askedOf(f.id);
-        const ok = matches(f, filters, cutoff, asked);
+        // The broker searched the whole task; the page holds its beginning.
+        const byBroker = answered && fetched.has(f.id);
+        const ok = matches(f, byBroker ? { ...filters, q: "" } : filters, cutoff, asked);
         if (ok === undefined) unknown.push(f.id);
         else if (ok) list.push({ f, asked });
       }

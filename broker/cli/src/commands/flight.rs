@@ -167,11 +167,12 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         since: since.map(|ms| ms.to_string()),
         q: search,
     };
-    let flights: Vec<Flight> = client.call::<m::FlightList>(&[], &query).await?;
+    let listed = client.call::<m::FlightList>(&[], &query).await?;
     if json {
-        print_json(&flights)?;
+        print_json(&listed)?;
         return Ok(());
     }
+    let flights: Vec<Flight> = listed.into_iter().map(|l| l.flight).collect();
     let mut table = Table::new(&["FLIGHT", "AGENT", "STATE", "UPDATED", "SUMMARY"])
         .optional(&["UPDATED", "AGENT"]);
     for f in &flights {

@@ -15,6 +15,9 @@ const fleet = {
   pending: new Map(), // id -> Approval
   decided: new Map(), // id -> Approval decided or expired while the page watched
   seen: new Map(), // id -> Flight: every flight the watch showed, newest last
+  // id -> its task, from the invocations this watch saw created (a flight record has no
+  // task; views/agent.js fills in the others from the flight's replay).
+  tasks: new Map(),
 };
 const MAX_SEEN = 500;
 let dirty = freshDirty(true);
@@ -90,7 +93,13 @@ function startFleet() {
       dirty.agents.add(e.name);
       touch();
     },
-    invocation_created: (e) => putFlight(e.flight),
+    invocation_created(e) {
+      if (e.invocation) {
+        fleet.tasks.set(e.flight.id, e.invocation.task);
+        if (fleet.tasks.size > MAX_SEEN) fleet.tasks.delete(fleet.tasks.keys().next().value);
+      }
+      putFlight(e.flight);
+    },
     flight_updated: (e) => putFlight(e.flight),
     approval_requested: (e) => putApproval(e.approval, true),
     approval_decided: (e) => putApproval(e.approval, false),

@@ -255,6 +255,35 @@ async fn an_agent_page_asks_streams_the_reply_and_shows_usage_and_budget() {
     let (_, status) = env.relay.http().get("/v1/agents/cx/budget").await;
     assert!(status["budget"].is_null(), "{status}");
 
+    // A rule for this agent (an approval accepted and remembered) is listed on its page
+    // and removed from there.
+    let asked = env.ask_no_wait("cx", "exec: echo ruled");
+    let approval = env.wait_approval(&asked).await;
+    let (code, decided) = env
+        .relay
+        .http()
+        .post(
+            &format!("/v1/approvals/{}", approval["id"].as_str().unwrap()),
+            &json!({"decision": "accept", "remember": {"scope": "agent"}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{decided}");
+    env.wait_flight(&asked, 90, |f| state(f) == "completed")
+        .await;
+    let rule = env.approval_of(&asked)["remembered"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let row = format!("#agent-rules tr[data-rule=\"{rule}\"]");
+    let shown = b.wait_text(&row, |t| t.contains("echo ruled")).await;
+    assert!(shown.contains("agent cx"), "{shown}");
+    b.click(&format!("{row} button[data-action=\"remove-rule\"]"))
+        .await;
+    b.wait_text("#agent-rules", |t| t.contains("No rules"))
+        .await;
+    let (code, _) = env.relay.http().get(&format!("/v1/rules/{rule}")).await;
+    assert_eq!(code, 404);
+
     // Claude Code: the same composer, the reply streams in too.
     goto(&b, &env, "agent/cl").await;
     b.wait_text("#agent-title", |t| t.contains("cl")).await;
@@ -385,8 +414,27 @@ async fn agents_are_added_with_a_worktree_woken_and_removed_from_the_page() {
     .await;
     let removed = env.events_of("agent_removed");
     assert_eq!(removed.len(), 1, "{removed:?}");
+
+    // Forked from its page at a flight it ran: a new agent from that flight.
     env.wait_flight(&busy, 90, |f| state(f) == "completed")
         .await;
+    goto(&b, &env, "agent/cx").await;
+    b.wait_for(&format!("select.fork-at option[value=\"{busy}\"]"))
+        .await;
+    fill(&b, "select.fork-at", &busy).await;
+    fill(&b, "input.fork-name", "cx-fork").await;
+    b.click("button[data-action=\"fork\"]").await;
+    b.wait_for(".action-result a[href=\"#/agent/cx-fork\"]")
+        .await;
+    let fork = env.agent("cx-fork").await;
+    assert_eq!(
+        (
+            fork["fork"]["agent"].as_str(),
+            fork["fork"]["flight"].as_str()
+        ),
+        (Some("cx"), Some(busy.as_str())),
+        "{fork}"
+    );
 }
 
 fn git(dir: &std::path::Path, args: &[&str]) {

@@ -108,7 +108,9 @@ const ASK: &str = "(() => { const li = [...document.querySelectorAll('li.ask')].
 /// place: a partial text while the page shows the flight live, then the whole output
 /// instead. Returns the flight.
 async fn ask_and_watch_it_stream(b: &Browser, env: &Env, shot: Option<&str>) -> Value {
-    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
+    let words = [
+        "alpha", "bravo", "charlie", "delta", "echo", "golf", "hotel", "foxtrot",
+    ];
     fill(
         b,
         "textarea.composer-task",
@@ -415,9 +417,16 @@ async fn agents_are_added_with_a_worktree_woken_and_removed_from_the_page() {
     let removed = env.events_of("agent_removed");
     assert_eq!(removed.len(), 1, "{removed:?}");
 
-    // Forked from its page at a flight it ran: a new agent from that flight.
+    // Once its flight ended, the agents view says what it did last.
     env.wait_flight(&busy, 90, |f| state(f) == "completed")
         .await;
+    b.click(".action-result a[href=\"#/agents\"]").await;
+    b.wait_text("#agents tr[data-agent=\"cx\"] td.doing .last-task", |t| {
+        t.starts_with("stream: one two")
+    })
+    .await;
+
+    // Forked from its page at a flight it ran: a new agent from that flight.
     goto(&b, &env, "agent/cx").await;
     b.wait_for(&format!("select.fork-at option[value=\"{busy}\"]"))
         .await;

@@ -7,7 +7,7 @@
 // cells `.name a` (the page), `.doing` (`[data-flight]` of the current flight, its
 // task's first line in `.task-line`), `.state`; `button[data-action="add-agent"]`.
 
-import { agentHref, firstLine, flightLink, h, inert, loading, muted, put, replayAgentHref, setText, stateTag, text } from "/lib/dom.js";
+import { agentHref, firstLine, flightLink, h, inert, isLive, loading, muted, put, replayAgentHref, setText, stateTag, text } from "/lib/dom.js";
 import { fleet, invalidate } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
 import { branchLabel, programLabel } from "/lib/labels.js";
@@ -18,11 +18,21 @@ import { addAgentForm } from "/views/agent_add.js";
 
 function agentIndex() {
   const idx = new Map();
+  const entry = (name) => {
+    let e = idx.get(name);
+    if (!e) idx.set(name, (e = { current: null, queued: 0, last: null }));
+    return e;
+  };
   for (const f of fleet.live.values()) {
-    let e = idx.get(f.agent);
-    if (!e) idx.set(f.agent, (e = { current: null, queued: 0 }));
+    const e = entry(f.agent);
     if (f.state === "queued") e.queued++;
     else if (!e.current || f.created_at < e.current.created_at) e.current = f;
+  }
+  // What it did last: the newest flight that ended while the page watched.
+  for (const f of fleet.seen.values()) {
+    if (isLive(f.state)) continue;
+    const e = entry(f.agent);
+    if (!e.last || f.created_at > e.last.created_at) e.last = f;
   }
   return idx;
 }
@@ -72,15 +82,22 @@ function agentsView() {
       {
         // What it is doing: the current flight's task (first line) and its progress.
         cls: "doing summary", head: "Doing",
-        value: (r) => (r.current ? [r.current.id, r.task ?? "", r.current.summary ?? ""].join("|") : ""),
+        // Without one, the last it did (ended while the page watched), muted.
+        value: (r) => [r.current?.id, r.task, r.current?.summary, r.last?.id, r.last?.state, r.lastTask].join("|"),
         paint: (td, r) => {
           td.dataset.flight = r.current ? r.current.id : "";
           td.replaceChildren();
-          put(td, r.current
-            ? [r.task != null ? h("span", { class: "task-line" }, firstLine(r.task, 80)) : muted("…"),
-              r.current.summary ? [" ", muted("· " + firstLine(r.current.summary, 60))] : null]
-            : [muted("—")]);
-          if (r.task != null) td.title = inert(firstLine(r.task, 400));
+          td.removeAttribute("title");
+          if (r.current) {
+            put(td, [r.task != null ? h("span", { class: "task-line" }, firstLine(r.task, 80)) : muted("…"),
+              r.current.summary ? [" ", muted("· " + firstLine(r.current.summary, 60))] : null]);
+            if (r.task != null) td.title = inert(firstLine(r.task, 400));
+          } else if (r.last && r.lastTask != null) {
+            put(td, [muted("last: "), h("span", { class: "last-task muted" }, firstLine(r.lastTask, 70)), " ",
+              stateTag(r.last.state)]);
+          } else {
+            put(td, [muted("—")]);
+          }
         },
       },
       { cls: "queue num", head: "Queue", value: (r) => String(r.queued) },
@@ -116,8 +133,9 @@ function agentsView() {
       waiting.hidden = true;
       const idx = agentIndex();
       const rec = (a) => {
-        const r = { agent: a, ...(idx.get(a.name) || { current: null, queued: 0 }) };
+        const r = { agent: a, ...(idx.get(a.name) || { current: null, queued: 0, last: null }) };
         r.task = r.current ? taskOf(r.current, repaint) : null;
+        r.lastTask = !r.current && r.last ? taskOf(r.last, repaint) : null;
         return r;
       };
       let structure = false;

@@ -39,6 +39,17 @@ pub enum Principal {
 }
 
 impl Principal {
+    /// Who this caller's action is recorded as (a requester, an author, an event's or a
+    /// note's `by`): a dashboard login as `NAME@dashboard` whatever the body says, the
+    /// operator's token as `operator`, an agent's token as the agent.
+    pub fn actor(&self, login: Option<&Login>) -> String {
+        match (login, self) {
+            (Some(web), _) => web.decided_by(),
+            (None, Principal::Operator) => relay_protocol::domain::decider::OPERATOR.to_string(),
+            (None, Principal::Agent(me)) => me.clone(),
+        }
+    }
+
     /// Whether this caller may act as `actor` (a message's author, an ask's requester):
     /// the operator as anyone, an agent only as itself.
     pub fn act_as(&self, actor: &str) -> Result<(), BrokerError> {

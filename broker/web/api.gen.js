@@ -63,6 +63,15 @@ export const APPROVAL_STATES = Object.freeze(["pending", "decided", "expired"]);
 /** What an approval can be decided as. */
 export const APPROVAL_DECISIONS = Object.freeze(["accept", "accept_for_session", "decline", "cancel"]);
 
+/** The harnesses an agent can be registered with (`relay agent add --harness`). */
+export const HARNESSES = Object.freeze(["codex_app_server", "claude_stream_json", "pi_rpc", "tmux", "acp", "gemini_acp", "opencode_acp", "qwen_acp"]);
+
+/** When an agent's session is started (`relay agent add --wake`). */
+export const WAKE_POLICIES = Object.freeze(["on_demand", "keep_warm", "manual"]);
+
+/** What a running turn does when it crosses its agent's budget (`--on-budget`). */
+export const ON_BUDGET = Object.freeze(["finish", "interrupt"]);
+
 /** The error codes every interface answers with. */
 export const ERROR_CODES = Object.freeze(["invalid_request", "unauthorized", "payload_too_large", "unknown_agent", "unknown_conversation", "unknown_flight", "unknown_message", "unknown_approval", "agent_exists", "conversation_exists", "illegal_transition", "flight_terminal", "approval_closed", "overloaded", "unavailable", "depth_limit", "cycle", "not_found", "storage_full", "budget_exceeded", "unknown_rule", "internal"]);
 

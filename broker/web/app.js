@@ -9,8 +9,9 @@
 // - lib/fleet.js    the fleet model (one fleet watch) and the header (badge, title,
 //                   live indicator, notifications);
 // - lib/table.js    a keyed table updated in place; lib/labels.js: shared labels;
-// - views/*.js      one module per view (agents, flights, flight, approvals, rules,
-//                   usage, conversations, replay and tree).
+// - views/*.js      one module per view (agents, agent, flights, flight, approvals,
+//                   rules, usage, conversations, replay and tree); views/composer.js asks
+//                   an agent from a page, views/agent_add.js adds one.
 //
 // Every text from the broker goes in through `text()` (text nodes, never innerHTML);
 // the page runs under a CSP that allows no inline script or style.
@@ -22,6 +23,7 @@ import { h, link } from "/lib/dom.js";
 import { freshDirty, setupHeader, setView, startFleet, updateBadge } from "/lib/fleet.js";
 import { approvalsView } from "/views/approvals.js";
 import { agentsView } from "/views/agents.js";
+import { agentView } from "/views/agent.js";
 import { flightsView } from "/views/flights.js";
 import { flightView } from "/views/flight.js";
 import { rulesView } from "/views/rules.js";
@@ -59,6 +61,7 @@ function route() {
   const [name, a, b] = parts;
   let view;
   if (name === "agents" && !a) view = agentsView();
+  else if (name === "agent" && a) view = agentView(a);
   else if (name === "flights" && !a) view = flightsView(new URLSearchParams(query));
   else if (name === "flight" && a) view = flightView(a);
   else if (name === "approvals" && !a) view = approvalsView();
@@ -78,7 +81,7 @@ function route() {
   currentName = name || "agents";
   const main = document.getElementById("view");
   main.replaceChildren(view.el);
-  const navName = { flight: "flights", replay: "", tree: "flights", conversation: "conversations" }[currentName] ?? currentName;
+  const navName = { agent: "agents", flight: "flights", replay: "", tree: "flights", conversation: "conversations" }[currentName] ?? currentName;
   for (const el of document.querySelectorAll("nav [data-nav]")) {
     if (el.dataset.nav === navName) el.setAttribute("aria-current", "page");
     else el.removeAttribute("aria-current");

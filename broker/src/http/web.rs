@@ -108,6 +108,21 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../web/views/agents.js"),
     ),
     (
+        "/views/agent.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/agent.js"),
+    ),
+    (
+        "/views/agent_add.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/agent_add.js"),
+    ),
+    (
+        "/views/composer.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/composer.js"),
+    ),
+    (
         "/views/flights.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/views/flights.js"),

@@ -75,7 +75,9 @@ const enc = encodeURIComponent;
 const link = (href, ...children) => h("a", { href }, ...children);
 const flightHref = (id) => "#/flight/" + enc(id);
 const flightLink = (id) => h("a", { href: flightHref(id), class: "mono" }, id);
-const agentHref = (name) => "#/replay/agent/" + enc(name);
+// An agent's name links to its page (`#/agent/NAME`); its replay has a link of its own.
+const agentHref = (name) => "#/agent/" + enc(name);
+const replayAgentHref = (name) => "#/replay/agent/" + enc(name);
 const muted = (s) => h("span", { class: "muted" }, s);
 const LIVE_STATES = new Set(LIVE_FLIGHT_STATES);
 const isLive = (state) => LIVE_STATES.has(state);
@@ -212,6 +214,7 @@ export {
   onFrame,
   placeInOrder,
   put,
+  replayAgentHref,
   setText,
   showError,
   stateTag,

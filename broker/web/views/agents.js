@@ -1,19 +1,38 @@
-// The agents view: every agent, live from the fleet watch.
+// The agents view: every agent, live from the fleet watch, each row with what it is
+// doing (its current flight's task and progress); its name opens its page
+// (views/agent.js), its replay is a link of its own. "Add agent" opens a form for
+// `agent.add` (views/agent_add.js).
+//
+// Test hooks: `section[data-view="agents"]`, rows `#agents tr[data-agent=NAME]` with
+// cells `.name a` (the page), `.doing` (`[data-flight]` of the current flight, its
+// task's first line in `.task-line`), `.state`; `button[data-action="add-agent"]`.
 
-import { agentHref, flightLink, h, inert, loading, muted, setText, stateTag, text } from "/lib/dom.js";
-import { fleet } from "/lib/fleet.js";
+import { agentHref, firstLine, flightLink, h, inert, isLive, loading, muted, put, replayAgentHref, setText, stateTag, text } from "/lib/dom.js";
+import { fleet, invalidate } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
 import { branchLabel, programLabel } from "/lib/labels.js";
+import { taskOf } from "/views/agent.js";
+import { addAgentForm } from "/views/agent_add.js";
 
 // Agents ---------------------------------------------------------------------------
 
 function agentIndex() {
   const idx = new Map();
+  const entry = (name) => {
+    let e = idx.get(name);
+    if (!e) idx.set(name, (e = { current: null, queued: 0, last: null }));
+    return e;
+  };
   for (const f of fleet.live.values()) {
-    let e = idx.get(f.agent);
-    if (!e) idx.set(f.agent, (e = { current: null, queued: 0 }));
+    const e = entry(f.agent);
     if (f.state === "queued") e.queued++;
     else if (!e.current || f.created_at < e.current.created_at) e.current = f;
+  }
+  // What it did last: the newest flight that ended while the page watched.
+  for (const f of fleet.seen.values()) {
+    if (isLive(f.state)) continue;
+    const e = entry(f.agent);
+    if (!e.last || f.created_at > e.last.created_at) e.last = f;
   }
   return idx;
 }
@@ -24,7 +43,10 @@ function agentsView() {
     caption: "Agents",
     keyAttr: "agent",
     columns: [
-      { cls: "name", head: "Agent", rowHeader: true, value: (r) => r.agent.name },
+      {
+        cls: "name", head: "Agent", rowHeader: true, value: (r) => r.agent.name,
+        paint: (td, r) => td.replaceChildren(h("a", { href: agentHref(r.agent.name) }, r.agent.name)),
+      },
       {
         // An ACP agent's program as it named itself at `initialize` (`relay agent show`).
         cls: "harness", head: "Harness",
@@ -57,20 +79,50 @@ function agentsView() {
           ? [flightLink(r.current.id), " ", stateTag(r.current.state)]
           : [muted("—")])),
       },
+      {
+        // What it is doing: the current flight's task (first line) and its progress.
+        cls: "doing summary", head: "Doing",
+        // Without one, the last it did (ended while the page watched), muted.
+        value: (r) => [r.current?.id, r.task, r.current?.summary, r.last?.id, r.last?.state, r.lastTask].join("|"),
+        paint: (td, r) => {
+          td.dataset.flight = r.current ? r.current.id : "";
+          td.replaceChildren();
+          td.removeAttribute("title");
+          if (r.current) {
+            put(td, [r.task != null ? h("span", { class: "task-line" }, firstLine(r.task, 80)) : muted("…"),
+              r.current.summary ? [" ", muted("· " + firstLine(r.current.summary, 60))] : null]);
+            if (r.task != null) td.title = inert(firstLine(r.task, 400));
+          } else if (r.last && r.lastTask != null) {
+            put(td, [muted("last: "), h("span", { class: "last-task muted" }, firstLine(r.lastTask, 70)), " ",
+              stateTag(r.last.state)]);
+          } else {
+            put(td, [muted("—")]);
+          }
+        },
+      },
       { cls: "queue num", head: "Queue", value: (r) => String(r.queued) },
       {
         cls: "links", head: "Replay", value: (r) => r.agent.name,
-        paint: (td, r) => td.replaceChildren(h("a", { href: agentHref(r.agent.name), "aria-label": inert("Replay of " + r.agent.name) }, "replay")),
+        paint: (td, r) => td.replaceChildren(h("a", { href: replayAgentHref(r.agent.name), "aria-label": inert("Replay of " + r.agent.name) }, "replay")),
       },
     ],
   });
   const count = h("p", { class: "muted count" });
   const empty = h("p", { class: "muted empty", hidden: true },
-    "No agents yet. Add one with ", h("code", null, "relay agent add NAME --harness …"), ".");
+    "No agents yet. Add one here, or with ", h("code", null, "relay agent add NAME --harness …"), ".");
   const waiting = loading("agents");
-  const el = h("section", { class: "view agents-view", "aria-labelledby": "agents-title" },
-    h("div", { class: "view-head" }, h("h1", { id: "agents-title" }, "Agents"), count),
-    waiting, empty, table.el);
+  const add = addAgentForm();
+  const addButton = h("button", { type: "button", dataset: { action: "add-agent" }, "aria-expanded": "false" }, "Add agent");
+  addButton.addEventListener("click", () => {
+    add.el.hidden = !add.el.hidden;
+    addButton.setAttribute("aria-expanded", String(!add.el.hidden));
+    if (!add.el.hidden) add.focus();
+  });
+  const el = h("section", { class: "view agents-view", dataset: { view: "agents" }, "aria-labelledby": "agents-title" },
+    h("div", { class: "view-head" }, h("h1", { id: "agents-title" }, "Agents"), count, addButton),
+    add.el, waiting, empty, table.el);
+  // A task fetched for a flight live before the page opened: paint its row again.
+  const repaint = () => invalidate({ all: true });
 
   const sorted = () => [...fleet.agents.keys()].sort((x, y) => x.localeCompare(y));
 
@@ -80,7 +132,12 @@ function agentsView() {
       if (!fleet.ready) return;
       waiting.hidden = true;
       const idx = agentIndex();
-      const rec = (a) => ({ agent: a, ...(idx.get(a.name) || { current: null, queued: 0 }) });
+      const rec = (a) => {
+        const r = { agent: a, ...(idx.get(a.name) || { current: null, queued: 0, last: null }) };
+        r.task = r.current ? taskOf(r.current, repaint) : null;
+        r.lastTask = !r.current && r.last ? taskOf(r.last, repaint) : null;
+        return r;
+      };
       let structure = false;
       if (d.all) {
         for (const a of fleet.agents.values()) table.upsert(a.name, rec(a));

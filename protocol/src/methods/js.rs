@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 
 use super::Method;
 use crate::api::ErrorCode;
-use crate::domain::{AgentState, ApprovalDecision, ApprovalState, FlightState};
+use crate::domain::{
+    AgentState, ApprovalDecision, ApprovalState, FlightState, Harness, OnBudget, WakePolicy,
+};
 
 /// Where the generated file lives, from the workspace root.
 pub const PATH: &str = "broker/web/api.gen.js";
@@ -36,7 +38,7 @@ pub fn dashboard_constants(methods: &[Method]) -> String {
         );
     }
     out.push_str("});\n\n");
-    let enums: [(&str, &str, Vec<&str>); 6] = [
+    let enums: [(&str, &str, Vec<&str>); 9] = [
         (
             "FLIGHT_STATES",
             "A flight's states.",
@@ -65,6 +67,21 @@ pub fn dashboard_constants(methods: &[Method]) -> String {
             "APPROVAL_DECISIONS",
             "What an approval can be decided as.",
             ApprovalDecision::ALL.iter().map(|s| s.as_str()).collect(),
+        ),
+        (
+            "HARNESSES",
+            "The harnesses an agent can be registered with (`relay agent add --harness`).",
+            Harness::ALL.iter().map(|s| s.as_str()).collect(),
+        ),
+        (
+            "WAKE_POLICIES",
+            "When an agent's session is started (`relay agent add --wake`).",
+            WakePolicy::ALL.iter().map(|s| s.as_str()).collect(),
+        ),
+        (
+            "ON_BUDGET",
+            "What a running turn does when it crosses its agent's budget (`--on-budget`).",
+            OnBudget::ALL.iter().map(|s| s.as_str()).collect(),
         ),
         (
             "ERROR_CODES",

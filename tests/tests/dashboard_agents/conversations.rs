@@ -1,0 +1,158 @@
+//! A conversation: ask an agent by name, the working line, replies linked to their
+//! question, the count; ten clients asking at once.
+
+use std::collections::HashSet;
+
+use relay_tests::agents::state;
+use serde_json::json;
+
+use crate::{env, fill, goto, page};
+
+/// The messages the conversation page shows: id, body, reply_to.
+const MESSAGES: &str =
+    "[...document.querySelectorAll('#messages li.message')].map(li => ({id: li.dataset.message, \
+    body: li.querySelector('pre.body').textContent, \
+    replyTo: li.querySelector('.reply-link')?.dataset.replyTo ?? null, \
+    replyText: li.querySelector('.reply-link')?.textContent ?? null}))";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
+    let env = env().await;
+    env.add_agent("cx", &[]);
+    env.add_agent("cy", &[]);
+    let http = env.relay.http();
+    let (code, c) = http
+        .post(
+            "/v1/conversations",
+            &json!({"id": "channel.work", "kind": "channel"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let b = page(&env, "conversation/channel.work").await;
+    b.wait_text("#conversation-count", |t| t == "0").await;
+    b.wait_js(
+        "document.querySelectorAll('select.composer-agent option').length",
+        |v| v == 2,
+    )
+    .await;
+
+    // Ask cx, picked by name: the question is a message here, a working line shows
+    // while it runs, then the reply, linked to the question.
+    fill(&b, "select.composer-agent", "cx").await;
+    let task = "stream: working on it now";
+    fill(&b, "textarea.composer-task", task).await;
+    b.click("button[data-action=\"ask\"]").await;
+    let line = b
+        .wait_text("#working li.working", |t| t.contains("cx is working"))
+        .await;
+    assert!(
+        !line.contains("null") && !line.contains("undefined"),
+        "{line}"
+    );
+    b.screenshot("conversation").await;
+    b.wait_js(
+        "document.querySelectorAll('#messages li.message').length",
+        |v| v == 2,
+    )
+    .await;
+    b.wait_js("document.querySelectorAll('#working li').length", |v| {
+        v == 0
+    })
+    .await;
+    let shown = b.js(MESSAGES).await;
+    let shown = shown.as_array().unwrap();
+    assert_eq!(shown[0]["body"], task, "{shown:?}");
+    assert_eq!(shown[1]["body"], "working on it now", "{shown:?}");
+    assert_eq!(shown[1]["replyTo"], shown[0]["id"], "{shown:?}");
+    let reply_text = shown[1]["replyText"].as_str().unwrap();
+    assert!(
+        reply_text.contains("tester@dashboard") && reply_text.contains(task),
+        "{reply_text}"
+    );
+    b.wait_text("#conversation-count", |t| t == "2").await;
+    let (_, list) = http.get("/v1/conversations").await;
+    let stored = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "channel.work")
+        .unwrap()
+        .clone();
+    assert_eq!(stored["message_count"], 2, "{stored}");
+    // The reply link goes to the question.
+    b.click(&format!(
+        "#messages li[data-message=\"{}\"] .reply-link",
+        shown[1]["id"].as_str().unwrap()
+    ))
+    .await;
+    let focused = b.js("document.activeElement.dataset.message").await;
+    assert_eq!(focused, shown[0]["id"]);
+
+    // Ten clients ask through the same route at once, the page open: every question
+    // and reply shown once, each reply under its question, the count right.
+    let mut asks = Vec::new();
+    for n in 0..10 {
+        let http = http.clone();
+        let target = if n % 2 == 0 { "cx" } else { "cy" };
+        asks.push(tokio::spawn(async move {
+            let (code, body) = http
+                .post(
+                    "/v1/invocations",
+                    &json!({"target": target, "task": format!("many {n}"), "conversation": "channel.work"}),
+                )
+                .await;
+            assert_eq!(code, 200, "{body}");
+            body["flight"]["id"].as_str().unwrap().to_string()
+        }));
+    }
+    let mut flights = Vec::new();
+    for a in asks {
+        flights.push(a.await.unwrap());
+    }
+    for f in &flights {
+        env.wait_flight(f, 120, |f| state(f) == "completed").await;
+    }
+    b.wait_js(
+        "document.querySelectorAll('#messages li.message').length",
+        |v| v == 22,
+    )
+    .await;
+    b.wait_js("document.querySelectorAll('#working li').length", |v| {
+        v == 0
+    })
+    .await;
+    b.wait_text("#conversation-count", |t| t == "22").await;
+    let shown = b.js(MESSAGES).await;
+    let shown = shown.as_array().unwrap();
+    let ids: HashSet<&str> = shown.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 22, "each message once");
+    for n in 0..10 {
+        let question = shown
+            .iter()
+            .filter(|m| m["body"] == format!("many {n}"))
+            .collect::<Vec<_>>();
+        assert_eq!(question.len(), 1, "many {n}: {shown:?}");
+        let answers = shown
+            .iter()
+            .filter(|m| m["replyTo"] == question[0]["id"])
+            .collect::<Vec<_>>();
+        assert_eq!(answers.len(), 1, "one reply to many {n}: {shown:?}");
+        assert_eq!(answers[0]["body"], format!("ok: many {n}"), "{shown:?}");
+    }
+    let (_, list) = http.get("/v1/conversations").await;
+    let stored = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "channel.work")
+        .unwrap()
+        .clone();
+    assert_eq!(stored["message_count"], 22, "{stored}");
+    // The conversations list says the same count.
+    goto(&b, &env, "conversations").await;
+    b.wait_text(
+        "#conversations tr[data-conversation=\"channel.work\"] td.num",
+        |t| t == "22",
+    )
+    .await;
+}

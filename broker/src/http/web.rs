@@ -72,6 +72,12 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../web/api.gen.js"),
     ),
     (
+        // The safe Markdown renderer (the page's one rich text path).
+        "/lib/markdown.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/markdown.js"),
+    ),
+    (
         "/app.css",
         "text/css; charset=utf-8",
         include_str!("../../web/app.css"),

@@ -1,7 +1,8 @@
 //! The dashboard: its page, embedded in the binary, and how a browser logs in to it.
 //!
-//! The page (`broker/web/`: HTML, one script and the module it imports, one style
-//! sheet) is compiled in with `include_str!`: `relay up` serves it from its loopback
+//! The page (`broker/web/`: HTML, the entry module `app.js` and the modules it imports
+//! from `lib/` and `views/`, the generated `api.gen.js`, one style sheet) is compiled in
+//! with `include_str!`: `relay up` serves it from its loopback
 //! address, with no web server or CDN beside it, offline. It is plain JavaScript over
 //! the API: the fleet watch, a flight's watch, the approvals, the replays, by the routes of `api.gen.js`
 //! (generated from the method table, `relay_protocol::methods`).
@@ -64,6 +65,71 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "/app.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/app.js"),
+    ),
+    (
+        "/lib/dom.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/dom.js"),
+    ),
+    (
+        "/lib/api.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/api.js"),
+    ),
+    (
+        "/lib/fleet.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/fleet.js"),
+    ),
+    (
+        "/lib/table.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/table.js"),
+    ),
+    (
+        "/lib/labels.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/labels.js"),
+    ),
+    (
+        "/views/agents.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/agents.js"),
+    ),
+    (
+        "/views/flights.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/flights.js"),
+    ),
+    (
+        "/views/flight.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/flight.js"),
+    ),
+    (
+        "/views/approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/approvals.js"),
+    ),
+    (
+        "/views/rules.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/rules.js"),
+    ),
+    (
+        "/views/usage.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/usage.js"),
+    ),
+    (
+        "/views/conversations.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/conversations.js"),
+    ),
+    (
+        "/views/replay.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/replay.js"),
     ),
     (
         // The method table's routes and enum names, generated (relay_protocol::methods::js).
@@ -402,6 +468,41 @@ mod tests {
             web.login(&with_cookie(&format!("relay_login_7777={id}"))),
             None
         );
+    }
+
+    /// Every file of `broker/web/` is served (a module left out would fail to load).
+    #[test]
+    fn every_file_of_the_page_is_served() {
+        let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+        let mut files = Vec::new();
+        let mut dirs = vec![web.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        for file in files {
+            let rel = file
+                .strip_prefix(&web)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let route = if rel == "index.html" {
+                "/".to_string()
+            } else {
+                format!("/{rel}")
+            };
+            let (_, _, body) = ASSETS
+                .iter()
+                .find(|(path, _, _)| *path == route)
+                .unwrap_or_else(|| panic!("{rel} is not served: add it to ASSETS"));
+            assert_eq!(*body, std::fs::read_to_string(&file).unwrap(), "{rel}");
+        }
     }
 
     #[test]

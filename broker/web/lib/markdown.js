@@ -31,41 +31,12 @@
 // top-level blocks whose source did not change (a streaming reply re-renders only its
 // last block each frame).
 
-// ---------------------------------------------------------------------------------
-// TODO(issue 29 split): this inert-text block is a copy of app.js's `CTL`/`escapeChar`/
-// `text()`; replace it with `import { text } from "./dom.js"` once lib/dom.js exists.
+import { inert, text } from "/lib/dom.js";
 
-const CTL =
-  /[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/;
-const CTL_ALL = new RegExp(CTL.source, "g");
-
-function escapeChar(c) {
-  const n = c.codePointAt(0);
-  return n < 0x80 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u{" + n.toString(16) + "}";
-}
-
-function inert(s) {
-  return String(s ?? "").replace(CTL_ALL, escapeChar);
-}
-
-function text(s) {
-  s = s == null ? "" : String(s);
-  if (!CTL.test(s)) return document.createTextNode(s);
-  const frag = document.createDocumentFragment();
-  let last = 0;
-  for (const m of s.matchAll(CTL_ALL)) {
-    if (m.index > last) frag.append(document.createTextNode(s.slice(last, m.index)));
-    const span = document.createElement("span");
-    span.className = "ctl";
-    span.textContent = escapeChar(m[0]);
-    frag.append(span);
-    last = m.index + m[0].length;
-  }
-  if (last < s.length) frag.append(document.createTextNode(s.slice(last)));
-  return frag;
-}
-// End of the copy.
-// ---------------------------------------------------------------------------------
+// The inert-text rule's characters (`lib/dom.js`), removed from a URL before its scheme
+// is read.
+const CTL_CHARS =
+  "\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\ufeff";
 
 /** An element with a class (optional) and children (strings go in through `text()`). */
 function el(tag, cls, ...children) {
@@ -88,7 +59,7 @@ const MAX_COLUMNS = 64;
 // http(s) URLs.
 
 // Control characters, C1, and the invisible format characters of `CTL`, plus space.
-const URL_STRIP = new RegExp("[\\s" + CTL.source.slice(1, -1) + "]", "g");
+const URL_STRIP = new RegExp("[\\s\\x00-\\x1f" + CTL_CHARS + "]", "g");
 
 /** The URL `raw` as a safe http(s) href, or null. */
 export function safeHref(raw) {

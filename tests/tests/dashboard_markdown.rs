@@ -188,10 +188,19 @@ async fn markdown_renders_the_subset_agents_write_and_keeps_hostile_input_inert(
         .await;
     assert_eq!(hostile["pwned"], 0, "{hostile}");
     let allowed = [
-        "class", "data-lang", "href", "rel", "start", "target", "title",
+        "class",
+        "data-lang",
+        "href",
+        "rel",
+        "start",
+        "target",
+        "title",
     ];
     for (name, r) in hostile["out"].as_object().unwrap() {
-        println!("markdown hostile input {name}: {} chars in {} ms", r["srcLen"], r["ms"]);
+        println!(
+            "markdown hostile input {name}: {} chars in {} ms",
+            r["srcLen"], r["ms"]
+        );
         assert_eq!(r["active"], 0, "{name}: {r}");
         assert_eq!(r["on"], 0, "{name}: {r}");
         for a in r["attrs"].as_array().unwrap() {
@@ -212,7 +221,10 @@ async fn markdown_renders_the_subset_agents_write_and_keeps_hostile_input_inert(
     assert_eq!(out["line"]["len"], 1 << 20);
     assert_eq!(out["stars"]["len"], 10000);
     assert_eq!(out["brackets"]["len"], out["brackets"]["srcLen"]);
-    assert_eq!(out["autolink"]["hrefs"], json!(["http://x.y/%22onmouseover=%22alert(1)", "https://a.b/"]));
+    assert_eq!(
+        out["autolink"]["hrefs"],
+        json!(["http://x.y/%22onmouseover=%22alert(1)", "https://a.b/"])
+    );
 
     // Streaming: a 20 KB reply re-rendered as it grows reuses the blocks it showed.
     let stream: Value = b

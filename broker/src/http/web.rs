@@ -27,7 +27,9 @@
 //!
 //! Every answer of the page carries a Content-Security-Policy that allows only the
 //! page's own script and style: text an agent wrote can never run as script, even if
-//! some view put it in as HTML by mistake (none does: the page uses `textContent`).
+//! some view put it in as HTML by mistake (none does: the page uses `textContent`; its
+//! one rich path, `lib/markdown.js`, makes elements itself and gives an `href` only to
+//! http(s) URLs).
 
 use relay_protocol::methods::call as m;
 use std::collections::HashMap;

@@ -12,7 +12,7 @@
 //!   exit status; a flight that wrote two files in an agent's worktree shows its
 //!   commit's diff file by file, with added lines marked.
 //!
-//! Screenshots: `dashboard-flight*/` under `target/test-artifacts/` (the reply, the steer
+//! Screenshots: `dashboard_flight/` under `target/test-artifacts/` (the reply, the steer
 //! box, a flight with its diff).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -156,7 +156,7 @@ async fn follow_up(b: &Browser, env: &Env, first: &str, earlier: &str) -> Value 
 async fn codex_flight_page_renders_the_reply_once_steers_and_follows_up() {
     let env = env().await;
     env.add_agent("cx-1", &[]);
-    let b = logged_in(&env, "dashboard-flight-codex").await;
+    let b = logged_in(&env, "dashboard_flight").await;
 
     // The reply: Markdown, once, inert.
     let id = env.ask_no_wait("cx-1", "markdown please FIRST-MARK");
@@ -165,7 +165,7 @@ async fn codex_flight_page_renders_the_reply_once_steers_and_follows_up() {
         .await;
     wait_state(&b, "completed").await;
     reply_is_rendered_once_and_inert(&b).await;
-    b.screenshot("reply").await;
+    b.screenshot("codex-reply").await;
 
     // A follow-up continues the session: the same Codex thread.
     let first = env.flight(&id).await;
@@ -179,7 +179,7 @@ async fn codex_flight_page_renders_the_reply_once_steers_and_follows_up() {
     b.wait_text("#flight-text", |t| t.contains("s2")).await;
     b.click("form[data-action=\"steer\"] input").await;
     b.key("also mention zebras").await;
-    b.screenshot("steer").await;
+    b.screenshot("composer-steer").await;
     b.key(&fantoccini::key::Key::Enter.to_string()).await;
     b.wait_text("form[data-action=\"steer\"] .result", |t| {
         t.contains("Sent")
@@ -205,7 +205,7 @@ async fn codex_flight_page_renders_the_reply_once_steers_and_follows_up() {
 async fn claude_flight_page_renders_the_reply_once_refuses_a_steer_and_follows_up() {
     let env = env().await;
     env.add_claude("cc-1", &[]);
-    let b = logged_in(&env, "dashboard-flight-claude").await;
+    let b = logged_in(&env, "dashboard_flight").await;
 
     let id = env.ask_no_wait("cc-1", "markdown please FIRST-MARK");
     open_flight(&b, &env, &id).await;
@@ -237,7 +237,7 @@ async fn a_command_shows_output_and_exit_status_and_two_files_show_a_diff_each()
     env.mock.set_handler(script);
     let _repo = repo::Repo::init(&env.work);
     env.add_agent("cx-w", &["--worktree"]);
-    let b = logged_in(&env, "dashboard-flight-diff").await;
+    let b = logged_in(&env, "dashboard_flight").await;
 
     let cmd = "printf 'one\\n' > a.txt && printf 'two\\nthree\\n' > b.txt && echo wrote-both";
     let id = env.ask_no_wait("cx-w", &format!("exec: {cmd}"));

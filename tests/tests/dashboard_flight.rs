@@ -135,8 +135,11 @@ async fn follow_up(b: &Browser, env: &Env, first: &str, earlier: &str) -> Value 
         .await;
     b.wait_text("#flight-task .task", |t| t.contains("FOLLOW-MARK"))
         .await;
+    // Who asked, as the log has it (`tester@dashboard` once the broker records the
+    // login as the requester of what the page asks).
+    let asked = env.relay.cli_json(&["replay", "flight", &next, "--json"]);
     let who = b.text("#flight-task .requester").await;
-    assert!(who.contains("tester"), "{who}");
+    assert_eq!(who, asked["invocation"]["requester"].as_str().unwrap());
     let f = env
         .wait_flight(&next, 60, |f| state(f) == "completed")
         .await;
@@ -249,8 +252,10 @@ async fn a_command_shows_output_and_exit_status_and_two_files_show_a_diff_each()
         a["id"].as_str().unwrap()
     );
     b.click(&format!("{item} button.accept")).await;
-    let f = repo::wait_commit(&env, &id, 90).await;
-    assert_eq!(state(&f), "completed", "{f}");
+    env.wait_flight(&id, 90, |f| {
+        state(f) == "completed" && f["commit"]["head"].is_string()
+    })
+    .await;
     wait_state(&b, "completed").await;
 
     // The command: its line, its output, its exit status as the record has it.
@@ -308,5 +313,7 @@ async fn a_command_shows_output_and_exit_status_and_two_files_show_a_diff_each()
             {"file": "b.txt", "open": true, "added": ["+two", "+three"], "removed": 0},
         ])
     );
+    b.js("document.querySelector('#flight-items').scrollIntoView()")
+        .await;
     b.screenshot("flight-with-diff").await;
 }

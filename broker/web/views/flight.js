@@ -354,10 +354,11 @@ function flightView(id) {
         ? h("span", { class: "exit", dataset: { exit: String(u.exit_code) } }, "exit status " + u.exit_code)
         : h("span", { class: "exit", dataset: { exit: "unknown" } }, "exit status unknown");
     }
-    it.head.replaceChildren(
+    it.head.replaceChildren();
+    put(it.head, [
       h("span", { class: "item-kind" }, ITEM_KINDS[it.kind] || it.kind), " ",
       h("span", { class: "phase", dataset: { phase: u.phase } }, done ? "done" : "running…"),
-      exit ? [" · ", exit] : null, " ", timeEl(u.at));
+      exit ? [" · ", exit] : null, " ", timeEl(u.at)]);
   }
 
   function historyEntry(u, ...content) {

@@ -304,14 +304,27 @@ function flightView(id) {
       h("pre", { class: "task-text task" }, inv.task));
   }
 
+  // Rendering the reply again costs as much as its last block (a long paragraph being
+  // written is re-parsed whole): after a costly render the next waits a few frames, so
+  // that rendering takes at most about a quarter of the time and frames keep coming.
+  let nextRenderAt = 0;
   function paintReply() {
     if (destroyed) return;
+    const ended = flight && !isLive(flight.state);
+    const t0 = performance.now();
+    if (!ended && t0 < nextRenderAt) {
+      onFrame("flight-text", paintReply);
+      return;
+    }
     // The final output replaces the streamed text in the same element: the blocks that
     // did not change keep their nodes, so nothing jumps.
-    const shown = flight && flight.output != null && !isLive(flight.state) ? flight.output : streamed;
+    const shown = ended && flight.output != null ? flight.output : streamed;
+    if (shown === paintedReply) return;
+    paintedReply = shown;
     renderMarkdown(textEl, shown);
-    textEl.dataset.empty = shown ? "false" : "true";
+    nextRenderAt = t0 + 4 * (performance.now() - t0);
   }
+  let paintedReply = null;
 
   function flushOutputs() {
     if (destroyed) return;

@@ -34,17 +34,20 @@ async fn live_flight(
     Ok((flight, control))
 }
 
+/// Steers a flight's turn; `by` (who asked: a client, see `http::actor`) is recorded with the steer's
+/// note.
 pub async fn steer(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
     flight: &str,
     text: String,
+    by: Option<String>,
 ) -> Result<Flight, BrokerError> {
     // The message limit, like a message or a task; a queued flight's task with its
     // steers is held to it too, where the steers are added (the runtime's queue).
     check_text(broker, "steer text", &text)?;
     let (flight, control) = live_flight(broker, control, flight).await?;
-    control.steer(flight.clone(), text).await?;
+    control.steer(flight.clone(), text, by).await?;
     Ok(flight)
 }
 
@@ -87,12 +90,29 @@ pub async fn reply(
 /// Interrupts a flight's turn. A flight still `queued` has no turn yet: the broker
 /// cancels it at once, and the runtime is told to drop it (from its queue, or when its
 /// dispatch arrives), without waiting for that.
+///
+/// `by` (who asked: a client, see `http::actor`) is recorded first, as a note of the flight
+/// (`interrupt asked`): the turn's end follows from the harness, which does not say who
+/// interrupted it; noted after the control the flight could be over already, and its
+/// note refused.
 pub async fn interrupt(
     broker: &Broker,
     control: Option<&Arc<dyn FlightControl>>,
     flight: &str,
+    by: Option<String>,
 ) -> Result<Flight, BrokerError> {
     let (flight, control) = live_flight(broker, control, flight).await?;
+    if by.is_some() {
+        broker
+            .update_flight(
+                &flight.id,
+                FlightChange::Note {
+                    text: "interrupt asked".into(),
+                    by,
+                },
+            )
+            .await?;
+    }
     if flight.state == FlightState::Queued {
         let cancelled = broker
             .update_flight(

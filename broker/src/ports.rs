@@ -14,7 +14,13 @@ use crate::error::BrokerError;
 /// What the runtime offers the API: live control of a flight's turn, waking an agent,
 /// what an agent's screen shows, and the checks of an agent before it is registered.
 pub trait FlightControl: Send + Sync + 'static {
-    fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;
+    /// `by`: who steered, recorded with the steer's note.
+    fn steer(
+        &self,
+        flight: Flight,
+        text: String,
+        by: Option<String>,
+    ) -> BoxFuture<'static, Result<(), BrokerError>>;
     fn interrupt(&self, flight: Flight) -> BoxFuture<'static, Result<(), BrokerError>>;
     /// Passes the agent's answer to its running turn (`relay reply`) to the harness.
     fn reply(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>>;

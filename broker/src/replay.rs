@@ -83,7 +83,7 @@ pub fn agent_replay(
     }
     let mut entries = Vec::new();
     for event in events(store, &seqs)? {
-        let (seq, at) = (event.seq, event.at);
+        let (seq, at, by) = (event.seq, event.at, event.by);
         let entry = match event.body {
             EventBody::InvocationCreated { flight, .. } => {
                 let flight_events = events(
@@ -120,8 +120,9 @@ pub fn agent_replay(
                 model: agent.spec.model,
                 node: agent.spec.node,
                 worktree: agent.worktree,
+                by,
             },
-            EventBody::AgentRemoved { .. } => AgentEntry::Removed { seq, at },
+            EventBody::AgentRemoved { .. } => AgentEntry::Removed { seq, at, by },
             EventBody::ThreadLost {
                 old_thread_id,
                 new_thread_id,

@@ -447,6 +447,7 @@ mod tests {
             v: relay_protocol::event::EVENT_VERSION,
             seq,
             at: 1,
+            by: None,
             body: EventBody::FlightUpdated { update, flight },
         }
     }

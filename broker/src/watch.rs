@@ -146,6 +146,10 @@ pub fn matches(scope: &Scope, event: &Event) -> bool {
                 | B::FlightUpdated { .. }
                 | B::ApprovalRequested { .. }
                 | B::ApprovalDecided { .. }
+                // Not in the snapshot (`rule.list` reads them), but live: the
+                // dashboard's Rules view follows them.
+                | B::RuleAdded { .. }
+                | B::RuleRemoved { .. }
         ),
         (Scope::Flight(id), B::FlightUpdated { update, .. }) => update.flight == *id,
         (Scope::Agent(name), body) => match body {

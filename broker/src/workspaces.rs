@@ -69,6 +69,7 @@ pub async fn remove_agent(
     control: Option<&Arc<dyn FlightControl>>,
     name: &str,
     force: bool,
+    by: Option<String>,
 ) -> Result<Agent, BrokerError> {
     let found = agent(broker, name).await?;
     if found.spec.worktree.is_some() && !force {
@@ -89,7 +90,7 @@ pub async fn remove_agent(
             }
         }
     }
-    broker.remove_agent_forced(name, force).await
+    broker.remove_agent_forced(name, force, by).await
 }
 
 /// Up to 10 file names, and how many more.
@@ -242,9 +243,20 @@ async fn wait_reverted(
 /// commit before it, else SRC's base); registered like `agent add`.
 pub async fn fork(
     broker: &Broker,
+    control: Option<&Arc<dyn FlightControl>>,
+    src: &str,
+    req: ForkRequest,
+) -> Result<AgentAdded, BrokerError> {
+    fork_as(broker, control, src, req, None).await
+}
+
+/// [`fork`] as `by` asked (the new agent's registration names them).
+pub async fn fork_as(
+    broker: &Broker,
     control_: Option<&Arc<dyn FlightControl>>,
     src: &str,
     req: ForkRequest,
+    by: Option<String>,
 ) -> Result<AgentAdded, BrokerError> {
     let source = agent(broker, src).await?;
     let harness = source.spec.harness;
@@ -260,7 +272,7 @@ pub async fn fork(
     };
     let spec = fork_spec(broker, &source, thread, req).await?;
     let control = control(control_)?;
-    broker.add_agent(spec, Some(control.as_ref())).await
+    broker.add_agent_as(spec, Some(control.as_ref()), by).await
 }
 
 /// NEW's spec (see [`fork`]): SRC's flights on its current session, by creation, give

@@ -24,7 +24,10 @@ async fn broker() -> Broker {
 }
 
 fn note(text: &str) -> FlightChange {
-    FlightChange::Note { text: text.into() }
+    FlightChange::Note {
+        text: text.into(),
+        by: None,
+    }
 }
 
 #[tokio::test]

@@ -43,7 +43,12 @@ fn ok() -> BoxFuture<'static, Result<(), BrokerError>> {
 }
 
 impl FlightControl for Answers {
-    fn steer(&self, _: Flight, _: String) -> BoxFuture<'static, Result<(), BrokerError>> {
+    fn steer(
+        &self,
+        _: Flight,
+        _: String,
+        _: Option<String>,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
         ok()
     }
     fn interrupt(&self, _: Flight) -> BoxFuture<'static, Result<(), BrokerError>> {
@@ -544,4 +549,47 @@ async fn many_clients_remembering_and_removing_at_once_leave_exact_rules_and_cou
         assert_eq!(w.by_rules(&a).await, None, "a removed rule decided");
     }
     w.consistent().await;
+}
+
+/// The fleet's watch (the dashboard's, `watch?fleet=true`) carries each rule added and
+/// removed as it happens, so a Rules view stays live.
+#[tokio::test]
+async fn the_fleet_watch_carries_each_rule_added_and_removed() {
+    use relay_protocol::event::EventBody;
+    use relay_protocol::watch::Scope;
+    let dir = tempfile::tempdir().unwrap();
+    let w = open(Store::open(&dir.path().join("db")).unwrap()).await;
+    w.agent("a1", Harness::CodexAppServer, "/repo", "t1").await;
+    let (_, mut fleet) = relay_broker::watch::watch(&w.broker, Scope::Fleet)
+        .await
+        .unwrap();
+    let asked = w.command("a1", "cargo test").await;
+    let decided = w.person(&asked, Accept, Some(RuleScope::Agent)).await;
+    let id = decided.unwrap().remembered.expect("remembered");
+    remembered::remove(&w.broker, &id, "ann@dashboard", Via::Dashboard)
+        .await
+        .unwrap();
+    let mut rules = Vec::new();
+    while rules.len() < 2 {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), fleet.recv())
+            .await
+            .expect("the fleet's next event")
+            .unwrap()
+            .unwrap();
+        match &event.body {
+            EventBody::RuleAdded { rule } => rules.push(format!("added {}", rule.id)),
+            EventBody::RuleRemoved { rule, removed_by } => {
+                rules.push(format!("removed {} by {removed_by}", rule.id))
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        rules,
+        [
+            format!("added {id}"),
+            format!("removed {id} by ann@dashboard")
+        ]
+    );
+    w.close().await;
 }

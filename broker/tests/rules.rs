@@ -140,6 +140,7 @@ async fn terminal_flights_refuse_every_later_change() {
         FlightChange::Delta { text: "lo".into() },
         FlightChange::Note {
             text: "late".into(),
+            by: None,
         },
         to(Running),
         to(Failed),
@@ -1144,6 +1145,7 @@ async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answ
                 flight: f.id.clone(),
                 change: FlightChange::Note {
                     text: "halfway".into(),
+                    by: None,
                 },
             };
             replies.push(b.submit(note).await.unwrap());
@@ -1159,7 +1161,7 @@ async fn deltas_that_wait_for_a_commit_are_merged_in_order_and_every_caller_answ
         .iter()
         .filter_map(|u| match &u.change {
             FlightChange::Delta { text } => Some(text.clone()),
-            FlightChange::Note { text } => Some(format!("[{text}]")),
+            FlightChange::Note { text, .. } => Some(format!("[{text}]")),
             _ => None,
         })
         .collect();

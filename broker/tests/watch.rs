@@ -283,7 +283,9 @@ fn of_scope(scope: &Scope, e: &Event) -> bool {
             | EventBody::InvocationCreated { .. }
             | EventBody::FlightUpdated { .. }
             | EventBody::ApprovalRequested { .. }
-            | EventBody::ApprovalDecided { .. },
+            | EventBody::ApprovalDecided { .. }
+            | EventBody::RuleAdded { .. }
+            | EventBody::RuleRemoved { .. },
         ) => true,
         (Scope::Flight(id), EventBody::FlightUpdated { update, .. }) => update.flight == *id,
         (

@@ -39,8 +39,16 @@ function notFoundView(path) {
 let current = null;
 let currentName = "";
 
+/** The hash as [path, query]: `#/flights?q=x` is ["/flights", "q=x"]. */
+function splitHash(hash) {
+  const full = hash.replace(/^#/, "") || "/agents";
+  const at = full.indexOf("?");
+  return at < 0 ? [full, ""] : [full.slice(0, at) || "/agents", full.slice(at + 1)];
+}
+
 function route() {
-  const path = location.hash.replace(/^#/, "") || "/agents";
+  // A view's filters ride in the hash's query: `#/flights?agent=a&state=running`.
+  const [path, query] = splitHash(location.hash);
   const parts = path.split("/").filter(Boolean).map((p) => {
     try {
       return decodeURIComponent(p);
@@ -51,7 +59,7 @@ function route() {
   const [name, a, b] = parts;
   let view;
   if (name === "agents" && !a) view = agentsView();
-  else if (name === "flights" && !a) view = flightsView();
+  else if (name === "flights" && !a) view = flightsView(new URLSearchParams(query));
   else if (name === "flight" && a) view = flightView(a);
   else if (name === "approvals" && !a) view = approvalsView();
   else if (name === "conversations" && !a) view = conversationsView();
@@ -87,14 +95,22 @@ function route() {
 }
 
 // ---------------------------------------------------------------------------------
-// Keyboard: j/k or the arrows move among approvals, `a` accepts and `d` declines the
-// focused one. On the approvals view the keys always work; elsewhere once an approval
-// has focus.
+// Keyboard: `/` focuses the view's search box (Flights); j/k or the arrows move among
+// approvals, `a` accepts and `d` declines the focused one. On the approvals view the
+// keys always work; elsewhere once an approval has focus.
 
 function onKey(e) {
   if (e.defaultPrevented || e.altKey || e.ctrlKey || e.metaKey) return;
   const t = e.target;
   if (t && t.closest && t.closest("input, textarea, select, [contenteditable]")) return;
+  // `/` goes to the view's search box, where it has one.
+  const search = e.key === "/" && document.querySelector("#view [data-search]");
+  if (search) {
+    e.preventDefault();
+    search.focus();
+    search.select();
+    return;
+  }
   const main = document.getElementById("view");
   const items = [...main.querySelectorAll("li[data-approval]")];
   if (!items.length) return;

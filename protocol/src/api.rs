@@ -487,7 +487,8 @@ pub struct AfterQuery {
     pub limit: Option<usize>,
 }
 
-/// `GET /v1/flights`: flights by agent or state, newest last, at most `limit` (100).
+/// `GET /v1/flights`: flights by agent, state, time or text, newest last, at most
+/// `limit` (100).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlightsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -499,6 +500,15 @@ pub struct FlightsQuery {
     pub live: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// Only flights created since then: ms since the epoch, a duration back from now
+    /// (`30m`, `24h`, `7d`, `2w`) or a UTC date (`2026-11-27`, from its midnight), as
+    /// [`crate::clock::parse_since_or_ms`] reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only flights whose id, agent, requester, task or output holds this text (any
+    /// case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
 }
 
 /// `GET /v1/approvals`: `pending` (default), `decided`, `expired` or `all`.

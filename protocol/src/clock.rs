@@ -48,6 +48,41 @@ pub fn utc_midnight_of(date: &str) -> Option<u64> {
     days_from_civil(y, m, d).checked_mul(DAY_MS)
 }
 
+/// A "since" as a person writes it (`relay usage --since`, `relay flight list --since`):
+/// `30m`, `24h`, `7d`, `2w` back from `now_ms`, or a UTC date `YYYY-MM-DD` (its
+/// midnight), as ms since the epoch; else why not.
+pub fn parse_since(text: &str, now_ms: u64) -> Result<u64, String> {
+    let text = text.trim();
+    let bad =
+        || format!("{text:?} is neither a duration (30m, 24h, 7d, 2w) nor a date (2026-11-27)");
+    if let Some(ms) = utc_midnight_of(text) {
+        return Ok(ms);
+    }
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let per: u64 = match unit {
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => DAY_MS,
+        'w' => 7 * DAY_MS,
+        _ => return Err(bad()),
+    };
+    let n: u64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    let back = n.checked_mul(per).ok_or_else(bad)?;
+    Ok(now_ms.saturating_sub(back))
+}
+
+/// [`parse_since`], or ms since the epoch written as digits (what a client computed
+/// itself): what the API's `since` (`flight.list`) takes.
+pub fn parse_since_or_ms(text: &str, now_ms: u64) -> Result<u64, String> {
+    let digits = text.trim();
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return digits
+            .parse()
+            .map_err(|_| format!("{digits:?} is too large for ms since the epoch"));
+    }
+    parse_since(text, now_ms).map_err(|e| format!("{e}, nor ms since the epoch"))
+}
+
 fn days_in_month(y: u64, m: u64) -> u64 {
     match m {
         2 if (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400) => 29,
@@ -98,6 +133,43 @@ mod tests {
         assert_eq!(utc_date(1_795_824_000_000), "2026-11-28");
         assert_eq!(utc_date(951_782_400_000), "2000-02-29");
         assert_eq!(utc_date(4_107_542_400_000), "2100-03-01");
+    }
+
+    #[test]
+    fn since_takes_a_duration_or_a_utc_date_and_the_api_ms_too() {
+        const NOV_27: u64 = 1_795_737_600_000; // 2026-11-27 00:00 UTC
+        let now = NOV_27 + 3_600_000;
+        assert_eq!(parse_since("2026-11-27", now), Ok(NOV_27));
+        assert_eq!(parse_since("1h", now), Ok(NOV_27));
+        assert_eq!(parse_since("24h", now), Ok(now - 86_400_000));
+        assert_eq!(parse_since("7d", now), Ok(now - 7 * 86_400_000));
+        assert_eq!(parse_since("30m", now), Ok(now - 1_800_000));
+        assert_eq!(parse_since("2w", now), Ok(now - 14 * 86_400_000));
+        assert_eq!(parse_since("2024-02-29", now), Ok(1_709_164_800_000));
+        let bad = [
+            "",
+            "h",
+            "7",
+            "7y",
+            "-1d",
+            "2026-13-01",
+            "2026-02-29",
+            "26-11-27",
+            "1d2h",
+        ];
+        for bad in bad {
+            let e = parse_since(bad, now).unwrap_err();
+            assert!(e.contains("neither a duration"), "{bad}: {e}");
+        }
+        // The API's form also takes ms since the epoch; nothing else new.
+        assert_eq!(parse_since_or_ms("7", now), Ok(7));
+        assert_eq!(parse_since_or_ms(&NOV_27.to_string(), now), Ok(NOV_27));
+        assert_eq!(parse_since_or_ms("24h", now), Ok(now - 86_400_000));
+        assert!(parse_since_or_ms("99999999999999999999999", now).is_err());
+        for bad in bad.iter().filter(|b| **b != "7") {
+            let e = parse_since_or_ms(bad, now).unwrap_err();
+            assert!(e.contains("nor ms since the epoch"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -166,7 +166,10 @@ fn change_to_pb(c: &FlightChange) -> Change {
             thread_id: thread_id.clone(),
             turn_id: turn_id.clone(),
         }),
-        FlightChange::Note { text } => Change::Note(pb::Text { text: text.clone() }),
+        FlightChange::Note { text, by } => Change::Note(pb::Note {
+            text: text.clone(),
+            by: by.clone(),
+        }),
         // Serialising these plain structs cannot fail; an empty text if it ever did.
         FlightChange::Commit { commit } => Change::Commit(pb::Text {
             text: serde_json::to_string(commit).unwrap_or_default(),

@@ -24,6 +24,12 @@ pub struct Event {
     pub seq: u64,
     /// Milliseconds since the Unix epoch.
     pub at: u64,
+    /// Who asked for the change, when a client did (adding, forking, removing, waking an
+    /// agent, setting its budget): `NAME@dashboard` for a dashboard login, `operator`
+    /// for the operator's token. `None`: Relay's own doing (a runtime's report, a
+    /// policy), or an event older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     #[serde(flatten)]
     pub body: EventBody,
 }

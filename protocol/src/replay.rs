@@ -119,10 +119,16 @@ pub enum AgentEntry {
         /// agent's is made at its first session: see its turns' commits).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worktree: Option<crate::domain::WorktreeState>,
+        /// Who added it ([`crate::event::Event::by`]), where recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     Removed {
         seq: u64,
         at: u64,
+        /// Who removed it, where recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The stored session could not be resumed and a new one replaced it: it does not
     /// remember the turns before. Found when a turn wakes the agent, so it follows that

@@ -28,6 +28,11 @@ pub enum Control {
         /// broker's message limit); `None`: no limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_task_bytes: Option<usize>,
+        /// Who steered (recorded with the steer's note, [`FlightChange::Note`]'s `by`).
+        ///
+        /// [`FlightChange::Note`]: crate::domain::FlightChange::Note
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     Interrupt {
         agent: String,

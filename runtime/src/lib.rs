@@ -420,6 +420,7 @@ impl Runtime {
                 flight,
                 text,
                 max_task_bytes,
+                by,
                 ..
             } => {
                 let queued = match &handle {
@@ -431,6 +432,7 @@ impl Runtime {
                         flight: flight.clone(),
                         change: FlightChange::Note {
                             text: format!("steered while queued (added to the task): {text}"),
+                            by: by.clone(),
                         },
                     })
                     .await;

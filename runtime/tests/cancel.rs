@@ -104,6 +104,7 @@ async fn an_interrupt_of_a_queued_flight_takes_it_out_of_the_queue() {
             flight: "f3".into(),
             text: "and more".into(),
             max_task_bytes: None,
+            by: None,
         })
         .await
         .unwrap();

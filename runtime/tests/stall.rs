@@ -25,7 +25,13 @@ fn retrying(text: &str) -> HarnessEvent {
 }
 
 fn note(text: &str) -> Report {
-    flight(f(), FlightChange::Note { text: text.into() })
+    flight(
+        f(),
+        FlightChange::Note {
+            text: text.into(),
+            by: None,
+        },
+    )
 }
 
 fn f() -> &'static str {

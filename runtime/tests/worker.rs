@@ -52,6 +52,7 @@ fn steer(f: &str, text: &str) -> Control {
         flight: f.into(),
         text: text.into(),
         max_task_bytes: None,
+        by: None,
     }
 }
 
@@ -142,7 +143,8 @@ async fn queued_turns_run_in_order_and_can_be_interrupted_or_steered_while_they_
             flight(
                 "f3",
                 FlightChange::Note {
-                    text: "steered while queued (added to the task): and a fourth".into()
+                    text: "steered while queued (added to the task): and a fourth".into(),
+                    by: None,
                 }
             ),
         ]
@@ -215,7 +217,8 @@ async fn a_steer_reaches_the_running_turn_and_a_control_of_another_flight_is_ref
         flight(
             "f1",
             FlightChange::Note {
-                text: "steered: about rust".into()
+                text: "steered: about rust".into(),
+                by: None,
             }
         )
     );
@@ -420,6 +423,7 @@ async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
             "f1",
             FlightChange::Note {
                 text: "reconnecting".into(),
+                by: None,
             },
         ),
         state(

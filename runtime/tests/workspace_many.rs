@@ -84,7 +84,7 @@ fn notes_of_all(reports: &[relay_protocol::runtime::Report]) -> Vec<String> {
         .iter()
         .filter_map(|r| match r {
             relay_protocol::runtime::Report::Flight {
-                change: relay_protocol::domain::FlightChange::Note { text },
+                change: relay_protocol::domain::FlightChange::Note { text, by: None },
                 ..
             } => Some(text.clone()),
             _ => None,

@@ -167,7 +167,7 @@ async fn a_lock_held_by_someone_else_is_waited_out_with_a_note() {
     let mut got = Vec::new();
     loop {
         let r = reports.next().await;
-        let noted = matches!(&r, Report::Flight { change: FlightChange::Note { text }, .. } if text.starts_with("cannot commit yet:"));
+        let noted = matches!(&r, Report::Flight { change: FlightChange::Note { text, .. }, .. } if text.starts_with("cannot commit yet:"));
         got.push(r);
         if noted {
             break;
@@ -492,7 +492,7 @@ async fn a_turn_ended_without_its_commit_is_committed_once_at_the_next_start() {
             .await;
         loop {
             if let Report::Flight {
-                change: FlightChange::Note { text },
+                change: FlightChange::Note { text, .. },
                 ..
             } = reports.next().await
             {

@@ -183,7 +183,8 @@ pub const FLIGHT_LIST: &str = "\
 Examples:
   relay flight list
   relay flight list --agent codex-1 --live
-  relay flight list --state failed -n 10 --json";
+  relay flight list --state failed -n 10 --json
+  relay flight list --since 24h --search \"disk full\"   # any case";
 
 pub const FLIGHT_SHOW: &str = "\
 Examples:

@@ -15,8 +15,18 @@ impl Broker {
     /// taken or a bad spec is refused without starting anything.
     pub async fn add_agent(
         &self,
+        spec: AgentSpec,
+        checks: Option<&dyn FlightControl>,
+    ) -> Result<AgentAdded, BrokerError> {
+        self.add_agent_as(spec, checks, None).await
+    }
+
+    /// [`Broker::add_agent`] as `by` asked (its registration's event names them).
+    pub async fn add_agent_as(
+        &self,
         mut spec: AgentSpec,
         checks: Option<&dyn FlightControl>,
+        by: Option<String>,
     ) -> Result<AgentAdded, BrokerError> {
         spec.move_secrets();
         let checked = match checks {
@@ -27,7 +37,7 @@ impl Broker {
             None => crate::ports::AgentChecked::default(),
         };
         let name = spec.name.clone();
-        let agent = match self.register(spec, checked.worktree.clone()).await {
+        let agent = match self.register(spec, checked.worktree.clone(), by).await {
             Ok(agent) => agent,
             Err(e) => return Err(self.left_worktree(&name, checked.worktree, e).await),
         };
@@ -79,37 +89,46 @@ impl Broker {
 
     /// Registers an agent without the runtime's checks (see [`Broker::add_agent`]).
     pub async fn register_agent(&self, spec: AgentSpec) -> Result<Agent, BrokerError> {
-        self.register(spec, None).await
+        self.register(spec, None, None).await
     }
 
     async fn register(
         &self,
         mut spec: AgentSpec,
         worktree: Option<relay_protocol::domain::WorktreeState>,
+        by: Option<String>,
     ) -> Result<Agent, BrokerError> {
         // Secrets apart from here on: the command's `Debug` (logs) shows names only.
         spec.move_secrets();
         expect_outcome!(
-            self.execute(Command::RegisterAgent(
-                Box::new(spec),
-                worktree.map(Box::new)
+            self.execute(asked_by(
+                by,
+                Command::RegisterAgent(Box::new(spec), worktree.map(Box::new))
             )),
             Agent
         )
     }
 
     pub async fn remove_agent(&self, name: &str) -> Result<Agent, BrokerError> {
-        self.remove_agent_forced(name, false).await
+        self.remove_agent_forced(name, false, None).await
     }
 
-    /// Removes an agent; `force`: its worktree goes even with uncommitted work (the
-    /// caller checked it, see [`crate::workspaces::remove_agent`]).
-    pub async fn remove_agent_forced(&self, name: &str, force: bool) -> Result<Agent, BrokerError> {
+    /// Removes an agent as `by` asked; `force`: its worktree goes even with uncommitted
+    /// work (the caller checked it, see [`crate::workspaces::remove_agent`]).
+    pub async fn remove_agent_forced(
+        &self,
+        name: &str,
+        force: bool,
+        by: Option<String>,
+    ) -> Result<Agent, BrokerError> {
         expect_outcome!(
-            self.execute(Command::RemoveAgent {
-                name: name.into(),
-                force
-            }),
+            self.execute(asked_by(
+                by,
+                Command::RemoveAgent {
+                    name: name.into(),
+                    force
+                }
+            )),
             Agent
         )
     }
@@ -121,12 +140,45 @@ impl Broker {
         name: &str,
         settings: relay_protocol::api::AgentSettings,
     ) -> Result<Agent, BrokerError> {
+        self.set_agent_as(name, settings, None).await
+    }
+
+    /// [`Broker::set_agent`] as `by` asked (its event names them).
+    pub async fn set_agent_as(
+        &self,
+        name: &str,
+        settings: relay_protocol::api::AgentSettings,
+        by: Option<String>,
+    ) -> Result<Agent, BrokerError> {
         expect_outcome!(
-            self.execute(Command::SetAgent {
-                name: name.into(),
-                settings
-            }),
+            self.execute(asked_by(
+                by,
+                Command::SetAgent {
+                    name: name.into(),
+                    settings
+                }
+            )),
             Agent
         )
+    }
+
+    /// `agent.wake` asked by `by`: noted on the agent (its event names them), before the
+    /// runtime is asked to start its session.
+    pub async fn wake_asked(&self, name: &str, by: Option<String>) -> Result<Agent, BrokerError> {
+        expect_outcome!(
+            self.execute(asked_by(by, Command::WakeAsked { name: name.into() })),
+            Agent
+        )
+    }
+}
+
+/// `command` as a client asked it ([`Command::As`]), when one did.
+fn asked_by(by: Option<String>, command: Command) -> Command {
+    match by {
+        Some(by) => Command::As {
+            by,
+            command: Box::new(command),
+        },
+        None => command,
     }
 }

@@ -132,6 +132,17 @@ pub enum Command {
         name: String,
         settings: relay_protocol::api::AgentSettings,
     },
+    /// A client asked to start the agent's session (`agent.wake`): noted on the agent,
+    /// before the runtime is asked (which reports the session's state as it changes).
+    WakeAsked {
+        name: String,
+    },
+    /// A client's command: its events record `by` as who asked for them
+    /// ([`relay_protocol::event::Event::by`]).
+    As {
+        by: String,
+        command: Box<Command>,
+    },
     /// The runtime reports an agent's session state (with why, if it said), thread id or
     /// endpoint.
     UpdateAgent {

@@ -315,6 +315,7 @@ fn transact(
                 next_seq: first_seq,
                 now: now_ms(),
                 events: Vec::new(),
+                by: None,
             };
             let mut outcomes = Vec::with_capacity(commands.len());
             for (i, command) in commands.iter().enumerate() {

@@ -7,21 +7,22 @@ use relay_protocol::api::{AgentAdded, Peek};
 use relay_protocol::domain::Agent;
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal, Req};
+use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
 /// Starts the agent's session (a `manual` agent needs this before its first turn).
+/// Noted on the agent as asked by its caller ([`Principal::actor`]), before the runtime is
+/// asked: a wake that then fails is still on record as asked.
 pub(super) async fn wake_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(name): Path<String>,
 ) -> ApiResult<Agent> {
-    let agent = s
-        .broker
-        .agent(&name)
-        .await?
-        .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
     let control = s.control.clone().ok_or(BrokerError::NoRuntime)?;
+    let by = principal.actor(login.as_deref());
+    let agent = s.broker.wake_asked(&name, Some(by)).await?;
     control.wake(agent.clone()).await?;
     Ok(Json(agent))
 }
@@ -32,10 +33,14 @@ pub(super) async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agen
     ))
 }
 
+/// Registered as added by its caller ([`Principal::actor`]).
 pub(super) async fn add_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     ApiJson(spec): ApiJson<Req<m::AgentAdd>>,
 ) -> ApiResult<AgentAdded> {
+    let by = principal.actor(login.as_deref());
     if let Some(pane) = spec.pane.clone().filter(|p| p.target.is_some()) {
         // Two agents answering through one pane would take each other's tasks.
         let name = spec.name.clone();
@@ -60,7 +65,11 @@ pub(super) async fn add_agent(
             .into());
         }
     }
-    Ok(Json(s.broker.add_agent(spec, s.control.as_deref()).await?))
+    Ok(Json(
+        s.broker
+            .add_agent_as(spec, s.control.as_deref(), Some(by))
+            .await?,
+    ))
 }
 
 pub(super) async fn show_agent(
@@ -101,24 +110,32 @@ pub(super) async fn peek_agent(
 
 /// `relay agent remove [--force]` (`?force=true`): refused while its worktree holds
 /// uncommitted work, unless forced.
+/// Recorded as removed by its caller ([`Principal::actor`]).
 pub(super) async fn remove_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(name): Path<String>,
     Query(q): Query<Req<m::AgentRemove>>,
 ) -> ApiResult<Agent> {
+    let by = Some(principal.actor(login.as_deref()));
     Ok(Json(
-        crate::workspaces::remove_agent(&s.broker, s.control.as_ref(), &name, q.force).await?,
+        crate::workspaces::remove_agent(&s.broker, s.control.as_ref(), &name, q.force, by).await?,
     ))
 }
 
 /// `relay agent fork SRC NEW [--at FLIGHT]`.
+/// The new agent is registered as added by the caller ([`Principal::actor`]).
 pub(super) async fn fork_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<Req<m::AgentFork>>,
 ) -> ApiResult<AgentAdded> {
+    let by = Some(principal.actor(login.as_deref()));
     Ok(Json(
-        crate::workspaces::fork(&s.broker, s.control.as_ref(), &name, req).await?,
+        crate::workspaces::fork_as(&s.broker, s.control.as_ref(), &name, req, by).await?,
     ))
 }
 

@@ -39,6 +39,17 @@ pub enum Principal {
 }
 
 impl Principal {
+    /// Who this caller's action is recorded as (a requester, an author, an event's or a
+    /// note's `by`): a dashboard login as `NAME@dashboard` whatever the body says, the
+    /// operator's token as `operator`, an agent's token as the agent.
+    pub fn actor(&self, login: Option<&Login>) -> String {
+        match (login, self) {
+            (Some(web), _) => web.decided_by(),
+            (None, Principal::Operator) => relay_protocol::domain::decider::OPERATOR.to_string(),
+            (None, Principal::Agent(me)) => me.clone(),
+        }
+    }
+
     /// Whether this caller may act as `actor` (a message's author, an ask's requester):
     /// the operator as anyone, an agent only as itself.
     pub fn act_as(&self, actor: &str) -> Result<(), BrokerError> {
@@ -195,8 +206,15 @@ pub(super) async fn require_token(
     };
     match principal {
         Ok(principal) => {
+            let dashboard = req.extensions().get::<Login>().is_some();
             req.extensions_mut().insert(principal);
-            next.run(req).await
+            let response = next.run(req).await;
+            if dashboard {
+                // A logout or revoke-all must not leave an open stream running.
+                state.web.stream_until_logins_end(response)
+            } else {
+                response
+            }
         }
         Err(e) => {
             let mut refused = e.into_response();

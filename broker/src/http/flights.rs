@@ -7,15 +7,21 @@ use axum::Json;
 use relay_protocol::domain::{Flight, FlightChange};
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal, Req};
+use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 use crate::error::BrokerError;
+use crate::store::{FlightScan, Store};
 
-/// An agent's token invokes as that agent, linked to the flight it is running.
+/// An agent's token invokes as that agent, linked to the flight it is running; a
+/// dashboard login asks as `NAME@dashboard`, whatever the body says.
 pub(super) async fn invoke(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     ApiJson(mut req): ApiJson<Req<m::Invoke>>,
 ) -> ApiResult<relay_protocol::api::InvokeAccepted> {
+    if let Some(Extension(web)) = login {
+        req.requester = web.decided_by();
+    }
     principal.act_as(&req.requester)?;
     req.parent_flight = principal
         .parent_flight(&s.broker, req.parent_flight.take())
@@ -23,20 +29,47 @@ pub(super) async fn invoke(
     Ok(Json(s.broker.invoke(req).await?))
 }
 
-/// An agent's token lists the flights it runs or asked for.
+/// Most flights a text search (`q`) reads, newest first, matching or not: a search of a
+/// large store answers from its newest flights rather than read them all.
+const SEARCH_READS: usize = 10_000;
+
+/// An agent's token lists the flights it runs or asked for. `since` and `q` narrow the
+/// list by time and text (see [`matches_text`]); it all runs in the store's reader, off
+/// the async workers.
 pub(super) async fn list_flights(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     Query(q): Query<Req<m::FlightList>>,
 ) -> ApiResult<Vec<Flight>> {
     let me = principal.agent().map(str::to_string);
+    let since = match q.since.as_deref() {
+        Some(text) => Some(
+            relay_protocol::clock::parse_since_or_ms(text, relay_protocol::clock::now_ms())
+                .map_err(|e| BrokerError::Invalid(format!("since: {e}")))?,
+        ),
+        None => None,
+    };
+    // Any case: both sides lowercased. An empty text is no search.
+    let text =
+        q.q.as_deref()
+            .map(str::to_lowercase)
+            .filter(|t| !t.is_empty());
     // Flight ids are time-ordered; newest last, and `limit` keeps the newest. Live
     // flights come from their index; others from the newest back, up to `limit`.
-    let limit = q.limit.unwrap_or(100);
+    let scan = FlightScan {
+        limit: q.limit.unwrap_or(100),
+        since,
+        max_read: if text.is_some() {
+            SEARCH_READS
+        } else {
+            usize::MAX
+        },
+    };
     let keep = move |f: &Flight| {
         q.agent.as_ref().is_none_or(|a| &f.agent == a)
             && q.state.is_none_or(|st| f.state == st)
             && (!q.live || !f.state.is_terminal())
+            && since.is_none_or(|s| f.created_at >= s)
     };
     let live = q.live;
     let out = s
@@ -48,17 +81,42 @@ pub(super) async fn list_flights(
                 me.as_deref()
                     .is_none_or(|me| super::reads::own_flight(st, f, me).unwrap_or(false))
             };
-            let keep = |f: &Flight| keep(f) && visible(f);
+            let keep = |f: &Flight| -> Result<bool, BrokerError> {
+                Ok(keep(f)
+                    && visible(f)
+                    && match &text {
+                        Some(t) => matches_text(st, f, t)?,
+                        None => true,
+                    })
+            };
             if live {
-                let mut out: Vec<Flight> = st.live_flights()?.into_iter().filter(keep).collect();
-                out.drain(..out.len().saturating_sub(limit));
+                let mut out = Vec::new();
+                for f in st.live_flights()? {
+                    if keep(&f)? {
+                        out.push(f);
+                    }
+                }
+                out.drain(..out.len().saturating_sub(scan.limit));
                 Ok(out)
             } else {
-                st.recent_flights(limit, keep)
+                st.scan_flights(&scan, keep)
             }
         })
         .await?;
     Ok(Json(out))
+}
+
+/// Whether flight `f`'s id, agent, output, or its invocation's requester or task holds
+/// `text` (lowercase already), in any case. The invocation is read only when the
+/// flight's own fields do not hold it.
+fn matches_text(st: &Store, f: &Flight, text: &str) -> Result<bool, BrokerError> {
+    let has = |s: &str| s.to_lowercase().contains(text);
+    if has(&f.id) || has(&f.agent) || f.output.as_deref().is_some_and(has) {
+        return Ok(true);
+    }
+    Ok(st
+        .invocation(&f.invocation)?
+        .is_some_and(|i| has(&i.requester) || has(&i.task)))
 }
 
 pub(super) async fn show_flight(
@@ -113,26 +171,32 @@ pub(super) async fn update_flight(
     Ok(Json(s.broker.update_flight(&id, body.change).await?))
 }
 
+/// Recorded with the steer's note as its caller ([`Principal::actor`]).
 pub(super) async fn steer(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Req<m::FlightSteer>>,
 ) -> ApiResult<Flight> {
     principal.may_control(&s.broker, &id).await?;
+    let by = principal.actor(login.as_deref());
     Ok(Json(
-        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text).await?,
+        crate::ops::steer(&s.broker, s.control.as_ref(), &id, body.text, Some(by)).await?,
     ))
 }
 
+/// Noted on the flight as asked by its caller ([`Principal::actor`]).
 pub(super) async fn interrupt(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(id): Path<String>,
 ) -> ApiResult<Flight> {
     principal.may_control(&s.broker, &id).await?;
+    let by = principal.actor(login.as_deref());
     Ok(Json(
-        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id).await?,
+        crate::ops::interrupt(&s.broker, s.control.as_ref(), &id, Some(by)).await?,
     ))
 }
 

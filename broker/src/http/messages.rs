@@ -8,7 +8,7 @@ use relay_protocol::api::MessagePosted;
 use relay_protocol::domain::Conversation;
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal, Req};
+use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 use crate::error::BrokerError;
 use crate::store::T;
 
@@ -57,12 +57,17 @@ pub(super) async fn read_messages(
 }
 
 /// An agent's token posts as that agent; its message is marked with the flight the agent
-/// is running (so what it mentions is asked within that flight's chain).
+/// is running (so what it mentions is asked within that flight's chain). A dashboard
+/// login posts as `NAME@dashboard`, whatever the body says.
 pub(super) async fn post_message(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     ApiJson(mut post): ApiJson<Req<m::MessagePost>>,
 ) -> ApiResult<MessagePosted> {
+    if let Some(Extension(web)) = login {
+        post.author = web.decided_by();
+    }
     principal.act_as(&post.author)?;
     post.meta.flight = principal
         .parent_flight(&s.broker, post.meta.flight.take())

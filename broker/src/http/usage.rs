@@ -8,7 +8,7 @@ use relay_protocol::api::{BudgetStatus, UsageReport};
 use relay_protocol::domain::Agent;
 use relay_protocol::methods::call as m;
 
-use super::{ApiJson, ApiResult, ApiState, Principal, Req};
+use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 
 /// `relay usage`: an agent's token adds up only the flights it runs or asked for (as
 /// its flight list shows them).
@@ -20,12 +20,18 @@ pub(super) async fn usage(
     Ok(Json(s.broker.usage(q, principal.agent()).await?))
 }
 
+/// Recorded as set by its caller ([`Principal::actor`]).
 pub(super) async fn set_agent(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
     Path(name): Path<String>,
     ApiJson(settings): ApiJson<Req<m::AgentSet>>,
 ) -> ApiResult<Agent> {
-    Ok(Json(s.broker.set_agent(&name, settings).await?))
+    let by = principal.actor(login.as_deref());
+    Ok(Json(
+        s.broker.set_agent_as(&name, settings, Some(by)).await?,
+    ))
 }
 
 /// An agent's token reads its own budget only (another's would tell its usage).

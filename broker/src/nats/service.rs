@@ -299,9 +299,9 @@ impl Service {
                     (r.flight, r.text)
                 };
                 self.trusted("steering a flight")?;
-                Ok(Answer::Flight(
-                    crate::ops::steer(&self.broker, control, &flight, text).await?,
-                ))
+                let by = Some(BUS_ACTOR.to_string());
+                let f = crate::ops::steer(&self.broker, control, &flight, text, by).await?;
+                Ok(Answer::Flight(f))
             }
             MethodId::FlightInterrupt => {
                 let flight = if json {
@@ -310,9 +310,9 @@ impl Service {
                     from_pb::<pb::InterruptRequest>(msg)?.flight
                 };
                 self.trusted("interrupting a flight")?;
-                Ok(Answer::Flight(
-                    crate::ops::interrupt(&self.broker, control, &flight).await?,
-                ))
+                let by = Some(BUS_ACTOR.to_string());
+                let f = crate::ops::interrupt(&self.broker, control, &flight, by).await?;
+                Ok(Answer::Flight(f))
             }
             MethodId::FlightRevert => {
                 let flight = if json {

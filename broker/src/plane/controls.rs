@@ -274,13 +274,19 @@ impl FlightControl for Plane {
         Plane::revert(self, flight, commit, by)
     }
 
-    fn steer(&self, flight: Flight, text: String) -> BoxFuture<'static, Result<(), BrokerError>> {
+    fn steer(
+        &self,
+        flight: Flight,
+        text: String,
+        by: Option<String>,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
         self.route(Control::Steer {
             agent: flight.agent,
             flight: flight.id,
             text,
             // A task with the steers added to it obeys the message limit, like the task.
             max_task_bytes: Some(self.broker.config().max_message_bytes),
+            by,
         })
     }
 

@@ -59,6 +59,7 @@ use crate::error::BrokerError;
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{child_key, decode, encode, pair_key, seq_key, Scope, T};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
+pub use queries::FlightScan;
 pub use usage::{day_key, tree_root};
 
 use keys::TREE_NAMES;

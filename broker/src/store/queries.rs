@@ -117,13 +117,41 @@ impl Store {
         limit: usize,
         keep: impl Fn(&Flight) -> bool,
     ) -> Result<Vec<Flight>, BrokerError> {
+        let scan = FlightScan {
+            limit,
+            since: None,
+            max_read: usize::MAX,
+        };
+        self.scan_flights(&scan, |f| Ok(keep(f)))
+    }
+
+    /// The newest `scan.limit` flights that `keep` accepts, oldest first, read from the
+    /// newest back: no further back than the flights created a minute before
+    /// `scan.since` (a flight's id and its `created_at` are read from one clock within
+    /// a batch; the minute covers a batch and a small step of that clock), and no more
+    /// than `scan.max_read` flights in all.
+    pub fn scan_flights(
+        &self,
+        scan: &FlightScan,
+        mut keep: impl FnMut(&Flight) -> Result<bool, BrokerError>,
+    ) -> Result<Vec<Flight>, BrokerError> {
         let mut out = Vec::new();
-        for value in self.tree(T::Flights).iter().values().rev() {
-            if out.len() >= limit {
+        let floor = scan.since.map(|s| s.saturating_sub(60_000));
+        for value in self
+            .tree(T::Flights)
+            .iter()
+            .values()
+            .rev()
+            .take(scan.max_read)
+        {
+            if out.len() >= scan.limit {
                 break;
             }
             let flight: Flight = decode(&value?)?;
-            if keep(&flight) {
+            if floor.is_some_and(|floor| flight.created_at < floor) {
+                break;
+            }
+            if scan.since.is_none_or(|s| flight.created_at >= s) && keep(&flight)? {
                 out.push(flight);
             }
         }
@@ -253,4 +281,15 @@ impl Store {
             .map(|v| decode(&v?))
             .collect()
     }
+}
+
+/// How far [`Store::scan_flights`] reads back.
+#[derive(Debug, Clone, Copy)]
+pub struct FlightScan {
+    /// Most flights it returns (the newest that match).
+    pub limit: usize,
+    /// Only flights created at or after this (ms since the epoch).
+    pub since: Option<u64>,
+    /// Most flights it reads, matching or not.
+    pub max_read: usize,
 }

@@ -13,6 +13,7 @@ impl relay_broker::ports::FlightControl for Recorder {
         &self,
         _: Flight,
         _: String,
+        _: Option<String>,
     ) -> futures::future::BoxFuture<'static, Result<(), BrokerError>> {
         Box::pin(async { Ok(()) })
     }

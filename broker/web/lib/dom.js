@@ -218,4 +218,5 @@ export {
   text,
   timeEl,
   usageText,
+  usd,
 };

@@ -15,12 +15,13 @@ const fleet = {
   pending: new Map(), // id -> Approval
   decided: new Map(), // id -> Approval decided or expired while the page watched
   seen: new Map(), // id -> Flight: every flight the watch showed, newest last
+  asked: new Map(), // flight id -> {task, requester}, from the watch's invocation_created
 };
 const MAX_SEEN = 500;
 let dirty = freshDirty(true);
 
 function freshDirty(all) {
-  return { all, agents: new Set(), flights: new Set(), approvals: all };
+  return { all, agents: new Set(), flights: new Set(), approvals: all, rules: all, ended: false };
 }
 
 function touch() {
@@ -38,6 +39,9 @@ function putAgent(agent) {
 }
 
 function putFlight(f) {
+  // A flight that just ended (usage views add it up then).
+  const prev = fleet.seen.get(f.id);
+  if (!isLive(f.state) && (!prev || isLive(prev.state))) dirty.ended = true;
   if (isLive(f.state)) fleet.live.set(f.id, f);
   else fleet.live.delete(f.id);
   fleet.seen.delete(f.id);
@@ -90,10 +94,25 @@ function startFleet() {
       dirty.agents.add(e.name);
       touch();
     },
-    invocation_created: (e) => putFlight(e.flight),
+    invocation_created(e) {
+      if (e.invocation && typeof e.invocation.task === "string") {
+        fleet.asked.set(e.flight.id, { task: e.invocation.task, requester: e.invocation.requester || "" });
+        if (fleet.asked.size > MAX_SEEN) fleet.asked.delete(fleet.asked.keys().next().value);
+      }
+      putFlight(e.flight);
+    },
     flight_updated: (e) => putFlight(e.flight),
     approval_requested: (e) => putApproval(e.approval, true),
     approval_decided: (e) => putApproval(e.approval, false),
+    // A rule remembered or removed anywhere (the page, the CLI, the bus).
+    rule_added() {
+      dirty.rules = true;
+      touch();
+    },
+    rule_removed() {
+      dirty.rules = true;
+      touch();
+    },
     thread_lost(e) {
       dirty.agents.add(e.agent);
       touch();
@@ -187,10 +206,11 @@ function setView(v) {
   view = v;
 }
 
-/** Marks `what` (`{all}` or `{approvals}`) changed and updates the view on the next frame. */
+/** Marks `what` (`{all}`, `{approvals}` or `{rules}`) changed and updates the view on the next frame. */
 function invalidate(what) {
   if (what.all) dirty.all = true;
   if (what.approvals) dirty.approvals = true;
+  if (what.rules) dirty.rules = true;
   touch();
 }
 

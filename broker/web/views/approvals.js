@@ -5,6 +5,76 @@ import { fleet, invalidate, putApproval } from "/lib/fleet.js";
 // ---------------------------------------------------------------------------------
 // Approval items, shared by the approvals view and a flight's view: the exact command
 // as text, accept and decline, the outcome and who decided, an error in the item.
+//
+// Remember: "Accept and remember" and "Decline and remember" make a rule for the scope
+// the select names; for a command, a second select may let one plain argument be any
+// (`--any-arg N`, N counting from 1 after the program, of the command as the broker
+// splits it: [`commandWords`]). The page offers only the plain arguments; the broker
+// checks the choice again (a command not in canonical form cannot be remembered) and
+// the item shows its reason when it refuses.
+//
+// Hooks for tests: `li[data-approval]` with `button.accept`, `button.decline`,
+// `button.remember` (`data-action="accept-remember"`), `button.decline-remember`,
+// `select.remember-scope`, `select.remember-any-arg` (values "" and N), `.remembered`.
+
+/** The shells whose `-c SCRIPT` the broker reads as SCRIPT's words (`policy::SHELLS`). */
+const SHELLS = new Set(["/bin/bash", "/usr/bin/bash", "/bin/sh", "/usr/bin/sh", "/bin/zsh", "/usr/bin/zsh", "bash", "sh", "zsh"]);
+
+/** `text` split as a POSIX shell splits words (quotes, backslashes); null when unbalanced. */
+function shellWords(text) {
+  const words = [];
+  let word = null;
+  let i = 0;
+  const s = String(text);
+  while (i < s.length) {
+    const c = s[i];
+    if (/\s/.test(c)) {
+      if (word !== null) words.push(word);
+      word = null;
+      i++;
+    } else if (c === "'") {
+      const end = s.indexOf("'", i + 1);
+      if (end < 0) return null;
+      word = (word ?? "") + s.slice(i + 1, end);
+      i = end + 1;
+    } else if (c === '"') {
+      word = word ?? "";
+      i++;
+      for (;;) {
+        if (i >= s.length) return null;
+        if (s[i] === '"') break;
+        if (s[i] === "\\" && i + 1 < s.length && '\\"$`\n'.includes(s[i + 1])) i++;
+        word += s[i++];
+      }
+      i++;
+    } else if (c === "\\") {
+      if (i + 1 >= s.length) return null;
+      word = (word ?? "") + s[i + 1];
+      i += 2;
+    } else {
+      word = (word ?? "") + c;
+      i++;
+    }
+  }
+  if (word !== null) words.push(word);
+  return words;
+}
+
+/** The words a command runs, a plain `sh -c SCRIPT` unwrapped (as `policy::command_argv`). */
+function commandWords(detail) {
+  const argv = shellWords(detail);
+  if (!argv || !argv.length) return null;
+  if (argv.length === 3 && SHELLS.has(argv[0]) && (argv[1] === "-c" || argv[1] === "-lc")) {
+    // Only an ASCII script is unwrapped (as the broker: a multibyte locale could read it otherwise).
+    return /^[\x00-\x7f]*$/.test(argv[2]) ? shellWords(argv[2]) : null;
+  }
+  return argv;
+}
+
+/** Whether `w` is an argument `--any-arg` may generalise (`policy::plain_argument`). */
+function plainArgument(w) {
+  return w !== "" && !/^[-+@]/.test(w) && !w.includes("=") && w !== "*" && w !== "**";
+}
 
 function approvalItem(initial) {
   let a = initial;
@@ -22,9 +92,15 @@ function approvalItem(initial) {
   const scope = h("select", { class: "remember-scope", "aria-label": "Remember for" },
     REMEMBER_SCOPES.map(([value, label]) => h("option", { value }, label)));
   scope.value = "agent";
-  const remember = h("button", { type: "button", class: "remember" }, "Accept and remember");
-  const rememberBox = h("span", { class: "remember-box" }, remember, " for ", scope);
-  const buttons = [accept, decline, remember];
+  const remember = h("button", { type: "button", class: "remember", dataset: { action: "accept-remember" } }, "Accept and remember");
+  const declineRemember = h("button", { type: "button", class: "decline-remember", dataset: { action: "decline-remember" } },
+    "Decline and remember");
+  // Which argument may be any plain one; filled in per command by `update`.
+  const anyArg = h("select", { class: "remember-any-arg", "aria-label": "Remember which command" });
+  const anyArgBox = h("span", { class: "any-arg-box" }, anyArg);
+  const rememberBox = h("span", { class: "remember-box" }, remember, declineRemember,
+    h("span", { class: "remember-for" }, "for ", scope), anyArgBox);
+  const buttons = [accept, decline, remember, declineRemember];
   const actions = h("div", { class: "actions" }, accept, decline, rememberBox);
   const decision = h("span", { class: "decision" });
   const decidedBy = h("span", { class: "decided-by" });
@@ -43,7 +119,10 @@ function approvalItem(initial) {
     li.setAttribute("aria-busy", "true");
     error.hidden = true;
     const body = { decision: choice };
-    if (rememberScope) body.remember = { scope: rememberScope };
+    if (rememberScope) {
+      body.remember = { scope: rememberScope };
+      if (a.kind === "command" && anyArg.value) body.remember.any_arg = Number(anyArg.value);
+    }
     try {
       const got = await call("approval.decide", [a.id], { body });
       if (got && got.id) {
@@ -76,6 +155,7 @@ function approvalItem(initial) {
     actions.hidden = !pending;
     for (const b of buttons) b.disabled = busy || !pending;
     rememberBox.hidden = !(a.kind === "command" || a.kind === "file_change");
+    paintAnyArg();
     outcome.hidden = pending;
     rememberedAs.replaceChildren();
     if (a.remembered) put(rememberedAs, [", remembered as rule ", h("a", { href: "#/rules", class: "mono" }, a.remembered)]);
@@ -86,9 +166,30 @@ function approvalItem(initial) {
     li.setAttribute("aria-label", inert(`${a.kind} approval for ${a.agent}, ${a.state}`));
   }
 
+  let anyArgFor = null;
+  /** The any-argument choices of this command: exactly it, or one plain argument as `*`. */
+  function paintAnyArg() {
+    if (anyArgFor === a.detail) return;
+    anyArgFor = a.detail;
+    const words = a.kind === "command" && a.state === "pending" ? commandWords(a.detail) : null;
+    const options = [h("option", { value: "" }, "this exact command")];
+    if (words) {
+      words.forEach((w, i) => {
+        if (i > 0 && plainArgument(w)) {
+          const shown = words.map((x, j) => (j === i ? "*" : x)).join(" ");
+          options.push(h("option", { value: String(i), title: inert(shown) }, `any argument ${i} (${inert(w).slice(0, 40)}): ${inert(shown).slice(0, 80)}`));
+        }
+      });
+    }
+    anyArg.replaceChildren(...options);
+    anyArg.value = "";
+    anyArgBox.hidden = options.length < 2;
+  }
+
   accept.addEventListener("click", () => decide("accept"));
   decline.addEventListener("click", () => decide("decline"));
   remember.addEventListener("click", () => decide("accept", scope.value));
+  declineRemember.addEventListener("click", () => decide("decline", scope.value));
   update(a);
   li._approval = { decide, get state() { return a.state; } };
   return { li, update, decide, get approval() { return a; } };
@@ -178,6 +279,7 @@ function approvalsView() {
 }
 
 export {
+  commandWords,
   ApprovalItems,
   approvalsView,
   byCreated,

@@ -283,8 +283,22 @@ fn every_flight_change_is_sent_as_its_oneof_case() {
         (
             FlightChange::Note {
                 text: "respawned".into(),
+                by: None,
             },
-            Change::Note(text("respawned")),
+            Change::Note(pb::Note {
+                text: "respawned".into(),
+                by: None,
+            }),
+        ),
+        (
+            FlightChange::Note {
+                text: "steered: go on".into(),
+                by: Some("alice@dashboard".into()),
+            },
+            Change::Note(pb::Note {
+                text: "steered: go on".into(),
+                by: Some("alice@dashboard".into()),
+            }),
         ),
     ];
     for (i, (change, wire)) in cases.into_iter().enumerate() {

@@ -259,9 +259,14 @@ pub enum FlightChange {
     /// A note from the harness (Codex's `error {willRetry}` "Reconnecting...", its
     /// warnings, a rate limit) or the runtime (a steer, a thread lost and restarted, a
     /// session respawned...). The flight keeps the latest as [`Flight::note`], its agent
-    /// as [`crate::domain::Agent::note`].
+    /// as [`crate::domain::Agent::note`]. `by`: who asked for what it records, where a
+    /// client did (a steer, an interrupt): `NAME@dashboard` for a dashboard login,
+    /// `operator` for the operator's token, the agent's name for an agent's token, `nats`
+    /// for the bus; `None` for what Relay or the harness noted on its own.
     Note {
         text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The flight's changes, committed on its agent's branch when its turn ended (or,
     /// when that could not be done then, later: after a restart, or with the next turn):

@@ -118,13 +118,14 @@ async fn run_control(
     c: Control,
 ) -> Result<(), RuntimeError> {
     match c {
-        Control::Steer { text, .. } => {
+        Control::Steer { text, by, .. } => {
             session.steer(session_id, turn_id, &text).await?;
             let _ = reports
                 .send(Report::Flight {
                     flight: flight.to_string(),
                     change: FlightChange::Note {
                         text: format!("steered: {text}"),
+                        by,
                     },
                 })
                 .await;

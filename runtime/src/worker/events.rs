@@ -137,8 +137,14 @@ impl Worker {
                 .await;
             }
             HarnessEvent::Warning { message } | HarnessEvent::Retrying { message } => {
-                self.change(&flight, FlightChange::Note { text: message })
-                    .await;
+                self.change(
+                    &flight,
+                    FlightChange::Note {
+                        text: message,
+                        by: None,
+                    },
+                )
+                .await;
             }
             HarnessEvent::TurnCompleted { turn_id, outcome } if same_turn(&turn_id) => {
                 match outcome {

@@ -149,7 +149,8 @@ impl Worker {
             ));
         }
         if let (Some(flight), Some(text)) = (flight, self.tree.note.take()) {
-            self.change(flight, FlightChange::Note { text }).await;
+            self.change(flight, FlightChange::Note { text, by: None })
+                .await;
         }
         self.tree_state(made.state).await;
         Ok((made.path, made.recreated))
@@ -284,7 +285,7 @@ impl Worker {
             .reports
             .send(Report::Flight {
                 flight: flight.to_string(),
-                change: FlightChange::Note { text },
+                change: FlightChange::Note { text, by: None },
             })
             .await;
     }

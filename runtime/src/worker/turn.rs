@@ -260,7 +260,7 @@ impl Worker {
                         "no word from {} for {secs} s: its model may be slow or unreachable (it may be retrying); `relay interrupt {}` stops the turn",
                         turn.info.name, turn.flight
                     );
-                    self.change(&turn.flight, FlightChange::Note { text }).await;
+                    self.change(&turn.flight, FlightChange::Note { text, by: None }).await;
                     quiet.as_mut().reset(tokio::time::Instant::now() + QUIET_REPEAT);
                 }
                 _ = &mut idle, if watching => {

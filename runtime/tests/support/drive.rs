@@ -158,7 +158,7 @@ pub fn notes(reports: &[Report], flight: &str) -> Vec<String> {
         .filter_map(|r| match r {
             Report::Flight {
                 flight: f,
-                change: FlightChange::Note { text },
+                change: FlightChange::Note { text, .. },
             } if f == flight => Some(text.clone()),
             _ => None,
         })

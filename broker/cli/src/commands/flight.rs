@@ -76,6 +76,13 @@ pub struct FlightsArgs {
     /// Only flights that have not ended.
     #[arg(long)]
     live: bool,
+    /// Only flights created since then: a duration back from now (`30m`, `24h`, `7d`,
+    /// `2w`) or a UTC date (`2026-11-27`, from its midnight), as `relay usage --since`.
+    #[arg(long, value_name = "WHEN", value_parser = super::usage::since_arg)]
+    since: Option<u64>,
+    /// Only flights whose id, agent, requester, task or output holds TEXT (any case).
+    #[arg(long, value_name = "TEXT")]
+    search: Option<String>,
     /// At most this many (the newest).
     #[arg(short = 'n', default_value_t = 50)]
     n: usize,
@@ -147,6 +154,8 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         agent,
         state,
         live,
+        since,
+        search,
         n,
         json,
     } = args;
@@ -155,6 +164,8 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
         state,
         live,
         limit: Some(n),
+        since: since.map(|ms| ms.to_string()),
+        q: search,
     };
     let flights: Vec<Flight> = client.call::<m::FlightList>(&[], &query).await?;
     if json {

@@ -94,7 +94,7 @@ impl AskView {
                     _ => "working".into(),
                 };
             }
-            FlightChange::Note { text } => {
+            FlightChange::Note { text, .. } => {
                 self.activity = format!("note: {}", one_line(text));
                 if self.last_note.as_deref() != Some(text.as_str()) {
                     self.last_note = Some(text.clone());
@@ -216,6 +216,7 @@ mod tests {
         assert_eq!(v.activity, "starting the agent's session");
         v.apply(&FlightChange::Note {
             text: "Reconnecting... 2/5 (stream disconnected)".into(),
+            by: None,
         });
         assert_eq!(
             v.activity,

@@ -86,3 +86,9 @@ pub fn describe_event(e: &Event) -> String {
         B::RuleRemoved { rule, removed_by } => format!("{} by {removed_by}", rule.id),
     }
 }
+
+/// `what`, and who asked for it where recorded (a dashboard login, the operator...).
+pub(crate) fn by_whom(what: &str, by: &Option<String>) -> String {
+    by.as_ref()
+        .map_or(what.to_string(), |b| format!("{what} (by {b})"))
+}

@@ -107,9 +107,10 @@ fn agent_line(entry: &AgentEntry, out: &mut Lines) {
             model,
             node,
             worktree,
+            by,
             ..
         } => {
-            let mut line = format!("registered: {harness} in {cwd}");
+            let mut line = super::by_whom(&format!("registered: {harness} in {cwd}"), by);
             if let Some(m) = model {
                 line.push_str(&format!(", model {m}"));
             }
@@ -124,7 +125,7 @@ fn agent_line(entry: &AgentEntry, out: &mut Lines) {
             }
             out.at(*seq, "", &line);
         }
-        AgentEntry::Removed { seq, .. } => out.at(*seq, "", "removed"),
+        AgentEntry::Removed { seq, by, .. } => out.at(*seq, "", &super::by_whom("removed", by)),
         AgentEntry::ThreadLost {
             seq,
             old_thread_id,
@@ -315,7 +316,9 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                 ),
                 FlightChange::Plan { text } => out.at(seq, "  ", &format!("plan:\n{text}")),
                 FlightChange::Diff { text } => out.at(seq, "  ", &format!("diff:\n{text}")),
-                FlightChange::Note { text } => out.at(seq, "", &format!("note: {text}")),
+                FlightChange::Note { text, by } => {
+                    out.at(seq, "", &super::by_whom(&format!("note: {text}"), by))
+                }
                 FlightChange::Commit { commit } => out.at(seq, "", &commit.summary()),
                 FlightChange::Reverted { revert } => out.at(seq, "", &revert.summary()),
                 FlightChange::Session { thread_id, turn_id } => {

@@ -209,7 +209,7 @@ fn describe(change: &FlightChange) -> String {
             thread_id.as_deref().unwrap_or("-"),
             turn_id.as_deref().unwrap_or("-")
         ),
-        FlightChange::Note { text } => format!("note: {}", one_line(text)),
+        FlightChange::Note { text, .. } => format!("note: {}", one_line(text)),
         FlightChange::Commit { commit } => commit.summary(),
         FlightChange::Reverted { revert } => revert.summary(),
     }

@@ -49,6 +49,22 @@ impl Ctx<'_, '_> {
         Ok(Outcome::Agent(agent))
     }
 
+    /// `agent.wake` asked: kept as the agent's note (no flight's), its event naming who
+    /// asked ([`crate::broker::Command::As`]); the session's start is the runtime's to report.
+    pub(super) fn wake_asked(&mut self, name: &str) -> Result<Outcome, BrokerError> {
+        let mut agent = self.agent(name)?;
+        agent.note = Some(relay_protocol::domain::Note {
+            text: "wake asked".into(),
+            at: self.now,
+            flight: None,
+        });
+        agent.updated_at = self.now;
+        self.emit(EventBody::AgentUpdated {
+            agent: agent.clone(),
+        })?;
+        Ok(Outcome::Agent(agent))
+    }
+
     pub(super) fn remove_agent(&mut self, name: &str, force: bool) -> Result<Outcome, BrokerError> {
         let agent = self.agent(name)?;
         crate::store::Sink::del(self.tx, T::Secrets, name.as_bytes())?;

@@ -157,6 +157,7 @@ impl Ctx<'_, '_> {
                 &id,
                 &FlightChange::Note {
                     text: format!("budget exceeded: {what}; this turn finishes ({resets})"),
+                    by: None,
                 },
             ),
             OnBudget::Finish => Ok(outcome),

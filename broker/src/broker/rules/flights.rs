@@ -389,7 +389,7 @@ impl Ctx<'_, '_> {
                     flight.turn_id = turn_id.clone();
                 }
             }
-            FlightChange::Note { text } => {
+            FlightChange::Note { text, .. } => {
                 flight.summary = Some(summarize(text));
                 flight.note = Some(Note {
                     text: clip(text, NOTE_BYTES),
@@ -547,7 +547,7 @@ fn streamed_bytes(change: &FlightChange) -> u64 {
         | FlightChange::CommandOutput { text, .. }
         | FlightChange::Plan { text }
         | FlightChange::Diff { text }
-        | FlightChange::Note { text } => text.len(),
+        | FlightChange::Note { text, .. } => text.len(),
         FlightChange::Item { text, .. } => text.as_ref().map_or(0, String::len),
         FlightChange::State { .. }
         | FlightChange::Usage { .. }

@@ -36,6 +36,9 @@ pub(super) struct Ctx<'a, 't> {
     pub(super) now: u64,
     /// With the size each takes in the log.
     pub(super) events: Vec<(Event, usize)>,
+    /// Who asked for the command running now ([`Command::As`]), recorded as its
+    /// events' `by`.
+    pub(super) by: Option<String>,
 }
 
 impl Ctx<'_, '_> {
@@ -44,6 +47,7 @@ impl Ctx<'_, '_> {
             v: relay_protocol::event::EVENT_VERSION,
             seq: self.next_seq,
             at: self.now,
+            by: self.by.clone(),
             body,
         };
         match &event.body {
@@ -94,6 +98,13 @@ impl Ctx<'_, '_> {
             } => self.report_usage(flight, usage),
             Command::UpdateFlight { flight, change } => self.update_flight(flight, change),
             Command::SetAgent { name, settings } => self.set_agent(name, settings),
+            Command::WakeAsked { name } => self.wake_asked(name),
+            Command::As { by, command } => {
+                let outer = self.by.replace(by.clone());
+                let result = self.run(command);
+                self.by = outer;
+                result
+            }
             Command::RequestApproval { agent, request } => self.request_approval(agent, request),
             Command::DecideApproval {
                 id,

@@ -472,6 +472,12 @@ function flightView(id) {
   function paintFlight() {
     if (destroyed || !flight) return;
     const f = flight;
+    const live = isLive(f.state);
+    if (!live && el.dataset.state && isLive(el.dataset.state) && el.isConnected) {
+      // Ended while shown: the reply box keeps the height it streamed in (the final
+      // output may be shorter), so the sections below do not move.
+      textEl.style.minHeight = textEl.offsetHeight + "px";
+    }
     el.dataset.state = f.state;
     stateEl.replaceChildren(stateTag(f.state));
     const key = [f.state, f.updated_at, f.thread_id, f.turn_id, f.parent_flight,
@@ -494,14 +500,9 @@ function flightView(id) {
     if (f.usage) setText(usageEl, usageText(f.usage));
     setText(errorEl, f.error ? "Error: " + f.error : "");
     errorEl.hidden = !f.error;
-    const live = isLive(f.state);
     steer.form.hidden = !live;
     interrupt.form.hidden = !live;
     followUp.form.hidden = live;
-    if (!live) {
-      status.hidden = false;
-      setText(status, "Finished.");
-    }
     paintCause();
     paintReply();
     // The commit's patch, once per commit (the record leaves the patch out).

@@ -553,12 +553,6 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
         p.await.unwrap();
     }
     let rate = f64::from(clients * each) / started.elapsed().as_secs_f64();
-    env.relay.cli_ok(&["reply", &id, "done"]);
-    b.wait_js("document.querySelector('#flight').dataset.state", |v| {
-        v == "completed"
-    })
-    .await;
-
     let streamed: String = env
         .updates(&id)
         .await
@@ -572,10 +566,29 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
             "every delta stored"
         );
     }
+    // While it runs the page shows every delta, in order; once it ended, the final
+    // output in their place (the reply is shown once).
+    // (The reply is rendered Markdown: the deltas' markers, in order, are the test.)
+    let markers = |t: &str| -> Vec<String> {
+        t.split('<')
+            .filter_map(|p| p.split_once('>').map(|(m, _)| m.to_string()))
+            .filter(|m| m.split('.').all(|n| n.parse::<u32>().is_ok()))
+            .collect()
+    };
+    let want = markers(&streamed);
+    b.wait_js("document.querySelector('#flight-text').textContent", |v| {
+        v.as_str().is_some_and(|t| markers(t) == want)
+    })
+    .await;
+    env.relay.cli_ok(&["reply", &id, "done"]);
+    b.wait_js("document.querySelector('#flight').dataset.state", |v| {
+        v == "completed"
+    })
+    .await;
     assert_eq!(
         shown_text(&b).await,
-        streamed,
-        "the page shows every delta, in order"
+        "done",
+        "the output replaces the stream"
     );
     let gaps = b.js("window.__gaps").await;
     let mut gaps: Vec<f64> = gaps

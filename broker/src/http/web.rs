@@ -46,7 +46,9 @@
 //!
 //! Every answer of the page carries a Content-Security-Policy that allows only the
 //! page's own script and style: text an agent wrote can never run as script, even if
-//! some view put it in as HTML by mistake (none does: the page uses `textContent`).
+//! some view put it in as HTML by mistake (none does: the page uses `textContent`; its
+//! one rich path, `lib/markdown.js`, makes elements itself and gives an `href` only to
+//! http(s) URLs).
 
 use relay_protocol::methods::call as m;
 
@@ -162,6 +164,12 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "/api.gen.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/api.gen.js"),
+    ),
+    (
+        // The safe Markdown renderer (the page's one rich text path).
+        "/lib/markdown.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/markdown.js"),
     ),
     (
         "/app.css",

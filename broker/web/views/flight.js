@@ -1,116 +1,389 @@
-// One flight, live from its watch.
+// One flight, live from its watch: a place to read what an agent did and to work with it.
+//
+// Top to bottom: the task (who asked, what, in which conversation), the cause of a stall
+// in plain words, the flight's facts, the controls (steer and interrupt while it runs,
+// follow up once it ended), its approvals inline, the reply (rendered Markdown, shown
+// once: streamed text while it runs, then the final output in the same element), the
+// commands and tool calls with their output and exit status, the diff per file, usage,
+// the agent-to-agent children, and the history.
+//
+// Text from the broker goes in inert (`text()`); the reply goes through the safe
+// Markdown renderer (`lib/markdown.js`); a diff is text lines with a class each.
+//
+// Hooks for tests: the view is `#flight[data-view="flight"][data-flight][data-state]`;
+// `#flight-task` (`.requester`, `.task`, `a.message`), `#flight-cause`, `#flight-text`
+// (the reply), `#flight-items > li.item[data-item][data-kind][data-phase]` with
+// `.command`, `.item-output`, `.exit[data-exit]`; `#flight-diff > details.diff-file
+// [data-file]` with `.diff-line.add|del|hunk|meta`; `#flight-children`; the forms
+// `form[data-action="steer"|"follow-up"]` (an input, a submit button) and
+// `button[data-action="interrupt"]`, each with `.result` and `.error` beside it.
 
 import { methodPath } from "/api.gen.js";
-import { agentHref, defs, enc, flightLink, h, isLive, link, muted, onFrame, placeInOrder, setText, showError, stateTag, text, timeEl, usageText } from "/lib/dom.js";
+import { agentHref, defs, enc, flightHref, flightLink, h, isLive, link, muted, onFrame, placeInOrder, put, setText, showError, stateTag, text, timeEl, usageText } from "/lib/dom.js";
 import { call, openStream, withQuery } from "/lib/api.js";
+import { fleet } from "/lib/fleet.js";
 import { commitLabel, ITEM_KINDS, revertLabel } from "/lib/labels.js";
+import { renderMarkdown } from "/lib/markdown.js";
 import { ApprovalItems, byCreated } from "/views/approvals.js";
 
-// One flight, live ------------------------------------------------------------------
+// A command's output kept on the page: its tail (the end says how it went).
+const OUTPUT_TAIL = 64 * 1024;
+// Lines of one file's diff shown (a huge generated file would stall the page).
+const DIFF_LINES = 4000;
+// Items the reply already shows, or that are the task and steers themselves.
+const NOT_TOOLS = new Set(["agent_message", "user_message"]);
+
+// ---------------------------------------------------------------------------------
+// The cause of a stall, in plain words. The notes come from the harness adapters and
+// the runtime (see harnesses/src/codex/translate.rs, claude/stream_json.rs `retry_note`,
+// pi/wire.rs, runtime/src/worker/turn.rs and tree.rs, broker rules/budgets.rs).
+
+const NOTE_CAUSES = [
+  [/^Reconnecting\.\.\.\s*(\d+)\s*\/\s*(\d+)/i,
+    (m) => `The agent lost its connection to the model and is retrying (${m[1]}/${m[2]}).`],
+  [/^Reconnecting\.\.\.\s*waiting for network/i,
+    () => "The agent lost its connection to the model and is waiting for the network to come back."],
+  [/^Reconnecting/i, () => "The agent lost its connection to the model and is reconnecting."],
+  [/^Claude Code retries its model request \(([^)]*)\):\s*(.*)$/s,
+    (m) => `The model request failed (${m[2]}); the agent retries it (${m[1].replace(/,\s*$/, "")}).`],
+  [/^pi retries \((\d+\/\d+)\) after:\s*(.*)$/s,
+    (m) => `The model request failed (${m[2]}); the agent retries it (${m[1]}).`],
+  [/^no word from (\S+) for (\d+) s/,
+    (m) => `No word from ${m[1]} for ${m[2]} seconds: its model may be slow or unreachable. Interrupt stops the turn.`],
+  [/^budget exceeded:\s*(.*?);\s*this turn finishes\s*\((.*)\)$/s,
+    (m) => `The agent's budget is used up (${m[1]}): this turn finishes, new ones are refused (${m[2]}).`],
+  [/^cannot commit yet:/, () => "The flight's changes cannot be committed yet (git is busy); retrying."],
+  [/^could not commit/, (_, t) => "The flight's changes were not committed yet: " + t],
+  [/^the worktree .* was gone/, (_, t) => "The agent's worktree had to be made again: " + t],
+];
+
+const ERROR_CAUSES = [
+  [/^budget_exceeded:\s*(.*)$/s, (m) => `Refused: the agent's budget is used up: ${m[1]}`],
+  [/could not reach its model for (\d+) s/, (m, t) => `The agent could not reach its model for ${m[1]} seconds; the turn was interrupted. (${t})`],
+  [/^interrupted$/, () => "Interrupted."],
+];
+
+function explain(table, t) {
+  for (const [re, say] of table) {
+    const m = re.exec(t);
+    if (m) return say(m, t);
+  }
+  return null;
+}
+
+/**
+ * Why `f` is not moving, in a sentence, or null. `progressAt` is the time of its last
+ * text or item: a note older than that is over.
+ */
+function stallCause(f, progressAt, pending) {
+  if (f.state === "failed" || f.state === "cancelled") {
+    return f.error ? explain(ERROR_CAUSES, f.error) || f.error : null;
+  }
+  if (!isLive(f.state)) return null;
+  if (pending > 0) return pending === 1 ? "Waiting for a decision on the approval below." : `Waiting for decisions on ${pending} approvals below.`;
+  if (f.state === "queued") {
+    const ahead = [...fleet.live.values()]
+      .filter((x) => x.agent === f.agent && x.id !== f.id && x.state !== "queued");
+    if (ahead.length) return ["Queued: waiting for ", f.agent, "'s current flight ", flightLink(ahead[0].id), " to end."];
+    const agent = fleet.agents.get(f.agent);
+    if (agent && (agent.state === "offline" || agent.state === "starting")) return `Queued: ${f.agent}'s session is starting.`;
+    if (agent && agent.state === "failed") return `Queued: ${f.agent} failed to start${agent.state_reason ? ": " + agent.state_reason : "."}`;
+    return "Queued: waiting for its turn.";
+  }
+  if (f.state === "waking") return `${f.agent}'s session is starting.`;
+  const note = f.note;
+  if (note && note.at >= progressAt && !/^steered/.test(note.text)) return explain(NOTE_CAUSES, note.text) || note.text;
+  return null;
+}
+
+// ---------------------------------------------------------------------------------
+// A unified diff, one collapsible block per file.
+
+/** `patch` split at its `diff --git` lines: [{name, lines}]. */
+function splitPatch(patch) {
+  const files = [];
+  let cur = null;
+  for (const line of String(patch || "").split("\n")) {
+    if (line.startsWith("diff --git ")) {
+      const m = / b\/(.*)$/.exec(line);
+      cur = { name: m ? m[1] : line.slice(11), lines: [line] };
+      files.push(cur);
+    } else if (cur) cur.lines.push(line);
+    else if (line) {
+      cur = { name: "(patch)", lines: [line] };
+      files.push(cur);
+    }
+  }
+  for (const f of files) {
+    while (f.lines.length && f.lines[f.lines.length - 1] === "") f.lines.pop();
+    // A renamed or deleted file names itself in +++/--- lines.
+    const plus = f.lines.find((l) => l.startsWith("+++ "));
+    if (plus && plus !== "+++ /dev/null" && f.name === "(patch)") f.name = plus.replace(/^\+\+\+ (b\/)?/, "");
+  }
+  return files;
+}
+
+function diffFile(f) {
+  let added = 0;
+  let removed = 0;
+  let header = true;
+  const pre = h("pre", { class: "diff" });
+  const shown = f.lines.slice(0, DIFF_LINES);
+  for (const line of shown) {
+    let cls = "ctx";
+    if (line.startsWith("@@")) {
+      cls = "hunk";
+      header = false;
+    } else if (header) cls = "meta";
+    else if (line.startsWith("+")) {
+      cls = "add";
+      added++;
+    } else if (line.startsWith("-")) {
+      cls = "del";
+      removed++;
+    }
+    pre.append(h("span", { class: "diff-line " + cls }, line), "\n");
+  }
+  if (f.lines.length > shown.length) pre.append(muted(`… ${f.lines.length - shown.length} more lines not shown`));
+  return h("details", { class: "diff-file", open: true, dataset: { file: f.name } },
+    h("summary", null, h("span", { class: "mono file-name" }, f.name), " ",
+      h("span", { class: "added" }, "+" + added), " ", h("span", { class: "removed" }, "-" + removed)),
+    pre);
+}
+
+// ---------------------------------------------------------------------------------
+// A control: a form with a text box and a button, or a button alone; Enter in the box
+// sends, Escape leaves it; the result or the error shows beside it.
+
+function control(action, label, { placeholder, send }) {
+  const input = placeholder == null ? null
+    : h("input", { type: "text", name: "text", autocomplete: "off", placeholder, "aria-label": placeholder });
+  const button = h("button", { type: "submit", class: action === "interrupt" ? "danger" : null }, label);
+  const result = h("span", { class: "result", role: "status" });
+  const error = h("p", { class: "error", role: "alert", hidden: true });
+  const form = h("form", { class: "control", dataset: { action } }, input, button, result, error);
+  if (input) {
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Escape") {
+        e.preventDefault();
+        input.blur();
+      }
+    });
+  }
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const value = input ? input.value.trim() : "";
+    if (input && !value) {
+      showError(error, "Type something first.");
+      return;
+    }
+    button.disabled = true;
+    error.hidden = true;
+    setText(result, "…");
+    try {
+      const said = await send(value);
+      result.replaceChildren();
+      put(result, [said ?? "Done."]);
+      if (input) input.value = "";
+    } catch (err) {
+      setText(result, "");
+      showError(error, err);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return { form, input, button, result, error };
+}
+
+// ---------------------------------------------------------------------------------
 
 function flightView(id) {
   let flight = null;
+  let invocation = null;
   let lastSeq = 0;
   let stream = null;
   let destroyed = false;
-  const textBuf = [];
-  const items = new Map(); // item_id -> {li, head, body, out, buf}
-  const outPending = new Set();
+  let streamed = ""; // the text deltas so far
+  let progressAt = 0;
+  let diffKey = "";
+  let treeKey = "";
+  const items = new Map(); // item_id -> {li, head, cmd, body, out, outText, exit}
 
   const title = h("h1", null, "Flight ", h("span", { class: "mono" }, id));
   const stateEl = h("span", { class: "state-now" });
+  const taskEl = h("section", { id: "flight-task", class: "task", "aria-label": "Task" }, muted("Loading the task…"));
+  const causeEl = h("p", { id: "flight-cause", class: "cause", role: "status", hidden: true });
   const meta = h("div", { class: "meta" });
-  const interrupt = h("button", { type: "button", id: "flight-interrupt", class: "danger", hidden: true }, "Interrupt");
-  const actionError = h("p", { class: "error", role: "alert", hidden: true });
   const links = h("p", { class: "links" },
-    link("#/tree/" + enc(id), "Tree"), " · ", link("#/replay/flight/" + enc(id), "Replay"), " ", interrupt);
+    link("#/tree/" + enc(id), "Tree"), " · ", link("#/replay/flight/" + enc(id), "Replay"));
   const errorEl = h("p", { id: "flight-error", class: "error", hidden: true });
-  const approvalsList = h("ul", { class: "approvals" });
-  const approvalsBox = h("section", { class: "inline-approvals", hidden: true, "aria-label": "Approvals of this flight" },
-    h("h2", null, "Approvals"), approvalsList);
-  const textEl = h("pre", { id: "flight-text", class: "stream", tabindex: "0", "aria-label": "Streamed text" });
-  const itemsEl = h("ol", { id: "flight-items", class: "items" });
-  const itemsEmpty = h("p", { class: "muted" }, "No items yet.");
-  const planEl = h("pre", { id: "flight-plan", class: "block" });
-  const planBox = h("section", { hidden: true }, h("h2", null, "Plan"), planEl);
-  const diffEl = h("pre", { id: "flight-diff", class: "block" });
-  const diffBox = h("section", { hidden: true }, h("h2", null, "Diff"), diffEl);
-  const usageEl = h("p", { id: "flight-usage" }, muted("no usage reported yet"));
-  const outputEl = h("pre", { id: "flight-output", class: "block" });
-  const outputBox = h("section", { hidden: true }, h("h2", null, "Output"), outputEl);
-  const history = h("ol", { id: "flight-history", class: "history" });
   const status = h("p", { class: "muted" }, "Connecting…");
   const fetchError = h("p", { class: "error", role: "alert", hidden: true });
 
-  const el = h("section", { id: "flight", class: "view flight-view", dataset: { flight: id } },
-    h("div", { class: "view-head" }, title, stateEl), meta, links, actionError, status, fetchError, errorEl,
-    approvalsBox,
-    h("section", null, h("h2", null, "Text"), textEl),
-    h("section", null, h("h2", null, "Items"), itemsEmpty, itemsEl),
-    planBox, diffBox,
-    h("section", null, h("h2", null, "Usage"), usageEl),
-    outputBox,
-    h("section", null, h("h2", null, "History"), history));
-
-  interrupt.addEventListener("click", async () => {
-    interrupt.disabled = true;
-    actionError.hidden = true;
-    try {
+  const steer = control("steer", "Steer", {
+    placeholder: "Steer: add to what it is doing",
+    send: async (text) => {
+      const f = await call("flight.steer", [id], { body: { text } });
+      if (f && f.id === id) applyFlight(f);
+      return "Sent to the agent.";
+    },
+  });
+  const interrupt = control("interrupt", "Interrupt", {
+    send: async () => {
       const f = await call("flight.interrupt", [id]);
       if (f && f.id === id && (f.update_seq ?? 0) >= (flight?.update_seq ?? 0)) applyFlight(f);
-    } catch (e) {
-      showError(actionError, e);
-    } finally {
-      interrupt.disabled = false;
-    }
+      return "Interrupted.";
+    },
+  });
+  const followUp = control("follow-up", "Follow up", {
+    placeholder: "Follow up: ask the same agent, in the same session",
+    send: async (task) => {
+      const got = await call("invocation.create", [], {
+        body: { target: flight.agent, task, conversation: flight.conversation },
+      });
+      const next = got.flight.id;
+      location.hash = flightHref(next);
+      return ["Asked: ", flightLink(next)];
+    },
+  });
+  const controls = h("section", { id: "flight-controls", class: "controls", "aria-label": "Work with this flight" },
+    steer.form, interrupt.form, followUp.form);
+  for (const c of [steer, interrupt, followUp]) c.form.hidden = true;
+
+  const approvalsList = h("ul", { class: "approvals" });
+  const approvalsBox = h("section", { class: "inline-approvals", hidden: true, "aria-label": "Approvals of this flight" },
+    h("h2", null, "Approvals"), approvalsList);
+  const textEl = h("div", { id: "flight-text", class: "md reply", tabindex: "0", "aria-label": "Reply" });
+  const itemsEl = h("ol", { id: "flight-items", class: "items" });
+  const itemsBox = h("section", { hidden: true }, h("h2", null, "Commands and tools"), itemsEl);
+  const planEl = h("pre", { id: "flight-plan", class: "block" });
+  const planBox = h("section", { hidden: true }, h("h2", null, "Plan"), planEl);
+  const diffEl = h("div", { id: "flight-diff" });
+  const diffNote = h("p", { class: "muted" });
+  const diffBox = h("section", { hidden: true }, h("h2", null, "Changes"), diffNote, diffEl);
+  const usageEl = h("p", { id: "flight-usage" }, muted("no usage reported yet"));
+  const childrenEl = h("ul", { id: "flight-children", class: "tree" });
+  const childrenBox = h("section", { hidden: true }, h("h2", null, "Flights it asked"), childrenEl);
+  const history = h("ol", { id: "flight-history", class: "history" });
+
+  const el = h("section", { id: "flight", class: "view flight-view", dataset: { view: "flight", flight: id } },
+    h("div", { class: "view-head" }, title, stateEl), taskEl, causeEl, meta, links, status, fetchError, errorEl,
+    controls, approvalsBox,
+    h("section", null, h("h2", null, "Reply"), textEl),
+    itemsBox, planBox, diffBox,
+    h("section", null, h("h2", null, "Usage"), usageEl),
+    childrenBox,
+    h("details", { class: "history-box" }, h("summary", null, "History"), history));
+
+  // The task: who asked what, from the log (only the request: no entries).
+  call("replay.flight", [id], { query: { from_seq: Number.MAX_SAFE_INTEGER } }).then((r) => {
+    if (destroyed) return;
+    invocation = r.invocation;
+    paintTask();
+  }, (e) => {
+    if (!destroyed) taskEl.replaceChildren(errorNode(e));
   });
 
-  function flushText() {
-    if (destroyed || textBuf.length === 0) return;
-    const chunk = textBuf.join("");
-    textBuf.length = 0;
-    const atEnd = textEl.scrollTop + textEl.clientHeight >= textEl.scrollHeight - 8;
-    textEl.append(text(chunk));
-    if (atEnd) textEl.scrollTop = textEl.scrollHeight;
+  function errorNode(e) {
+    const p = h("p", { class: "error", role: "alert" });
+    showError(p, e);
+    return p;
   }
+
+  function paintTask() {
+    const inv = invocation;
+    if (!inv) return;
+    const conv = inv.conversation;
+    taskEl.replaceChildren(
+      h("p", { class: "asked" },
+        h("span", { class: "requester" }, inv.requester), " asked ", link(agentHref(inv.target), inv.target),
+        inv.parent_flight ? [" from flight ", flightLink(inv.parent_flight)] : null,
+        " in ", link("#/conversation/" + enc(conv), conv),
+        inv.request_message ? [" (", h("a", { class: "message mono", href: "#/conversation/" + enc(conv), title: "The message that asked" }, inv.request_message), ")"] : null,
+        " ", timeEl(inv.created_at)),
+      h("pre", { class: "task-text task" }, inv.task));
+  }
+
+  // Rendering the reply again costs as much as its last block (a long paragraph being
+  // written is re-parsed whole): after a costly render the next waits a few frames, so
+  // that rendering takes at most about a quarter of the time and frames keep coming.
+  let nextRenderAt = 0;
+  function paintReply() {
+    if (destroyed) return;
+    const ended = flight && !isLive(flight.state);
+    const t0 = performance.now();
+    if (!ended && t0 < nextRenderAt) {
+      onFrame("flight-text", paintReply);
+      return;
+    }
+    // The final output replaces the streamed text in the same element: the blocks that
+    // did not change keep their nodes, so nothing jumps.
+    const shown = ended && flight.output != null ? flight.output : streamed;
+    if (shown === paintedReply) return;
+    paintedReply = shown;
+    renderMarkdown(textEl, shown);
+    nextRenderAt = t0 + 4 * (performance.now() - t0);
+  }
+  let paintedReply = null;
 
   function flushOutputs() {
     if (destroyed) return;
-    for (const it of outPending) {
+    for (const it of items.values()) {
+      if (!it.dirty) continue;
+      it.dirty = false;
       const atEnd = it.out.scrollTop + it.out.clientHeight >= it.out.scrollHeight - 8;
-      it.out.hidden = false;
-      it.out.append(text(it.buf.join("")));
-      it.buf.length = 0;
+      let t = it.outText;
+      let cut = "";
+      if (t.length > OUTPUT_TAIL) {
+        cut = `… ${t.length - OUTPUT_TAIL} earlier characters not shown\n`;
+        t = t.slice(-OUTPUT_TAIL);
+      }
+      it.out.replaceChildren(...(cut ? [muted(cut)] : []), text(t));
+      it.outBox.hidden = false;
       if (atEnd) it.out.scrollTop = it.out.scrollHeight;
     }
-    outPending.clear();
   }
 
   function item(itemId, kind) {
     let it = items.get(itemId);
     if (!it) {
       const head = h("div", { class: "item-head" });
-      const body = h("pre", { class: "item-text", hidden: true });
-      const out = h("pre", { class: "item-output", hidden: true, "aria-label": "Output" });
-      const li = h("li", { class: "item", dataset: { item: itemId, kind: kind || "", phase: "started" } }, head, body, out);
-      it = { li, head, body, out, buf: [], kind: kind || "command_execution" };
+      const cmd = h("pre", { class: "command", hidden: true });
+      const out = h("pre", { class: "item-output", "aria-label": "Output" });
+      const outBox = h("details", { class: "output-box", hidden: true, open: true }, h("summary", null, "Output"), out);
+      const li = h("li", { class: "item", dataset: { item: itemId, kind: kind || "", phase: "started" } }, head, cmd, outBox);
+      it = { li, head, cmd, out, outBox, outText: "", kind: kind || "command_execution", dirty: false };
       items.set(itemId, it);
       itemsEl.append(li);
-      itemsEmpty.hidden = true;
     }
     return it;
   }
 
   function paintItemHead(it, u) {
-    it.head.replaceChildren(
-      h("span", { class: "item-kind" }, ITEM_KINDS[it.kind] || it.kind),
-      " ",
-      h("span", { class: "phase", dataset: { phase: u.phase } }, u.phase === "completed" ? "done" : "running…"),
-      " ", timeEl(u.at), " ", muted(u.item_id));
+    const done = u.phase === "completed";
+    let exit = null;
+    if (it.kind === "command_execution" && done) {
+      exit = u.exit_code != null
+        ? h("span", { class: "exit", dataset: { exit: String(u.exit_code) } }, "exit status " + u.exit_code)
+        : h("span", { class: "exit", dataset: { exit: "unknown" } }, "exit status unknown");
+    }
+    it.head.replaceChildren();
+    put(it.head, [
+      h("span", { class: "item-kind" }, ITEM_KINDS[it.kind] || it.kind), " ",
+      h("span", { class: "phase", dataset: { phase: u.phase } }, done ? "done" : "running…"),
+      exit ? [" · ", exit] : null, " ", timeEl(u.at)]);
   }
 
   function historyEntry(u, ...content) {
     history.append(h("li", { dataset: { kind: u.kind } }, timeEl(u.at), " ", ...content));
+  }
+
+  function showPatch(patch, note) {
+    const files = splitPatch(patch);
+    diffEl.replaceChildren(...files.map(diffFile));
+    setText(diffNote, note || "");
+    diffNote.hidden = !note;
+    diffBox.hidden = files.length === 0 && !note;
   }
 
   function applyUpdate(u) {
@@ -118,47 +391,49 @@ function flightView(id) {
     lastSeq = u.seq;
     switch (u.kind) {
       case "delta":
-        textBuf.push(u.text);
-        onFrame("flight-text", flushText);
+        streamed += u.text;
+        progressAt = u.at || progressAt;
+        onFrame("flight-text", paintReply);
         break;
       case "item": {
+        progressAt = u.at || progressAt;
+        if (NOT_TOOLS.has(u.item_kind)) break;
         const it = item(u.item_id, u.item_kind);
         it.kind = u.item_kind;
         it.li.dataset.kind = u.item_kind;
         it.li.dataset.phase = u.phase;
         paintItemHead(it, u);
         if (u.text != null && u.text !== "") {
-          setText(it.body, u.text);
-          it.body.hidden = false;
+          setText(it.cmd, u.text);
+          it.cmd.hidden = false;
         }
+        itemsBox.hidden = false;
         break;
       }
       case "command_output": {
+        progressAt = u.at || progressAt;
         const it = item(u.item_id, null);
         if (!it.head.firstChild) paintItemHead(it, { ...u, phase: "started" });
-        it.buf.push(u.text);
-        outPending.add(it);
+        it.outText += u.text;
+        // Keep a bounded tail in memory too.
+        if (it.outText.length > 2 * OUTPUT_TAIL) it.outText = it.outText.slice(-OUTPUT_TAIL - 1024);
+        it.dirty = true;
+        itemsBox.hidden = false;
         onFrame("flight-items-out", flushOutputs);
         break;
       }
       case "state":
         historyEntry(u, "→ ", stateTag(u.to), u.reason ? [": ", h("span", { class: "reason" }, u.reason)] : null);
-        if (u.output != null && u.output !== paintedOutput) {
-          paintedOutput = u.output;
-          setText(outputEl, u.output);
-          outputBox.hidden = false;
-        }
         break;
       case "plan":
         setText(planEl, u.text);
         planBox.hidden = false;
         break;
       case "diff":
-        setText(diffEl, u.text);
-        diffBox.hidden = false;
+        // The harness's own view of the turn's changes, until the commit's patch.
+        if (!diffKey) showPatch(u.text, "As the agent reported it (not committed yet).");
         break;
       case "usage":
-        // The flight record's usage (its cost filled in by the broker) wins once painted.
         if (!flight?.usage) setText(usageEl, usageText(u));
         break;
       case "session":
@@ -170,6 +445,10 @@ function flightView(id) {
         break;
       case "commit":
         historyEntry(u, h("span", { class: "mono" }, commitLabel(u.commit)));
+        if (u.commit && u.commit.patch != null) {
+          diffKey = u.commit.head || "commit";
+          showPatch(u.commit.patch, u.commit.patch_truncated ? "The patch was cut: `relay diff` shows all of it." : "");
+        }
         break;
       case "reverted":
         historyEntry(u, h("span", { class: "mono" }, revertLabel(u.revert)));
@@ -193,6 +472,12 @@ function flightView(id) {
   function paintFlight() {
     if (destroyed || !flight) return;
     const f = flight;
+    const live = isLive(f.state);
+    if (!live && el.dataset.state && isLive(el.dataset.state) && el.isConnected) {
+      // Ended while shown: the reply box keeps the height it streamed in (the final
+      // output may be shorter), so the sections below do not move.
+      textEl.style.minHeight = textEl.offsetHeight + "px";
+    }
     el.dataset.state = f.state;
     stateEl.replaceChildren(stateTag(f.state));
     const key = [f.state, f.updated_at, f.thread_id, f.turn_id, f.parent_flight,
@@ -215,19 +500,56 @@ function flightView(id) {
     if (f.usage) setText(usageEl, usageText(f.usage));
     setText(errorEl, f.error ? "Error: " + f.error : "");
     errorEl.hidden = !f.error;
-    if (f.output != null && f.output !== paintedOutput) {
-      paintedOutput = f.output;
-      setText(outputEl, f.output);
-      outputBox.hidden = false;
+    steer.form.hidden = !live;
+    interrupt.form.hidden = !live;
+    followUp.form.hidden = live;
+    paintCause();
+    paintReply();
+    // The commit's patch, once per commit (the record leaves the patch out).
+    if (f.commit && diffKey !== (f.commit.head || "commit")) {
+      diffKey = f.commit.head || "commit";
+      call("flight.diff", [id]).then((d) => {
+        if (!destroyed && d.commit) showPatch(d.commit.patch || "", d.commit.patch_truncated ? "The patch was cut: `relay diff` shows all of it." : "");
+      }, (e) => {
+        if (!destroyed) {
+          diffBox.hidden = false;
+          diffEl.replaceChildren(errorNode(e));
+        }
+      });
     }
-    interrupt.hidden = !isLive(f.state);
-    if (!isLive(f.state)) {
-      status.hidden = false;
-      setText(status, "Finished.");
-    }
+    loadChildren();
   }
   let paintedKey = "";
-  let paintedOutput = null;
+
+  function paintCause() {
+    if (!flight) return;
+    const pending = [...fleet.pending.values()].filter((a) => a.flight === id).length;
+    const cause = stallCause(flight, progressAt, pending);
+    causeEl.hidden = cause == null;
+    causeEl.replaceChildren();
+    put(causeEl, [cause ?? []]);
+    causeEl.dataset.state = flight.state;
+  }
+
+  // The flights this one asked (agent to agent), from its tree; again when one of them
+  // changes in the fleet, or this one's state does.
+  function loadChildren() {
+    const kids = [...fleet.seen.values()].filter((x) => x.parent_flight === id);
+    const key = flight.state + "|" + kids.map((k) => k.id + k.state).join(",");
+    if (key === treeKey) return;
+    treeKey = key;
+    call("flight.tree", [id]).then((t) => {
+      if (destroyed) return;
+      const find = (n) => (n.flight.id === id ? n : n.children.map(find).find(Boolean));
+      const me = find(t);
+      const list = (n) => n.children.map((c) => h("li", { dataset: { flight: c.flight.id } },
+        flightLink(c.flight.id), " ", link(agentHref(c.flight.agent), c.flight.agent), " ", stateTag(c.flight.state),
+        c.children.length ? h("ul", null, list(c)) : null));
+      const nodes = me ? list(me) : [];
+      childrenEl.replaceChildren(...nodes);
+      childrenBox.hidden = nodes.length === 0;
+    }, () => {});
+  }
 
   function renderApprovals() {
     const mine = [...fleet.pending.values(), ...fleet.decided.values()]
@@ -235,6 +557,7 @@ function flightView(id) {
       .sort(byCreated);
     approvalsBox.hidden = mine.length === 0;
     placeInOrder(approvalsList, approvalItems.nodes(mine));
+    paintCause();
   }
   const approvalItems = new ApprovalItems();
 
@@ -276,6 +599,10 @@ function flightView(id) {
     el,
     update(d) {
       if (d.all || d.approvals) renderApprovals();
+      if (flight && (d.all || d.flights.size || d.agents.size)) {
+        paintCause();
+        loadChildren();
+      }
     },
     destroy() {
       destroyed = true;
@@ -286,4 +613,6 @@ function flightView(id) {
 
 export {
   flightView,
+  splitPatch,
+  stallCause,
 };

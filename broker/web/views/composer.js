@@ -4,8 +4,8 @@
 // one agent's) that asks with `invocation.create`; each ask gets an entry under the
 // form that follows its flight's watch (`watch?flight=ID`, as views/flight.js does):
 // the streamed text grows as deltas come, once a frame; when the flight ends the text
-// is replaced by its output, rendered by lib/markdown.js when that module is served
-// (else shown as inert text), so the reply is shown once, with a link to its flight.
+// is replaced by its output, rendered as safe Markdown by lib/markdown.js, so the reply
+// is shown once, with a link to its flight.
 //
 // Test hooks: `form[data-action="ask"]`, `textarea.composer-task`,
 // `select.composer-agent`, `button[data-action="ask"]`; each ask is
@@ -15,29 +15,16 @@
 import { methodPath } from "/api.gen.js";
 import { errorNode, firstLine, flightLink, h, isLive, muted, onFrame, setText, stateTag, text } from "/lib/dom.js";
 import { call, login, openStream, withQuery } from "/lib/api.js";
+import { markdown } from "/lib/markdown.js";
 
-// lib/markdown.js (part M) renders a reply as safe Markdown (nodes built with h(), no
-// innerHTML). Imported when first needed: until that module is served, the import fails
-// and the reply is shown as inert text.
-// TODO(lead): once lib/markdown.js is on main, import it statically.
-let markdownModule = null;
+/** `textValue` in `el` as safe Markdown (lib/markdown.js: nodes only, no innerHTML). */
 function renderReply(el, textValue) {
-  if (!markdownModule) {
-    markdownModule = import("/lib/markdown.js").then((m) => (typeof m.markdown === "function" ? m.markdown : null),
-      () => null);
-  }
-  markdownModule.then((markdown) => {
-    if (markdown) {
-      el.replaceChildren(markdown(textValue));
-      el.classList.add("markdown");
-    } else {
-      el.replaceChildren(h("pre", { class: "reply-text" }, textValue));
-    }
-  });
+  el.replaceChildren(markdown(textValue));
+  el.classList.add("markdown");
 }
 
-/** The name the page asks as: the broker records `<user>@dashboard` for a login whatever
- * the body says (part B); until then the body's requester is what it records. */
+/** The name the page asks as, `<user>@dashboard`: what the broker records for a login's
+ * ask whatever the body says. */
 function requesterName() {
   return login.name ? `${login.name}@dashboard` : "operator";
 }

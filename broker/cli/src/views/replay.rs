@@ -260,6 +260,7 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                     item_kind,
                     phase,
                     text,
+                    ..
                 } => {
                     let tool = is_tool(item_kind);
                     match phase {
@@ -477,6 +478,7 @@ mod tests {
             item_kind: kind,
             phase,
             text: text.map(str::to_string),
+            exit_code: None,
         })
     }
 

@@ -62,8 +62,8 @@
 //! - `replay` -> `broker`, `error`, `store`
 //! - `watch` -> `broker`, `error`, `feed`, `store`
 //! - `telemetry` -> `alerts`, `broker`, `error`, `feed`, `store`
-//! - `http` -> `broker`, `error`, `feed`, `ops`, `ports`, `remembered`, `replay`, `seal`,
-//!   `store`, `tasks`, `telemetry`, `watch`, `workspaces`
+//! - `http` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `remembered`, `replay`,
+//!   `seal`, `store`, `tasks`, `telemetry`, `watch`, `workspaces`
 //! - `nats` -> `broker`, `error`, `feed`, `files`, `ops`, `ports`, `remembered`, `seal`, `watch`,
 //!   `workspaces`
 //! - `node` -> `error`, `files`, `nats`, `seal`, `tasks`

@@ -223,6 +223,11 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
             writer_stop: writer_stop.clone(),
         })));
     }
+    // The dashboard's login key and revocations (files in the data dir: blocking).
+    let web = {
+        let (url, dir) = (url.clone(), config.data_dir.clone());
+        Arc::new(relay_infra::storage::read(move || crate::http::WebAuth::open(&url, &dir)).await??)
+    };
     // api.json last: when it names this process, everything is up.
     write_api_info(
         &config.data_dir,
@@ -240,7 +245,7 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         control: Some(crate::plane::control(&plane)),
         nats: nats_status,
         shutdown: shutdown.clone(),
-        web: Arc::new(crate::http::WebAuth::new(&url)),
+        web,
         limits: config.http.clone(),
         metrics: Some(crate::telemetry::Metrics::start(&broker).await?),
     };

@@ -45,6 +45,7 @@ export const METHODS = Object.freeze({
   "login.create": Object.freeze({ verb: "POST", route: "/v1/login", stream: false }),
   "login.show": Object.freeze({ verb: "GET", route: "/v1/login", stream: false }),
   "login.end": Object.freeze({ verb: "POST", route: "/v1/logout", stream: false }),
+  "login.revoke_all": Object.freeze({ verb: "POST", route: "/v1/login/revoke", stream: false }),
 });
 
 /** A flight's states. */

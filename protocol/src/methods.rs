@@ -374,7 +374,9 @@ methods! {
     LoginShow = "login.show": Get "/v1/login", Read, Json, Empty => LoginInfo;
         "Who is calling, and the name its decisions are recorded under."
     LoginEnd = "login.end": Post "/v1/logout", Operator, Json, Empty => Empty;
-        "Ends the dashboard login of the caller's cookie."
+        "Ends the dashboard login of the caller's cookie, for good."
+    LoginRevokeAll = "login.revoke_all": Post "/v1/login/revoke", Operator, Json, Empty => Empty;
+        "Rotates the dashboard's login key: every dashboard login and unused link ends."
 }
 
 /// The method `verb route` names (`route` as the router matched it, with its `{name}`

@@ -134,6 +134,15 @@ impl Browser {
         self.wait = within;
     }
 
+    /// Makes the window `width` x `height` CSS pixels (a phone: 375 x 812). Headless
+    /// Chromium has no frame, so the page's viewport (`innerWidth`) is that size.
+    pub async fn set_window_size(&self, width: u32, height: u32) {
+        self.client
+            .set_window_size(width, height)
+            .await
+            .unwrap_or_else(|e| panic!("browser: sizing the window {width}x{height}: {e}"));
+    }
+
     /// Opens `url` and returns once it has loaded.
     pub async fn goto(&self, url: &str) {
         self.client

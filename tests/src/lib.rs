@@ -77,6 +77,8 @@ pub struct RelayProcess {
     extra: Vec<String>,
     envs: Vec<(String, String)>,
     pub log: PathBuf,
+    /// `--listen`: a free port at first; the same one after [`RelayProcess::restart_same_port`].
+    listen: String,
 }
 
 impl RelayProcess {
@@ -115,6 +117,7 @@ impl RelayProcess {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             log: data_dir.with_extension("log"),
+            listen: "127.0.0.1:0".into(),
         };
         p.spawn()?;
         Ok(p)
@@ -131,7 +134,7 @@ impl RelayProcess {
             .arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&self.listen)
             .args(&self.extra)
             .env("RUST_LOG", "info,relay=debug")
             .stdin(Stdio::null())
@@ -179,6 +182,19 @@ impl RelayProcess {
     /// Starts the process again on the same data dir.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill9();
+        self.spawn()
+    }
+
+    /// `kill -9`, then starts again on the same data dir AND the same port (as `relay up`
+    /// on its default port would be): a page open on the old one can reconnect.
+    pub fn restart_same_port(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.listen = self
+            .api
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
         self.spawn()
     }
 

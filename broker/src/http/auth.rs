@@ -206,8 +206,15 @@ pub(super) async fn require_token(
     };
     match principal {
         Ok(principal) => {
+            let dashboard = req.extensions().get::<Login>().is_some();
             req.extensions_mut().insert(principal);
-            next.run(req).await
+            let response = next.run(req).await;
+            if dashboard {
+                // A logout or revoke-all must not leave an open stream running.
+                state.web.stream_until_logins_end(response)
+            } else {
+                response
+            }
         }
         Err(e) => {
             let mut refused = e.into_response();

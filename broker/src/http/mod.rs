@@ -21,7 +21,8 @@
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
 //! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
 //! from the log), `usage` (the usage report, an agent's budget), `web` (the dashboard's
-//! page and its login), and `health` (`/metrics` and `/healthz`, outside the method
+//! page and its login routes), `login` (the dashboard's logins: codes, cookies, their
+//! end), `login_keys` (the login cookies' key and revocations, kept in the data dir), and `health` (`/metrics` and `/healthz`, outside the method
 //! table: not JSON).
 //!
 //! Each request runs in a tracing span `request` with its method's name from the table
@@ -34,6 +35,8 @@ mod events;
 mod flights;
 mod health;
 mod layers;
+mod login;
+mod login_keys;
 mod messages;
 mod reads;
 mod replay;
@@ -44,11 +47,11 @@ mod usage;
 mod web;
 
 pub use auth::Principal;
+pub use login::{Login, WebAuth, CODE_LIFETIME};
 pub use serve::{
     serve, HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_RESERVED_CONNECTIONS, DEFAULT_STREAMS_PER_AGENT, DEFAULT_WRITE_STALL_TIMEOUT,
 };
-pub use web::{Login, WebAuth, CODE_LIFETIME};
 
 use std::sync::Arc;
 
@@ -253,6 +256,7 @@ fn handler(id: MethodId) -> MethodRouter<ApiState> {
         M::LoginCreate => on(filter, web::new_login),
         M::LoginShow => on(filter, web::whoami),
         M::LoginEnd => on(filter, web::logout),
+        M::LoginRevokeAll => on(filter, web::revoke_all),
         M::RuleList => on(filter, rules::list_rules),
         M::RuleShow => on(filter, rules::show_rule),
         M::RuleRemove => on(filter, rules::remove_rule),

@@ -1,7 +1,8 @@
 //! The dashboard: its page, embedded in the binary, and how a browser logs in to it.
 //!
-//! The page (`broker/web/`: HTML, one script and the module it imports, one style
-//! sheet) is compiled in with `include_str!`: `relay up` serves it from its loopback
+//! The page (`broker/web/`: HTML, the entry module `app.js` and the modules it imports
+//! from `lib/` and `views/`, the generated `api.gen.js`, one style sheet) is compiled in
+//! with `include_str!`: `relay up` serves it from its loopback
 //! address, with no web server or CDN beside it, offline. It is plain JavaScript over
 //! the API: the fleet watch, a flight's watch, the approvals, the replays, by the routes of `api.gen.js`
 //! (generated from the method table, `relay_protocol::methods`).
@@ -11,12 +12,31 @@
 //! A browser never sees the API token. `relay open` (the operator's token) asks
 //! `POST /v1/login` for a one-time code, valid for [`CODE_LIFETIME`], and opens
 //! `/login?code=CODE`. That route spends the code and answers `303 /` with a login
-//! cookie: random, `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's
-//! page sends it), named after the port (`relay_login_7777`: cookies are per host,
-//! not per port, and two brokers on one host must not log each other out). The URL the
-//! page keeps is `/`: no token or code in its history, and a code read from a shell's
-//! history is spent. Logins live in memory: they end with the process (the page then
-//! says to run `relay open` again) or with `POST /v1/logout`.
+//! cookie: signed (below), `HttpOnly` (no script reads it), `SameSite=Strict` (no other
+//! site's page sends it), named after the port (`relay_login_7777`: cookies are per
+//! host, not per port, and two brokers on one host must not log each other out), kept
+//! by the browser for the login's lifetime. The URL the page keeps is `/`: no token or
+//! code in its history, and a code read from a shell's history is spent.
+//!
+//! ## What is stored where, and what ends a login
+//!
+//! The one-time codes live in memory (a restart forgets the unused ones: they last two
+//! minutes anyway). A login is not stored at all: its cookie carries its id, name and
+//! issue time, signed with HMAC-SHA256 under a key kept in `<data dir>/dashboard.key`
+//! (mode 0600; see [`super::login_keys`] for the format and what a wider mode does;
+//! [`super::login`] holds the codes and ends logins). So:
+//! - a restart (even `kill -9`) ends no login: the page reconnects and stays logged in;
+//! - a login expires 30 days after its link was spent (`LOGIN_LIFETIME`);
+//! - `POST /v1/logout` ends the cookie's login for good: its id is revoked in memory at
+//!   once and written to `<data dir>/dashboard.revoked` (on the blocking pool), read
+//!   back at start; entries are dropped once their login would have expired;
+//! - `POST /v1/login/revoke` (`relay open --revoke-all`, the operator's token only)
+//!   writes a new key and uses it: every login and every unused link ends.
+//!
+//! Checking a cookie reads only memory: the key and the revocations are loaded at start.
+//! A logout or revoke-all also ends every live stream (SSE) a dashboard login has open:
+//! the browser reconnects each, resuming from its last event, and a login that ended
+//! is then refused (the page says so) instead of watching on.
 //!
 //! The cookie stands for the operator on every `/v1` route, with two limits: a request
 //! that is not a `GET` must carry `X-Relay-Dashboard: 1`, a header no cross-site form
@@ -29,27 +49,19 @@
 //! some view put it in as HTML by mistake (none does: the page uses `textContent`).
 
 use relay_protocol::methods::call as m;
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use relay_protocol::api::{ErrorCode, LoginInfo, LoginLink};
+use relay_protocol::api::{Empty, ErrorCode, LoginInfo, LoginLink};
 use relay_protocol::domain::decider;
 use serde::Deserialize;
 
+use super::login::{Login, CODE_LIFETIME};
 use super::{ApiJson, ApiResult, ApiState, HttpError, Principal, Req};
 
-/// How long a login link works.
-pub const CODE_LIFETIME: Duration = Duration::from_secs(120);
-/// Login links not yet used, at most (the oldest goes first).
-const MAX_CODES: usize = 64;
-/// Logins at most (the oldest goes first).
-const MAX_LOGINS: usize = 256;
 /// The header a dashboard login's writes carry.
 pub const DASHBOARD_HEADER: &str = "x-relay-dashboard";
 
@@ -64,6 +76,71 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "/app.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/app.js"),
+    ),
+    (
+        "/lib/dom.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/dom.js"),
+    ),
+    (
+        "/lib/api.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/api.js"),
+    ),
+    (
+        "/lib/fleet.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/fleet.js"),
+    ),
+    (
+        "/lib/table.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/table.js"),
+    ),
+    (
+        "/lib/labels.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/lib/labels.js"),
+    ),
+    (
+        "/views/agents.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/agents.js"),
+    ),
+    (
+        "/views/flights.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/flights.js"),
+    ),
+    (
+        "/views/flight.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/flight.js"),
+    ),
+    (
+        "/views/approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/approvals.js"),
+    ),
+    (
+        "/views/rules.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/rules.js"),
+    ),
+    (
+        "/views/usage.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/usage.js"),
+    ),
+    (
+        "/views/conversations.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/conversations.js"),
+    ),
+    (
+        "/views/replay.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/views/replay.js"),
     ),
     (
         // The method table's routes and enum names, generated (relay_protocol::methods::js).
@@ -85,136 +162,6 @@ const ASSETS: &[(&str, &str, &str)] = &[
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
 connect-src 'self'; manifest-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
-
-/// A browser logged in through a login link.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Login {
-    pub name: String,
-}
-
-impl Login {
-    /// Who its decisions are recorded as.
-    pub fn decided_by(&self) -> String {
-        relay_protocol::domain::decider::dashboard(&self.name)
-    }
-}
-
-/// The login codes and logins of one broker (in memory).
-pub struct WebAuth {
-    /// `http://127.0.0.1:PORT`
-    origin: String,
-    cookie: String,
-    state: Mutex<LoginTable>,
-}
-
-#[derive(Default)]
-struct LoginTable {
-    /// code -> (who, when it was made)
-    codes: HashMap<String, (String, Instant)>,
-    /// login id -> (login, when it was made)
-    logins: HashMap<String, (Login, Instant)>,
-}
-
-/// Removes the oldest entry of `map` while it holds `max` or more.
-fn make_room<V>(map: &mut HashMap<String, V>, max: usize, made: impl Fn(&V) -> Instant) {
-    while map.len() >= max {
-        let Some(oldest) = map
-            .iter()
-            .min_by_key(|(_, v)| made(v))
-            .map(|(k, _)| k.clone())
-        else {
-            return;
-        };
-        map.remove(&oldest);
-    }
-}
-
-fn random_id() -> String {
-    let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-impl WebAuth {
-    /// For the broker listening at `origin` (`http://127.0.0.1:PORT`).
-    pub fn new(origin: &str) -> WebAuth {
-        let port = origin.rsplit(':').next().unwrap_or("0");
-        WebAuth {
-            origin: origin.trim_end_matches('/').to_string(),
-            cookie: format!("relay_login_{port}"),
-            state: Mutex::new(LoginTable::default()),
-        }
-    }
-
-    /// `http://127.0.0.1:PORT`: the broker's own origin.
-    pub(super) fn origin(&self) -> &str {
-        &self.origin
-    }
-
-    fn logins(&self) -> MutexGuard<'_, LoginTable> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A new one-time code for `name`.
-    fn issue(&self, name: String) -> String {
-        let code = random_id();
-        let mut logins = self.logins();
-        logins
-            .codes
-            .retain(|_, (_, made)| made.elapsed() < CODE_LIFETIME);
-        make_room(&mut logins.codes, MAX_CODES, |(_, made)| *made);
-        logins.codes.insert(code.clone(), (name, Instant::now()));
-        code
-    }
-
-    /// Spends `code`: the new login's id, if the code was good.
-    fn spend(&self, code: &str) -> Option<String> {
-        let mut logins = self.logins();
-        let (name, made) = logins.codes.remove(code)?;
-        if made.elapsed() >= CODE_LIFETIME {
-            return None;
-        }
-        let id = random_id();
-        make_room(&mut logins.logins, MAX_LOGINS, |(_, made)| *made);
-        logins
-            .logins
-            .insert(id.clone(), (Login { name }, Instant::now()));
-        Some(id)
-    }
-
-    /// The login the request's cookie names, if any.
-    pub fn login(&self, headers: &HeaderMap) -> Option<Login> {
-        let id = self.cookie_value(headers)?;
-        self.logins().logins.get(id).map(|(s, _)| s.clone())
-    }
-
-    fn end(&self, headers: &HeaderMap) {
-        if let Some(id) = self.cookie_value(headers) {
-            self.logins().logins.remove(id);
-        }
-    }
-
-    fn cookie_value<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == self.cookie)
-            .map(|(_, value)| value)
-    }
-
-    fn set_cookie(&self, id: &str) -> String {
-        format!("{}={id}; HttpOnly; SameSite=Strict; Path=/", self.cookie)
-    }
-
-    fn clear_cookie(&self) -> String {
-        format!(
-            "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
-            self.cookie
-        )
-    }
-}
 
 /// The page's routes (no bearer token: they take the login cookie, or a login code).
 pub(super) fn routes() -> Router<ApiState> {
@@ -322,8 +269,8 @@ pub(super) async fn new_login(
     crate::ops::check_client_decider(&login.decided_by(), crate::ops::Via::Dashboard)?;
     let code = s.web.issue(login.name);
     Ok(Json(LoginLink {
-        url: format!("{}/login?code={code}", s.web.origin),
-        dashboard: format!("{}/", s.web.origin),
+        url: format!("{}/login?code={code}", s.web.origin()),
+        dashboard: format!("{}/", s.web.origin()),
         expires_in_secs: CODE_LIFETIME.as_secs(),
     }))
 }
@@ -352,14 +299,37 @@ pub(super) async fn whoami(
     }))
 }
 
-/// `POST /v1/logout`: ends the cookie's login.
+/// `POST /v1/logout`: ends the cookie's login, for good (a restart does not bring it
+/// back). The cookie is cleared even if its revocation could not be written.
 pub(super) async fn logout(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    s.web.end(&headers);
-    (
-        [(header::SET_COOKIE, s.web.clear_cookie())],
-        Json(serde_json::json!({})),
-    )
-        .into_response()
+    let ended = s.web.end(&headers).await;
+    let mut response = match ended {
+        Ok(()) => Json(serde_json::json!({})).into_response(),
+        Err(e) => e.into_response(),
+    };
+    if let Ok(clear) = HeaderValue::from_str(&s.web.clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, clear);
+    }
+    response
+}
+
+/// `POST /v1/login/revoke`: rotates the login key, ending every dashboard login and
+/// forgetting the links not yet used (the operator's token only, like a new link).
+pub(super) async fn revoke_all(
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    login: Option<Extension<Login>>,
+    ApiJson(_): ApiJson<Req<m::LoginRevokeAll>>,
+) -> ApiResult<Empty> {
+    if principal != Principal::Operator || login.is_some() {
+        return Err(HttpError::new(
+            ErrorCode::Unauthorized,
+            "ending every login takes the operator's token (api.json), not a dashboard login's or an agent's",
+        ));
+    }
+    s.web.revoke_all().await?;
+    tracing::info!("dashboard key rotated: every dashboard login ended");
+    Ok(Json(Empty {}))
 }
 
 #[cfg(test)]
@@ -368,46 +338,37 @@ mod tests {
 
     use super::*;
 
-    fn with_cookie(value: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(header::COOKIE, HeaderValue::from_str(value).unwrap());
-        h
-    }
-
     #[test]
-    fn a_code_logs_in_once_and_only_its_own_port_cookie_counts() {
-        let web = WebAuth::new("http://127.0.0.1:7777");
-        let code = web.issue("alice".into());
-        let id = web.spend(&code).unwrap();
-        assert_eq!(web.spend(&code), None, "a code works once");
-        assert_eq!(web.spend("nope"), None);
-        let cookie = web.set_cookie(&id);
-        assert!(cookie.starts_with(&format!("relay_login_7777={id};")));
-        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        let login = web.login(&with_cookie(&format!("x=1; relay_login_7777={id}")));
-        assert_eq!(login.unwrap().decided_by(), "alice@dashboard");
-        assert_eq!(
-            web.login(&with_cookie(&format!("relay_login_8888={id}"))),
-            None
-        );
-        assert_eq!(web.login(&with_cookie("relay_login_7777=forged")), None);
-        web.end(&with_cookie(&format!("relay_login_7777={id}")));
-        assert_eq!(
-            web.login(&with_cookie(&format!("relay_login_7777={id}"))),
-            None
-        );
-    }
-
-    #[test]
-    fn codes_and_logins_are_bounded() {
-        let web = WebAuth::new("http://127.0.0.1:1");
-        let codes: Vec<String> = (0..MAX_CODES + 5).map(|_| web.issue("a".into())).collect();
-        assert_eq!(web.logins().codes.len(), MAX_CODES);
-        assert_eq!(web.spend(&codes[0]), None, "the oldest code went first");
-        for _ in 0..MAX_LOGINS + 3 {
-            let code = web.issue("a".into());
-            web.spend(&code).unwrap();
+    fn every_file_of_the_page_is_served() {
+        let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+        let mut files = Vec::new();
+        let mut dirs = vec![web.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
         }
-        assert_eq!(web.logins().logins.len(), MAX_LOGINS);
+        for file in files {
+            let rel = file
+                .strip_prefix(&web)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let route = if rel == "index.html" {
+                "/".to_string()
+            } else {
+                format!("/{rel}")
+            };
+            let (_, _, body) = ASSETS
+                .iter()
+                .find(|(path, _, _)| *path == route)
+                .unwrap_or_else(|| panic!("{rel} is not served: add it to ASSETS"));
+            assert_eq!(*body, std::fs::read_to_string(&file).unwrap(), "{rel}");
+        }
     }
 }

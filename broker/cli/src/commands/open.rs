@@ -1,10 +1,13 @@
 //! `relay open`: a one-time login link to the dashboard, opened in the browser on a
-//! desktop. The link logs one browser in (an `HttpOnly` cookie; the page never holds
-//! the API token) and then works no more; see `broker/src/http/web.rs`.
+//! desktop. The link logs one browser in (an `HttpOnly` cookie, signed with a key kept
+//! in the data dir: it survives a restart of `relay up`, for 30 days; the page never
+//! holds the API token) and then works no more; see `broker/src/http/web.rs`.
+//! `--revoke-all` first rotates that key (`login.revoke_all`): every browser logged in
+//! and every unused link ends, then a fresh link is made as without it.
 
 use clap::Args;
 use relay_client::Client;
-use relay_protocol::api::{LoginLink, LoginRequest};
+use relay_protocol::api::{Empty, LoginLink, LoginRequest};
 use relay_protocol::methods::call as m;
 
 use crate::terminal::{errln, outln};
@@ -13,7 +16,8 @@ use crate::views::print_json;
 #[derive(Args)]
 #[command(
     after_help = "The link works once, within two minutes; run `relay open` again for \
-another browser, or after `relay up` restarted (logins end with it)."
+another browser. A browser stays logged in for 30 days, across restarts of `relay up`, \
+until it logs out (the page's Log out) or `relay open --revoke-all` ends every login."
 )]
 pub struct OpenArgs {
     /// Who will use the page: approvals decided there are recorded as decided by
@@ -23,10 +27,14 @@ pub struct OpenArgs {
     /// Print the link only; do not start a browser.
     #[arg(long)]
     no_browser: bool,
-    /// Print JSON (`url`, `dashboard`, `expires_in_secs`) instead of text; starts no
-    /// browser.
+    /// Print JSON (`url`, `dashboard`, `expires_in_secs`, and `revoked` with
+    /// --revoke-all) instead of text; starts no browser.
     #[arg(long)]
     json: bool,
+    /// End every dashboard login first (a new login key: every browser logged in and
+    /// every unused link stops working), then make a fresh link.
+    #[arg(long)]
+    revoke_all: bool,
 }
 
 /// `relay open`.
@@ -38,10 +46,23 @@ pub async fn run(client: &Client, args: OpenArgs) -> anyhow::Result<()> {
                     .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         })
     });
+    if args.revoke_all {
+        client.call::<m::LoginRevokeAll>(&[], &Empty {}).await?;
+        if !args.json {
+            errln!("relay: every dashboard login ended (a new login key)");
+        }
+    }
     let link: LoginLink = client
         .call::<m::LoginCreate>(&[], &LoginRequest { name })
         .await?;
     if args.json {
+        if args.revoke_all {
+            let mut value = serde_json::to_value(&link)?;
+            if let Some(map) = value.as_object_mut() {
+                map.insert("revoked".into(), serde_json::Value::Bool(true));
+            }
+            return print_json(&value);
+        }
         return print_json(&link);
     }
     outln!("{}", link.url);

@@ -57,6 +57,7 @@ fn item(phase: ItemPhase, text: Option<&str>) -> FlightChange {
         item_kind: ItemKind::CommandExecution,
         phase,
         text: text.map(str::to_string),
+        exit_code: None,
     }
 }
 

@@ -84,6 +84,7 @@ pub(crate) fn item_completed(item_id: &str, kind: ItemKind, text: &str) -> Harne
         item_id: item_id.into(),
         kind,
         text: Some(text.into()),
+        exit_code: None,
     }
 }
 

@@ -380,6 +380,49 @@ async fn approval_turn(
     (s, seen, outputs)
 }
 
+/// A command that fails: Claude Code's tool result is an error whose text starts `Exit
+/// code N`, then the output: the item records N, and the command with its output.
+#[tokio::test]
+async fn a_failing_command_reports_its_exit_code_and_output() {
+    let s = setup().await;
+    s.mock.push(Reply::function_call(
+        "toolu_1",
+        "Bash",
+        &json!({"command": "echo hi; exit 3", "description": "fail"}),
+    ));
+    s.mock.push(Reply::text("done"));
+    let (mut session, conversation) = s.open(None).await;
+    session
+        .session
+        .start_turn(&conversation.id, "fail it", "turn-1")
+        .await
+        .unwrap();
+    session.answer_next_approval(ApprovalDecision::Accept).await;
+    let seen = session.turn_end().await;
+    let outputs = s.mock.requests().get(1).map(|r| r.function_call_outputs());
+    let item = seen.iter().find_map(|e| match e {
+        HarnessEvent::ItemCompleted {
+            item_id,
+            text,
+            exit_code,
+            ..
+        } if item_id == "toolu_1" => Some((text.clone(), *exit_code)),
+        _ => None,
+    });
+    assert_eq!(
+        item,
+        Some((
+            Some("$ echo hi; exit 3\nerror: Exit code 3\nhi".into()),
+            Some(3)
+        ))
+    );
+    assert_eq!(
+        outputs,
+        Some(vec![("toolu_1".into(), "Exit code 3\nhi".into())])
+    );
+    session.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_approved_command_runs() {
     let (s, seen, outputs) = approval_turn(ApprovalDecision::Accept).await;

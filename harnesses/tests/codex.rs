@@ -400,6 +400,48 @@ async fn approved_command_runs() {
     assert!(outputs[0].1.contains("exited with code 0"), "{outputs:?}");
 }
 
+/// A command that fails: its item completes with its command line and Codex's exit
+/// status, its output streamed before.
+#[tokio::test]
+async fn a_failing_command_reports_its_exit_code_and_output() {
+    let s = setup().await;
+    s.mock.push(Reply::exec_command_escalated(
+        "call_1",
+        "echo hi; exit 3",
+        "needs to run outside the sandbox",
+    ));
+    s.mock.push(Reply::text("done"));
+    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
+    session.start_turn(&thread, "run it").await.unwrap();
+    accept_next_approval(&session, &mut events).await;
+    let seen = until(&mut events, WAIT, is_turn_completed).await;
+    let output: String = seen
+        .iter()
+        .filter_map(|e| match e {
+            HarnessEvent::CommandOutputDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(output, "hi\n");
+    let completed: Vec<_> = seen
+        .iter()
+        .filter_map(|e| match e {
+            HarnessEvent::ItemCompleted {
+                kind: relay_protocol::harness::ItemKind::CommandExecution,
+                text,
+                exit_code,
+                ..
+            } => Some((text.clone(), *exit_code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        completed,
+        [(Some("/bin/bash -lc 'echo hi; exit 3'".to_string()), Some(3))]
+    );
+    shutdown(&session, &mut events).await;
+}
+
 #[tokio::test]
 async fn declined_command_does_not_run() {
     let (seen, outputs) = approval_turn(ApprovalDecision::Decline).await;

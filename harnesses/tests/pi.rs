@@ -141,6 +141,7 @@ async fn text_turn_streams_deltas_before_it_completes() {
             item_id: item_id.clone(),
             kind: ItemKind::AgentMessage,
             text: Some("Hello, world!".into()),
+            exit_code: None,
         }));
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::TokenUsage { turn_id, usage }
@@ -200,6 +201,7 @@ async fn a_bash_call_and_its_output_are_items_and_the_model_gets_the_result() {
                 item_id: "toolu_1".into(),
                 kind: ItemKind::CommandExecution,
                 text: Some("echo hi\nhi".into()),
+                exit_code: None,
             },
         ]
     );

@@ -142,11 +142,13 @@ fn change_to_pb(c: &FlightChange) -> Change {
             item_kind,
             phase,
             text,
+            exit_code,
         } => Change::Item(pb::Item {
             item_id: item_id.clone(),
             item_kind: item_kind.as_str().to_string(),
             phase: phase.as_str().to_string(),
             text: text.clone(),
+            exit_code: *exit_code,
         }),
         FlightChange::CommandOutput { item_id, text } => Change::CommandOutput(pb::CommandOutput {
             item_id: item_id.clone(),

@@ -46,6 +46,10 @@ pub enum HarnessEvent {
         /// The item's final text, where it has one (agent message, command line...).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        /// A command's exit status, where the harness reports one (see
+        /// [`crate::domain::FlightChange::Item`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
     },
     CommandOutputDelta {
         turn_id: String,

@@ -218,6 +218,7 @@ mod tests {
                     item_kind: ItemKind::CommandExecution,
                     phase: ItemPhase::Started,
                     text: None,
+                    exit_code: None,
                 }),
             },
             TurnEntry {

@@ -91,6 +91,7 @@ async fn every_update_kind_becomes_its_event_and_the_agent_is_known_by_what_it_s
         item_id: "t1".into(),
         kind: ItemKind::CommandExecution,
         text: Some("ls\na.txt".into()),
+        exit_code: None,
     }));
     assert!(turn.contains(&HarnessEvent::CommandOutputDelta {
         turn_id: "t1".into(),

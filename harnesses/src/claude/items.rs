@@ -206,13 +206,19 @@ impl Items {
                 continue;
             };
             if let Some(tool) = self.tools.remove(tool_use_id) {
-                let text = describe(&tool, Some((&tool_output(content), *is_error)));
+                let output = tool_output(content);
+                let exit_code = match tool.kind {
+                    ItemKind::CommandExecution if *is_error => exit_code(&output),
+                    _ => None,
+                };
+                let text = describe(&tool, Some((&output, *is_error)));
                 let item_id = tool_use_id.clone();
                 self.event(out, |turn_id| HarnessEvent::ItemCompleted {
                     turn_id,
                     item_id,
                     kind: tool.kind,
                     text: Some(text),
+                    exit_code,
                 });
             }
         }
@@ -231,6 +237,7 @@ impl Items {
             item_id,
             kind,
             text: Some(text),
+            exit_code: None,
         });
     }
 
@@ -251,9 +258,24 @@ impl Items {
                 item_id,
                 kind: tool.kind,
                 text: Some(text),
+                exit_code: None,
             });
         }
     }
+}
+
+/// A failed command's exit status, from the first line of its error result: Claude
+/// Code (2.1.197) says `Exit code N` there, and nothing else of it. A result that is no
+/// error says nothing of a status (`None`, not a guessed 0); neither does an error of
+/// another kind (a timeout, an interrupt).
+fn exit_code(output: &str) -> Option<i32> {
+    output
+        .lines()
+        .next()?
+        .trim()
+        .strip_prefix("Exit code ")?
+        .parse()
+        .ok()
 }
 
 const FILE_TOOLS: [&str; 4] = ["Edit", "Write", "MultiEdit", "NotebookEdit"];

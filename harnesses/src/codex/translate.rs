@@ -311,6 +311,7 @@ impl Translator {
                     item_id: n.item.id().to_string(),
                     kind: item_kind(&n.item),
                     text: item_text(&n.item),
+                    exit_code: items::exit_code(&n.item),
                 }));
                 return events;
             }

@@ -199,12 +199,14 @@ fn every_flight_change_is_sent_as_its_oneof_case() {
                 item_kind: ItemKind::CommandExecution,
                 phase: ItemPhase::Started,
                 text: Some("ls".into()),
+                exit_code: None,
             },
             Change::Item(pb::Item {
                 item_id: "it_1".into(),
                 item_kind: "command_execution".into(),
                 phase: "started".into(),
                 text: Some("ls".into()),
+                exit_code: None,
             }),
         ),
         (
@@ -213,12 +215,14 @@ fn every_flight_change_is_sent_as_its_oneof_case() {
                 item_kind: ItemKind::Other("imageView".into()),
                 phase: ItemPhase::Completed,
                 text: None,
+                exit_code: None,
             },
             Change::Item(pb::Item {
                 item_id: "it_2".into(),
                 item_kind: "imageView".into(),
                 phase: "completed".into(),
                 text: None,
+                exit_code: None,
             }),
         ),
         (

@@ -226,12 +226,21 @@ pub enum FlightChange {
         text: String,
     },
     /// A harness item started or completed (command, file change, reasoning...).
+    /// `text`: a command's command line, an agent message's text... `exit_code`: a
+    /// completed command's exit status, where its harness reports one: Codex (its
+    /// `commandExecution`'s `exitCode`, every command that ran), Claude Code (a failed
+    /// Bash result's `Exit code N`; a success says no status: `None`); Pi and ACP
+    /// agents: `None` (not read yet). A command's output is in
+    /// [`FlightChange::CommandOutput`] (Codex), or in the item's `text` after the
+    /// command line (Claude Code, ACP agents).
     Item {
         item_id: String,
         item_kind: ItemKind,
         phase: ItemPhase,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
     },
     /// Output of a running command.
     CommandOutput {
@@ -381,6 +390,7 @@ mod tests {
             item_kind: kind,
             phase: ItemPhase::Started,
             text: None,
+            exit_code: None,
         };
         for (kind, name) in [
             (ItemKind::AgentMessage, "agent_message"),

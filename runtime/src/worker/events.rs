@@ -71,6 +71,7 @@ impl Worker {
                         item_kind: kind,
                         phase: ItemPhase::Started,
                         text: None,
+                        exit_code: None,
                     },
                 )
                 .await;
@@ -80,6 +81,7 @@ impl Worker {
                 item_id,
                 kind,
                 text,
+                exit_code,
             } if same_turn(&turn_id) => {
                 self.change(
                     &flight,
@@ -88,6 +90,7 @@ impl Worker {
                         item_kind: kind,
                         phase: ItemPhase::Completed,
                         text,
+                        exit_code,
                     },
                 )
                 .await;

@@ -230,6 +230,7 @@ mod tests {
             item_kind: ItemKind::AgentMessage,
             phase: relay_protocol::domain::ItemPhase::Started,
             text: None,
+            exit_code: None,
         });
         v.apply(&FlightChange::Delta {
             text: "final".into(),

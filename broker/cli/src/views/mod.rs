@@ -92,3 +92,8 @@ pub(crate) fn by_whom(what: &str, by: &Option<String>) -> String {
     by.as_ref()
         .map_or(what.to_string(), |b| format!("{what} (by {b})"))
 }
+
+/// A flight's note, and who asked for what it records (a steer, an interrupt).
+pub(crate) fn note_line(text: &str, by: &Option<String>) -> String {
+    by_whom(&format!("note: {text}"), by)
+}

@@ -260,6 +260,7 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                     item_kind,
                     phase,
                     text,
+                    ..
                 } => {
                     let tool = is_tool(item_kind);
                     match phase {
@@ -316,9 +317,7 @@ fn turn_lines(turn: &TurnReplay, out: &mut Lines, due: &mut dyn FnMut(u64, &mut 
                 ),
                 FlightChange::Plan { text } => out.at(seq, "  ", &format!("plan:\n{text}")),
                 FlightChange::Diff { text } => out.at(seq, "  ", &format!("diff:\n{text}")),
-                FlightChange::Note { text, by } => {
-                    out.at(seq, "", &super::by_whom(&format!("note: {text}"), by))
-                }
+                FlightChange::Note { text, by } => out.at(seq, "", &super::note_line(text, by)),
                 FlightChange::Commit { commit } => out.at(seq, "", &commit.summary()),
                 FlightChange::Reverted { revert } => out.at(seq, "", &revert.summary()),
                 FlightChange::Session { thread_id, turn_id } => {
@@ -477,6 +476,7 @@ mod tests {
             item_kind: kind,
             phase,
             text: text.map(str::to_string),
+            exit_code: None,
         })
     }
 

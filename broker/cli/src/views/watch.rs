@@ -236,6 +236,7 @@ mod tests {
                 item_kind: ItemKind::CommandExecution,
                 phase: ItemPhase::Started,
                 text: Some("rm -rf x\r\x1b[2Kls".into()),
+                exit_code: None,
             }),
             "command_execution started: rm -rf x\\x0d\\x1b[2Kls"
         );

@@ -144,6 +144,7 @@ fn each_cli_streams_its_text_as_deltas_of_one_message() {
             item_id: format!("{TURN}-i1"),
             kind: ItemKind::AgentMessage,
             text: Some("alpha beta gamma".into()),
+            exit_code: None,
         }));
         assert_eq!(run.events[0], crate::fixtures::turn_started(), "{cli}");
         // Every event is the turn's.

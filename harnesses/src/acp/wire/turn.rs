@@ -217,6 +217,7 @@ impl Turn {
                 item_id: open.item_id,
                 kind: open.kind,
                 text: Some(open.text),
+                exit_code: None,
             });
         }
     }
@@ -296,6 +297,7 @@ impl Turn {
             item_id: id,
             kind,
             text: Some(text),
+            exit_code: None,
         });
     }
 

@@ -34,6 +34,17 @@ pub(super) fn item_kind(item: &ThreadItem) -> ItemKind {
 }
 
 /// The text an `ItemCompleted` carries: what a person would want to see of the item.
+/// A completed command's exit status (`commandExecution.exitCode`; absent while it runs,
+/// or for a command that never ran: declined, failed to start).
+pub(super) fn exit_code(item: &ThreadItem) -> Option<i32> {
+    match item {
+        ThreadItem::Known(KnownThreadItem::CommandExecution { exit_code, .. }) => {
+            exit_code.and_then(|c| i32::try_from(c).ok())
+        }
+        _ => None,
+    }
+}
+
 pub(super) fn item_text(item: &ThreadItem) -> Option<String> {
     let ThreadItem::Known(known) = item else {
         return None;

@@ -172,7 +172,7 @@ fn command_output_is_reported_once_whether_streamed_or_not() {
     assert_eq!(output(&evs), vec![("b".to_string(), "hi\n".to_string())]);
     assert!(matches!(
         evs.last(),
-        Some(HarnessEvent::ItemCompleted { item_id, kind: ItemKind::CommandExecution, .. }) if item_id == "b"
+        Some(HarnessEvent::ItemCompleted { item_id, kind: ItemKind::CommandExecution, exit_code: Some(0), .. }) if item_id == "b"
     ));
     // A turn that ends forgets its items' streaming state.
     feed(
@@ -235,7 +235,8 @@ fn a_turn_translates_in_order() {
                 turn_id: "t1".into(),
                 item_id: "m".into(),
                 kind: ItemKind::AgentMessage,
-                text: Some("hello".into())
+                text: Some("hello".into()),
+                exit_code: None
             },
             HarnessEvent::PlanUpdated {
                 turn_id: "t1".into(),

@@ -129,6 +129,7 @@ impl Turn {
                     turn_id,
                     kind: ItemKind::UserMessage,
                     text: Some(message.text()),
+                    exit_code: None,
                 });
             }
             Line::MessageUpdate { event } => self.block(event, emit),
@@ -140,6 +141,7 @@ impl Turn {
                         item_id,
                         kind,
                         text: Some(message.block_text(index)),
+                        exit_code: None,
                     });
                 }
                 if let Some(usage) = &message.usage {
@@ -220,6 +222,7 @@ impl Turn {
                     item_id: tool_call_id,
                     kind: tool.kind,
                     text: Some(text),
+                    exit_code: None,
                 });
             }
             _ => {}
@@ -258,6 +261,7 @@ impl Turn {
                 item_id,
                 kind,
                 text: event.content,
+                exit_code: None,
             });
         }
     }

@@ -112,6 +112,7 @@ impl Translator {
                 item_kind,
                 phase,
                 text,
+                ..
             } => self.item(item_id, item_kind, *phase, text.as_deref()),
             FlightChange::CommandOutput { item_id, text } => {
                 let tool = self.tools.entry(item_id.clone()).or_default();
@@ -291,6 +292,7 @@ mod tests {
             item_kind: kind,
             phase,
             text: text.map(str::to_string),
+            exit_code: None,
         }
     }
 

@@ -94,7 +94,53 @@ pub struct Browser {
     driver: Driver,
 }
 
+/// A one-time login link to `relay`'s dashboard, for `name` (`relay open --as NAME`).
+pub fn login_link(relay: &crate::RelayProcess, name: &str) -> String {
+    let link = relay.cli_json(&["open", "--as", name, "--json"]);
+    match link["url"].as_str() {
+        Some(url) => url.to_string(),
+        None => panic!("relay open --json gave no url: {link}"),
+    }
+}
+
+/// A dashboard login of `relay`'s broker for `name`, without a browser: its login
+/// link spent over HTTP, the cookie it set (`relay_login_PORT=VALUE`).
+pub async fn login_cookie(relay: &crate::RelayProcess, name: &str) -> String {
+    let link = login_link(relay, name);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_else(|e| panic!("an HTTP client: {e}"));
+    let resp = client
+        .get(&link)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{link}: {e}"));
+    assert_eq!(resp.status().as_u16(), 303, "the login link: {resp:?}");
+    let cookie = resp
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .find_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
+        .unwrap_or_else(|| panic!("no login cookie: {resp:?}"));
+    assert!(cookie.starts_with("relay_login_"), "{cookie}");
+    cookie
+}
+
 impl Browser {
+    /// A browser (named `test`, for its artifacts) logged in to `relay`'s dashboard as
+    /// `name`, its page live.
+    pub async fn logged_in(relay: &crate::RelayProcess, test: &str, name: &str) -> Browser {
+        let b = match Browser::start(test).await {
+            Ok(b) => b,
+            Err(e) => panic!("starting the browser: {e:#}"),
+        };
+        b.goto(&login_link(relay, name)).await;
+        b.wait_js("document.body.dataset.live", |v| v == "true")
+            .await;
+        b
+    }
+
     /// Starts chromedriver and a Chromium session for the test named `test` (the folder of
     /// its screenshots). Fails, saying to run `ops/setup.sh`, when Chromium or chromedriver
     /// is not installed.

@@ -6,22 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_tests::agents::{state, Env};
-use relay_tests::RelayProcess;
 use serde_json::{json, Value};
-
-/// A dashboard login of `relay`'s broker as `name`: its cookie (`name=value`).
-async fn login_cookie(relay: &RelayProcess, name: &str) -> String {
-    let link = relay.cli_json(&["open", "--as", name, "--json"]);
-    let link = link["url"].as_str().unwrap().to_string();
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let r = client.get(&link).send().await.unwrap();
-    assert_eq!(r.status().as_u16(), 303, "the login link");
-    let set = r.headers()["set-cookie"].to_str().unwrap();
-    set.split(';').next().unwrap().to_string()
-}
 
 /// The page's requests: the login's cookie and the dashboard's header, no token.
 struct Page {
@@ -77,7 +62,7 @@ async fn a_dashboard_logins_actions_are_recorded_as_its_own_and_the_operators_as
     env.add_agent("cx", &[]);
     let page = Page {
         url: env.relay.api.url.clone(),
-        cookie: login_cookie(&env.relay, "alice").await,
+        cookie: relay_tests::browser::login_cookie(&env.relay, "alice").await,
         client: reqwest::Client::new(),
     };
     let work = env.work.display().to_string();

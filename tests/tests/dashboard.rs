@@ -21,24 +21,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::Browser;
+use relay_tests::browser::{login_link, Browser};
 use relay_tests::{wait_until, RelayProcess};
 use serde_json::{json, Value};
-
-/// A one-time login link of `relay`'s broker, for `name`.
-fn login_link(relay: &RelayProcess, name: &str) -> String {
-    let link = relay.cli_json(&["open", "--as", name, "--json"]);
-    link["url"].as_str().unwrap().to_string()
-}
-
-/// A browser logged in to `relay`'s dashboard as `name`, on the agents view, live.
-async fn logged_in(relay: &RelayProcess, test: &str, name: &str) -> Browser {
-    let b = Browser::start(test).await.unwrap();
-    b.goto(&login_link(relay, name)).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
-    b
-}
 
 /// The page's URL now.
 async fn location(b: &Browser) -> String {
@@ -153,7 +138,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
 async fn a_flight_asked_with_relay_ask_streams_into_the_page() {
     let env = Env::start().await;
     env.add_agent("cx-1", &[]);
-    let b = logged_in(&env.relay, "dashboard-flight", "tester").await;
+    let b = Browser::logged_in(&env.relay, "dashboard-flight", "tester").await;
     b.wait_for("tr[data-agent=\"cx-1\"]").await;
 
     let words: Vec<String> = (1..=16).map(|i| format!("word{i}")).collect();
@@ -258,7 +243,7 @@ async fn approvals_are_decided_on_the_page_notified_once_and_declined_at_their_t
     let env = Env::start_with(&["--notify-command", &notify]).await;
     env.add_agent("cx-1", &[]);
     env.add_agent("cx-2", &["--approval-timeout", "2"]);
-    let b = logged_in(&env.relay, "dashboard-approvals", "tester").await;
+    let b = Browser::logged_in(&env.relay, "dashboard-approvals", "tester").await;
     b.goto(&format!("{}/#/approvals", env.relay.api.url)).await;
     b.wait_js("document.body.dataset.live", |v| v == "true")
         .await;
@@ -415,7 +400,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     for a in adds {
         a.await.unwrap();
     }
-    let b = logged_in(&relay, "dashboard-fleet", "tester").await;
+    let b = Browser::logged_in(&relay, "dashboard-fleet", "tester").await;
     let rows = b
         .wait_js(
             "document.querySelectorAll('#agents tr[data-agent]').length",
@@ -520,7 +505,7 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
     let env = Env::start().await;
     // A pane that never answers: its turn runs until it is answered here.
     env.add_tmux("pane-1", "sh", &[]);
-    let b = logged_in(&env.relay, "dashboard-stream", "tester").await;
+    let b = Browser::logged_in(&env.relay, "dashboard-stream", "tester").await;
     let id = env.ask_no_wait("pane-1", "stream here");
     env.wait_flight(&id, 60, |f| state(f) == "running").await;
     b.goto(&format!("{}/#/flight/{id}", env.relay.api.url))

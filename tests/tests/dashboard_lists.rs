@@ -25,16 +25,6 @@ use serde_json::{json, Value};
 
 const SHOTS: &str = "dashboard_lists";
 
-/// A browser logged in to `relay`'s dashboard as `tester`, live.
-async fn logged_in(relay: &RelayProcess) -> Browser {
-    let b = Browser::start(SHOTS).await.unwrap();
-    let link = relay.cli_json(&["open", "--as", "tester", "--json"]);
-    b.goto(link["url"].as_str().unwrap()).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
-    b
-}
-
 /// Goes to the page's route `hash` (`#/flights?...`) and waits until it is live.
 async fn open(b: &Browser, relay: &RelayProcess, hash: &str) {
     b.goto(&format!("{}/{hash}", relay.api.url)).await;
@@ -88,7 +78,7 @@ async fn flights_narrow_by_agent_state_time_and_text_and_the_link_keeps_them() {
         b1["created_at"].as_u64().unwrap(),
         b1["id"].as_str().unwrap().to_string(),
     );
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
 
     // Everything, then by agent.
     open(&b, &env.relay, "#/flights").await;
@@ -178,7 +168,7 @@ async fn usage_by_agent_and_day_adds_up_the_flights_and_refreshes_when_one_ends(
         assert!(n > 0, "{f}");
         *used.entry(agent).or_insert(0) += n;
     }
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     open(&b, &env.relay, "#/usage").await;
     for (agent, n) in &used {
         let cell = format!("#usage-by-agent tr[data-key=\"{agent}\"] .tokens");
@@ -264,7 +254,7 @@ async fn decided_by_rule(env: &Env, id: &str) -> (String, String) {
 async fn an_approval_is_remembered_with_any_argument_or_declined_and_the_next_is_the_rules() {
     let env = Env::start().await;
     env.add_agent("cx-1", &[]);
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     open(&b, &env.relay, "#/approvals").await;
 
     // Accept and remember, the first argument as any: the select offers exactly the
@@ -347,7 +337,7 @@ async fn an_approval_is_remembered_with_any_argument_or_declined_and_the_next_is
 async fn rules_and_budgets_are_listed_live_and_removed() {
     let env = Env::start().await;
     env.add_agent("cx-1", &[]);
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     open(&b, &env.relay, "#/rules").await;
     b.wait_text("#rules-subtitle .count", |t| t == "(0)").await;
 
@@ -455,7 +445,7 @@ async fn every_view_fits_a_phone_width_window() {
     env.wait_approval(&id).await;
     env.relay
         .cli_ok(&["agent", "set", "cx-1", "--budget", "200000/day"]);
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     b.set_window_size(375, 812).await;
     assert_eq!(b.js("window.innerWidth").await, 375);
     let conversation = env.flight(&id).await["conversation"]
@@ -523,7 +513,7 @@ async fn streaming_thousands_of_deltas_does_not_shift_the_lists() {
     for n in 0..5 {
         completed(&env, "pane-1", &format!("earlier {n}")).await;
     }
-    let b = logged_in(&env.relay).await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     let mut measured = Vec::new();
     for view in ["#/flights", "#/agents", "#/flight/"] {
         let id = env.ask_no_wait("pane-1", "stream here");

@@ -19,15 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::Browser;
+use relay_tests::browser::{login_link, Browser};
 use relay_tests::RelayProcess;
 use serde_json::{json, Value};
-
-/// A one-time login link of `relay`'s broker, for `name`.
-fn login_link(relay: &RelayProcess, name: &str) -> String {
-    let link = relay.cli_json(&["open", "--as", name, "--json"]);
-    link["url"].as_str().unwrap().to_string()
-}
 
 /// The login cookie's name on `relay`'s port.
 fn cookie_name(relay: &RelayProcess) -> String {

@@ -16,16 +16,6 @@ use relay_tests::browser::Browser;
 use relay_tests::RelayProcess;
 use serde_json::{json, Value};
 
-/// A browser logged in to `relay`'s dashboard, live.
-async fn logged_in(relay: &RelayProcess, test: &str) -> Browser {
-    let link = relay.cli_json(&["open", "--as", "tester", "--json"]);
-    let b = Browser::start(test).await.unwrap();
-    b.goto(link["url"].as_str().unwrap()).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
-    b
-}
-
 /// `markdown(input).innerHTML` for each input, rendered in the page.
 async fn rendered(b: &Browser, inputs: &[&str]) -> Vec<String> {
     let out = b
@@ -47,7 +37,7 @@ const LINK: &str = r#"rel="noopener noreferrer" target="_blank""#;
 async fn markdown_renders_the_subset_agents_write_and_keeps_hostile_input_inert() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
-    let b = logged_in(&relay, "dashboard_markdown").await;
+    let b = Browser::logged_in(&relay, "dashboard_markdown", "tester").await;
 
     let cases: Vec<(&str, String)> = vec![
         (

@@ -15,11 +15,7 @@ use serde_json::json;
 async fn an_approval_is_remembered_on_the_page_and_its_rule_removed_in_the_rules_view() {
     let env = Env::start().await;
     env.add_agent("cx-1", &[]);
-    let b = Browser::start("dashboard-rules").await.unwrap();
-    let link = env.relay.cli_json(&["open", "--as", "tester", "--json"]);
-    b.goto(link["url"].as_str().unwrap()).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
+    let b = Browser::logged_in(&env.relay, "dashboard-rules", "tester").await;
     b.goto(&format!("{}/#/approvals", env.relay.api.url)).await;
     b.wait_js("document.body.dataset.live", |v| v == "true")
         .await;

@@ -67,28 +67,6 @@ fn removals(env: &Env) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A dashboard login's cookie header for `name` (the one-time link of `relay open`).
-async fn dashboard_cookie(env: &Env, name: &str) -> String {
-    let link = env.relay.cli_json(&["open", "--as", name, "--json"]);
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let resp = client
-        .get(link["url"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap();
-    let cookie = resp
-        .headers()
-        .get_all(reqwest::header::SET_COOKIE)
-        .iter()
-        .find_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
-        .unwrap_or_else(|| panic!("no login cookie: {resp:?}"));
-    assert!(cookie.starts_with("relay_login_"), "{cookie}");
-    cookie
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn rules_over_http_for_the_operator_an_agents_token_and_a_dashboard_login() {
     let env = Env::start().await;
@@ -184,7 +162,7 @@ async fn rules_over_http_for_the_operator_an_agents_token_and_a_dashboard_login(
     assert_eq!(code, 200);
 
     // A dashboard login removes it, recorded as the login's.
-    let cookie = dashboard_cookie(&env, "alice").await;
+    let cookie = relay_tests::browser::login_cookie(&env.relay, "alice").await;
     let resp = reqwest::Client::new()
         .delete(format!("{}/v1/rules/{rule}", http.url))
         .header(reqwest::header::COOKIE, &cookie)

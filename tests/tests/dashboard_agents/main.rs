@@ -79,11 +79,7 @@ pub async fn env() -> Env {
 
 /// A browser logged in as `tester`, live, at `#/route`.
 pub async fn page(env: &Env, route: &str) -> Browser {
-    let b = Browser::start(SHOTS).await.unwrap();
-    let link = env.relay.cli_json(&["open", "--as", "tester", "--json"]);
-    b.goto(link["url"].as_str().unwrap()).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
+    let b = Browser::logged_in(&env.relay, SHOTS, "tester").await;
     goto(&b, env, route).await;
     b
 }

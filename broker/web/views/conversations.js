@@ -16,6 +16,7 @@ import { methodPath } from "/api.gen.js";
 import { defs, enc, errorNode, firstLine, flightLink, h, isLive, loading, muted, num, put, setText, showError, timeEl } from "/lib/dom.js";
 import { call, login, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
+import { noteNow } from "/lib/labels.js";
 import { KeyedTable } from "/lib/table.js";
 import { askComposer } from "/views/composer.js";
 
@@ -216,7 +217,8 @@ function conversationView(id) {
         working.append(li);
       }
       li.dataset.state = f.state;
-      const latest = f.note?.text || f.summary || "";
+      // A note that is the latest news (a retry, a stall) in plain words, else progress.
+      const latest = noteNow(f) || f.summary || "";
       const doing = f.state === "queued" ? " is asked (queued)…" : f.state === "waiting" ? " is waiting for an approval…" : " is working…";
       li.replaceChildren();
       put(li, [h("span", { class: "spinner", "aria-hidden": "true" }), h("span", { class: "author" }, f.agent), doing,

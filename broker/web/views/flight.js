@@ -22,7 +22,7 @@ import { methodPath } from "/api.gen.js";
 import { agentHref, defs, enc, flightHref, flightLink, h, isLive, link, muted, onFrame, placeInOrder, put, setText, showError, stateTag, text, timeEl, usageText } from "/lib/dom.js";
 import { call, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
-import { commitLabel, ITEM_KINDS, revertLabel } from "/lib/labels.js";
+import { commitLabel, explain, ITEM_KINDS, NOTE_CAUSES, revertLabel } from "/lib/labels.js";
 import { renderMarkdown } from "/lib/markdown.js";
 import { ApprovalItems, byCreated } from "/views/approvals.js";
 
@@ -34,28 +34,7 @@ const DIFF_LINES = 4000;
 const NOT_TOOLS = new Set(["agent_message", "user_message"]);
 
 // ---------------------------------------------------------------------------------
-// The cause of a stall, in plain words. The notes come from the harness adapters and
-// the runtime (see harnesses/src/codex/translate.rs, claude/stream_json.rs `retry_note`,
-// pi/wire.rs, runtime/src/worker/turn.rs and tree.rs, broker rules/budgets.rs).
-
-const NOTE_CAUSES = [
-  [/^Reconnecting\.\.\.\s*(\d+)\s*\/\s*(\d+)/i,
-    (m) => `The agent lost its connection to the model and is retrying (${m[1]}/${m[2]}).`],
-  [/^Reconnecting\.\.\.\s*waiting for network/i,
-    () => "The agent lost its connection to the model and is waiting for the network to come back."],
-  [/^Reconnecting/i, () => "The agent lost its connection to the model and is reconnecting."],
-  [/^Claude Code retries its model request \(([^)]*)\):\s*(.*)$/s,
-    (m) => `The model request failed (${m[2]}); the agent retries it (${m[1].replace(/,\s*$/, "")}).`],
-  [/^pi retries \((\d+\/\d+)\) after:\s*(.*)$/s,
-    (m) => `The model request failed (${m[2]}); the agent retries it (${m[1]}).`],
-  [/^no word from (\S+) for (\d+) s/,
-    (m) => `No word from ${m[1]} for ${m[2]} seconds: its model may be slow or unreachable. Interrupt stops the turn.`],
-  [/^budget exceeded:\s*(.*?);\s*this turn finishes\s*\((.*)\)$/s,
-    (m) => `The agent's budget is used up (${m[1]}): this turn finishes, new ones are refused (${m[2]}).`],
-  [/^cannot commit yet:/, () => "The flight's changes cannot be committed yet (git is busy); retrying."],
-  [/^could not commit/, (_, t) => "The flight's changes were not committed yet: " + t],
-  [/^the worktree .* was gone/, (_, t) => "The agent's worktree had to be made again: " + t],
-];
+// The cause of a stall, in plain words (a note's, lib/labels.js NOTE_CAUSES).
 
 const ERROR_CAUSES = [
   [/^budget_exceeded:\s*(.*)$/s, (m) => `Refused: the agent's budget is used up: ${m[1]}`],
@@ -63,13 +42,6 @@ const ERROR_CAUSES = [
   [/^interrupted$/, () => "Interrupted."],
 ];
 
-function explain(table, t) {
-  for (const [re, say] of table) {
-    const m = re.exec(t);
-    if (m) return say(m, t);
-  }
-  return null;
-}
 
 /**
  * Why `f` is not moving, in a sentence, or null. `progressAt` is the time of its last

@@ -49,6 +49,9 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         !line.contains("null") && !line.contains("undefined"),
         "{line}"
     );
+    // Its progress: the streamed text, not a warning the harness gave before it.
+    b.wait_text("#working li.working .latest", |t| t.contains("on it"))
+        .await;
     b.screenshot("conversation").await;
     b.wait_js(
         "document.querySelectorAll('#messages li.message').length",

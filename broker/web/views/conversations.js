@@ -17,6 +17,7 @@ import { defs, enc, errorNode, firstLine, flightLink, h, isLive, loading, muted,
 import { call, login, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 import { noteNow } from "/lib/labels.js";
+import { markdown } from "/lib/markdown.js";
 import { KeyedTable } from "/lib/table.js";
 import { askComposer } from "/views/composer.js";
 
@@ -106,7 +107,8 @@ function messageItem(m, answered, jump) {
       timeEl(m.created_at), " ", muted("#" + m.index),
       meta.flight ? [" · flight ", flightLink(meta.flight)] : null),
     reply ? h("div", { class: "reply-to" }, reply) : null,
-    h("pre", { class: "body" }, m.body));
+    // A message is Markdown as people and agents write it, rendered safely (lib/markdown.js).
+    h("div", { class: "body" }, markdown(m.body)));
 }
 
 /** Why a mention asked nobody (`skipped[].reason` of a post's answer). */

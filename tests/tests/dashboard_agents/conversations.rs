@@ -11,7 +11,7 @@ use crate::{env, fill, goto, page};
 /// The messages the conversation page shows: id, body, reply_to.
 const MESSAGES: &str =
     "[...document.querySelectorAll('#messages li.message')].map(li => ({id: li.dataset.message, \
-    body: li.querySelector('pre.body').textContent, \
+    body: li.querySelector('.body').textContent, \
     replyTo: li.querySelector('.reply-link')?.dataset.replyTo ?? null, \
     replyText: li.querySelector('.reply-link')?.textContent ?? null}))";
 
@@ -158,4 +158,44 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         |t| t == "22",
     )
     .await;
+
+    // A message is rendered as safe Markdown: emphasis and code render, an http link
+    // opens apart, a script, a javascript: link and a terminal escape stay inert text.
+    let hostile = "**bold** `code` <script>window.__pwned = 1</script> [site](https://example.com) [bad](javascript:window.__pwned=2) \u{1b}[31mred";
+    let (code, posted) = http
+        .post(
+            "/v1/messages",
+            &json!({"conversation": "channel.work", "author": "operator", "body": hostile}),
+        )
+        .await;
+    assert_eq!(code, 200, "{posted}");
+    goto(&b, &env, "conversation/channel.work").await;
+    let li = format!(
+        "#messages li[data-message=\"{}\"] .body",
+        posted["message"]["id"].as_str().unwrap()
+    );
+    b.wait_for(&li).await;
+    let seen = b
+        .js(&format!(
+            "(() => {{ const el = document.querySelector('{li}'); return {{ \
+             strong: el.querySelector('strong')?.textContent, code: el.querySelector('code')?.textContent, \
+             scripts: el.querySelectorAll('script').length, \
+             hrefs: [...el.querySelectorAll('a[href]')].map(a => a.getAttribute('href') + ' ' + a.rel), \
+             text: el.textContent, pwned: window.__pwned ?? 0 }}; }})()"
+        ))
+        .await;
+    assert_eq!(seen["strong"], "bold", "{seen}");
+    assert_eq!(seen["code"], "code", "{seen}");
+    assert_eq!(seen["scripts"], 0, "{seen}");
+    assert_eq!(seen["pwned"], 0, "{seen}");
+    assert_eq!(
+        seen["hrefs"],
+        json!(["https://example.com/ noopener noreferrer"]),
+        "{seen}"
+    );
+    let text = seen["text"].as_str().unwrap();
+    assert!(
+        text.contains("<script>") && text.contains("javascript:") && text.contains("\\x1b[31m"),
+        "{text}"
+    );
 }

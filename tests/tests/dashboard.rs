@@ -494,24 +494,9 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
     .await;
 
     let (clients, each) = (16, 400);
-    let started = std::time::Instant::now();
-    let mut posters = Vec::new();
-    for c in 0..clients {
-        let (http, id) = (env.relay.http(), id.clone());
-        posters.push(tokio::spawn(async move {
-            for n in 0..each {
-                let change = json!({"kind": "delta", "text": format!("<{c}.{n}>")});
-                let (code, body) = http
-                    .post(&format!("/v1/flights/{id}/updates"), &change)
-                    .await;
-                assert_eq!(code, 200, "{body}");
-            }
-        }));
-    }
-    for p in posters {
-        p.await.unwrap();
-    }
-    let rate = f64::from(clients * each) / started.elapsed().as_secs_f64();
+    let rate = env
+        .stream_deltas(&id, clients, each, |c, n| format!("<{c}.{n}>"))
+        .await;
     let streamed: String = env
         .updates(&id)
         .await

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use relay_tests::agents::state;
+use relay_tests::browser::Browser;
 use serde_json::json;
 
 use crate::{env, fill, goto, page};
@@ -14,6 +15,19 @@ const MESSAGES: &str =
     body: li.querySelector('pre.body').textContent, \
     replyTo: li.querySelector('.reply-link')?.dataset.replyTo ?? null, \
     replyText: li.querySelector('.reply-link')?.textContent ?? null}))";
+
+/// Waits until the conversation shows `messages` messages and no agent working.
+async fn settled(b: &Browser, messages: u64) {
+    b.wait_js(
+        "document.querySelectorAll('#messages li.message').length",
+        |v| v == messages,
+    )
+    .await;
+    b.wait_js("document.querySelectorAll('#working li').length", |v| {
+        v == 0
+    })
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
@@ -50,15 +64,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         "{line}"
     );
     b.screenshot("conversation").await;
-    b.wait_js(
-        "document.querySelectorAll('#messages li.message').length",
-        |v| v == 2,
-    )
-    .await;
-    b.wait_js("document.querySelectorAll('#working li').length", |v| {
-        v == 0
-    })
-    .await;
+    settled(&b, 2).await;
     let shown = b.js(MESSAGES).await;
     let shown = shown.as_array().unwrap();
     assert_eq!(shown[0]["body"], task, "{shown:?}");
@@ -112,15 +118,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
     for f in &flights {
         env.wait_flight(f, 120, |f| state(f) == "completed").await;
     }
-    b.wait_js(
-        "document.querySelectorAll('#messages li.message').length",
-        |v| v == 22,
-    )
-    .await;
-    b.wait_js("document.querySelectorAll('#working li').length", |v| {
-        v == 0
-    })
-    .await;
+    settled(&b, 22).await;
     b.wait_text("#conversation-count", |t| t == "22").await;
     let shown = b.js(MESSAGES).await;
     let shown = shown.as_array().unwrap();

@@ -78,6 +78,7 @@ const flightLink = (id) => h("a", { href: flightHref(id), class: "mono" }, id);
 // An agent's name links to its page (`#/agent/NAME`); its replay has a link of its own.
 const agentHref = (name) => "#/agent/" + enc(name);
 const replayAgentHref = (name) => "#/replay/agent/" + enc(name);
+const conversationHref = (id) => "#/conversation/" + enc(id);
 const muted = (s) => h("span", { class: "muted" }, s);
 const LIVE_STATES = new Set(LIVE_FLIGHT_STATES);
 const isLive = (state) => LIVE_STATES.has(state);
@@ -197,6 +198,7 @@ function loading(what) {
 
 export {
   agentHref,
+  conversationHref,
   costText,
   defs,
   enc,

@@ -13,8 +13,8 @@
 
 import { ON_BUDGET } from "/api.gen.js";
 import {
-  costText, defs, errorNode, firstLine, flightLink, h, isLive, link, muted, num, replayAgentHref, setText,
-  showError, stateTag, text, timeEl, usd,
+  agentHref, costText, defs, errorNode, firstLine, flightLink, h, isLive, link, muted, num,
+  replayAgentHref, setText, showError, stateTag, text, timeEl, usd,
 } from "/lib/dom.js";
 import { call } from "/lib/api.js";
 import { askedOf, fetchAsked, fleet } from "/lib/fleet.js";
@@ -406,7 +406,7 @@ function agentView(name) {
       if (forkAt.value) body.at = forkAt.value;
       const added = await call("agent.fork", [name], { body });
       forkName.value = "";
-      said("Forked as ", h("a", { href: "#/agent/" + encodeURIComponent(added.name) }, added.name),
+      said("Forked as ", h("a", { href: agentHref(added.name) }, added.name),
         ...(added.warnings || []).map((w) => h("span", { class: "warning" }, " ", w)));
     });
   });

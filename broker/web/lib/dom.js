@@ -71,6 +71,16 @@ function put(el, children) {
   return el;
 }
 
+/** Ctrl+Enter (Cmd+Enter on a Mac) in `field` submits `form`, as a chat box does. */
+function submitOnCtrlEnter(field, form) {
+  field.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+}
+
 const enc = encodeURIComponent;
 const link = (href, ...children) => h("a", { href }, ...children);
 const flightHref = (id) => "#/flight/" + enc(id);
@@ -220,6 +230,7 @@ export {
   setText,
   showError,
   stateTag,
+  submitOnCtrlEnter,
   text,
   timeEl,
   usageText,

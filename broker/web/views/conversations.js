@@ -13,7 +13,7 @@
 // the list's `#conversations tr[data-conversation=ID]` and `#conversations-count`.
 
 import { methodPath } from "/api.gen.js";
-import { conversationHref, defs, errorNode, firstLine, flightLink, h, isLive, loading, muted, num, put, setText, showError, timeEl } from "/lib/dom.js";
+import { conversationHref, defs, errorNode, firstLine, flightLink, h, isLive, loading, muted, num, put, setText, showError, submitOnCtrlEnter, timeEl } from "/lib/dom.js";
 import { call, login, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
@@ -255,12 +255,7 @@ function conversationView(id) {
     },
   });
 
-  body.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
-      e.preventDefault();
-      form.requestSubmit();
-    }
-  });
+  submitOnCtrlEnter(body, form);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const textValue = body.value;

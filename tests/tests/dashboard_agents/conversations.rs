@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use relay_tests::agents::state;
 use relay_tests::browser::Browser;
-use serde_json::json;
+use relay_tests::Http;
+use serde_json::{json, Value};
 
 use crate::{env, fill, goto, page};
 
@@ -27,6 +28,17 @@ async fn settled(b: &Browser, messages: u64) {
         v == 0
     })
     .await;
+}
+
+/// The broker's record of `channel.work`, as `GET /v1/conversations` lists it.
+async fn work_conversation(http: &Http) -> Value {
+    let (_, list) = http.get("/v1/conversations").await;
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "channel.work")
+        .unwrap()
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,14 +88,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         "{reply_text}"
     );
     b.wait_text("#conversation-count", |t| t == "2").await;
-    let (_, list) = http.get("/v1/conversations").await;
-    let stored = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "channel.work")
-        .unwrap()
-        .clone();
+    let stored = work_conversation(&http).await;
     assert_eq!(stored["message_count"], 2, "{stored}");
     // The reply link goes to the question.
     b.click(&format!(
@@ -137,14 +142,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         assert_eq!(answers.len(), 1, "one reply to many {n}: {shown:?}");
         assert_eq!(answers[0]["body"], format!("ok: many {n}"), "{shown:?}");
     }
-    let (_, list) = http.get("/v1/conversations").await;
-    let stored = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "channel.work")
-        .unwrap()
-        .clone();
+    let stored = work_conversation(&http).await;
     assert_eq!(stored["message_count"], 22, "{stored}");
     // The conversations list says the same count.
     goto(&b, &env, "conversations").await;

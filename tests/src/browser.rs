@@ -112,6 +112,31 @@ pub fn login_client() -> reqwest::Client {
         .unwrap_or_else(|e| panic!("an HTTP client: {e}"))
 }
 
+/// A one-time login link for `name` asked over HTTP (`POST /v1/login` at `api_url` with
+/// the operator's `token`), as many clients at once can: its URL.
+pub async fn ask_login_link(
+    client: &reqwest::Client,
+    api_url: &str,
+    token: &str,
+    name: &str,
+) -> String {
+    let resp = client
+        .post(format!("{api_url}/v1/login"))
+        .bearer_auth(token)
+        .json(&json!({ "name": name }))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/login: {e}"));
+    let link: Value = resp
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/login: {e}"));
+    match link["url"].as_str() {
+        Some(url) => url.to_string(),
+        None => panic!("POST /v1/login gave no url: {link}"),
+    }
+}
+
 /// Opens a login link like a browser: the login cookie (`relay_login_PORT=VALUE`) when
 /// it worked, `None` when it was refused (`401`). A login answers `303` to `/` with an
 /// `HttpOnly`, `SameSite=Strict` cookie; any other answer fails the test.

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::{login_client, login_link, spend_login_link, Browser};
+use relay_tests::browser::{ask_login_link, login_client, login_link, spend_login_link, Browser};
 use relay_tests::{wait_until, RelayProcess};
 use serde_json::{json, Value};
 
@@ -420,19 +420,8 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
             relay.api.token.clone(),
         );
         logins.push(tokio::spawn(async move {
-            let link: Value = client
-                .post(format!("{relay_url}/v1/login"))
-                .bearer_auth(&token)
-                .json(&json!({"name": format!("user{n}")}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let cookie = spend_login_link(&client, link["url"].as_str().unwrap())
-                .await
-                .unwrap();
+            let link = ask_login_link(&client, &relay_url, &token, &format!("user{n}")).await;
+            let cookie = spend_login_link(&client, &link).await.unwrap();
             let who: Value = client
                 .get(format!("{relay_url}/v1/login"))
                 .header("cookie", &cookie)

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::{login_client, login_link, spend_login_link, Browser};
+use relay_tests::browser::{ask_login_link, login_client, login_link, spend_login_link, Browser};
 use relay_tests::RelayProcess;
 use serde_json::{json, Value};
 
@@ -200,19 +200,10 @@ async fn many_logins_at_once_with_a_revoke_all_among_them_stay_consistent() {
         async move {
             let client = login_client();
             let asked_at = tick(&clock);
-            let link: Value = client
-                .post(format!("{url}/v1/login"))
-                .bearer_auth(&token)
-                .json(&json!({"name": format!("user{i}")}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let link = ask_login_link(&client, &url, &token, &format!("user{i}")).await;
             let link_at = tick(&clock);
             let spend_at = tick(&clock);
-            let cookie = spend_login_link(&client, link["url"].as_str().unwrap()).await;
+            let cookie = spend_login_link(&client, &link).await;
             let done_at = tick(&clock);
             done.send_modify(|n| *n += 1);
             Attempt {

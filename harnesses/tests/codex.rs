@@ -83,6 +83,30 @@ async fn spawn_with_thread(home: &Path) -> (CodexSession, Receiver<HarnessEvent>
     (session, events, thread)
 }
 
+/// A session whose model runs `command` outside the sandbox (so it asks approval as
+/// `call_1`) and then answers "done", its thread started.
+async fn escalated_command(command: &str) -> (Setup, CodexSession, Receiver<HarnessEvent>, String) {
+    let s = setup().await;
+    s.mock.push(Reply::exec_command_escalated(
+        "call_1",
+        command,
+        "needs to run outside the sandbox",
+    ));
+    s.mock.push(Reply::text("done"));
+    let (session, events, thread) = spawn_with_thread(s.home.path()).await;
+    (s, session, events, thread)
+}
+
+/// The commands' output as it streamed in `seen`.
+fn command_output(seen: &[HarnessEvent]) -> String {
+    seen.iter()
+        .filter_map(|e| match e {
+            HarnessEvent::CommandOutputDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 async fn shutdown(session: &CodexSession, events: &mut Receiver<HarnessEvent>) {
     let pid = session.pid();
     session.shutdown().await.unwrap();
@@ -328,14 +352,7 @@ async fn steer_adds_input_to_the_running_turn() {
 }
 
 async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(String, String)>) {
-    let s = setup().await;
-    s.mock.push(Reply::exec_command_escalated(
-        "call_1",
-        "echo relay-approved",
-        "needs to run outside the sandbox",
-    ));
-    s.mock.push(Reply::text("done"));
-    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
+    let (s, session, mut events, thread) = escalated_command("echo relay-approved").await;
     let turn = session.start_turn(&thread, "run it").await.unwrap();
     let seen = until(&mut events, WAIT, is_approval_requested).await;
     let Some(HarnessEvent::ApprovalRequested {
@@ -383,13 +400,7 @@ async fn approval_turn(decision: ApprovalDecision) -> (Vec<HarnessEvent>, Vec<(S
 #[tokio::test]
 async fn approved_command_runs() {
     let (seen, outputs) = approval_turn(ApprovalDecision::Accept).await;
-    let output: String = seen
-        .iter()
-        .filter_map(|e| match e {
-            HarnessEvent::CommandOutputDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
+    let output = command_output(&seen);
     assert_eq!(output, "relay-approved\n");
     assert!(seen.iter().any(|e| matches!(e,
         HarnessEvent::ItemCompleted { kind: relay_protocol::harness::ItemKind::CommandExecution, text: Some(t), .. }
@@ -404,24 +415,12 @@ async fn approved_command_runs() {
 /// status, its output streamed before.
 #[tokio::test]
 async fn a_failing_command_reports_its_exit_code_and_output() {
-    let s = setup().await;
-    s.mock.push(Reply::exec_command_escalated(
-        "call_1",
-        "echo hi; exit 3",
-        "needs to run outside the sandbox",
-    ));
-    s.mock.push(Reply::text("done"));
-    let (session, mut events, thread) = spawn_with_thread(s.home.path()).await;
+    // `_s` holds the mock model and the home until the test ends.
+    let (_s, session, mut events, thread) = escalated_command("echo hi; exit 3").await;
     session.start_turn(&thread, "run it").await.unwrap();
     accept_next_approval(&session, &mut events).await;
     let seen = until(&mut events, WAIT, is_turn_completed).await;
-    let output: String = seen
-        .iter()
-        .filter_map(|e| match e {
-            HarnessEvent::CommandOutputDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
+    let output = command_output(&seen);
     assert_eq!(output, "hi\n");
     let completed: Vec<_> = seen
         .iter()

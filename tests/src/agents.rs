@@ -293,6 +293,36 @@ impl Env {
         u.as_array().unwrap().clone()
     }
 
+    /// Streams `clients * each` delta updates into flight `id` from `clients` HTTP
+    /// clients posting at once (`text(c, n)` is client `c`'s `n`th delta), each stored
+    /// (`200`). Returns the deltas a second it took: a measurement to print, not check.
+    pub async fn stream_deltas(
+        &self,
+        id: &str,
+        clients: u32,
+        each: u32,
+        text: fn(u32, u32) -> String,
+    ) -> f64 {
+        let started = std::time::Instant::now();
+        let mut posters = Vec::new();
+        for c in 0..clients {
+            let (http, id) = (self.relay.http(), id.to_string());
+            posters.push(tokio::spawn(async move {
+                for n in 0..each {
+                    let change = json!({"kind": "delta", "text": text(c, n)});
+                    let (code, body) = http
+                        .post(&format!("/v1/flights/{id}/updates"), &change)
+                        .await;
+                    assert_eq!(code, 200, "{body}");
+                }
+            }));
+        }
+        for p in posters {
+            p.await.unwrap();
+        }
+        f64::from(clients * each) / started.elapsed().as_secs_f64()
+    }
+
     /// Polls the flight until `pred` holds (or fails after `secs`, with the flight as
     /// last seen and the broker's log).
     pub async fn wait_flight(&self, id: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {

@@ -103,28 +103,77 @@ pub fn login_link(relay: &crate::RelayProcess, name: &str) -> String {
     }
 }
 
+/// An HTTP client that follows no redirect, so a spent login link's `303` and the
+/// cookie it sets are seen as they are.
+pub fn login_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_else(|e| panic!("an HTTP client: {e}"))
+}
+
+/// A one-time login link for `name` asked over HTTP (`POST /v1/login` at `api_url` with
+/// the operator's `token`), as many clients at once can: its URL.
+pub async fn ask_login_link(
+    client: &reqwest::Client,
+    api_url: &str,
+    token: &str,
+    name: &str,
+) -> String {
+    let resp = client
+        .post(format!("{api_url}/v1/login"))
+        .bearer_auth(token)
+        .json(&json!({ "name": name }))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/login: {e}"));
+    let link: Value = resp
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/login: {e}"));
+    match link["url"].as_str() {
+        Some(url) => url.to_string(),
+        None => panic!("POST /v1/login gave no url: {link}"),
+    }
+}
+
+/// Opens a login link like a browser: the login cookie (`relay_login_PORT=VALUE`) when
+/// it worked, `None` when it was refused (`401`). A login answers `303` to `/` with an
+/// `HttpOnly`, `SameSite=Strict` cookie; any other answer fails the test.
+pub async fn spend_login_link(client: &reqwest::Client, link: &str) -> Option<String> {
+    let resp = client
+        .get(link)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{link}: {e}"));
+    match resp.status().as_u16() {
+        303 => {}
+        401 => return None,
+        other => panic!("the login link answered {other}: {resp:?}"),
+    }
+    assert_eq!(resp.headers()["location"], "/", "{resp:?}");
+    let set = resp
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("relay_login_"))
+        .unwrap_or_else(|| panic!("no login cookie: {resp:?}"));
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    set.split(';').next().map(str::to_string)
+}
+
 /// A dashboard login of `relay`'s broker for `name`, without a browser: its login
 /// link spent over HTTP, the cookie it set (`relay_login_PORT=VALUE`).
 pub async fn login_cookie(relay: &crate::RelayProcess, name: &str) -> String {
     let link = login_link(relay, name);
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_else(|e| panic!("an HTTP client: {e}"));
-    let resp = client
-        .get(&link)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{link}: {e}"));
-    assert_eq!(resp.status().as_u16(), 303, "the login link: {resp:?}");
-    let cookie = resp
-        .headers()
-        .get_all(reqwest::header::SET_COOKIE)
-        .iter()
-        .find_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
-        .unwrap_or_else(|| panic!("no login cookie: {resp:?}"));
-    assert!(cookie.starts_with("relay_login_"), "{cookie}");
-    cookie
+    match spend_login_link(&login_client(), &link).await {
+        Some(cookie) => cookie,
+        None => panic!("the login link was refused: {link}"),
+    }
 }
 
 impl Browser {
@@ -281,6 +330,19 @@ impl Browser {
         self.eval(expr)
             .await
             .unwrap_or_else(|e| panic!("browser: {e}"))
+    }
+
+    /// The HTTP status the page's origin gets for `path`, fetched by the page itself
+    /// (with whatever login cookie it has, as the dashboard's own requests are).
+    pub async fn fetch_status(&self, path: &str) -> u64 {
+        let expr = format!(
+            "fetch({}, {{credentials: 'same-origin', headers: {{'X-Relay-Dashboard': '1'}}}}).then(r => r.status)",
+            Value::String(path.to_string())
+        );
+        match self.js(&expr).await.as_u64() {
+            Some(status) => status,
+            None => panic!("fetching {path} from the page gave no status"),
+        }
     }
 
     /// Waits until an element matches `css`, then clicks it like a user.

@@ -21,22 +21,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::{login_link, Browser};
+use relay_tests::browser::{ask_login_link, login_client, login_link, spend_login_link, Browser};
 use relay_tests::{wait_until, RelayProcess};
 use serde_json::{json, Value};
 
 /// The page's URL now.
 async fn location(b: &Browser) -> String {
     b.js("location.href").await.as_str().unwrap().to_string()
-}
-
-/// The HTTP status the page's origin gets for `path` (with whatever cookie it has).
-async fn page_fetch_status(b: &Browser, path: &str) -> u64 {
-    let expr = format!(
-        "fetch({}, {{credentials: 'same-origin', headers: {{'X-Relay-Dashboard': '1'}}}}).then(r => r.status)",
-        json!(path)
-    );
-    b.js(&expr).await.as_u64().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -66,16 +57,16 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
         "{body}"
     );
     assert!(!body.contains("quiet-1"), "{body}");
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
-    assert_eq!(page_fetch_status(&b, "/app.js").await, 401);
+    assert_eq!(b.fetch_status("/v1/agents").await, 401);
+    assert_eq!(b.fetch_status("/app.js").await, 401);
     // A forged login cookie gets nothing either.
     let port = origin.rsplit(':').next().unwrap();
     b.js(&format!(
         "(() => {{ document.cookie = 'relay_login_{port}=forged; path=/'; return 1; }})()"
     ))
     .await;
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
-    assert_eq!(page_fetch_status(&b, "/v1/watch?fleet=true").await, 401);
+    assert_eq!(b.fetch_status("/v1/agents").await, 401);
+    assert_eq!(b.fetch_status("/v1/watch?fleet=true").await, 401);
 
     // The link logs in: the page keeps `/`, never the code; it lists the agent live.
     let link = login_link(&relay, "tester");
@@ -84,7 +75,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
         .await;
     assert_eq!(location(&b).await, format!("{origin}/"));
     b.wait_for("tr[data-agent=\"quiet-1\"]").await;
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 200);
+    assert_eq!(b.fetch_status("/v1/agents").await, 200);
     let who = b.js("fetch('/v1/login').then(r => r.json())").await;
     assert_eq!(who["decided_by"], "tester@dashboard", "{who}");
     // The login cookie is not readable by script.
@@ -102,7 +93,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
     other.goto(&link).await;
     let body = other.text("body").await;
     assert!(body.contains("does not work"), "{body}");
-    assert_eq!(page_fetch_status(&other, "/v1/agents").await, 401);
+    assert_eq!(other.fetch_status("/v1/agents").await, 401);
     drop(other);
 
     // A dashboard login cannot mint links, nor write without the dashboard's header.
@@ -131,7 +122,7 @@ async fn the_page_takes_a_login_link_and_nothing_else_gets_data() {
         .js("fetch('/v1/logout', {method: 'POST', headers: {'X-Relay-Dashboard': '1'}}).then(r => r.status)")
         .await;
     assert_eq!(out, 200);
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
+    assert_eq!(b.fetch_status("/v1/agents").await, 401);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -420,10 +411,7 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     b.wait_for("tr[data-agent=\"late-1\"]").await;
 
     // 24 clients each get a link and log in at once: 24 logins of their own.
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = login_client();
     let mut logins = Vec::new();
     for n in 0..24 {
         let (client, relay_url, token) = (
@@ -432,17 +420,8 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
             relay.api.token.clone(),
         );
         logins.push(tokio::spawn(async move {
-            let link: Value = client
-                .post(format!("{relay_url}/v1/login"))
-                .bearer_auth(&token)
-                .json(&json!({"name": format!("user{n}")}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let cookie = spend(&client, link["url"].as_str().unwrap()).await.unwrap();
+            let link = ask_login_link(&client, &relay_url, &token, &format!("user{n}")).await;
+            let cookie = spend_login_link(&client, &link).await.unwrap();
             let who: Value = client
                 .get(format!("{relay_url}/v1/login"))
                 .header("cookie", &cookie)
@@ -469,31 +448,15 @@ async fn two_hundred_agents_list_and_many_clients_log_in_at_once() {
     let mut tries = Vec::new();
     for _ in 0..16 {
         let (client, link) = (client.clone(), link.clone());
-        tries.push(tokio::spawn(async move { spend(&client, &link).await }));
+        tries.push(tokio::spawn(async move {
+            spend_login_link(&client, &link).await
+        }));
     }
     let mut won = 0;
     for t in tries {
         won += usize::from(t.await.unwrap().is_some());
     }
     assert_eq!(won, 1, "a login link works exactly once");
-}
-
-/// Opens a login link like a browser: the login cookie (`name=value`) when it worked.
-async fn spend(client: &reqwest::Client, link: &str) -> Option<String> {
-    let r = client.get(link).send().await.unwrap();
-    match r.status().as_u16() {
-        303 => {
-            assert_eq!(r.headers()["location"], "/");
-            let set = r.headers()["set-cookie"].to_str().unwrap();
-            assert!(
-                set.contains("HttpOnly") && set.contains("SameSite=Strict"),
-                "{set}"
-            );
-            Some(set.split(';').next().unwrap().to_string())
-        }
-        401 => None,
-        other => panic!("the login link answered {other}"),
-    }
 }
 
 /// A flight streaming faster than 1,000 deltas a second (16 clients posting them) into
@@ -520,24 +483,9 @@ async fn a_flight_streaming_thousands_of_deltas_renders_whole() {
     .await;
 
     let (clients, each) = (16, 400);
-    let started = std::time::Instant::now();
-    let mut posters = Vec::new();
-    for c in 0..clients {
-        let (http, id) = (env.relay.http(), id.clone());
-        posters.push(tokio::spawn(async move {
-            for n in 0..each {
-                let change = json!({"kind": "delta", "text": format!("<{c}.{n}>")});
-                let (code, body) = http
-                    .post(&format!("/v1/flights/{id}/updates"), &change)
-                    .await;
-                assert_eq!(code, 200, "{body}");
-            }
-        }));
-    }
-    for p in posters {
-        p.await.unwrap();
-    }
-    let rate = f64::from(clients * each) / started.elapsed().as_secs_f64();
+    let rate = env
+        .stream_deltas(&id, clients, each, |c, n| format!("<{c}.{n}>"))
+        .await;
     let streamed: String = env
         .updates(&id)
         .await

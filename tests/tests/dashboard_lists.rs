@@ -534,25 +534,11 @@ async fn streaming_thousands_of_deltas_does_not_shift_the_lists() {
         .await;
         b.js(OBSERVE).await;
         let (clients, each) = (16, 250);
-        let started = std::time::Instant::now();
-        let mut posters = Vec::new();
-        for c in 0..clients {
-            let (http, id) = (env.relay.http(), id.clone());
-            posters.push(tokio::spawn(async move {
-                for n in 0..each {
-                    let text = format!("<{c}.{n}> some words of a streamed reply ");
-                    let change = json!({"kind": "delta", "text": text});
-                    let (code, body) = http
-                        .post(&format!("/v1/flights/{id}/updates"), &change)
-                        .await;
-                    assert_eq!(code, 200, "{body}");
-                }
-            }));
-        }
-        for p in posters {
-            p.await.unwrap();
-        }
-        let rate = f64::from(clients * each) / started.elapsed().as_secs_f64();
+        let rate = env
+            .stream_deltas(&id, clients, each, |c, n| {
+                format!("<{c}.{n}> some words of a streamed reply ")
+            })
+            .await;
         env.relay.cli_ok(&["reply", &id, "done"]);
         env.wait_flight(&id, 60, |f| state(f) == "completed").await;
         // Two frames after the last change, so its shift (if any) is observed.

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use relay_tests::agents::{state, Env};
-use relay_tests::browser::{login_link, Browser};
+use relay_tests::browser::{ask_login_link, login_client, login_link, spend_login_link, Browser};
 use relay_tests::RelayProcess;
 use serde_json::{json, Value};
 
@@ -44,31 +44,6 @@ async fn page_cookie(b: &Browser, relay: &RelayProcess) -> String {
     format!("{name}={}", c.value())
 }
 
-/// A client that follows no redirect (a login link answers `303` with the cookie).
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// Spends `link`: the login cookie (`name=value`), or `None` if the link was refused.
-async fn spend(client: &reqwest::Client, link: &str) -> Option<String> {
-    let resp = client.get(link).send().await.unwrap();
-    if resp.status() != 303 {
-        assert_eq!(resp.status(), 401, "a refused link is a 401 page");
-        return None;
-    }
-    let cookie = resp
-        .headers()
-        .get_all(reqwest::header::SET_COOKIE)
-        .iter()
-        .find_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
-        .unwrap_or_else(|| panic!("no login cookie: {resp:?}"));
-    assert!(cookie.starts_with("relay_login_"), "{cookie}");
-    Some(cookie)
-}
-
 /// The status `GET /v1/login` answers a request with `cookie`, and who it says.
 async fn whoami(client: &reqwest::Client, relay: &RelayProcess, cookie: &str) -> (u16, Value) {
     let resp = client
@@ -81,23 +56,11 @@ async fn whoami(client: &reqwest::Client, relay: &RelayProcess, cookie: &str) ->
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-/// The HTTP status the page's origin gets for `path` (with whatever cookie it has).
-async fn page_fetch_status(b: &Browser, path: &str) -> u64 {
-    let expr = format!(
-        "fetch({}, {{credentials: 'same-origin', headers: {{'X-Relay-Dashboard': '1'}}}}).then(r => r.status)",
-        json!(path)
-    );
-    b.js(&expr).await.as_u64().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_logged_in_page_survives_a_kill_9_and_restart_until_it_logs_out() {
     let mut env = Env::start().await;
     env.add_agent("cx-1", &[]);
-    let b = Browser::start("dashboard_login").await.unwrap();
-    b.goto(&login_link(&env.relay, "tester")).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
+    let b = Browser::logged_in(&env.relay, "dashboard_login", "tester").await;
     b.wait_for("tr[data-agent=\"cx-1\"]").await;
     let cookie = page_cookie(&b, &env.relay).await;
     let origin = env.relay.api.url.clone();
@@ -113,7 +76,7 @@ async fn a_logged_in_page_survives_a_kill_9_and_restart_until_it_logs_out() {
     b.wait_js("document.body.dataset.live", |v| v == "true")
         .await;
     assert_ne!(b.js("document.body.dataset.login").await, json!("ended"));
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 200);
+    assert_eq!(b.fetch_status("/v1/agents").await, 200);
     let who = b.js("fetch('/v1/login').then(r => r.json())").await;
     assert_eq!(who["decided_by"], "tester@dashboard", "{who}");
 
@@ -138,14 +101,14 @@ async fn a_logged_in_page_survives_a_kill_9_and_restart_until_it_logs_out() {
     b.click("#logout").await;
     b.wait_js("document.body.dataset.login", |v| v == "ended")
         .await;
-    let client = http();
+    let client = login_client();
     assert_eq!(whoami(&client, &env.relay, &cookie).await.0, 401);
     env.relay.restart_same_port().unwrap();
     let (status, body) = whoami(&client, &env.relay, &cookie).await;
     assert_eq!(status, 401, "a restart does not bring it back: {body}");
     // The page stays logged out; a fresh link logs in again.
-    assert_eq!(page_fetch_status(&b, "/v1/agents").await, 401);
-    let fresh = spend(&client, &login_link(&env.relay, "tester"))
+    assert_eq!(b.fetch_status("/v1/agents").await, 401);
+    let fresh = spend_login_link(&client, &login_link(&env.relay, "tester"))
         .await
         .unwrap();
     assert_eq!(whoami(&client, &env.relay, &fresh).await.0, 200);
@@ -155,12 +118,11 @@ async fn a_logged_in_page_survives_a_kill_9_and_restart_until_it_logs_out() {
 async fn revoke_all_ends_every_login_and_its_streams_and_a_fresh_link_works() {
     let tmp = tempfile::tempdir().unwrap();
     let mut relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
-    let b = Browser::start("dashboard_login_revoke").await.unwrap();
-    b.goto(&login_link(&relay, "tester")).await;
-    b.wait_js("document.body.dataset.live", |v| v == "true")
-        .await;
-    let client = http();
-    let other = spend(&client, &login_link(&relay, "other")).await.unwrap();
+    let b = Browser::logged_in(&relay, "dashboard_login_revoke", "tester").await;
+    let client = login_client();
+    let other = spend_login_link(&client, &login_link(&relay, "other"))
+        .await
+        .unwrap();
     assert_eq!(whoami(&client, &relay, &other).await.0, 200);
     let page = page_cookie(&b, &relay).await;
     let unused = login_link(&relay, "late");
@@ -189,7 +151,7 @@ async fn revoke_all_ends_every_login_and_its_streams_and_a_fresh_link_works() {
     );
     assert_eq!(whoami(&client, &relay, &page).await.0, 401);
     assert_eq!(whoami(&client, &relay, &other).await.0, 401);
-    assert_eq!(spend(&client, &unused).await, None);
+    assert_eq!(spend_login_link(&client, &unused).await, None);
     // The fresh link works, in the same browser, and across a restart.
     b.goto(out["url"].as_str().unwrap()).await;
     b.wait_js("document.body.dataset.live", |v| v == "true")
@@ -236,21 +198,12 @@ async fn many_logins_at_once_with_a_revoke_all_among_them_stay_consistent() {
     let login = |i: usize| {
         let (clock, url, token, done) = (clock.clone(), url.clone(), token.clone(), done.clone());
         async move {
-            let client = http();
+            let client = login_client();
             let asked_at = tick(&clock);
-            let link: Value = client
-                .post(format!("{url}/v1/login"))
-                .bearer_auth(&token)
-                .json(&json!({"name": format!("user{i}")}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let link = ask_login_link(&client, &url, &token, &format!("user{i}")).await;
             let link_at = tick(&clock);
             let spend_at = tick(&clock);
-            let cookie = spend(&client, link["url"].as_str().unwrap()).await;
+            let cookie = spend_login_link(&client, &link).await;
             let done_at = tick(&clock);
             done.send_modify(|n| *n += 1);
             Attempt {
@@ -268,7 +221,7 @@ async fn many_logins_at_once_with_a_revoke_all_among_them_stay_consistent() {
             // Once five of the twenty racing logins are in: some before it, most racing it.
             done_rx.wait_for(|n| *n >= 15).await.unwrap();
             let start = tick(&clock);
-            let resp = http()
+            let resp = login_client()
                 .post(format!("{url}/v1/login/revoke"))
                 .bearer_auth(&token)
                 .json(&json!({}))
@@ -285,7 +238,7 @@ async fn many_logins_at_once_with_a_revoke_all_among_them_stay_consistent() {
         tokio::join!(futures::future::join_all((10..30).map(login)), revoke);
     let after = futures::future::join_all((30..35).map(login)).await;
 
-    let client = http();
+    let client = login_client();
     let mut outcomes = Vec::new();
     for a in before.iter().chain(&during).chain(&after) {
         let status = match &a.cookie {

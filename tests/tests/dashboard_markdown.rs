@@ -9,10 +9,13 @@
 //!   attribute, no href but http(s), run nothing, show all their text, and finish (the
 //!   time each took is printed, not asserted);
 //! - re-rendering a 20 KB reply as it streams reuses the blocks already shown (the
-//!   nodes before the last blocks are the same objects) and ends equal to a fresh render.
+//!   nodes before the last blocks are the same objects) and ends equal to a fresh render;
+//! - behind the renderer: no module of the page (`broker/web/**.js`) uses an HTML or
+//!   script sink (innerHTML, document.write, eval, ...), and every file the page is
+//!   served carries the Content-Security-Policy that allows only its own script.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_tests::browser::Browser;
+use relay_tests::browser::{login_client, login_cookie, Browser};
 use relay_tests::RelayProcess;
 use serde_json::{json, Value};
 
@@ -38,6 +41,26 @@ async fn markdown_renders_the_subset_agents_write_and_keeps_hostile_input_inert(
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
     let b = Browser::logged_in(&relay, "dashboard_markdown", "tester").await;
+    // Should a view ever put agent text in as HTML, the page's policy still runs none of it.
+    let (client, cookie) = (login_client(), login_cookie(&relay, "csp").await);
+    for path in ["/", "/app.js", "/lib/markdown.js", "/views/flight.js"] {
+        let resp = client
+            .get(format!("{}{path}", relay.api.url))
+            .header("Cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+        for want in [
+            "default-src 'none'",
+            "script-src 'self';",
+            "base-uri 'none'",
+        ] {
+            assert!(csp.contains(want), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe"), "{path}: {csp}");
+    }
 
     let cases: Vec<(&str, String)> = vec![
         (
@@ -250,4 +273,58 @@ async fn markdown_renders_the_subset_agents_write_and_keeps_hostile_input_inert(
     println!("markdown streaming a 20 KB reply: {stream}");
     assert_eq!(stream["kept"], true, "{stream}");
     assert_eq!(stream["same"], true, "{stream}");
+}
+
+/// The page's modules put text into the DOM as nodes only (`text()`, `h()`, `setText`,
+/// or `lib/markdown.js`): no line of code in them (comments aside) names an HTML or
+/// script sink, so no agent text can reach one.
+#[test]
+fn no_module_of_the_page_uses_an_html_or_script_sink() {
+    const SINKS: &[&str] = &[
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "createContextualFragment",
+        "DOMParser",
+        "srcdoc",
+        "javascript:",
+        "setAttribute(\"on",
+        "setTimeout(\"",
+        "setInterval(\"",
+    ];
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../broker/web");
+    let mut dirs = vec![web];
+    let mut modules = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "js") {
+                continue;
+            }
+            modules += 1;
+            let src = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in src.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") || code.starts_with('*') || code.starts_with("/*") {
+                    continue;
+                }
+                for sink in SINKS {
+                    assert!(
+                        !code.contains(sink),
+                        "{}:{}: {sink}: {line}",
+                        path.display(),
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
+    assert!(modules > 10, "the page's modules were read: {modules}");
 }

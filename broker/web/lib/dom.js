@@ -71,6 +71,16 @@ function put(el, children) {
   return el;
 }
 
+/** Ctrl+Enter (Cmd+Enter on a Mac) in `field` submits `form`, as a chat box does. */
+function submitOnCtrlEnter(field, form) {
+  field.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+}
+
 const enc = encodeURIComponent;
 const link = (href, ...children) => h("a", { href }, ...children);
 const flightHref = (id) => "#/flight/" + enc(id);
@@ -78,6 +88,7 @@ const flightLink = (id) => h("a", { href: flightHref(id), class: "mono" }, id);
 // An agent's name links to its page (`#/agent/NAME`); its replay has a link of its own.
 const agentHref = (name) => "#/agent/" + enc(name);
 const replayAgentHref = (name) => "#/replay/agent/" + enc(name);
+const conversationHref = (id) => "#/conversation/" + enc(id);
 const muted = (s) => h("span", { class: "muted" }, s);
 const LIVE_STATES = new Set(LIVE_FLIGHT_STATES);
 const isLive = (state) => LIVE_STATES.has(state);
@@ -197,6 +208,7 @@ function loading(what) {
 
 export {
   agentHref,
+  conversationHref,
   costText,
   defs,
   enc,
@@ -218,6 +230,7 @@ export {
   setText,
   showError,
   stateTag,
+  submitOnCtrlEnter,
   text,
   timeEl,
   usageText,

@@ -214,11 +214,63 @@ function invalidate(what) {
   touch();
 }
 
+// ---------------------------------------------------------------------------------
+// What each flight was asked: a flight record has no task. The watch's
+// invocation_created says it (`fleet.asked`) and `flight.list`'s rows bring it
+// ([`rememberAsked`]); for the other flights (live before the page opened) it is asked
+// once of `replay.flight` (with `from_seq` past the end: the invocation, no entries), a
+// few at a time. Kept across views: an invocation never changes.
+
+const askedFetched = new Map(); // flight id -> {task, requester, unknown}; null while asked
+const askedWanted = new Map(); // flight id -> what to call once it is known
+let askedBusy = 0;
+const ASKED_AT_ONCE = 4;
+
+/**
+ * Flight `id`'s `{task, requester}` if known (`unknown: true`, the task empty, when the
+ * broker would not say: gone, or not this login's to read); else `null` or `undefined`.
+ */
+function askedOf(id) {
+  return fleet.asked.get(id) || askedFetched.get(id);
+}
+
+/** Keeps what flight `id` was asked, as a list of flights gave it. */
+function rememberAsked(id, task, requester) {
+  askedFetched.set(id, { task, requester: requester || "" });
+}
+
+/**
+ * Asks for what the flights `ids` were asked where it is not known nor being asked, a
+ * few at a time; calls `then()` as each answer (or refusal) comes, once per flight.
+ */
+function fetchAsked(ids, then) {
+  for (const id of ids) if (!askedOf(id) && !askedFetched.has(id) && !askedWanted.has(id)) askedWanted.set(id, then);
+  while (askedBusy < ASKED_AT_ONCE && askedWanted.size) {
+    const [id, done] = askedWanted.entries().next().value;
+    askedWanted.delete(id);
+    askedFetched.set(id, null);
+    askedBusy++;
+    call("replay.flight", [id], { query: { from_seq: Number.MAX_SAFE_INTEGER } }).then((r) => {
+      const inv = r?.invocation;
+      askedFetched.set(id, { task: inv?.task ?? "", requester: inv?.requester ?? "", unknown: !inv });
+    }, () => {
+      askedFetched.set(id, { task: "", requester: "", unknown: true });
+    }).finally(() => {
+      askedBusy--;
+      if (done) done();
+      fetchAsked([]);
+    });
+  }
+}
+
 export {
+  askedOf,
+  fetchAsked,
   fleet,
   freshDirty,
   invalidate,
   putApproval,
+  rememberAsked,
   setupHeader,
   setView,
   startFleet,

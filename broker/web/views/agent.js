@@ -13,31 +13,22 @@
 
 import { ON_BUDGET } from "/api.gen.js";
 import {
-  costText, defs, errorNode, firstLine, flightLink, h, isLive, link, muted, num, replayAgentHref, setText,
-  showError, stateTag, text, timeEl, usd,
+  agentHref, costText, defs, errorNode, firstLine, flightLink, h, isLive, link, muted, num,
+  replayAgentHref, setText, showError, stateTag, text, timeEl, usd,
 } from "/lib/dom.js";
 import { call } from "/lib/api.js";
-import { fleet } from "/lib/fleet.js";
+import { askedOf, fetchAsked, fleet } from "/lib/fleet.js";
 import { branchLabel, programLabel, ruleScopeText } from "/lib/labels.js";
 import { askComposer } from "/views/composer.js";
 
-// Tasks: a flight record has no task. The fleet keeps those of the invocations it saw
-// created; for the others (live before the page opened) the flight's replay says it,
-// fetched once per flight.
-const fetching = new Set();
-
-/** The task of flight `f` if known; else fetches it and calls `then()` once it is. */
+/**
+ * The task of flight `f` if known (`null` while it is asked, or when the broker would not
+ * say); else asks for it (lib/fleet.js `fetchAsked`) and calls `then()` once answered.
+ */
 function taskOf(f, then) {
-  const known = fleet.asked.get(f.id)?.task;
-  if (known != null) return known;
-  if (!fetching.has(f.id)) {
-    fetching.add(f.id);
-    // Only the invocation is wanted: entries after the largest seq are none.
-    call("replay.flight", [f.id], { query: { from_seq: Number.MAX_SAFE_INTEGER } }).then((r) => {
-      if (r?.invocation) fleet.asked.set(f.id, { task: r.invocation.task, requester: r.invocation.requester || "" });
-      if (then) then();
-    }, () => {});
-  }
+  const asked = askedOf(f.id);
+  if (asked) return asked.unknown ? null : asked.task;
+  fetchAsked([f.id], then);
   return null;
 }
 
@@ -415,7 +406,7 @@ function agentView(name) {
       if (forkAt.value) body.at = forkAt.value;
       const added = await call("agent.fork", [name], { body });
       forkName.value = "";
-      said("Forked as ", h("a", { href: "#/agent/" + encodeURIComponent(added.name) }, added.name),
+      said("Forked as ", h("a", { href: agentHref(added.name) }, added.name),
         ...(added.warnings || []).map((w) => h("span", { class: "warning" }, " ", w)));
     });
   });

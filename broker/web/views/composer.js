@@ -13,7 +13,7 @@
 // `.ask-output` (the final reply) and `.ask-error`.
 
 import { methodPath } from "/api.gen.js";
-import { errorNode, firstLine, flightLink, h, isLive, muted, onFrame, setText, stateTag, text } from "/lib/dom.js";
+import { errorNode, firstLine, flightLink, h, isLive, muted, onFrame, setText, stateTag, submitOnCtrlEnter, text } from "/lib/dom.js";
 import { call, login, openStream, withQuery } from "/lib/api.js";
 import { markdown } from "/lib/markdown.js";
 
@@ -129,12 +129,7 @@ function askComposer({ agent = null, agentNames = () => [], conversation = null,
     if (names.includes(picked)) select.value = picked;
   }
 
-  task.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
-      e.preventDefault();
-      form.requestSubmit();
-    }
-  });
+  submitOnCtrlEnter(task, form);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const target = agent || select.value;

@@ -13,7 +13,7 @@
 // the list's `#conversations tr[data-conversation=ID]` and `#conversations-count`.
 
 import { methodPath } from "/api.gen.js";
-import { defs, enc, errorNode, firstLine, flightLink, h, isLive, loading, muted, num, put, setText, showError, timeEl } from "/lib/dom.js";
+import { conversationHref, defs, errorNode, firstLine, flightLink, h, isLive, loading, muted, num, put, setText, showError, submitOnCtrlEnter, timeEl } from "/lib/dom.js";
 import { call, login, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 import { noteNow } from "/lib/labels.js";
@@ -31,7 +31,7 @@ function conversationsView() {
     columns: [
       {
         cls: "id", head: "Conversation", rowHeader: true, value: (c) => c.id,
-        paint: (td, c) => td.replaceChildren(h("a", { href: "#/conversation/" + enc(c.id), class: "mono" }, c.id)),
+        paint: (td, c) => td.replaceChildren(h("a", { href: conversationHref(c.id), class: "mono" }, c.id)),
       },
       { cls: "kind", head: "Kind", value: (c) => c.kind },
       { cls: "title", head: "Title", value: (c) => c.title || "" },
@@ -259,12 +259,7 @@ function conversationView(id) {
     },
   });
 
-  body.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
-      e.preventDefault();
-      form.requestSubmit();
-    }
-  });
+  submitOnCtrlEnter(body, form);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const textValue = body.value;

@@ -19,7 +19,7 @@
 // `button[data-action="interrupt"]`, each with `.result` and `.error` beside it.
 
 import { methodPath } from "/api.gen.js";
-import { agentHref, defs, enc, flightHref, flightLink, h, isLive, link, muted, onFrame, placeInOrder, put, setText, showError, stateTag, text, timeEl, usageText } from "/lib/dom.js";
+import { agentHref, conversationHref, defs, enc, flightHref, flightLink, h, isLive, link, muted, onFrame, placeInOrder, put, setText, showError, stateTag, text, timeEl, usageText } from "/lib/dom.js";
 import { call, openStream, withQuery } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 import { commitLabel, explain, ITEM_KINDS, NOTE_CAUSES, revertLabel } from "/lib/labels.js";
@@ -270,8 +270,8 @@ function flightView(id) {
       h("p", { class: "asked" },
         h("span", { class: "requester" }, inv.requester), " asked ", link(agentHref(inv.target), inv.target),
         inv.parent_flight ? [" from flight ", flightLink(inv.parent_flight)] : null,
-        " in ", link("#/conversation/" + enc(conv), conv),
-        inv.request_message ? [" (", h("a", { class: "message mono", href: "#/conversation/" + enc(conv), title: "The message that asked" }, inv.request_message), ")"] : null,
+        " in ", link(conversationHref(conv), conv),
+        inv.request_message ? [" (", h("a", { class: "message mono", href: conversationHref(conv), title: "The message that asked" }, inv.request_message), ")"] : null,
         " ", timeEl(inv.created_at)),
       h("pre", { class: "task-text task" }, inv.task));
   }
@@ -458,7 +458,7 @@ function flightView(id) {
       paintedKey = key;
       meta.replaceChildren(defs([
         ["Agent", link(agentHref(f.agent), f.agent)],
-        ["Conversation", link("#/conversation/" + enc(f.conversation), f.conversation)],
+        ["Conversation", link(conversationHref(f.conversation), f.conversation)],
         ["Parent flight", f.parent_flight ? flightLink(f.parent_flight) : null],
         ["Asked", timeEl(f.created_at)],
         ["Updated", timeEl(f.updated_at)],

@@ -24,7 +24,7 @@
 import { FLIGHT_STATES } from "/api.gen.js";
 import { agentHref, firstLine, flightLink, h, isLive, link, muted, setText, showError, stateTag, timeEl } from "/lib/dom.js";
 import { call } from "/lib/api.js";
-import { fleet, invalidate } from "/lib/fleet.js";
+import { askedOf, fetchAsked, fleet, invalidate, rememberAsked } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
 
 // Flights --------------------------------------------------------------------------
@@ -79,39 +79,6 @@ function matches(f, filters, cutoff, asked) {
     return asked ? false : undefined;
   }
   return true;
-}
-
-// A flight's task, from the watch or asked once of `replay.flight`; kept across views
-// (a task never changes).
-const askedCache = new Map(); // id -> {task, requester}
-const askedWanted = new Set();
-let askedBusy = 0;
-const ASKED_AT_ONCE = 4;
-
-function askedOf(id) {
-  return fleet.asked.get(id) || askedCache.get(id);
-}
-
-/** Asks for the tasks of `ids` not known yet, a few at a time; the view updates as they come. */
-function fetchAsked(ids) {
-  for (const id of ids) if (!askedOf(id) && !askedCache.has(id)) askedWanted.add(id);
-  while (askedBusy < ASKED_AT_ONCE && askedWanted.size) {
-    const id = askedWanted.values().next().value;
-    askedWanted.delete(id);
-    askedCache.set(id, null);
-    askedBusy++;
-    call("replay.flight", [id], { query: { from_seq: Number.MAX_SAFE_INTEGER } }).then((r) => {
-      const inv = r?.invocation || {};
-      askedCache.set(id, { task: inv.task ?? "", requester: inv.requester ?? "" });
-    }, () => {
-      // Unknown (gone, or not this login's to read): shown without a task.
-      askedCache.set(id, { task: "", requester: "" });
-    }).finally(() => {
-      askedBusy--;
-      invalidate({ all: false });
-      fetchAsked([]);
-    });
-  }
 }
 
 function flightsView(params = new URLSearchParams()) {
@@ -247,7 +214,7 @@ function flightsView(params = new URLSearchParams()) {
       if (mine !== asking) return;
       fetched = new Map((list || []).map((f) => [f.id, f]));
       for (const f of list || []) {
-        if (typeof f.task === "string") askedCache.set(f.id, { task: f.task, requester: f.requester || "" });
+        if (typeof f.task === "string") rememberAsked(f.id, f.task, f.requester);
       }
       full = (list || []).length >= LIMIT;
       errBox.hidden = true;
@@ -290,7 +257,7 @@ function flightsView(params = new URLSearchParams()) {
       for (const id of [...table.rows.keys()]) if (!keys.has(id)) table.remove(id);
       for (const r of shown) table.upsert(r.f.id, r);
       table.order(shown.map((r) => r.f.id));
-      fetchAsked([...unknown, ...shown.filter((r) => !r.asked).map((r) => r.f.id)]);
+      fetchAsked([...unknown, ...shown.filter((r) => !r.asked).map((r) => r.f.id)], () => invalidate({ all: false }));
 
       const filtered = Object.values(filters).some(Boolean);
       const live = shown.filter((r) => isLive(r.f.state)).length;

@@ -1,7 +1,7 @@
 // Replays (a flight, an agent) read back from the log, and a flight's tree.
 
 import { methodPath } from "/api.gen.js";
-import { agentHref, defs, enc, errorNode, firstLine, flightHref, flightLink, h, link, loading, muted, num, stateTag, timeEl } from "/lib/dom.js";
+import { agentHref, conversationHref, defs, enc, errorNode, firstLine, flightHref, flightLink, h, link, loading, muted, num, stateTag, timeEl } from "/lib/dom.js";
 import { api } from "/lib/api.js";
 import { ITEM_KINDS } from "/lib/labels.js";
 
@@ -83,7 +83,7 @@ function turnNode(t) {
       ["Agent", link(agentHref(t.agent), t.agent)],
       ["Asked by", inv.requester],
       ["Action", inv.action],
-      ["Conversation", inv.conversation ? link("#/conversation/" + enc(inv.conversation), inv.conversation) : null],
+      ["Conversation", inv.conversation ? link(conversationHref(inv.conversation), inv.conversation) : null],
       ["Parent flight", inv.parent_flight ? flightLink(inv.parent_flight) : null],
       ["Depth", inv.depth ? String(inv.depth) : null],
       ["Asked", [seqLabel(t), " ", timeEl(t.at)]],

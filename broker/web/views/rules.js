@@ -11,7 +11,7 @@
 // `.scope`, `.matched`, `button[data-action="remove-rule"]`; `#budgets tr[data-agent]`
 // with `.limits`, `.used`, `button[data-action="remove-budget"]`.
 
-import { enc, h, inert, muted, num, setText, showError, text, timeEl, usd } from "/lib/dom.js";
+import { agentHref, h, inert, muted, num, setText, showError, text, timeEl, usd } from "/lib/dom.js";
 import { call } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
@@ -139,7 +139,7 @@ function budgetsSection(errBox) {
     columns: [
       {
         cls: "name", head: "Agent", rowHeader: true, value: (a) => a.name,
-        paint: (td, a) => td.replaceChildren(h("a", { href: "#/agent/" + enc(a.name) }, a.name)),
+        paint: (td, a) => td.replaceChildren(h("a", { href: agentHref(a.name) }, a.name)),
       },
       { cls: "limits", head: "Limits", value: (a) => limitsText(a.budget) },
       { cls: "used", head: "Used today (UTC)", value: (a) => usedText(a.budget, used.get(a.name)) },

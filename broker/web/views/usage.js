@@ -6,7 +6,7 @@
 // cells `.flights`, `.tokens`, `.cost`...), `#usage-total` (the totals line); an agent's
 // name links to its page (`#/agent/NAME`).
 
-import { costText, enc, errorNode, h, loading, num, setText } from "/lib/dom.js";
+import { agentHref, costText, errorNode, h, loading, num, setText } from "/lib/dom.js";
 import { call } from "/lib/api.js";
 import { fleet } from "/lib/fleet.js";
 
@@ -30,7 +30,7 @@ const COLUMNS = [
 ];
 
 function usageTable(report, by, keyHead) {
-  const key = (k) => (by === "agent" ? h("a", { href: "#/agent/" + enc(k), class: "mono" }, k) : h("span", { class: "mono" }, k));
+  const key = (k) => (by === "agent" ? h("a", { href: agentHref(k), class: "mono" }, k) : h("span", { class: "mono" }, k));
   const row = (k, t, total) => h("tr", { class: total ? "total" : null, dataset: total ? null : { key: k } },
     h("th", { scope: "row", class: "key" }, total ? "total" : key(k)),
     COLUMNS.map(([cls, head, f]) => h("td", { class: "num " + cls, dataset: { label: head } }, f(t || {}))));

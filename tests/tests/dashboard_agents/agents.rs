@@ -9,17 +9,7 @@ use crate::{env, fill, goto, page};
 async fn agents_are_added_with_a_worktree_woken_and_removed_from_the_page() {
     let env = env().await;
     let repo = env.work.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["config", "user.name", "Test Person"],
-        &["config", "user.email", "test@localhost"],
-    ] {
-        git(&repo, args);
-    }
-    std::fs::write(repo.join("a.txt"), "a\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
+    relay_tests::git::repo(&repo);
     env.add_agent("cx", &[]);
     let b = page(&env, "agents").await;
     b.wait_for("#agents tr[data-agent=\"cx\"]").await;
@@ -149,21 +139,5 @@ async fn agents_are_added_with_a_worktree_woken_and_removed_from_the_page() {
         ),
         (Some("cx"), Some(busy.as_str())),
         "{fork}"
-    );
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 
 use relay_tests::agents::state;
-use serde_json::json;
+use relay_tests::browser::Browser;
+use relay_tests::Http;
+use serde_json::{json, Value};
 
 use crate::{env, fill, goto, page};
 
@@ -14,6 +16,30 @@ const MESSAGES: &str =
     body: li.querySelector('.body').textContent, \
     replyTo: li.querySelector('.reply-link')?.dataset.replyTo ?? null, \
     replyText: li.querySelector('.reply-link')?.textContent ?? null}))";
+
+/// Waits until the conversation shows `messages` messages and no agent working.
+async fn settled(b: &Browser, messages: u64) {
+    b.wait_js(
+        "document.querySelectorAll('#messages li.message').length",
+        |v| v == messages,
+    )
+    .await;
+    b.wait_js("document.querySelectorAll('#working li').length", |v| {
+        v == 0
+    })
+    .await;
+}
+
+/// The broker's record of `channel.work`, as `GET /v1/conversations` lists it.
+async fn work_conversation(http: &Http) -> Value {
+    let (_, list) = http.get("/v1/conversations").await;
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "channel.work")
+        .unwrap()
+        .clone()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
@@ -53,15 +79,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
     b.wait_text("#working li.working .latest", |t| t.contains("on it"))
         .await;
     b.screenshot("conversation").await;
-    b.wait_js(
-        "document.querySelectorAll('#messages li.message').length",
-        |v| v == 2,
-    )
-    .await;
-    b.wait_js("document.querySelectorAll('#working li').length", |v| {
-        v == 0
-    })
-    .await;
+    settled(&b, 2).await;
     let shown = b.js(MESSAGES).await;
     let shown = shown.as_array().unwrap();
     assert_eq!(shown[0]["body"], task, "{shown:?}");
@@ -73,14 +91,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         "{reply_text}"
     );
     b.wait_text("#conversation-count", |t| t == "2").await;
-    let (_, list) = http.get("/v1/conversations").await;
-    let stored = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "channel.work")
-        .unwrap()
-        .clone();
+    let stored = work_conversation(&http).await;
     assert_eq!(stored["message_count"], 2, "{stored}");
     // The reply link goes to the question.
     b.click(&format!(
@@ -115,15 +126,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
     for f in &flights {
         env.wait_flight(f, 120, |f| state(f) == "completed").await;
     }
-    b.wait_js(
-        "document.querySelectorAll('#messages li.message').length",
-        |v| v == 22,
-    )
-    .await;
-    b.wait_js("document.querySelectorAll('#working li').length", |v| {
-        v == 0
-    })
-    .await;
+    settled(&b, 22).await;
     b.wait_text("#conversation-count", |t| t == "22").await;
     let shown = b.js(MESSAGES).await;
     let shown = shown.as_array().unwrap();
@@ -142,14 +145,7 @@ async fn a_conversation_asks_an_agent_shows_it_working_and_links_the_reply() {
         assert_eq!(answers.len(), 1, "one reply to many {n}: {shown:?}");
         assert_eq!(answers[0]["body"], format!("ok: many {n}"), "{shown:?}");
     }
-    let (_, list) = http.get("/v1/conversations").await;
-    let stored = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "channel.work")
-        .unwrap()
-        .clone();
+    let stored = work_conversation(&http).await;
     assert_eq!(stored["message_count"], 22, "{stored}");
     // The conversations list says the same count.
     goto(&b, &env, "conversations").await;

@@ -11,7 +11,7 @@
 //! node's host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -21,24 +21,6 @@ use serde_json::Value;
 
 mod node;
 mod records;
-
-/// Runs git in `dir` with no system or user config of this machine's; its stdout.
-fn git(home: &Path, dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("/usr/bin/git")
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("LC_ALL", "C")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 struct Setup {
     tmp: tempfile::TempDir,
@@ -59,18 +41,8 @@ impl Setup {
         let home = tmp.path().join("home");
         std::fs::create_dir_all(&home).unwrap();
         let repo = tmp.path().join("repo");
-        std::fs::create_dir_all(&repo).unwrap();
+        relay_tests::git::repo(&repo);
         let repo = std::fs::canonicalize(&repo).unwrap();
-        git(&home, &repo, &["init", "-q", "-b", "main"]);
-        git(&home, &repo, &["config", "user.name", "Tester"]);
-        git(
-            &home,
-            &repo,
-            &["config", "user.email", "tester@example.com"],
-        );
-        std::fs::write(repo.join("README.md"), "hello\n").unwrap();
-        git(&home, &repo, &["add", "-A"]);
-        git(&home, &repo, &["commit", "-q", "-m", "init"]);
         let home_s = home.display().to_string();
         let relay = RelayProcess::start_with(
             &tmp.path().join("data"),
@@ -82,7 +54,7 @@ impl Setup {
     }
 
     fn git(&self, args: &[&str]) -> String {
-        git(&self.tmp.path().join("home"), &self.repo, args)
+        relay_tests::git::git(&self.repo, args)
     }
 
     /// `relay agent add NAME --worktree ...` of an instant-codex agent on the repo.

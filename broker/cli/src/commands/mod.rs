@@ -112,8 +112,10 @@ pub enum Cmd {
     Replay(replay::ReplayCmd),
     /// Open the dashboard in your browser.
     ///
-    /// The dashboard shows agents, live flights, approvals to decide and replays. This
-    /// prints a one-time login link and, on a desktop, opens it in your browser.
+    /// The dashboard shows agents, flights, approvals, rules, usage and conversations
+    /// live, and works from there: ask an agent, steer or follow up a flight, decide and
+    /// remember approvals, add, wake, fork or remove agents. This prints a one-time login
+    /// link and, on a desktop, opens it in your browser.
     Open(open::OpenArgs),
 
     // --- agents and conversations ----------------------------------------------------

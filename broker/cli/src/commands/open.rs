@@ -20,8 +20,8 @@ another browser. A browser stays logged in for 30 days, across restarts of `rela
 until it logs out (the page's Log out) or `relay open --revoke-all` ends every login."
 )]
 pub struct OpenArgs {
-    /// Who will use the page: approvals decided there are recorded as decided by
-    /// NAME@dashboard [default: $USER, else operator].
+    /// Who will use the page: what it does there (asks, steers, decisions, agent
+    /// changes) is recorded as NAME@dashboard [default: $USER, else operator].
     #[arg(long = "as", value_name = "NAME")]
     name: Option<String>,
     /// Print the link only; do not start a browser.

@@ -442,6 +442,25 @@ impl Env {
     }
 }
 
+/// A CODEX_HOME under `dir` whose model provider is `127.0.0.1:PORT` with nothing
+/// listening, retrying 5 times: a codex that cannot reach its model.
+pub fn unreachable_codex_home(dir: &std::path::Path) -> PathBuf {
+    let port = {
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("a port: {e}"));
+        listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("its address: {e}"))
+            .port()
+        // Dropped: the port is closed.
+    };
+    let home = dir.join("unreachable-codex-home");
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    relay_mock_model::write_codex_home_retrying(&home, &base_url, 5)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", home.display()));
+    home
+}
+
 pub fn state(f: &Value) -> &str {
     f["state"].as_str().unwrap_or("")
 }

@@ -7,21 +7,8 @@
 //! registrations at once; `agent show` says why an agent is `failed`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_tests::agents::Env;
+use relay_tests::agents::{unreachable_codex_home, Env};
 use serde_json::{json, Value};
-
-/// A CODEX_HOME whose provider is `127.0.0.1:PORT` with nothing listening, retrying.
-fn unreachable_codex_home(dir: &std::path::Path) -> std::path::PathBuf {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-        // Dropped: the port is closed.
-    };
-    let home = dir.join("unreachable-codex-home");
-    let base_url = format!("http://127.0.0.1:{port}/v1");
-    relay_mock_model::write_codex_home_retrying(&home, &base_url, 5).unwrap();
-    home
-}
 
 fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()

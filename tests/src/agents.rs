@@ -207,6 +207,29 @@ impl Env {
     }
 
     /// Registers a Codex agent (`relay agent add`, with `extra` arguments).
+    /// Registers `name`, a real codex whose model provider is a closed port on
+    /// 127.0.0.1 (retrying: it streams "Reconnecting..." notes); `relay agent add`'s
+    /// output, for its caller to check.
+    pub fn add_unreachable_codex(&self, name: &str) -> std::process::Output {
+        let home = unreachable_codex_home(self.tmp.path())
+            .display()
+            .to_string();
+        let work = self.work.display().to_string();
+        self.relay.cli(&[
+            "agent",
+            "add",
+            name,
+            "--harness",
+            "codex_app_server",
+            "--cwd",
+            &work,
+            "--env",
+            &format!("CODEX_HOME={home}"),
+            "--env",
+            &format!("HOME={home}"),
+        ])
+    }
+
     pub fn add_agent(&self, name: &str, extra: &[&str]) {
         self.add(name, "codex_app_server", codex_env(&self.codex_home), extra);
     }
@@ -444,7 +467,7 @@ impl Env {
 
 /// A CODEX_HOME under `dir` whose model provider is `127.0.0.1:PORT` with nothing
 /// listening, retrying 5 times: a codex that cannot reach its model.
-pub fn unreachable_codex_home(dir: &std::path::Path) -> PathBuf {
+fn unreachable_codex_home(dir: &std::path::Path) -> PathBuf {
     let port = {
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("a port: {e}"));

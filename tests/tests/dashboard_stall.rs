@@ -6,27 +6,14 @@
 //! its model and the turn was interrupted. The raw note stays in the page's history.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_tests::agents::{state, unreachable_codex_home, Env};
+use relay_tests::agents::{state, Env};
 use relay_tests::browser::Browser;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_model_that_cannot_be_reached_is_said_in_plain_words_on_the_flight_page() {
     let env = Env::start_with(&["--turn-stall-timeout", "8"]).await;
-    let home = unreachable_codex_home(env.tmp.path()).display().to_string();
-    let work = env.work.display().to_string();
-    env.relay.cli_ok(&[
-        "agent",
-        "add",
-        "lost-1",
-        "--harness",
-        "codex_app_server",
-        "--cwd",
-        &work,
-        "--env",
-        &format!("CODEX_HOME={home}"),
-        "--env",
-        &format!("HOME={home}"),
-    ]);
+    let add = env.add_unreachable_codex("lost-1");
+    assert!(add.status.success(), "{add:?}");
     let b = Browser::logged_in(&env.relay, "dashboard_stall", "tester").await;
     let id = env.ask_no_wait("lost-1", "hello");
     b.goto(&format!("{}/#/flight/{id}", env.relay.api.url))

@@ -7,7 +7,7 @@
 //! registrations at once; `agent show` says why an agent is `failed`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use relay_tests::agents::{unreachable_codex_home, Env};
+use relay_tests::agents::Env;
 use serde_json::{json, Value};
 
 fn text(out: &[u8]) -> String {
@@ -17,22 +17,7 @@ fn text(out: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_model_fails_the_flight_with_its_note_within_the_stall_timeout() {
     let env = Env::start_with(&["--turn-stall-timeout", "5"]).await;
-    let home = unreachable_codex_home(env.tmp.path());
-    let home = home.display().to_string();
-    let work = env.work.display().to_string();
-    let add = env.relay.cli(&[
-        "agent",
-        "add",
-        "lost-1",
-        "--harness",
-        "codex_app_server",
-        "--cwd",
-        &work,
-        "--env",
-        &format!("CODEX_HOME={home}"),
-        "--env",
-        &format!("HOME={home}"),
-    ]);
+    let add = env.add_unreachable_codex("lost-1");
     assert!(add.status.success(), "{}", text(&add.stderr));
     // Its provider is another than OpenAI's: no credentials warning.
     assert!(

@@ -9,8 +9,7 @@ use relay_broker::store::migrate::{self, Layout};
 use relay_broker::store::{pair_value, Store, STORE_DIR, T};
 use relay_broker::{Broker, BrokerConfig};
 use relay_protocol::domain::{
-    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage,
-    DEFAULT_CONVERSATION,
+    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, PostMessage, DEFAULT_CONVERSATION,
 };
 use relay_tests::relay_cmd;
 use tokio_util::sync::CancellationToken;
@@ -35,13 +34,24 @@ async fn filled(root: &Path, clients: usize, messages: usize) {
                 .await
                 .unwrap()
                 .flight;
-            b.update_flight(&f.id, state(FlightState::Running)).await.unwrap();
+            b.update_flight(&f.id, state(FlightState::Running))
+                .await
+                .unwrap();
             for i in 0..5 {
-                b.update_flight(&f.id, FlightChange::Delta { text: format!("{c}.{i} ") })
-                    .await
-                    .unwrap();
+                b.update_flight(
+                    &f.id,
+                    FlightChange::Delta {
+                        text: format!("{c}.{i} "),
+                    },
+                )
+                .await
+                .unwrap();
             }
-            let end = if c % 3 == 0 { FlightState::Failed } else { FlightState::Completed };
+            let end = if c % 3 == 0 {
+                FlightState::Failed
+            } else {
+                FlightState::Completed
+            };
             b.update_flight(&f.id, state(end)).await.unwrap();
             for m in 0..messages / clients.max(1) {
                 b.post_message(PostMessage {
@@ -131,7 +141,11 @@ async fn projections_ahead_of_the_log_or_lost_are_rebuilt_from_it_at_open() {
         consistent(&store);
         seen(&store)
     };
-    assert!(before.events.len() > 16 * 8, "{} events", before.events.len());
+    assert!(
+        before.events.len() > 16 * 8,
+        "{} events",
+        before.events.len()
+    );
 
     // sled kept a batch the log did not (a crash between the transaction and the log's
     // sync: never acknowledged): it says it is past the log's end.
@@ -140,7 +154,10 @@ async fn projections_ahead_of_the_log_or_lost_are_rebuilt_from_it_at_open() {
         let last = store.last_seq().unwrap();
         store
             .tree(T::Meta)
-            .insert("log_applied", pair_value(last + 3, store.log().end() + 999).to_vec())
+            .insert(
+                "log_applied",
+                pair_value(last + 3, store.log().end() + 999).to_vec(),
+            )
             .unwrap();
         store.tree(T::Flights).clear().unwrap();
         store.durable().db().flush().unwrap();
@@ -236,7 +253,10 @@ async fn v1_data_dir(data: &Path, clients: usize, messages: usize) -> Seen {
         data,
         &want.events,
         &[
-            ("agent_secrets", vec![(b"a1".to_vec(), b"\x01{\"TOKEN\":\"s3cret\"}".to_vec())]),
+            (
+                "agent_secrets",
+                vec![(b"a1".to_vec(), b"\x01{\"TOKEN\":\"s3cret\"}".to_vec())],
+            ),
             ("runtime.threads", vec![(b"a1".to_vec(), b"thr_1".to_vec())]),
             // A v1 projection: not copied (v2 makes its own from the events).
             ("flights", vec![(b"junk".to_vec(), b"\x01{}".to_vec())]),
@@ -256,18 +276,35 @@ async fn a_v1_data_dir_migrates_to_the_same_events_and_projections_and_keeps_v1(
     let report = report.expect("a migration");
     assert_eq!(report.events, want.events.len() as u64);
     assert_eq!(report.last_seq, want.events.last().unwrap().0);
-    assert_eq!(seen(&store), want, "the same bytes in the log, the same projections");
+    assert_eq!(
+        seen(&store),
+        want,
+        "the same bytes in the log, the same projections"
+    );
     consistent(&store);
     let db = store.durable().db();
     assert_eq!(
-        db.open_tree("agent_secrets").unwrap().get("a1").unwrap().unwrap().as_ref(),
+        db.open_tree("agent_secrets")
+            .unwrap()
+            .get("a1")
+            .unwrap()
+            .unwrap()
+            .as_ref(),
         b"\x01{\"TOKEN\":\"s3cret\"}"
     );
     assert_eq!(
-        db.open_tree("runtime.threads").unwrap().get("a1").unwrap().unwrap().as_ref(),
+        db.open_tree("runtime.threads")
+            .unwrap()
+            .get("a1")
+            .unwrap()
+            .unwrap()
+            .as_ref(),
         b"thr_1"
     );
-    assert!(report.copied.contains(&("agent_secrets".into(), 1)), "{report:?}");
+    assert!(
+        report.copied.contains(&("agent_secrets".into(), 1)),
+        "{report:?}"
+    );
     drop(store);
     assert_eq!(migrate::layout(&data), Layout::V2);
     assert!(!data.join("db").exists());
@@ -316,13 +353,24 @@ async fn a_kill_9_in_the_middle_of_a_migration_leaves_v1_which_migrates_next_tim
     doctor.wait().unwrap();
     // v1 untouched, no v2 store.
     assert_eq!(migrate::layout(&data), Layout::V1);
-    assert_eq!(relay_tests::v1store::events(&data.join("db")).unwrap(), want.events);
+    assert_eq!(
+        relay_tests::v1store::events(&data.join("db")).unwrap(),
+        want.events
+    );
     // The next run migrates from scratch and checks it.
     let out = relay_cmd(&data, &["doctor", "--migrate", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["consistent"], true, "{report}");
-    assert_eq!(report["migrated"]["events"], want.events.len() as u64, "{report}");
+    assert_eq!(
+        report["migrated"]["events"],
+        want.events.len() as u64,
+        "{report}"
+    );
     assert!(!data.join(migrate::MIGRATING_DIR).exists());
     let store = Store::open(&data.join(STORE_DIR)).unwrap();
     assert_eq!(seen(&store), want);

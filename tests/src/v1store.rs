@@ -5,13 +5,12 @@
 
 use std::path::Path;
 
+/// A tree's name and its entries (key, value).
+pub type Tree<'a> = (&'a str, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// Writes `<data_dir>/db` as v1 did: `events` holds each (seq, stored bytes), and each
 /// of `trees` its entries. Flushed and closed on return.
-pub fn write(
-    data_dir: &Path,
-    events: &[(u64, Vec<u8>)],
-    trees: &[(&str, Vec<(Vec<u8>, Vec<u8>)>)],
-) -> anyhow::Result<()> {
+pub fn write(data_dir: &Path, events: &[(u64, Vec<u8>)], trees: &[Tree<'_>]) -> anyhow::Result<()> {
     let db = sled::open(data_dir.join("db"))?;
     let log = db.open_tree("events")?;
     for (seq, stored) in events {

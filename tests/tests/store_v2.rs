@@ -82,11 +82,14 @@ fn state(to: FlightState) -> FlightChange {
     }
 }
 
+/// A tree's entries (key, value).
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Everything a reader sees of a store: its events as stored, and its projections.
 #[derive(Debug, PartialEq)]
 struct Seen {
     events: Vec<(u64, Vec<u8>)>,
-    trees: Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>,
+    trees: Vec<(String, Entries)>,
 }
 
 fn seen(store: &Store) -> Seen {

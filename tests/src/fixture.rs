@@ -72,6 +72,11 @@ pub fn exclusions() -> Vec<String> {
             .to_string(),
         "CLI: run with TZ=UTC and NO_COLOR=1; stdout and the exit code (stderr only on failure)"
             .to_string(),
+        "CLI text that says relative times (flight list, approvals, rule list, agent show, flight show): only their --json"
+            .to_string(),
+        "GET /v1/events/{seq}: no such route in v1".to_string(),
+        "relay events --json: the CLI prints GET /v1/events, compared already (and 500 KB more)"
+            .to_string(),
     ]);
     out.extend(
         NOT_DATA
@@ -221,7 +226,6 @@ pub fn keys(events: &[Value]) -> Vec<String> {
         "GET /v1/agents",
         "GET /v1/conversations",
         "GET /v1/flights",
-        "GET /v1/flights?limit=1000",
         "GET /v1/flights?limit=3",
         "GET /v1/flights?live=true",
         "GET /v1/flights?state=completed&limit=1000",
@@ -243,6 +247,15 @@ pub fn keys(events: &[Value]) -> Vec<String> {
         "GET /v1/usage?by=day&since=0",
         "GET /v1/usage?by=node&since=0",
         "SSE-FIRST /v1/watch?fleet=true",
+        // The CLI's listings: text where it says no relative time ("1m ago"), JSON.
+        "CLI agent list",
+        "CLI agent list --json",
+        "CLI conversation list",
+        "CLI flight list --json",
+        "CLI approvals --state all --json",
+        "CLI rule list --json",
+        "CLI usage --since 2020-01-01",
+        "CLI usage --since 2020-01-01 --by agent --json",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -269,6 +282,7 @@ pub fn keys(events: &[Value]) -> Vec<String> {
         k.push(format!("GET /v1/replay/agents/{a}"));
         k.push(format!("CLI replay agent {a}"));
         k.push(format!("CLI replay agent {a} --json"));
+        k.push(format!("CLI agent show {a} --json"));
         k.push(format!("SSE-FIRST /v1/watch?agent={a}"));
     }
     for c in &conversations {
@@ -277,6 +291,8 @@ pub fn keys(events: &[Value]) -> Vec<String> {
         k.push(format!("GET /v1/replay/conversations/{c}"));
         k.push(format!("CLI replay conversation {c}"));
         k.push(format!("CLI replay conversation {c} --json"));
+        k.push(format!("CLI read {c}"));
+        k.push(format!("CLI read {c} --json"));
         k.push(format!("SSE-FIRST /v1/watch?conversation={c}"));
     }
     for f in &flights {
@@ -286,6 +302,7 @@ pub fn keys(events: &[Value]) -> Vec<String> {
         k.push(format!("GET /v1/replay/flights/{f}"));
         k.push(format!("CLI replay flight {f}"));
         k.push(format!("CLI replay flight {f} --json"));
+        k.push(format!("CLI flight show {f} --json"));
         k.push(format!("SSE-ALL /v1/flights/{f}/stream"));
         k.push(format!("SSE-ALL /v1/watch?flight={f}"));
     }

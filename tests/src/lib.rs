@@ -37,6 +37,7 @@ pub mod load;
 pub mod nats;
 pub mod procs;
 pub mod tmux;
+pub mod v1store;
 pub mod wait;
 
 pub use wait::{try_wait_until, wait_until, wait_until_blocking, TimedOut};

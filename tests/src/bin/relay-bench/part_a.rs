@@ -38,7 +38,7 @@ async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     say("1: the same through raw NATS");
     let (raw, raw_got) = raw_throughput(&nats.url(), s.deltas, s.delta_size).await?;
     blocking(|| relay.terminate())?;
-    let db = relay.data_dir.join("db");
+    let db = relay.data_dir.join(relay_broker::store::STORE_DIR);
     let bytes = blocking(|| bench::dir_bytes(&db))?;
     let trees = blocking(|| logical_bytes(&db))?;
     let mut rows = Vec::new();
@@ -67,7 +67,7 @@ async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
             .baseline("the delta's text", Some(s.delta_size as f64))
             .goal(Goal::AtMost(200.0))
             .detail(format!(
-                "db {} MB for {} events after scenario 1 (the broker stopped); stored \
+                "store {} MB for {} events after scenario 1 (the broker stopped); stored \
                  key+value bytes per delta: {}; the final answer ({} MB, {} B per delta) is \
                  stored several times among them (item, state change, flight, reply)",
                 bench::number(bytes as f64 / 1e6),
@@ -95,20 +95,20 @@ async fn part_a_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
 fn logical_bytes(db: &Path) -> anyhow::Result<Vec<(String, u64)>> {
     let store = Store::open(db)?;
     let names = [
-        "events",
+        "event_pos",
         "flight_updates",
         "flights",
         "invocations",
         "messages",
     ];
     let trees = [
-        T::Events,
+        T::EventPos,
         T::FlightUpdates,
         T::Flights,
         T::Invocations,
         T::Messages,
     ];
-    let mut out = Vec::new();
+    let mut out = vec![("log".to_string(), store.log().bytes())];
     for (name, t) in names.iter().zip(trees) {
         let mut total = 0u64;
         for kv in store.tree(t).iter() {

@@ -91,7 +91,7 @@ async fn part_b_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         .await?
         .len();
     blocking(|| relay.terminate())?;
-    let db = relay.data_dir.join("db");
+    let db = relay.data_dir.join(relay_broker::store::STORE_DIR);
     let (raw_ms, raw_bytes, raw_count) = blocking(|| raw_replay(&db, &id))?;
     rows.push(
         Row::new(6, "replay of one flight", "ms")

@@ -328,7 +328,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         status["last_seq"].as_u64().unwrap_or(0),
     );
     blocking(|| relay.terminate())?;
-    let db = relay.data_dir.join("db");
+    let db = relay.data_dir.join(relay_broker::store::STORE_DIR);
     let db_bytes = blocking(|| bench::dir_bytes(&db))?;
     say(&format!(
         "5: restarting on {} flights, {} events",

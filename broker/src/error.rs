@@ -279,15 +279,6 @@ impl BrokerError {
     }
 }
 
-impl From<crate::store::LogError> for BrokerError {
-    fn from(e: crate::store::LogError) -> BrokerError {
-        match e {
-            crate::store::LogError::Corrupt(what) => BrokerError::Corrupt(what),
-            io => BrokerError::Log(io.to_string()),
-        }
-    }
-}
-
 /// The longest piece of a client's input an error message quotes.
 pub const QUOTE_BYTES: usize = 100;
 

@@ -15,7 +15,7 @@
 //!
 //! Layering (a module uses only the modules after its arrow; the process handles live in
 //! the crate root; `tests/tests/module_graph/` checks it):
-//! - `bench`, `codex_turns`, `fixture`, `fuzz`, `git`, `load`, `tmux`, `wait` -> none
+//! - `bench`, `codex_turns`, `fixture`, `fuzz`, `git`, `load`, `tmux`, `v1store`, `wait` -> none
 //! - `procs` -> `wait`
 //! - `environ` -> `load`
 //! - `harness_events` -> `procs`

@@ -23,10 +23,14 @@
 //! the active segment and cuts a torn tail (a record whose length or checksum does not
 //! hold: it was never synced, so never acknowledged).
 
+mod segment;
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+
+use segment::{create_segment, parse_header, recover, SegmentReader};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -56,6 +60,15 @@ pub enum LogError {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LogError {
     let what = what.into();
     move |source| LogError::Io { what, source }
+}
+
+impl From<LogError> for crate::error::BrokerError {
+    fn from(e: LogError) -> crate::error::BrokerError {
+        match e {
+            LogError::Corrupt(what) => crate::error::BrokerError::Corrupt(what),
+            io => crate::error::BrokerError::Log(io.to_string()),
+        }
+    }
 }
 
 /// One record read back.
@@ -462,88 +475,6 @@ impl EventLog {
     }
 }
 
-/// Sequential reads of one segment by `pread` (the shared handle's cursor stays put).
-struct SegmentReader<'a> {
-    file: &'a File,
-    at: u64,
-}
-
-impl Read for SegmentReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.file.read_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
-}
-
-fn parse_header(h: &[u8; HEADER as usize]) -> (u64, u32, u64) {
-    let word = |r: std::ops::Range<usize>| {
-        let mut b = [0u8; 8];
-        b[..r.len()].copy_from_slice(&h[r]);
-        u64::from_le_bytes(b)
-    };
-    (word(0..4), word(4..8) as u32, word(8..16))
-}
-
-fn create_segment(path: &Path) -> Result<File, LogError> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io(format!("create {}", path.display())))
-}
-
-/// Scans the active segment: its valid length and last seq. A torn tail is cut off
-/// (and the cut synced), so the next append starts after the last whole record.
-fn recover(path: &Path, first_seq: u64) -> Result<(u64, u64), LogError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io(format!("open {}", path.display())))?;
-    let file_len = file
-        .metadata()
-        .map_err(io(format!("stat {}", path.display())))?
-        .len();
-    let mut reader = BufReader::with_capacity(1 << 20, SegmentReader { file: &file, at: 0 });
-    let (mut len, mut last_seq) = (0u64, first_seq - 1);
-    let mut payload = Vec::new();
-    loop {
-        let mut header = [0u8; HEADER as usize];
-        if len + HEADER > file_len || reader.read_exact(&mut header).is_err() {
-            break;
-        }
-        let (plen, crc, seq) = parse_header(&header);
-        if plen > MAX_PAYLOAD || len + HEADER + plen > file_len {
-            break;
-        }
-        payload.resize(plen as usize, 0);
-        if reader.read_exact(&mut payload).is_err() || checksum(seq, &payload) != crc {
-            break;
-        }
-        if seq != last_seq + 1 {
-            return Err(LogError::Corrupt(format!(
-                "{}: seq {seq} follows seq {last_seq}",
-                path.display()
-            )));
-        }
-        last_seq = seq;
-        len += HEADER + plen;
-    }
-    if len < file_len {
-        tracing::warn!(
-            segment = %path.display(),
-            cut = file_len - len,
-            "the event log ended in a record never synced (a crash while writing): cut off"
-        );
-        file.set_len(len)
-            .and_then(|()| file.sync_data())
-            .map_err(io(format!("cut the torn tail of {}", path.display())))?;
-    }
-    Ok((len, last_seq))
-}
-
 impl std::fmt::Debug for EventLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventLog")
@@ -555,151 +486,4 @@ impl std::fmt::Debug for EventLog {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use std::io::Write;
-
-    fn payload(seq: u64, size: usize) -> Vec<u8> {
-        (0..size).map(|i| (seq as usize + i) as u8).collect()
-    }
-
-    fn append_n(log: &EventLog, from: u64, n: u64, size: usize) -> Vec<Pos> {
-        let mut positions = Vec::new();
-        for seq in from..from + n {
-            let p = payload(seq, size);
-            positions.push(log.append([(seq, p.as_slice())]).unwrap());
-        }
-        positions
-    }
-
-    #[test]
-    fn records_read_back_only_once_synced_and_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = EventLog::open(dir.path()).unwrap();
-        let positions = append_n(&log, 1, 100, 40);
-        assert_eq!(log.read(positions[0]).unwrap(), None, "not synced yet");
-        assert_eq!(log.last_seq(), 0);
-        log.sync().unwrap();
-        assert_eq!(log.last_seq(), 100);
-        for (i, pos) in positions.iter().enumerate() {
-            let r = log.read(*pos).unwrap().unwrap();
-            assert_eq!(
-                (r.seq, r.payload.clone()),
-                (i as u64 + 1, payload(i as u64 + 1, 40))
-            );
-        }
-        drop(log);
-        let log = EventLog::open(dir.path()).unwrap();
-        assert_eq!(log.last_seq(), 100);
-        let mut seqs = Vec::new();
-        log.scan(0, |r| {
-            seqs.push(r.seq);
-            Ok(true)
-        })
-        .unwrap();
-        assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
-        assert_eq!(
-            log.append([(101, &b"x"[..])]).unwrap(),
-            log.end() - record_len(1)
-        );
-    }
-
-    #[test]
-    fn a_torn_tail_is_cut_and_appends_go_on_after_the_last_whole_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = EventLog::open(dir.path()).unwrap();
-        append_n(&log, 1, 10, 100);
-        log.sync().unwrap();
-        let end = log.end();
-        drop(log);
-        let seg = std::fs::read_dir(dir.path())
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        // A crash in the middle of the next record: half a header, then half a payload
-        // with a wrong checksum.
-        let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
-        f.write_all(&[50, 0, 0, 0, 1, 2]).unwrap();
-        drop(f);
-        let log = EventLog::open(dir.path()).unwrap();
-        assert_eq!((log.end(), log.last_seq()), (end, 10));
-        let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
-        f.write_all(&[4, 0, 0, 0, 9, 9, 9, 9, 11, 0, 0, 0, 0, 0, 0, 0, 1, 2])
-            .unwrap();
-        drop(f);
-        let log = EventLog::open(dir.path()).unwrap();
-        assert_eq!((log.end(), log.last_seq()), (end, 10));
-        append_n(&log, 11, 1, 5);
-        log.sync().unwrap();
-        assert_eq!(log.last_seq(), 11);
-        assert_eq!(std::fs::metadata(&seg).unwrap().len(), end + record_len(5));
-    }
-
-    #[test]
-    fn segments_roll_without_a_gap_and_positions_are_global() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = EventLog::open(dir.path()).unwrap();
-        // Three records a bit over a third of a segment each: the third rolls.
-        let size = (SEGMENT_BYTES / 3) as usize;
-        let positions = append_n(&log, 1, 3, size);
-        log.sync().unwrap();
-        assert_eq!(positions[1], record_len(size));
-        assert_eq!(positions[2], 2 * record_len(size));
-        let names: Vec<String> = {
-            let mut n: Vec<String> = std::fs::read_dir(dir.path())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            n.sort();
-            n
-        };
-        assert_eq!(
-            names,
-            vec![segment_name(0, 1), segment_name(positions[2], 3)]
-        );
-        for (i, p) in positions.iter().enumerate() {
-            assert_eq!(log.read(*p).unwrap().unwrap().seq, i as u64 + 1);
-        }
-        drop(log);
-        let log = EventLog::open(dir.path()).unwrap();
-        assert_eq!(log.last_seq(), 3);
-        let mut n = 0;
-        log.scan(positions[1], |r| {
-            n += 1;
-            assert_eq!(r.payload.len(), size);
-            Ok(true)
-        })
-        .unwrap();
-        assert_eq!(n, 2);
-    }
-
-    #[test]
-    fn a_seq_out_of_order_or_damaged_record_is_an_error_not_a_panic() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = EventLog::open(dir.path()).unwrap();
-        assert!(matches!(
-            log.append([(2, &b"x"[..])]),
-            Err(LogError::Corrupt(_))
-        ));
-        let pos = append_n(&log, 1, 2, 30)[1];
-        log.sync().unwrap();
-        drop(log);
-        // Flip a byte of the second record's payload: it is the tail, so it is cut.
-        let seg = std::fs::read_dir(dir.path())
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        let f = OpenOptions::new().write(true).open(&seg).unwrap();
-        f.write_all_at(&[0xff], pos + HEADER + 3).unwrap();
-        drop(f);
-        let log = EventLog::open(dir.path()).unwrap();
-        assert_eq!(log.last_seq(), 1);
-        assert_eq!(log.read(pos).unwrap(), None);
-        assert!(log.read(pos + 1).unwrap().is_none());
-    }
-}
+mod tests;

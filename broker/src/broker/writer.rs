@@ -12,7 +12,6 @@ use relay_infra::disk::{Full, Room};
 use relay_infra::storage::{Ran, StorageError};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::FlightChange;
-use relay_protocol::event::Event;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +20,7 @@ use super::{
     BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
-use crate::store::Store;
+use crate::store::{Published, Store};
 
 pub(super) struct Writer {
     pub(super) store: Store,
@@ -251,15 +250,16 @@ fn settle(
     }
     if let Some(inner) = broker.upgrade() {
         if let Some(last) = result.events.last() {
-            inner.last_seq.store(last.0.seq, Ordering::Release);
+            inner.last_seq.store(last.seq, Ordering::Release);
         }
-        for (event, size) in result.events {
-            inner.counts.apply(&event);
-            inner.live.apply(&event);
-            let live = if size > LIVE_EVENT_MAX {
-                Live::InLog(event.seq)
+        for published in result.events {
+            inner.counts.apply(&published.event);
+            inner.live.apply(&published.event);
+            // Every subscriber shares this one `Published`, its JSON as stored.
+            let live = if published.stored_len() > LIVE_EVENT_MAX {
+                Live::InLog(published.seq)
             } else {
-                Live::Event(Arc::new(event))
+                Live::Event(Arc::new(published))
             };
             // No subscriber is fine: the log has it.
             let _ = inner.events.send(live);
@@ -367,8 +367,8 @@ fn transact(
 
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
-    /// With the size each takes in the log.
-    events: Vec<(Event, usize)>,
+    /// With the bytes each was stored as (see [`Published`]).
+    events: Vec<Published>,
     /// Whether the batch wrote anything (events, or a node's report cursor).
     wrote: bool,
 }

@@ -34,8 +34,10 @@
 //! builds the indexes a database made before them lacks; `queries` reads the records
 //! back; `usage` folds the flights' usage into its counters and reads them (and the
 //! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
-//! ([`Store::verify`]). They layer one way: `keys` <- `usage` <-> `projections` <-
-//! `queries`, `doctor` (`projections` calls the fold, which writes through its `Sink`).
+//! ([`Store::verify`]); `published` pairs an event with its stored JSON, the one
+//! encoding every subscriber gets ([`Published`]). They layer one way: `keys` <-
+//! `published`, `usage` <-> `projections` <- `queries`, `doctor` (`projections` calls
+//! the fold, which writes through its `Sink`).
 //!
 //! [`Event`]: relay_protocol::event::Event
 //! [`Agent`]: relay_protocol::domain::Agent
@@ -46,6 +48,7 @@
 mod doctor;
 mod keys;
 mod projections;
+mod published;
 mod queries;
 mod usage;
 
@@ -59,6 +62,7 @@ use crate::error::BrokerError;
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{child_key, decode, encode, pair_key, seq_key, Scope, T};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
+pub use published::Published;
 pub use queries::FlightScan;
 pub use usage::{day_key, tree_root};
 

@@ -9,6 +9,7 @@ use relay_protocol::event::Event;
 
 use super::keys::{child_key, child_prefix, decode, seq_key, Scope, T};
 use super::projections::StoredUpdate;
+use super::published::Published;
 use super::Store;
 use crate::error::BrokerError;
 
@@ -270,6 +271,20 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// Events with global seq greater than `after`, at most `limit` of them, each with
+    /// its stored JSON as the writer stored it (not encoded again): what live
+    /// subscribers are sent when they read the log back (catch-up, an event too large to
+    /// be kept in memory). The one read of the log for them: sled's values are copied
+    /// out once (a log of segment files can slice them from one read instead).
+    pub fn published_after(&self, after: u64, limit: usize) -> Result<Vec<Published>, BrokerError> {
+        self.tree(T::Events)
+            .range(seq_key(after.saturating_add(1))..)
+            .values()
+            .take(limit)
+            .map(|v| Published::from_stored(bytes::Bytes::copy_from_slice(&v?)))
+            .collect()
     }
 
     /// Events with global seq greater than `after`, at most `limit` of them.

@@ -14,7 +14,7 @@ use relay_protocol::domain::FlightChange;
 
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
-use crate::store::{apply, encode, seq_key, Tx, T};
+use crate::store::{apply, encode, seq_key, Published, Tx, T};
 
 mod agents;
 mod approvals;
@@ -34,8 +34,8 @@ pub(super) struct Ctx<'a, 't> {
     pub(super) live_delta: HashMap<String, i64>,
     pub(super) next_seq: u64,
     pub(super) now: u64,
-    /// With the size each takes in the log.
-    pub(super) events: Vec<(Event, usize)>,
+    /// Each with its stored encoding (its size in the log is its `stored_len`).
+    pub(super) events: Vec<Published>,
     /// Who asked for the command running now ([`Command::As`]), recorded as its
     /// events' `by`.
     pub(super) by: Option<String>,
@@ -61,12 +61,13 @@ impl Ctx<'_, '_> {
             }
             _ => {}
         }
-        let stored = encode(&event)?;
-        let size = stored.len();
-        crate::store::Sink::put(self.tx, T::Events, &seq_key(event.seq), stored)?;
-        apply(self.tx, &event)?;
+        // Encoded once: these bytes are stored, and their JSON is what every subscriber
+        // is sent. (sled copies them into its own buffer; a log append would not.)
+        let (published, stored) = Published::encode(event)?;
+        crate::store::Sink::put(self.tx, T::Events, &seq_key(published.seq), stored.to_vec())?;
+        apply(self.tx, &published.event)?;
         self.next_seq += 1;
-        self.events.push((event, size));
+        self.events.push(published);
         Ok(())
     }
 

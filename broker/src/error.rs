@@ -154,6 +154,10 @@ pub enum BrokerError {
     ShuttingDown,
     #[error("storage: {0}")]
     Storage(#[from] sled::Error),
+    /// The event log could not be read or written (the disk failed, or the log is
+    /// damaged): like a storage error, the broker stops taking commands.
+    #[error("event log: {0}")]
+    Log(String),
     /// The storage thread failed a job (a flush failed, or it is gone).
     #[error("storage: {0}")]
     StorageThread(#[from] relay_infra::storage::StorageError),
@@ -259,6 +263,7 @@ impl BrokerError {
             }
             BrokerError::Locked(_)
             | BrokerError::Storage(_)
+            | BrokerError::Log(_)
             | BrokerError::StorageThread(_)
             | BrokerError::Corrupt(_)
             | BrokerError::Internal(_)

@@ -52,7 +52,7 @@
 //! checks it):
 //! - `error`, `files`, `policy`, `prices`, `seal`, `shutdown`, `tasks` -> none
 //! - `alerts` -> `tasks`
-//! - `store` -> `error`
+//! - `store` -> `error`, `files`
 //! - `ports` -> `error`
 //! - `broker` -> `error`, `policy`, `ports`, `prices`, `store`, `tasks`
 //! - `feed` -> `broker`, `error`, `ports`

@@ -14,7 +14,6 @@ use crate::files::FileError;
 use crate::http::{router, ApiState, HttpLimits};
 use crate::plane::Plane;
 use crate::seal::{AgentTokens, BusKey, NodeKey};
-use crate::store::Store;
 use relay_infra::retry::{self, Retryable};
 use relay_infra::storage::StorageError;
 use relay_runtime::{AccessIssuer, RelayAccess, Runtime, RuntimeConfig, RuntimeError};
@@ -114,8 +113,16 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         stuck,
         bound: stall_bound,
     };
-    let path = config.data_dir.join("db");
-    let store = relay_infra::storage::read(move || Store::open(&path)).await??;
+    let dir = config.data_dir.clone();
+    let (store, migrated) = relay_infra::storage::read(move || {
+        crate::store::migrate::open_data_dir(&dir, &mut |done, total| {
+            tracing::info!(done, total, "migrating the v1 store to the event log v2");
+        })
+    })
+    .await??;
+    if let Some(m) = migrated {
+        tracing::info!(events = m.events, v1_kept = %m.kept_v1.display(), v1_bytes = m.v1_bytes, v2_bytes = m.v2_bytes, "migrated the v1 store: the v1 database is kept until you remove it");
+    }
     // The writer stops last: the runtime's final reports (turns failed by the shutdown)
     // must still be committed.
     let writer_stop = CancellationToken::new();
@@ -362,7 +369,9 @@ pub fn node_key(data_dir: &Path, name: &str) -> Result<NodeKey, ServeError> {
         return Err(ServeError::InvalidNodeName(name.to_string()));
     }
     // A key made anywhere else would open nothing the broker seals.
-    if !data_dir.join("db").exists() && !data_dir.join(BUS_KEY_FILE).exists() {
+    if crate::store::migrate::layout(data_dir) == crate::store::migrate::Layout::Empty
+        && !data_dir.join(BUS_KEY_FILE).exists()
+    {
         return Err(ServeError::NotADataDir(data_dir.to_path_buf()));
     }
     crate::files::private_dir(data_dir)?;

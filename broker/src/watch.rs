@@ -15,12 +15,14 @@
 //! So [`snapshot`] reads, then rolls forward over the log (one read closure, on the
 //! blocking pool):
 //!
-//! 1. `from` = the last seq in the log. Every event <= `from` is committed, so the
-//!    projections read next hold at least that.
+//! 1. `from` = the last seq on disk in the log. Every event <= `from` is committed, so
+//!    the projections read next hold at least that.
 //! 2. Read the scope's records from the projections. Each is the value of that key at
 //!    some moment of the read, so its event is > `from` or it did not change since.
-//! 3. `to` = the last seq in the log now, after the read: every record read is at or
-//!    before it.
+//! 3. `to` = the last seq committed to the projections now, after the read (sled keeps
+//!    it with them: [`Store::committed_seq`]): every record read is at or before it.
+//!    The log gets a batch's events just after its transaction, so wait until `to` is
+//!    on disk there.
 //! 4. Apply the scope's events in (`from`, `to`] from the log, in order, on top. Events
 //!    carry the records they produce, so applying one sets each record it touches to
 //!    its value after it (applying one the read already saw changes nothing). A record
@@ -55,7 +57,10 @@ const ROLL_PAGE: usize = 1024;
 pub fn snapshot(store: &Store, scope: &Scope) -> Result<Snapshot, BrokerError> {
     let from = store.last_seq()?;
     let mut view = read_view(store, scope)?;
-    let to = store.last_seq()?;
+    // What the projections may hold: committed, if not yet on disk (the log is synced
+    // after the transaction), so wait for the log to have it to roll forward over it.
+    let to = store.committed_seq()?;
+    store.wait_on_disk(to)?;
     let mut cursor = from;
     while cursor < to {
         let page = store.events_after(cursor, ROLL_PAGE)?;

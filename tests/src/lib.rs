@@ -2,7 +2,8 @@
 //! ([`RelayProcess`]), the CLI ([`relay_cmd`]), and raw HTTP access to its API; waiting
 //! for something to happen ([`wait_until`], the one polling loop) and reading processes
 //! ([`procs`], the one reader of `/proc`); a headless Chromium ([`browser::Browser`]); a git
-//! repository for worktree tests ([`git`]); the fuzz runner and its input generators ([`fuzz`]).
+//! repository for worktree tests ([`git`]); the fuzz runner and its input generators ([`fuzz`]);
+//! the v1 data dir of the migration test and the checker of its outputs ([`fixture`]).
 //!
 //! Every process started here is killed when its handle drops, so a failing test leaves
 //! nothing behind.
@@ -14,7 +15,7 @@
 //!
 //! Layering (a module uses only the modules after its arrow; the process handles live in
 //! the crate root; `tests/tests/module_graph/` checks it):
-//! - `bench`, `codex_turns`, `fuzz`, `git`, `load`, `tmux`, `wait` -> none
+//! - `bench`, `codex_turns`, `fixture`, `fuzz`, `git`, `load`, `tmux`, `v1store`, `wait` -> none
 //! - `procs` -> `wait`
 //! - `environ` -> `load`
 //! - `harness_events` -> `procs`
@@ -28,6 +29,7 @@ pub mod browser;
 pub mod chaos;
 pub mod codex_turns;
 pub mod environ;
+pub mod fixture;
 pub mod fuzz;
 pub mod git;
 pub mod harness_events;
@@ -35,6 +37,7 @@ pub mod load;
 pub mod nats;
 pub mod procs;
 pub mod tmux;
+pub mod v1store;
 pub mod wait;
 
 pub use wait::{try_wait_until, wait_until, wait_until_blocking, TimedOut};

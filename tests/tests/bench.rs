@@ -43,7 +43,7 @@ fn every_scenario_of_the_quick_bench_produces_a_figure() {
         );
     }
     let scenarios: BTreeSet<u8> = rows.iter().map(|r| r.scenario).collect();
-    assert_eq!(scenarios, (1..=8).collect::<BTreeSet<u8>>());
+    assert_eq!(scenarios, (1..=10).collect::<BTreeSet<u8>>());
     // One line per row on stdout, and the same table in the file, notes kept.
     for r in &rows {
         assert!(stdout.contains(&r.name), "{} not printed", r.name);
@@ -52,4 +52,9 @@ fn every_scenario_of_the_quick_bench_produces_a_figure() {
     assert!(md.contains("## Notes\n\nkept\n"), "{md}");
     assert!(md.contains("| 1 | delta throughput |"), "{md}");
     assert!(md.contains("- commit: "), "{md}");
+    // Which relay ran: a run of another build (`--relay`) says so.
+    assert!(
+        md.contains(&format!("- relay: {}", relay_tests::relay_bin().display())),
+        "{md}"
+    );
 }

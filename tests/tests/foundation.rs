@@ -68,7 +68,7 @@ fn a_sent_message_survives_kill_9_and_the_log_stays_gap_free() {
     // Projections equal a rebuild from the log (read with the broker stopped).
     let status = relay.terminate().unwrap();
     assert!(status.success(), "clean shutdown: {status}");
-    let store = Store::open(&dir.join("db")).unwrap();
+    let store = Store::open(&dir.join(relay_broker::store::STORE_DIR)).unwrap();
     let report = store.verify().unwrap();
     assert!(report.is_consistent(), "{report:?}");
     assert_eq!(report.events, after.len() as u64);
@@ -138,7 +138,10 @@ async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
         .collect();
     assert_eq!(indexes, (0..indexes.len() as u64).collect::<Vec<_>>());
     relay.terminate().unwrap();
-    let report = Store::open(&dir.join("db")).unwrap().verify().unwrap();
+    let report = Store::open(&dir.join(relay_broker::store::STORE_DIR))
+        .unwrap()
+        .verify()
+        .unwrap();
     assert!(report.is_consistent(), "{report:?}");
 }
 

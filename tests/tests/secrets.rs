@@ -120,7 +120,9 @@ async fn secrets_reach_the_agent_and_nothing_else() {
     relay.cli_ok(&["agent", "remove", "local"]);
     relay.cli_ok(&["agent", "remove", "remote"]);
     assert!(relay.terminate().unwrap().success());
-    let store = relay_broker::Store::open(&tmp.path().join("data").join("db")).unwrap();
+    let store =
+        relay_broker::Store::open(&tmp.path().join("data").join(relay_broker::store::STORE_DIR))
+            .unwrap();
     for agent in ["local", "remote"] {
         let left: Option<BTreeMap<String, String>> = store
             .get(relay_broker::store::T::Secrets, agent.as_bytes())

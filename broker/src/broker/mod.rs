@@ -371,6 +371,7 @@ impl Broker {
             next_seq,
             failure: broker.inner.failed.clone(),
             live,
+            streaming: Default::default(),
         };
         let task = broker
             .inner

@@ -20,7 +20,7 @@ use super::{
     BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
-use crate::store::{Published, Store};
+use crate::store::{pair_value, Published, Store, T};
 
 pub(super) struct Writer {
     pub(super) store: Store,
@@ -31,7 +31,16 @@ pub(super) struct Writer {
     pub(super) failure: CancellationToken,
     /// Live flights per agent (see [`LiveByAgent`]).
     pub(super) live: Arc<LiveByAgent>,
+    /// Whether each flight's last update was streamed text, as committed (see
+    /// [`Streaming`]).
+    pub(super) streaming: Arc<Streaming>,
 }
+
+/// Whether a flight's last committed update was streamed text (a delta follows on from
+/// it), kept by the writer so that no rule reads back from the log what it just wrote.
+/// Entries go when their flight ends; a flight not here (its last update came before
+/// this broker started) is looked up in the log, where it is on disk.
+pub(super) type Streaming = std::sync::Mutex<HashMap<String, bool>>;
 
 type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
 
@@ -150,6 +159,7 @@ impl Writer {
     ) -> Settled {
         let first_seq = self.next_seq;
         let (store, config, live) = (self.store.clone(), self.config.clone(), self.live.clone());
+        let streaming = self.streaming.clone();
         let (done, settled) = oneshot::channel();
         let broker = broker.clone();
         let queued = relay_infra::storage::Storage::global()
@@ -162,7 +172,9 @@ impl Writer {
                         (Some(full), Room::AboveReserve) => Some(full.clone()),
                         _ => None,
                     };
-                    transact(&store, &config, &live, first_seq, &commands, refused)
+                    transact(
+                        &store, &config, &live, &streaming, first_seq, &commands, refused,
+                    )
                 },
                 // A batch refused whole wrote nothing (and a failed transaction is
                 // rolled back): no flush for it.
@@ -205,7 +217,8 @@ fn settle(
         // The transaction failed (sled did not commit it): nothing of it was written. A
         // storage error, or a failed flush of the group, means the disk failed: stop.
         Ok((Err(e), flushed)) => {
-            let failed = matches!(e, BrokerError::Storage(_)) || flushed.is_err();
+            let failed =
+                matches!(e, BrokerError::Storage(_) | BrokerError::Log(_)) || flushed.is_err();
             if failed {
                 tracing::error!(error = %e, "storage failed; the broker stops accepting commands");
             }
@@ -230,7 +243,7 @@ fn settle(
             fail_all(replies, format!("commit failed: {e}"));
             return Settled {
                 events: 0,
-                failed: matches!(e, StorageError::Flush(_)),
+                failed: matches!(e, StorageError::Flush(_) | StorageError::Journal(_)),
             };
         }
     };
@@ -250,13 +263,13 @@ fn settle(
     }
     if let Some(inner) = broker.upgrade() {
         if let Some(last) = result.events.last() {
-            inner.last_seq.store(last.seq, Ordering::Release);
+            inner.last_seq.store(last.0.seq, Ordering::Release);
         }
-        for published in result.events {
+        for (published, stored) in result.events {
             inner.counts.apply(&published.event);
             inner.live.apply(&published.event);
             // Every subscriber shares this one `Published`, its JSON as stored.
-            let live = if published.stored_len() > LIVE_EVENT_MAX {
+            let live = if stored.len() > LIVE_EVENT_MAX {
                 Live::InLog(published.seq)
             } else {
                 Live::Event(Arc::new(published))
@@ -293,6 +306,7 @@ fn transact(
     store: &Store,
     config: &BrokerConfig,
     live: &LiveByAgent,
+    streaming: &Streaming,
     first_seq: u64,
     commands: &[Command],
     refused: impl Fn(usize) -> Option<Full>,
@@ -304,6 +318,8 @@ fn transact(
     if left_out.iter().any(Option::is_some) {
         tracing::warn!("disk under its reserve: clients' commands are refused");
     }
+    // Only this thread appends: the log's end is where this batch's events will go.
+    let first_pos = store.log().end();
     let committed = loop {
         let partial = RefCell::new(None);
         let committed = store.transaction(|tx| {
@@ -312,7 +328,10 @@ fn transact(
                 config,
                 live,
                 live_delta: HashMap::new(),
+                streaming,
+                streaming_delta: HashMap::new(),
                 next_seq: first_seq,
+                next_pos: first_pos,
                 now: now_ms(),
                 events: Vec::new(),
                 by: None,
@@ -334,7 +353,15 @@ fn transact(
                     outcome => outcomes.push(Some(outcome)),
                 }
             }
-            Ok((outcomes, ctx.events))
+            if let Some((last, _)) = ctx.events.last() {
+                crate::store::Sink::put(
+                    tx,
+                    T::Meta,
+                    crate::store::APPLIED_KEY,
+                    pair_value(last.seq, ctx.next_pos).to_vec(),
+                )?;
+            }
+            Ok((outcomes, ctx.events, ctx.streaming_delta))
         });
         match partial.into_inner() {
             Some((i, e)) => {
@@ -344,7 +371,24 @@ fn transact(
             None => break committed,
         }
     };
-    let (outcomes, events) = committed?;
+    let (outcomes, events, streamed) = committed?;
+    if let Ok(mut streaming) = streaming.lock() {
+        for (flight, last) in streamed {
+            match last {
+                Some(delta) => streaming.insert(flight, delta),
+                None => streaming.remove(&flight),
+            };
+        }
+    }
+    // The projections hold the batch; the log gets it now, and the group commit syncs it
+    // before anyone hears of it. A failed append leaves sled ahead of the log: the writer
+    // stops, and the next open rebuilds the projections from the log.
+    if !events.is_empty() {
+        store
+            .log()
+            .append(events.iter().map(|(e, bytes)| (e.seq, &bytes[..])))
+            .map_err(|e| BrokerError::Log(e.to_string()))?;
+    }
     // Node reports move their node's cursor even when refused.
     let wrote = !events.is_empty()
         || commands
@@ -367,8 +411,8 @@ fn transact(
 
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
-    /// With the bytes each was stored as (see [`Published`]).
-    events: Vec<Published>,
+    /// With its encoding (the log record's payload; see [`Published`]).
+    events: Vec<(Published, bytes::Bytes)>,
     /// Whether the batch wrote anything (events, or a node's report cursor).
     wrote: bool,
 }

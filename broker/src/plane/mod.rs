@@ -6,8 +6,11 @@
 //!   dispatched again; ones that were mid-turn are failed with a reason (their harness
 //!   process died with the broker).
 //! - Reports: everything the runtime reports becomes a broker command, enqueued in the
-//!   order it arrived. The replies are awaited by a separate drain task, so a stream of
-//!   deltas costs one group commit per batch, not one flush per delta.
+//!   order it arrived, except that the reports waiting together are taken at once and
+//!   each flight's streamed text among them merged (`merge.rs`): a flight's burst then
+//!   holds no other flight's next delta behind thousands of its own. The replies are
+//!   awaited by a separate drain task, so a stream of deltas costs one group commit per
+//!   batch, not one flush per delta.
 //! - Approvals: a requested approval is persisted; the agent's policy may decide it at
 //!   once (recorded as `policy:...`), otherwise a person does through the API, told by
 //!   the notify command, or the agent's approval timeout declines it
@@ -18,7 +21,7 @@
 //!
 //! This file holds [`Plane`] and its start; `dispatch.rs` the dispatch of flights (and
 //! recovery at start), `reports.rs` the reports of the embedded runtime and the approval
-//! policies, `nodes.rs` the link to nodes over NATS (dispatches out, reports in over
+//! policies, `merge.rs` the merging of streamed text, `nodes.rs` the link to nodes over NATS (dispatches out, reports in over
 //! JetStream), `controls.rs` the controls (steer, interrupt, approvals, wake) routed to
 //! the runtime serving an agent.
 
@@ -40,6 +43,7 @@ use crate::tasks::Tasks;
 
 mod controls;
 mod dispatch;
+mod merge;
 mod nodes;
 mod reports;
 

@@ -1,5 +1,5 @@
 //! Reports: what the runtime reports becomes a broker command, enqueued in arrival
-//! order; the replies are awaited apart (`drain`), and an approval that was recorded gets
+//! order (each flight's waiting deltas merged first: `merge`); the replies are awaited apart (`drain`), and an approval that was recorded gets
 //! its agent's policy applied (`apply_policy`), then its remembered rules.
 
 use relay_protocol::domain::{
@@ -10,7 +10,7 @@ use relay_protocol::runtime::Report;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::Instrument;
 
-use super::{control, Plane};
+use super::{control, merge, Plane};
 use crate::broker::{Broker, Command, Live, Outcome};
 use crate::error::BrokerError;
 
@@ -50,13 +50,24 @@ impl Plane {
         mut reports: mpsc::Receiver<Report>,
         pending: mpsc::Sender<(Pending, tracing::Span)>,
     ) {
-        while let Some(report) = reports.recv().await {
-            let span = flight_span(&report);
-            match self.submit_report(report).instrument(span.clone()).await {
-                Ok(p) => {
-                    let _ = pending.send((p, span)).await;
+        let mut waiting = Vec::with_capacity(merge::DRAIN_MAX);
+        while let Some(first) = reports.recv().await {
+            // Everything waiting, each flight's streamed text merged (see `merge`).
+            waiting.push(first);
+            while waiting.len() < merge::DRAIN_MAX {
+                match reports.try_recv() {
+                    Ok(r) => waiting.push(r),
+                    Err(_) => break,
                 }
-                Err(e) => span.in_scope(|| tracing::warn!(error = %e, "report not recorded")),
+            }
+            for report in merge::merge_deltas(waiting.drain(..)) {
+                let span = flight_span(&report);
+                match self.submit_report(report).instrument(span.clone()).await {
+                    Ok(p) => {
+                        let _ = pending.send((p, span)).await;
+                    }
+                    Err(e) => span.in_scope(|| tracing::warn!(error = %e, "report not recorded")),
+                }
             }
         }
     }

@@ -12,7 +12,8 @@ const VALUE_VERSION: u8 = 1;
 /// Projection trees, in the order [`Store`](super::Store) holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum T {
-    Events = 0,
+    /// seq -> the event's position in the log (an index of the log).
+    EventPos = 0,
     Agents,
     Conversations,
     Messages,
@@ -52,7 +53,7 @@ pub enum T {
 }
 
 pub(super) const TREE_NAMES: [&str; 21] = [
-    "events",
+    "event_pos",
     "agents",
     "conversations",
     "messages",
@@ -103,6 +104,37 @@ pub fn pair_key(a: &str, b: &str) -> Vec<u8> {
 
 pub fn seq_key(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
+}
+
+/// Two u64s, big-endian: an update's (event seq, log position), or any such pair.
+pub fn pair_value(a: u64, b: u64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&a.to_be_bytes());
+    v[8..].copy_from_slice(&b.to_be_bytes());
+    v
+}
+
+/// The pair of [`pair_value`] read back.
+pub fn parse_pair(v: &[u8]) -> Result<(u64, u64), BrokerError> {
+    let word = |r: std::ops::Range<usize>| {
+        v.get(r)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+    };
+    match (v.len(), word(0..8), word(8..16)) {
+        (16, Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(BrokerError::Corrupt(format!(
+            "a stored position is {} bytes, not 16",
+            v.len()
+        ))),
+    }
+}
+
+/// A u64 stored big-endian (a log position in `event_pos`).
+pub fn parse_u64(v: &[u8]) -> Result<u64, BrokerError> {
+    <[u8; 8]>::try_from(v)
+        .map(u64::from_be_bytes)
+        .map_err(|_| BrokerError::Corrupt(format!("a stored position is {} bytes, not 8", v.len())))
 }
 
 /// `prefix`, 0, `n` big-endian: keys that sort by `n` within one prefix.

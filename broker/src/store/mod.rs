@@ -1,13 +1,22 @@
-//! sled storage: the append-only event log and one tree per projection.
+//! Storage: the event log (segment files, the source of truth) and, in sled, one tree
+//! per projection, rebuildable from the log.
 //!
-//! Layout (every value starts with a version byte, then JSON):
-//! - `events`: global seq (u64 big-endian) -> [`Event`]
+//! On disk (a store's root, `<data dir>/store`):
+//! - `log/`: the event log ([`log`]: what is synced when is in its header). Each record
+//!   is one [`Event`], stored as its version byte and its wire JSON.
+//! - `db/`: sled, with the trees below. Every value starts with a version byte, then
+//!   JSON, unless said otherwise.
+//!
+//! Trees:
+//! - `event_pos`: global seq (u64 big-endian) -> the event's position in the log (u64 BE)
 //! - `agents`: name -> [`Agent`]
 //! - `conversations`: id -> [`Conversation`]
 //! - `messages`: conversation id, 0, index (u64 BE) -> [`Message`]
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
-//! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> [`FlightUpdate`]
+//! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> the global seq and the
+//!   log position of the event that made the [`FlightUpdate`] (two u64 BE): the update
+//!   itself is stored once, in the log
 //! - `flight_children` (an index): parent flight id, 0, child flight id -> nothing
 //! - `usage_daily`: agent, 0, UTC day (`YYYY-MM-DD`) -> `UsageTotals`; `usage_trees`:
 //!   root flight id -> `UsageTotals` (the usage counters budgets read: see `usage`)
@@ -19,8 +28,18 @@
 //!   and `last_matched_at` folded from the `approval_decided` events decided by
 //!   `rule:<id>`; deleted by `rule_removed`.
 //!
-//! Projections are written only by [`apply`], both when a batch commits and when
-//! [`Store::verify`] rebuilds them from the log, so the two cannot drift apart.
+//! - `meta`: markers of one-time work, and `log_applied`: the seq and the end position of
+//!   the last event the projections hold (the log past it is applied at open).
+//! - `agent_secrets`, `report_cursors` (and the embedded runtime's `runtime.*` trees):
+//!   state that is not in the log; a batch that writes it has sled flushed and its file
+//!   `fdatasync`ed in the same group commit, before it is acknowledged.
+//!
+//! Projections are written only by [`apply`], when a batch commits, when the log past
+//! `log_applied` is caught up at open ([`recover`]), and when [`Store::verify`] rebuilds
+//! them from the log, so they cannot drift apart. sled is flushed only at checkpoints
+//! (every [`CHECKPOINT_EVENTS`] events or [`CHECKPOINT_INTERVAL`]) and for the state
+//! above: after a crash, what it lost is applied again from the log; if it holds more
+//! than the log (a batch never acknowledged) or cannot be opened, it is rebuilt.
 //!
 //! Who touches sled, and where (see [`relay_infra::storage`] for why):
 //! - Transactions and flushes run only on the process's storage thread: the broker's
@@ -47,12 +66,18 @@
 
 mod doctor;
 mod keys;
+pub mod log;
+pub mod migrate;
 mod projections;
 mod published;
 mod queries;
+mod recover;
 mod usage;
 
+use std::sync::Arc;
+
 use relay_infra::storage::{self, Durable};
+use relay_protocol::clock::now_ms;
 use serde::de::DeserializeOwned;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
@@ -60,69 +85,101 @@ use sled::Transactional;
 use crate::error::BrokerError;
 
 pub use doctor::{DoctorReport, VerifyReport};
-pub use keys::{child_key, decode, encode, pair_key, seq_key, Scope, T};
+pub use keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
+pub use log::{EventLog, LogError, Pos};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
 pub use published::Published;
 pub use queries::FlightScan;
+pub(crate) use recover::APPLIED_KEY;
+pub use recover::{CHECKPOINT_EVENTS, CHECKPOINT_INTERVAL};
 pub use usage::{day_key, tree_root};
 
 use keys::TREE_NAMES;
 
-/// The sled database and its trees. Cheap to clone.
+/// Where a store lives in a data dir (a v1 data dir has only `db/`: see [`migrate`]).
+pub const STORE_DIR: &str = "store";
+
+/// The event log and the sled database of projections. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     durable: Durable,
     trees: Vec<sled::Tree>,
+    log: Arc<EventLog>,
+    /// Keeps a temporary store's directory alive.
+    _temp: Option<Arc<tempfile::TempDir>>,
 }
 
 impl Store {
-    pub fn open(path: &std::path::Path) -> Result<Store, BrokerError> {
-        // Private (0700/0600 whatever the umask), and never through a planted symlink.
-        let db = relay_infra::disk::open_private(
-            storage::config().mode(sled::Mode::HighThroughput),
-            path,
-        )
-        .map_err(|e| match e {
-            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                BrokerError::Locked(path.display().to_string())
+    /// Opens the store whose root is `root` (made if missing): the log in `root/log`,
+    /// sled in `root/db`, caught up with the log ([`recover`]).
+    pub fn open(root: &std::path::Path) -> Result<Store, BrokerError> {
+        crate::files::private_dir(root).map_err(|e| BrokerError::Log(e.to_string()))?;
+        // sled first: its lock keeps a second process off the log too.
+        let db_path = root.join("db");
+        let db = match open_sled(&db_path) {
+            Ok(db) => db,
+            Err(e @ BrokerError::Locked(_)) => return Err(e),
+            // The projections are rebuilt from the log; the state that is only in sled
+            // (agent secrets, node cursors, runtime records) is lost with them.
+            Err(e) => {
+                let aside = db_path.with_extension(format!("damaged-{}", now_ms()));
+                tracing::error!(error = %e, moved_to = %aside.display(), "the projections database cannot be opened: it is moved aside and rebuilt from the event log (agent secrets and runtime records kept only there are lost)");
+                std::fs::rename(&db_path, &aside)
+                    .map_err(|e| BrokerError::Log(format!("move {}: {e}", db_path.display())))?;
+                open_sled(&db_path)?
             }
-            sled::Error::Io(io) if io.to_string().contains("lock") => {
-                BrokerError::Locked(path.display().to_string())
-            }
-            other => BrokerError::Storage(other),
-        })?;
-        Self::with_db(Durable::private(db, path))
+        };
+        let log = Arc::new(EventLog::open(&root.join("log"))?);
+        let journal = Arc::new(recover::LogJournal::new(log.clone()));
+        let durable = Durable::journaled(db, Some(&db_path), Some(journal));
+        let store = Self::with_db(durable, log, None)?;
+        store.recover()?;
+        Ok(store)
     }
 
-    /// An in-memory store, for unit tests and rebuild checks.
+    /// An in-memory database over a log in a temporary directory, for unit tests and
+    /// rebuild checks.
     pub fn temporary() -> Result<Store, BrokerError> {
-        Self::with_db(Durable::new(storage::config().temporary(true).open()?))
+        let dir = tempfile::tempdir().map_err(|e| BrokerError::Log(e.to_string()))?;
+        let log = Arc::new(EventLog::open(dir.path())?);
+        let journal = Arc::new(recover::LogJournal::new(log.clone()));
+        let db = storage::config().temporary(true).open()?;
+        let durable = Durable::journaled(db, None, Some(journal));
+        Self::with_db(durable, log, Some(Arc::new(dir)))
     }
 
-    fn with_db(durable: Durable) -> Result<Store, BrokerError> {
+    fn with_db(
+        durable: Durable,
+        log: Arc<EventLog>,
+        temp: Option<Arc<tempfile::TempDir>>,
+    ) -> Result<Store, BrokerError> {
         let db = durable.db();
         let trees = TREE_NAMES
             .iter()
             .map(|n| db.open_tree(n))
             .collect::<Result<Vec<_>, _>>()?;
-        let store = Store { durable, trees };
+        let store = Store {
+            durable,
+            trees,
+            log,
+            _temp: temp,
+        };
         store.index_once_each()?;
         Ok(store)
+    }
+
+    /// The event log.
+    pub fn log(&self) -> &EventLog {
+        &self.log
     }
 
     pub fn tree(&self, t: T) -> &sled::Tree {
         &self.trees[t as usize]
     }
 
+    /// The seq of the last event on disk (0: none).
     pub fn last_seq(&self) -> Result<u64, BrokerError> {
-        Ok(match self.tree(T::Events).last()? {
-            Some((k, _)) => u64::from_be_bytes(
-                k.as_ref()
-                    .try_into()
-                    .map_err(|_| BrokerError::Corrupt("event key is not 8 bytes".into()))?,
-            ),
-            None => 0,
-        })
+        Ok(self.log.last_seq())
     }
 
     /// Runs `f` in one transaction over every tree. `f` may be re-run by sled, so it must
@@ -134,7 +191,12 @@ impl Store {
         self.trees
             .as_slice()
             .transaction(|trees| {
-                f(&Tx { trees }).map_err(|e| match e {
+                f(&Tx {
+                    trees,
+                    durable: &self.durable,
+                    log: &self.log,
+                })
+                .map_err(|e| match e {
                     // Let sled retry the whole closure, as it expects.
                     BrokerError::TxConflict => ConflictableTransactionError::Conflict,
                     e => ConflictableTransactionError::Abort(e),
@@ -183,6 +245,9 @@ impl Store {
 /// A view of every tree inside one transaction.
 pub struct Tx<'a> {
     trees: &'a [TransactionalTree],
+    /// Told when the transaction writes state that is not in the log.
+    durable: &'a Durable,
+    log: &'a EventLog,
 }
 
 impl Tx<'_> {
@@ -192,6 +257,23 @@ impl Tx<'_> {
             .map_err(unabortable)?
             .map(|v| decode(&v))
             .transpose()
+    }
+
+    /// Update `seq` of `flight`, read from the log (`None`: there is none, or it is not
+    /// on disk yet: rules keep what they just wrote themselves).
+    pub fn stored_update(
+        &self,
+        flight: &str,
+        seq: u64,
+    ) -> Result<Option<StoredUpdate>, BrokerError> {
+        let Some(v) = self.trees[T::FlightUpdates as usize]
+            .get(child_key(flight, seq))
+            .map_err(unabortable)?
+        else {
+            return Ok(None);
+        };
+        let (event_seq, pos) = parse_pair(&v)?;
+        queries::update_at(self.log, event_seq, pos)
     }
 
     pub fn contains(&self, t: T, key: &[u8]) -> Result<bool, BrokerError> {
@@ -207,4 +289,18 @@ fn unabortable(e: sled::transaction::UnabortableTransactionError) -> BrokerError
         sled::transaction::UnabortableTransactionError::Storage(e) => BrokerError::Storage(e),
         sled::transaction::UnabortableTransactionError::Conflict => BrokerError::TxConflict,
     }
+}
+
+/// Opens sled at `path` (private: 0700/0600, never through a planted symlink).
+fn open_sled(path: &std::path::Path) -> Result<sled::Db, BrokerError> {
+    relay_infra::disk::open_private(storage::config().mode(sled::Mode::HighThroughput), path)
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            sled::Error::Io(io) if io.to_string().contains("lock") => {
+                BrokerError::Locked(path.display().to_string())
+            }
+            other => BrokerError::Storage(other),
+        })
 }

@@ -6,7 +6,8 @@ use relay_protocol::domain::{decider, Approval, ApprovalState, Flight, FlightUpd
 use relay_protocol::event::{Event, EventBody};
 use serde::Serialize;
 
-use super::keys::{child_key, decode, encode, pair_key, Scope, T};
+use super::keys::{child_key, decode, encode, pair_key, pair_value, seq_key, Scope, T};
+use super::log::Pos;
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
 
@@ -48,9 +49,11 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
     }
 }
 
-/// Applies one event to the projections. Events carry the records they produce, so
-/// applying is a set of puts and deletes, and applying twice changes nothing.
-pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
+/// Applies one event, at position `pos` of the log, to the projections. Events carry the
+/// records they produce, so applying is a set of puts and deletes, and applying twice
+/// changes nothing.
+pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError> {
+    sink.put(T::EventPos, &seq_key(event.seq), pos.to_be_bytes().to_vec())?;
     for (scope, id) in replay_scopes(&event.body) {
         sink.put(T::ReplayIndex, &scope.key(id, event.seq), Vec::new())?;
     }
@@ -99,10 +102,7 @@ pub fn apply(sink: &dyn Sink, event: &Event) -> Result<(), BrokerError> {
             sink.put(
                 T::FlightUpdates,
                 &child_key(&update.flight, update.seq),
-                encode(&StoredUpdate {
-                    event_seq: event.seq,
-                    update: update.clone(),
-                })?,
+                pair_value(event.seq, pos).to_vec(),
             )?;
             // Only the change that ends a flight touches the index (never a delta).
             if matches!(
@@ -170,7 +170,7 @@ fn count_rule_match(sink: &dyn Sink, approval: &Approval, at: u64) -> Result<(),
     sink.put(T::Rules, id.as_bytes(), encode(&rule)?)
 }
 
-/// A flight update as stored: with the global seq of the event that made it.
+/// A flight update as read back: with the global seq of the event that made it.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct StoredUpdate {
     pub event_seq: u64,
@@ -182,14 +182,26 @@ impl Sink for Tx<'_> {
         self.trees[tree as usize].get(key).map_err(unabortable)
     }
     fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.outside_log(tree);
         self.trees[tree as usize]
             .insert(key, value)
             .map_err(unabortable)?;
         Ok(())
     }
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.outside_log(tree);
         self.trees[tree as usize].remove(key).map_err(unabortable)?;
         Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// A write to state the log does not hold (see the module header of `store`): the
+    /// group commit must make sled itself durable.
+    fn outside_log(&self, tree: T) {
+        if matches!(tree, T::Secrets | T::ReportCursors) {
+            self.durable.want_db_flush();
+        }
     }
 }
 
@@ -256,13 +268,26 @@ impl Store {
 
     /// One pass over the log (a database made before the replay index: once).
     fn index_replays(&self) -> Result<(), BrokerError> {
-        for value in self.tree(T::Events).iter().values() {
-            let event: Event = decode(&value?)?;
+        let mut failed = None;
+        self.log().scan(0, |record| {
+            let event: Event = match decode(&record.payload) {
+                Ok(e) => e,
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            };
             for (scope, id) in replay_scopes(&event.body) {
-                self.tree(T::ReplayIndex)
-                    .insert(scope.key(id, event.seq), Vec::<u8>::new())?;
+                if let Err(e) = self
+                    .tree(T::ReplayIndex)
+                    .insert(scope.key(id, event.seq), Vec::<u8>::new())
+                {
+                    failed = Some(e.into());
+                    return Ok(false);
+                }
             }
-        }
-        Ok(())
+            Ok(true)
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 }

@@ -7,7 +7,8 @@ use relay_protocol::domain::{
 };
 use relay_protocol::event::Event;
 
-use super::keys::{child_key, child_prefix, decode, seq_key, Scope, T};
+use super::keys::{child_key, child_prefix, decode, parse_pair, parse_u64, seq_key, Scope, T};
+use super::log::{EventLog, Pos};
 use super::projections::StoredUpdate;
 use super::published::Published;
 use super::Store;
@@ -95,9 +96,28 @@ impl Store {
             .collect()
     }
 
-    /// The event with global seq `seq`.
+    /// The event with global seq `seq` (once it is on disk).
     pub fn event(&self, seq: u64) -> Result<Option<Event>, BrokerError> {
-        self.get(T::Events, &seq_key(seq))
+        match self.event_pos(seq)? {
+            None => Ok(None),
+            Some(pos) => self.event_at(pos),
+        }
+    }
+
+    /// Where event `seq` is in the log.
+    fn event_pos(&self, seq: u64) -> Result<Option<Pos>, BrokerError> {
+        self.tree(T::EventPos)
+            .get(seq_key(seq))?
+            .map(|v| parse_u64(&v))
+            .transpose()
+    }
+
+    /// The event at position `pos` of the log (`None`: not synced yet).
+    fn event_at(&self, pos: Pos) -> Result<Option<Event>, BrokerError> {
+        self.log()
+            .read(pos)?
+            .map(|r| decode(&r.payload))
+            .transpose()
     }
 
     /// The flights not yet ended, oldest first (from the index, not a scan).
@@ -246,11 +266,20 @@ impl Store {
         flight: &str,
         after: u64,
     ) -> Result<Vec<StoredUpdate>, BrokerError> {
-        self.tree(T::FlightUpdates)
+        let mut out = Vec::new();
+        for v in self
+            .tree(T::FlightUpdates)
             .range(child_key(flight, after.saturating_add(1))..=child_key(flight, u64::MAX))
             .values()
-            .map(|v| decode(&v?))
-            .collect()
+        {
+            let (seq, pos) = parse_pair(&v?)?;
+            // Committed to sled but not yet synced to the log: not there yet.
+            match update_at(self.log(), seq, pos)? {
+                Some(u) => out.push(u),
+                None => break,
+            }
+        }
+        Ok(out)
     }
 
     /// The last update of a flight whose event's global seq is at most `upto`.
@@ -265,36 +294,56 @@ impl Store {
             .values()
             .rev()
         {
-            let stored: StoredUpdate = decode(&value?)?;
-            if stored.event_seq <= upto {
-                return Ok(Some(stored));
+            let (seq, pos) = parse_pair(&value?)?;
+            if seq <= upto {
+                return update_at(self.log(), seq, pos);
             }
         }
         Ok(None)
     }
 
-    /// Events with global seq greater than `after`, at most `limit` of them, each with
-    /// its stored JSON as the writer stored it (not encoded again): what live
-    /// subscribers are sent when they read the log back (catch-up, an event too large to
-    /// be kept in memory). The one read of the log for them: sled's values are copied
-    /// out once (a log of segment files can slice them from one read instead).
+    /// Events with global seq greater than `after`, at most `limit` of them (those on
+    /// disk), read from the log in one sequential pass, each with its JSON as the writer
+    /// stored it (the record's payload, not encoded again): what subscribers are sent
+    /// when they read the log back (catch-up, an event too large to be kept in memory).
     pub fn published_after(&self, after: u64, limit: usize) -> Result<Vec<Published>, BrokerError> {
-        self.tree(T::Events)
-            .range(seq_key(after.saturating_add(1))..)
-            .values()
-            .take(limit)
-            .map(|v| Published::from_stored(bytes::Bytes::copy_from_slice(&v?)))
-            .collect()
+        let Some(pos) = self.event_pos(after.saturating_add(1))? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.log().scan(pos, |record| {
+            match Published::from_stored(bytes::Bytes::from(record.payload)) {
+                Ok(published) => out.push(published),
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+            Ok(out.len() < limit)
+        })?;
+        failed.map_or(Ok(out), Err)
     }
 
-    /// Events with global seq greater than `after`, at most `limit` of them.
+    /// Events with global seq greater than `after`, at most `limit` of them (those on
+    /// disk), read from the log in one sequential pass.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
-        self.tree(T::Events)
-            .range(seq_key(after.saturating_add(1))..)
-            .values()
-            .take(limit)
-            .map(|v| decode(&v?))
-            .collect()
+        let Some(pos) = self.event_pos(after.saturating_add(1))? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.log().scan(pos, |record| {
+            match decode(&record.payload) {
+                Ok(event) => out.push(event),
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+            Ok(out.len() < limit)
+        })?;
+        failed.map_or(Ok(out), Err)
     }
 }
 
@@ -307,4 +356,32 @@ pub struct FlightScan {
     pub since: Option<u64>,
     /// Most flights it reads, matching or not.
     pub max_read: usize,
+}
+
+/// The update that the event at `pos` made (only the update's part of it is decoded);
+/// `None` while that is not on disk.
+pub(super) fn update_at(
+    log: &EventLog,
+    event_seq: u64,
+    pos: Pos,
+) -> Result<Option<StoredUpdate>, BrokerError> {
+    /// The part of a `flight_updated` event an update's reader needs.
+    #[derive(serde::Deserialize)]
+    struct UpdateOf {
+        update: FlightUpdate,
+    }
+    let Some(record) = log.read(pos)? else {
+        return Ok(None);
+    };
+    if record.seq != event_seq {
+        return Err(BrokerError::Corrupt(format!(
+            "flight update of event {event_seq} points at event {}",
+            record.seq
+        )));
+    }
+    let of: UpdateOf = decode(&record.payload)?;
+    Ok(Some(StoredUpdate {
+        event_seq,
+        update: of.update,
+    }))
 }

@@ -49,6 +49,10 @@ pub enum StorageError {
     /// The flush after the job failed: the job ran, but its writes may not be on disk.
     #[error("disk flush failed: {0}")]
     Flush(Arc<sled::Error>),
+    /// The journal in front of the database could not be synced: the job ran, but its
+    /// writes may not be on disk.
+    #[error("journal sync failed: {0}")]
+    Journal(String),
     #[error("a storage job panicked: {0}")]
     Panicked(String),
     /// The storage thread is gone (the process is ending).
@@ -95,6 +99,24 @@ struct DurableInner {
     flushes: AtomicU64,
     /// For a database opened with [`crate::disk::open_private`].
     sweeper: Option<crate::disk::Sweeper>,
+    /// sled's data file (`<dir>/db`), `fdatasync`ed after each of sled's flushes: sled
+    /// flushes with `sync_file_range`, which neither writes the file's size nor flushes
+    /// the drive's cache, so on its own it does not survive a power loss.
+    data_file: Option<std::path::PathBuf>,
+    /// What the group's flush makes durable first, when the database has a journal.
+    journal: Option<Arc<dyn Journal>>,
+    /// A write the journal does not hold went into the database since its last flush
+    /// (with a journal: the next group flush must flush the database too).
+    db_dirty: std::sync::atomic::AtomicBool,
+}
+
+/// A write-ahead journal in front of a database (the broker's event log): the storage
+/// thread's group flush syncs the journal, and flushes the database only when the
+/// journal asks for it (a checkpoint), since the journal alone can redo what the
+/// database lost.
+pub trait Journal: Send + Sync {
+    /// Makes everything appended so far durable. `Ok(true)`: flush the database now too.
+    fn sync(&self) -> Result<bool, String>;
 }
 
 impl std::fmt::Debug for Durable {
@@ -112,6 +134,9 @@ impl Durable {
                 db,
                 flushes: AtomicU64::new(0),
                 sweeper: None,
+                data_file: None,
+                journal: None,
+                db_dirty: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -119,13 +144,33 @@ impl Durable {
     /// A database opened with [`crate::disk::open_private`] at `dir`: the files sled
     /// makes later are kept private too ([`crate::disk::Sweeper`]).
     pub fn private(db: sled::Db, dir: &std::path::Path) -> Durable {
+        Self::journaled(db, Some(dir), None)
+    }
+
+    /// [`Durable::private`], with a `journal` synced by each group flush in its place
+    /// (see [`Journal`]).
+    /// `dir`: where the database is on disk (`None`: a temporary one).
+    pub fn journaled(
+        db: sled::Db,
+        dir: Option<&std::path::Path>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Durable {
         Durable {
             inner: Arc::new(DurableInner {
                 db,
                 flushes: AtomicU64::new(0),
-                sweeper: Some(crate::disk::Sweeper::new(dir)),
+                sweeper: dir.map(crate::disk::Sweeper::new),
+                data_file: dir.map(|d| d.join("db")),
+                journal,
+                db_dirty: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The next group flush flushes the database itself too, journal or not: it holds a
+    /// write the journal cannot redo.
+    pub fn want_db_flush(&self) {
+        self.inner.db_dirty.store(true, Ordering::Release);
     }
 
     pub fn db(&self) -> &sled::Db {
@@ -144,12 +189,40 @@ impl Durable {
     /// Flushes now, on the calling thread (the storage thread).
     fn flush_now(&self) -> Result<(), StorageError> {
         crate::disk::test_stall_hook();
-        let r = self.inner.db.flush();
+        let r = match &self.inner.journal {
+            None => self.flush_db(),
+            Some(journal) => match journal.sync() {
+                // A write the journal cannot redo must survive a power loss itself.
+                Ok(_) if self.inner.db_dirty.swap(false, Ordering::AcqRel) => self.flush_db(),
+                // A checkpoint only bounds the journal's replay at the next open: the
+                // journal holds what it would lose, so no fdatasync of sled's file.
+                Ok(true) => self
+                    .inner
+                    .db
+                    .flush()
+                    .map(|_| ())
+                    .map_err(|e| StorageError::Flush(Arc::new(e))),
+                Ok(false) => Ok(()),
+                Err(e) => Err(StorageError::Journal(e)),
+            },
+        };
         self.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    /// Flushes sled, then `fdatasync`s its data file (see `data_file`).
+    fn flush_db(&self) -> Result<(), StorageError> {
+        let flushed = self.inner.db.flush();
         if let Some(s) = &self.inner.sweeper {
             s.after_flush();
         }
-        r.map(|_| ()).map_err(|e| StorageError::Flush(Arc::new(e)))
+        flushed.map_err(|e| StorageError::Flush(Arc::new(e)))?;
+        if let Some(path) = &self.inner.data_file {
+            std::fs::File::open(path)
+                .and_then(|f| f.sync_data())
+                .map_err(|e| StorageError::Flush(Arc::new(sled::Error::Io(e))))?;
+        }
+        Ok(())
     }
 
     /// Runs `work` on the storage thread, then makes this database durable (one flush
@@ -160,7 +233,14 @@ impl Durable {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        Storage::global().submit(Some(self.clone()), work).await
+        let this = self.clone();
+        Storage::global()
+            .submit(Some(self.clone()), move || {
+                // Not a journal's write: the database itself must be flushed.
+                this.want_db_flush();
+                work()
+            })
+            .await
     }
 
     /// [`Durable::write`] for callers that need the write on disk before going on.
@@ -178,11 +258,12 @@ impl Durable {
     /// have been acknowledged already.
     pub async fn flush(&self) -> Result<(), StorageError> {
         let (tx, rx) = oneshot::channel();
+        let this = self.clone();
         Storage::global()
             .queue(
                 Some(self.clone()),
                 None,
-                |_| (),
+                move |_| this.want_db_flush(),
                 |_| true,
                 move |r| {
                     let _ = tx.send(r);

@@ -75,7 +75,11 @@ async fn a_kept_commit_report_is_recorded_at_the_next_start_once() {
             commit: Box::new(commit.clone()),
         },
     };
-    let db = s.tmp.path().join("data").join("db");
+    let db = s
+        .tmp
+        .path()
+        .join("data")
+        .join(relay_broker::store::STORE_DIR);
     let store = relay_infra::storage::read(move || relay_broker::Store::open(&db))
         .await
         .unwrap()
@@ -102,7 +106,11 @@ async fn a_kept_commit_report_is_recorded_at_the_next_start_once() {
         s.relay.kill9();
     }
     // Recorded once (the second start had nothing kept to send), and the record is gone.
-    let db = s.tmp.path().join("data").join("db");
+    let db = s
+        .tmp
+        .path()
+        .join("data")
+        .join(relay_broker::store::STORE_DIR);
     let store = relay_infra::storage::read(move || relay_broker::Store::open(&db))
         .await
         .unwrap()

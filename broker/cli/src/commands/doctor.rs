@@ -16,6 +16,12 @@ pub struct DoctorArgs {
     /// committed on their branch first; the branches stay).
     #[arg(long)]
     pub fix: bool,
+    /// Convert a data dir made before the event log v2 (Relay 0.x's single sled
+    /// database, `db/`) to v2 (`store/`), then check it. Copy then switch: the old
+    /// database is only read, and kept as `db.v1` until you remove it; a crash midway
+    /// leaves it as it was. `relay up` does the same on its first start.
+    #[arg(long)]
+    pub migrate: bool,
     /// Print JSON (machine-readable) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -24,23 +30,42 @@ pub struct DoctorArgs {
 /// `relay doctor`: the rebuild-and-compare check of a stopped data dir, and its orphan
 /// worktrees.
 pub async fn run(data_dir: DataDir, args: DoctorArgs) -> anyhow::Result<Exit> {
-    let DoctorArgs { fix, json } = args;
+    let DoctorArgs { fix, migrate, json } = args;
     let dir = data_dir.path();
-    let db = dir.join("db");
-    if !db.exists() {
-        anyhow::bail!(
-            "{} holds no relay database (no {})",
+    use relay_broker::store::migrate::{layout, Layout};
+    match layout(&dir) {
+        Layout::Empty => anyhow::bail!(
+            "{} holds no relay store (no {} nor {})",
             dir.display(),
-            db.display()
-        );
+            dir.join(relay_broker::store::STORE_DIR).display(),
+            dir.join(relay_broker::store::migrate::V1_DIR).display()
+        ),
+        Layout::V1 if !migrate => {
+            errln!(
+                "relay: {} holds a store from before the event log v2 ({}): `relay doctor --migrate` converts it (or `relay up` does, on its first start); nothing is changed until then",
+                dir.display(),
+                dir.join(relay_broker::store::migrate::V1_DIR).display()
+            );
+            return Ok(Exit::Refused);
+        }
+        Layout::V1 | Layout::V2 => {}
     }
+    let root = dir.clone();
     let opened = relay_infra::storage::read(move || {
-        let store = relay_broker::Store::open(&db)?;
+        let mut last_shown = 0u64;
+        let (store, migrated) =
+            relay_broker::store::migrate::open_data_dir(&root, &mut |done, total| {
+                // About every tenth, on stderr: stdout stays the report.
+                if total > 0 && (done == total || done >= last_shown + total.div_ceil(10)) {
+                    last_shown = done;
+                    errln!("relay: migrating the store: {done} of {total} events");
+                }
+            })?;
         let report = store.doctor()?;
-        Ok::<_, relay_broker::BrokerError>((report, store))
+        Ok::<_, relay_broker::BrokerError>(((report, migrated), store))
     })
     .await?;
-    let (report, store) = match opened {
+    let ((report, migrated), store) = match opened {
         Ok(opened) => opened,
         // A running broker (or node) holds the database: a conflict, not damage (exit 4,
         // not 1), with what to do.
@@ -58,10 +83,23 @@ pub async fn run(data_dir: DataDir, args: DoctorArgs) -> anyhow::Result<Exit> {
         let mut value = serde_json::to_value(&report)?;
         if let Some(o) = value.as_object_mut() {
             o.insert("orphan_worktrees".into(), serde_json::to_value(&orphans)?);
+            if let Some(m) = &migrated {
+                o.insert("migrated".into(), serde_json::to_value(m)?);
+            }
         }
         print_json(&value)?;
     } else {
         outln!("data dir: {}", dir.display());
+        if let Some(m) = &migrated {
+            outln!(
+                "migrated to the event log v2: {} events (last seq {}), {} -> {} bytes; the v1 database is kept at {} (remove it once you are satisfied)",
+                m.events,
+                m.last_seq,
+                m.v1_bytes,
+                m.v2_bytes,
+                m.kept_v1.display()
+            );
+        }
         outln!(
             "events: {} (last seq {}); flights: {} ({} not ended: `relay up` resumes or fails them)",
             report.events, report.last_seq, report.flights, report.live_flights

@@ -349,13 +349,10 @@ impl Ctx<'_, '_> {
             }
             FlightChange::Delta { text } => {
                 // Streamed text accumulates; after anything else it starts afresh.
-                let previous: Option<crate::store::StoredUpdate> = self.tx.read(
-                    T::FlightUpdates,
-                    &crate::store::child_key(&flight.id, flight.update_seq),
-                )?;
-                let mut s = match previous.map(|p| p.update.change) {
-                    Some(FlightChange::Delta { .. }) => flight.summary.take().unwrap_or_default(),
-                    _ => String::new(),
+                let mut s = if self.last_was_delta(&flight)? {
+                    flight.summary.take().unwrap_or_default()
+                } else {
+                    String::new()
                 };
                 s.push_str(text);
                 flight.summary = Some(tail(&s, SUMMARY_CHARS));

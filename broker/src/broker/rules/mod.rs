@@ -14,7 +14,7 @@ use relay_protocol::domain::FlightChange;
 
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
-use crate::store::{apply, encode, seq_key, Published, Tx, T};
+use crate::store::{apply, encode, Published, Tx, T};
 
 mod agents;
 mod approvals;
@@ -32,10 +32,17 @@ pub(super) struct Ctx<'a, 't> {
     pub(super) live: &'a LiveByAgent,
     /// ...and how this batch changed them so far (the queue rule adds both).
     pub(super) live_delta: HashMap<String, i64>,
+    /// Whether each flight's last update was streamed text, as committed...
+    pub(super) streaming: &'a super::writer::Streaming,
+    /// ...and as this batch left it (`None`: the flight ended).
+    pub(super) streaming_delta: HashMap<String, Option<bool>>,
     pub(super) next_seq: u64,
+    /// Where the next event will be in the log (the batch is appended after it commits).
+    pub(super) next_pos: crate::store::Pos,
     pub(super) now: u64,
-    /// Each with its stored encoding (its size in the log is its `stored_len`).
-    pub(super) events: Vec<Published>,
+    /// Each with its encoding: the log record's payload (version byte and wire JSON),
+    /// whose JSON the `Published` shares (one allocation).
+    pub(super) events: Vec<(Published, bytes::Bytes)>,
     /// Who asked for the command running now ([`Command::As`]), recorded as its
     /// events' `by`.
     pub(super) by: Option<String>,
@@ -55,20 +62,45 @@ impl Ctx<'_, '_> {
                 *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
             }
             EventBody::FlightUpdated { update, flight } => {
+                let ended = flight.state.is_terminal();
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
                     *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
                 }
+                let delta = matches!(update.change, FlightChange::Delta { .. });
+                self.streaming_delta
+                    .insert(flight.id.clone(), (!ended).then_some(delta));
             }
             _ => {}
         }
-        // Encoded once: these bytes are stored, and their JSON is what every subscriber
-        // is sent. (sled copies them into its own buffer; a log append would not.)
+        // Encoded once: these bytes are the log record's payload, and their JSON is what
+        // every subscriber is sent.
         let (published, stored) = Published::encode(event)?;
-        crate::store::Sink::put(self.tx, T::Events, &seq_key(published.seq), stored.to_vec())?;
-        apply(self.tx, &published.event)?;
+        apply(self.tx, &published.event, self.next_pos)?;
         self.next_seq += 1;
-        self.events.push(published);
+        self.next_pos += crate::store::log::record_len(stored.len());
+        self.events.push((published, stored));
         Ok(())
+    }
+
+    /// Whether `flight`'s last update was streamed text: from this batch, else from
+    /// what the writer keeps, else (an update from before this broker started) from the
+    /// log.
+    pub(super) fn last_was_delta(&self, flight: &Flight) -> Result<bool, BrokerError> {
+        if let Some(last) = self.streaming_delta.get(&flight.id) {
+            return Ok(last.unwrap_or(false));
+        }
+        let kept = self
+            .streaming
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&flight.id).copied());
+        match kept {
+            Some(delta) => Ok(delta),
+            None => Ok(self
+                .tx
+                .stored_update(&flight.id, flight.update_seq)?
+                .is_some_and(|u| matches!(u.update.change, FlightChange::Delta { .. }))),
+        }
     }
 
     pub(super) fn run(&mut self, command: &Command) -> Result<Outcome, BrokerError> {

@@ -83,8 +83,13 @@ pub(crate) fn now_nanos() -> u128 {
 
 /// Milliseconds since a delta's text was written (its first 20 characters).
 pub(crate) fn age_ms(text: &str) -> Option<f64> {
+    sent_and_age(text).map(|(_, age)| age)
+}
+
+/// When a delta's text was written (ns since the epoch) and its age now, in ms.
+pub(crate) fn sent_and_age(text: &str) -> Option<(u128, f64)> {
     let sent: u128 = text.get(..20)?.parse().ok()?;
-    Some((now_nanos() as f64 - sent as f64) / 1e6)
+    Some((sent, (now_nanos() as f64 - sent as f64) / 1e6))
 }
 
 /// Sends an invocation as JSON on `<prefix>.<agent>` and returns its flight id; a busy
@@ -131,6 +136,9 @@ pub(crate) struct Seen {
     pub(crate) last: Option<Instant>,
     /// Age of each delta when it arrived, in ms (if asked for).
     pub(crate) ages_ms: Vec<f64>,
+    /// When each of those deltas was written (ns since the epoch), in the same order: a
+    /// scenario keeps the deltas of a window (the noisy neighbour's burst).
+    pub(crate) sent_ns: Vec<u128>,
     pub(crate) state: Option<pb::FlightState>,
 }
 
@@ -157,6 +165,7 @@ pub(crate) async fn follow_flight(
         first: None,
         last: None,
         ages_ms: Vec::new(),
+        sent_ns: Vec::new(),
         state: None,
     };
     loop {
@@ -182,7 +191,8 @@ pub(crate) async fn follow_flight(
                 seen.deltas += (d.text.len() / size).max(1) as u64;
                 if ages {
                     for start in (0..d.text.len()).step_by(size) {
-                        if let Some(a) = d.text.get(start..).and_then(age_ms) {
+                        if let Some((sent, a)) = d.text.get(start..).and_then(sent_and_age) {
+                            seen.sent_ns.push(sent);
                             seen.ages_ms.push(a);
                         }
                     }
@@ -205,6 +215,14 @@ pub(crate) async fn follow_flight(
     }
 }
 
+/// The size of a `stream:N:SIZE[:RATE]` task's deltas; anything else counts per update.
+pub(crate) fn delta_size_of(task: &str) -> usize {
+    task.split(':')
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
 /// Invokes `agent` with `task` and follows its flight to the end over NATS.
 pub(crate) async fn stream_flight(
     nats: &async_nats::Client,
@@ -215,13 +233,7 @@ pub(crate) async fn stream_flight(
     let mut sub = nats.subscribe(format!("relay.v1.flight.{agent}.*")).await?;
     nats.flush().await?;
     let id = invoke(nats, "relay.v1.invoke", agent, task).await?;
-    // `stream:N:SIZE[:RATE]`: deltas of SIZE bytes; anything else counts per update.
-    let size = task
-        .split(':')
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(usize::MAX);
-    let seen = follow_flight(&mut sub, &id, ages, size).await?;
+    let seen = follow_flight(&mut sub, &id, ages, delta_size_of(task)).await?;
     if seen.state != Some(pb::FlightState::Completed) {
         bail!("flight {id} ended {:?}", seen.state);
     }
@@ -303,6 +315,31 @@ pub(crate) async fn raw_latency(
     }
     publisher.await??;
     Ok(ages)
+}
+
+/// The size of a stopped broker's store, and what was measured: the data dir's `store/`
+/// (the v2 layout: the event log's segments and sled) or else its `db/` (v1: sled alone),
+/// so that one bench measures a v1 and a v2 build alike (`--relay`).
+pub(crate) fn store_bytes(data: &Path) -> anyhow::Result<(u64, &'static str)> {
+    for (dir, what) in [("store", "store/ (log + sled)"), ("db", "db/ (sled)")] {
+        let path = data.join(dir);
+        if path.is_dir() {
+            let bytes =
+                bench::dir_bytes(&path).with_context(|| format!("measuring {}", path.display()))?;
+            return Ok((bytes, what));
+        }
+    }
+    bail!("{} has neither store/ nor db/", data.display())
+}
+
+/// The v2 store of a stopped broker (`<data>/store`: its log and sled), for the raw
+/// baselines, which read it with this bench's own store code. A v1 data dir (a `--relay`
+/// build from before the event log v2) is not read: opening it with v2 code would
+/// migrate it.
+pub(crate) fn sled_dir(data: &Path) -> anyhow::Result<PathBuf> {
+    let v2 = data.join(relay_broker::store::STORE_DIR);
+    anyhow::ensure!(v2.is_dir(), "{} is not a v2 store", v2.display());
+    Ok(v2)
 }
 
 pub(crate) fn rss_mb(pid: u32) -> anyhow::Result<f64> {

@@ -9,11 +9,13 @@
 //! on demand (`stream:N:SIZE[:RATE]`). Every process is killed when its handle drops,
 //! also when the run is interrupted (SIGINT, SIGTERM).
 //!
-//! The scenarios run in four parts, each with its own broker and nats-server:
+//! The scenarios run in parts, each with its own broker and nats-server:
 //! - A: 1 delta throughput (runtime -> broker -> NATS subscriber vs raw NATS), 4 bytes on
 //!   disk per delta after it, 7 the broker's RSS after it (vs the same broker idle).
-//! - B: 2 delta latency at a fixed rate (vs a raw NATS hop at the same rate), 6 replay of
-//!   one flight's updates over HTTP (vs reading them raw from sled).
+//! - B: the fsync floor ([`floor`]: a 4 KiB append + fdatasync on the data dirs'
+//!   filesystem), 2 delta latency at a fixed rate (vs a raw NATS hop at the same rate plus
+//!   that floor), 6 replay of one flight's updates over HTTP (vs reading them raw from
+//!   sled).
 //! - C: 3 invocation throughput at several numbers in flight (vs a raw NATS responder),
 //!   then 5 restart on the data dir grown to many flights (vs opening sled alone), with
 //!   the listings' times.
@@ -21,15 +23,27 @@
 //! - E: 8 a real codex turn through `relay ask` and over HTTP (vs the same pinned codex
 //!   driven directly), against the same mock model, interleaved
 //!   ([`relay_tests::codex_turns`]).
+//! - F: 9 the noisy neighbour: one agent's latency at a fixed rate beside another's burst
+//!   (vs the same agent alone on the same broker).
+//! - G: 10 a realistic fleet: many agents streaming short deltas at a modest rate with
+//!   answers of a few KB: RSS at the end, latency, bytes per delta.
+//! - H: 4 bytes on disk per posted message of about 160 bytes.
+//!
+//! Stores are measured whichever layout the build keeps ([`common::store_bytes`]), so a
+//! build of another commit (`--relay`, the "before" of a change) runs the same scenarios.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod floor;
 mod part_a;
 mod part_b;
 mod part_c;
 mod part_d;
 mod part_e;
+mod part_f;
+mod part_g;
+mod part_h;
 
 use common::*;
 use part_a::part_a;
@@ -37,6 +51,9 @@ use part_b::part_b;
 use part_c::part_c;
 use part_d::part_d;
 use part_e::part_e;
+use part_f::part_f;
+use part_g::part_g;
+use part_h::part_h;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,10 +80,11 @@ struct Args {
     /// Small sizes (well under a minute): proves every scenario runs, measures little.
     #[arg(long)]
     quick: bool,
-    /// The `relay` binary. Default: beside this program.
-    #[arg(long)]
+    /// The `relay` binary. Default: beside this program. Another build (of the commit
+    /// before a change) runs the same scenarios: the "before" in one session.
+    #[arg(long, env = "RELAY_BENCH_RELAY")]
     relay: Option<PathBuf>,
-    /// Only these scenarios (1-8); the part that measures each runs whole.
+    /// Only these scenarios (1-10); the part that measures each runs whole.
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<u8>,
     /// Write the table and the machine's description into this file's "latest run"
@@ -115,6 +133,30 @@ struct Args {
     /// 8: timed turns of each way (after a warm-up turn of each).
     #[arg(long)]
     codex_turns: Option<usize>,
+    /// 2: appends + fdatasync timed for the fsync floor.
+    #[arg(long)]
+    fsync_samples: Option<usize>,
+    /// 9: deltas of agent A's burst.
+    #[arg(long)]
+    burst_deltas: Option<u64>,
+    /// 9: deltas of agent B timed alone (at --latency-rate per second).
+    #[arg(long)]
+    neighbour_deltas: Option<u64>,
+    /// 10: agents of the fleet.
+    #[arg(long)]
+    fleet_agents: Option<usize>,
+    /// 10: how long the fleet streams (an agent starts a flight only if it ends in time).
+    #[arg(long)]
+    fleet_seconds: Option<u64>,
+    /// 10: deltas per second of each agent.
+    #[arg(long)]
+    fleet_rate: Option<f64>,
+    /// 10: deltas per flight (its answer is their whole text).
+    #[arg(long)]
+    fleet_flight_deltas: Option<u64>,
+    /// 4: messages posted.
+    #[arg(long)]
+    posted_messages: Option<usize>,
 }
 
 /// The sizes of one run.
@@ -133,6 +175,14 @@ struct Sizes {
     replay_deltas: u64,
     memory_agents: usize,
     codex_turns: usize,
+    fsync_samples: usize,
+    neighbour_burst: u64,
+    neighbour_alone: u64,
+    fleet_agents: usize,
+    fleet_seconds: u64,
+    fleet_rate: f64,
+    fleet_flight_deltas: u64,
+    posted_messages: usize,
 }
 
 impl Sizes {
@@ -159,6 +209,15 @@ impl Sizes {
             replay_deltas: args.replay_deltas.unwrap_or(pick(q, 10_000, 2_000)),
             memory_agents: args.memory_agents.unwrap_or(pick(q, 1000, 50)),
             codex_turns: args.codex_turns.unwrap_or(pick(q, 40, 3)),
+            fsync_samples: args.fsync_samples.unwrap_or(pick(q, 1000, 100)),
+            neighbour_burst: args.burst_deltas.unwrap_or(pick(q, 1_000_000, 20_000)),
+            neighbour_alone: args.neighbour_deltas.unwrap_or(pick(q, 5_000, 500)),
+            fleet_agents: args.fleet_agents.unwrap_or(pick(q, 50, 5)),
+            fleet_seconds: args.fleet_seconds.unwrap_or(pick(q, 120, 5)),
+            fleet_rate: args.fleet_rate.unwrap_or(50.0),
+            // 100 deltas of 32 B: an answer of 3.2 KB, one flight every 2 s per agent.
+            fleet_flight_deltas: args.fleet_flight_deltas.unwrap_or(100),
+            posted_messages: args.posted_messages.unwrap_or(pick(q, 20_000, 500)),
         }
     }
 
@@ -166,7 +225,9 @@ impl Sizes {
         format!(
             "1: {} deltas of {} B; 2: {} deltas at {}/s; 3: up to {} invocations (at most {} s) \
              per level over {} agents, {:?} in flight; 5: {} flights wanted (at most {} s of \
-             generation); 6: {} deltas; 7: {} agents; 8: {} codex turns of each way",
+             generation); 6: {} deltas; 7: {} agents; 8: {} codex turns of each way; the \
+             fsync floor: {} appends; 9: agent B {} deltas alone, then beside a burst of {}; \
+             10: {} agents for {} s, flights of {} deltas at {}/s; 4: {} posted messages",
             bench::number(self.deltas as f64),
             self.delta_size,
             bench::number(self.latency_deltas as f64),
@@ -180,6 +241,14 @@ impl Sizes {
             bench::number(self.replay_deltas as f64),
             self.memory_agents,
             self.codex_turns,
+            self.fsync_samples,
+            bench::number(self.neighbour_alone as f64),
+            bench::number(self.neighbour_burst as f64),
+            self.fleet_agents,
+            self.fleet_seconds,
+            self.fleet_flight_deltas,
+            self.fleet_rate,
+            bench::number(self.posted_messages as f64),
         )
     }
 }
@@ -212,10 +281,8 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let me = std::env::current_exe()?;
-    let relay = args
-        .relay
-        .clone()
-        .unwrap_or_else(|| me.with_file_name("relay"));
+    let beside = me.with_file_name("relay");
+    let relay = args.relay.clone().unwrap_or_else(|| beside.clone());
     anyhow::ensure!(
         relay.exists(),
         "{} is missing: build it (cargo build --release --bins) or pass --relay",
@@ -258,10 +325,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if wanted(&[8]) {
         rows.extend(part_e(&b).await);
     }
+    if wanted(&[9]) {
+        rows.extend(part_f(&b).await);
+    }
+    if wanted(&[10]) {
+        rows.extend(part_g(&b).await);
+    }
+    if wanted(&[4]) {
+        rows.extend(part_h(&b).await);
+    }
     rows.sort_by_key(|r| r.scenario);
     let took = started.elapsed();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let machine = bench::machine_description(&repo);
+    let mut machine = bench::machine_description(&repo);
+    machine.push(("relay".into(), relay_build(&b.relay, &beside)));
     let table = bench::text_table(&rows);
     println!(
         "relay-bench ({}, {:.0} s): {}",
@@ -320,12 +397,38 @@ fn say(what: &str) {
 }
 
 fn utc_now() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+    output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default()
+}
+
+/// Which `relay` ran: its path, its version, when it was built, and the commit of the
+/// checkout it was built in (the bench's own for the build beside it), so that a run of
+/// a "before" build says what it measured.
+fn relay_build(relay: &Path, beside: &Path) -> String {
+    let path = relay.display().to_string();
+    let version = output(&path, &["--version"]).unwrap_or_else(|| "no --version".into());
+    let built = output("date", &["-u", "-r", &path, "+%Y-%m-%d %H:%M UTC"])
+        .map(|t| format!("built {t}"))
+        .unwrap_or_default();
+    let same = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let commit = if same(relay) == same(beside) {
+        "the build beside relay-bench (the commit above)".to_string()
+    } else {
+        let dir = relay.parent().map(|d| d.display().to_string());
+        dir.and_then(|d| output("git", &["-C", &d, "rev-parse", "--short=12", "HEAD"]))
+            .map(|c| format!("in a checkout at commit {c}"))
+            .unwrap_or_else(|| "outside any git checkout (commit unknown)".into())
+    };
+    format!("{path} ({version}, {built}; {commit})")
+}
+
+/// A command's trimmed stdout, if it ran and succeeded.
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    std::process::Command::new(program)
+        .args(args)
         .output()
         .ok()
+        .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
 
 /// Runs blocking work (starting or stopping a process, sled) without stalling the

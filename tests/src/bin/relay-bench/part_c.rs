@@ -281,7 +281,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
             r.detail = format!("ERROR: {}", r.detail);
         }
         if k == 64 {
-            r = r.goal(Goal::AtLeast(2000.0));
+            r = r.goal(Goal::AtLeast(3000.0));
         }
         rows.push(r);
     }
@@ -328,8 +328,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         status["last_seq"].as_u64().unwrap_or(0),
     );
     blocking(|| relay.terminate())?;
-    let db = relay.data_dir.join("db");
-    let db_bytes = blocking(|| bench::dir_bytes(&db))?;
+    let (db_bytes, layout) = blocking(|| store_bytes(&relay.data_dir))?;
     say(&format!(
         "5: restarting on {} flights, {} events",
         bench::number(flights as f64),
@@ -369,9 +368,15 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         }
         blocking(|| relay.terminate())?;
     }
-    let (open_s, scan_ms) = blocking(|| open_and_scan(&db))?;
+    // Read with this bench's own store code: a build of another layout (`--relay`) may
+    // leave a dir it cannot read; the figures stand without these baselines then.
+    let (open_s, scan_ms, unread) =
+        match blocking(|| sled_dir(&relay.data_dir).and_then(|db| open_and_scan(&db))) {
+            Ok((open, scan)) => (Some(open), Some(scan), String::new()),
+            Err(e) => (None, None, format!("; sled not read: {e:#}")),
+        };
     let sizes = format!(
-        "{} flights, {} events, db {} MB{generation}",
+        "{} flights, {} events, {layout} {} MB{generation}{unread}",
         bench::number(flights as f64),
         bench::number(events as f64),
         bench::number(db_bytes as f64 / 1e6)
@@ -379,7 +384,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     rows.push(
         Row::new(5, "restart until the API answers", "s")
             .value(bench::median(up.clone()).unwrap_or(f64::NAN))
-            .baseline("sled open alone", Some(open_s))
+            .baseline("sled open alone", open_s)
             .goal(Goal::AtMost(1.0))
             .detail(format!(
                 "spawn -> api.json -> /v1/status answers, median of 3 ({}); {sizes}",
@@ -392,7 +397,7 @@ async fn part_c_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     rows.push(
         Row::new(5, "GET /v1/flights?live=true after restart", "ms")
             .value(bench::median(live).unwrap_or(f64::NAN))
-            .baseline("sled scan of the flights tree", Some(scan_ms))
+            .baseline("sled scan of the flights tree", scan_ms)
             .goal(Goal::AtMost(50.0))
             .detail(format!(
                 "median of 15; the first after each start: {}; {live_count} live flights listed",

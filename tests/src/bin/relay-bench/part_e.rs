@@ -73,9 +73,15 @@ async fn part_e_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
         q(&h_first, 0.5).unwrap_or(f64::NAN),
     );
     let row = |name: &str, v: &[f64], base: &[f64], p: f64, what: &str| {
+        // Issue 30's targets: the CLI may spend a little on its own start, HTTP nearly none.
+        let goal = if name.contains("relay ask") {
+            1.10
+        } else {
+            1.05
+        };
         let mut r = Row::new(8, name, "ms")
             .baseline(what, q(base, p))
-            .goal(Goal::RatioAtMost(1.05));
+            .goal(Goal::RatioAtMost(goal));
         if name == PART_E[0] {
             r = r.detail(detail.clone());
         }

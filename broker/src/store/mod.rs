@@ -11,7 +11,8 @@
 //! - `event_pos`: global seq (u64 big-endian) -> the event's position in the log (u64 BE)
 //! - `agents`: name -> [`Agent`]
 //! - `conversations`: id -> [`Conversation`]
-//! - `messages`: conversation id, 0, index (u64 BE) -> [`Message`]
+//! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
+//!   of the event that posted the [`Message`] (two u64 BE): stored once, in the log
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> the global seq and the
@@ -274,6 +275,28 @@ impl Tx<'_> {
         };
         let (event_seq, pos) = parse_pair(&v)?;
         queries::update_at(self.log, event_seq, pos)
+    }
+
+    /// The message with id `id`, read from the log where the writer appended it (synced
+    /// or not: the transaction's own batch is not there yet; rules look there first).
+    pub fn message(
+        &self,
+        id: &str,
+    ) -> Result<Option<relay_protocol::domain::Message>, BrokerError> {
+        let Some(key) = self.trees[T::MessageIds as usize]
+            .get(id.as_bytes())
+            .map_err(unabortable)?
+        else {
+            return Ok(None);
+        };
+        let Some(v) = self.trees[T::Messages as usize]
+            .get(key)
+            .map_err(unabortable)?
+        else {
+            return Ok(None);
+        };
+        let (seq, pos) = parse_pair(&v)?;
+        queries::message_at(self.log, seq, pos, true)
     }
 
     pub fn contains(&self, t: T, key: &[u8]) -> Result<bool, BrokerError> {

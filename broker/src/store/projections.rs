@@ -74,7 +74,8 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
         } => {
             let key = child_key(&message.conversation, message.index);
             sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
-            sink.put(T::Messages, &key, encode(message)?)?;
+            // The message itself is stored once, in the log.
+            sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
             sink.put(
                 T::Conversations,
                 conversation.spec.id.as_bytes(),

@@ -226,23 +226,37 @@ impl Store {
         self.values(T::Deliveries)
     }
 
-    /// The last `n` messages of a conversation, oldest first.
+    /// The last `n` messages of a conversation, oldest first (those on disk: a message
+    /// committed but not yet synced is left out, as it is not published yet).
     pub fn messages(&self, conversation: &str, n: usize) -> Result<Vec<Message>, BrokerError> {
-        let mut out = self
+        let mut out = Vec::new();
+        for v in self
             .tree(T::Messages)
             .scan_prefix(child_prefix(conversation))
             .values()
             .rev()
-            .take(n)
-            .map(|v| decode(&v?))
-            .collect::<Result<Vec<Message>, _>>()?;
+        {
+            if out.len() == n {
+                break;
+            }
+            let (seq, pos) = parse_pair(&v?)?;
+            if let Some(m) = message_at(self.log(), seq, pos, false)? {
+                out.push(m);
+            }
+        }
         out.reverse();
         Ok(out)
     }
 
     pub fn message(&self, id: &str) -> Result<Option<Message>, BrokerError> {
-        match self.tree(T::MessageIds).get(id.as_bytes())? {
-            Some(key) => self.get(T::Messages, &key),
+        let Some(key) = self.tree(T::MessageIds).get(id.as_bytes())? else {
+            return Ok(None);
+        };
+        match self.tree(T::Messages).get(key)? {
+            Some(v) => {
+                let (seq, pos) = parse_pair(&v)?;
+                message_at(self.log(), seq, pos, false)
+            }
             None => Ok(None),
         }
     }
@@ -384,4 +398,36 @@ pub(super) fn update_at(
         event_seq,
         update: of.update,
     }))
+}
+
+/// The message that the `message_posted` event `event_seq` at `pos` posted (only the
+/// message's part of it is decoded); `None` while that is not readable. `appended`: read
+/// what is appended though not yet synced (the writer's own reads, on the storage thread).
+pub(super) fn message_at(
+    log: &EventLog,
+    event_seq: u64,
+    pos: Pos,
+    appended: bool,
+) -> Result<Option<Message>, BrokerError> {
+    /// The part of a `message_posted` event a message's reader needs.
+    #[derive(serde::Deserialize)]
+    struct MessageOf {
+        message: Message,
+    }
+    let record = if appended {
+        log.read_appended(pos)?
+    } else {
+        log.read(pos)?
+    };
+    let Some(record) = record else {
+        return Ok(None);
+    };
+    if record.seq != event_seq {
+        return Err(BrokerError::Corrupt(format!(
+            "message of event {event_seq} points at event {}",
+            record.seq
+        )));
+    }
+    let of: MessageOf = decode(&record.payload)?;
+    Ok(Some(of.message))
 }

@@ -268,11 +268,18 @@ impl Ctx<'_, '_> {
         })
     }
 
-    /// The message with id `id`, if there is one.
+    /// The message with id `id`, if there is one: posted in this batch (not in the log
+    /// yet), or read from the log.
     fn message_by_id(&self, id: &str) -> Result<Option<Message>, BrokerError> {
-        match crate::store::Sink::get(self.tx, T::MessageIds, id.as_bytes())? {
-            Some(key) => self.tx.read(T::Messages, &key),
-            None => Ok(None),
+        let in_batch = self.events.iter().rev().find_map(|(e, _)| match &e.body {
+            relay_protocol::event::EventBody::MessagePosted { message, .. } if message.id == id => {
+                Some(message.clone())
+            }
+            _ => None,
+        });
+        match in_batch {
+            Some(m) => Ok(Some(m)),
+            None => self.tx.message(id),
         }
     }
 

@@ -374,7 +374,16 @@ impl EventLog {
 
     /// The record at `pos`; `None` at or past the synced end.
     pub fn read(&self, pos: Pos) -> Result<Option<Record>, LogError> {
-        let end = self.synced_end();
+        self.read_before(pos, self.synced_end())
+    }
+
+    /// The record at `pos` once appended, synced or not: for the writer's own reads of
+    /// what it wrote a moment ago (never for what is shown: that waits for the sync).
+    pub fn read_appended(&self, pos: Pos) -> Result<Option<Record>, LogError> {
+        self.read_before(pos, self.end())
+    }
+
+    fn read_before(&self, pos: Pos, end: Pos) -> Result<Option<Record>, LogError> {
         if pos.saturating_add(HEADER) > end {
             return Ok(None);
         }

@@ -237,14 +237,18 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         assert_eq!(code, 200, "{body}");
     }
 
+    // The runtime may still record what follows the flights' ends (their panes' agents
+    // going idle): subscribers may be further on than this read of the log, so each is
+    // compared over the log's length, from its start.
     let last = last_seq(&env).await;
     let log = log_after(&env, start).await;
     let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
-        (start + 1..=last).collect::<Vec<_>>(),
+        (start + 1..start + 1 + log.len() as u64).collect::<Vec<_>>(),
         "the log is whole"
     );
+    assert!(log.len() as u64 >= last - start);
     assert!(
         log.iter()
             .any(|e| serde_json::to_vec(e).unwrap().len() > 16 * 1024),
@@ -274,7 +278,7 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         )
         .await;
         assert!(
-            frames(&got.lock().unwrap()) == expected,
+            frames(&got.lock().unwrap())[..expected.len()] == expected[..],
             "SSE client {i}: not the log's events, byte for byte"
         );
     }
@@ -306,7 +310,10 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         let got = frames(&got.lock().unwrap());
         let want = want(&got);
         assert!(!want.is_empty());
-        assert!(got[1..] == want[..], "watcher {i}: not the fleet's events");
+        assert!(
+            got[1..=want.len()] == want[..],
+            "watcher {i}: not the fleet's events"
+        );
     }
     // Every NATS subscriber: each event's encodings, once each, in order.
     let mut updates = Vec::new();
@@ -345,7 +352,7 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         )
         .await;
         assert!(
-            *got.lock().unwrap() == *want,
+            got.lock().unwrap()[..want.len()] == want[..],
             "a NATS subscriber of {subject}: not each event's encoding"
         );
     }

@@ -12,7 +12,6 @@ use relay_infra::disk::{Full, Room};
 use relay_infra::storage::{Ran, StorageError};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::FlightChange;
-use relay_protocol::event::Event;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +20,7 @@ use super::{
     BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
-use crate::store::{pair_value, Store, T};
+use crate::store::{pair_value, Published, Store, T};
 
 pub(super) struct Writer {
     pub(super) store: Store,
@@ -266,14 +265,14 @@ fn settle(
         if let Some(last) = result.events.last() {
             inner.last_seq.store(last.0.seq, Ordering::Release);
         }
-        for (event, stored) in result.events {
-            let size = stored.len();
-            inner.counts.apply(&event);
-            inner.live.apply(&event);
-            let live = if size > LIVE_EVENT_MAX {
-                Live::InLog(event.seq)
+        for (published, stored) in result.events {
+            inner.counts.apply(&published.event);
+            inner.live.apply(&published.event);
+            // Every subscriber shares this one `Published`, its JSON as stored.
+            let live = if stored.len() > LIVE_EVENT_MAX {
+                Live::InLog(published.seq)
             } else {
-                Live::Event(Arc::new(event))
+                Live::Event(Arc::new(published))
             };
             // No subscriber is fine: the log has it.
             let _ = inner.events.send(live);
@@ -387,7 +386,7 @@ fn transact(
     if !events.is_empty() {
         store
             .log()
-            .append(events.iter().map(|(e, bytes)| (e.seq, bytes.as_slice())))
+            .append(events.iter().map(|(e, bytes)| (e.seq, &bytes[..])))
             .map_err(|e| BrokerError::Log(e.to_string()))?;
     }
     // Node reports move their node's cursor even when refused.
@@ -412,8 +411,8 @@ fn transact(
 
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
-    /// With its encoding (the log record's payload).
-    events: Vec<(Event, Vec<u8>)>,
+    /// With its encoding (the log record's payload; see [`Published`]).
+    events: Vec<(Published, bytes::Bytes)>,
     /// Whether the batch wrote anything (events, or a node's report cursor).
     wrote: bool,
 }

@@ -10,6 +10,7 @@ use relay_protocol::event::Event;
 use super::keys::{child_key, child_prefix, decode, parse_pair, parse_u64, seq_key, Scope, T};
 use super::log::{EventLog, Pos};
 use super::projections::StoredUpdate;
+use super::published::Published;
 use super::Store;
 use crate::error::BrokerError;
 
@@ -313,6 +314,29 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// Events with global seq greater than `after`, at most `limit` of them (those on
+    /// disk), read from the log in one sequential pass, each with its JSON as the writer
+    /// stored it (the record's payload, not encoded again): what subscribers are sent
+    /// when they read the log back (catch-up, an event too large to be kept in memory).
+    pub fn published_after(&self, after: u64, limit: usize) -> Result<Vec<Published>, BrokerError> {
+        let Some(pos) = self.event_pos(after.saturating_add(1))? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.log().scan(pos, |record| {
+            match Published::from_stored(bytes::Bytes::from(record.payload)) {
+                Ok(published) => out.push(published),
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+            Ok(out.len() < limit)
+        })?;
+        failed.map_or(Ok(out), Err)
     }
 
     /// Events with global seq greater than `after`, at most `limit` of them (those on

@@ -187,46 +187,30 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
 
     // Two flights streaming from 8 clients each, messages posted meanwhile; one over
     // the size kept in memory for subscribers (16 KiB), then both flights end.
-    let streams = flights.clone().map(|id| {
-        let env_http = env.relay.http();
-        tokio::spawn(async move {
-            let mut posters = Vec::new();
-            for c in 0..8 {
-                let (http, id) = (env_http.clone(), id.clone());
-                posters.push(tokio::spawn(async move {
-                    for n in 0..40 {
-                        let change = json!({"kind": "delta", "text": format!("<{c}.{n}> \"é\"\n")});
-                        let (code, body) = http
-                            .post(&format!("/v1/flights/{id}/updates"), &change)
-                            .await;
-                        assert_eq!(code, 200, "{body}");
-                    }
-                }));
-            }
-            for p in posters {
-                p.await.unwrap();
-            }
-        })
-    });
-    for n in 0..30 {
-        let body = if n == 15 {
-            "large ".repeat(4000)
-        } else {
-            format!("message {n}")
-        };
-        let (code, resp) = env
-            .relay
-            .http()
-            .post(
-                "/v1/messages",
-                &json!({"conversation": "channel.shared", "author": "me", "body": body}),
-            )
-            .await;
-        assert_eq!(code, 200, "{resp}");
-    }
-    for s in streams {
-        s.await.unwrap();
-    }
+    let streams = futures::future::join_all(
+        flights
+            .iter()
+            .map(|id| env.stream_deltas(id, 8, 40, |c, n| format!("<{c}.{n}> \"é\"\n"))),
+    );
+    let messages = async {
+        for n in 0..30 {
+            let body = if n == 15 {
+                "large ".repeat(4000)
+            } else {
+                format!("message {n}")
+            };
+            let (code, resp) = env
+                .relay
+                .http()
+                .post(
+                    "/v1/messages",
+                    &json!({"conversation": "channel.shared", "author": "me", "body": body}),
+                )
+                .await;
+            assert_eq!(code, 200, "{resp}");
+        }
+    };
+    futures::join!(streams, messages);
     for id in &flights {
         let end = json!({"kind": "state", "to": "completed", "output": "done"});
         let (code, body) = env

@@ -98,7 +98,7 @@ fn seen(store: &Store) -> Seen {
         .log()
         .scan(0, |r| {
             events.push((r.seq, r.payload));
-            Ok(true)
+            Ok::<_, relay_broker::store::LogError>(true)
         })
         .unwrap();
     let trees = [
@@ -214,7 +214,7 @@ async fn a_store_behind_its_log_is_caught_up_from_where_it_stood() {
             .log()
             .scan(0, |r| {
                 records.push((r.seq, r.payload));
-                Ok(r.seq < k)
+                Ok::<_, relay_broker::store::LogError>(r.seq < k)
             })
             .unwrap();
         let store = Store::open(&cut).unwrap();

@@ -325,39 +325,21 @@ impl Store {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        let mut failed = None;
         self.log().scan(pos, |record| {
-            match Published::from_stored(bytes::Bytes::from(record.payload)) {
-                Ok(published) => out.push(published),
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            }
-            Ok(out.len() < limit)
+            out.push(Published::from_stored(bytes::Bytes::from(record.payload))?);
+            Ok::<_, BrokerError>(out.len() < limit)
         })?;
-        failed.map_or(Ok(out), Err)
+        Ok(out)
     }
 
     /// Events with global seq greater than `after`, at most `limit` of them (those on
     /// disk), read from the log in one sequential pass.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
-        let Some(pos) = self.event_pos(after.saturating_add(1))? else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        let mut failed = None;
-        self.log().scan(pos, |record| {
-            match decode(&record.payload) {
-                Ok(event) => out.push(event),
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            }
-            Ok(out.len() < limit)
-        })?;
-        failed.map_or(Ok(out), Err)
+        Ok(self
+            .published_after(after, limit)?
+            .into_iter()
+            .map(|p| p.event)
+            .collect())
     }
 }
 

@@ -105,6 +105,31 @@ pub fn segment_name(start: Pos, first_seq: u64) -> String {
     format!("{start:020}-{first_seq:020}.seg")
 }
 
+/// Reads the record at `pos` from `reader` (positioned there), which must end by `end`
+/// and hold its checksum.
+fn read_record(reader: &mut impl Read, pos: Pos, end: Pos) -> Result<Record, LogError> {
+    let mut header = [0u8; HEADER as usize];
+    reader
+        .read_exact(&mut header)
+        .map_err(io(format!("read the event log at {pos}")))?;
+    let (len, crc, seq) = parse_header(&header);
+    if pos + HEADER + len > end {
+        return Err(LogError::Corrupt(format!(
+            "the record at {pos} runs past the end of what it may read ({end})"
+        )));
+    }
+    let mut payload = vec![0u8; len as usize];
+    reader
+        .read_exact(&mut payload)
+        .map_err(io(format!("read the event log at {pos}")))?;
+    if checksum(seq, &payload) != crc {
+        return Err(LogError::Corrupt(format!(
+            "the record at {pos} fails its checksum"
+        )));
+    }
+    Ok(Record { pos, seq, payload })
+}
+
 fn checksum(seq: u64, payload: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&seq.to_le_bytes());
@@ -387,47 +412,26 @@ impl EventLog {
         if pos.saturating_add(HEADER) > end {
             return Ok(None);
         }
-        let Some((start, file)) = self.segment_at(pos)? else {
-            return Err(LogError::Corrupt(format!(
-                "no segment holds position {pos}"
-            )));
+        let (start, file) = self.segment_holding(pos)?;
+        let mut reader = SegmentReader {
+            file: &file,
+            at: pos - start,
         };
-        let mut header = [0u8; HEADER as usize];
-        file.read_exact_at(&mut header, pos - start)
-            .map_err(io(format!("read the event log at {pos}")))?;
-        let (len, crc, seq) = parse_header(&header);
-        if pos + HEADER + len > end {
-            return Err(LogError::Corrupt(format!(
-                "the record at {pos} runs past the log's end"
-            )));
-        }
-        let mut payload = vec![0u8; len as usize];
-        file.read_exact_at(&mut payload, pos - start + HEADER)
-            .map_err(io(format!("read the event log at {pos}")))?;
-        if checksum(seq, &payload) != crc {
-            return Err(LogError::Corrupt(format!(
-                "the record at {pos} fails its checksum"
-            )));
-        }
-        Ok(Some(Record { pos, seq, payload }))
+        read_record(&mut reader, pos, end).map(Some)
     }
 
     /// Calls `f` with every synced record from `from` on, in order, until it returns
     /// `false` or the log ends. Reads each segment sequentially (for rebuilds and
-    /// migrations, which read everything).
-    pub fn scan(
+    /// migrations, which read everything). `f`'s error stops the scan and is returned.
+    pub fn scan<E: From<LogError>>(
         &self,
         from: Pos,
-        mut f: impl FnMut(Record) -> Result<bool, LogError>,
-    ) -> Result<(), LogError> {
+        mut f: impl FnMut(Record) -> Result<bool, E>,
+    ) -> Result<(), E> {
         let end = self.synced_end();
         let mut pos = from;
         while pos < end {
-            let Some((start, file)) = self.segment_at(pos)? else {
-                return Err(LogError::Corrupt(format!(
-                    "no segment holds position {pos}"
-                )));
-            };
+            let (start, file) = self.segment_holding(pos)?;
             let seg_end = self.segment_end(start)?.unwrap_or(end).min(end);
             let mut reader = BufReader::with_capacity(
                 1 << 20,
@@ -437,26 +441,7 @@ impl EventLog {
                 },
             );
             while pos < seg_end {
-                let mut header = [0u8; HEADER as usize];
-                reader
-                    .read_exact(&mut header)
-                    .map_err(io(format!("read the event log at {pos}")))?;
-                let (len, crc, seq) = parse_header(&header);
-                if pos + HEADER + len > seg_end {
-                    return Err(LogError::Corrupt(format!(
-                        "the record at {pos} runs past its segment"
-                    )));
-                }
-                let mut payload = vec![0u8; len as usize];
-                reader
-                    .read_exact(&mut payload)
-                    .map_err(io(format!("read the event log at {pos}")))?;
-                if checksum(seq, &payload) != crc {
-                    return Err(LogError::Corrupt(format!(
-                        "the record at {pos} fails its checksum"
-                    )));
-                }
-                let record = Record { pos, seq, payload };
+                let record = read_record(&mut reader, pos, seg_end)?;
                 pos = record.next();
                 if !f(record)? {
                     return Ok(());
@@ -464,6 +449,11 @@ impl EventLog {
             }
         }
         Ok(())
+    }
+
+    fn segment_holding(&self, pos: Pos) -> Result<(Pos, Arc<File>), LogError> {
+        self.segment_at(pos)?
+            .ok_or_else(|| LogError::Corrupt(format!("no segment holds position {pos}")))
     }
 
     /// Where the segment starting at `start` ends (the next one's start), if sealed.

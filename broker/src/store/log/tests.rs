@@ -38,7 +38,7 @@ fn records_read_back_only_once_synced_and_survive_reopening() {
     let mut seqs = Vec::new();
     log.scan(0, |r| {
         seqs.push(r.seq);
-        Ok(true)
+        Ok::<_, LogError>(true)
     })
     .unwrap();
     assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
@@ -113,7 +113,7 @@ fn segments_roll_without_a_gap_and_positions_are_global() {
     log.scan(positions[1], |r| {
         n += 1;
         assert_eq!(r.payload.len(), size);
-        Ok(true)
+        Ok::<_, LogError>(true)
     })
     .unwrap();
     assert_eq!(n, 2);

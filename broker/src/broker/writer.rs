@@ -360,6 +360,17 @@ fn transact(
                     crate::store::APPLIED_KEY,
                     pair_value(last.seq, ctx.next_pos).to_vec(),
                 )?;
+                // The log gets the batch before sled commits it (sled may retry this
+                // closure: what an earlier try appended is taken back first). So a
+                // crash leaves the log at or ahead of sled, never behind: a restart
+                // catches sled up instead of rebuilding it. Synced by the group commit
+                // before anyone hears of it.
+                let log = store.log();
+                log.rewind(first_pos, first_seq - 1)
+                    .and_then(|()| {
+                        log.append(ctx.events.iter().map(|(e, bytes)| (e.seq, &bytes[..])))
+                    })
+                    .map_err(|e| BrokerError::Log(e.to_string()))?;
             }
             Ok((outcomes, ctx.events, ctx.streaming_delta))
         });
@@ -371,6 +382,14 @@ fn transact(
             None => break committed,
         }
     };
+    if committed.is_err() {
+        // Nothing of the batch was committed: take back what the log got of it, so that
+        // no group commit syncs it.
+        store
+            .log()
+            .rewind(first_pos, first_seq - 1)
+            .map_err(|e| BrokerError::Log(e.to_string()))?;
+    }
     let (outcomes, events, streamed) = committed?;
     if let Ok(mut streaming) = streaming.lock() {
         for (flight, last) in streamed {
@@ -379,15 +398,6 @@ fn transact(
                 None => streaming.remove(&flight),
             };
         }
-    }
-    // The projections hold the batch; the log gets it now, and the group commit syncs it
-    // before anyone hears of it. A failed append leaves sled ahead of the log: the writer
-    // stops, and the next open rebuilds the projections from the log.
-    if !events.is_empty() {
-        store
-            .log()
-            .append(events.iter().map(|(e, bytes)| (e.seq, &bytes[..])))
-            .map_err(|e| BrokerError::Log(e.to_string()))?;
     }
     // Node reports move their node's cursor even when refused.
     let wrote = !events.is_empty()

@@ -314,6 +314,32 @@ impl EventLog {
         Ok(first)
     }
 
+    /// Takes back what was appended past `pos` (`last_seq`: the seq of the record
+    /// before it): a batch that was not committed after all. Never past what is synced,
+    /// nor into a sealed segment. The file is cut there, so a crash cannot bring the
+    /// records taken back to life.
+    pub fn rewind(&self, pos: Pos, last_seq: u64) -> Result<(), LogError> {
+        let mut tail = self.tail()?;
+        if pos == tail.start + tail.len {
+            return Ok(());
+        }
+        if pos < self.synced_end() || pos < tail.start || pos > tail.start + tail.len {
+            return Err(LogError::Corrupt(format!(
+                "cannot take the log back to {pos}: synced to {}, active segment {}..{}",
+                self.synced_end(),
+                tail.start,
+                tail.start + tail.len
+            )));
+        }
+        tail.file
+            .set_len(pos - tail.start)
+            .map_err(io("cut the event log"))?;
+        tail.len = pos - tail.start;
+        tail.last_seq = last_seq;
+        self.appended.store(pos, Ordering::Release);
+        Ok(())
+    }
+
     fn write_out(&self, tail: &mut Tail, bytes: &[u8]) -> Result<(), LogError> {
         if bytes.is_empty() {
             return Ok(());

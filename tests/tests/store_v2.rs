@@ -442,7 +442,8 @@ async fn a_kill_9_under_load_is_caught_up_at_restart_never_rebuilt() {
     assert!(!log.contains("rebuilding them from it"), "{log}");
     eprintln!(
         "caught up at restart: {}",
-        log.lines().any(|l| l.contains("applying the event log's last events"))
+        log.lines()
+            .any(|l| l.contains("applying the event log's last events"))
     );
     relay.terminate().unwrap();
     let out = relay_cmd(&data, &["doctor", "--json"]);

@@ -1,13 +1,16 @@
 //! A gap-free, duplicate-free stream of committed events starting after any seq: it reads
 //! the log up to the last published event, then follows the live broadcast, and reads
 //! back from the log whenever it falls behind. SSE and NATS publishers use it.
+//!
+//! Each event comes as a shared [`Published`]: live, the writer's own (one per event,
+//! for every follower); read back, built from the stored bytes. Either way its `json`
+//! is the bytes the writer stored, so a follower sends it as it is.
 
 use std::sync::Arc;
 
-use relay_protocol::event::Event;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::broker::{Broker, Live};
+use crate::broker::{Broker, Live, Published};
 use crate::error::BrokerError;
 
 /// Events read from the log per step while catching up.
@@ -15,7 +18,7 @@ const CATCH_UP_PAGE: usize = 1024;
 
 /// Streams every committed event with seq > `after`, in order, until the receiver is
 /// dropped or the broker stops.
-pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
+pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Published>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
     let tasks = broker.tasks().clone();
     tasks.spawn(async move {
@@ -28,7 +31,7 @@ pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Event>, B
             while cursor < published {
                 let page = match broker
                     .store()
-                    .read(move |s| s.events_after(cursor, CATCH_UP_PAGE))
+                    .read(move |s| s.published_after(cursor, CATCH_UP_PAGE))
                     .await
                 {
                     Ok(p) => p,

@@ -45,7 +45,7 @@ use relay_protocol::watch::{
 };
 use tokio::sync::{broadcast, mpsc};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Published};
 use crate::error::BrokerError;
 use crate::store::{Store, T};
 
@@ -287,7 +287,13 @@ fn extend(v: &mut FlightView, update: &FlightUpdate, flight: &Flight) {
 pub async fn watch(
     broker: &Broker,
     scope: Scope,
-) -> Result<(Snapshot, mpsc::Receiver<Result<Arc<Event>, BrokerError>>), BrokerError> {
+) -> Result<
+    (
+        Snapshot,
+        mpsc::Receiver<Result<Arc<Published>, BrokerError>>,
+    ),
+    BrokerError,
+> {
     let read_scope = scope.clone();
     let snapshot = broker
         .store()
@@ -310,7 +316,7 @@ pub async fn resume(
     broker: &Broker,
     scope: Scope,
     after: u64,
-) -> Result<mpsc::Receiver<Result<Arc<Event>, BrokerError>>, BrokerError> {
+) -> Result<mpsc::Receiver<Result<Arc<Published>, BrokerError>>, BrokerError> {
     let last = broker.last_seq();
     if after > last {
         return Err(BrokerError::PastTheLog { after, last });
@@ -355,7 +361,7 @@ fn follow_scope(
     broker: &Broker,
     scope: Scope,
     from: u64,
-) -> mpsc::Receiver<Result<Arc<Event>, BrokerError>> {
+) -> mpsc::Receiver<Result<Arc<Published>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
     let mut feed = crate::feed::follow(broker.clone(), from);
     broker.tasks().spawn(async move {

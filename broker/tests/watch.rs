@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use relay_broker::broker::Published;
 use relay_broker::store::Store;
 use relay_broker::watch::watch;
 use relay_broker::{Broker, BrokerConfig, BrokerError, Command};
@@ -25,7 +26,7 @@ use relay_protocol::watch::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-type Followed = mpsc::Receiver<Result<Arc<Event>, BrokerError>>;
+type Followed = mpsc::Receiver<Result<Arc<Published>, BrokerError>>;
 
 async fn broker() -> Broker {
     let (b, _task) = Broker::start(
@@ -327,7 +328,9 @@ async fn check(log: &[Event], scope: &Scope, snapshot: &Snapshot, followed: &mut
             .expect("the watcher's next event")
             .expect("the watch went on")
             .unwrap();
-        assert_eq!(*got, *want, "{scope:?} from {}", snapshot.seq);
+        assert_eq!(got.event, *want, "{scope:?} from {}", snapshot.seq);
+        // What a watcher is sent: the event's JSON as serde_json writes it.
+        assert_eq!(got.json, serde_json::to_vec(want).unwrap(), "{scope:?}");
     }
     match followed.try_recv() {
         Err(mpsc::error::TryRecvError::Empty | mpsc::error::TryRecvError::Disconnected) => {}

@@ -603,6 +603,15 @@ async fn updates_and_an_agents_watch_read_as_transcripts_and_the_watch_survives_
     env.relay.restart().unwrap();
     env.relay.cli_ok(&["ask", "codex-1", "after the restart"]);
     wait_for("ok: after the restart", &mut shown);
+    // The flight's end follows its text: wait for the watch to show it too.
+    relay_tests::wait_until_blocking(
+        "the watch to show the second flight's end",
+        Duration::from_secs(60),
+        || {
+            shown.extend(printed.try_iter().map(|l| l + "\n"));
+            (shown.matches("[completed]").count() >= 2).then_some(())
+        },
+    );
     // Nothing of the first flight was shown again after the restart.
     assert_eq!(
         shown

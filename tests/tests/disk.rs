@@ -391,8 +391,19 @@ async fn relay_up_keeps_its_files_private_and_refuses_symlinks_and_a_data_dir_of
     let mut relay = RelayProcess::start(&data).unwrap();
     let (code, v) = post(&relay, "secret").await;
     assert_eq!(code, 200, "{v}");
-    // A value this large is a file of its own, made by sled after the open.
-    let (code, v) = post(&relay, &big(0)).await;
+    // A value this large is a file of its own, made by sled after the open: an agent's
+    // secrets (kept in sled only, never in the event log), two of 100 KB (one variable
+    // over 128 KiB could not be given to a program at all).
+    let secret = |c: char| c.to_string().repeat(100 * 1024);
+    let (code, v) = relay
+        .http()
+        .post(
+            "/v1/agents",
+            &json!({"name": "a1", "harness": "codex_app_server", "cwd": "/tmp",
+                    "wake": "manual",
+                    "env": {"API_TOKEN": secret('t'), "DB_PASSWORD": secret('p')}}),
+        )
+        .await;
     assert_eq!(code, 200, "{v}");
     assert!(relay.terminate().unwrap().success());
     let all = modes(&data);

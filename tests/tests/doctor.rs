@@ -102,7 +102,7 @@ fn rewrite_log(data: &std::path::Path, edit: impl FnOnce(&mut Vec<(u64, Vec<u8>)
         .unwrap()
         .scan(0, |r| {
             records.push((r.seq, r.payload));
-            Ok(true)
+            Ok::<_, relay_broker::store::LogError>(true)
         })
         .unwrap();
     edit(&mut records);

@@ -44,6 +44,9 @@ mod writer;
 
 pub use refusals::{Full, Refusals};
 
+/// What [`Live::Event`] carries (defined with the log it is read back from).
+pub use crate::store::Published;
+
 pub(crate) use live::LiveByAgent;
 
 use writer::Writer;
@@ -304,7 +307,8 @@ impl Counts {
 /// A committed event as subscribers get it live.
 #[derive(Debug, Clone)]
 pub enum Live {
-    Event(Arc<Event>),
+    /// The event with its stored JSON, shared by every subscriber: sent as it is.
+    Event(Arc<Published>),
     /// This event is too large to keep in memory for subscribers: read it from the log
     /// (it is there: events are published only after their flush).
     InLog(u64),

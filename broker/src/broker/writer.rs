@@ -12,7 +12,6 @@ use relay_infra::disk::{Full, Room};
 use relay_infra::storage::{Ran, StorageError};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::FlightChange;
-use relay_protocol::event::Event;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +20,7 @@ use super::{
     BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
-use crate::store::{pair_value, Store, T};
+use crate::store::{pair_value, Published, Store, T};
 
 pub(super) struct Writer {
     pub(super) store: Store,
@@ -266,14 +265,14 @@ fn settle(
         if let Some(last) = result.events.last() {
             inner.last_seq.store(last.0.seq, Ordering::Release);
         }
-        for (event, stored) in result.events {
-            let size = stored.len();
-            inner.counts.apply(&event);
-            inner.live.apply(&event);
-            let live = if size > LIVE_EVENT_MAX {
-                Live::InLog(event.seq)
+        for (published, stored) in result.events {
+            inner.counts.apply(&published.event);
+            inner.live.apply(&published.event);
+            // Every subscriber shares this one `Published`, its JSON as stored.
+            let live = if stored.len() > LIVE_EVENT_MAX {
+                Live::InLog(published.seq)
             } else {
-                Live::Event(Arc::new(event))
+                Live::Event(Arc::new(published))
             };
             // No subscriber is fine: the log has it.
             let _ = inner.events.send(live);
@@ -361,6 +360,17 @@ fn transact(
                     crate::store::APPLIED_KEY,
                     pair_value(last.seq, ctx.next_pos).to_vec(),
                 )?;
+                // The log gets the batch before sled commits it (sled may retry this
+                // closure: what an earlier try appended is taken back first). So a
+                // crash leaves the log at or ahead of sled, never behind: a restart
+                // catches sled up instead of rebuilding it. Synced by the group commit
+                // before anyone hears of it.
+                let log = store.log();
+                log.rewind(first_pos, first_seq - 1)
+                    .and_then(|()| {
+                        log.append(ctx.events.iter().map(|(e, bytes)| (e.seq, &bytes[..])))
+                    })
+                    .map_err(|e| BrokerError::Log(e.to_string()))?;
             }
             Ok((outcomes, ctx.events, ctx.streaming_delta))
         });
@@ -372,6 +382,14 @@ fn transact(
             None => break committed,
         }
     };
+    if committed.is_err() {
+        // Nothing of the batch was committed: take back what the log got of it, so that
+        // no group commit syncs it.
+        store
+            .log()
+            .rewind(first_pos, first_seq - 1)
+            .map_err(|e| BrokerError::Log(e.to_string()))?;
+    }
     let (outcomes, events, streamed) = committed?;
     if let Ok(mut streaming) = streaming.lock() {
         for (flight, last) in streamed {
@@ -380,15 +398,6 @@ fn transact(
                 None => streaming.remove(&flight),
             };
         }
-    }
-    // The projections hold the batch; the log gets it now, and the group commit syncs it
-    // before anyone hears of it. A failed append leaves sled ahead of the log: the writer
-    // stops, and the next open rebuilds the projections from the log.
-    if !events.is_empty() {
-        store
-            .log()
-            .append(events.iter().map(|(e, bytes)| (e.seq, bytes.as_slice())))
-            .map_err(|e| BrokerError::Log(e.to_string()))?;
     }
     // Node reports move their node's cursor even when refused.
     let wrote = !events.is_empty()
@@ -412,8 +421,8 @@ fn transact(
 
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
-    /// With its encoding (the log record's payload).
-    events: Vec<(Event, Vec<u8>)>,
+    /// With its encoding (the log record's payload; see [`Published`]).
+    events: Vec<(Published, bytes::Bytes)>,
     /// Whether the batch wrote anything (events, or a node's report cursor).
     wrote: bool,
 }

@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::Response;
 use axum::Extension;
 use axum::Json;
 use futures::Stream;
@@ -17,7 +18,7 @@ use relay_protocol::api::{ErrorBody, ErrorCode};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::{ApiResult, ApiState, HttpError, Principal, Req};
+use super::{sse, ApiResult, ApiState, HttpError, Principal, Req};
 use crate::error::{quote, BrokerError};
 
 pub(super) fn sse_json<T: serde::Serialize>(id: u64, kind: &str, v: &T) -> SseEvent {
@@ -36,6 +37,11 @@ fn sse_error(e: &BrokerError) -> SseEvent {
         .event("error")
         .json_data(ErrorBody { error: e.to_api() })
         .unwrap_or_else(|_| SseEvent::default().event("error").data("unserializable"))
+}
+
+/// [`sse_error`], framed for the streams of events ([`sse`]).
+fn error_frame(e: &BrokerError) -> bytes::Bytes {
+    sse::json_frame(None, "error", &ErrorBody { error: e.to_api() })
 }
 
 /// Where a stream starts: the `Last-Event-ID` a reconnecting client sends, else the
@@ -90,25 +96,24 @@ pub(super) async fn list_events(
     Ok(Json(events))
 }
 
-/// Every committed event over SSE (`id:` = global seq, `event:` = its type), from
-/// `after` or the `Last-Event-ID` header, without gaps or duplicates.
+/// Every committed event over SSE (`id:` = global seq, `event:` = its type, `data:`
+/// its JSON as the writer stored it: [`sse::event_frame`]), from `after` or the
+/// `Last-Event-ID` header, without gaps or duplicates.
 pub(super) async fn event_stream(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     Query(q): Query<Req<m::EventStream>>,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+) -> Result<Response, HttpError> {
     principal.may_read_all("the event log")?;
     let after = resume_at(&headers, q.after)?.unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
-    let stream = ReceiverStream::new(rx).map(|item| {
-        Ok(match item {
-            Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
-            Err(e) => sse_error(&e),
-        })
+    let stream = ReceiverStream::new(rx).map(|item| match item {
+        Ok(event) => sse::event_frame(&event),
+        Err(e) => error_frame(&e),
     });
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(sse::response(stream))
 }
 
 /// `GET /v1/watch?flight=ID|agent=NAME|conversation=ID[&limit=N]` over SSE: first
@@ -123,7 +128,7 @@ pub(super) async fn watch_stream(
     Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     Query(q): Query<Req<m::Watch>>,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, HttpError> {
+) -> Result<Response, HttpError> {
     let scope = q
         .scope()
         .map_err(|m| HttpError::new(ErrorCode::InvalidRequest, m))?;
@@ -143,21 +148,26 @@ pub(super) async fn watch_stream(
         // after) instead of a snapshot, then the events after it.
         Some(after) => {
             let rx = crate::watch::resume(&s.broker, scope, after).await?;
-            let first = sse_json(after, "resumed", &serde_json::json!({ "seq": after }));
+            let first =
+                sse::json_frame(Some(after), "resumed", &serde_json::json!({ "seq": after }));
             (first, rx)
         }
         None => {
             let (snapshot, rx) = crate::watch::watch(&s.broker, scope).await?;
-            (sse_json(snapshot.seq, "snapshot", &snapshot), rx)
+            (
+                sse::json_frame(Some(snapshot.seq), "snapshot", &snapshot),
+                rx,
+            )
         }
     };
+    // The scope's events as the writer stored them, as `event_stream` sends them.
     let events = ReceiverStream::new(rx).map(|item| match item {
-        Ok(event) => sse_json(event.seq, event.body.type_name(), &*event),
-        Err(e) => sse_error(&e),
+        Ok(event) => sse::event_frame(&event),
+        Err(e) => error_frame(&e),
     });
-    let stream = tokio_stream::once(first).chain(events).map(Ok);
+    let stream = tokio_stream::once(first).chain(events);
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(sse::response(stream))
 }
 
 /// The `Last-Event-ID` a reconnecting client sends: the seq of the last event it got.

@@ -19,7 +19,8 @@
 //! read), and the handlers by resource: `agents`,
 //! `messages` (conversations and messages), `flights` (invocations, flights, steer,
 //! interrupt), `approvals`, `rules` (remembered decisions), `events` (the event log, the
-//! SSE streams and watches), `replay` (a flight, an agent or a conversation read back
+//! SSE streams and watches), `sse` (the frames and body of the streams of events: each
+//! event's stored JSON as it is, not serialized per client), `replay` (a flight, an agent or a conversation read back
 //! from the log), `usage` (the usage report, an agent's budget), `web` (the dashboard's
 //! page and its login routes), `login` (the dashboard's logins: codes, cookies, their
 //! end), `login_keys` (the login cookies' key and revocations, kept in the data dir), and `health` (`/metrics` and `/healthz`, outside the method
@@ -43,6 +44,7 @@ mod replay;
 mod rules;
 mod serve;
 mod slots;
+mod sse;
 mod usage;
 mod web;
 

@@ -22,12 +22,12 @@ use relay_protocol::bus::{
     TYPE_HEADER,
 };
 use relay_protocol::convert;
-use relay_protocol::event::{Event, EventBody};
+use relay_protocol::event::EventBody;
 use relay_protocol::pb;
 use tokio_util::sync::CancellationToken;
 
 use super::service::Counters;
-use crate::broker::Broker;
+use crate::broker::{Broker, Published};
 use crate::seal::StreamIds;
 
 /// Flight updates published to the stream whose acknowledgement is outstanding, at most.
@@ -114,7 +114,7 @@ pub async fn publish(
         // is not `Send` to the compiler through backon's generic types.
         let seq = event.seq;
         let published = retry::until_stopped(&shutdown, |sleeper| {
-            (|(mut p, event): (Publisher, Arc<Event>)| async move {
+            (|(mut p, event): (Publisher, Arc<Published>)| async move {
                 let outcome = p.publish(&event).await;
                 ((p, event), outcome)
             })

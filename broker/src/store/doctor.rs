@@ -16,16 +16,9 @@ impl Store {
         let scratch = Store::temporary()?;
         let mut report = VerifyReport::default();
         let mut expected = 1u64;
-        let mut failed = None;
         let sink = PlainSink(&scratch);
         self.log().scan(0, |record| {
-            let event: Event = match decode(&record.payload) {
-                Ok(e) => e,
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            };
+            let event: Event = decode(&record.payload)?;
             // The log checks its records' seqs; the event inside must agree.
             if event.seq != expected || record.seq != event.seq {
                 report.gaps.push((expected, event.seq));
@@ -34,15 +27,9 @@ impl Store {
             // it is then a gap, not an overflow.
             expected = event.seq.saturating_add(1);
             report.events += 1;
-            if let Err(e) = apply(&sink, &event, record.pos) {
-                failed = Some(e);
-                return Ok(false);
-            }
-            Ok(true)
+            apply(&sink, &event, record.pos)?;
+            Ok::<_, BrokerError>(true)
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         for t in TREES_PROJECTED {
             let (live, rebuilt) = (self.tree(t), scratch.tree(t));
             let live_entries: Vec<_> = live.iter().collect::<Result<_, _>>()?;

@@ -54,8 +54,10 @@
 //! builds the indexes a database made before them lacks; `queries` reads the records
 //! back; `usage` folds the flights' usage into its counters and reads them (and the
 //! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
-//! ([`Store::verify`]). They layer one way: `keys` <- `usage` <-> `projections` <-
-//! `queries`, `doctor` (`projections` calls the fold, which writes through its `Sink`).
+//! ([`Store::verify`]); `published` pairs an event with its stored JSON, the one
+//! encoding every subscriber gets ([`Published`]). They layer one way: `keys` <-
+//! `published`, `usage` <-> `projections` <- `queries`, `doctor` (`projections` calls
+//! the fold, which writes through its `Sink`).
 //!
 //! [`Event`]: relay_protocol::event::Event
 //! [`Agent`]: relay_protocol::domain::Agent
@@ -68,6 +70,7 @@ mod keys;
 pub mod log;
 pub mod migrate;
 mod projections;
+mod published;
 mod queries;
 mod recover;
 mod usage;
@@ -86,6 +89,7 @@ pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
 pub use log::{EventLog, LogError, Pos};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
+pub use published::Published;
 pub use queries::FlightScan;
 pub(crate) use recover::APPLIED_KEY;
 pub use recover::{CHECKPOINT_EVENTS, CHECKPOINT_INTERVAL};

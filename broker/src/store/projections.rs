@@ -269,26 +269,13 @@ impl Store {
 
     /// One pass over the log (a database made before the replay index: once).
     fn index_replays(&self) -> Result<(), BrokerError> {
-        let mut failed = None;
         self.log().scan(0, |record| {
-            let event: Event = match decode(&record.payload) {
-                Ok(e) => e,
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            };
+            let event: Event = decode(&record.payload)?;
             for (scope, id) in replay_scopes(&event.body) {
-                if let Err(e) = self
-                    .tree(T::ReplayIndex)
-                    .insert(scope.key(id, event.seq), Vec::<u8>::new())
-                {
-                    failed = Some(e.into());
-                    return Ok(false);
-                }
+                self.tree(T::ReplayIndex)
+                    .insert(scope.key(id, event.seq), Vec::<u8>::new())?;
             }
-            Ok(true)
-        })?;
-        failed.map_or(Ok(()), Err)
+            Ok::<_, BrokerError>(true)
+        })
     }
 }

@@ -10,6 +10,7 @@ use relay_protocol::event::Event;
 use super::keys::{child_key, child_prefix, decode, parse_pair, parse_u64, seq_key, Scope, T};
 use super::log::{EventLog, Pos};
 use super::projections::StoredUpdate;
+use super::published::Published;
 use super::Store;
 use crate::error::BrokerError;
 
@@ -316,24 +317,29 @@ impl Store {
     }
 
     /// Events with global seq greater than `after`, at most `limit` of them (those on
-    /// disk), read from the log in one sequential pass.
-    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
+    /// disk), read from the log in one sequential pass, each with its JSON as the writer
+    /// stored it (the record's payload, not encoded again): what subscribers are sent
+    /// when they read the log back (catch-up, an event too large to be kept in memory).
+    pub fn published_after(&self, after: u64, limit: usize) -> Result<Vec<Published>, BrokerError> {
         let Some(pos) = self.event_pos(after.saturating_add(1))? else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        let mut failed = None;
         self.log().scan(pos, |record| {
-            match decode(&record.payload) {
-                Ok(event) => out.push(event),
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            }
-            Ok(out.len() < limit)
+            out.push(Published::from_stored(bytes::Bytes::from(record.payload))?);
+            Ok::<_, BrokerError>(out.len() < limit)
         })?;
-        failed.map_or(Ok(out), Err)
+        Ok(out)
+    }
+
+    /// Events with global seq greater than `after`, at most `limit` of them (those on
+    /// disk), read from the log in one sequential pass.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, BrokerError> {
+        Ok(self
+            .published_after(after, limit)?
+            .into_iter()
+            .map(|p| p.event)
+            .collect())
     }
 }
 

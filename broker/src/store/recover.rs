@@ -126,28 +126,15 @@ impl Store {
     pub(crate) fn apply_log(&self, from: Pos) -> Result<u64, BrokerError> {
         let mut chunk: Vec<(Event, Pos, Pos)> = Vec::with_capacity(APPLY_CHUNK);
         let mut applied = 0u64;
-        let mut failed: Option<BrokerError> = None;
         self.log.scan(from, |record| {
             let next = record.next();
-            match decode::<Event>(&record.payload) {
-                Ok(event) => chunk.push((event, record.pos, next)),
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            }
+            chunk.push((decode::<Event>(&record.payload)?, record.pos, next));
             if chunk.len() >= APPLY_CHUNK {
                 applied += chunk.len() as u64;
-                if let Err(e) = self.apply_chunk(&mut chunk) {
-                    failed = Some(e);
-                    return Ok(false);
-                }
+                self.apply_chunk(&mut chunk)?;
             }
-            Ok(true)
+            Ok::<_, BrokerError>(true)
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         applied += chunk.len() as u64;
         self.apply_chunk(&mut chunk)?;
         Ok(applied)

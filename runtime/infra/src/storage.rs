@@ -196,12 +196,7 @@ impl Durable {
                 Ok(_) if self.inner.db_dirty.swap(false, Ordering::AcqRel) => self.flush_db(),
                 // A checkpoint only bounds the journal's replay at the next open: the
                 // journal holds what it would lose, so no fdatasync of sled's file.
-                Ok(true) => self
-                    .inner
-                    .db
-                    .flush()
-                    .map(|_| ())
-                    .map_err(|e| StorageError::Flush(Arc::new(e))),
+                Ok(true) => self.flush_sled(),
                 Ok(false) => Ok(()),
                 Err(e) => Err(StorageError::Journal(e)),
             },
@@ -210,13 +205,20 @@ impl Durable {
         r
     }
 
-    /// Flushes sled, then `fdatasync`s its data file (see `data_file`).
-    fn flush_db(&self) -> Result<(), StorageError> {
+    /// Flushes sled (`sync_file_range`), and makes the files it made private.
+    fn flush_sled(&self) -> Result<(), StorageError> {
         let flushed = self.inner.db.flush();
         if let Some(s) = &self.inner.sweeper {
             s.after_flush();
         }
-        flushed.map_err(|e| StorageError::Flush(Arc::new(e)))?;
+        flushed
+            .map(|_| ())
+            .map_err(|e| StorageError::Flush(Arc::new(e)))
+    }
+
+    /// Flushes sled, then `fdatasync`s its data file (see `data_file`).
+    fn flush_db(&self) -> Result<(), StorageError> {
+        self.flush_sled()?;
         if let Some(path) = &self.inner.data_file {
             std::fs::File::open(path)
                 .and_then(|f| f.sync_data())
@@ -641,6 +643,57 @@ mod tests {
         // Every write was on disk when it was answered; they waited together, so one
         // flush served them all.
         assert_eq!(d.flushes() - before, 1);
+    }
+
+    /// A journal that counts its syncs (a fake: the broker's event log is tested with
+    /// real files in its own crate).
+    struct CountingJournal(AtomicU64);
+
+    impl Journal for CountingJournal {
+        fn sync(&self) -> Result<bool, String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(false)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn journaled_writes_waiting_together_cost_one_journal_sync_before_their_answers() {
+        let _serial = exclusive().await;
+        let journal = Arc::new(CountingJournal(AtomicU64::new(0)));
+        let d = Durable::journaled(
+            config().temporary(true).open().unwrap(),
+            None,
+            Some(journal.clone()),
+        );
+        let paused = Storage::global().pause().await;
+        let mut answers = Vec::new();
+        for i in 0..256u32 {
+            let (tx, rx) = oneshot::channel();
+            let (db, counted) = (d.db().clone(), journal.clone());
+            Storage::global()
+                .submit_relay_then(
+                    d.clone(),
+                    move |_| db.insert(i.to_be_bytes(), vec![1]).is_ok(),
+                    |wrote| *wrote,
+                    move |ran: Ran<bool>| {
+                        let (wrote, synced) = ran.unwrap();
+                        // Answered after the sync that covers it.
+                        let _ = tx.send((wrote, synced.is_ok(), counted.0.load(Ordering::SeqCst)));
+                    },
+                )
+                .await
+                .unwrap();
+            answers.push(rx);
+        }
+        paused.resume().await;
+        for rx in answers {
+            assert_eq!(within(rx).await.unwrap(), (true, true, 1));
+        }
+        assert_eq!(
+            journal.0.load(Ordering::SeqCst),
+            1,
+            "one sync for the group"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

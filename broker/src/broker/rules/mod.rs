@@ -14,7 +14,7 @@ use relay_protocol::domain::FlightChange;
 
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
-use crate::store::{apply, encode, Tx, T};
+use crate::store::{apply, encode, Published, Tx, T};
 
 mod agents;
 mod approvals;
@@ -40,8 +40,9 @@ pub(super) struct Ctx<'a, 't> {
     /// Where the next event will be in the log (the batch is appended after it commits).
     pub(super) next_pos: crate::store::Pos,
     pub(super) now: u64,
-    /// With its encoding: the log record's payload (version byte and wire JSON).
-    pub(super) events: Vec<(Event, Vec<u8>)>,
+    /// Each with its encoding: the log record's payload (version byte and wire JSON),
+    /// whose JSON the `Published` shares (one allocation).
+    pub(super) events: Vec<(Published, bytes::Bytes)>,
     /// Who asked for the command running now ([`Command::As`]), recorded as its
     /// events' `by`.
     pub(super) by: Option<String>,
@@ -71,11 +72,13 @@ impl Ctx<'_, '_> {
             }
             _ => {}
         }
-        let stored = encode(&event)?;
-        apply(self.tx, &event, self.next_pos)?;
+        // Encoded once: these bytes are the log record's payload, and their JSON is what
+        // every subscriber is sent.
+        let (published, stored) = Published::encode(event)?;
+        apply(self.tx, &published.event, self.next_pos)?;
         self.next_seq += 1;
         self.next_pos += crate::store::log::record_len(stored.len());
-        self.events.push((event, stored));
+        self.events.push((published, stored));
         Ok(())
     }
 

@@ -105,6 +105,31 @@ pub fn segment_name(start: Pos, first_seq: u64) -> String {
     format!("{start:020}-{first_seq:020}.seg")
 }
 
+/// Reads the record at `pos` from `reader` (positioned there), which must end by `end`
+/// and hold its checksum.
+fn read_record(reader: &mut impl Read, pos: Pos, end: Pos) -> Result<Record, LogError> {
+    let mut header = [0u8; HEADER as usize];
+    reader
+        .read_exact(&mut header)
+        .map_err(io(format!("read the event log at {pos}")))?;
+    let (len, crc, seq) = parse_header(&header);
+    if pos + HEADER + len > end {
+        return Err(LogError::Corrupt(format!(
+            "the record at {pos} runs past the end of what it may read ({end})"
+        )));
+    }
+    let mut payload = vec![0u8; len as usize];
+    reader
+        .read_exact(&mut payload)
+        .map_err(io(format!("read the event log at {pos}")))?;
+    if checksum(seq, &payload) != crc {
+        return Err(LogError::Corrupt(format!(
+            "the record at {pos} fails its checksum"
+        )));
+    }
+    Ok(Record { pos, seq, payload })
+}
+
 fn checksum(seq: u64, payload: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&seq.to_le_bytes());
@@ -289,6 +314,32 @@ impl EventLog {
         Ok(first)
     }
 
+    /// Takes back what was appended past `pos` (`last_seq`: the seq of the record
+    /// before it): a batch that was not committed after all. Never past what is synced,
+    /// nor into a sealed segment. The file is cut there, so a crash cannot bring the
+    /// records taken back to life.
+    pub fn rewind(&self, pos: Pos, last_seq: u64) -> Result<(), LogError> {
+        let mut tail = self.tail()?;
+        if pos == tail.start + tail.len {
+            return Ok(());
+        }
+        if pos < self.synced_end() || pos < tail.start || pos > tail.start + tail.len {
+            return Err(LogError::Corrupt(format!(
+                "cannot take the log back to {pos}: synced to {}, active segment {}..{}",
+                self.synced_end(),
+                tail.start,
+                tail.start + tail.len
+            )));
+        }
+        tail.file
+            .set_len(pos - tail.start)
+            .map_err(io("cut the event log"))?;
+        tail.len = pos - tail.start;
+        tail.last_seq = last_seq;
+        self.appended.store(pos, Ordering::Release);
+        Ok(())
+    }
+
     fn write_out(&self, tail: &mut Tail, bytes: &[u8]) -> Result<(), LogError> {
         if bytes.is_empty() {
             return Ok(());
@@ -387,47 +438,26 @@ impl EventLog {
         if pos.saturating_add(HEADER) > end {
             return Ok(None);
         }
-        let Some((start, file)) = self.segment_at(pos)? else {
-            return Err(LogError::Corrupt(format!(
-                "no segment holds position {pos}"
-            )));
+        let (start, file) = self.segment_holding(pos)?;
+        let mut reader = SegmentReader {
+            file: &file,
+            at: pos - start,
         };
-        let mut header = [0u8; HEADER as usize];
-        file.read_exact_at(&mut header, pos - start)
-            .map_err(io(format!("read the event log at {pos}")))?;
-        let (len, crc, seq) = parse_header(&header);
-        if pos + HEADER + len > end {
-            return Err(LogError::Corrupt(format!(
-                "the record at {pos} runs past the log's end"
-            )));
-        }
-        let mut payload = vec![0u8; len as usize];
-        file.read_exact_at(&mut payload, pos - start + HEADER)
-            .map_err(io(format!("read the event log at {pos}")))?;
-        if checksum(seq, &payload) != crc {
-            return Err(LogError::Corrupt(format!(
-                "the record at {pos} fails its checksum"
-            )));
-        }
-        Ok(Some(Record { pos, seq, payload }))
+        read_record(&mut reader, pos, end).map(Some)
     }
 
     /// Calls `f` with every synced record from `from` on, in order, until it returns
     /// `false` or the log ends. Reads each segment sequentially (for rebuilds and
-    /// migrations, which read everything).
-    pub fn scan(
+    /// migrations, which read everything). `f`'s error stops the scan and is returned.
+    pub fn scan<E: From<LogError>>(
         &self,
         from: Pos,
-        mut f: impl FnMut(Record) -> Result<bool, LogError>,
-    ) -> Result<(), LogError> {
+        mut f: impl FnMut(Record) -> Result<bool, E>,
+    ) -> Result<(), E> {
         let end = self.synced_end();
         let mut pos = from;
         while pos < end {
-            let Some((start, file)) = self.segment_at(pos)? else {
-                return Err(LogError::Corrupt(format!(
-                    "no segment holds position {pos}"
-                )));
-            };
+            let (start, file) = self.segment_holding(pos)?;
             let seg_end = self.segment_end(start)?.unwrap_or(end).min(end);
             let mut reader = BufReader::with_capacity(
                 1 << 20,
@@ -437,26 +467,7 @@ impl EventLog {
                 },
             );
             while pos < seg_end {
-                let mut header = [0u8; HEADER as usize];
-                reader
-                    .read_exact(&mut header)
-                    .map_err(io(format!("read the event log at {pos}")))?;
-                let (len, crc, seq) = parse_header(&header);
-                if pos + HEADER + len > seg_end {
-                    return Err(LogError::Corrupt(format!(
-                        "the record at {pos} runs past its segment"
-                    )));
-                }
-                let mut payload = vec![0u8; len as usize];
-                reader
-                    .read_exact(&mut payload)
-                    .map_err(io(format!("read the event log at {pos}")))?;
-                if checksum(seq, &payload) != crc {
-                    return Err(LogError::Corrupt(format!(
-                        "the record at {pos} fails its checksum"
-                    )));
-                }
-                let record = Record { pos, seq, payload };
+                let record = read_record(&mut reader, pos, seg_end)?;
                 pos = record.next();
                 if !f(record)? {
                     return Ok(());
@@ -464,6 +475,11 @@ impl EventLog {
             }
         }
         Ok(())
+    }
+
+    fn segment_holding(&self, pos: Pos) -> Result<(Pos, Arc<File>), LogError> {
+        self.segment_at(pos)?
+            .ok_or_else(|| LogError::Corrupt(format!("no segment holds position {pos}")))
     }
 
     /// Where the segment starting at `start` ends (the next one's start), if sealed.

@@ -38,7 +38,7 @@ fn records_read_back_only_once_synced_and_survive_reopening() {
     let mut seqs = Vec::new();
     log.scan(0, |r| {
         seqs.push(r.seq);
-        Ok(true)
+        Ok::<_, LogError>(true)
     })
     .unwrap();
     assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
@@ -113,7 +113,7 @@ fn segments_roll_without_a_gap_and_positions_are_global() {
     log.scan(positions[1], |r| {
         n += 1;
         assert_eq!(r.payload.len(), size);
-        Ok(true)
+        Ok::<_, LogError>(true)
     })
     .unwrap();
     assert_eq!(n, 2);
@@ -144,4 +144,29 @@ fn a_seq_out_of_order_or_damaged_record_is_an_error_not_a_panic() {
     assert_eq!(log.last_seq(), 1);
     assert_eq!(log.read(pos).unwrap(), None);
     assert!(log.read(pos + 1).unwrap().is_none());
+}
+
+#[test]
+fn a_batch_taken_back_is_gone_from_the_file_and_the_next_takes_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open(dir.path()).unwrap();
+    append_n(&log, 1, 3, 10);
+    log.sync().unwrap();
+    let end = log.end();
+    // A batch appended, then not committed: taken back, and another batch in its place.
+    append_n(&log, 4, 5, 50);
+    log.rewind(end, 3).unwrap();
+    assert_eq!(log.end(), end);
+    assert!(
+        log.rewind(end - 1, 2).is_err(),
+        "never back past what is synced"
+    );
+    let pos = append_n(&log, 4, 1, 7)[0];
+    assert_eq!(pos, end);
+    log.sync().unwrap();
+    drop(log);
+    // Reopened: the records taken back are not there, not even as a torn tail.
+    let log = EventLog::open(dir.path()).unwrap();
+    assert_eq!((log.last_seq(), log.end()), (4, end + record_len(7)));
+    assert_eq!(log.read(pos).unwrap().unwrap().payload, payload(4, 7));
 }

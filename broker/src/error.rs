@@ -418,18 +418,8 @@ pub fn quote(input: &str) -> String {
     )
 }
 
-/// `text` cut to at most `max` bytes (at a character boundary), with `…(N bytes)` saying
-/// how long it was when cut.
-pub fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    format!(
-        "{}…({} bytes)",
-        &text[..floor_char_boundary(text, max)],
-        text.len()
-    )
-}
+/// The one rule for cutting text to a size, shared with the flights' fold.
+pub use relay_protocol::domain::clip;
 
 /// The largest char boundary of `s` at or below `i` (`str::floor_char_boundary` is not
 /// stable yet).
@@ -461,8 +451,6 @@ mod tests {
             "{q}"
         );
         assert!(q.ends_with(&format!("…({} bytes)", wide.len())), "{q}");
-        assert_eq!(clip("short", 10), "short");
-        assert_eq!(clip("abcdef", 3), "abc…(6 bytes)");
     }
 
     #[test]

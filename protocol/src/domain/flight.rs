@@ -1,6 +1,10 @@
-//! Invocations and the flights that track them: states, changes and updates.
+//! Invocations and the flights that track them: states, changes and updates; the
+//! flight after an update is [`fold`]'s.
 
 use serde::{Deserialize, Serialize};
+
+mod fold;
+pub use fold::{clip, streamed_bytes, summarize, tail, NOTE_BYTES, SUMMARY_CHARS};
 
 use crate::names::wire_enum;
 
@@ -124,6 +128,10 @@ pub struct Flight {
     /// Live, one-line progress: the tail of the streamed text or the current item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// The last update was streamed text: the summary is its tail and the next delta
+    /// extends it ([`Flight::apply`]). Never set on an ended flight.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streaming: bool,
     /// The final assistant text (`null` until the flight completes: the field is always
     /// there, so scripts can read `.output` and `.error` without guarding).
     #[serde(default)]
@@ -189,6 +197,7 @@ impl Flight {
             agent: invocation.target.clone(),
             state: FlightState::Queued,
             summary: None,
+            streaming: false,
             output: None,
             error: None,
             update_seq: 0,

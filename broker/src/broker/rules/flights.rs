@@ -1,28 +1,25 @@
 //! The rules of invocations and flights: an invocation (its depth and cycle checks, its
 //! conversation, its request message and its queued flight; the loop rules and the
 //! record of a new invocation serve a mention's consult too, see `messages.rs`), and
-//! every update of a flight (state transitions, streamed text and summaries, the reply
-//! it posts, and the consults that reply's mentions start). A usage change is costed
-//! and checked against its agent's budget in `budgets.rs`.
+//! every update of a flight: whether it may happen (state transitions, a flight that
+//! ended, the output cap, the same session or commit again), the reply it posts, and the
+//! consults that reply's mentions start. The flight after an update is the protocol's
+//! fold ([`Flight::apply`]), the one every reader of the updates uses too. A usage change
+//! is costed and checked against its agent's budget in `budgets.rs`.
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    cap_files, id_token, truncate_bytes, Agent, Conversation, ConversationKind, ConversationSpec,
-    DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest,
-    ItemKind, ItemPhase, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES,
+    cap_files, id_token, streamed_bytes, truncate_bytes, Agent, Conversation, ConversationKind,
+    ConversationSpec, DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation,
+    InvokeRequest, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES,
     MAX_RECORDED_PATCH,
 };
 use relay_protocol::event::EventBody;
 
 use super::Ctx;
 use crate::broker::{new_id, Outcome};
-use crate::error::{clip, BadInput, BrokerError};
+use crate::error::{BadInput, BrokerError};
 use crate::store::T;
-
-/// Longest live summary kept on a flight.
-const SUMMARY_CHARS: usize = 160;
-/// Longest note kept on a flight and its agent (the update itself keeps all of it).
-const NOTE_BYTES: usize = 2048;
 
 impl Ctx<'_, '_> {
     pub(super) fn invoke(&mut self, req: &InvokeRequest) -> Result<Outcome, BrokerError> {
@@ -253,6 +250,8 @@ impl Ctx<'_, '_> {
                 flight,
             }))
         };
+        // First whether the change may happen at all (the fold, `Flight::apply`, applies
+        // what was recorded and checks nothing).
         if let FlightChange::State { to, .. } = change {
             if flight.state == *to {
                 // The same state again (a retry, a replayed report): nothing new.
@@ -274,10 +273,9 @@ impl Ctx<'_, '_> {
                 if flight.commit.as_ref() == Some(&kept) {
                     return unchanged(flight);
                 }
-                flight.commit = Some(kept);
             }
             FlightChange::Reverted { revert } => {
-                let Some(commit) = flight.commit.as_mut() else {
+                let Some(commit) = flight.commit.as_ref() else {
                     return Err(BrokerError::Invalid(format!(
                         "flight {} has no commit to revert",
                         flight.id
@@ -286,7 +284,6 @@ impl Ctx<'_, '_> {
                 if commit.reverted_by.as_ref() == Some(revert) {
                     return unchanged(flight);
                 }
-                commit.reverted_by = Some(revert.clone());
             }
             _ => {}
         }
@@ -298,14 +295,11 @@ impl Ctx<'_, '_> {
                 state: flight.state,
             });
         }
-        let size = streamed_bytes(change);
         let cap = self.config.max_flight_output;
-        if flight.output_bytes.saturating_add(size) > cap {
+        if flight.output_bytes.saturating_add(streamed_bytes(change)) > cap {
             return self.cap_output(flight, change, cap);
         }
-        flight.output_bytes += size;
         let mut reply: Option<String> = None;
-        let mut reply_message: Option<Message> = None;
         // The task reached the agent (its turn runs) or never will (ended before).
         let mut delivered: Option<Result<(), String>> = None;
         match change {
@@ -328,129 +322,45 @@ impl Ctx<'_, '_> {
                         FlightState::Queued | FlightState::Waking => None,
                     };
                 }
-                flight.state = *to;
-                match to {
-                    FlightState::Completed => {
-                        flight.output = output.clone();
-                        if let Some(text) = output.as_ref().filter(|t| !t.trim().is_empty()) {
-                            reply = Some(text.clone());
-                        }
-                    }
-                    FlightState::Failed | FlightState::Cancelled => {
-                        flight.error = reason.clone();
-                        flight.summary = reason.as_deref().map(summarize);
-                    }
-                    _ => {
-                        if let Some(r) = reason {
-                            flight.summary = Some(summarize(r));
-                        }
-                    }
+                if *to == FlightState::Completed {
+                    reply = output.clone().filter(|t| !t.trim().is_empty());
                 }
             }
-            FlightChange::Delta { text } => {
-                // Streamed text accumulates; after anything else it starts afresh.
-                let mut s = if self.last_was_delta(&flight)? {
-                    flight.summary.take().unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                s.push_str(text);
-                flight.summary = Some(tail(&s, SUMMARY_CHARS));
-            }
-            // Streamed text shows itself through the deltas that follow.
-            FlightChange::Item {
-                item_kind,
-                phase: ItemPhase::Started,
-                text,
-                ..
-            } if !matches!(
-                item_kind,
-                ItemKind::AgentMessage | ItemKind::UserMessage | ItemKind::Reasoning
-            ) =>
-            {
-                flight.summary = Some(summarize(&match text {
-                    Some(t) => format!("{item_kind}: {t}"),
-                    None => item_kind.to_string(),
-                }));
-            }
-            FlightChange::Session { thread_id, turn_id } => {
+            // The ids it has already: nothing new.
+            FlightChange::Session { thread_id, turn_id }
                 if (thread_id.is_none() || thread_id == &flight.thread_id)
-                    && (turn_id.is_none() || turn_id == &flight.turn_id)
-                {
-                    return unchanged(flight);
-                }
-                if thread_id.is_some() {
-                    flight.thread_id = thread_id.clone();
-                }
-                if turn_id.is_some() {
-                    flight.turn_id = turn_id.clone();
-                }
+                    && (turn_id.is_none() || turn_id == &flight.turn_id) =>
+            {
+                return unchanged(flight);
             }
-            FlightChange::Note { text, .. } => {
-                flight.summary = Some(summarize(text));
-                flight.note = Some(Note {
-                    text: clip(text, NOTE_BYTES),
-                    at: self.now,
-                    flight: None,
-                });
-            }
-            // Costed by `report_usage`.
-            FlightChange::Usage(usage) => flight.usage = Some(usage.clone()),
-            FlightChange::Item { .. }
-            | FlightChange::CommandOutput { .. }
-            | FlightChange::Plan { .. }
-            | FlightChange::Diff { .. }
-            // Recorded above.
-            | FlightChange::Commit { .. }
-            | FlightChange::Reverted { .. } => {}
+            _ => {}
         }
-        if let Some(text) = reply {
-            let invocation: Invocation = self
-                .tx
-                .read(T::Invocations, flight.invocation.as_bytes())?
-                .ok_or_else(|| {
-                    BrokerError::Corrupt(format!("flight {} has no invocation", flight.id))
-                })?;
-            let conversation = self.conversation(&invocation.conversation)?;
-            let harness = self
-                .tx
-                .read::<Agent>(T::Agents, flight.agent.as_bytes())?
-                .map(|a| a.spec.harness);
-            let message = self.post(
-                conversation,
-                &PostMessage {
-                    conversation: invocation.conversation.clone(),
-                    author: flight.agent.clone(),
-                    body: text,
-                    class: MessageClass::Agent,
-                    reply_to: Some(invocation.request_message.clone()),
-                    meta: MessageMeta {
-                        invocation: Some(invocation.id.clone()),
-                        flight: Some(flight.id.clone()),
-                        harness,
-                        thread_id: flight.thread_id.clone(),
-                        turn_id: flight.turn_id.clone(),
-                    },
-                },
-            )?;
-            flight.reply_message = Some(message.id.clone());
-            reply_message = Some(message);
-        }
+        // The reply is posted before the completion is recorded (its event comes first),
+        // with the ids of the turn that made it (a state change moves none of them).
+        let reply_message = match reply {
+            Some(text) => Some(self.post_reply(&flight, text)?),
+            None => None,
+        };
         // A damaged record may hold the largest seq: refuse rather than wrap or panic.
-        flight.update_seq = flight.update_seq.checked_add(1).ok_or_else(|| {
+        let seq = flight.update_seq.checked_add(1).ok_or_else(|| {
             BrokerError::Corrupt(format!(
                 "flight {} has the largest update seq; no update can follow it (run `relay doctor`)",
                 flight.id
             ))
         })?;
-        flight.updated_at = self.now;
         let update = FlightUpdate {
             flight: flight.id.clone(),
             agent: flight.agent.clone(),
-            seq: flight.update_seq,
+            seq,
             at: self.now,
             change: change.clone(),
         };
+        // Whether the last update was streamed text is kept by the writer, not yet in the
+        // record: the fold reads it from the flight, and the record stays as it was.
+        flight.streaming =
+            matches!(change, FlightChange::Delta { .. }) && self.last_was_delta(&flight)?;
+        flight.apply(&update, reply_message.as_ref().map(|m| m.id.as_str()));
+        flight.streaming = false;
         self.emit(EventBody::FlightUpdated {
             update,
             flight: flight.clone(),
@@ -474,6 +384,39 @@ impl Ctx<'_, '_> {
 }
 
 impl Ctx<'_, '_> {
+    /// Posts `text`, the answer of `flight`'s turn, in the conversation it was asked in,
+    /// as a reply to the request.
+    fn post_reply(&mut self, flight: &Flight, text: String) -> Result<Message, BrokerError> {
+        let invocation: Invocation = self
+            .tx
+            .read(T::Invocations, flight.invocation.as_bytes())?
+            .ok_or_else(|| {
+                BrokerError::Corrupt(format!("flight {} has no invocation", flight.id))
+            })?;
+        let conversation = self.conversation(&invocation.conversation)?;
+        let harness = self
+            .tx
+            .read::<Agent>(T::Agents, flight.agent.as_bytes())?
+            .map(|a| a.spec.harness);
+        self.post(
+            conversation,
+            &PostMessage {
+                conversation: invocation.conversation.clone(),
+                author: flight.agent.clone(),
+                body: text,
+                class: MessageClass::Agent,
+                reply_to: Some(invocation.request_message.clone()),
+                meta: MessageMeta {
+                    invocation: Some(invocation.id.clone()),
+                    flight: Some(flight.id.clone()),
+                    harness,
+                    thread_id: flight.thread_id.clone(),
+                    turn_id: flight.turn_id.clone(),
+                },
+            },
+        )
+    }
+
     /// A change that would take `flight` past the output cap: what of streamed text or
     /// command output still fits is kept (so nothing before the cap is lost), then the
     /// flight fails naming the cap. The plane interrupts its turn when it sees a flight
@@ -529,61 +472,4 @@ impl Ctx<'_, '_> {
         agent.updated_at = self.now;
         self.emit(EventBody::AgentUpdated { agent })
     }
-}
-
-/// What a change streams, as the output cap counts it: its text (a state change's
-/// final output or reason is not streaming, and the task echoed back as a user-message
-/// item is bounded by the message limit already: they count nothing).
-fn streamed_bytes(change: &FlightChange) -> u64 {
-    let n = match change {
-        FlightChange::Item {
-            item_kind: ItemKind::UserMessage,
-            ..
-        } => 0,
-        FlightChange::Delta { text }
-        | FlightChange::CommandOutput { text, .. }
-        | FlightChange::Plan { text }
-        | FlightChange::Diff { text }
-        | FlightChange::Note { text, .. } => text.len(),
-        FlightChange::Item { text, .. } => text.as_ref().map_or(0, String::len),
-        FlightChange::State { .. }
-        | FlightChange::Usage { .. }
-        | FlightChange::Session { .. }
-        | FlightChange::Commit { .. }
-        | FlightChange::Reverted { .. } => 0,
-    };
-    n as u64
-}
-
-/// The first line of `s`, cut to [`SUMMARY_CHARS`].
-fn summarize(s: &str) -> String {
-    let line = s.lines().next().unwrap_or("");
-    match line.char_indices().nth(SUMMARY_CHARS) {
-        Some((i, _)) => {
-            let head = &line[..i];
-            // At the last word boundary, unless that throws most of it away.
-            let head = match head.rfind(' ') {
-                Some(space) if space >= i / 2 => &head[..space],
-                _ => head,
-            };
-            format!("{}…", head.trim_end())
-        }
-        None => line.to_string(),
-    }
-}
-
-/// The last `n` characters of `s`, on one line; when cut, from the start of a word and
-/// marked with `…` (never the middle of a word, unless one word is all there is).
-fn tail(s: &str, n: usize) -> String {
-    let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
-    let count = flat.chars().count();
-    if count <= n {
-        return flat;
-    }
-    let cut: String = flat.chars().skip(count - n).collect();
-    let from_word = match cut.find(' ') {
-        Some(space) if space < cut.len() / 2 => cut[space..].trim_start(),
-        _ => cut.as_str(),
-    };
-    format!("…{from_word}")
 }

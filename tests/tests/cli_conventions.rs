@@ -307,13 +307,22 @@ async fn ask_follows_its_flight_across_a_broker_kill_9_and_restart() {
     let busy = env.ask_no_wait("codex-1", "hang on");
     env.wait_flight(&busy, 60, |f| state(f) == "running").await;
     let ask = spawn(&env.relay, &["ask", "codex-1", "after the restart"]);
+    // The ask's flight once it is on disk and published (the log's events: a listing
+    // may show it a moment before, while its commit is synced and before the ask has
+    // its answer).
     let queued = wait_until("the ask's flight", Duration::from_secs(30), || async {
-        let live = env.relay.cli_json(&["flight", "list", "--live", "--json"]);
-        live.as_array()
+        let (_, events) = env
+            .relay
+            .http()
+            .get("/v1/events?after=0&limit=100000")
+            .await;
+        events
+            .as_array()
             .unwrap()
             .iter()
-            .find(|f| f["id"] != busy.as_str())
-            .map(|f| f["id"].as_str().unwrap().to_string())
+            .filter(|e| e["type"] == "invocation_created")
+            .map(|e| e["flight"]["id"].as_str().unwrap().to_string())
+            .find(|id| id != &busy)
     })
     .await;
     let codex = env.codex_pid("codex-1").await;

@@ -69,8 +69,12 @@ async fn usage_and_budgets_over_http_are_scoped_to_an_agents_own_flights() {
         as_agent(&env, "fc"),
     );
 
-    // fa's own flight, a flight of fb that fa asked for, and fc's flight.
+    // fa's own flight, a flight of fb that fa asked for, and fc's flight. fa asks once its
+    // own flight has ended: asked while it runs, the ask would be linked to it, and the
+    // fake agent may end it before that ask is committed (then refused: the flight it
+    // named has ended).
     let own = env.ask_no_wait("fa", "hello");
+    used(&env, &own).await;
     let (code, asked) = fa
         .post(
             "/v1/invocations",

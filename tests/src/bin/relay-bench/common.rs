@@ -13,7 +13,9 @@ impl Bench {
             RelayProcess::start_bin(
                 &self.relay,
                 &dir,
-                &["--nats", &nats.url()],
+                // Scenario 1's flight streams 32 MB, and scenario 9's burst as much: over
+                // relay up's default cap of 8 MiB per flight, which would fail them.
+                &["--nats", &nats.url(), "--max-flight-output", "1073741824"],
                 // The default of `relay up`: the tests' debug logs would cost time.
                 &[("RUST_LOG", "info")],
             )

@@ -31,16 +31,23 @@ pub(super) struct Writer {
     pub(super) failure: CancellationToken,
     /// Live flights per agent (see [`LiveByAgent`]).
     pub(super) live: Arc<LiveByAgent>,
-    /// Whether each flight's last update was streamed text, as committed (see
-    /// [`Streaming`]).
+    /// What the writer keeps of each live flight, as committed (see [`Streaming`]).
     pub(super) streaming: Arc<Streaming>,
 }
 
-/// Whether a flight's last committed update was streamed text (a delta follows on from
-/// it), kept by the writer so that no rule reads back from the log what it just wrote.
-/// Entries go when their flight ends; a flight not here (its last update came before
-/// this broker started) is looked up in the log, where it is on disk.
-pub(super) type Streaming = std::sync::Mutex<HashMap<String, bool>>;
+/// What the writer keeps of each live flight ([`Kept`]), so that no rule reads back from
+/// the log what it just wrote. Entries go when their flight ends.
+pub(super) type Streaming = std::sync::Mutex<HashMap<String, Kept>>;
+
+/// Of one live flight: whether its last committed update was streamed text (a delta
+/// follows on from it; `None`: not known here, as for a flight whose last update came
+/// before this broker started: it is looked up in the log, where it is on disk), and its
+/// last text that a later event may repeat, stored once ([`crate::store::Source`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Kept {
+    pub(super) delta: Option<bool>,
+    pub(super) text: Option<crate::store::Source>,
+}
 
 type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
 
@@ -394,7 +401,7 @@ fn transact(
     if let Ok(mut streaming) = streaming.lock() {
         for (flight, last) in streamed {
             match last {
-                Some(delta) => streaming.insert(flight, delta),
+                Some(kept) => streaming.insert(flight, kept),
                 None => streaming.remove(&flight),
             };
         }

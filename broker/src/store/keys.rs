@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::error::BrokerError;
 
 /// Version byte in front of every stored value.
-const VALUE_VERSION: u8 = 1;
+pub(super) const VALUE_VERSION: u8 = 1;
 
 /// Projection trees, in the order [`Store`](super::Store) holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

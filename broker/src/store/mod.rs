@@ -3,7 +3,8 @@
 //!
 //! On disk (a store's root, `<data dir>/store`):
 //! - `log/`: the event log ([`log`]: what is synced when is in its header). Each record
-//!   is one [`Event`], stored as its version byte and its wire JSON.
+//!   is one [`Event`], stored as its version byte and its wire JSON; or (version 2) with
+//!   a flight's repeated answer as a reference to where it is already ([`shared`]).
 //! - `db/`: sled, with the trees below. Every value starts with a version byte, then
 //!   JSON, unless said otherwise.
 //!
@@ -14,7 +15,9 @@
 //! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
 //!   of the event that posted the [`Message`] (two u64 BE): stored once, in the log
 //! - `message_ids`: message id -> key in `messages`
-//! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record
+//! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record (a
+//!   completed flight's record with a long output: version 2, the output read from its
+//!   completion in the log, [`decode_flight`])
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> the global seq and the
 //!   log position of the event that made the [`FlightUpdate`] (two u64 BE): the update
 //!   itself is stored once, in the log
@@ -55,8 +58,9 @@
 //! back; `usage` folds the flights' usage into its counters and reads them (and the
 //! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
 //! ([`Store::verify`]); `published` pairs an event with its stored JSON, the one
-//! encoding every subscriber gets ([`Published`]). They layer one way: `keys` <-
-//! `published`, `usage` <-> `projections` <- `queries`, `doctor` (`projections` calls
+//! encoding every subscriber gets ([`Published`]); `shared` stores a flight's answer
+//! once ([`decode_record`] reads every record back). They layer one way: `keys` <-
+//! `shared` <- `published`, `usage` <-> `projections` <- `queries`, `doctor` (`projections` calls
 //! the fold, which writes through its `Sink`).
 //!
 //! [`Event`]: relay_protocol::event::Event
@@ -73,12 +77,14 @@ mod projections;
 mod published;
 mod queries;
 mod recover;
+mod shared;
 mod usage;
 
 use std::sync::Arc;
 
 use relay_infra::storage::{self, Durable};
 use relay_protocol::clock::now_ms;
+use relay_protocol::domain::Flight;
 use serde::de::DeserializeOwned;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
@@ -93,6 +99,10 @@ pub use published::Published;
 pub use queries::FlightScan;
 pub(crate) use recover::APPLIED_KEY;
 pub use recover::{CHECKPOINT_EVENTS, CHECKPOINT_INTERVAL};
+pub use shared::{
+    decode_flight, decode_flight_without_output, decode_record, Source, FLIGHT_OUTPUT_IN_LOG,
+    SHARED_MIN, SHARED_VERSION,
+};
 pub use usage::{day_key, tree_root};
 
 use keys::TREE_NAMES;
@@ -252,6 +262,20 @@ pub struct Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// A flight's record, its output read from the log where it is kept there, or
+    /// given by `pending` for an event of this batch (by its seq: not in the log yet).
+    pub fn flight(
+        &self,
+        id: &str,
+        pending: impl Fn(u64) -> Option<String>,
+    ) -> Result<Option<Flight>, BrokerError> {
+        self.trees[T::Flights as usize]
+            .get(id.as_bytes())
+            .map_err(unabortable)?
+            .map(|v| shared::decode_flight_from(self.log, &v, pending))
+            .transpose()
+    }
+
     pub fn read<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
         self.trees[t as usize]
             .get(key)

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::keys::{child_key, decode, encode, pair_key, pair_value, seq_key, Scope, T};
 use super::log::Pos;
+use super::shared::{decode_flight_without_output, decode_record, encode_flight};
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
 
@@ -120,12 +121,24 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
                 relay_protocol::domain::FlightChange::Usage(_)
             ) {
                 let previous: Option<Flight> = match sink.get(T::Flights, flight.id.as_bytes())? {
-                    Some(v) => Some(decode(&v)?),
+                    Some(v) => Some(decode_flight_without_output(&v)?),
                     None => None,
                 };
                 super::usage::fold(sink, previous.as_ref(), flight)?;
             }
-            sink.put(T::Flights, flight.id.as_bytes(), encode(flight)?)
+            // A completion's output is kept once, in the log, with the update.
+            let completed = match &update.change {
+                relay_protocol::domain::FlightChange::State {
+                    output: Some(output),
+                    ..
+                } if flight.output.as_ref() == Some(output) => Some((event.seq, pos)),
+                _ => None,
+            };
+            sink.put(
+                T::Flights,
+                flight.id.as_bytes(),
+                encode_flight(flight, completed)?,
+            )
         }
         EventBody::RuleAdded { rule } => sink.put(T::Rules, rule.id.as_bytes(), encode(rule)?),
         EventBody::RuleRemoved { rule, .. } => sink.del(T::Rules, rule.id.as_bytes()),
@@ -247,7 +260,7 @@ impl Store {
 
     fn index_flight_children(&self) -> Result<(), BrokerError> {
         for value in self.tree(T::Flights).iter().values() {
-            let flight: Flight = decode(&value?)?;
+            let flight = decode_flight_without_output(&value?)?;
             if let Some(parent) = &flight.parent_flight {
                 self.tree(T::FlightChildren)
                     .insert(pair_key(parent, &flight.id), Vec::<u8>::new())?;
@@ -258,7 +271,7 @@ impl Store {
 
     fn index_live_flights(&self) -> Result<(), BrokerError> {
         for value in self.tree(T::Flights).iter().values() {
-            let flight: Flight = decode(&value?)?;
+            let flight = decode_flight_without_output(&value?)?;
             if !flight.state.is_terminal() {
                 self.tree(T::LiveFlights)
                     .insert(flight.id.as_bytes(), Vec::<u8>::new())?;
@@ -270,7 +283,7 @@ impl Store {
     /// One pass over the log (a database made before the replay index: once).
     fn index_replays(&self) -> Result<(), BrokerError> {
         self.log().scan(0, |record| {
-            let event: Event = decode(&record.payload)?;
+            let event: Event = decode_record(self.log(), &record.payload)?;
             for (scope, id) in replay_scopes(&event.body) {
                 self.tree(T::ReplayIndex)
                     .insert(scope.key(id, event.seq), Vec::<u8>::new())?;

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use relay_protocol::event::Event;
 
 use super::keys::{decode, encode};
+use super::log::EventLog;
+use super::shared::{decode_record, has_refs, Newest, Source};
 use crate::error::BrokerError;
 
 /// A committed event and its wire JSON.
@@ -29,17 +31,39 @@ impl Published {
         Ok((Published { event, json }, stored))
     }
 
+    /// Encodes a new event to be stored at `pos`, with a text its flight repeats stored
+    /// as a reference ([`super::shared`]; `known`: the flight's last repeatable text):
+    /// the published event, the bytes to store, and the text this event makes the
+    /// flight's newest. Without such a text, as [`Published::encode`].
+    pub fn encode_sharing(
+        event: Event,
+        pos: super::Pos,
+        known: impl Fn(&str) -> Option<Source>,
+    ) -> Result<(Published, Bytes, Newest), BrokerError> {
+        let shared = super::shared::encode(&event, pos, known)?;
+        Ok((
+            Published {
+                event,
+                json: shared.json,
+            },
+            shared.stored,
+            shared.source,
+        ))
+    }
+
     /// The event stored as `stored` (version byte + JSON), decoded, with `json` the
     /// stored JSON as it is (not encoded again: byte for byte what the writer stored).
-    pub fn from_stored(stored: Bytes) -> Result<Published, BrokerError> {
+    /// A record with a text stored by reference ([`super::shared`]) is filled in from
+    /// `log`, and its JSON encoded again (as the writer published it).
+    pub fn from_stored(stored: Bytes, log: &EventLog) -> Result<Published, BrokerError> {
+        if has_refs(&stored) {
+            let event: Event = decode_record(log, &stored)?;
+            let json = Bytes::from(serde_json::to_vec(&event)?);
+            return Ok(Published { event, json });
+        }
         let event: Event = decode(&stored)?;
         let json = stored.slice(1..);
         Ok(Published { event, json })
-    }
-
-    /// The size it takes in the log (the stored bytes, version byte included).
-    pub fn stored_len(&self) -> usize {
-        self.json.len() + 1
     }
 }
 
@@ -79,8 +103,8 @@ mod tests {
         assert_eq!(p.json, serde_json::to_vec(&event()).unwrap());
         assert_eq!(&stored[1..], &p.json[..]);
         assert_eq!(stored.as_ptr().wrapping_add(1), p.json.as_ptr());
-        assert_eq!(p.stored_len(), stored.len());
-        let back = Published::from_stored(stored.clone()).unwrap();
+        let log = crate::store::Store::temporary().unwrap();
+        let back = Published::from_stored(stored.clone(), log.log()).unwrap();
         assert_eq!(back.json, p.json);
         assert_eq!(back.json.as_ptr(), p.json.as_ptr());
         assert_eq!(back.seq, 7);
@@ -90,7 +114,8 @@ mod tests {
     #[test]
     fn bytes_without_the_version_are_refused() {
         let json = Bytes::from(serde_json::to_vec(&event()).unwrap());
-        assert!(Published::from_stored(json).is_err());
-        assert!(Published::from_stored(Bytes::new()).is_err());
+        let log = crate::store::Store::temporary().unwrap();
+        assert!(Published::from_stored(json, log.log()).is_err());
+        assert!(Published::from_stored(Bytes::new(), log.log()).is_err());
     }
 }

@@ -7,10 +7,11 @@ use relay_protocol::domain::{
 };
 use relay_protocol::event::Event;
 
-use super::keys::{child_key, child_prefix, decode, parse_pair, parse_u64, seq_key, Scope, T};
+use super::keys::{child_key, child_prefix, parse_pair, parse_u64, seq_key, Scope, T};
 use super::log::{EventLog, Pos};
 use super::projections::StoredUpdate;
 use super::published::Published;
+use super::shared::{decode_flight, decode_record};
 use super::Store;
 use crate::error::BrokerError;
 
@@ -62,7 +63,7 @@ impl Store {
         let mut out = Vec::new();
         for key in self.tree(T::FlightChildren).scan_prefix(&prefix).keys() {
             let key = key?;
-            if let Some(flight) = self.get::<Flight>(T::Flights, &key[prefix.len()..])? {
+            if let Some(flight) = self.flight_at(&key[prefix.len()..])? {
                 out.push(flight);
             }
         }
@@ -116,7 +117,7 @@ impl Store {
     fn event_at(&self, pos: Pos) -> Result<Option<Event>, BrokerError> {
         self.log()
             .read(pos)?
-            .map(|r| decode(&r.payload))
+            .map(|r| decode_record(self.log(), &r.payload))
             .transpose()
     }
 
@@ -124,7 +125,7 @@ impl Store {
     pub fn live_flights(&self) -> Result<Vec<Flight>, BrokerError> {
         let mut out = Vec::new();
         for key in self.tree(T::LiveFlights).iter().keys() {
-            if let Some(flight) = self.get::<Flight>(T::Flights, &key?)? {
+            if let Some(flight) = self.flight_at(&key?)? {
                 out.push(flight);
             }
         }
@@ -168,7 +169,7 @@ impl Store {
             if out.len() >= scan.limit {
                 break;
             }
-            let flight: Flight = decode(&value?)?;
+            let flight = decode_flight(self.log(), &value?)?;
             if floor.is_some_and(|floor| flight.created_at < floor) {
                 break;
             }
@@ -185,7 +186,16 @@ impl Store {
     }
 
     pub fn flight(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
-        self.get(T::Flights, id.as_bytes())
+        self.flight_at(id.as_bytes())
+    }
+
+    /// The flight stored at `key` of `flights`, its output read from the log where it
+    /// is kept there.
+    fn flight_at(&self, key: &[u8]) -> Result<Option<Flight>, BrokerError> {
+        self.tree(T::Flights)
+            .get(key)?
+            .map(|v| decode_flight(self.log(), &v))
+            .transpose()
     }
 
     pub fn invocation(&self, id: &str) -> Result<Option<Invocation>, BrokerError> {
@@ -326,7 +336,10 @@ impl Store {
         };
         let mut out = Vec::new();
         self.log().scan(pos, |record| {
-            out.push(Published::from_stored(bytes::Bytes::from(record.payload))?);
+            out.push(Published::from_stored(
+                bytes::Bytes::from(record.payload),
+                self.log(),
+            )?);
             Ok::<_, BrokerError>(out.len() < limit)
         })?;
         Ok(out)
@@ -375,7 +388,7 @@ pub(super) fn update_at(
             record.seq
         )));
     }
-    let of: UpdateOf = decode(&record.payload)?;
+    let of: UpdateOf = decode_record(log, &record.payload)?;
     Ok(Some(StoredUpdate {
         event_seq,
         update: of.update,
@@ -410,6 +423,6 @@ pub(super) fn message_at(
             record.seq
         )));
     }
-    let of: MessageOf = decode(&record.payload)?;
+    let of: MessageOf = decode_record(log, &record.payload)?;
     Ok(Some(of.message))
 }

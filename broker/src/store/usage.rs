@@ -106,7 +106,7 @@ impl Store {
         let mut groups: HashMap<String, UsageTotals> = HashMap::new();
         let mut total = UsageTotals::default();
         for value in self.tree(T::Flights).iter().values() {
-            let flight: Flight = decode(&value?)?;
+            let flight = super::decode_flight_without_output(&value?)?;
             let Some(usage) = &flight.usage else { continue };
             if q.since.is_some_and(|s| flight.created_at < s)
                 || q.agent.as_ref().is_some_and(|a| &flight.agent != a)

@@ -167,7 +167,7 @@ impl Ctx<'_, '_> {
         let parent = match &message.meta.flight {
             Some(id) => self
                 .tx
-                .read::<Flight>(T::Flights, id.as_bytes())?
+                .flight(id, |seq| self.pending_output(seq))?
                 .filter(|f| f.agent == message.author)
                 .map(|f| f.id),
             None => None,

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use relay_protocol::domain::FlightChange;
 
+use super::writer::Kept;
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
 use crate::store::{apply, encode, Published, Tx, T};
@@ -32,10 +33,10 @@ pub(super) struct Ctx<'a, 't> {
     pub(super) live: &'a LiveByAgent,
     /// ...and how this batch changed them so far (the queue rule adds both).
     pub(super) live_delta: HashMap<String, i64>,
-    /// Whether each flight's last update was streamed text, as committed...
+    /// What the writer keeps of each live flight, as committed...
     pub(super) streaming: &'a super::writer::Streaming,
     /// ...and as this batch left it (`None`: the flight ended).
-    pub(super) streaming_delta: HashMap<String, Option<bool>>,
+    pub(super) streaming_delta: HashMap<String, Option<Kept>>,
     pub(super) next_seq: u64,
     /// Where the next event will be in the log (the batch is appended after it commits).
     pub(super) next_pos: crate::store::Pos,
@@ -57,24 +58,37 @@ impl Ctx<'_, '_> {
             by: self.by.clone(),
             body,
         };
-        match &event.body {
+        // Encoded once: these bytes are the log record's payload, and their JSON is what
+        // every subscriber is sent (unless a text of it is stored as a reference to the
+        // same text earlier in the log).
+        let (published, stored, source) =
+            Published::encode_sharing(event, self.next_pos, |f| self.kept(f).and_then(|k| k.text))?;
+        match &published.event.body {
             EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
                 *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
             }
             EventBody::FlightUpdated { update, flight } => {
-                let ended = flight.state.is_terminal();
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
                     *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
                 }
-                let delta = matches!(update.change, FlightChange::Delta { .. });
-                self.streaming_delta
-                    .insert(flight.id.clone(), (!ended).then_some(delta));
+                let kept = (!flight.state.is_terminal()).then(|| {
+                    let mut kept = self.kept(&flight.id).unwrap_or_default();
+                    kept.delta = Some(matches!(update.change, FlightChange::Delta { .. }));
+                    kept
+                });
+                self.streaming_delta.insert(flight.id.clone(), kept);
             }
             _ => {}
         }
-        // Encoded once: these bytes are the log record's payload, and their JSON is what
-        // every subscriber is sent.
-        let (published, stored) = Published::encode(event)?;
+        // The flight's newest text to look for (a flight that ended looks for none).
+        if let Some((flight, source)) = source {
+            if !matches!(self.streaming_delta.get(&flight), Some(None)) {
+                let kept = self.kept(&flight).unwrap_or_default();
+                let text = Some(source);
+                self.streaming_delta
+                    .insert(flight, Some(Kept { text, ..kept }));
+            }
+        }
         apply(self.tx, &published.event, self.next_pos)?;
         self.next_seq += 1;
         self.next_pos += crate::store::log::record_len(stored.len());
@@ -86,20 +100,24 @@ impl Ctx<'_, '_> {
     /// what the writer keeps, else (an update from before this broker started) from the
     /// log.
     pub(super) fn last_was_delta(&self, flight: &Flight) -> Result<bool, BrokerError> {
-        if let Some(last) = self.streaming_delta.get(&flight.id) {
-            return Ok(last.unwrap_or(false));
+        if let Some(None) = self.streaming_delta.get(&flight.id) {
+            return Ok(false);
         }
-        let kept = self
-            .streaming
-            .lock()
-            .ok()
-            .and_then(|s| s.get(&flight.id).copied());
-        match kept {
+        match self.kept(&flight.id).and_then(|k| k.delta) {
             Some(delta) => Ok(delta),
             None => Ok(self
                 .tx
                 .stored_update(&flight.id, flight.update_seq)?
                 .is_some_and(|u| matches!(u.update.change, FlightChange::Delta { .. }))),
+        }
+    }
+
+    /// What the writer keeps of `flight`: as this batch left it, else as committed
+    /// (`None`: nothing, or the flight ended in this batch).
+    fn kept(&self, flight: &str) -> Option<Kept> {
+        match self.streaming_delta.get(flight) {
+            Some(kept) => kept.clone(),
+            None => self.streaming.lock().ok()?.get(flight).cloned(),
         }
     }
 
@@ -235,7 +253,22 @@ impl Ctx<'_, '_> {
 
     fn flight(&self, id: &str) -> Result<Flight, BrokerError> {
         self.tx
-            .read(T::Flights, id.as_bytes())?
+            .flight(id, |seq| self.pending_output(seq))?
             .ok_or_else(|| BrokerError::UnknownFlight(id.into()))
+    }
+
+    /// The output a completion of this batch (event `seq`) recorded.
+    pub(super) fn pending_output(&self, seq: u64) -> Option<String> {
+        let first = self.events.first()?.0.seq;
+        let (published, _) = self
+            .events
+            .get(usize::try_from(seq.checked_sub(first)?).ok()?)?;
+        match &published.body {
+            EventBody::FlightUpdated { update, .. } => match &update.change {
+                FlightChange::State { output, .. } => output.clone(),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 }

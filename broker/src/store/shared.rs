@@ -1,0 +1,411 @@
+//! Texts stored once. A flight's final answer arrives several times: as the text of its
+//! last agent message item, as the completion's `output`, in the flight that completion
+//! carries, and as the body of the reply message posted with it. Each of these events
+//! keeps its whole wire JSON (what subscribers are sent does not change); in the log, a
+//! text of [`SHARED_MIN`] bytes or more that repeats the flight's last such text is
+//! stored as a reference to where that text already is.
+//!
+//! A record with references has stored version [`SHARED_VERSION`]: the version byte, then
+//! the JSON of `{"refs": [...], "event": {...}}`, the event's JSON with each referring
+//! string left empty, and each reference saying where in the event it goes (`at`, a JSON
+//! pointer) and where the text is: an earlier event's seq, its position in the log, and
+//! the pointer in it (`from`); or a string earlier in the same event. Every reader of the
+//! log decodes through [`decode_record`], which fills the references in; a record
+//! without any (all but about one per flight) is version 1 and is decoded as before.
+//!
+//! The writer keeps, per live flight, the last text that may be repeated ([`Source`]),
+//! so finding a repeat costs no read; a text is compared whole, never by a digest.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use relay_protocol::domain::{Flight, FlightChange, ItemKind, ItemPhase};
+use relay_protocol::event::{Event, EventBody};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::keys::{decode, VALUE_VERSION};
+use super::log::{EventLog, Pos};
+use crate::error::BrokerError;
+
+/// The stored version of a record with references (version 1: the wire JSON as it is).
+pub const SHARED_VERSION: u8 = 2;
+/// Shorter texts are stored as they are: a reference would save too little.
+pub const SHARED_MIN: usize = 256;
+/// References lead to a literal text at once; more than this many hops is damage.
+const MAX_HOPS: usize = 4;
+
+/// A text of a flight that is in the log: in event `seq`, at `pos`, at pointer `at`.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub seq: u64,
+    pub pos: Pos,
+    pub at: &'static str,
+    pub text: Arc<str>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ref {
+    /// Where in this event the text goes.
+    at: String,
+    /// The event holding it (this event's own seq: an earlier string of it).
+    seq: u64,
+    pos: Pos,
+    /// Where the text is in that event.
+    from: String,
+}
+
+#[derive(Serialize)]
+struct SharedOut<'a> {
+    refs: &'a [Ref],
+    event: &'a Value,
+}
+
+#[derive(Deserialize)]
+struct SharedIn {
+    refs: Vec<Ref>,
+    event: Value,
+}
+
+/// The flight an event's repeatable texts belong to, and those texts (pointer, text) in
+/// the order they are stored: an agent message's text, a completion's output and its
+/// flight's output, a flight's reply.
+fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
+    let (flight, texts): (&str, Vec<(&'static str, Option<&str>)>) = match body {
+        EventBody::FlightUpdated { update, flight } => {
+            let text = match &update.change {
+                FlightChange::Item {
+                    item_kind: ItemKind::AgentMessage,
+                    phase: ItemPhase::Completed,
+                    text,
+                    ..
+                } => Some(("/update/text", text.as_deref())),
+                FlightChange::State { output, .. } => Some(("/update/output", output.as_deref())),
+                _ => None,
+            };
+            let mut texts: Vec<_> = text.into_iter().collect();
+            texts.push(("/flight/output", flight.output.as_deref()));
+            (&update.flight, texts)
+        }
+        EventBody::MessagePosted { message, .. } => (
+            message.meta.flight.as_deref()?,
+            vec![("/message/body", Some(message.body.as_str()))],
+        ),
+        _ => return None,
+    };
+    let texts: Vec<_> = texts
+        .into_iter()
+        .filter_map(|(at, t)| t.filter(|t| t.len() >= SHARED_MIN).map(|t| (at, t)))
+        .collect();
+    (!texts.is_empty()).then_some((flight, texts))
+}
+
+/// How `event`, to be stored at `pos`, is encoded: its stored bytes, its wire JSON, and
+/// (when it has a text a later event of its flight may repeat) that flight and the text
+/// it should look for next. `known`: the flight's last such text ([`Writer`] keeps it).
+///
+/// [`Writer`]: crate::broker
+pub fn encode(
+    event: &Event,
+    pos: Pos,
+    known: impl Fn(&str) -> Option<Source>,
+) -> Result<Shared, BrokerError> {
+    let Some((flight, texts)) = candidates(&event.body) else {
+        return Shared::plain(event);
+    };
+    let mut refs = Vec::new();
+    let mut newest: Option<Source> = None;
+    let known = known(flight);
+    for (at, text) in texts {
+        let same = |s: &&Source| *s.text == *text;
+        match newest.as_ref().filter(same).or(known.as_ref().filter(same)) {
+            Some(source) => refs.push(Ref {
+                at: at.to_string(),
+                seq: source.seq,
+                pos: source.pos,
+                from: source.at.to_string(),
+            }),
+            None => {
+                newest = Some(Source {
+                    seq: event.seq,
+                    pos,
+                    at,
+                    text: Arc::from(text),
+                })
+            }
+        }
+    }
+    let mut shared = if refs.is_empty() {
+        Shared::plain(event)?
+    } else {
+        let mut value = serde_json::to_value(event)?;
+        for r in &refs {
+            if let Some(slot) = value.pointer_mut(&r.at) {
+                *slot = Value::String(String::new());
+            }
+        }
+        let mut stored = vec![SHARED_VERSION];
+        serde_json::to_writer(
+            &mut stored,
+            &SharedOut {
+                refs: &refs,
+                event: &value,
+            },
+        )?;
+        Shared {
+            stored: Bytes::from(stored),
+            json: Bytes::from(serde_json::to_vec(event)?),
+            source: None,
+        }
+    };
+    shared.source = newest.map(|s| (flight.to_string(), s));
+    Ok(shared)
+}
+
+/// A flight, and the newest of its texts a later event may repeat.
+pub type Newest = Option<(String, Source)>;
+
+/// An event's encodings ([`encode`]).
+pub struct Shared {
+    /// What the log stores (version byte first).
+    pub stored: Bytes,
+    /// The wire JSON: the stored bytes after their version byte when no text is shared.
+    pub json: Bytes,
+    /// The flight whose newest repeatable text this event holds, and where.
+    pub source: Newest,
+}
+
+impl Shared {
+    fn plain(event: &Event) -> Result<Shared, BrokerError> {
+        let stored = Bytes::from(super::keys::encode(event)?);
+        Ok(Shared {
+            json: stored.slice(1..),
+            stored,
+            source: None,
+        })
+    }
+}
+
+/// A log record's payload decoded as `V` (an [`Event`], or the part of one a reader
+/// needs), its references filled in from the records they point at.
+pub fn decode_record<V: DeserializeOwned>(
+    log: &EventLog,
+    payload: &[u8],
+) -> Result<V, BrokerError> {
+    match payload.split_first() {
+        Some((&SHARED_VERSION, json)) => Ok(serde_json::from_value(resolve(log, json, 0)?)?),
+        Some((&VALUE_VERSION, _)) | None => decode(payload),
+        Some((v, _)) => Err(BrokerError::Corrupt(format!(
+            "stored event has version {v}, this build reads {VALUE_VERSION} and {SHARED_VERSION}"
+        ))),
+    }
+}
+
+/// Whether a stored payload has references (its JSON is not the wire JSON).
+pub fn has_refs(payload: &[u8]) -> bool {
+    payload.first() == Some(&SHARED_VERSION)
+}
+
+fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
+    let SharedIn { refs, mut event } = serde_json::from_slice(json)?;
+    let own = event.get("seq").and_then(Value::as_u64);
+    for r in refs {
+        let text = if Some(r.seq) == own {
+            event
+                .pointer(&r.from)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        } else {
+            source(log, &r, hops)?
+        };
+        let text = text.ok_or_else(|| damaged(&r, "has no text there"))?;
+        *event
+            .pointer_mut(&r.at)
+            .ok_or_else(|| damaged(&r, "has no place for it"))? = Value::String(text);
+    }
+    Ok(event)
+}
+
+fn source(log: &EventLog, r: &Ref, hops: usize) -> Result<Option<String>, BrokerError> {
+    if hops >= MAX_HOPS {
+        return Err(damaged(r, "leads through too many references"));
+    }
+    // The text is earlier in the log than the record that refers to it.
+    let record = log
+        .read_appended(r.pos)?
+        .ok_or_else(|| damaged(r, "is not in the log"))?;
+    if record.seq != r.seq {
+        return Err(damaged(r, &format!("points at event {}", record.seq)));
+    }
+    let value = match record.payload.split_first() {
+        Some((&SHARED_VERSION, json)) => resolve(log, json, hops + 1)?,
+        _ => decode::<Value>(&record.payload)?,
+    };
+    Ok(value
+        .pointer(&r.from)
+        .and_then(Value::as_str)
+        .map(str::to_string))
+}
+
+fn damaged(r: &Ref, what: &str) -> BrokerError {
+    BrokerError::Corrupt(format!(
+        "the text at {} of event {} (position {}) {what} (run `relay doctor`)",
+        r.from, r.seq, r.pos
+    ))
+}
+
+/// The stored version of a `flights` record whose output is in the log: the version
+/// byte, the seq and position (u64 big-endian each) of the update that completed the
+/// flight with it, then the flight's JSON without its output.
+pub const FLIGHT_OUTPUT_IN_LOG: u8 = 2;
+
+/// `flight`'s record for the `flights` tree. `completed`: the seq and position of the
+/// event that made it, when that was its completion with its output; an output of
+/// [`SHARED_MIN`] bytes or more is then not copied into the record, but read from that
+/// update ([`decode_flight`]).
+pub fn encode_flight(
+    flight: &Flight,
+    completed: Option<(u64, Pos)>,
+) -> Result<Vec<u8>, BrokerError> {
+    match (completed, flight.output.as_deref()) {
+        (Some((seq, pos)), Some(output)) if output.len() >= SHARED_MIN => {
+            let mut stored = vec![FLIGHT_OUTPUT_IN_LOG];
+            stored.extend_from_slice(&seq.to_be_bytes());
+            stored.extend_from_slice(&pos.to_be_bytes());
+            let without = Flight {
+                output: None,
+                ..flight.clone()
+            };
+            serde_json::to_writer(&mut stored, &without)?;
+            Ok(stored)
+        }
+        _ => super::keys::encode(flight),
+    }
+}
+
+/// A `flights` record, with its output read from the log where it is kept there.
+pub fn decode_flight(log: &EventLog, stored: &[u8]) -> Result<Flight, BrokerError> {
+    decode_flight_from(log, stored, |_| None)
+}
+
+/// [`decode_flight`], for the writer: `pending` gives the output of an event of the
+/// batch being written (not in the log yet), by its seq.
+pub fn decode_flight_from(
+    log: &EventLog,
+    stored: &[u8],
+    pending: impl Fn(u64) -> Option<String>,
+) -> Result<Flight, BrokerError> {
+    let Some((seq, pos, json)) = output_in_log(stored)? else {
+        return decode(stored);
+    };
+    if let Some(output) = pending(seq) {
+        let mut flight: Flight = serde_json::from_slice(json)?;
+        flight.output = Some(output);
+        return Ok(flight);
+    }
+    #[derive(Deserialize)]
+    struct UpdateOf {
+        update: OutputOf,
+    }
+    #[derive(Deserialize)]
+    struct OutputOf {
+        output: Option<String>,
+    }
+    let mut flight: Flight = serde_json::from_slice(json)?;
+    let missing = || {
+        BrokerError::Corrupt(format!(
+            "the output of flight {} is not in event {seq} at position {pos} (run `relay doctor`)",
+            flight.id
+        ))
+    };
+    let record = log.read_appended(pos)?.ok_or_else(missing)?;
+    if record.seq != seq {
+        return Err(missing());
+    }
+    let of: UpdateOf = decode_record(log, &record.payload)?;
+    flight.output = Some(of.update.output.ok_or_else(missing)?);
+    Ok(flight)
+}
+
+/// A `flights` record without reading its output from the log (`None` where it is
+/// kept there): for what needs only its state, usage or links.
+pub fn decode_flight_without_output(stored: &[u8]) -> Result<Flight, BrokerError> {
+    match output_in_log(stored)? {
+        Some((_, _, json)) => Ok(serde_json::from_slice(json)?),
+        None => decode(stored),
+    }
+}
+
+/// Where a `flights` record's output is (the seq and position of its completion), and
+/// the rest of the record (the flight's JSON).
+type OutputAt<'a> = (u64, Pos, &'a [u8]);
+
+fn output_in_log(stored: &[u8]) -> Result<Option<OutputAt<'_>>, BrokerError> {
+    let Some((&FLIGHT_OUTPUT_IN_LOG, rest)) = stored.split_first() else {
+        return Ok(None);
+    };
+    let short = || BrokerError::Corrupt("a flight record is too short".into());
+    let (seq, rest) = rest.split_first_chunk::<8>().ok_or_else(short)?;
+    let (pos, json) = rest.split_first_chunk::<8>().ok_or_else(short)?;
+    Ok(Some((
+        u64::from_be_bytes(*seq),
+        u64::from_be_bytes(*pos),
+        json,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::store::Store;
+
+    /// A record whose reference leads nowhere, to another event, or round in a circle is
+    /// a typed error, never a panic or a wrong text.
+    #[test]
+    fn a_damaged_reference_is_a_typed_error() {
+        let store = Store::temporary().unwrap();
+        let log = store.log();
+        let literal = br#"{"seq":1,"body":"text"}"#;
+        let mut first = vec![VALUE_VERSION];
+        first.extend_from_slice(literal);
+        log.append([(1, &first[..])]).unwrap();
+        let shared = |seq: u64, pos: Pos, from: &str| {
+            let mut v = vec![SHARED_VERSION];
+            v.extend_from_slice(
+                format!(
+                    r#"{{"refs":[{{"at":"/body","seq":{seq},"pos":{pos},"from":"{from}"}}],"event":{{"seq":9,"body":""}}}}"#
+                )
+                .as_bytes(),
+            );
+            v
+        };
+        let ok: Value = decode_record(log, &shared(1, 0, "/body")).unwrap();
+        assert_eq!(ok["body"], "text");
+        for (bad, why) in [
+            (shared(1, 1 << 40, "/body"), "is not in the log"),
+            (shared(2, 0, "/body"), "points at event 1"),
+            (shared(1, 0, "/nothing"), "has no text there"),
+            (shared(9, 0, "/missing"), "has no text there"),
+        ] {
+            match decode_record::<Value>(log, &bad) {
+                Err(BrokerError::Corrupt(m)) => assert!(m.contains(why), "{m}"),
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        // A reference to a record that refers to itself (hop after hop) stops.
+        let pos = log.end();
+        let circle = shared(2, pos, "/body");
+        log.append([(2, &circle[..])]).unwrap();
+        match decode_record::<Value>(log, &circle) {
+            Err(BrokerError::Corrupt(m)) => assert!(m.contains("too many references"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let mut newer = first.clone();
+        newer[0] = 7;
+        assert!(
+            matches!(decode_record::<Value>(log, &newer), Err(BrokerError::Corrupt(m)) if m.contains("version 7"))
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! A flight's answer is stored once: its agent message's text, the completion's output,
+//! the flight's output and the reply's body after it are references in the log to the
+//! first of them, and the flight's record in sled reads its output from the log
+//! (`store::shared`), while everything read back (events with their JSON,
+//! updates, messages, replays, a rebuild) is whole and as it was published, from many
+//! flights at once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use relay_broker::broker::Live;
+use relay_broker::store::{Store, FLIGHT_OUTPUT_IN_LOG, SHARED_VERSION, T};
+use relay_broker::{Broker, BrokerConfig};
+use relay_protocol::domain::{
+    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, ItemKind, ItemPhase,
+};
+use relay_protocol::event::EventBody;
+use tokio_util::sync::CancellationToken;
+
+async fn broker(store: Store, agents: usize) -> Broker {
+    let (b, _) = Broker::start(store, BrokerConfig::default(), CancellationToken::new())
+        .await
+        .unwrap();
+    for i in 0..agents {
+        b.register_agent(AgentSpec::new(
+            format!("a{i}"),
+            Harness::CodexAppServer,
+            "/w",
+        ))
+        .await
+        .unwrap();
+    }
+    b
+}
+
+/// An answer of a few KB, its own for each `n`, with what JSON escapes.
+fn answer(n: usize) -> String {
+    format!("answer {n}: \"quoted\", a\ttab, a ünïcödé line\n").repeat(60)
+}
+
+/// Runs a flight of `agent` that streams, says its answer as an agent message and
+/// completes with it. Returns the flight's id.
+async fn answered(b: &Broker, agent: &str, text: &str) -> String {
+    let f = b
+        .invoke(InvokeRequest::new(agent, "go"))
+        .await
+        .unwrap()
+        .flight
+        .id;
+    let item = |phase, text: Option<&str>| FlightChange::Item {
+        item_id: "m1".into(),
+        item_kind: ItemKind::AgentMessage,
+        phase,
+        text: text.map(str::to_string),
+        exit_code: None,
+    };
+    for change in [
+        FlightChange::State {
+            to: FlightState::Running,
+            reason: None,
+            output: None,
+        },
+        item(ItemPhase::Started, None),
+        FlightChange::Delta { text: text.into() },
+        item(ItemPhase::Completed, Some(text)),
+        FlightChange::State {
+            to: FlightState::Completed,
+            reason: None,
+            output: Some(text.into()),
+        },
+    ] {
+        b.update_flight(&f, change).await.unwrap();
+    }
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once() {
+    const FLIGHTS: usize = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(Store::open(dir.path()).unwrap(), FLIGHTS).await;
+    let mut live = b.subscribe();
+    let (before, first) = (b.store().log().end(), b.store().last_seq().unwrap());
+    let flights = futures::future::join_all((0..FLIGHTS).map(|i| {
+        let b = &b;
+        async move { answered(b, &format!("a{i}"), &answer(i)).await }
+    }))
+    .await;
+    let last = b.store().last_seq().unwrap();
+
+    // What subscribers got live, event by event...
+    let mut published = Vec::new();
+    while published.len() < (last - first) as usize {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
+        match next.await.expect("every event is published").unwrap() {
+            Live::Event(p) => published.push((p.event.clone(), p.json.clone())),
+            Live::InLog(seq) => panic!("event {seq} not kept live"),
+        }
+    }
+    // ...is what the log gives back: the same events, the same JSON, byte for byte.
+    let read = b.store().published_after(first, 100_000).unwrap();
+    assert_eq!(read.len(), published.len());
+    for (r, (event, json)) in read.iter().zip(&published) {
+        assert_eq!(&r.event, event);
+        assert_eq!(&r.json, json, "event {}", event.seq);
+    }
+
+    let mut shared = 0;
+    let mut stored = Vec::new();
+    let mut pos = before;
+    while let Some(record) = b.store().log().read(pos).unwrap() {
+        shared += usize::from(record.payload.first() == Some(&SHARED_VERSION));
+        stored.extend_from_slice(&record.payload);
+        pos = record.next();
+    }
+    // Per flight: the reply's body, and the completion's output and flight's output.
+    assert_eq!(shared, 2 * FLIGHTS);
+    // Each answer is in the log twice (streamed as a delta, said as an item), not five
+    // times (the reply, the completion and its flight as well).
+    for i in 0..FLIGHTS {
+        let json = serde_json::to_string(&answer(i)).unwrap();
+        let escaped = &json.as_bytes()[1..json.len() - 1];
+        assert_eq!(
+            memchr::memmem::find_iter(&stored, escaped).count(),
+            2,
+            "flight {i}"
+        );
+    }
+
+    for (i, f) in flights.iter().enumerate() {
+        // The flight's record in sled keeps no copy: its output is read from the log.
+        let record = b.store().tree(T::Flights).get(f).unwrap().unwrap();
+        assert_eq!(record[0], FLIGHT_OUTPUT_IN_LOG);
+        assert!(record.len() < answer(i).len(), "{} B", record.len());
+        let flight = b.store().flight(f).unwrap().unwrap();
+        assert_eq!(flight.output.as_deref(), Some(answer(i).as_str()));
+        let updates = b.store().flight_updates(f, 0).unwrap();
+        match &updates.last().unwrap().change {
+            FlightChange::State { output, .. } => {
+                assert_eq!(output.as_deref(), Some(answer(i).as_str()))
+            }
+            other => panic!("{other:?}"),
+        }
+        let reply = flight.reply_message.unwrap();
+        let reply = read
+            .iter()
+            .find_map(|p| match &p.body {
+                EventBody::MessagePosted { message, .. } if message.id == reply => {
+                    Some(message.clone())
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(reply.body, answer(i));
+        let messages = b.store().messages(&reply.conversation, 1000).unwrap();
+        assert!(messages
+            .iter()
+            .any(|m| m.id == reply.id && m.body == answer(i)));
+    }
+    // A rebuild from the log (references filled in) makes the same projections.
+    assert!(b.store().verify().unwrap().is_consistent());
+}

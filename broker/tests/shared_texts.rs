@@ -158,3 +158,32 @@ async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once(
     // A rebuild from the log (references filled in) makes the same projections.
     assert!(b.store().verify().unwrap().is_consistent());
 }
+
+/// An event too large to keep in memory for subscribers is read from the log by them,
+/// however small its record there: the size that counts is its wire JSON's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_to_keep_live_is_read_from_the_log_though_stored_once() {
+    let b = broker(Store::temporary().unwrap(), 1).await;
+    let first = b.store().last_seq().unwrap();
+    let mut live = b.subscribe();
+    let text = "x".repeat(relay_broker::broker::LIVE_EVENT_MAX);
+    let f = answered(&b, "a0", &text).await;
+    let last = b.store().last_seq().unwrap();
+    let mut in_log = Vec::new();
+    for _ in first..last {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
+        match next.await.expect("every event is published").unwrap() {
+            Live::Event(p) => assert!(p.json.len() <= text.len(), "event {} kept live", p.seq),
+            Live::InLog(seq) => in_log.push(seq),
+        }
+    }
+    // The delta, the agent message, the reply and the completion: each holds the answer.
+    assert_eq!(in_log.len(), 4, "{in_log:?}");
+    for seq in in_log {
+        let event = b.store().event(seq).unwrap().unwrap();
+        let json = serde_json::to_string(&event).unwrap();
+        assert!(json.contains(&text), "event {seq} read back whole");
+    }
+    let flight = b.store().flight(&f).unwrap().unwrap();
+    assert_eq!(flight.output.as_deref(), Some(text.as_str()));
+}

@@ -275,8 +275,10 @@ fn settle(
         for (published, stored) in result.events {
             inner.counts.apply(&published.event);
             inner.live.apply(&published.event);
-            // Every subscriber shares this one `Published`, its JSON as stored.
-            let live = if stored.len() > LIVE_EVENT_MAX {
+            // Every subscriber shares this one `Published`, its JSON as stored. What is
+            // kept in memory is the wire JSON (and the event): a record that stores an
+            // answer by reference is small in the log, not here.
+            let live = if stored.len().max(published.json.len()) > LIVE_EVENT_MAX {
                 Live::InLog(published.seq)
             } else {
                 Live::Event(Arc::new(published))

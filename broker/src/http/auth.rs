@@ -98,6 +98,32 @@ impl Principal {
         Ok(running_flight(broker, me).await?.map(|f| f.id))
     }
 
+    /// Runs `command` (an ask, a post) linked to the parent flight of
+    /// [`Principal::parent_flight`]. A parent taken for an agent that named none (the
+    /// flight it was running when the request was read) may end before the command is
+    /// committed; the command then runs again as a root one, as if the agent had asked
+    /// between its turns, instead of being refused for that flight's end.
+    pub async fn with_parent<R, F>(
+        &self,
+        broker: &Broker,
+        given: Option<String>,
+        command: impl Fn(Option<String>) -> F,
+    ) -> Result<R, BrokerError>
+    where
+        F: std::future::Future<Output = Result<R, BrokerError>>,
+    {
+        let implicit = given.is_none();
+        let parent = self.parent_flight(broker, given).await?;
+        let linked = parent.is_some();
+        match command(parent).await {
+            Err(BrokerError::ParentNotRunning { flight, what, .. }) if implicit && linked => {
+                tracing::debug!(%flight, %what, "the flight the agent ran ended before its ask: a root ask");
+                command(None).await
+            }
+            outcome => outcome,
+        }
+    }
+
     /// Refuses an agent a flight it did not ask for (steer, interrupt).
     pub async fn may_control(&self, broker: &Broker, flight: &str) -> Result<(), BrokerError> {
         let Principal::Agent(me) = self else {
@@ -295,5 +321,113 @@ fn verb(method: &Method) -> Option<relay_protocol::methods::Verb> {
         Method::POST => Some(Verb::Post),
         Method::DELETE => Some(Verb::Delete),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use relay_protocol::domain::{
+        AgentSpec, FlightChange, Harness, InvokeRequest, MessageClass, MessageMeta, PostMessage,
+    };
+
+    use super::*;
+    use crate::{BrokerConfig, Store};
+
+    fn to(state: FlightState) -> FlightChange {
+        FlightChange::State {
+            to: state,
+            reason: None,
+            output: None,
+        }
+    }
+
+    /// Agent `me` runs a flight, and asks (and posts) without naming a parent while that
+    /// flight ends between the request's read and its commit: the ask and the post become
+    /// root ones instead of being refused. Eight agents at once, each with its own race.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_an_agent_asks_as_its_flight_ends_becomes_a_root_ask() {
+        const AGENTS: usize = 8;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (b, _) = Broker::start(Store::temporary().unwrap(), BrokerConfig::default(), stop)
+            .await
+            .unwrap();
+        for name in (0..AGENTS)
+            .map(|i| format!("a{i}"))
+            .chain(["helper".into()])
+        {
+            b.register_agent(AgentSpec::new(name, Harness::CodexAppServer, "/w"))
+                .await
+                .unwrap();
+        }
+        let race = |i: usize| {
+            let b = &b;
+            async move {
+                let me = format!("a{i}");
+                let f = b
+                    .invoke(InvokeRequest::new(&me, "go"))
+                    .await
+                    .unwrap()
+                    .flight;
+                b.update_flight(&f.id, to(FlightState::Running))
+                    .await
+                    .unwrap();
+                let principal = Principal::Agent(me.clone());
+                let tries = AtomicUsize::new(0);
+                let asked = principal
+                    .with_parent(b, None, |parent| {
+                        let (me, f, first) = (&me, &f, tries.fetch_add(1, Ordering::SeqCst) == 0);
+                        async move {
+                            if first {
+                                // Linked to the flight it runs, which ends meanwhile.
+                                assert_eq!(parent.as_deref(), Some(f.id.as_str()));
+                                b.update_flight(&f.id, to(FlightState::Completed))
+                                    .await
+                                    .unwrap();
+                            }
+                            let mut req = InvokeRequest::new("helper", "look");
+                            req.requester = me.clone();
+                            req.parent_flight = parent;
+                            b.invoke(req).await
+                        }
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(tries.load(Ordering::SeqCst), 2);
+                assert_eq!(asked.flight.parent_flight, None);
+                assert_eq!(asked.flight.root_flight, None);
+                // With no flight running, a post is a root one at once.
+                let posted = principal
+                    .with_parent(b, None, |flight| {
+                        b.post_message(PostMessage {
+                            conversation: asked.flight.conversation.clone(),
+                            author: me.clone(),
+                            body: "thanks".into(),
+                            class: MessageClass::Agent,
+                            reply_to: None,
+                            meta: MessageMeta {
+                                flight,
+                                ..MessageMeta::default()
+                            },
+                        })
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(posted.message.meta.flight, None);
+                // A parent the agent names itself, ended, is still refused.
+                let named: Result<(), _> = principal
+                    .with_parent(b, Some(f.id.clone()), |_| async {
+                        panic!("a named parent that ended is refused before the ask runs")
+                    })
+                    .await;
+                assert!(
+                    matches!(named, Err(BrokerError::Unauthorized(_))),
+                    "{named:?}"
+                );
+            }
+        };
+        futures::future::join_all((0..AGENTS).map(race)).await;
     }
 }

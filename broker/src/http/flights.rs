@@ -24,10 +24,15 @@ pub(super) async fn invoke(
         req.requester = web.decided_by();
     }
     principal.act_as(&req.requester)?;
-    req.parent_flight = principal
-        .parent_flight(&s.broker, req.parent_flight.take())
+    let given = req.parent_flight.take();
+    let accepted = principal
+        .with_parent(&s.broker, given, |parent| {
+            let mut req = req.clone();
+            req.parent_flight = parent;
+            s.broker.invoke(req)
+        })
         .await?;
-    Ok(Json(s.broker.invoke(req).await?))
+    Ok(Json(accepted))
 }
 
 /// Most flights a text search (`q`) reads, newest first, matching or not: a search of a

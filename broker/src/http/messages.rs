@@ -69,8 +69,13 @@ pub(super) async fn post_message(
         post.author = web.decided_by();
     }
     principal.act_as(&post.author)?;
-    post.meta.flight = principal
-        .parent_flight(&s.broker, post.meta.flight.take())
+    let given = post.meta.flight.take();
+    let posted = principal
+        .with_parent(&s.broker, given, |flight| {
+            let mut post = post.clone();
+            post.meta.flight = flight;
+            s.broker.post_message(post)
+        })
         .await?;
-    Ok(Json(s.broker.post_message(post).await?))
+    Ok(Json(posted))
 }

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use relay_broker::broker::Live;
-use relay_broker::store::{Store, FLIGHT_OUTPUT_IN_LOG, SHARED_VERSION, T};
+use relay_broker::store::{encode, Store, FLIGHT_OUTPUT_IN_LOG, SHARED_VERSION, T};
 use relay_broker::{Broker, BrokerConfig};
 use relay_protocol::domain::{
     AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, ItemKind, ItemPhase,
@@ -186,4 +186,61 @@ async fn an_answer_too_large_to_keep_live_is_read_from_the_log_though_stored_onc
     }
     let flight = b.store().flight(&f).unwrap().unwrap();
     assert_eq!(flight.output.as_deref(), Some(text.as_str()));
+}
+
+/// A store made before answers were stored once (a completed flight's record holding a
+/// copy of its output) has the record of today after its next open, and a rebuild
+/// agrees with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_before_reads_its_outputs_from_the_log_after_its_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let (b, writer) = Broker::start(
+        Store::open(dir.path()).unwrap(),
+        BrokerConfig::default(),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    b.register_agent(AgentSpec::new("a0", Harness::CodexAppServer, "/w"))
+        .await
+        .unwrap();
+    let f = answered(&b, "a0", &answer(0)).await;
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+    let reopen = || async {
+        for _ in 0..300 {
+            match Store::open(dir.path()) {
+                Err(relay_broker::BrokerError::Locked(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await
+                }
+                other => return other.unwrap(),
+            }
+        }
+        panic!("the store stays locked");
+    };
+    {
+        let store = reopen().await;
+        let flight = store.flight(&f).unwrap().unwrap();
+        store
+            .tree(T::Flights)
+            .insert(f.as_bytes(), encode(&flight).unwrap())
+            .unwrap();
+        store
+            .tree(T::Meta)
+            .remove(b"flight_outputs_in_log")
+            .unwrap();
+        assert!(!store.verify().unwrap().is_consistent());
+        store.durable().db().flush().unwrap();
+    }
+    let store = reopen().await;
+    let record = store.tree(T::Flights).get(&f).unwrap().unwrap();
+    assert_eq!(record[0], FLIGHT_OUTPUT_IN_LOG);
+    assert!(store.verify().unwrap().is_consistent());
+    let flight = store.flight(&f).unwrap().unwrap();
+    assert_eq!(flight.output.as_deref(), Some(answer(0).as_str()));
+    // Read as any type, the record has its output.
+    let values: Vec<relay_protocol::domain::Flight> = store.values(T::Flights).unwrap();
+    assert_eq!(values[0].output.as_deref(), Some(answer(0).as_str()));
 }

@@ -245,12 +245,29 @@ impl Store {
     }
 
     pub fn get<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
-        self.tree(t).get(key)?.map(|v| decode(&v)).transpose()
+        self.tree(t)
+            .get(key)?
+            .map(|v| decode_in(&self.log, t, &v))
+            .transpose()
     }
 
     pub fn values<V: DeserializeOwned>(&self, t: T) -> Result<Vec<V>, BrokerError> {
-        self.tree(t).iter().values().map(|v| decode(&v?)).collect()
+        self.tree(t)
+            .iter()
+            .values()
+            .map(|v| decode_in(&self.log, t, &v?))
+            .collect()
     }
+}
+
+/// A value of tree `t`; a `flights` record with its output read from the log (see
+/// [`decode_flight`]), whatever type it is read as.
+fn decode_in<V: DeserializeOwned>(log: &EventLog, t: T, value: &[u8]) -> Result<V, BrokerError> {
+    if matches!(t, T::Flights) && value.first() == Some(&FLIGHT_OUTPUT_IN_LOG) {
+        let flight = decode_flight(log, value)?;
+        return Ok(serde_json::from_value(serde_json::to_value(flight)?)?);
+    }
+    decode(value)
 }
 
 /// A view of every tree inside one transaction.
@@ -280,7 +297,7 @@ impl Tx<'_> {
         self.trees[t as usize]
             .get(key)
             .map_err(unabortable)?
-            .map(|v| decode(&v))
+            .map(|v| decode_in(self.log, t, &v))
             .transpose()
     }
 

@@ -2,13 +2,17 @@
 //! rebuild), the sinks it writes through, and the indexes built once for a database made
 //! before they existed.
 
-use relay_protocol::domain::{decider, Approval, ApprovalState, Flight, FlightUpdate, Rule};
+use relay_protocol::domain::{
+    decider, Approval, ApprovalState, Flight, FlightChange, FlightUpdate, Rule,
+};
 use relay_protocol::event::{Event, EventBody};
 use serde::Serialize;
 
-use super::keys::{child_key, decode, encode, pair_key, pair_value, seq_key, Scope, T};
+use super::keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
 use super::log::Pos;
-use super::shared::{decode_flight_without_output, decode_record, encode_flight};
+use super::shared::{
+    decode_flight_without_output, decode_record, encode_flight, FLIGHT_OUTPUT_IN_LOG, SHARED_MIN,
+};
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
 
@@ -107,19 +111,12 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
                 pair_value(event.seq, pos).to_vec(),
             )?;
             // Only the change that ends a flight touches the index (never a delta).
-            if matches!(
-                update.change,
-                relay_protocol::domain::FlightChange::State { .. }
-            ) && flight.state.is_terminal()
-            {
+            if matches!(update.change, FlightChange::State { .. }) && flight.state.is_terminal() {
                 sink.del(T::LiveFlights, flight.id.as_bytes())?;
             }
             // The usage counters move by what this update changed of the flight's usage
             // (its record before it is still stored here).
-            if matches!(
-                update.change,
-                relay_protocol::domain::FlightChange::Usage(_)
-            ) {
+            if matches!(update.change, FlightChange::Usage(_)) {
                 let previous: Option<Flight> = match sink.get(T::Flights, flight.id.as_bytes())? {
                     Some(v) => Some(decode_flight_without_output(&v)?),
                     None => None,
@@ -128,7 +125,7 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
             }
             // A completion's output is kept once, in the log, with the update.
             let completed = match &update.change {
-                relay_protocol::domain::FlightChange::State {
+                FlightChange::State {
                     output: Some(output),
                     ..
                 } if flight.output.as_ref() == Some(output) => Some((event.seq, pos)),
@@ -240,7 +237,45 @@ impl Store {
     pub(super) fn index_once_each(&self) -> Result<(), BrokerError> {
         self.index_once(b"live_flights_indexed", Store::index_live_flights)?;
         self.index_once(b"flight_children_indexed", Store::index_flight_children)?;
-        self.index_once(b"replay_indexed", Store::index_replays)
+        self.index_once(b"replay_indexed", Store::index_replays)?;
+        self.index_once(b"flight_outputs_in_log", Store::outputs_to_log)
+    }
+
+    /// A store made before answers were stored once keeps a copy of each completed
+    /// flight's output in its record: the record now reads it from its completion, as
+    /// [`apply`] writes it (a flight whose last update is the completion with that
+    /// output).
+    fn outputs_to_log(&self) -> Result<(), BrokerError> {
+        for kv in self.tree(T::Flights).iter() {
+            let (id, value) = kv?;
+            if value.first() == Some(&FLIGHT_OUTPUT_IN_LOG) {
+                continue;
+            }
+            let flight: Flight = decode(&value)?;
+            let Some(output) = flight.output.as_deref().filter(|o| o.len() >= SHARED_MIN) else {
+                continue;
+            };
+            let mut prefix = id.to_vec();
+            prefix.push(0);
+            let Some(last) = self
+                .tree(T::FlightUpdates)
+                .scan_prefix(&prefix)
+                .values()
+                .next_back()
+            else {
+                continue;
+            };
+            let (seq, pos) = parse_pair(&last?)?;
+            let Some(stored) = super::queries::update_at(self.log(), seq, pos)? else {
+                continue;
+            };
+            if matches!(&stored.update.change, FlightChange::State { output: Some(o), .. } if o == output)
+            {
+                self.tree(T::Flights)
+                    .insert(&id, encode_flight(&flight, Some((seq, pos)))?)?;
+            }
+        }
+        Ok(())
     }
 
     /// Builds an index of a database made before it existed, once (the marker is made

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::keys::{decode, VALUE_VERSION};
+use super::keys::{decode, pair_value, parse_pair, VALUE_VERSION};
 use super::log::{EventLog, Pos};
 use crate::error::BrokerError;
 
@@ -271,8 +271,7 @@ pub fn encode_flight(
     match (completed, flight.output.as_deref()) {
         (Some((seq, pos)), Some(output)) if output.len() >= SHARED_MIN => {
             let mut stored = vec![FLIGHT_OUTPUT_IN_LOG];
-            stored.extend_from_slice(&seq.to_be_bytes());
-            stored.extend_from_slice(&pos.to_be_bytes());
+            stored.extend_from_slice(&pair_value(seq, pos));
             let without = Flight {
                 output: None,
                 ..flight.clone()
@@ -345,14 +344,11 @@ fn output_in_log(stored: &[u8]) -> Result<Option<OutputAt<'_>>, BrokerError> {
     let Some((&FLIGHT_OUTPUT_IN_LOG, rest)) = stored.split_first() else {
         return Ok(None);
     };
-    let short = || BrokerError::Corrupt("a flight record is too short".into());
-    let (seq, rest) = rest.split_first_chunk::<8>().ok_or_else(short)?;
-    let (pos, json) = rest.split_first_chunk::<8>().ok_or_else(short)?;
-    Ok(Some((
-        u64::from_be_bytes(*seq),
-        u64::from_be_bytes(*pos),
-        json,
-    )))
+    let (pair, json) = rest
+        .split_at_checked(16)
+        .ok_or_else(|| BrokerError::Corrupt("a flight record is too short".into()))?;
+    let (seq, pos) = parse_pair(pair)?;
+    Ok(Some((seq, pos, json)))
 }
 
 #[cfg(test)]

@@ -80,9 +80,14 @@ impl Ctx<'_, '_> {
             }
             _ => {}
         }
-        // The flight's newest text to look for (a flight that ended looks for none).
+        // The flight's newest text to look for: only a live flight's (a message may name
+        // a flight that ended, or none that exists, and nothing would drop its entry).
         if let Some((flight, source)) = source {
-            if !matches!(self.streaming_delta.get(&flight), Some(None)) {
+            let live = match self.streaming_delta.get(&flight) {
+                Some(kept) => kept.is_some(),
+                None => self.tx.contains(T::LiveFlights, flight.as_bytes())?,
+            };
+            if live {
                 let kept = self.kept(&flight).unwrap_or_default();
                 let text = Some(source);
                 self.streaming_delta

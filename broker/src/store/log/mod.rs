@@ -429,7 +429,9 @@ impl EventLog {
     }
 
     /// The record at `pos` once appended, synced or not: for the writer's own reads of
-    /// what it wrote a moment ago (never for what is shown: that waits for the sync).
+    /// what it wrote a moment ago (never for what is shown: that waits for the sync),
+    /// and for the text a shown record refers to (`store::shared`: always earlier in
+    /// the log than the record, so on disk when it is).
     pub fn read_appended(&self, pos: Pos) -> Result<Option<Record>, LogError> {
         self.read_before(pos, self.end())
     }

@@ -192,13 +192,11 @@ pub async fn list(client: &Client, args: FlightsArgs) -> anyhow::Result<()> {
 }
 
 /// What a flight amounts to, on one line: its error when it failed, the start of its
-/// reply when it completed, else what it is doing.
+/// reply when it completed, else what it is doing. Cut as a live summary is (a reply of
+/// one long line would be a cell of megabytes where no terminal cuts the table).
 pub(crate) fn flight_summary(f: &Flight) -> String {
     let first = |s: &str| {
-        s.lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .to_string()
+        relay_protocol::domain::summarize(s.lines().find(|l| !l.trim().is_empty()).unwrap_or(""))
     };
     match f.state {
         FlightState::Failed | FlightState::Cancelled => {
@@ -397,5 +395,33 @@ pub(crate) fn note_text(note: &relay_protocol::domain::Note) -> String {
     match &note.flight {
         Some(flight) => format!("{} ({ago}, flight {flight})", note.text),
         None => format!("{} ({ago})", note.text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::domain::SUMMARY_CHARS;
+
+    #[test]
+    fn a_completed_flights_summary_is_its_replys_first_line_cut() {
+        let mut f: Flight = serde_json::from_value(serde_json::json!({
+            "id": "flt_1", "invocation": "inv_1", "agent": "a", "state": "completed",
+            "update_seq": 3, "conversation": "c", "created_at": 1, "updated_at": 2,
+        }))
+        .expect("a flight");
+        f.output = Some(format!("\n{}\nsecond line", "word ".repeat(100_000)));
+        let summary = flight_summary(&f);
+        assert!(
+            summary.chars().count() <= SUMMARY_CHARS + 1,
+            "{}",
+            summary.len()
+        );
+        assert!(
+            summary.starts_with("word word") && summary.ends_with('…'),
+            "{summary}"
+        );
+        f.output = Some("short\nmore".into());
+        assert_eq!(flight_summary(&f), "short");
     }
 }

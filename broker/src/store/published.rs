@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use relay_protocol::event::Event;
 
-use super::keys::{decode, encode};
+use super::keys::decode;
 use super::log::EventLog;
 use super::shared::{decode_record, has_refs, Newest, Source};
 use crate::error::BrokerError;
@@ -26,9 +26,14 @@ impl Published {
     /// Encodes a new event once: the bytes to store (version byte + JSON), and the
     /// published event whose `json` shares them.
     pub fn encode(event: Event) -> Result<(Published, Bytes), BrokerError> {
-        let stored = Bytes::from(encode(&event)?);
-        let json = stored.slice(1..);
-        Ok((Published { event, json }, stored))
+        let shared = super::shared::Shared::plain(&event)?;
+        Ok((
+            Published {
+                event,
+                json: shared.json,
+            },
+            shared.stored,
+        ))
     }
 
     /// Encodes a new event to be stored at `pos`, with a text its flight repeats stored

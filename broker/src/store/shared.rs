@@ -72,7 +72,11 @@ struct SharedIn {
 /// the order they are stored: an agent message's text, a completion's output and its
 /// flight's output, a flight's reply.
 fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
-    let (flight, texts): (&str, Vec<(&'static str, Option<&str>)>) = match body {
+    // Checked without allocating: this runs for every event, each delta among them.
+    fn long<'t>(at: &'static str, t: Option<&'t str>) -> Option<(&'static str, &'t str)> {
+        t.filter(|t| t.len() >= SHARED_MIN).map(|t| (at, t))
+    }
+    let (flight, texts) = match body {
         EventBody::FlightUpdated { update, flight } => {
             let text = match &update.change {
                 FlightChange::Item {
@@ -80,25 +84,25 @@ fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
                     phase: ItemPhase::Completed,
                     text,
                     ..
-                } => Some(("/update/text", text.as_deref())),
-                FlightChange::State { output, .. } => Some(("/update/output", output.as_deref())),
+                } => long("/update/text", text.as_deref()),
+                FlightChange::State { output, .. } => long("/update/output", output.as_deref()),
                 _ => None,
             };
-            let mut texts: Vec<_> = text.into_iter().collect();
-            texts.push(("/flight/output", flight.output.as_deref()));
-            (&update.flight, texts)
+            (
+                update.flight.as_str(),
+                [text, long("/flight/output", flight.output.as_deref())],
+            )
         }
         EventBody::MessagePosted { message, .. } => (
             message.meta.flight.as_deref()?,
-            vec![("/message/body", Some(message.body.as_str()))],
+            [long("/message/body", Some(message.body.as_str())), None],
         ),
         _ => return None,
     };
-    let texts: Vec<_> = texts
-        .into_iter()
-        .filter_map(|(at, t)| t.filter(|t| t.len() >= SHARED_MIN).map(|t| (at, t)))
-        .collect();
-    (!texts.is_empty()).then_some((flight, texts))
+    if texts.iter().all(Option::is_none) {
+        return None;
+    }
+    Some((flight, texts.into_iter().flatten().collect()))
 }
 
 /// How `event`, to be stored at `pos`, is encoded: its stored bytes, its wire JSON, and
@@ -177,7 +181,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn plain(event: &Event) -> Result<Shared, BrokerError> {
+    /// Without references: the stored bytes are the version byte and the wire JSON.
+    pub(super) fn plain(event: &Event) -> Result<Shared, BrokerError> {
         let stored = Bytes::from(super::keys::encode(event)?);
         Ok(Shared {
             json: stored.slice(1..),

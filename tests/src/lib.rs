@@ -71,6 +71,13 @@ pub fn relay_bin() -> PathBuf {
     bin
 }
 
+/// The log filter of the brokers and nodes that tests and `ops/bench` start:
+/// `RELAY_TEST_LOG` when set (to trace a run, e.g. `info,relay_runtime=debug`), else
+/// `default`.
+pub fn test_log_filter(default: &str) -> String {
+    std::env::var("RELAY_TEST_LOG").unwrap_or_else(|_| default.into())
+}
+
 /// A `relay up` process on a data dir, listening on a free loopback port.
 pub struct RelayProcess {
     /// The `relay` binary this process runs (and its CLI uses).
@@ -140,7 +147,7 @@ impl RelayProcess {
             .arg("--listen")
             .arg(&self.listen)
             .args(&self.extra)
-            .env("RUST_LOG", "info,relay=debug")
+            .env("RUST_LOG", test_log_filter("info,relay=debug"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -492,7 +499,7 @@ impl NodeProcess {
             .arg(&self.data_dir)
             .args(&self.extra)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info,relay=debug")
+            .env("RUST_LOG", test_log_filter("info,relay=debug"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

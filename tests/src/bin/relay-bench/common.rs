@@ -16,8 +16,8 @@ impl Bench {
                 // Scenario 1's flight streams 32 MB, and scenario 9's burst as much: over
                 // relay up's default cap of 8 MiB per flight, which would fail them.
                 &["--nats", &nats.url(), "--max-flight-output", "1073741824"],
-                // The default of `relay up`: the tests' debug logs would cost time.
-                &[("RUST_LOG", "info")],
+                // The default of `relay up` (unless RELAY_TEST_LOG says otherwise).
+                &[("RUST_LOG", &relay_tests::test_log_filter("info"))],
             )
         })
     }

@@ -34,7 +34,14 @@ async fn part_e_inner(b: &Bench) -> anyhow::Result<Vec<Row>> {
     let model = ct::Model::start(&dir).await?;
     let relay = blocking({
         let (bin, data) = (b.relay.clone(), dir.join("data"));
-        move || RelayProcess::start_bin(&bin, &data, &[], &[("RUST_LOG", "info")])
+        move || {
+            RelayProcess::start_bin(
+                &bin,
+                &data,
+                &[],
+                &[("RUST_LOG", &relay_tests::test_log_filter("info"))],
+            )
+        }
     })?;
     let api = api(&relay);
     say("8: starting codex twice (through relay, and directly)");

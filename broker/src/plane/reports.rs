@@ -16,6 +16,8 @@ use crate::error::BrokerError;
 
 /// Replies waiting to be checked by the drain task.
 pub(super) const PENDING_REPLIES: usize = 8192;
+/// Most replies the drain takes at once.
+const DRAIN_RUN: usize = 1024;
 
 type Reply = oneshot::Receiver<Result<Outcome, BrokerError>>;
 
@@ -172,14 +174,27 @@ impl Plane {
         ))
     }
 
+    /// Settles the submitted reports in order. The runtime's records of the flights that
+    /// ended are dropped per run of replies taken at once, in one job: one per flight
+    /// held every reply behind it, and with them the reports (the channel fills).
     pub(super) async fn drain(self, mut pending: mpsc::Receiver<(Pending, tracing::Span)>) {
-        while let Some((p, span)) = pending.recv().await {
-            self.settle_pending(p).instrument(span).await;
+        let mut taken = Vec::with_capacity(DRAIN_RUN);
+        while pending.recv_many(&mut taken, DRAIN_RUN).await > 0 {
+            let mut ended = Vec::new();
+            for (p, span) in taken.drain(..) {
+                ended.extend(self.settle_pending(p).instrument(span).await);
+            }
+            // Kept otherwise: the next start settles each flight from it.
+            if let Err(e) = self.runtime.threads().forget_flights(ended).await {
+                tracing::warn!(error = %e, "cannot forget the dispatch records of flights that ended");
+            }
         }
     }
 
     /// Waits for a submitted report's commit; applies the approval policy where due.
-    pub(super) async fn settle_pending(&self, p: Pending) {
+    /// The flight whose end it committed, for the runtime's record of its dispatch to
+    /// be dropped.
+    pub(super) async fn settle_pending(&self, p: Pending) -> Option<String> {
         {
             match p {
                 Pending::Check(rx, kind) => match rx.await {
@@ -205,12 +220,9 @@ impl Plane {
                         }
                         Err(_) => false,
                     };
-                    // Kept otherwise: the next start settles the flight from it.
                     if committed {
                         tracing::debug!("flight ended");
-                        if let Err(e) = self.runtime.threads().forget_flight(&flight).await {
-                            tracing::warn!(%flight, error = %e, "cannot forget the dispatch record");
-                        }
+                        return Some(flight);
                     }
                 }
                 Pending::Streamed(rx) => match rx.await {
@@ -246,6 +258,7 @@ impl Plane {
                 }
             }
         }
+        None
     }
 
     async fn apply_policy(&self, approval: Approval) {

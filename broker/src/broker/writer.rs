@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::rules::Ctx;
 use super::{
-    BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, LIVE_EVENT_MAX, MAX_BATCH,
+    BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, DELTA_MERGE_MAX,
+    LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
 use crate::store::{pair_value, Published, Store, T};
@@ -55,8 +56,8 @@ type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;
 type Replies = Vec<Reply>;
 
 /// A batch's commands, with streamed text merged: consecutive deltas of one flight
-/// (no other kind of command between them) become one delta with their texts joined,
-/// answered to each of their callers. A flight streaming faster than commits complete
+/// (no other kind of command between them) become one delta with their texts joined
+/// (up to [`DELTA_MERGE_MAX`] bytes a slice), answered to each of their callers. A flight streaming faster than commits complete
 /// thus writes one update per commit instead of one per delta, with nothing of its text
 /// lost or reordered; at a slower pace each delta stays its own update. Node reports
 /// (`FromNode`, each with its stream seq) are never merged, nor a client's delta with
@@ -81,6 +82,14 @@ fn coalesce_deltas(
                     ..
                 } = &mut commands[i]
                 {
+                    if merged.len() + text.len() > DELTA_MERGE_MAX {
+                        // This slice is full: the delta starts the next.
+                        open.insert(flight.clone(), commands.len());
+                        commands.push(p.command);
+                        rooms.push(p.room);
+                        replies.push(vec![p.reply]);
+                        continue;
+                    }
                     merged.push_str(text);
                     replies[i].push(p.reply);
                     continue;
@@ -278,7 +287,10 @@ fn settle(
             // Every subscriber shares this one `Published`, its JSON as stored. What is
             // kept in memory is the wire JSON (and the event): a record that stores an
             // answer by reference is small in the log, not here.
-            let live = if stored.len().max(published.json.len()) > LIVE_EVENT_MAX {
+            // (No wire JSON: one too large to encode for memory; see `Published::json`.)
+            let live = if published.json.is_empty()
+                || stored.len().max(published.json.len()) > LIVE_EVENT_MAX
+            {
                 Live::InLog(published.seq)
             } else {
                 Live::Event(Arc::new(published))
@@ -434,4 +446,73 @@ struct BatchResult {
     events: Vec<(Published, bytes::Bytes)>,
     /// Whether the batch wrote anything (events, or a node's report cursor).
     wrote: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn delta(
+        flight: &str,
+        text: &str,
+    ) -> (Pending, oneshot::Receiver<Result<Outcome, BrokerError>>) {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::UpdateFlight {
+            flight: flight.into(),
+            change: FlightChange::Delta { text: text.into() },
+        };
+        let pending = Pending {
+            command,
+            room: Room::DownToFloor,
+            reply,
+        };
+        (pending, rx)
+    }
+
+    #[test]
+    fn a_burst_in_one_batch_is_cut_into_slices_that_subscribers_take_from_memory() {
+        // 3,000 deltas of 100 B from flight a, one of flight b among them.
+        let mut batch = Vec::new();
+        let mut waiting = Vec::new();
+        for i in 0..3000 {
+            let (p, rx) = delta("a", &format!("{i:>99}|"));
+            batch.push(p);
+            waiting.push(rx);
+            if i == 1500 {
+                let (p, rx) = delta("b", "b's own");
+                batch.push(p);
+                waiting.push(rx);
+            }
+        }
+        let (commands, _, replies) = coalesce_deltas(batch.into_iter());
+        let mut a = String::new();
+        let mut b = Vec::new();
+        for c in &commands {
+            let Command::UpdateFlight {
+                flight,
+                change: FlightChange::Delta { text },
+            } = c
+            else {
+                panic!("not a delta: {c:?}")
+            };
+            assert!(text.len() <= DELTA_MERGE_MAX, "a slice of {} B", text.len());
+            match flight.as_str() {
+                "a" => a.push_str(text),
+                _ => b.push(text.clone()),
+            }
+        }
+        let want: String = (0..3000).map(|i| format!("{i:>99}|")).collect();
+        assert_eq!(a, want, "nothing lost or reordered");
+        assert_eq!(b, vec!["b's own".to_string()]);
+        // 300,000 B in slices of at most 12 KiB: more than one, far fewer than 3,000.
+        assert!(
+            commands.len() > 300_000 / DELTA_MERGE_MAX,
+            "{}",
+            commands.len()
+        );
+        assert!(commands.len() < 100, "{}", commands.len());
+        // Every caller is answered by the slice its delta went into.
+        assert_eq!(replies.iter().map(Vec::len).sum::<usize>(), 3001);
+    }
 }

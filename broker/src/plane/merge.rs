@@ -11,8 +11,9 @@ use relay_protocol::runtime::Report;
 /// Most reports taken at once from the runtime's channel.
 pub(super) const DRAIN_MAX: usize = 1024;
 /// Most bytes of text one merged delta carries: a burst is cut into slices of this, so
-/// the writer and the subscribers take it in pieces with the other flights' between.
-pub(super) const MERGE_CAP: usize = 64 << 10;
+/// the writer and the subscribers take it in pieces with the other flights' between
+/// (see [`DELTA_MERGE_MAX`](crate::broker::DELTA_MERGE_MAX)).
+pub(super) const MERGE_CAP: usize = crate::broker::DELTA_MERGE_MAX;
 
 /// `reports` in order, with each flight's consecutive deltas (no other report between
 /// them but other flights' deltas) joined into one, up to [`MERGE_CAP`] bytes. Any other

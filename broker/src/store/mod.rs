@@ -293,6 +293,17 @@ impl Tx<'_> {
             .transpose()
     }
 
+    /// A flight's record without its output where that is kept in the log (`None`
+    /// there): for a check of its state, agent or parent, which need not read (and
+    /// decode) a long answer back.
+    pub fn flight_without_output(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        self.trees[T::Flights as usize]
+            .get(id.as_bytes())
+            .map_err(unabortable)?
+            .map(|v| shared::decode_flight_without_output(&v))
+            .transpose()
+    }
+
     pub fn read<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
         self.trees[t as usize]
             .get(key)

@@ -18,7 +18,9 @@ use crate::error::BrokerError;
 pub struct Published {
     pub event: Event,
     /// The JSON of `event` (serde_json of it), exactly the stored bytes after their
-    /// version byte: a slice of the stored buffer, sharing its allocation.
+    /// version byte: a slice of the stored buffer, sharing its allocation. Empty only
+    /// for a new event that stores a long text by reference (see
+    /// [`super::shared::Shared::json`]): never published from memory.
     pub json: Bytes,
 }
 
@@ -44,8 +46,9 @@ impl Published {
         event: Event,
         pos: super::Pos,
         known: impl Fn(&str) -> Option<Source>,
+        live_max: usize,
     ) -> Result<(Published, Bytes, Newest), BrokerError> {
-        let shared = super::shared::encode(&event, pos, known)?;
+        let shared = super::shared::encode(&event, pos, known, live_max)?;
         Ok((
             Published {
                 event,

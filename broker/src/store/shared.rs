@@ -108,28 +108,36 @@ fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
 /// How `event`, to be stored at `pos`, is encoded: its stored bytes, its wire JSON, and
 /// (when it has a text a later event of its flight may repeat) that flight and the text
 /// it should look for next. `known`: the flight's last such text ([`Writer`] keeps it).
+/// `live_max`: the largest event subscribers are handed in memory (a larger one is not
+/// encoded for the wire here: see [`Shared::json`]).
 ///
 /// [`Writer`]: crate::broker
 pub fn encode(
     event: &Event,
     pos: Pos,
     known: impl Fn(&str) -> Option<Source>,
+    live_max: usize,
 ) -> Result<Shared, BrokerError> {
     let Some((flight, texts)) = candidates(&event.body) else {
         return Shared::plain(event);
     };
     let mut refs = Vec::new();
+    // Bytes of the texts stored as references.
+    let mut referred = 0;
     let mut newest: Option<Source> = None;
     let known = known(flight);
     for (at, text) in texts {
         let same = |s: &&Source| *s.text == *text;
         match newest.as_ref().filter(same).or(known.as_ref().filter(same)) {
-            Some(source) => refs.push(Ref {
-                at: at.to_string(),
-                seq: source.seq,
-                pos: source.pos,
-                from: source.at.to_string(),
-            }),
+            Some(source) => {
+                referred += text.len();
+                refs.push(Ref {
+                    at: at.to_string(),
+                    seq: source.seq,
+                    pos: source.pos,
+                    from: source.at.to_string(),
+                })
+            }
             None => {
                 newest = Some(Source {
                     seq: event.seq,
@@ -157,9 +165,17 @@ pub fn encode(
                 event: &value,
             },
         )?;
+        // The wire JSON holds those texts whole: past the largest event kept in memory
+        // for subscribers, the event goes to them from the log (where it is filled in
+        // and encoded then), so it is not encoded for the wire here.
+        let json = if referred > live_max {
+            Bytes::new()
+        } else {
+            Bytes::from(serde_json::to_vec(event)?)
+        };
         Shared {
             stored: Bytes::from(stored),
-            json: Bytes::from(serde_json::to_vec(event)?),
+            json,
             source: None,
         }
     };
@@ -174,7 +190,9 @@ pub type Newest = Option<(String, Source)>;
 pub struct Shared {
     /// What the log stores (version byte first).
     pub stored: Bytes,
-    /// The wire JSON: the stored bytes after their version byte when no text is shared.
+    /// The wire JSON: the stored bytes after their version byte when no text is shared;
+    /// empty when the shared texts alone make it larger than `live_max` of [`encode`],
+    /// the largest event kept in memory for subscribers: they read it from the log.
     pub json: Bytes,
     /// The flight whose newest repeatable text this event holds, and where.
     pub source: Newest,

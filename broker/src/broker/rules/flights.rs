@@ -175,7 +175,7 @@ impl Ctx<'_, '_> {
         let mut depth = 1u32;
         let mut cursor = Some(parent.to_string());
         while let Some(id) = cursor {
-            let f = self.flight(&id)?;
+            let f = self.flight_head(&id)?;
             if f.agent == target && id == parent {
                 return Err(BrokerError::SelfAsk {
                     agent: target.to_string(),

@@ -167,7 +167,7 @@ impl Ctx<'_, '_> {
         let parent = match &message.meta.flight {
             Some(id) => self
                 .tx
-                .flight(id, |seq| self.pending_output(seq))?
+                .flight_without_output(id)?
                 .filter(|f| f.agent == message.author)
                 .map(|f| f.id),
             None => None,

@@ -61,8 +61,12 @@ impl Ctx<'_, '_> {
         // Encoded once: these bytes are the log record's payload, and their JSON is what
         // every subscriber is sent (unless a text of it is stored as a reference to the
         // same text earlier in the log).
-        let (published, stored, source) =
-            Published::encode_sharing(event, self.next_pos, |f| self.kept(f).and_then(|k| k.text))?;
+        let (published, stored, source) = Published::encode_sharing(
+            event,
+            self.next_pos,
+            |f| self.kept(f).and_then(|k| k.text),
+            super::LIVE_EVENT_MAX,
+        )?;
         match &published.event.body {
             EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
                 *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
@@ -222,7 +226,7 @@ impl Ctx<'_, '_> {
     fn node_may(&self, node: &str, command: &Command) -> Result<(), BrokerError> {
         let agent = match command {
             Command::UpdateFlight { flight, .. } | Command::ExpireApprovals { flight, .. } => {
-                self.flight(flight)?.agent
+                self.flight_head(flight)?.agent
             }
             Command::UpdateAgent { name, .. } => name.clone(),
             Command::ThreadLost { agent, .. } | Command::RequestApproval { agent, .. } => {
@@ -259,6 +263,14 @@ impl Ctx<'_, '_> {
     fn flight(&self, id: &str) -> Result<Flight, BrokerError> {
         self.tx
             .flight(id, |seq| self.pending_output(seq))?
+            .ok_or_else(|| BrokerError::UnknownFlight(id.into()))
+    }
+
+    /// [`Ctx::flight`] without its output where the log keeps it: for checks that look
+    /// at its agent, state or parent only.
+    fn flight_head(&self, id: &str) -> Result<Flight, BrokerError> {
+        self.tx
+            .flight_without_output(id)?
             .ok_or_else(|| BrokerError::UnknownFlight(id.into()))
     }
 

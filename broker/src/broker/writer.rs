@@ -82,17 +82,12 @@ fn coalesce_deltas(
                     ..
                 } = &mut commands[i]
                 {
-                    if merged.len() + text.len() > DELTA_MERGE_MAX {
-                        // This slice is full: the delta starts the next.
-                        open.insert(flight.clone(), commands.len());
-                        commands.push(p.command);
-                        rooms.push(p.room);
-                        replies.push(vec![p.reply]);
+                    // Joined while the slice has room; else the delta starts the next.
+                    if merged.len() + text.len() <= DELTA_MERGE_MAX {
+                        merged.push_str(text);
+                        replies[i].push(p.reply);
                         continue;
                     }
-                    merged.push_str(text);
-                    replies[i].push(p.reply);
-                    continue;
                 }
             }
             open.insert(flight.clone(), commands.len());

@@ -1,22 +1,20 @@
 //! Fairness between flights: the runtime's reports waiting at once are taken together,
-//! and each flight's run of streamed text becomes one report (up to [`MERGE_CAP`] bytes),
-//! so a flight streaming a burst is a few commands, not thousands queued ahead of
-//! everyone else's next delta.
+//! and each flight's run of streamed text becomes one report (up to
+//! [`DELTA_MERGE_MAX`] bytes), so a flight streaming a burst is a few commands, not
+//! thousands queued ahead of everyone else's next delta.
 
 use std::collections::HashMap;
 
 use relay_protocol::domain::FlightChange;
 use relay_protocol::runtime::Report;
 
+use crate::broker::DELTA_MERGE_MAX;
+
 /// Most reports taken at once from the runtime's channel.
 pub(super) const DRAIN_MAX: usize = 1024;
-/// Most bytes of text one merged delta carries: a burst is cut into slices of this, so
-/// the writer and the subscribers take it in pieces with the other flights' between
-/// (see [`DELTA_MERGE_MAX`](crate::broker::DELTA_MERGE_MAX)).
-pub(super) const MERGE_CAP: usize = crate::broker::DELTA_MERGE_MAX;
 
 /// `reports` in order, with each flight's consecutive deltas (no other report between
-/// them but other flights' deltas) joined into one, up to [`MERGE_CAP`] bytes. Any other
+/// them but other flights' deltas) joined into one, up to [`DELTA_MERGE_MAX`] bytes. Any other
 /// report ends every run: what came before it stays before it.
 pub(super) fn merge_deltas(reports: impl IntoIterator<Item = Report>) -> Vec<Report> {
     let mut out: Vec<Report> = Vec::new();
@@ -34,7 +32,7 @@ pub(super) fn merge_deltas(reports: impl IntoIterator<Item = Report>) -> Vec<Rep
                     ..
                 } = &mut out[i]
                 {
-                    if run.len() + text.len() <= MERGE_CAP {
+                    if run.len() + text.len() <= DELTA_MERGE_MAX {
                         run.push_str(text);
                         continue;
                     }
@@ -122,11 +120,11 @@ mod tests {
 
     #[test]
     fn a_run_is_cut_at_the_cap_without_losing_or_reordering_text() {
-        let chunk = "z".repeat(MERGE_CAP / 4 + 1);
+        let chunk = "z".repeat(DELTA_MERGE_MAX / 4 + 1);
         let merged = merge_deltas((0..10).map(|_| delta("a", &chunk)));
         let t = texts(&merged);
         assert!(t.len() > 1, "cut into slices");
-        assert!(t.iter().all(|(_, s)| s.len() <= MERGE_CAP));
+        assert!(t.iter().all(|(_, s)| s.len() <= DELTA_MERGE_MAX));
         let whole: String = t.iter().map(|(_, s)| s.as_str()).collect();
         assert_eq!(whole, chunk.repeat(10));
     }

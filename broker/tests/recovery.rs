@@ -2,6 +2,8 @@
 //! process that died (`kill -9`) at awkward moments.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::time::Duration;
 
 use relay_broker::plane::Plane;
@@ -97,7 +99,7 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
 
     // The next process settles it.
     let (broker, _writer) = Broker::start(
-        Store::open(&dir.path().join("db")).unwrap(),
+        support::reopen(&dir.path().join("db")).await,
         BrokerConfig::default(),
         CancellationToken::new(),
     )

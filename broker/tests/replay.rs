@@ -4,6 +4,9 @@
 //! and a database made before the replay index gets it at its first open.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::reopen;
+
 use relay_broker::replay::{self, flight_replay};
 use relay_broker::store::{Store, T};
 use relay_broker::{Broker, BrokerConfig, BrokerError, Command};
@@ -429,20 +432,6 @@ async fn unknown_names_are_typed_errors() {
         replay::conversation(&b, nope(), 0).await,
         Err(BrokerError::UnknownConversation(id)) if id == "nope"
     ));
-}
-
-/// The store at `path`, once the last handle of the broker that had it open is gone
-/// (the storage thread may still be dropping one just after it answered).
-async fn reopen(path: &std::path::Path) -> Store {
-    for _ in 0..300 {
-        match Store::open(path) {
-            Err(BrokerError::Locked(_)) => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await
-            }
-            other => return other.unwrap(),
-        }
-    }
-    panic!("{} stays locked", path.display());
 }
 
 /// The id of the message at `index` in a conversation replay.

@@ -4,6 +4,8 @@
 //! Over 600 lines: the domain rules' specification, one test per rule, read as one file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use relay_broker::store::Store;
 use relay_broker::{Broker, BrokerConfig, BrokerError};
 use relay_protocol::api::MentionSkipped;
@@ -1086,7 +1088,7 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
 
     // A database from before the index: built at the first open.
     {
-        let store = Store::open(&path).unwrap();
+        let store = support::reopen(&path).await;
         store
             .tree(relay_broker::store::T::LiveFlights)
             .clear()

@@ -6,6 +6,8 @@
 //! flights at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use relay_broker::broker::Live;
 use relay_broker::store::{encode, Store, FLIGHT_OUTPUT_IN_LOG, SHARED_VERSION, T};
 use relay_broker::{Broker, BrokerConfig};
@@ -209,17 +211,7 @@ async fn a_store_from_before_reads_its_outputs_from_the_log_after_its_next_open(
     stop.cancel();
     drop(b);
     writer.await.unwrap();
-    let reopen = || async {
-        for _ in 0..300 {
-            match Store::open(dir.path()) {
-                Err(relay_broker::BrokerError::Locked(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await
-                }
-                other => return other.unwrap(),
-            }
-        }
-        panic!("the store stays locked");
-    };
+    let reopen = || support::reopen(dir.path());
     {
         let store = reopen().await;
         let flight = store.flight(&f).unwrap().unwrap();

@@ -14,6 +14,8 @@
 //! - 32 flights of 4 agents reporting at once give exact totals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 
 use relay_broker::prices::PriceTable;
@@ -520,7 +522,7 @@ async fn the_counters_survive_a_reopen_and_agree_with_a_rebuild() {
         writer.await.unwrap();
         (f1.id, f2.id)
     };
-    let (b, _w) = broker_with(Store::open(&path).unwrap(), None).await;
+    let (b, _w) = broker_with(support::reopen(&path).await, None).await;
     let st = b.store();
     let day = st.usage_of_day("a1", &today()).unwrap();
     assert_eq!(

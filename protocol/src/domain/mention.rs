@@ -80,6 +80,10 @@ impl MentionSkip {
 /// Every `@name` of `body`, in order, duplicates kept.
 pub fn scan(body: &str) -> Vec<Token> {
     let mut out = Vec::new();
+    // Most bodies (a long answer among them) have no `@` at all: one memchr pass then.
+    if !body.contains('@') {
+        return out;
+    }
     // The open fence: its character and length.
     let mut fence: Option<(char, usize)> = None;
     for (n, raw) in body.split('\n').enumerate() {
@@ -123,6 +127,9 @@ pub fn parse_mentions(body: &str) -> Vec<String> {
 /// its flights), else `None`.
 pub fn judge(body: &str, answered: Option<&str>) -> Vec<(String, Option<MentionSkip>)> {
     let tokens = scan(body);
+    if tokens.is_empty() {
+        return Vec::new();
+    }
     let repeated: HashSet<String> = answered
         .map(parse_mentions)
         .unwrap_or_default()

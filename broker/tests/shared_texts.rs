@@ -93,7 +93,7 @@ async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once(
     while published.len() < (last - first) as usize {
         let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
         match next.await.expect("every event is published").unwrap() {
-            Live::Event(p) => published.push((p.event.clone(), p.json.clone())),
+            Live::Event(p) => published.push((p.event.clone(), p.json().clone())),
             Live::InLog(seq) => panic!("event {seq} not kept live"),
         }
     }
@@ -102,7 +102,7 @@ async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once(
     assert_eq!(read.len(), published.len());
     for (r, (event, json)) in read.iter().zip(&published) {
         assert_eq!(&r.event, event);
-        assert_eq!(&r.json, json, "event {}", event.seq);
+        assert_eq!(r.json(), json, "event {}", event.seq);
     }
 
     let mut shared = 0;
@@ -175,7 +175,7 @@ async fn an_answer_too_large_to_keep_live_is_read_from_the_log_though_stored_onc
     for _ in first..last {
         let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
         match next.await.expect("every event is published").unwrap() {
-            Live::Event(p) => assert!(p.json.len() <= text.len(), "event {} kept live", p.seq),
+            Live::Event(p) => assert!(p.json().len() <= text.len(), "event {} kept live", p.seq),
             Live::InLog(seq) => in_log.push(seq),
         }
     }

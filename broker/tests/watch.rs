@@ -330,7 +330,7 @@ async fn check(log: &[Event], scope: &Scope, snapshot: &Snapshot, followed: &mut
             .unwrap();
         assert_eq!(got.event, *want, "{scope:?} from {}", snapshot.seq);
         // What a watcher is sent: the event's JSON as serde_json writes it.
-        assert_eq!(got.json, serde_json::to_vec(want).unwrap(), "{scope:?}");
+        assert_eq!(*got.json(), serde_json::to_vec(want).unwrap(), "{scope:?}");
     }
     match followed.try_recv() {
         Err(mpsc::error::TryRecvError::Empty | mpsc::error::TryRecvError::Disconnected) => {}

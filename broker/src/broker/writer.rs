@@ -282,13 +282,12 @@ fn settle(
             // Every subscriber shares this one `Published`, its JSON as stored. What is
             // kept in memory is the wire JSON (and the event): a record that stores an
             // answer by reference is small in the log, not here.
-            // (No wire JSON: one too large to encode for memory; see `Published::json`.)
-            let live = if published.json.is_empty()
-                || stored.len().max(published.json.len()) > LIVE_EVENT_MAX
-            {
-                Live::InLog(published.seq)
-            } else {
-                Live::Event(Arc::new(published))
+            // (No wire JSON yet: one too large to encode here; see `Published::json`.)
+            let live = match published.encoded_len() {
+                Some(json) if stored.len().max(json) <= LIVE_EVENT_MAX => {
+                    Live::Event(Arc::new(published))
+                }
+                _ => Live::InLog(published.seq),
             };
             // No subscriber is fine: the log has it.
             let _ = inner.events.send(live);

@@ -63,7 +63,7 @@ pub(super) fn frame(id: Option<u64>, kind: &str, data: &[u8]) -> Bytes {
 
 /// A committed event: `id:` its seq, `event:` its type, `data:` its stored JSON.
 pub(super) fn event_frame(event: &Published) -> Bytes {
-    frame(Some(event.seq), event.body.type_name(), &event.json)
+    frame(Some(event.seq), event.body.type_name(), event.json())
 }
 
 /// A value serialized for one client (a snapshot, an error), framed as axum's
@@ -210,7 +210,7 @@ mod tests {
         let now = started.elapsed() / rounds;
         eprintln!(
             "per client per event ({} B of JSON): serialized {before:?}, framed from the stored bytes {now:?}",
-            p.json.len()
+            p.json().len()
         );
     }
 }

@@ -77,7 +77,13 @@ pub(super) const TREE_NAMES: [&str; 21] = [
 ];
 
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>, BrokerError> {
-    let mut out = Vec::with_capacity(256);
+    encode_sized(v, 0)
+}
+
+/// [`encode`] of a value holding `long` bytes of text: the buffer is sized for them up
+/// front (not grown, and copied, a doubling at a time).
+pub fn encode_sized<V: Serialize>(v: &V, long: usize) -> Result<Vec<u8>, BrokerError> {
+    let mut out = Vec::with_capacity(256 + long + long / 16);
     out.push(VALUE_VERSION);
     serde_json::to_writer(&mut out, v)?;
     Ok(out)

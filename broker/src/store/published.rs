@@ -17,11 +17,12 @@ use crate::error::BrokerError;
 #[derive(Debug, Clone)]
 pub struct Published {
     pub event: Event,
-    /// The JSON of `event` (serde_json of it), exactly the stored bytes after their
-    /// version byte: a slice of the stored buffer, sharing its allocation. Empty only
-    /// for a new event that stores a long text by reference (see
-    /// [`super::shared::Shared::json`]): never published from memory.
-    pub json: Bytes,
+    /// The JSON of `event` (serde_json of it) ([`Published::json`]): exactly the stored
+    /// bytes after their version byte, a slice of the stored buffer sharing its
+    /// allocation; or, for an event that stores a long text by reference, encoded on
+    /// first use: most of its readers (the NATS publisher, dispatch, telemetry) never
+    /// send it as JSON, and the answer it holds may be megabytes.
+    json: std::sync::OnceLock<Bytes>,
 }
 
 impl Published {
@@ -29,13 +30,7 @@ impl Published {
     /// published event whose `json` shares them.
     pub fn encode(event: Event) -> Result<(Published, Bytes), BrokerError> {
         let shared = super::shared::Shared::plain(&event)?;
-        Ok((
-            Published {
-                event,
-                json: shared.json,
-            },
-            shared.stored,
-        ))
+        Ok((Published::with_json(event, shared.json), shared.stored))
     }
 
     /// Encodes a new event to be stored at `pos`, with a text its flight repeats stored
@@ -43,20 +38,51 @@ impl Published {
     /// the published event, the bytes to store, and the text this event makes the
     /// flight's newest. Without such a text, as [`Published::encode`].
     pub fn encode_sharing(
-        event: Event,
+        mut event: Event,
         pos: super::Pos,
         known: impl Fn(&str) -> Option<Source>,
         live_max: usize,
     ) -> Result<(Published, Bytes, Newest), BrokerError> {
-        let shared = super::shared::encode(&event, pos, known, live_max)?;
-        Ok((
-            Published {
-                event,
-                json: shared.json,
-            },
-            shared.stored,
-            shared.source,
-        ))
+        let shared = super::shared::encode(&mut event, pos, known, live_max)?;
+        // No wire JSON: the texts it refers to are too long to encode here (see
+        // [`super::shared::Shared::json`]); encoded on first use.
+        let published = if shared.json.is_empty() {
+            Published::lazy(event)
+        } else {
+            Published::with_json(event, shared.json)
+        };
+        Ok((published, shared.stored, shared.source))
+    }
+
+    fn with_json(event: Event, json: Bytes) -> Published {
+        Published {
+            event,
+            json: std::sync::OnceLock::from(json),
+        }
+    }
+
+    fn lazy(event: Event) -> Published {
+        Published {
+            event,
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The wire JSON (see the field), encoded now if it was not.
+    pub fn json(&self) -> &Bytes {
+        self.json.get_or_init(|| match serde_json::to_vec(&self.event) {
+            Ok(json) => Bytes::from(json),
+            // An event is plain data (no map with non-string keys): never seen.
+            Err(e) => {
+                tracing::error!(seq = self.event.seq, error = %e, "an event could not be encoded as JSON");
+                Bytes::new()
+            }
+        })
+    }
+
+    /// The wire JSON's length when it is encoded already.
+    pub fn encoded_len(&self) -> Option<usize> {
+        self.json.get().map(Bytes::len)
     }
 
     /// The event stored as `stored` (version byte + JSON), decoded, with `json` the
@@ -65,13 +91,10 @@ impl Published {
     /// `log`, and its JSON encoded again (as the writer published it).
     pub fn from_stored(stored: Bytes, log: &EventLog) -> Result<Published, BrokerError> {
         if has_refs(&stored) {
-            let event: Event = decode_record(log, &stored)?;
-            let json = Bytes::from(serde_json::to_vec(&event)?);
-            return Ok(Published { event, json });
+            return Ok(Published::lazy(decode_record(log, &stored)?));
         }
         let event: Event = decode(&stored)?;
-        let json = stored.slice(1..);
-        Ok(Published { event, json })
+        Ok(Published::with_json(event, stored.slice(1..)))
     }
 }
 
@@ -108,15 +131,15 @@ mod tests {
     #[test]
     fn the_wire_json_is_the_stored_bytes_and_serde_json_of_the_event() {
         let (p, stored) = Published::encode(event()).unwrap();
-        assert_eq!(p.json, serde_json::to_vec(&event()).unwrap());
-        assert_eq!(&stored[1..], &p.json[..]);
-        assert_eq!(stored.as_ptr().wrapping_add(1), p.json.as_ptr());
+        assert_eq!(p.json(), &serde_json::to_vec(&event()).unwrap());
+        assert_eq!(&stored[1..], &p.json()[..]);
+        assert_eq!(stored.as_ptr().wrapping_add(1), p.json().as_ptr());
         let log = crate::store::Store::temporary().unwrap();
         let back = Published::from_stored(stored.clone(), log.log()).unwrap();
-        assert_eq!(back.json, p.json);
-        assert_eq!(back.json.as_ptr(), p.json.as_ptr());
+        assert_eq!(back.json(), p.json());
+        assert_eq!(back.json().as_ptr(), p.json().as_ptr());
         assert_eq!(back.seq, 7);
-        assert_eq!(serde_json::to_vec(&back.event).unwrap(), p.json);
+        assert_eq!(serde_json::to_vec(&back.event).unwrap(), p.json()[..]);
     }
 
     #[test]

@@ -59,7 +59,7 @@ struct Ref {
 #[derive(Serialize)]
 struct SharedOut<'a> {
     refs: &'a [Ref],
-    event: &'a Value,
+    event: &'a Event,
 }
 
 #[derive(Deserialize)]
@@ -113,7 +113,7 @@ fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
 ///
 /// [`Writer`]: crate::broker
 pub fn encode(
-    event: &Event,
+    event: &mut Event,
     pos: Pos,
     known: impl Fn(&str) -> Option<Source>,
     live_max: usize,
@@ -121,6 +121,8 @@ pub fn encode(
     let Some((flight, texts)) = candidates(&event.body) else {
         return Shared::plain(event);
     };
+    // The long texts' bytes: room enough to encode the event in one allocation.
+    let long: usize = texts.iter().map(|(_, t)| t.len()).sum();
     let mut refs = Vec::new();
     // Bytes of the texts stored as references.
     let mut referred = 0;
@@ -148,23 +150,28 @@ pub fn encode(
             }
         }
     }
+    let source = newest.map(|s| (flight.to_string(), s));
     let mut shared = if refs.is_empty() {
-        Shared::plain(event)?
+        Shared::plain_sized(event, long)?
     } else {
-        let mut value = serde_json::to_value(event)?;
-        for r in &refs {
-            if let Some(slot) = value.pointer_mut(&r.at) {
-                *slot = Value::String(String::new());
+        // The referring strings are taken out while the record is written (no copy of
+        // the event, nor of its texts), and put back.
+        let taken: Vec<String> = refs
+            .iter()
+            .map(|r| {
+                slot(&mut event.body, &r.at)
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut stored = vec![SHARED_VERSION];
+        let written = serde_json::to_writer(&mut stored, &SharedOut { refs: &refs, event });
+        for (r, text) in refs.iter().zip(taken) {
+            if let Some(slot) = slot(&mut event.body, &r.at) {
+                *slot = text;
             }
         }
-        let mut stored = vec![SHARED_VERSION];
-        serde_json::to_writer(
-            &mut stored,
-            &SharedOut {
-                refs: &refs,
-                event: &value,
-            },
-        )?;
+        written?;
         // The wire JSON holds those texts whole: past the largest event kept in memory
         // for subscribers, the event goes to them from the log (where it is filled in
         // and encoded then), so it is not encoded for the wire here.
@@ -179,8 +186,25 @@ pub fn encode(
             source: None,
         }
     };
-    shared.source = newest.map(|s| (flight.to_string(), s));
+    shared.source = source;
     Ok(shared)
+}
+
+/// The string at pointer `at` of [`candidates`] in `body`, to take out and put back.
+fn slot<'b>(body: &'b mut EventBody, at: &str) -> Option<&'b mut String> {
+    match (body, at) {
+        (EventBody::FlightUpdated { update, .. }, "/update/text") => match &mut update.change {
+            FlightChange::Item { text, .. } => text.as_mut(),
+            _ => None,
+        },
+        (EventBody::FlightUpdated { update, .. }, "/update/output") => match &mut update.change {
+            FlightChange::State { output, .. } => output.as_mut(),
+            _ => None,
+        },
+        (EventBody::FlightUpdated { flight, .. }, "/flight/output") => flight.output.as_mut(),
+        (EventBody::MessagePosted { message, .. }, "/message/body") => Some(&mut message.body),
+        _ => None,
+    }
 }
 
 /// A flight, and the newest of its texts a later event may repeat.
@@ -201,7 +225,12 @@ pub struct Shared {
 impl Shared {
     /// Without references: the stored bytes are the version byte and the wire JSON.
     pub(super) fn plain(event: &Event) -> Result<Shared, BrokerError> {
-        let stored = Bytes::from(super::keys::encode(event)?);
+        Shared::plain_sized(event, 0)
+    }
+
+    /// [`Shared::plain`] of an event holding `long` bytes of text.
+    fn plain_sized(event: &Event, long: usize) -> Result<Shared, BrokerError> {
+        let stored = Bytes::from(super::keys::encode_sized(event, long)?);
         Ok(Shared {
             json: stored.slice(1..),
             stored,
@@ -233,6 +262,9 @@ pub fn has_refs(payload: &[u8]) -> bool {
 fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
     let SharedIn { refs, mut event } = serde_json::from_slice(json)?;
     let own = event.get("seq").and_then(Value::as_u64);
+    // The last text read from another record: a completion refers twice to one answer
+    // (its output and its flight's), read and parsed once.
+    let mut last: Option<(u64, String, Option<String>)> = None;
     for r in refs {
         let text = if Some(r.seq) == own {
             event
@@ -240,7 +272,14 @@ fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerErro
                 .and_then(Value::as_str)
                 .map(str::to_string)
         } else {
-            source(log, &r, hops)?
+            match &last {
+                Some((seq, from, text)) if *seq == r.seq && *from == r.from => text.clone(),
+                _ => {
+                    let text = source(log, &r, hops)?;
+                    last = Some((r.seq, r.from.clone(), text.clone()));
+                    text
+                }
+            }
         };
         let text = text.ok_or_else(|| damaged(&r, "has no text there"))?;
         *event

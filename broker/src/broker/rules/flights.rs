@@ -71,7 +71,7 @@ impl Ctx<'_, '_> {
         let flight_id = new_id("flt");
         let request = self.post(
             conversation.clone(),
-            &PostMessage {
+            PostMessage {
                 conversation: conversation.spec.id.clone(),
                 author: req.requester.clone(),
                 body: req.task.clone(),
@@ -400,7 +400,7 @@ impl Ctx<'_, '_> {
             .map(|a| a.spec.harness);
         self.post(
             conversation,
-            &PostMessage {
+            PostMessage {
                 conversation: invocation.conversation.clone(),
                 author: flight.agent.clone(),
                 body: text,

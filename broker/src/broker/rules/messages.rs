@@ -42,7 +42,7 @@ impl Ctx<'_, '_> {
         if let Some(flight) = &post.meta.flight {
             self.check_parent(&post.author, flight)?;
         }
-        let message = self.post(conversation, post)?;
+        let message = self.post(conversation, post.clone())?;
         Ok(Outcome::Posted(self.consult_mentions(message)?))
     }
 
@@ -102,18 +102,18 @@ impl Ctx<'_, '_> {
     pub(super) fn post(
         &mut self,
         mut conversation: Conversation,
-        post: &PostMessage,
+        post: PostMessage,
     ) -> Result<Message, BrokerError> {
         let message = Message {
             id: new_id("msg"),
             conversation: conversation.spec.id.clone(),
             index: conversation.message_count,
-            author: post.author.clone(),
+            author: post.author,
             class: post.class,
-            body: post.body.clone(),
             mentions: parse_mentions(&post.body),
-            reply_to: post.reply_to.clone(),
-            meta: post.meta.clone(),
+            body: post.body,
+            reply_to: post.reply_to,
+            meta: post.meta,
             created_at: self.now,
         };
         conversation.message_count += 1;
@@ -227,7 +227,7 @@ impl Ctx<'_, '_> {
                     let conversation = self.conversation(&message.conversation)?;
                     self.post(
                         conversation,
-                        &PostMessage {
+                        PostMessage {
                             conversation: message.conversation.clone(),
                             author: RELAY_AUTHOR.into(),
                             body: why,

@@ -86,6 +86,10 @@ impl Record {
     }
 }
 
+/// A payload longer than this is written to the file directly, not through the batch's
+/// buffer.
+const DIRECT_PAYLOAD: usize = 1 << 20;
+
 /// The bytes a record of `payload_len` takes in the log.
 pub fn record_len(payload_len: usize) -> u64 {
     HEADER + payload_len as u64
@@ -94,10 +98,17 @@ pub fn record_len(payload_len: usize) -> u64 {
 /// Appends the record of `seq` with `payload` to `buf`, as the log stores it (tools and
 /// tests that write a log by hand use it too).
 pub fn frame_into(buf: &mut Vec<u8>, seq: u64, payload: &[u8]) {
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&checksum(seq, payload).to_le_bytes());
-    buf.extend_from_slice(&seq.to_le_bytes());
+    buf.extend_from_slice(&header(seq, payload));
     buf.extend_from_slice(payload);
+}
+
+/// A record's header: the payload's length, its checksum, the seq.
+fn header(seq: u64, payload: &[u8]) -> [u8; HEADER as usize] {
+    let mut h = [0u8; HEADER as usize];
+    h[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[4..8].copy_from_slice(&checksum(seq, payload).to_le_bytes());
+    h[8..].copy_from_slice(&seq.to_le_bytes());
+    h
 }
 
 /// The name of the segment that starts at byte `start` with seq `first_seq`.
@@ -303,7 +314,16 @@ impl EventLog {
                 buf.clear();
                 self.roll(&mut tail, seq)?;
             }
-            frame_into(&mut buf, seq, payload);
+            if payload.len() > DIRECT_PAYLOAD {
+                // A long answer goes to the file as it is: not copied into the batch's
+                // buffer first (growing it to the answer's size, page by page).
+                self.write_out(&mut tail, &buf)?;
+                buf.clear();
+                self.write_out(&mut tail, &header(seq, payload))?;
+                self.write_out(&mut tail, payload)?;
+            } else {
+                frame_into(&mut buf, seq, payload);
+            }
             tail.last_seq = seq;
         }
         self.write_out(&mut tail, &buf)?;

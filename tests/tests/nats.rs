@@ -61,6 +61,28 @@ fn trusted(mut h: HeaderMap) -> HeaderMap {
     h
 }
 
+/// Invokes `agent` with `task` over NATS (protobuf), as "pb-client": its acceptance.
+async fn invoke_pb(client: &async_nats::Client, agent: &str, task: &str) -> pb::InvokeAccepted {
+    let req = pb::InvokeRequest {
+        task: task.into(),
+        requester: "pb-client".into(),
+        ..Default::default()
+    };
+    let reply = client
+        .request_with_headers(
+            format!("relay.v1.invoke.{agent}"),
+            pb_headers("relay.v1.InvokeRequest"),
+            req.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    let reply = pb::InvokeReply::decode(reply.payload.as_ref()).unwrap();
+    let Some(pb::invoke_reply::Result::Accepted(acc)) = reply.result else {
+        panic!("not accepted: {reply:?}")
+    };
+    acc
+}
+
 /// Collects updates of `flight` from a subscription until the terminal one.
 async fn collect_pb(sub: &mut async_nats::Subscriber, flight: &str) -> Vec<pb::FlightUpdate> {
     let mut out = Vec::new();
@@ -160,23 +182,7 @@ async fn a_protobuf_client_invokes_and_follows_every_delta() {
     let mut updates = client.subscribe("relay.v1.flight.codex-1.*").await.unwrap();
     let mut convo = client.subscribe("relay.v1.conversation.>").await.unwrap();
 
-    let req = pb::InvokeRequest {
-        task: "slow: red green blue".into(),
-        requester: "pb-client".into(),
-        ..Default::default()
-    };
-    let reply = client
-        .request_with_headers(
-            "relay.v1.invoke.codex-1",
-            pb_headers("relay.v1.InvokeRequest"),
-            req.encode_to_vec().into(),
-        )
-        .await
-        .unwrap();
-    let reply = pb::InvokeReply::decode(reply.payload.as_ref()).unwrap();
-    let Some(pb::invoke_reply::Result::Accepted(acc)) = reply.result else {
-        panic!("not accepted: {reply:?}")
-    };
+    let acc = invoke_pb(&client, "codex-1", "slow: red green blue").await;
     let got = collect_pb(&mut updates, &acc.flight_id).await;
     assert_gap_free(&got);
     assert_eq!(deltas(&got), vec!["red ", "green ", "blue"]);
@@ -964,4 +970,79 @@ async fn a_server_with_too_little_jetstream_storage_is_refused_with_what_to_do()
     assert_eq!(stream.config.max_bytes, 33554432);
     let v = post_over_nats(&client, "small store").await;
     assert_eq!(v["message"]["body"], "small store", "{v}");
+}
+
+/// An answer longer than NATS's max_payload (1 MiB here): its item and its completion go
+/// out cut to fit, marked as cut, and the flight after it is published whole; the reply
+/// message, too long for any NATS message, is skipped; the log keeps the whole answer.
+/// Several clients at once each get their long flight's end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_answer_goes_out_cut_to_fit_and_the_next_flight_whole() {
+    let nats = NatsServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let relay =
+        RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
+    relay_tests::load::add_instant_agent(&relay, "long", None, &[]);
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut updates = client.subscribe("relay.v1.flight.long.*").await.unwrap();
+    let mut convo = client.subscribe("relay.v1.conversation.>").await.unwrap();
+    let invoke = |task: &'static str| {
+        let client = client.clone();
+        async move { invoke_pb(&client, "long", task).await.flight_id }
+    };
+    // 2,000 deltas of 1 KiB: a 2 MB answer, from three clients at once.
+    let long = futures::future::join_all((0..3).map(|_| invoke("stream:2000:1024"))).await;
+    let mut ends = std::collections::HashMap::new();
+    while ends.len() < long.len() {
+        let msg = tokio::time::timeout(Duration::from_secs(120), updates.next())
+            .await
+            .expect("updates stopped")
+            .unwrap();
+        let u = pb::FlightUpdate::decode(msg.payload.as_ref()).unwrap();
+        if let Some(pb::flight_update::Change::State(s)) = &u.change {
+            if s.to >= STATE_COMPLETED {
+                ends.insert(u.flight.clone(), u);
+            }
+        }
+    }
+    for id in &long {
+        let end = &ends[id];
+        let after = end.flight_after.as_ref().unwrap();
+        assert_eq!(after.state, STATE_COMPLETED, "{id}");
+        let output = after.output.as_deref().unwrap();
+        assert!(
+            output.len() < 64 * 1024,
+            "{id}: {} B went out",
+            output.len()
+        );
+        assert!(
+            output.ends_with("[... cut for NATS; the whole text is in the log]"),
+            "{id}"
+        );
+        // The log has the whole answer.
+        let shown = relay.cli_json(&["flight", "show", id, "--json"]);
+        assert_eq!(shown["output"].as_str().unwrap().len(), 2000 * 1024, "{id}");
+    }
+    // The next flight's updates go out whole, in order, after the long ones.
+    let short = invoke("short one").await;
+    let got = collect_pb(&mut updates, &short).await;
+    assert_gap_free(&got);
+    let after = got.last().unwrap().flight_after.as_ref().unwrap();
+    assert_eq!(after.state, STATE_COMPLETED);
+    assert_eq!(after.output.as_deref(), Some("ok: short one"));
+    // On the conversation's subject: the four requests and the short reply, in order of
+    // commit; no long reply (it could never fit).
+    let mut bodies = Vec::new();
+    while bodies.last().map(String::as_str) != Some("ok: short one") {
+        let m = tokio::time::timeout(Duration::from_secs(30), convo.next())
+            .await
+            .expect("messages stopped")
+            .unwrap();
+        bodies.push(pb::Message::decode(m.payload.as_ref()).unwrap().body);
+    }
+    let mut want = vec!["stream:2000:1024"; 3];
+    want.extend(["short one", "ok: short one"]);
+    assert_eq!(bodies, want);
+    let status = relay.cli_json(&["status", "--json"]);
+    assert_eq!(status["nats"]["state"], "connected", "{status}");
 }

@@ -30,6 +30,9 @@ use super::service::Counters;
 use crate::broker::{Broker, Published};
 use crate::seal::StreamIds;
 
+mod trim;
+use trim::{text_bytes, trim_texts};
+
 /// Flight updates published to the stream whose acknowledgement is outstanding, at most.
 const ACK_WINDOW: usize = 4096;
 /// How long to wait for the stream to acknowledge an update before publishing again.
@@ -168,6 +171,13 @@ impl Publisher {
                 let mut update = std::borrow::Cow::Borrowed(update);
                 let mut flight = std::borrow::Cow::Borrowed(flight);
                 let mut trimmed = false;
+                // Texts alone past the server's limit (a long answer): cut before
+                // anything is encoded, not after encoding them whole twice.
+                let max = self.client.server_info().max_payload;
+                if max > 0 && text_bytes(&update, &flight) > max {
+                    trim_texts(update.to_mut(), flight.to_mut());
+                    trimmed = true;
+                }
                 loop {
                     match self.publish_update(event.seq, &update, &flight).await {
                         Ok(()) => break,
@@ -182,6 +192,11 @@ impl Publisher {
                         }
                     }
                 }
+            }
+            // A body alone past the server's limit cannot go: not encoded for nothing.
+            EventBody::MessagePosted { message, .. } if matches!(self.client.server_info().max_payload, max if max > 0 && message.body.len() > max) =>
+            {
+                self.skip(event, &Unpublishable::TooLarge);
             }
             EventBody::MessagePosted { message, .. } => {
                 let mut headers = HeaderMap::new();
@@ -391,61 +406,6 @@ enum Unpublishable {
     Retry(String),
 }
 
-/// Longest text kept in a flight update that is too large for NATS.
-const TRIMMED_TEXT: usize = 16 * 1024;
-
-/// Cuts the long texts of an update and its flight (output, deltas, a commit's patch) so
-/// it fits a NATS message; the full text stays in the log (`relay flight ID`, `relay diff
-/// FLIGHT`). A patch may be 256 KiB, and 6 times that as JSON with its control bytes
-/// escaped: over NATS's default 1 MiB, the update would not go at all.
-fn trim_texts(
-    update: &mut relay_protocol::domain::FlightUpdate,
-    flight: &mut relay_protocol::domain::Flight,
-) {
-    use relay_protocol::domain::FlightChange;
-    fn cut(text: &mut String) {
-        if relay_protocol::domain::truncate_bytes(text, TRIMMED_TEXT) {
-            text.push_str("\n[... cut for NATS; the whole text is in the log]");
-        }
-    }
-    for text in [&mut flight.output, &mut flight.error, &mut flight.summary]
-        .into_iter()
-        .flatten()
-    {
-        cut(text);
-    }
-    match &mut update.change {
-        FlightChange::State { reason, output, .. } => {
-            for text in [reason, output].into_iter().flatten() {
-                cut(text);
-            }
-        }
-        FlightChange::Delta { text }
-        | FlightChange::Plan { text }
-        | FlightChange::Diff { text }
-        | FlightChange::CommandOutput { text, .. }
-        | FlightChange::Item {
-            text: Some(text), ..
-        } => cut(text),
-        FlightChange::Commit { commit } => cut_patch(commit),
-        _ => {}
-    }
-    // The record leaves the patch out; cut it there too should one ever be kept.
-    if let Some(commit) = &mut flight.commit {
-        cut_patch(commit);
-    }
-}
-
-/// Cuts a commit's patch to [`TRIMMED_TEXT`], marked the way a runtime marks a patch over
-/// [`relay_protocol::domain::MAX_RECORDED_PATCH`] (no text is added: it is a patch).
-fn cut_patch(commit: &mut relay_protocol::domain::FlightCommit) {
-    if let Some(patch) = &mut commit.patch {
-        if relay_protocol::domain::truncate_bytes(patch, TRIMMED_TEXT) {
-            commit.patch_truncated = true;
-        }
-    }
-}
-
 /// Saves the publisher's cursor ([`crate::files::write_private`]), off the async
 /// workers; a cursor not saved only means some updates are published again.
 async fn save_cursor(path: &std::path::Path, seq: u64) {
@@ -456,101 +416,5 @@ async fn save_cursor(path: &std::path::Path, seq: u64) {
     .await;
     if let Ok(Err(e)) = saved {
         tracing::debug!(error = %e, "NATS cursor not saved");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use relay_protocol::domain::{
-        Flight, FlightChange, FlightCommit, FlightUpdate, MAX_RECORDED_PATCH,
-    };
-
-    fn flight() -> Flight {
-        serde_json::from_value(serde_json::json!({
-            "id": "flt_1", "invocation": "inv_1", "agent": "a", "state": "completed",
-            "update_seq": 3, "conversation": "direct.operator.a",
-            "created_at": 1, "updated_at": 2,
-        }))
-        .unwrap()
-    }
-
-    fn commit_update(patch: &str) -> FlightUpdate {
-        FlightUpdate {
-            flight: "flt_1".into(),
-            agent: "a".into(),
-            seq: 3,
-            at: 2,
-            change: FlightChange::Commit {
-                commit: Box::new(FlightCommit {
-                    branch: "relay/a".into(),
-                    start: "1".repeat(40),
-                    head: "2".repeat(40),
-                    patch: Some(patch.into()),
-                    ..FlightCommit::default()
-                }),
-            },
-        }
-    }
-
-    fn patch_of(update: &FlightUpdate) -> &FlightCommit {
-        match &update.change {
-            FlightChange::Commit { commit } => commit,
-            other => panic!("not a commit: {other:?}"),
-        }
-    }
-
-    /// The largest patch a runtime records, all control bytes (`\u0001` in JSON: 6
-    /// bytes each), is over NATS's 1 MiB as JSON; trimmed, it fits with room to spare,
-    /// cut to [`TRIMMED_TEXT`] and marked as cut, the rest of the commit kept.
-    #[test]
-    fn a_commits_long_patch_is_cut_to_fit_a_nats_message() {
-        let patch = "\u{1}".repeat(MAX_RECORDED_PATCH);
-        let mut update = commit_update(&patch);
-        let mut f = flight();
-        let json = |u: &FlightUpdate, f: &Flight| {
-            serde_json::to_vec(&serde_json::json!({ "update": u, "flight": f }))
-                .unwrap()
-                .len()
-        };
-        assert!(json(&update, &f) > 1024 * 1024, "{}", json(&update, &f));
-        trim_texts(&mut update, &mut f);
-        let c = patch_of(&update);
-        assert_eq!(c.patch.as_deref().map(str::len), Some(TRIMMED_TEXT));
-        assert!(c.patch_truncated);
-        assert_eq!(c.branch, "relay/a");
-        assert_eq!(c.head, "2".repeat(40));
-        assert!(
-            json(&update, &f) < 7 * TRIMMED_TEXT,
-            "{}",
-            json(&update, &f)
-        );
-        let pb = relay_protocol::convert::update_to_pb(&update, &f).encode_to_vec();
-        assert!(pb.len() < 7 * TRIMMED_TEXT, "{}", pb.len());
-    }
-
-    /// A patch that fits is left whole and not marked; a multi-byte character at the cut
-    /// is not split.
-    #[test]
-    fn a_short_patch_is_kept_and_a_cut_keeps_whole_characters() {
-        let mut update = commit_update("+one line\n");
-        trim_texts(&mut update, &mut flight());
-        let c = patch_of(&update);
-        assert_eq!(c.patch.as_deref(), Some("+one line\n"));
-        assert!(!c.patch_truncated);
-
-        let mut update = commit_update(&format!(
-            "{}é{}",
-            "a".repeat(TRIMMED_TEXT - 1),
-            "b".repeat(10)
-        ));
-        trim_texts(&mut update, &mut flight());
-        let c = patch_of(&update);
-        assert_eq!(
-            c.patch.as_deref(),
-            Some("a".repeat(TRIMMED_TEXT - 1).as_str())
-        );
-        assert!(c.patch_truncated);
     }
 }

@@ -2,7 +2,7 @@
 # Installs what Relay and its tests need, idempotently: tmux, nats-server, and Chromium
 # with its chromedriver (the dashboard's browser tests) from Debian packages, the pinned
 # agent CLIs from npm into a cache outside the checkout (keyed by version, so a fresh
-# clone does not download them again), cargo-deny, and the debug build.
+# clone does not download them again), cargo-deny, and the debug build of every target.
 #
 #   ops/setup.sh                 everything the test suite needs
 #   ops/setup.sh --run           only what running Relay needs (tmux, npm, the agent
@@ -97,6 +97,9 @@ fi
 
 # --- Rust build ------------------------------------------------------------------------
 if [ "$want_build" -eq 1 ]; then
-  say "building (cargo build --workspace --bins)"
-  cargo build --workspace --bins --quiet
+  # Every target the tests run, in one build: built for the binaries alone, the
+  # dev-dependencies' features (chrono's clock, for prometheus-parse) would build the
+  # MCP stack (chrono, schemars, rmcp, relay-cli) a second time for the tests.
+  say "building (cargo build --workspace --all-targets)"
+  cargo build --workspace --all-targets --quiet
 fi

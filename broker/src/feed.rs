@@ -48,7 +48,7 @@ pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Published
                         break;
                     }
                     cursor = event.seq;
-                    if tx.send(Ok(Arc::new(event))).await.is_err() {
+                    if tx.send(Ok(event)).await.is_err() {
                         return;
                     }
                 }

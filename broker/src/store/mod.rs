@@ -116,6 +116,8 @@ pub struct Store {
     durable: Durable,
     trees: Vec<sled::Tree>,
     log: Arc<EventLog>,
+    /// Large events read back, shared by the readers that want them at once.
+    read_back: Arc<published::ReadBack>,
     /// Keeps a temporary store's directory alive.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -173,6 +175,7 @@ impl Store {
             durable,
             trees,
             log,
+            read_back: Arc::default(),
             _temp: temp,
         };
         store.index_once_each()?;

@@ -5,6 +5,8 @@
 //! stored bytes the same way ([`Published::from_stored`]): the wire bytes are the log's,
 //! whether a subscriber got the event live or caught up.
 
+use std::sync::{Arc, Weak};
+
 use bytes::Bytes;
 use relay_protocol::event::Event;
 
@@ -98,6 +100,65 @@ impl Published {
     }
 }
 
+/// Large events read back from the log, decoded once for the readers that want them at
+/// the same time. Every follower of the log (the NATS publisher, dispatch, telemetry,
+/// each SSE or watch stream) reads an event too large to be handed out in memory back
+/// from the log as soon as it is committed: a 32 MB answer's record was read and
+/// decoded by each of them, all at once, on two cores, while every other flight's
+/// updates waited behind it in each follower. The first decodes it; the others, waiting
+/// for it meanwhile, share it. Only a weak reference is kept: the event is in memory
+/// as long as a reader holds it, not longer.
+#[derive(Debug, Default)]
+pub struct ReadBack {
+    /// seq -> the event as decoded, while a reader holds it (the lock is held by the one
+    /// decoding it).
+    recent:
+        std::sync::Mutex<std::collections::HashMap<u64, Arc<std::sync::Mutex<Weak<Published>>>>>,
+}
+
+/// Records shorter than this (and without references) are decoded by each reader: cheap,
+/// and most events.
+pub const SHARED_READ_MIN: usize = 64 * 1024;
+
+impl ReadBack {
+    /// The event stored as `stored` at `seq`: decoded by `decode`, or shared with the
+    /// reader that decoded it (a short record without references is always decoded).
+    pub fn get(
+        &self,
+        seq: u64,
+        stored: Bytes,
+        decode: impl FnOnce(Bytes) -> Result<Published, BrokerError>,
+    ) -> Result<Arc<Published>, BrokerError> {
+        if stored.len() < SHARED_READ_MIN && !has_refs(&stored) {
+            return decode(stored).map(Arc::new);
+        }
+        let entry = {
+            let Ok(mut recent) = self.recent.lock() else {
+                return decode(stored).map(Arc::new);
+            };
+            // Entries nobody holds or waits for go (one being decoded is locked: kept).
+            recent.retain(|_, e| {
+                Arc::strong_count(e) > 1
+                    || match e.try_lock() {
+                        Ok(held) => held.strong_count() > 0,
+                        Err(std::sync::TryLockError::WouldBlock) => true,
+                        Err(std::sync::TryLockError::Poisoned(_)) => false,
+                    }
+            });
+            recent.entry(seq).or_default().clone()
+        };
+        let Ok(mut slot) = entry.lock() else {
+            return decode(stored).map(Arc::new);
+        };
+        if let Some(shared) = slot.upgrade() {
+            return Ok(shared);
+        }
+        let published = Arc::new(decode(stored)?);
+        *slot = Arc::downgrade(&published);
+        Ok(published)
+    }
+}
+
 /// Most code reads the event: `published.seq`, `published.body`.
 impl std::ops::Deref for Published {
     type Target = Event;
@@ -140,6 +201,61 @@ mod tests {
         assert_eq!(back.json().as_ptr(), p.json().as_ptr());
         assert_eq!(back.seq, 7);
         assert_eq!(serde_json::to_vec(&back.event).unwrap(), p.json()[..]);
+    }
+
+    /// Readers that want one large event at once share one decode of it, held as long
+    /// as one of them holds it; after that it is decoded again. A short one is decoded
+    /// by each reader.
+    #[test]
+    fn a_large_event_read_back_by_many_at_once_is_decoded_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let mut big = event();
+        if let EventBody::AgentRemoved { name, .. } = &mut big.body {
+            *name = "n".repeat(SHARED_READ_MIN);
+        }
+        let (_, stored) = Published::encode(big).unwrap();
+        let read_back = ReadBack::default();
+        let decodes = AtomicUsize::new(0);
+        let decode = |b: Bytes| {
+            decodes.fetch_add(1, Ordering::SeqCst);
+            let log = crate::store::Store::temporary().unwrap();
+            Published::from_stored(b, log.log())
+        };
+        let readers = 8;
+        let barrier = std::sync::Barrier::new(readers);
+        let got: Vec<Arc<Published>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..readers)
+                .map(|_| {
+                    s.spawn(|| {
+                        let p = read_back.get(7, stored.clone(), decode).unwrap();
+                        // Held until every reader has its own.
+                        barrier.wait();
+                        p
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(decodes.load(Ordering::SeqCst), 1);
+        assert!(got.iter().all(|p| Arc::ptr_eq(p, &got[0])));
+        assert_eq!(got[0].seq, 7);
+        drop(got);
+        // Nobody holds it now: the next reader decodes it again, and the entry is gone.
+        let again = read_back.get(7, stored.clone(), decode).unwrap();
+        assert_eq!(decodes.load(Ordering::SeqCst), 2);
+        drop(again);
+        read_back.get(8, stored.clone(), decode).unwrap();
+        assert_eq!(
+            read_back.recent.lock().unwrap().len(),
+            1,
+            "seq 7's entry went"
+        );
+        // A short event is decoded by each reader.
+        let (_, short) = Published::encode(event()).unwrap();
+        let one = read_back.get(9, short.clone(), decode).unwrap();
+        let two = read_back.get(9, short, decode).unwrap();
+        assert!(!Arc::ptr_eq(&one, &two));
+        assert_eq!(decodes.load(Ordering::SeqCst), 5);
     }
 
     #[test]

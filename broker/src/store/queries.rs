@@ -2,6 +2,8 @@
 //! tree, the live and recent flights, the log from a seq and a replay's seqs. Plain
 //! getters: async code calls them inside [`Store::read`].
 
+use std::sync::Arc;
+
 use relay_protocol::domain::{
     Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message, Rule,
 };
@@ -330,16 +332,22 @@ impl Store {
     /// disk), read from the log in one sequential pass, each with its JSON as the writer
     /// stored it (the record's payload, not encoded again): what subscribers are sent
     /// when they read the log back (catch-up, an event too large to be kept in memory).
-    pub fn published_after(&self, after: u64, limit: usize) -> Result<Vec<Published>, BrokerError> {
+    /// A large event (a long answer, one that refers to it) is decoded once for the
+    /// readers that want it at the same time ([`super::published::ReadBack`]).
+    pub fn published_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Arc<Published>>, BrokerError> {
         let Some(pos) = self.event_pos(after.saturating_add(1))? else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
         self.log().scan(pos, |record| {
-            out.push(Published::from_stored(
-                bytes::Bytes::from(record.payload),
-                self.log(),
-            )?);
+            let (seq, stored) = (record.seq, bytes::Bytes::from(record.payload));
+            out.push(self.read_back.get(seq, stored, |stored| {
+                Published::from_stored(stored, self.log())
+            })?);
             Ok::<_, BrokerError>(out.len() < limit)
         })?;
         Ok(out)
@@ -351,7 +359,7 @@ impl Store {
         Ok(self
             .published_after(after, limit)?
             .into_iter()
-            .map(|p| p.event)
+            .map(|p| Arc::unwrap_or_clone(p).event)
             .collect())
     }
 }

@@ -972,10 +972,11 @@ async fn a_server_with_too_little_jetstream_storage_is_refused_with_what_to_do()
     assert_eq!(v["message"]["body"], "small store", "{v}");
 }
 
-/// An answer longer than NATS's max_payload (1 MiB here): its item and its completion go
-/// out cut to fit, marked as cut, and the flight after it is published whole; the reply
-/// message, too long for any NATS message, is skipped; the log keeps the whole answer.
-/// Several clients at once each get their long flight's end.
+/// An answer longer than NATS's max_payload (1 MiB here): its completion goes out cut to
+/// fit, marked as cut, and the flight after it is published whole; the reply
+/// message, too long for any NATS message, is skipped; the log keeps the whole answer,
+/// and an SSE follower of the log gets it whole. Several clients at once each get their
+/// long flight's end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_goes_out_cut_to_fit_and_the_next_flight_whole() {
     let nats = NatsServer::start().unwrap();
@@ -983,6 +984,37 @@ async fn a_long_answer_goes_out_cut_to_fit_and_the_next_flight_whole() {
     let relay =
         RelayProcess::start_with(&tmp.path().join("data"), &["--nats", &nats.url()], &[]).unwrap();
     relay_tests::load::add_instant_agent(&relay, "long", None, &[]);
+    // An SSE follower of the whole log (`relay events --follow`): it gets each long
+    // completion whole, its JSON encoded off the broker's async workers.
+    /// Killed and reaped however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut events = Reaped(
+        relay
+            .spawn_cli(&["events", "--follow", "--since", "0", "--json"])
+            .unwrap(),
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(String, usize)>();
+    let stdout = events.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["type"] == "flight_updated" && v["flight"]["state"] == "completed" {
+                let output = v["flight"]["output"].as_str().map_or(0, str::len);
+                let id = v["flight"]["id"].as_str().unwrap_or_default().to_string();
+                if done_tx.send((id, output)).is_err() {
+                    break;
+                }
+            }
+        }
+    });
     let client = async_nats::connect(nats.url()).await.unwrap();
     let mut updates = client.subscribe("relay.v1.flight.long.*").await.unwrap();
     let mut convo = client.subscribe("relay.v1.conversation.>").await.unwrap();
@@ -1023,6 +1055,18 @@ async fn a_long_answer_goes_out_cut_to_fit_and_the_next_flight_whole() {
         let shown = relay.cli_json(&["flight", "show", id, "--json"]);
         assert_eq!(shown["output"].as_str().unwrap().len(), 2000 * 1024, "{id}");
     }
+    // Over SSE, each long completion whole.
+    let mut whole = std::collections::HashMap::new();
+    while !long.iter().all(|id| whole.contains_key(id)) {
+        let (id, len) = done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the SSE follower's completions");
+        whole.insert(id, len);
+    }
+    for id in &long {
+        assert_eq!(whole[id], 2000 * 1024, "{id} over SSE");
+    }
+    drop(events);
     // The next flight's updates go out whole, in order, after the long ones.
     let short = invoke("short one").await;
     let got = collect_pb(&mut updates, &short).await;

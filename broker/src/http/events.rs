@@ -44,6 +44,26 @@ fn error_frame(e: &BrokerError) -> bytes::Bytes {
     sse::json_frame(None, "error", &ErrorBody { error: e.to_api() })
 }
 
+/// The frame of a committed event from a feed ([`sse::event_frame`]), or of the error
+/// that ended it. An event whose JSON is not encoded yet (a long answer stored by
+/// reference: megabytes) is encoded off the async workers.
+async fn committed_frame(
+    item: Result<std::sync::Arc<crate::broker::Published>, BrokerError>,
+) -> bytes::Bytes {
+    let event = match item {
+        Ok(event) if event.encoded_len().is_some() => return sse::event_frame(&event),
+        Ok(event) => event,
+        Err(e) => return error_frame(&e),
+    };
+    let seq = event.seq;
+    match tokio::task::spawn_blocking(move || sse::event_frame(&event)).await {
+        Ok(frame) => frame,
+        Err(e) => error_frame(&BrokerError::Internal(format!(
+            "event {seq} could not be encoded: {e}"
+        ))),
+    }
+}
+
 /// Where a stream starts: the `Last-Event-ID` a reconnecting client sends, else the
 /// `after` it asked for first. The header wins: a browser's EventSource reconnects to
 /// the same URL, `after` and all, with the header saying how far it got since.
@@ -108,10 +128,7 @@ pub(super) async fn event_stream(
     principal.may_read_all("the event log")?;
     let after = resume_at(&headers, q.after)?.unwrap_or(0);
     let rx = crate::feed::follow(s.broker.clone(), after);
-    let stream = ReceiverStream::new(rx).map(|item| match item {
-        Ok(event) => sse::event_frame(&event),
-        Err(e) => error_frame(&e),
-    });
+    let stream = ReceiverStream::new(rx).then(committed_frame);
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Ok(sse::response(stream))
 }
@@ -161,10 +178,7 @@ pub(super) async fn watch_stream(
         }
     };
     // The scope's events as the writer stored them, as `event_stream` sends them.
-    let events = ReceiverStream::new(rx).map(|item| match item {
-        Ok(event) => sse::event_frame(&event),
-        Err(e) => error_frame(&e),
-    });
+    let events = ReceiverStream::new(rx).then(committed_frame);
     let stream = tokio_stream::once(first).chain(events);
     let stream = futures::StreamExt::take_until(stream, s.shutdown.clone().cancelled_owned());
     Ok(sse::response(stream))

@@ -87,10 +87,11 @@ impl Published {
         self.json.get().map(Bytes::len)
     }
 
-    /// The event stored as `stored` (version byte + JSON), decoded, with `json` the
+    /// The event stored as `stored` (version byte + JSON), decoded, with its JSON the
     /// stored JSON as it is (not encoded again: byte for byte what the writer stored).
     /// A record with a text stored by reference ([`super::shared`]) is filled in from
-    /// `log`, and its JSON encoded again (as the writer published it).
+    /// `log`, and its JSON is encoded on first use ([`Published::json`]), as the writer
+    /// would have published it.
     pub fn from_stored(stored: Bytes, log: &EventLog) -> Result<Published, BrokerError> {
         if has_refs(&stored) {
             return Ok(Published::lazy(decode_record(log, &stored)?));

@@ -341,6 +341,8 @@ impl EventLog {
     pub fn rewind(&self, pos: Pos, last_seq: u64) -> Result<(), LogError> {
         let mut tail = self.tail()?;
         if pos == tail.start + tail.len {
+            // Nothing reached the file (a batch whose write failed): its seqs still go.
+            tail.last_seq = last_seq;
             return Ok(());
         }
         if pos < self.synced_end() || pos < tail.start || pos > tail.start + tail.len {

@@ -165,6 +165,8 @@ impl Publisher {
     /// error is a connection problem worth retrying; what can never be published is
     /// skipped here.
     async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
+        // The server's limit, read once per event (a copy of the server's info).
+        let max = self.client.server_info().max_payload;
         match &event.body {
             EventBody::FlightUpdated { update, flight } => {
                 // Copied only if they must be trimmed to fit (rare): not once per update.
@@ -173,13 +175,12 @@ impl Publisher {
                 let mut trimmed = false;
                 // Texts alone past the server's limit (a long answer): cut before
                 // anything is encoded, not after encoding them whole twice.
-                let max = self.client.server_info().max_payload;
                 if max > 0 && text_bytes(&update, &flight) > max {
                     trim_texts(update.to_mut(), flight.to_mut());
                     trimmed = true;
                 }
                 loop {
-                    match self.publish_update(event.seq, &update, &flight).await {
+                    match self.publish_update(event.seq, &update, &flight, max).await {
                         Ok(()) => break,
                         Err(Unpublishable::TooLarge) if !trimmed => {
                             trim_texts(update.to_mut(), flight.to_mut());
@@ -194,8 +195,7 @@ impl Publisher {
                 }
             }
             // A body alone past the server's limit cannot go: not encoded for nothing.
-            EventBody::MessagePosted { message, .. } if matches!(self.client.server_info().max_payload, max if max > 0 && message.body.len() > max) =>
-            {
+            EventBody::MessagePosted { message, .. } if max > 0 && message.body.len() > max => {
                 self.skip(event, &Unpublishable::TooLarge);
             }
             EventBody::MessagePosted { message, .. } => {
@@ -229,8 +229,8 @@ impl Publisher {
         seq: u64,
         update: &relay_protocol::domain::FlightUpdate,
         flight: &relay_protocol::domain::Flight,
+        max: usize,
     ) -> Result<(), Unpublishable> {
-        let max = self.client.server_info().max_payload;
         let pb_bytes = convert::update_to_pb(update, flight).encode_to_vec();
         let json = serde_json::to_vec(&serde_json::json!({ "update": update, "flight": flight }))
             .map_err(|e| Unpublishable::Refused(e.to_string()))?;

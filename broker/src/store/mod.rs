@@ -9,7 +9,9 @@
 //!   JSON, unless said otherwise.
 //!
 //! Trees:
-//! - `event_pos`: global seq (u64 big-endian) -> the event's position in the log (u64 BE)
+//! - `event_pos`: global seq (u64 big-endian) -> the event's position in the log (u64 BE),
+//!   for one event in [`EVENT_POS_EVERY`]: another is found from the nearest before it
+//!   by the headers of the records between ([`EventLog::find`])
 //! - `agents`: name -> [`Agent`]
 //! - `conversations`: id -> [`Conversation`]
 //! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
@@ -17,7 +19,8 @@
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record (a
 //!   completed flight's record with a long output: version 2, the output read from its
-//!   completion in the log, [`decode_flight`])
+//!   completion in the log, [`decode_flight`]). A streaming flight's record is not
+//!   written for each delta: the deltas after it are folded on when it is read (`heads`)
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> the global seq and the
 //!   log position of the event that made the [`FlightUpdate`] (two u64 BE): the update
 //!   itself is stored once, in the log
@@ -59,9 +62,12 @@
 //! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
 //! ([`Store::verify`]); `published` pairs an event with its stored JSON, the one
 //! encoding every subscriber gets ([`Published`]); `shared` stores a flight's answer
-//! once ([`decode_record`] reads every record back). They layer one way: `keys` <-
-//! `shared` <- `published`, `usage` <-> `projections` <- `queries`, `doctor` (`projections` calls
-//! the fold, which writes through its `Sink`).
+//! once ([`decode_record`] reads every record back); `heads` keeps the newest state of
+//! the streaming flights whose record lags, and folds their deltas on for readers. They
+//! layer one way: `keys` <- `shared` <- `published`, `usage` <-> `projections` <-
+//! `queries` <-> `heads` (a read folds a lagging record's deltas on, reading them as
+//! `queries` reads updates), `doctor` (`projections` calls the fold, which writes through
+//! its `Sink`).
 //!
 //! [`Event`]: relay_protocol::event::Event
 //! [`Agent`]: relay_protocol::domain::Agent
@@ -70,6 +76,7 @@
 //! [`FlightUpdate`]: relay_protocol::domain::FlightUpdate
 
 mod doctor;
+mod heads;
 mod keys;
 pub mod log;
 pub mod migrate;
@@ -94,7 +101,7 @@ use crate::error::BrokerError;
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
 pub use log::{EventLog, LogError, Pos};
-pub use projections::{apply, replay_scopes, Sink, StoredUpdate};
+pub use projections::{apply, replay_scopes, Sink, StoredUpdate, EVENT_POS_EVERY};
 pub use published::Published;
 pub use queries::FlightScan;
 pub(crate) use recover::APPLIED_KEY;
@@ -118,6 +125,8 @@ pub struct Store {
     log: Arc<EventLog>,
     /// Large events read back, shared by the readers that want them at once.
     read_back: Arc<published::ReadBack>,
+    /// The newest state of the flights whose record lags (the writer's: see `heads`).
+    heads: Arc<heads::Heads>,
     /// Keeps a temporary store's directory alive.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -176,6 +185,7 @@ impl Store {
             trees,
             log,
             read_back: Arc::default(),
+            heads: Arc::default(),
             _temp: temp,
         };
         store.index_once_each()?;
@@ -202,13 +212,19 @@ impl Store {
         &self,
         f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
     ) -> Result<R, BrokerError> {
-        self.trees
+        let overlay = heads::Overlay::default();
+        let done = self
+            .trees
             .as_slice()
             .transaction(|trees| {
+                // A try sled runs again starts from what is committed.
+                overlay.borrow_mut().clear();
                 f(&Tx {
                     trees,
                     durable: &self.durable,
                     log: &self.log,
+                    heads: &self.heads,
+                    overlay: &overlay,
                 })
                 .map_err(|e| match e {
                     // Let sled retry the whole closure, as it expects.
@@ -219,7 +235,9 @@ impl Store {
             .map_err(|e| match e {
                 sled::transaction::TransactionError::Abort(e) => e,
                 sled::transaction::TransactionError::Storage(e) => BrokerError::Storage(e),
-            })
+            })?;
+        self.heads.commit(&overlay);
+        Ok(done)
     }
 
     /// The database as the storage thread writes and flushes it.
@@ -279,31 +297,42 @@ pub struct Tx<'a> {
     /// Told when the transaction writes state that is not in the log.
     durable: &'a Durable,
     log: &'a EventLog,
+    /// The flights whose record lags, as committed, and this transaction's changes to
+    /// them (see `heads`).
+    heads: &'a heads::Heads,
+    overlay: &'a heads::Overlay,
 }
 
 impl Tx<'_> {
-    /// A flight's record, its output read from the log where it is kept there, or
-    /// given by `pending` for an event of this batch (by its seq: not in the log yet).
+    /// A flight as it is now: its newest state (see `heads`), its output read from the
+    /// log where it is kept there, or given by `pending` for an event of this batch (by
+    /// its seq: not in the log yet).
     pub fn flight(
         &self,
         id: &str,
         pending: impl Fn(u64) -> Option<String>,
     ) -> Result<Option<Flight>, BrokerError> {
+        if let Some(head) = self.head(id)? {
+            return Ok(Some(head));
+        }
         self.trees[T::Flights as usize]
             .get(id.as_bytes())
             .map_err(unabortable)?
-            .map(|v| shared::decode_flight_from(self.log, &v, pending))
+            .map(|v| self.caught_up(shared::decode_flight_from(self.log, &v, pending)?))
             .transpose()
     }
 
-    /// A flight's record without its output where that is kept in the log (`None`
+    /// A flight as it is now without its output where that is kept in the log (`None`
     /// there): for a check of its state, agent or parent, which need not read (and
     /// decode) a long answer back.
     pub fn flight_without_output(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        if let Some(head) = self.head(id)? {
+            return Ok(Some(head));
+        }
         self.trees[T::Flights as usize]
             .get(id.as_bytes())
             .map_err(unabortable)?
-            .map(|v| shared::decode_flight_without_output(&v))
+            .map(|v| self.caught_up(shared::decode_flight_without_output(&v)?))
             .transpose()
     }
 
@@ -322,14 +351,19 @@ impl Tx<'_> {
         flight: &str,
         seq: u64,
     ) -> Result<Option<StoredUpdate>, BrokerError> {
-        let Some(v) = self.trees[T::FlightUpdates as usize]
+        match self.update_pos(flight, seq)? {
+            Some((event_seq, pos)) => queries::update_at(self.log, event_seq, pos, false),
+            None => Ok(None),
+        }
+    }
+
+    /// The global seq and log position of update `seq` of `flight` (`None`: no such).
+    fn update_pos(&self, flight: &str, seq: u64) -> Result<Option<(u64, Pos)>, BrokerError> {
+        self.trees[T::FlightUpdates as usize]
             .get(child_key(flight, seq))
             .map_err(unabortable)?
-        else {
-            return Ok(None);
-        };
-        let (event_seq, pos) = parse_pair(&v)?;
-        queries::update_at(self.log, event_seq, pos)
+            .map(|v| parse_pair(&v))
+            .transpose()
     }
 
     /// The message with id `id`, read from the log where the writer appended it (synced

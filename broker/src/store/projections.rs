@@ -8,6 +8,7 @@ use relay_protocol::domain::{
 use relay_protocol::event::{Event, EventBody};
 use serde::Serialize;
 
+use super::heads::record_lags;
 use super::keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
 use super::log::Pos;
 use super::shared::{
@@ -16,11 +17,19 @@ use super::shared::{
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
 
+/// `event_pos` holds the position of one event in this many (the others are found from
+/// it by their headers: [`EventLog::find`](super::log::EventLog::find)). A key per event
+/// was a sled write per streamed delta, and memory sled keeps for each.
+pub const EVENT_POS_EVERY: u64 = 16;
+
 /// Where [`apply`] writes: the live transaction, or plain trees during a rebuild.
 pub trait Sink {
     fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError>;
     fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError>;
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError>;
+    /// `flight` changed, and its record is left as it is (see `heads`). Only the
+    /// writer's transaction keeps the newest state; a rebuild has no reader to give it.
+    fn lag(&self, _flight: &Flight) {}
 }
 
 /// The replay scopes an event belongs to: an agent's registrations, removals, lost
@@ -58,7 +67,9 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
 /// records they produce, so applying is a set of puts and deletes, and applying twice
 /// changes nothing.
 pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError> {
-    sink.put(T::EventPos, &seq_key(event.seq), pos.to_be_bytes().to_vec())?;
+    if event.seq.is_multiple_of(EVENT_POS_EVERY) {
+        sink.put(T::EventPos, &seq_key(event.seq), pos.to_be_bytes().to_vec())?;
+    }
     for (scope, id) in replay_scopes(&event.body) {
         sink.put(T::ReplayIndex, &scope.key(id, event.seq), Vec::new())?;
     }
@@ -131,6 +142,10 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
                 } if flight.output.as_ref() == Some(output) => Some((event.seq, pos)),
                 _ => None,
             };
+            if record_lags(update, flight) {
+                sink.lag(flight);
+                return Ok(());
+            }
             sink.put(
                 T::Flights,
                 flight.id.as_bytes(),
@@ -194,10 +209,17 @@ impl Sink for Tx<'_> {
     }
     fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
         self.outside_log(tree);
+        if matches!(tree, T::Flights) {
+            // The record is the flight again.
+            self.set_head(&String::from_utf8_lossy(key), None);
+        }
         self.trees[tree as usize]
             .insert(key, value)
             .map_err(unabortable)?;
         Ok(())
+    }
+    fn lag(&self, flight: &Flight) {
+        self.set_head(&flight.id, Some(flight.clone()));
     }
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
         self.outside_log(tree);
@@ -238,7 +260,32 @@ impl Store {
         self.index_once(b"live_flights_indexed", Store::index_live_flights)?;
         self.index_once(b"flight_children_indexed", Store::index_flight_children)?;
         self.index_once(b"replay_indexed", Store::index_replays)?;
-        self.index_once(b"flight_outputs_in_log", Store::outputs_to_log)
+        self.index_once(b"flight_outputs_in_log", Store::outputs_to_log)?;
+        self.index_once(b"event_pos_sparse", Store::sparse_event_pos)
+    }
+
+    /// A store made before `event_pos` held one event in [`EVENT_POS_EVERY`] has a key
+    /// for each: the others go (what a rebuild from the log would write).
+    fn sparse_event_pos(&self) -> Result<(), BrokerError> {
+        let tree = self.tree(T::EventPos);
+        let mut batch = sled::Batch::default();
+        let mut n = 0usize;
+        for key in tree.iter().keys() {
+            let key = key?;
+            let seq = <[u8; 8]>::try_from(&key[..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| BrokerError::Corrupt("event_pos key is not a seq".into()))?;
+            if !seq.is_multiple_of(EVENT_POS_EVERY) {
+                batch.remove(key);
+                n += 1;
+            }
+            if n == 100_000 {
+                tree.apply_batch(std::mem::take(&mut batch))?;
+                n = 0;
+            }
+        }
+        tree.apply_batch(batch)?;
+        Ok(())
     }
 
     /// A store made before answers were stored once keeps a copy of each completed
@@ -266,7 +313,7 @@ impl Store {
                 continue;
             };
             let (seq, pos) = parse_pair(&last?)?;
-            let Some(stored) = super::queries::update_at(self.log(), seq, pos)? else {
+            let Some(stored) = super::queries::update_at(self.log(), seq, pos, false)? else {
                 continue;
             };
             if matches!(&stored.update.change, FlightChange::State { output: Some(o), .. } if o == output)

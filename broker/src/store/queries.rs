@@ -107,12 +107,23 @@ impl Store {
         }
     }
 
-    /// Where event `seq` is in the log.
+    /// Where event `seq` is in the log: from the nearest event at or before it that
+    /// `event_pos` holds (one in [`EVENT_POS_EVERY`](super::projections::EVENT_POS_EVERY)), a walk of at most that many
+    /// records' headers.
     fn event_pos(&self, seq: u64) -> Result<Option<Pos>, BrokerError> {
-        self.tree(T::EventPos)
-            .get(seq_key(seq))?
-            .map(|v| parse_u64(&v))
-            .transpose()
+        let (from_seq, from) = match self
+            .tree(T::EventPos)
+            .range(..=seq_key(seq))
+            .next_back()
+            .transpose()?
+        {
+            Some((k, v)) => (parse_u64(&k)?, parse_u64(&v)?),
+            None => (0, self.log().start()?),
+        };
+        if from_seq == seq {
+            return Ok(Some(from));
+        }
+        Ok(self.log().find(from, seq)?)
     }
 
     /// The event at position `pos` of the log (`None`: not synced yet).
@@ -171,7 +182,7 @@ impl Store {
             if out.len() >= scan.limit {
                 break;
             }
-            let flight = decode_flight(self.log(), &value?)?;
+            let flight = self.current(decode_flight(self.log(), &value?)?)?;
             if floor.is_some_and(|floor| flight.created_at < floor) {
                 break;
             }
@@ -193,9 +204,19 @@ impl Store {
 
     /// The flight stored at `key` of `flights`, its output read from the log where it
     /// is kept there.
+    /// (Its deltas after the record folded on: see `heads`.)
     fn flight_at(&self, key: &[u8]) -> Result<Option<Flight>, BrokerError> {
         self.tree(T::Flights)
             .get(key)?
+            .map(|v| self.current(decode_flight(self.log(), &v)?))
+            .transpose()
+    }
+
+    /// The flight's record as it is stored (see `heads`: it may lag behind the
+    /// flight's last deltas).
+    pub(super) fn flight_record(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
+        self.tree(T::Flights)
+            .get(id.as_bytes())?
             .map(|v| decode_flight(self.log(), &v))
             .transpose()
     }
@@ -300,7 +321,7 @@ impl Store {
         {
             let (seq, pos) = parse_pair(&v?)?;
             // Committed to sled but not yet synced to the log: not there yet.
-            match update_at(self.log(), seq, pos)? {
+            match update_at(self.log(), seq, pos, false)? {
                 Some(u) => out.push(u),
                 None => break,
             }
@@ -322,7 +343,7 @@ impl Store {
         {
             let (seq, pos) = parse_pair(&value?)?;
             if seq <= upto {
-                return update_at(self.log(), seq, pos);
+                return update_at(self.log(), seq, pos, false);
             }
         }
         Ok(None)
@@ -377,17 +398,24 @@ pub struct FlightScan {
 
 /// The update that the event at `pos` made (only the update's part of it is decoded);
 /// `None` while that is not on disk.
+/// (`appended`: the writer's own read, synced or not; see [`EventLog::read_appended`].)
 pub(super) fn update_at(
     log: &EventLog,
     event_seq: u64,
     pos: Pos,
+    appended: bool,
 ) -> Result<Option<StoredUpdate>, BrokerError> {
     /// The part of a `flight_updated` event an update's reader needs.
     #[derive(serde::Deserialize)]
     struct UpdateOf {
         update: FlightUpdate,
     }
-    let Some(record) = log.read(pos)? else {
+    let record = if appended {
+        log.read_appended(pos)?
+    } else {
+        log.read(pos)?
+    };
+    let Some(record) = record else {
         return Ok(None);
     };
     if record.seq != event_seq {

@@ -501,6 +501,44 @@ impl EventLog {
         Ok(())
     }
 
+    /// Where the synced record of `seq` is, walking the records' headers from `from` (a
+    /// record at or before it: see `event_pos` in `store`). `None`: not on disk (yet).
+    /// Reads only headers; the record's checksum is checked when it is read.
+    pub fn find(&self, from: Pos, seq: u64) -> Result<Option<Pos>, LogError> {
+        let end = self.synced_end();
+        let mut pos = from;
+        while pos.saturating_add(HEADER) <= end {
+            let (start, file) = self.segment_holding(pos)?;
+            let mut header = [0u8; HEADER as usize];
+            SegmentReader {
+                file: &file,
+                at: pos - start,
+            }
+            .read_exact(&mut header)
+            .map_err(io(format!("read the event log at {pos}")))?;
+            let (len, _, at) = segment::parse_header(&header);
+            match at.cmp(&seq) {
+                std::cmp::Ordering::Equal => return Ok(Some(pos)),
+                std::cmp::Ordering::Greater => {
+                    return Err(LogError::Corrupt(format!(
+                        "looking for event {seq} from {from}, the log has event {at} at {pos}"
+                    )))
+                }
+                std::cmp::Ordering::Less => pos = pos.saturating_add(record_len(len as usize)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where the log's first record is.
+    pub fn start(&self) -> Result<Pos, LogError> {
+        let segments = self
+            .segments
+            .read()
+            .map_err(|_| LogError::Corrupt("a writer of the log panicked".into()))?;
+        Ok(segments.keys().next().copied().unwrap_or(0))
+    }
+
     fn segment_holding(&self, pos: Pos) -> Result<(Pos, Arc<File>), LogError> {
         self.segment_at(pos)?
             .ok_or_else(|| LogError::Corrupt(format!("no segment holds position {pos}")))

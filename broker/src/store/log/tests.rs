@@ -117,6 +117,36 @@ fn segments_roll_without_a_gap_and_positions_are_global() {
     })
     .unwrap();
     assert_eq!(n, 2);
+    // A record is found from an earlier one by its headers, across the segments.
+    assert_eq!(log.find(0, 3).unwrap(), Some(positions[2]));
+    assert_eq!(log.find(positions[1], 2).unwrap(), Some(positions[1]));
+    assert_eq!(log.find(0, 4).unwrap(), None, "not in the log");
+    assert!(matches!(
+        log.find(positions[2], 1),
+        Err(LogError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn a_record_is_found_from_any_before_it_and_only_once_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open(dir.path()).unwrap();
+    let mut positions = Vec::new();
+    for seq in 1..=40u64 {
+        // Sizes vary, so a walk that misread a length would land off a header.
+        positions.extend(append_n(&log, seq, 1, (seq as usize * 37) % 300));
+    }
+    log.sync().unwrap();
+    for (i, want) in positions.iter().enumerate() {
+        for from in &positions[..=i] {
+            assert_eq!(log.find(*from, i as u64 + 1).unwrap(), Some(*want));
+        }
+    }
+    assert_eq!(log.start().unwrap(), 0);
+    append_n(&log, 41, 1, 10);
+    assert_eq!(log.find(positions[39], 41).unwrap(), None, "not synced yet");
+    log.sync().unwrap();
+    assert!(log.find(positions[39], 41).unwrap().is_some());
 }
 
 #[test]

@@ -1,0 +1,227 @@
+//! What sled writes for a streamed delta: not the flight's record, which is written at
+//! most every 32 of its updates (`store::heads`: the deltas after it are folded on when
+//! it is read), nor the event's position, which `event_pos` holds for one event in 16
+//! (the others are found from it in the log). Over real sled files, from many flights
+//! streaming at once and across a restart of the broker, every reader sees the flight as
+//! the rules made it, the writer numbers the next update right, every event is found by
+//! its seq, and a rebuild from the log writes the same projections.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::HashMap;
+
+use futures::future::join_all;
+use relay_broker::store::{decode_flight_without_output, Store, T};
+use relay_broker::{Broker, BrokerConfig};
+use relay_protocol::domain::{
+    tail, AgentSpec, Flight, FlightChange, FlightState, Harness, InvokeRequest, SUMMARY_CHARS,
+};
+use relay_protocol::event::EventBody;
+use tokio_util::sync::CancellationToken;
+
+const FLIGHTS: usize = 8;
+/// Past the record written at update 64 (update 1 is `running`): the last 11 lag.
+const BEFORE: usize = 74;
+const AFTER: usize = 5;
+
+async fn start(store: Store) -> (Broker, CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let (b, writer) = Broker::start(store, BrokerConfig::default(), stop.clone())
+        .await
+        .unwrap();
+    (b, stop, writer)
+}
+
+fn state(to: FlightState, output: Option<&str>) -> FlightChange {
+    FlightChange::State {
+        to,
+        reason: None,
+        output: output.map(str::to_string),
+    }
+}
+
+fn text(flight: usize, k: usize) -> String {
+    format!("f{flight}.{k} ")
+}
+
+/// Streams deltas `range` of each flight, all flights at once.
+async fn stream(b: &Broker, ids: &[String], range: std::ops::Range<usize>) {
+    join_all(ids.iter().enumerate().map(|(i, id)| {
+        let range = range.clone();
+        async move {
+            for k in range {
+                b.update_flight(id, FlightChange::Delta { text: text(i, k) })
+                    .await
+                    .unwrap();
+            }
+        }
+    }))
+    .await;
+}
+
+/// Each flight as the last `flight_updated` event of it carries it: what the rules made.
+fn as_published(store: &Store) -> HashMap<String, Flight> {
+    let mut last = HashMap::new();
+    for event in store.events_after(0, usize::MAX).unwrap() {
+        if let EventBody::FlightUpdated { flight, .. } = event.body {
+            last.insert(flight.id.clone(), flight);
+        }
+    }
+    last
+}
+
+/// The record as sled holds it.
+fn record(store: &Store, id: &str) -> Flight {
+    let v = store.tree(T::Flights).get(id.as_bytes()).unwrap().unwrap();
+    decode_flight_without_output(&v).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let (b, stop, writer) = start(Store::open(&path).unwrap()).await;
+    let mut ids = Vec::new();
+    for i in 0..FLIGHTS {
+        let agent = format!("a{i}");
+        b.register_agent(AgentSpec::new(&agent, Harness::CodexAppServer, "/w"))
+            .await
+            .unwrap();
+        let id = b
+            .invoke(InvokeRequest::new(&agent, "go"))
+            .await
+            .unwrap()
+            .flight
+            .id;
+        b.update_flight(&id, state(FlightState::Running, None))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    stream(&b, &ids, 0..BEFORE).await;
+    b.store().flush().await.unwrap();
+    let published = as_published(b.store());
+    for (i, id) in ids.iter().enumerate() {
+        let rules = &published[id];
+        assert_eq!(rules.update_seq, 1 + BEFORE as u64);
+        let all: String = (0..BEFORE).map(|k| text(i, k)).collect();
+        assert_eq!(rules.summary.as_deref(), Some(&*tail(&all, SUMMARY_CHARS)));
+        // The record lags; what every reader gets does not.
+        assert_eq!(record(b.store(), id).update_seq, 64, "{id}");
+        assert_eq!(&b.store().flight(id).unwrap().unwrap(), rules);
+        let live = b.store().live_flights().unwrap();
+        assert_eq!(live.iter().find(|f| &f.id == id), Some(rules));
+        assert_eq!(b.flight(id).await.unwrap().as_ref(), Some(rules));
+    }
+    let report = b.store().verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+
+    // A restart: the writer has nothing in memory and reads the lagging records.
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+    let (b, _stop, _writer) = start(support::reopen(&path).await).await;
+    stream(&b, &ids, BEFORE..BEFORE + AFTER).await;
+    join_all(
+        ids.iter()
+            .map(|id| b.update_flight(id, state(FlightState::Completed, Some("done")))),
+    )
+    .await
+    .into_iter()
+    .for_each(|r| {
+        r.unwrap();
+    });
+    b.store().flush().await.unwrap();
+    let published = as_published(b.store());
+    let events = b.store().events_after(0, usize::MAX).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        // Every update kept, numbered on from where the flight was.
+        let updates = b.store().flight_updates(id, 0).unwrap();
+        let seqs: Vec<u64> = updates.iter().map(|u| u.seq).collect();
+        let want: Vec<u64> = (1..=2 + (BEFORE + AFTER) as u64).collect();
+        assert_eq!(seqs, want, "{id}");
+        // The first delta after the restart extended the text streamed before it.
+        let first_after = events
+            .iter()
+            .find_map(|e| match &e.body {
+                EventBody::FlightUpdated { update, flight }
+                    if &update.flight == id && update.seq == 2 + BEFORE as u64 =>
+                {
+                    Some(flight.clone())
+                }
+                _ => None,
+            })
+            .unwrap();
+        let all: String = (0..=BEFORE).map(|k| text(i, k)).collect();
+        assert_eq!(
+            first_after.summary.as_deref(),
+            Some(&*tail(&all, SUMMARY_CHARS))
+        );
+        let ended = b.store().flight(id).unwrap().unwrap();
+        assert_eq!(ended, published[id]);
+        assert_eq!(ended.state, FlightState::Completed);
+        assert_eq!(record(b.store(), id).update_seq, ended.update_seq);
+    }
+    let report = b.store().verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+    every_event_found(b.store());
+}
+
+/// Every event is found by its seq, and read from any seq on; `event_pos` holds one in 16.
+fn every_event_found(store: &Store) {
+    let last = store.last_seq().unwrap();
+    assert!(last > 100, "{last}");
+    for seq in 1..=last {
+        assert_eq!(store.event(seq).unwrap().unwrap().seq, seq);
+        let after = store.events_after(seq - 1, 3).unwrap();
+        let want: Vec<u64> = (seq..=last.min(seq + 2)).collect();
+        assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), want);
+    }
+    assert!(store.event(last + 1).unwrap().is_none());
+    assert!(store.events_after(last, 10).unwrap().is_empty());
+    assert_eq!(store.tree(T::EventPos).len() as u64, last / 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_a_position_for_every_event_keeps_one_in_16_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let (b, stop, writer) = start(Store::open(&path).unwrap()).await;
+    b.register_agent(AgentSpec::new("a0", Harness::CodexAppServer, "/w"))
+        .await
+        .unwrap();
+    let id = b
+        .invoke(InvokeRequest::new("a0", "go"))
+        .await
+        .unwrap()
+        .flight
+        .id;
+    stream(&b, std::slice::from_ref(&id), 0..200).await;
+    b.store().flush().await.unwrap();
+    // As a store made before wrote it: every event's position, and no marker.
+    let store = b.store().clone();
+    let last = store.last_seq().unwrap();
+    for seq in 1..=last {
+        let pos = store
+            .log()
+            .find(store.log().start().unwrap(), seq)
+            .unwrap()
+            .unwrap();
+        store
+            .tree(T::EventPos)
+            .insert(seq.to_be_bytes(), &pos.to_be_bytes())
+            .unwrap();
+    }
+    store.tree(T::Meta).remove(b"event_pos_sparse").unwrap();
+    store.tree(T::EventPos).flush().unwrap();
+    store.tree(T::Meta).flush().unwrap();
+    drop(store);
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+    let store = support::reopen(&path).await;
+    every_event_found(&store);
+    let report = store.verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+}

@@ -113,6 +113,14 @@ async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_res
         let live = b.store().live_flights().unwrap();
         assert_eq!(live.iter().find(|f| &f.id == id), Some(rules));
         assert_eq!(b.flight(id).await.unwrap().as_ref(), Some(rules));
+        let store = b.store();
+        assert_eq!(
+            store.get(T::Flights, id.as_bytes()).unwrap().as_ref(),
+            Some(rules)
+        );
+        assert!(store.values::<Flight>(T::Flights).unwrap().contains(rules));
+        let kept = store.live_flights_where(|f| &f.id == id).unwrap();
+        assert_eq!(kept, vec![rules.clone()]);
     }
     let report = b.store().verify().unwrap();
     assert!(report.is_consistent(), "{report:?}");

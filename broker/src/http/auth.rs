@@ -180,9 +180,13 @@ async fn running_flight(broker: &Broker, agent: &str) -> Result<Option<Flight>, 
     broker
         .store()
         .read(move |st| {
-            Ok(st.live_flights()?.into_iter().find(|f| {
-                f.agent == agent && matches!(f.state, FlightState::Running | FlightState::Waiting)
-            }))
+            Ok(st
+                .live_flights_where(|f| {
+                    f.agent == agent
+                        && matches!(f.state, FlightState::Running | FlightState::Waiting)
+                })?
+                .into_iter()
+                .next())
         })
         .await
 }

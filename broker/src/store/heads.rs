@@ -10,9 +10,9 @@
 //!   commits (a transaction's own changes sit in its overlay until then);
 //! - by the writer after a restart (nothing in [`Heads`] yet), from the record and its
 //!   later updates, read point by point in the transaction;
-//! - by every other reader ([`Store::current`]), from the record and the later updates
-//!   on disk: a reader sees the flight as of its last synced update, never ahead of the
-//!   log.
+//! - by every other reader ([`Store::current`], through every read of a flight), from
+//!   the record and the later updates on disk. (A record written by a batch not synced
+//!   yet is read as it is, as before: the log is synced just after the transaction.)
 //!
 //! What is written is decided by the event alone, so a rebuild from the log (`relay
 //! doctor`, recovery at open) writes the same records.
@@ -86,7 +86,7 @@ impl Tx<'_> {
             return Ok(flight);
         }
         let mut last_delta = None;
-        while let Some(next) = self.update_of(&flight.id, flight.update_seq + 1)? {
+        while let Some(next) = self.update_of(&flight.id, flight.update_seq.saturating_add(1))? {
             let last = match last_delta {
                 Some(last) => last,
                 // Whether the first delta extends is the record's own update's to say.
@@ -95,6 +95,10 @@ impl Tx<'_> {
                     .is_some_and(|u| is_delta(&u)),
             };
             last_delta = Some(fold(&mut flight, &next, last));
+        }
+        if last_delta.is_some() {
+            // Committed already: kept, so the next read need not fold again.
+            self.set_head(&flight.id, Some(flight.clone()));
         }
         Ok(flight)
     }

@@ -265,30 +265,33 @@ impl Store {
         storage::read(move || f(&store)).await?
     }
 
+    /// The value at `key` of tree `t` (a flight: as it is now, see [`Store::flight`]).
     pub fn get<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
         self.tree(t)
             .get(key)?
-            .map(|v| decode_in(&self.log, t, &v))
+            .map(|v| self.decode_in(t, &v))
             .transpose()
     }
 
+    /// Every value of tree `t` (flights: as they are now).
     pub fn values<V: DeserializeOwned>(&self, t: T) -> Result<Vec<V>, BrokerError> {
         self.tree(t)
             .iter()
             .values()
-            .map(|v| decode_in(&self.log, t, &v?))
+            .map(|v| self.decode_in(t, &v?))
             .collect()
     }
-}
 
-/// A value of tree `t`; a `flights` record with its output read from the log (see
-/// [`decode_flight`]), whatever type it is read as.
-fn decode_in<V: DeserializeOwned>(log: &EventLog, t: T, value: &[u8]) -> Result<V, BrokerError> {
-    if matches!(t, T::Flights) && value.first() == Some(&FLIGHT_OUTPUT_IN_LOG) {
-        let flight = decode_flight(log, value)?;
-        return Ok(serde_json::from_value(serde_json::to_value(flight)?)?);
+    /// A value of tree `t`; a `flights` record with its output read from the log (see
+    /// [`decode_flight`]) and its later deltas folded on (`heads`), whatever type it is
+    /// read as.
+    fn decode_in<V: DeserializeOwned>(&self, t: T, value: &[u8]) -> Result<V, BrokerError> {
+        if matches!(t, T::Flights) {
+            let flight = self.current(decode_flight(&self.log, value)?)?;
+            return Ok(serde_json::from_value(serde_json::to_value(flight)?)?);
+        }
+        decode(value)
     }
-    decode(value)
 }
 
 /// A view of every tree inside one transaction.
@@ -336,11 +339,18 @@ impl Tx<'_> {
             .transpose()
     }
 
+    /// The value at `key` of tree `t` (a flight: as [`Tx::flight`] reads it).
     pub fn read<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>, BrokerError> {
+        if matches!(t, T::Flights) {
+            return self
+                .flight(&String::from_utf8_lossy(key), |_| None)?
+                .map(|f| Ok(serde_json::from_value(serde_json::to_value(f)?)?))
+                .transpose();
+        }
         self.trees[t as usize]
             .get(key)
             .map_err(unabortable)?
-            .map(|v| decode_in(self.log, t, &v))
+            .map(|v| decode(&v))
             .transpose()
     }
 

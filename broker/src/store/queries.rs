@@ -111,6 +111,9 @@ impl Store {
     /// `event_pos` holds (one in [`EVENT_POS_EVERY`](super::projections::EVENT_POS_EVERY)), a walk of at most that many
     /// records' headers.
     fn event_pos(&self, seq: u64) -> Result<Option<Pos>, BrokerError> {
+        if seq == 0 {
+            return Ok(None); // seqs start at 1
+        }
         let (from_seq, from) = match self
             .tree(T::EventPos)
             .range(..=seq_key(seq))
@@ -136,10 +139,24 @@ impl Store {
 
     /// The flights not yet ended, oldest first (from the index, not a scan).
     pub fn live_flights(&self) -> Result<Vec<Flight>, BrokerError> {
+        self.live_flights_where(|_| true)
+    }
+
+    /// The live flights `keep` accepts, judged on their records before the deltas after
+    /// them are folded on (see `heads`: a delta changes no id, agent or state), so only
+    /// those kept are folded.
+    pub fn live_flights_where(
+        &self,
+        keep: impl Fn(&Flight) -> bool,
+    ) -> Result<Vec<Flight>, BrokerError> {
         let mut out = Vec::new();
         for key in self.tree(T::LiveFlights).iter().keys() {
-            if let Some(flight) = self.flight_at(&key?)? {
-                out.push(flight);
+            let Some(v) = self.tree(T::Flights).get(key?)? else {
+                continue;
+            };
+            let record = decode_flight(self.log(), &v)?;
+            if keep(&record) {
+                out.push(self.current(record)?);
             }
         }
         Ok(out)

@@ -129,12 +129,8 @@ fn is_delta(update: &FlightUpdate) -> bool {
 /// Folds `update` onto `flight` as the rules made it (`last_delta`: the update before
 /// it was a delta, so streamed text extends). Returns whether `update` is a delta.
 fn fold(flight: &mut Flight, update: &FlightUpdate, last_delta: bool) -> bool {
-    let delta = is_delta(update);
-    // What the rules do: the record never says it (see `Ctx::update_flight`).
-    flight.streaming = delta && last_delta;
-    flight.apply(update, None);
-    flight.streaming = false;
-    delta
+    flight.apply_recorded(update, None, last_delta);
+    is_delta(update)
 }
 
 impl Store {

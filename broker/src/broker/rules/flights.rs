@@ -355,12 +355,15 @@ impl Ctx<'_, '_> {
             at: self.now,
             change: change.clone(),
         };
-        // Whether the last update was streamed text is kept by the writer, not yet in the
-        // record: the fold reads it from the flight, and the record stays as it was.
-        flight.streaming =
+        // Whether the last update was streamed text is kept by the writer, not in the
+        // record.
+        let last_was_delta =
             matches!(change, FlightChange::Delta { .. }) && self.last_was_delta(&flight)?;
-        flight.apply(&update, reply_message.as_ref().map(|m| m.id.as_str()));
-        flight.streaming = false;
+        flight.apply_recorded(
+            &update,
+            reply_message.as_ref().map(|m| m.id.as_str()),
+            last_was_delta,
+        );
         self.emit(EventBody::FlightUpdated {
             update,
             flight: flight.clone(),

@@ -17,6 +17,22 @@ pub const SUMMARY_CHARS: usize = 160;
 pub const NOTE_BYTES: usize = 2048;
 
 impl Flight {
+    /// Applies `update` as the broker records it: a record never keeps `streaming`
+    /// (whether the last update was a delta is the writer's to know: `last_was_delta`),
+    /// so it is set for the fold and cleared after. What the broker's rules do, and what
+    /// a reader that folds stored deltas onto a record does to end with the same flight.
+    pub fn apply_recorded(
+        &mut self,
+        update: &FlightUpdate,
+        reply: Option<&str>,
+        last_was_delta: bool,
+    ) -> bool {
+        self.streaming = matches!(update.change, FlightChange::Delta { .. }) && last_was_delta;
+        let applied = self.apply(update, reply);
+        self.streaming = false;
+        applied
+    }
+
     /// Applies `update` (the flight's next one: its `seq` above [`Flight::update_seq`]).
     /// An update at or below `update_seq` is in the flight already and changes nothing
     /// (`false`): so a reader that rolls a snapshot forward over updates it may have seen

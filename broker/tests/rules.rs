@@ -1101,6 +1101,85 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
     assert!(store.verify().unwrap().is_consistent());
 }
 
+/// The bus's check that a client does not speak as an agent (`CODEX-1` for `codex-1`)
+/// reads names kept from the published events: it follows agents registered and
+/// removed by many clients at once, names that differ only by case among them, and
+/// matches the agents tree after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_names_in_any_case_follow_many_registrations_at_once_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    // Each name in two cases: `Agent-7` and `agent-7` are two agents.
+    let names: Vec<String> = (0..24)
+        .flat_map(|i| [format!("Agent-{i}"), format!("agent-{i}")])
+        .collect();
+    let in_tree = |store: &Store| -> std::collections::BTreeSet<String> {
+        store
+            .tree(relay_broker::store::T::Agents)
+            .iter()
+            .keys()
+            .map(|k| {
+                String::from_utf8(k.unwrap().to_vec())
+                    .unwrap()
+                    .to_ascii_lowercase()
+            })
+            .collect()
+    };
+    {
+        let (b, stop, writer) = start_on(&path).await;
+        let register = names.iter().map(|name| {
+            let (b, name) = (b.clone(), name.clone());
+            tokio::spawn(async move { b.register_agent(spec(&name)).await.unwrap() })
+        });
+        for task in futures::future::join_all(register).await {
+            task.unwrap();
+        }
+        assert!(b.agent_named_in_any_case("AGENT-3"));
+        // Remove both cases of the even ones and one case of the odd ones, at once.
+        let removed: Vec<&String> = names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i / 2) % 2 == 0 || i % 2 == 0)
+            .map(|(_, n)| n)
+            .collect();
+        let remove = removed.iter().map(|name| {
+            let (b, name) = (b.clone(), name.to_string());
+            tokio::spawn(async move { b.remove_agent(&name).await.unwrap() })
+        });
+        for task in futures::future::join_all(remove).await {
+            task.unwrap();
+        }
+        for i in 0..24 {
+            let wanted = i % 2 == 1;
+            for asked in [format!("AGENT-{i}"), format!("aGeNt-{i}")] {
+                assert_eq!(b.agent_named_in_any_case(&asked), wanted, "{asked}");
+            }
+        }
+        assert!(!b.agent_named_in_any_case("agent-24"));
+        assert_eq!(b.counts().agents, 12);
+        let tree = in_tree(b.store());
+        assert_eq!(tree.len(), 12);
+        for lower in &tree {
+            assert!(b.agent_named_in_any_case(lower), "{lower}");
+        }
+        stop.cancel();
+        drop(b);
+        writer.await.unwrap();
+    }
+    // After a restart, from one scan of the agents.
+    let (b, stop, writer) = start_on(&path).await;
+    for i in 0..24 {
+        assert_eq!(b.agent_named_in_any_case(&format!("AGENT-{i}")), i % 2 == 1);
+    }
+    assert_eq!(b.counts().agents, 12);
+    // The last of a name's cases gone, the name is free.
+    b.remove_agent("agent-1").await.unwrap();
+    assert!(!b.agent_named_in_any_case("Agent-1"));
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+}
+
 /// A broker on the database at `path`, with what stops it and its writer task.
 async fn start_on(
     path: &std::path::Path,

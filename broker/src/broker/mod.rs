@@ -18,8 +18,9 @@
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use relay_infra::disk::Room;
@@ -265,33 +266,58 @@ struct Inner {
     refusals: Refusals,
 }
 
-/// What `relay status` counts, kept current from the published events.
+/// What `relay status` counts, and the agents' names, kept current from the published
+/// events.
 #[derive(Default)]
 struct Counts {
     agents: AtomicU64,
     flights: AtomicU64,
     live_flights: AtomicU64,
+    /// Each agent's name in ASCII lower case, with how many agents have it (`Ab` and
+    /// `ab` are two agents): the bus's check that a client does not speak as an agent
+    /// costs no read of the agents (it ran on every request over NATS).
+    names: Mutex<HashMap<String, u32>>,
 }
 
 impl Counts {
     /// One scan of the store, at start (blocking).
     fn scan(store: &Store) -> Result<Counts, BrokerError> {
         let (flights, live_flights) = store.flight_counts()?;
-        Ok(Counts {
-            agents: AtomicU64::new(store.tree(T::Agents).len() as u64),
+        let counts = Counts {
             flights: AtomicU64::new(flights),
             live_flights: AtomicU64::new(live_flights),
-        })
+            ..Counts::default()
+        };
+        for name in store.tree(T::Agents).iter().keys() {
+            counts.named(&String::from_utf8_lossy(&name?), true);
+        }
+        Ok(counts)
+    }
+
+    fn names(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.names.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An agent named `name` was registered (`added`) or removed.
+    fn named(&self, name: &str, added: bool) {
+        let mut names = self.names();
+        let lower = name.to_ascii_lowercase();
+        if added {
+            self.agents.fetch_add(1, Ordering::Relaxed);
+            *names.entry(lower).or_insert(0) += 1;
+        } else if let Some(n) = names.get_mut(&lower) {
+            self.agents.fetch_sub(1, Ordering::Relaxed);
+            *n -= 1;
+            if *n == 0 {
+                names.remove(&lower);
+            }
+        }
     }
 
     fn apply(&self, event: &Event) {
         match &event.body {
-            EventBody::AgentRegistered { .. } => {
-                self.agents.fetch_add(1, Ordering::Relaxed);
-            }
-            EventBody::AgentRemoved { .. } => {
-                self.agents.fetch_sub(1, Ordering::Relaxed);
-            }
+            EventBody::AgentRegistered { agent } => self.named(&agent.spec.name, true),
+            EventBody::AgentRemoved { name, .. } => self.named(name, false),
             EventBody::InvocationCreated { flight, .. } => {
                 self.flights.fetch_add(1, Ordering::Relaxed);
                 if !flight.state.is_terminal() {
@@ -422,6 +448,15 @@ impl Broker {
     pub async fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
         let name = name.to_string();
         self.inner.store.read(move |s| s.agent(&name)).await
+    }
+
+    /// Whether an agent's name equals `name` but for ASCII case, as of the last published
+    /// event: no read of the store.
+    pub fn agent_named_in_any_case(&self, name: &str) -> bool {
+        self.inner
+            .counts
+            .names()
+            .contains_key(&name.to_ascii_lowercase())
     }
 
     /// Every registered agent, read off the async workers.

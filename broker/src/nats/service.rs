@@ -404,14 +404,7 @@ impl Service {
         crate::ops::check_client_name(name, crate::ops::Via::Bus, crate::ops::Claim::Stranger)
             .map_err(|e| refused(e.to_string()))?;
         // Without case: `CODEX-1` reads as codex-1 to whoever reads the conversation.
-        let lower = name.to_ascii_lowercase();
-        if self
-            .broker
-            .agents()
-            .await?
-            .iter()
-            .any(|a| a.spec.name.to_ascii_lowercase() == lower)
-        {
+        if self.broker.agent_named_in_any_case(name) {
             return Err(refused("an agent's name".into()));
         }
         Ok(())

@@ -1103,78 +1103,78 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
 
 /// The bus's check that a client does not speak as an agent (`CODEX-1` for `codex-1`)
 /// reads names kept from the published events: it follows agents registered and
-/// removed by many clients at once, names that differ only by case among them, and
-/// matches the agents tree after a restart.
+/// removed by many clients at once, names that differ only by case among them (each
+/// case an agent of its own), and matches the agents tree after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_names_in_any_case_follow_many_registrations_at_once_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    // Each name in two cases: `Agent-7` and `agent-7` are two agents.
-    let names: Vec<String> = (0..24)
-        .flat_map(|i| [format!("Agent-{i}"), format!("agent-{i}")])
-        .collect();
-    let in_tree = |store: &Store| -> std::collections::BTreeSet<String> {
-        store
-            .tree(relay_broker::store::T::Agents)
-            .iter()
-            .keys()
-            .map(|k| {
-                String::from_utf8(k.unwrap().to_vec())
-                    .unwrap()
-                    .to_ascii_lowercase()
-            })
-            .collect()
+    // Each name in two cases: `Agent-7` and `agent-7` are two agents. By k % 4, what is
+    // removed: 0 both, 1 the lower case, 2 neither, 3 the capitalised one.
+    let upper = |k: usize| format!("Agent-{k}");
+    let lower = |k: usize| format!("agent-{k}");
+    let removed = |k: usize| -> Vec<String> {
+        match k % 4 {
+            0 => vec![upper(k), lower(k)],
+            1 => vec![lower(k)],
+            2 => vec![],
+            _ => vec![upper(k)],
+        }
+    };
+    // The broker's view against the agents tree: every name refused in any case
+    // exactly when an agent has it, and the count is the tree's.
+    let check = |b: &Broker, taken: &dyn Fn(usize) -> bool| {
+        for k in 0..24 {
+            for asked in [format!("AGENT-{k}"), format!("aGeNt-{k}")] {
+                assert_eq!(b.agent_named_in_any_case(&asked), taken(k), "{asked}");
+            }
+        }
+        assert!(!b.agent_named_in_any_case("agent-24"));
+        let tree = b.store().tree(relay_broker::store::T::Agents);
+        assert_eq!(b.counts().agents, tree.len() as u64);
+        for key in tree.iter().keys() {
+            let name = String::from_utf8(key.unwrap().to_vec()).unwrap();
+            assert!(
+                b.agent_named_in_any_case(&name.to_ascii_uppercase()),
+                "{name}"
+            );
+        }
     };
     {
         let (b, stop, writer) = start_on(&path).await;
-        let register = names.iter().map(|name| {
-            let (b, name) = (b.clone(), name.clone());
+        let register = (0..24).flat_map(|k| [upper(k), lower(k)]).map(|name| {
+            let b = b.clone();
             tokio::spawn(async move { b.register_agent(spec(&name)).await.unwrap() })
         });
         for task in futures::future::join_all(register).await {
             task.unwrap();
         }
-        assert!(b.agent_named_in_any_case("AGENT-3"));
-        // Remove both cases of the even ones and one case of the odd ones, at once.
-        let removed: Vec<&String> = names
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| (i / 2) % 2 == 0 || i % 2 == 0)
-            .map(|(_, n)| n)
-            .collect();
-        let remove = removed.iter().map(|name| {
-            let (b, name) = (b.clone(), name.to_string());
+        check(&b, &|_| true);
+        assert_eq!(b.counts().agents, 48);
+        let remove = (0..24).flat_map(removed).map(|name| {
+            let b = b.clone();
             tokio::spawn(async move { b.remove_agent(&name).await.unwrap() })
         });
         for task in futures::future::join_all(remove).await {
             task.unwrap();
         }
-        for i in 0..24 {
-            let wanted = i % 2 == 1;
-            for asked in [format!("AGENT-{i}"), format!("aGeNt-{i}")] {
-                assert_eq!(b.agent_named_in_any_case(&asked), wanted, "{asked}");
-            }
-        }
-        assert!(!b.agent_named_in_any_case("agent-24"));
-        assert_eq!(b.counts().agents, 12);
-        let tree = in_tree(b.store());
-        assert_eq!(tree.len(), 12);
-        for lower in &tree {
-            assert!(b.agent_named_in_any_case(lower), "{lower}");
-        }
+        check(&b, &|k| k % 4 != 0);
+        assert_eq!(b.counts().agents, 24);
         stop.cancel();
         drop(b);
         writer.await.unwrap();
     }
-    // After a restart, from one scan of the agents.
+    // After a restart, from one scan of the agents: both cases of `agent-2` counted.
     let (b, stop, writer) = start_on(&path).await;
-    for i in 0..24 {
-        assert_eq!(b.agent_named_in_any_case(&format!("AGENT-{i}")), i % 2 == 1);
-    }
-    assert_eq!(b.counts().agents, 12);
+    check(&b, &|k| k % 4 != 0);
+    b.remove_agent(&upper(2)).await.unwrap();
+    assert!(b.agent_named_in_any_case("AGENT-2"), "agent-2 is left");
+    b.remove_agent(&lower(2)).await.unwrap();
+    assert!(!b.agent_named_in_any_case("Agent-2"));
     // The last of a name's cases gone, the name is free.
-    b.remove_agent("agent-1").await.unwrap();
-    assert!(!b.agent_named_in_any_case("Agent-1"));
+    b.remove_agent(&upper(1)).await.unwrap();
+    check(&b, &|k| k % 4 != 0 && k != 1 && k != 2);
+    assert_eq!(b.counts().agents, 21);
     stop.cancel();
     drop(b);
     writer.await.unwrap();

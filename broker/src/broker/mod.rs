@@ -1,6 +1,7 @@
 //! The broker: commands in, events out. This file is its public face: the [`Broker`]
-//! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`], the status counts
-//! and [`Live`]; the writer (batching, commit, publication) is in `writer.rs`, the domain
+//! handle and its calls, [`Command`], [`Outcome`], [`BrokerConfig`] and [`Live`]; what
+//! is kept from the published events (the status counts, the agents' names) is in
+//! `counts.rs`; the writer (batching, commit, publication) is in `writer.rs`, the domain
 //! rules, by the entity they govern, in `rules/`, the live flights per agent the queue
 //! rule counts in `live.rs`, the calls that register (after the runtime's checks),
 //! change and remove agents in `agents.rs`, the calls that decide approvals and remove
@@ -18,9 +19,8 @@
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use relay_infra::disk::Room;
@@ -30,7 +30,6 @@ use relay_protocol::domain::{
     ConversationSpec, Endpoint, Flight, FlightChange, InvokeRequest, PostMessage, ProgramInfo,
     Rule,
 };
-use relay_protocol::event::{Event, EventBody};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +37,7 @@ use crate::error::BrokerError;
 use crate::store::{Store, T};
 use crate::tasks::Tasks;
 
+mod counts;
 mod live;
 mod refusals;
 mod rules;
@@ -50,6 +50,7 @@ pub use crate::store::Published;
 
 pub(crate) use live::LiveByAgent;
 
+use counts::Counts;
 use writer::Writer;
 
 /// Commands waiting for the writer, by default ([`BrokerConfig::command_queue`]). When
@@ -264,77 +265,6 @@ struct Inner {
     live: Arc<LiveByAgent>,
     /// What was refused for overload, for `/metrics`.
     refusals: Refusals,
-}
-
-/// What `relay status` counts, and the agents' names, kept current from the published
-/// events.
-#[derive(Default)]
-struct Counts {
-    agents: AtomicU64,
-    flights: AtomicU64,
-    live_flights: AtomicU64,
-    /// Each agent's name in ASCII lower case, with how many agents have it (`Ab` and
-    /// `ab` are two agents): the bus's check that a client does not speak as an agent
-    /// costs no read of the agents (it ran on every request over NATS).
-    names: Mutex<HashMap<String, u32>>,
-}
-
-impl Counts {
-    /// One scan of the store, at start (blocking).
-    fn scan(store: &Store) -> Result<Counts, BrokerError> {
-        let (flights, live_flights) = store.flight_counts()?;
-        let counts = Counts {
-            flights: AtomicU64::new(flights),
-            live_flights: AtomicU64::new(live_flights),
-            ..Counts::default()
-        };
-        for name in store.tree(T::Agents).iter().keys() {
-            counts.named(&String::from_utf8_lossy(&name?), true);
-        }
-        Ok(counts)
-    }
-
-    fn names(&self) -> MutexGuard<'_, HashMap<String, u32>> {
-        self.names.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// An agent named `name` was registered (`added`) or removed.
-    fn named(&self, name: &str, added: bool) {
-        let mut names = self.names();
-        let lower = name.to_ascii_lowercase();
-        if added {
-            self.agents.fetch_add(1, Ordering::Relaxed);
-            *names.entry(lower).or_insert(0) += 1;
-        } else if let Some(n) = names.get_mut(&lower) {
-            self.agents.fetch_sub(1, Ordering::Relaxed);
-            *n -= 1;
-            if *n == 0 {
-                names.remove(&lower);
-            }
-        }
-    }
-
-    fn apply(&self, event: &Event) {
-        match &event.body {
-            EventBody::AgentRegistered { agent } => self.named(&agent.spec.name, true),
-            EventBody::AgentRemoved { name, .. } => self.named(name, false),
-            EventBody::InvocationCreated { flight, .. } => {
-                self.flights.fetch_add(1, Ordering::Relaxed);
-                if !flight.state.is_terminal() {
-                    self.live_flights.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            // A flight reaches a terminal state once: its state never changes again.
-            EventBody::FlightUpdated { update, .. } => {
-                if let FlightChange::State { to, .. } = &update.change {
-                    if to.is_terminal() {
-                        self.live_flights.fetch_sub(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// A committed event as subscribers get it live.

@@ -34,7 +34,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
-use crate::store::{Store, T};
+use crate::store::Store;
 use crate::tasks::Tasks;
 
 mod counts;
@@ -387,11 +387,6 @@ impl Broker {
             .counts
             .names()
             .contains_key(&name.to_ascii_lowercase())
-    }
-
-    /// Every registered agent, read off the async workers.
-    pub async fn agents(&self) -> Result<Vec<Agent>, BrokerError> {
-        self.inner.store.read(|s| s.values(T::Agents)).await
     }
 
     /// A flight, read off the async workers.

@@ -9,26 +9,17 @@ use support::reopen;
 
 use relay_broker::replay::{self, flight_replay};
 use relay_broker::store::{Store, T};
-use relay_broker::{Broker, BrokerConfig, BrokerError, Command};
+use relay_broker::{Broker, BrokerError, Command};
 use relay_protocol::domain::{
     AgentSpec, ApprovalDecision, ApprovalKind, ApprovalRequest, ConversationKind, ConversationSpec,
     FlightChange, FlightState, Harness, InvokeRequest, ItemKind, ItemPhase, PostMessage,
 };
 use relay_protocol::event::EventBody;
 use relay_protocol::replay::{AgentEntry, ApprovalStep, ConversationEntry, TurnReplay, TurnStep};
-use tokio_util::sync::CancellationToken;
-
-async fn broker_on(store: Store) -> (Broker, CancellationToken, tokio::task::JoinHandle<()>) {
-    let stop = CancellationToken::new();
-    let (b, writer) = Broker::start(store, BrokerConfig::default(), stop.clone())
-        .await
-        .unwrap();
-    (b, stop, writer)
-}
 
 /// A broker on a temporary store with agent a1 registered.
 async fn broker_with_a1(harness: Harness) -> Broker {
-    let b = broker_on(Store::temporary().unwrap()).await.0;
+    let b = support::start(Store::temporary().unwrap()).await.0;
     b.register_agent(AgentSpec::new("a1", harness, "/w"))
         .await
         .unwrap();
@@ -460,7 +451,7 @@ async fn a_database_from_before_the_replay_index_gets_it_at_its_first_open() {
             .unwrap();
         (flight, agent, conversation)
     };
-    let (b, stop, writer) = broker_on(Store::open(&path).unwrap()).await;
+    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
     b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/tmp"))
         .await
         .unwrap();
@@ -478,7 +469,7 @@ async fn a_database_from_before_the_replay_index_gets_it_at_its_first_open() {
     }
     let store = reopen(&path).await;
     assert!(store.verify().unwrap().is_consistent());
-    let (b, stop, writer) = broker_on(store).await;
+    let (b, stop, writer) = support::start(store).await;
     assert_eq!(replays(b.clone(), f).await, before);
     stop.cancel();
     drop(b);

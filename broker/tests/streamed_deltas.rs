@@ -13,25 +13,16 @@ use std::collections::HashMap;
 
 use futures::future::join_all;
 use relay_broker::store::{decode_flight_without_output, Store, T};
-use relay_broker::{Broker, BrokerConfig};
+use relay_broker::Broker;
 use relay_protocol::domain::{
     tail, AgentSpec, Flight, FlightChange, FlightState, Harness, InvokeRequest, SUMMARY_CHARS,
 };
 use relay_protocol::event::EventBody;
-use tokio_util::sync::CancellationToken;
 
 const FLIGHTS: usize = 8;
 /// Past the record written at update 64 (update 1 is `running`): the last 11 lag.
 const BEFORE: usize = 74;
 const AFTER: usize = 5;
-
-async fn start(store: Store) -> (Broker, CancellationToken, tokio::task::JoinHandle<()>) {
-    let stop = CancellationToken::new();
-    let (b, writer) = Broker::start(store, BrokerConfig::default(), stop.clone())
-        .await
-        .unwrap();
-    (b, stop, writer)
-}
 
 fn state(to: FlightState, output: Option<&str>) -> FlightChange {
     FlightChange::State {
@@ -81,23 +72,12 @@ fn record(store: &Store, id: &str) -> Flight {
 async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let (b, stop, writer) = start(Store::open(&path).unwrap()).await;
-    let mut ids = Vec::new();
-    for i in 0..FLIGHTS {
-        let agent = format!("a{i}");
-        b.register_agent(AgentSpec::new(&agent, Harness::CodexAppServer, "/w"))
+    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
+    let ids = support::one_flight_each(&b, FLIGHTS).await;
+    for id in &ids {
+        b.update_flight(id, state(FlightState::Running, None))
             .await
             .unwrap();
-        let id = b
-            .invoke(InvokeRequest::new(&agent, "go"))
-            .await
-            .unwrap()
-            .flight
-            .id;
-        b.update_flight(&id, state(FlightState::Running, None))
-            .await
-            .unwrap();
-        ids.push(id);
     }
     stream(&b, &ids, 0..BEFORE).await;
     b.store().flush().await.unwrap();
@@ -129,7 +109,7 @@ async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_res
     stop.cancel();
     drop(b);
     writer.await.unwrap();
-    let (b, _stop, _writer) = start(support::reopen(&path).await).await;
+    let (b, _stop, _writer) = support::start(support::reopen(&path).await).await;
     stream(&b, &ids, BEFORE..BEFORE + AFTER).await;
     join_all(
         ids.iter()
@@ -195,7 +175,7 @@ fn every_event_found(store: &Store) {
 async fn a_store_with_a_position_for_every_event_keeps_one_in_16_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let (b, stop, writer) = start(Store::open(&path).unwrap()).await;
+    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
     b.register_agent(AgentSpec::new("a0", Harness::CodexAppServer, "/w"))
         .await
         .unwrap();

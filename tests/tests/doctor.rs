@@ -276,22 +276,24 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     stopped_data_dir(&data).await;
-    // The first event, as a build that writes version 3 would have stored it.
-    rewrite_log(&data, |records| records[0].1[0] = 3);
+    // The first event, as a build that writes a version after this build's would have
+    // stored it.
+    let unknown = relay_broker::store::SLIM_VERSION + 1;
+    rewrite_log(&data, |records| records[0].1[0] = unknown);
     let db = data.join(relay_broker::store::STORE_DIR);
     let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())
         .await
         .unwrap();
     assert!(
-        matches!(&verify, Err(BrokerError::Corrupt(m)) if m.contains("version 3")),
+        matches!(&verify, Err(BrokerError::Corrupt(m)) if m.contains(&format!("version {unknown}"))),
         "{verify:?}"
     );
     let (ok, out, err) = doctor(&data, false);
     assert!(!ok, "{out}");
     assert!(
-        err.contains(
-            "stored data is corrupt: stored event has version 3, this build reads 1 and 2"
-        ),
+        err.contains(&format!(
+            "stored data is corrupt: stored event has version {unknown}, this build reads 1, 2 and 3"
+        )),
         "{err}"
     );
 }

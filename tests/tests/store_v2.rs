@@ -245,13 +245,39 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// A v1 data dir holding the events of a filled store (as v1 stored them: the same
-/// bytes), a secret and a runtime record; and what a v2 store of those events holds.
+/// A v1 data dir holding the events of a filled store (as v1 stored them: the version
+/// byte and the wire JSON, also for what v2 stores otherwise: a flight update without
+/// its flight, a text by reference), a secret and a runtime record; and what a v2 store
+/// of those events holds.
 async fn v1_data_dir(data: &Path, clients: usize, messages: usize) -> Seen {
     let scratch = data.with_extension("scratch");
     filled(&scratch, clients, messages).await;
     let store = Store::open(&scratch).unwrap();
-    let want = seen(&store);
+    let events: Vec<(u64, Vec<u8>)> = seen(&store)
+        .events
+        .into_iter()
+        .map(|(seq, payload)| match payload.first() {
+            Some(1) => (seq, payload),
+            _ => {
+                let event = store.event(seq).unwrap().unwrap();
+                let mut v1 = vec![1];
+                v1.extend(serde_json::to_vec(&event).unwrap());
+                (seq, v1)
+            }
+        })
+        .collect();
+    assert!(events.len() > 100, "{}", events.len());
+    // What a v2 store of them holds: its log given them, its projections made at open.
+    let plain = data.with_extension("plain");
+    {
+        let store = Store::open(&plain).unwrap();
+        let log = store.log();
+        log.append(events.iter().map(|(s, p)| (*s, p.as_slice())))
+            .unwrap();
+        log.sync().unwrap();
+    }
+    let want = seen(&Store::open(&plain).unwrap());
+    assert_eq!(want.events, events);
     relay_tests::v1store::write(
         data,
         &want.events,

@@ -42,12 +42,15 @@ pub(super) type Streaming = std::sync::Mutex<HashMap<String, Kept>>;
 
 /// Of one live flight: whether its last committed update was streamed text (a delta
 /// follows on from it; `None`: not known here, as for a flight whose last update came
-/// before this broker started: it is looked up in the log, where it is on disk), and its
-/// last text that a later event may repeat, stored once ([`crate::store::Source`]).
+/// before this broker started: it is looked up in the log, where it is on disk), its
+/// last text that a later event may repeat, stored once ([`crate::store::Source`]), and
+/// its last update as stored, which the next may be stored as a change of
+/// ([`crate::store::Last`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Kept {
     pub(super) delta: Option<bool>,
     pub(super) text: Option<crate::store::Source>,
+    pub(super) last: Option<crate::store::Last>,
 }
 
 type Reply = oneshot::Sender<Result<Outcome, BrokerError>>;

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::keys::{T, TREE_NAMES};
 use super::projections::{apply, PlainSink};
-use super::shared::decode_record;
+use super::shared::decode_event;
 use super::Store;
 use crate::error::BrokerError;
 
@@ -19,7 +19,7 @@ impl Store {
         let mut expected = 1u64;
         let sink = PlainSink(&scratch);
         self.log().scan(0, |record| {
-            let event: Event = decode_record(self.log(), &record.payload)?;
+            let event: Event = decode_event(self.log(), &record.payload)?;
             // The log checks its records' seqs; the event inside must agree.
             if event.seq != expected || record.seq != event.seq {
                 report.gaps.push((expected, event.seq));

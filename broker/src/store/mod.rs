@@ -4,7 +4,9 @@
 //! On disk (a store's root, `<data dir>/store`):
 //! - `log/`: the event log ([`log`]: what is synced when is in its header). Each record
 //!   is one [`Event`], stored as its version byte and its wire JSON; or (version 2) with
-//!   a flight's repeated answer as a reference to where it is already ([`shared`]).
+//!   a flight's repeated answer as a reference to where it is already ([`shared`]); or
+//!   (version 3) a flight's update without its flight, which the update before it folds
+//!   into ([`slim`]).
 //! - `db/`: sled, with the trees below. Every value starts with a version byte, then
 //!   JSON, unless said otherwise.
 //!
@@ -62,9 +64,10 @@
 //! report of `relay usage`); `doctor` rebuilds the projections from the log and compares
 //! ([`Store::verify`]); `published` pairs an event with its stored JSON, the one
 //! encoding every subscriber gets ([`Published`]); `shared` stores a flight's answer
-//! once ([`decode_record`] reads every record back); `heads` keeps the newest state of
+//! once ([`decode_record`] reads every record back); `slim` stores a flight's update
+//! without its flight (`shared` reads it back through `slim`); `heads` keeps the newest state of
 //! the streaming flights whose record lags, and folds their deltas on for readers. They
-//! layer one way: `keys` <- `shared` <- `published`, `usage` <-> `projections` <-
+//! layer one way: `keys` <- `slim` <- `shared` <- `published`, `usage` <-> `projections` <-
 //! `queries` <-> `heads` (a read folds a lagging record's deltas on, reading them as
 //! `queries` reads updates), `doctor` (`projections` calls the fold, which writes through
 //! its `Sink`).
@@ -85,6 +88,7 @@ mod published;
 mod queries;
 mod recover;
 mod shared;
+mod slim;
 mod usage;
 
 use std::sync::Arc;
@@ -107,9 +111,10 @@ pub use queries::FlightScan;
 pub(crate) use recover::APPLIED_KEY;
 pub use recover::{CHECKPOINT_EVENTS, CHECKPOINT_INTERVAL};
 pub use shared::{
-    decode_flight, decode_flight_without_output, decode_record, Source, FLIGHT_OUTPUT_IN_LOG,
-    SHARED_MIN, SHARED_VERSION,
+    decode_event, decode_flight, decode_flight_without_output, decode_record, Source,
+    FLIGHT_OUTPUT_IN_LOG, SHARED_MIN, SHARED_VERSION,
 };
+pub use slim::{store as slim_store, Last, SLIM_RUN, SLIM_VERSION};
 pub use usage::{day_key, tree_root};
 
 use keys::TREE_NAMES;

@@ -12,7 +12,7 @@ use super::heads::record_lags;
 use super::keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
 use super::log::Pos;
 use super::shared::{
-    decode_flight_without_output, decode_record, encode_flight, FLIGHT_OUTPUT_IN_LOG, SHARED_MIN,
+    decode_event, decode_flight_without_output, encode_flight, FLIGHT_OUTPUT_IN_LOG, SHARED_MIN,
 };
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
@@ -364,7 +364,7 @@ impl Store {
     /// One pass over the log (a database made before the replay index: once).
     fn index_replays(&self) -> Result<(), BrokerError> {
         self.log().scan(0, |record| {
-            let event: Event = decode_record(self.log(), &record.payload)?;
+            let event: Event = decode_event(self.log(), &record.payload)?;
             for (scope, id) in replay_scopes(&event.body) {
                 self.tree(T::ReplayIndex)
                     .insert(scope.key(id, event.seq), Vec::<u8>::new())?;

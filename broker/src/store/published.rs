@@ -3,7 +3,9 @@
 //! the JSON part of that same buffer is the wire form (SSE `data:`, the NATS events), so
 //! no subscriber encodes it again. An event read back from the log is built from its
 //! stored bytes the same way ([`Published::from_stored`]): the wire bytes are the log's,
-//! whether a subscriber got the event live or caught up.
+//! whether a subscriber got the event live or caught up. (A record that is not the wire
+//! JSON, one with a text by reference or a flight's update stored without its flight,
+//! is decoded, and its JSON encoded on first use: the same bytes, from the same event.)
 
 use std::sync::{Arc, Weak};
 
@@ -12,7 +14,7 @@ use relay_protocol::event::Event;
 
 use super::keys::decode;
 use super::log::EventLog;
-use super::shared::{decode_record, has_refs, Newest, Source};
+use super::shared::{decode_event, has_refs, Newest, Source};
 use crate::error::BrokerError;
 
 /// A committed event and its wire JSON.
@@ -94,7 +96,7 @@ impl Published {
     /// would have published it.
     pub fn from_stored(stored: Bytes, log: &EventLog) -> Result<Published, BrokerError> {
         if has_refs(&stored) {
-            return Ok(Published::lazy(decode_record(log, &stored)?));
+            return Ok(Published::lazy(decode_event(log, &stored)?));
         }
         let event: Event = decode(&stored)?;
         Ok(Published::with_json(event, stored.slice(1..)))

@@ -13,7 +13,7 @@ use super::keys::{child_key, child_prefix, parse_pair, parse_u64, seq_key, Scope
 use super::log::{EventLog, Pos};
 use super::projections::StoredUpdate;
 use super::published::Published;
-use super::shared::{decode_flight, decode_record};
+use super::shared::{decode_event, decode_flight, decode_record, decode_update};
 use super::Store;
 use crate::error::BrokerError;
 
@@ -133,7 +133,7 @@ impl Store {
     fn event_at(&self, pos: Pos) -> Result<Option<Event>, BrokerError> {
         self.log()
             .read(pos)?
-            .map(|r| decode_record(self.log(), &r.payload))
+            .map(|r| decode_event(self.log(), &r.payload))
             .transpose()
     }
 
@@ -422,11 +422,6 @@ pub(super) fn update_at(
     pos: Pos,
     appended: bool,
 ) -> Result<Option<StoredUpdate>, BrokerError> {
-    /// The part of a `flight_updated` event an update's reader needs.
-    #[derive(serde::Deserialize)]
-    struct UpdateOf {
-        update: FlightUpdate,
-    }
     let record = if appended {
         log.read_appended(pos)?
     } else {
@@ -441,10 +436,9 @@ pub(super) fn update_at(
             record.seq
         )));
     }
-    let of: UpdateOf = decode_record(log, &record.payload)?;
     Ok(Some(StoredUpdate {
         event_seq,
-        update: of.update,
+        update: decode_update(log, &record.payload)?,
     }))
 }
 

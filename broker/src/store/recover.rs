@@ -10,7 +10,7 @@ use relay_protocol::event::Event;
 use super::keys::{pair_value, parse_pair, T};
 use super::log::{EventLog, Pos, Record};
 use super::projections::{apply, PlainSink};
-use super::shared::decode_record;
+use super::shared::decode_event;
 use super::Store;
 use crate::error::BrokerError;
 
@@ -129,11 +129,7 @@ impl Store {
         let mut applied = 0u64;
         self.log.scan(from, |record| {
             let next = record.next();
-            chunk.push((
-                decode_record::<Event>(&self.log, &record.payload)?,
-                record.pos,
-                next,
-            ));
+            chunk.push((decode_event(&self.log, &record.payload)?, record.pos, next));
             if chunk.len() >= APPLY_CHUNK {
                 applied += chunk.len() as u64;
                 self.apply_chunk(&mut chunk)?;

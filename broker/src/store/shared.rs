@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use relay_protocol::domain::{Flight, FlightChange, ItemKind, ItemPhase};
+use relay_protocol::domain::{Flight, FlightChange, FlightUpdate, ItemKind, ItemPhase};
 use relay_protocol::event::{Event, EventBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use super::keys::{decode, pair_value, parse_pair, VALUE_VERSION};
 use super::log::{EventLog, Pos};
+use super::slim::{self, SLIM_VERSION};
 use crate::error::BrokerError;
 
 /// The stored version of a record with references (version 1: the wire JSON as it is).
@@ -241,22 +242,48 @@ impl Shared {
 
 /// A log record's payload decoded as `V` (an [`Event`], or the part of one a reader
 /// needs), its references filled in from the records they point at.
+/// A slim flight update ([`super::slim`]) has its flight folded back on.
 pub fn decode_record<V: DeserializeOwned>(
     log: &EventLog,
     payload: &[u8],
 ) -> Result<V, BrokerError> {
     match payload.split_first() {
         Some((&SHARED_VERSION, json)) => Ok(serde_json::from_value(resolve(log, json, 0)?)?),
+        Some((&SLIM_VERSION, _)) => Ok(serde_json::from_value(serde_json::to_value(
+            decode_event(log, payload)?,
+        )?)?),
         Some((&VALUE_VERSION, _)) | None => decode(payload),
         Some((v, _)) => Err(BrokerError::Corrupt(format!(
-            "stored event has version {v}, this build reads {VALUE_VERSION} and {SHARED_VERSION}"
+            "stored event has version {v}, this build reads {VALUE_VERSION}, {SHARED_VERSION} and {SLIM_VERSION}"
         ))),
     }
 }
 
-/// Whether a stored payload has references (its JSON is not the wire JSON).
+/// A log record's event ([`decode_record`] of an [`Event`], without encoding a slim
+/// update's event again to decode it).
+pub fn decode_event(log: &EventLog, payload: &[u8]) -> Result<Event, BrokerError> {
+    match slim::is_slim(payload) {
+        true => slim::decode(log, payload, decode_record),
+        false => decode_record(log, payload),
+    }
+}
+
+/// The update of a `flight_updated` record (without folding a slim one's flight back).
+pub fn decode_update(log: &EventLog, payload: &[u8]) -> Result<FlightUpdate, BrokerError> {
+    #[derive(Deserialize)]
+    struct UpdateOf {
+        update: FlightUpdate,
+    }
+    match slim::is_slim(payload) {
+        true => slim::decode_update(payload),
+        false => Ok(decode_record::<UpdateOf>(log, payload)?.update),
+    }
+}
+
+/// Whether a stored payload's JSON is not the wire JSON: it has references, or it is a
+/// slim flight update.
 pub fn has_refs(payload: &[u8]) -> bool {
-    payload.first() == Some(&SHARED_VERSION)
+    matches!(payload.first(), Some(&SHARED_VERSION) | Some(&SLIM_VERSION))
 }
 
 fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
@@ -302,6 +329,7 @@ fn source(log: &EventLog, r: &Ref, hops: usize) -> Result<Option<String>, Broker
     }
     let value = match record.payload.split_first() {
         Some((&SHARED_VERSION, json)) => resolve(log, json, hops + 1)?,
+        Some((&SLIM_VERSION, _)) => serde_json::to_value(decode_event(log, &record.payload)?)?,
         _ => decode::<Value>(&record.payload)?,
     };
     Ok(value

@@ -15,7 +15,7 @@ use relay_protocol::domain::FlightChange;
 use super::writer::Kept;
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
-use crate::store::{apply, encode, Published, Tx, T};
+use crate::store::{apply, encode, slim_store, Published, Tx, T};
 
 mod agents;
 mod approvals;
@@ -60,8 +60,9 @@ impl Ctx<'_, '_> {
         };
         // Encoded once: these bytes are the log record's payload, and their JSON is what
         // every subscriber is sent (unless a text of it is stored as a reference to the
-        // same text earlier in the log).
-        let (published, stored, source) = Published::encode_sharing(
+        // same text earlier in the log, or it is a flight's update stored without its
+        // flight: then the log gets a shorter copy).
+        let (published, mut stored, source) = Published::encode_sharing(
             event,
             self.next_pos,
             |f| self.kept(f).and_then(|k| k.text),
@@ -75,9 +76,16 @@ impl Ctx<'_, '_> {
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
                     *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
                 }
+                // Stored without its flight when the previous update folds into it
+                // (`store::slim`).
+                let previous = self.kept(&flight.id);
+                let last = previous.as_ref().and_then(|k| k.last.as_ref());
+                let (slim, last) = slim_store(&published.event, stored, self.next_pos, last);
+                stored = slim;
                 let kept = (!flight.state.is_terminal()).then(|| {
-                    let mut kept = self.kept(&flight.id).unwrap_or_default();
+                    let mut kept = previous.unwrap_or_default();
                     kept.delta = Some(matches!(update.change, FlightChange::Delta { .. }));
+                    kept.last = last;
                     kept
                 });
                 self.streaming_delta.insert(flight.id.clone(), kept);

@@ -161,6 +161,8 @@ pub struct EventLog {
     synced_seq: AtomicU64,
     /// Notified after each sync, for [`EventLog::wait_synced`].
     on_sync: (Mutex<()>, Condvar),
+    /// Unique among the logs this process opened ([`EventLog::id`]).
+    id: u64,
 }
 
 struct Tail {
@@ -246,7 +248,9 @@ impl EventLog {
             .open(&path)
             .map_err(io(format!("open {}", path.display())))?;
         let end = start + len;
+        static OPENED: AtomicU64 = AtomicU64::new(0);
         Ok(EventLog {
+            id: OPENED.fetch_add(1, Ordering::Relaxed),
             dir: dir.to_path_buf(),
             segments: RwLock::new(segments),
             tail: Mutex::new(Tail {
@@ -443,6 +447,12 @@ impl EventLog {
             .range(..=pos)
             .next_back()
             .map(|(s, f)| (*s, f.clone())))
+    }
+
+    /// Which log this is, among those this process opened: for what readers keep of a
+    /// log in memory beside it (`store::slim`), so that two stores never mix.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The record at `pos`; `None` at or past the synced end.

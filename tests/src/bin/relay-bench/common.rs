@@ -322,14 +322,23 @@ pub(crate) async fn raw_latency(
 /// The size of a stopped broker's store, and what was measured: the data dir's `store/`
 /// (the v2 layout: the event log's segments and sled) or else its `db/` (v1: sled alone),
 /// so that one bench measures a v1 and a v2 build alike (`--relay`).
-pub(crate) fn store_bytes(data: &Path) -> anyhow::Result<(u64, &'static str)> {
-    for (dir, what) in [("store", "store/ (log + sled)"), ("db", "db/ (sled)")] {
-        let path = data.join(dir);
-        if path.is_dir() {
-            let bytes =
-                bench::dir_bytes(&path).with_context(|| format!("measuring {}", path.display()))?;
-            return Ok((bytes, what));
-        }
+pub(crate) fn store_bytes(data: &Path) -> anyhow::Result<(u64, String)> {
+    let measure = |path: &Path| {
+        bench::dir_bytes(path).with_context(|| format!("measuring {}", path.display()))
+    };
+    let mb = |b: u64| bench::number(b as f64 / 1e6);
+    let v2 = data.join("store");
+    if v2.is_dir() {
+        let (log, db) = (measure(&v2.join("log"))?, measure(&v2.join("db"))?);
+        let bytes = measure(&v2)?;
+        return Ok((
+            bytes,
+            format!("store/ (log {} MB + sled {} MB)", mb(log), mb(db)),
+        ));
+    }
+    let v1 = data.join("db");
+    if v1.is_dir() {
+        return Ok((measure(&v1)?, "db/ (sled)".to_string()));
     }
     bail!("{} has neither store/ nor db/", data.display())
 }

@@ -14,7 +14,7 @@ use relay_protocol::event::Event;
 
 use super::keys::decode;
 use super::log::EventLog;
-use super::shared::{decode_event, has_refs, Newest, Source};
+use super::shared::{decode_event, has_refs, is_wire_json, Newest, Source};
 use crate::error::BrokerError;
 
 /// A committed event and its wire JSON.
@@ -95,7 +95,7 @@ impl Published {
     /// `log`, and its JSON is encoded on first use ([`Published::json`]), as the writer
     /// would have published it.
     pub fn from_stored(stored: Bytes, log: &EventLog) -> Result<Published, BrokerError> {
-        if has_refs(&stored) {
+        if !is_wire_json(&stored) {
             return Ok(Published::lazy(decode_event(log, &stored)?));
         }
         let event: Event = decode(&stored)?;

@@ -337,8 +337,17 @@ impl Store {
             .values()
         {
             let (seq, pos) = parse_pair(&v?)?;
-            // Committed to sled but not yet synced to the log: not there yet.
-            match update_at(self.log(), seq, pos, false)? {
+            let update = match update_at(self.log(), seq, pos, false)? {
+                Some(u) => Some(u),
+                // Committed to sled, so shown by the flight's record already, but not
+                // yet synced to the log: its group commit is syncing it (a reader
+                // that got the flight as it ended must get the update that ended it).
+                None => {
+                    self.wait_on_disk(seq)?;
+                    update_at(self.log(), seq, pos, false)?
+                }
+            };
+            match update {
                 Some(u) => out.push(u),
                 None => break,
             }

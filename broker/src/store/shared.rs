@@ -280,10 +280,15 @@ pub fn decode_update(log: &EventLog, payload: &[u8]) -> Result<FlightUpdate, Bro
     }
 }
 
-/// Whether a stored payload's JSON is not the wire JSON: it has references, or it is a
-/// slim flight update.
+/// Whether a stored payload has references (to texts that may be megabytes long).
 pub fn has_refs(payload: &[u8]) -> bool {
-    matches!(payload.first(), Some(&SHARED_VERSION) | Some(&SLIM_VERSION))
+    payload.first() == Some(&SHARED_VERSION)
+}
+
+/// Whether a stored payload is its event's wire JSON (after the version byte): not with
+/// references, nor a slim flight update.
+pub fn is_wire_json(payload: &[u8]) -> bool {
+    !has_refs(payload) && !slim::is_slim(payload)
 }
 
 fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
@@ -329,6 +334,10 @@ fn source(log: &EventLog, r: &Ref, hops: usize) -> Result<Option<String>, Broker
     }
     let value = match record.payload.split_first() {
         Some((&SHARED_VERSION, json)) => resolve(log, json, hops + 1)?,
+        // A text of its update is in the record as it is; its flight must be folded on.
+        Some((&SLIM_VERSION, _)) if r.from.starts_with("/update/") => {
+            slim::decode_value(&record.payload)?
+        }
         Some((&SLIM_VERSION, _)) => serde_json::to_value(decode_event(log, &record.payload)?)?,
         _ => decode::<Value>(&record.payload)?,
     };

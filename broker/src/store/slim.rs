@@ -8,10 +8,10 @@
 //!
 //! A reader gets the flight back by folding the update onto the previous update's flight
 //! ([`Flight::apply_recorded`], the fold the rules make flights with). The writer stores
-//! an update slim only when that fold gives exactly the flight it is publishing
-//! ([`store`]), so what is read back equals what was published, and so does its JSON
-//! (encoded again from it: the same data encodes to the same bytes). A change of state
-//! is always stored whole.
+//! an update slim only when that fold, of the update as a reader will read it back,
+//! gives exactly the flight it is publishing ([`store`]), so what is read back equals
+//! what was published, and so does its JSON (encoded again from it: the same data
+//! encodes to the same bytes). A change of state is always stored whole.
 //!
 //! At most [`SLIM_RUN`] slim updates of a flight follow one another; then one is stored
 //! whole. So a reader starting anywhere reads at most that many records back; one
@@ -81,20 +81,22 @@ pub fn store(event: &Event, stored: Bytes, pos: Pos, last: Option<&Last>) -> (By
                 && stored.first() == Some(&VALUE_VERSION)
         })
         .and_then(|last| {
-            let mut folded = (*last.flight).clone();
-            let same = folded.apply_recorded(update, None, last.delta) && folded == *flight;
             let cut = cut(&stored[1..], &flight.id)?;
-            same.then_some((last, folded, cut))
-        });
-    match slim {
-        Some((last, folded, cut)) => {
             let mut slim = Vec::with_capacity(HEAD + cut + 1);
             slim.push(SLIM_VERSION);
             slim.extend_from_slice(&pair_value(last.seq, last.pos));
             slim.extend_from_slice(&stored[1..1 + cut]);
             slim.push(b'}');
-            (Bytes::from(slim), Some(kept(folded, last.run + 1)))
-        }
+            // Folded as a reader will fold it: with the update read back from what is
+            // stored (a value that does not read back as itself, such as an item kind
+            // of another name, could fold otherwise than the one in memory).
+            let read: SlimIn = serde_json::from_slice(&slim[HEAD..]).ok()?;
+            let mut folded = (*last.flight).clone();
+            let same = folded.apply_recorded(&read.update, None, last.delta) && folded == *flight;
+            same.then_some((last, folded, slim))
+        });
+    match slim {
+        Some((last, folded, slim)) => (Bytes::from(slim), Some(kept(folded, last.run + 1))),
         None => (stored, Some(kept(flight.clone(), 0))),
     }
 }
@@ -138,6 +140,12 @@ fn split(payload: &[u8]) -> Result<(u64, Pos, &[u8]), BrokerError> {
     }
     let (seq, pos) = parse_pair(&payload[1..HEAD])?;
     Ok((seq, pos, &payload[HEAD..]))
+}
+
+/// A slim record's event as JSON, without its flight (for a text of its update).
+pub fn decode_value(payload: &[u8]) -> Result<serde_json::Value, BrokerError> {
+    let (_, _, json) = split(payload)?;
+    Ok(serde_json::from_slice(json)?)
 }
 
 /// The update of a slim record, without its flight.

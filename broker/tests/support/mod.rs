@@ -6,6 +6,7 @@ use relay_broker::BrokerError;
 /// The store at `path`, once the last handle of the broker that had it open is gone:
 /// the storage thread, or a read on the blocking pool, may still be dropping one just
 /// after the broker's writer stopped (sled's lock is held until then).
+#[allow(dead_code)] // Not every test file reopens a store.
 pub async fn reopen(path: &std::path::Path) -> Store {
     for _ in 0..300 {
         match Store::open(path) {

@@ -199,7 +199,13 @@ impl Durable {
                 Ok(_) if self.inner.db_dirty.swap(false, Ordering::AcqRel) => self.flush_db(),
                 // A checkpoint only bounds the journal's replay at the next open: the
                 // journal holds what it would lose, so no fdatasync of sled's file.
-                Ok(true) => self.flush_sled(),
+                Ok(true) => {
+                    let t = std::time::Instant::now();
+                    let flushed = self.flush_sled();
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    tracing::debug!(ms, "checkpoint: sled flushed");
+                    flushed
+                }
                 Ok(false) => Ok(()),
                 Err(e) => Err(StorageError::Journal(e)),
             },

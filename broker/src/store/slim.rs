@@ -89,10 +89,15 @@ pub fn store(event: &Event, stored: Bytes, pos: Pos, last: Option<&Last>) -> (By
             slim.push(b'}');
             // Folded as a reader will fold it: with the update read back from what is
             // stored (a value that does not read back as itself, such as an item kind
-            // of another name, could fold otherwise than the one in memory).
-            let read: SlimIn = serde_json::from_slice(&slim[HEAD..]).ok()?;
+            // of another name, could fold otherwise than the one in memory). A delta's
+            // text reads back as itself: a burst's long texts are not parsed again.
+            let read = match delta {
+                true => None,
+                false => Some(serde_json::from_slice::<SlimIn>(&slim[HEAD..]).ok()?.update),
+            };
             let mut folded = (*last.flight).clone();
-            let same = folded.apply_recorded(&read.update, None, last.delta) && folded == *flight;
+            let update = read.as_ref().unwrap_or(update);
+            let same = folded.apply_recorded(update, None, last.delta) && folded == *flight;
             same.then_some((last, folded, slim))
         });
     match slim {

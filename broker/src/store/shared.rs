@@ -270,13 +270,9 @@ pub fn decode_event(log: &EventLog, payload: &[u8]) -> Result<Event, BrokerError
 
 /// The update of a `flight_updated` record (without folding a slim one's flight back).
 pub fn decode_update(log: &EventLog, payload: &[u8]) -> Result<FlightUpdate, BrokerError> {
-    #[derive(Deserialize)]
-    struct UpdateOf {
-        update: FlightUpdate,
-    }
     match slim::is_slim(payload) {
         true => slim::decode_update(payload),
-        false => Ok(decode_record::<UpdateOf>(log, payload)?.update),
+        false => Ok(decode_record::<slim::UpdateOf>(log, payload)?.update),
     }
 }
 

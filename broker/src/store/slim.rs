@@ -153,12 +153,14 @@ pub fn decode_value(payload: &[u8]) -> Result<serde_json::Value, BrokerError> {
     Ok(serde_json::from_slice(json)?)
 }
 
+/// The part of a `flight_updated` event an update's reader needs.
+#[derive(Deserialize)]
+pub(super) struct UpdateOf {
+    pub(super) update: FlightUpdate,
+}
+
 /// The update of a slim record, without its flight.
 pub fn decode_update(payload: &[u8]) -> Result<FlightUpdate, BrokerError> {
-    #[derive(Deserialize)]
-    struct UpdateOf {
-        update: FlightUpdate,
-    }
     let (_, _, json) = split(payload)?;
     Ok(serde_json::from_slice::<UpdateOf>(json)?.update)
 }
@@ -241,7 +243,8 @@ fn decode_at(
 
 /// The flight of the last slim update read, per log and flight: a reader reading the log
 /// in order finds the previous update's flight here instead of reading it back.
-struct Memo(Mutex<HashMap<(u64, String), Remembered>>);
+/// By log, then by flight (looked up by `&str`, without allocating a key).
+struct Memo(Mutex<HashMap<u64, HashMap<String, Remembered>>>);
 
 /// Of a flight in a log: the seq of its update read last, its flight after that update,
 /// and whether the update was streamed text.
@@ -252,7 +255,7 @@ static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo(Mutex::new(HashMap::new())))
 impl Memo {
     fn get(&self, log: u64, flight: &str, seq: u64) -> Option<(Arc<Flight>, bool)> {
         let memo = self.0.lock().ok()?;
-        match memo.get(&(log, flight.to_string())) {
+        match memo.get(&log)?.get(flight) {
             Some((at, flight, delta)) if *at == seq => Some((flight.clone(), *delta)),
             _ => None,
         }
@@ -260,10 +263,11 @@ impl Memo {
 
     fn put(&self, log: u64, seq: u64, flight: Arc<Flight>, delta: bool) {
         if let Ok(mut memo) = self.0.lock() {
-            if memo.len() >= MEMO_MAX {
+            if memo.values().map(HashMap::len).sum::<usize>() >= MEMO_MAX {
                 memo.clear();
             }
-            memo.insert((log, flight.id.clone()), (seq, flight, delta));
+            let flights = memo.entry(log).or_default();
+            flights.insert(flight.id.clone(), (seq, flight, delta));
         }
     }
 }

@@ -10,7 +10,7 @@
 //! - flights, approvals, tokens and cost: a task folds the broker's committed events
 //!   ([`crate::feed::follow`]: gap-free, in seq order), starting from a scan of the live
 //!   flights and pending approvals at start. A scrape waits (briefly) until the fold has
-//!   reached the last published event, so what it shows is the log as of one seq;
+//!   reached the last event on disk, so what it shows is the log as of one seq;
 //! - the writer's queue depth, durable flushes and overload refusals: read at scrape
 //!   time from atomics the writer and the HTTP server keep ([`Broker::queue_depth`],
 //!   [`Broker::flushes`], [`Broker::refusals`]): the writer's path takes no lock for
@@ -131,11 +131,13 @@ impl Metrics {
         })
     }
 
-    /// The series in Prometheus' text format, as of (at least) the last event published
+    /// The series in Prometheus' text format, as of (at least) the last event on disk
     /// when the scrape began (unless the fold is more than [`CATCH_UP`] behind).
     pub async fn render(&self) -> String {
         let s = &self.inner;
-        let target = s.broker.last_seq();
+        // What is on disk is published within moments, and a client may have read it
+        // already (a flight as completed, see `Store::read`): count up to it.
+        let target = s.broker.last_seq().max(s.broker.store().log().last_seq());
         let mut folded = s.folded.clone();
         let caught_up = tokio::time::timeout(CATCH_UP, folded.wait_for(|seq| *seq >= target));
         if !matches!(caught_up.await, Ok(Ok(_))) {

@@ -8,6 +8,7 @@
 //! update the stream holds something else under is an alarm: logged as an error and
 //! counted ([`Counters::forged_ids`]).
 
+use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -78,11 +79,11 @@ pub async fn publish(
         done: start,
     };
     let mut feed = crate::feed::follow(broker.clone(), start);
-    let mut saved = start;
+    let (saved, saver) = cursor_saver(cursor_file, start);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         if publisher.acks.len() >= ACK_WINDOW {
-            if let Err(from) = publisher.settle().await {
+            if let Err(from) = publisher.settle(Wait::Yes).await {
                 feed = crate::feed::follow(broker.clone(), from);
             }
             continue;
@@ -90,12 +91,14 @@ pub async fn publish(
         let item = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
-                match publisher.settle().await {
+                // Only what NATS already answered: waiting here for the last
+                // acknowledgements held the next events back (3-7 ms at times).
+                match publisher.settle(Wait::No).await {
+                    // Saved by its own task: a file's sync must not hold back
+                    // the next events (it took milliseconds, 5 times a second).
                     Ok(()) => {
-                        if publisher.done != saved {
-                            save_cursor(&cursor_file, publisher.done).await;
-                            saved = publisher.done;
-                        }
+                        let done = publisher.done;
+                        saved.send_if_modified(|seq| std::mem::replace(seq, done) != done);
                     }
                     Err(from) => feed = crate::feed::follow(broker.clone(), from),
                 }
@@ -134,14 +137,34 @@ pub async fn publish(
         };
         publisher = p;
     }
-    if tokio::time::timeout(FINAL_FLUSH, publisher.settle())
+    if tokio::time::timeout(FINAL_FLUSH, publisher.settle(Wait::Yes))
         .await
         .is_ok_and(|r| r.is_ok())
     {
-        save_cursor(&cursor_file, publisher.done).await;
+        saved.send_replace(publisher.done);
     } else {
         tracing::warn!("NATS did not take the last events before the stop; they are published again at the next start");
     }
+    // The saver writes what it was last given, then ends.
+    drop(saved);
+    let _ = saver.await;
+}
+
+/// The task that saves the publisher's cursor: the latest seq it is given, once per
+/// change (changes while a save runs fold into the next), and the last one before it
+/// ends (when the sender drops).
+fn cursor_saver(
+    path: PathBuf,
+    start: u64,
+) -> (tokio::sync::watch::Sender<u64>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::watch::channel(start);
+    let task = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let seq = *rx.borrow_and_update();
+            save_cursor(&path, seq).await;
+        }
+    });
+    (tx, task)
 }
 
 struct Publisher {
@@ -264,7 +287,8 @@ impl Publisher {
             seq,
             id,
             digest: digest(&payload),
-            ack,
+            ack: ack.into_future(),
+            at: tokio::time::Instant::now(),
         });
         let mut json_headers = headers;
         json_headers.insert(TYPE_HEADER, json_type_name::<pb::FlightUpdate>().as_str());
@@ -290,22 +314,43 @@ impl Publisher {
         tracing::error!(seq = event.seq, event = event.body.type_name(), error = %why, "event not published on NATS; skipped (the log still has it)");
     }
 
-    /// Waits for the stream's acknowledgements of everything handed so far. On a missing
-    /// one, returns the seq to publish again after. An update the stream keeps refusing
-    /// ([`STREAM_REFUSALS`] times in a row: a stream deleted or limited under it) is
-    /// skipped, so the publisher never loops on it.
-    async fn settle(&mut self) -> Result<(), u64> {
-        while let Some(handed) = self.acks.pop_front() {
+    /// Takes the stream's acknowledgements of what was handed, in order: all of them
+    /// ([`Wait::Yes`]), or those already answered ([`Wait::No`]); `done` moves up to the
+    /// first still waiting. On a missing one, returns the seq to publish again after.
+    /// An update the stream keeps refusing ([`STREAM_REFUSALS`] times in a row: a stream
+    /// deleted or limited under it) is skipped, so the publisher never loops on it.
+    async fn settle(&mut self, wait: Wait) -> Result<(), u64> {
+        while let Some(front) = self.acks.front_mut() {
+            let due = front.at + ACK_TIMEOUT;
+            // `None`: no answer in time.
+            let answer = match wait {
+                Wait::Yes => tokio::time::timeout_at(due, &mut front.ack).await.ok(),
+                // One poll: an answer already here is taken; one on its way is left for
+                // later, unless it is overdue.
+                Wait::No => match futures::FutureExt::now_or_never(&mut front.ack) {
+                    Some(answer) => Some(answer),
+                    None if tokio::time::Instant::now() >= due => None,
+                    None => break,
+                },
+            };
+            let Some(handed) = self.acks.pop_front() else {
+                break;
+            };
             let seq = handed.seq;
-            let why = match tokio::time::timeout(ACK_TIMEOUT, handed.ack).await {
-                Ok(Ok(ack)) if ack.duplicate => {
-                    self.check_duplicate(seq, &handed.id, &handed.digest, ack.sequence)
-                        .await;
+            let why = match answer {
+                Some(Ok(ack)) if ack.duplicate => {
+                    let dup = Duplicate {
+                        seq,
+                        id: &handed.id,
+                        digest: &handed.digest,
+                        stream_seq: ack.sequence,
+                    };
+                    check_duplicate(&self.js, &self.counters, dup).await;
                     continue;
                 }
-                Ok(Ok(_)) => continue,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "no acknowledgement in time".into(),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => e.to_string(),
+                None => "no acknowledgement in time".into(),
             };
             self.failing = match self.failing {
                 (s, n) if s == seq => (s, n + 1),
@@ -323,57 +368,76 @@ impl Publisher {
             self.done = from;
             return Err(from);
         }
-        // Plain publishes count once NATS has them.
-        if self.done != self.handed {
+        // Everything before the first update still waiting is with NATS once it has
+        // the plain publishes among them.
+        let upto = self.acks.front().map_or(self.handed, |h| h.seq - 1);
+        if self.done != upto {
             if self.client.flush().await.is_err() {
                 return Ok(());
             }
-            self.done = self.handed;
+            self.done = upto;
         }
         Ok(())
     }
 }
 
-impl Publisher {
-    /// The stream said it already holds an update under `id`, at `stream_seq`: a
-    /// re-publish of this very update is expected; anything else there means someone
-    /// else made one of the broker's ids (its bus key is known outside it), and the
-    /// broker's update is not in the stream: an alarm.
-    async fn check_duplicate(&self, seq: u64, id: &str, digest: &Digest, stream_seq: u64) {
-        // A handle without the stream-info round trip: the read below fails the same
-        // way if the stream is gone.
-        let stored = match self.js.get_stream_no_info(subjects::FLIGHT_STREAM).await {
-            Ok(stream) => stream
-                .get_raw_message(stream_seq)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let stored = match stored {
-            Ok(m) => m,
-            Err(e) => {
-                // Aged out or removed since: nothing to compare, and nothing to alarm on.
-                tracing::debug!(seq, stream_seq, error = %e, "a duplicate flight update could not be checked");
-                return;
-            }
-        };
-        let same_seq = stored
-            .headers
-            .get(SEQ_HEADER)
-            .is_some_and(|v| v.as_str() == seq.to_string());
-        if same_seq && self::digest(&stored.payload) == *digest {
+/// A duplicate acknowledgement: the update at `seq`, published under `id`, is already
+/// in the stream at `stream_seq`.
+struct Duplicate<'a> {
+    seq: u64,
+    id: &'a str,
+    digest: &'a Digest,
+    stream_seq: u64,
+}
+
+/// The stream said it already holds an update under `id`, at `stream_seq`: a
+/// re-publish of this very update is expected; anything else there means someone
+/// else made one of the broker's ids (its bus key is known outside it), and the
+/// broker's update is not in the stream: an alarm.
+async fn check_duplicate(
+    js: &async_nats::jetstream::Context,
+    counters: &Counters,
+    dup: Duplicate<'_>,
+) {
+    let Duplicate {
+        seq,
+        id,
+        digest,
+        stream_seq,
+    } = dup;
+    // A handle without the stream-info round trip: the read below fails the same
+    // way if the stream is gone.
+    let stored = match js.get_stream_no_info(subjects::FLIGHT_STREAM).await {
+        Ok(stream) => stream
+            .get_raw_message(stream_seq)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let stored = match stored {
+        Ok(m) => m,
+        Err(e) => {
+            // Aged out or removed since: nothing to compare, and nothing to alarm on.
+            tracing::debug!(seq, stream_seq, error = %e, "a duplicate flight update could not be checked");
             return;
         }
-        let alarms = self.counters.forged_ids.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::error!(
-            alarms,
-            seq,
-            msg_id = id,
-            stream_seq,
-            subject = %stored.subject,
-            "ALARM: the flight stream holds a message the broker never published under the id of one of its updates, and dropped the broker's as a duplicate; only a holder of the bus key (<data-dir>/bus.key) can make these ids: treat it as leaked (replace it and the node keys) and read this flight over HTTP"
-        );
+    };
+    let same_seq = stored
+        .headers
+        .get(SEQ_HEADER)
+        .is_some_and(|v| v.as_str() == seq.to_string());
+    if same_seq && self::digest(&stored.payload) == *digest {
+        return;
     }
+    let alarms = counters.forged_ids.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::error!(
+        alarms,
+        seq,
+        msg_id = id,
+        stream_seq,
+        subject = %stored.subject,
+        "ALARM: the flight stream holds a message the broker never published under the id of one of its updates, and dropped the broker's as a duplicate; only a holder of the bus key (<data-dir>/bus.key) can make these ids: treat it as leaked (replace it and the node keys) and read this flight over HTTP"
+    );
 }
 
 /// A flight update handed to the stream, waiting for its acknowledgement.
@@ -385,7 +449,18 @@ struct Handed {
     /// The SHA-256 of what was published, to tell a re-publish from a forgery on a
     /// duplicate (not the payload: up to [`ACK_WINDOW`] of them would be held).
     digest: Digest,
-    ack: async_nats::jetstream::context::PublishAckFuture,
+    ack: <async_nats::jetstream::context::PublishAckFuture as IntoFuture>::IntoFuture,
+    /// When it was handed: its acknowledgement is due [`ACK_TIMEOUT`] after.
+    at: tokio::time::Instant,
+}
+
+/// Whether settling waits for acknowledgements still on their way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Until each came (or its [`ACK_TIMEOUT`] passed): the window is full, or a stop.
+    Yes,
+    /// No: settles those already answered (or overdue), and leaves the rest for later.
+    No,
 }
 
 type Digest = [u8; 32];

@@ -13,7 +13,7 @@
 //! - A: 1 delta throughput (runtime -> broker -> NATS subscriber vs raw NATS), 4 bytes on
 //!   disk per delta after it, 7 the broker's RSS after it (vs the same broker idle).
 //! - B: the fsync floor ([`floor`]: a 4 KiB append + fdatasync on the data dirs'
-//!   filesystem), 2 delta latency at a fixed rate (vs a raw NATS hop at the same rate plus
+//!   filesystem, back to back and at the timed deltas' pace), 2 delta latency at a fixed rate (vs a raw NATS hop at the same rate plus
 //!   that floor), 6 replay of one flight's updates over HTTP (vs reading them raw from
 //!   sled).
 //! - C: 3 invocation throughput at several numbers in flight (vs a raw NATS responder),

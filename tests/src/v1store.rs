@@ -11,7 +11,7 @@ pub type Tree<'a> = (&'a str, Vec<(Vec<u8>, Vec<u8>)>);
 /// Writes `<data_dir>/db` as v1 did: `events` holds each (seq, stored bytes), and each
 /// of `trees` its entries. Flushed and closed on return.
 pub fn write(data_dir: &Path, events: &[(u64, Vec<u8>)], trees: &[Tree<'_>]) -> anyhow::Result<()> {
-    let db = sled::open(data_dir.join("db"))?;
+    let db = open(&data_dir.join("db"))?;
     let log = db.open_tree("events")?;
     for (seq, stored) in events {
         log.insert(seq.to_be_bytes(), stored.as_slice())?;
@@ -29,7 +29,7 @@ pub fn write(data_dir: &Path, events: &[(u64, Vec<u8>)], trees: &[Tree<'_>]) -> 
 /// The events of the v1 database at `db` (a data dir's `db`, or the `db.v1` a migration
 /// kept), as stored.
 pub fn events(db: &Path) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
-    let db = sled::open(db)?;
+    let db = open(db)?;
     let mut out = Vec::new();
     for entry in db.open_tree("events")?.iter() {
         let (k, v) = entry?;
@@ -37,4 +37,13 @@ pub fn events(db: &Path) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
         out.push((seq, v.to_vec()));
     }
     Ok(out)
+}
+
+/// Opens a database as Relay does, so that reopening it in this process right after
+/// waits for sled to let go of it (see `relay_infra::disk::open_private`).
+fn open(db: &Path) -> anyhow::Result<sled::Db> {
+    Ok(relay_infra::disk::open_private(
+        relay_infra::storage::config(),
+        db,
+    )?)
 }

@@ -437,13 +437,11 @@ fn unabortable(e: sled::transaction::UnabortableTransactionError) -> BrokerError
 /// Opens sled at `path` (private: 0700/0600, never through a planted symlink).
 fn open_sled(path: &std::path::Path) -> Result<sled::Db, BrokerError> {
     relay_infra::disk::open_private(storage::config().mode(sled::Mode::HighThroughput), path)
-        .map_err(|e| match e {
-            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+        .map_err(|e| {
+            if relay_infra::disk::is_lock_error(&e) {
                 BrokerError::Locked(path.display().to_string())
+            } else {
+                BrokerError::Storage(e)
             }
-            sled::Error::Io(io) if io.to_string().contains("lock") => {
-                BrokerError::Locked(path.display().to_string())
-            }
-            other => BrokerError::Storage(other),
         })
 }

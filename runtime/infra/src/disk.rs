@@ -194,14 +194,50 @@ pub fn open_private(config: sled::Config, path: &Path) -> sled::Result<sled::Db>
         .recursive(true)
         .mode(0o700)
         .create(path)?;
-    // sled creates its files with the process's umask. The window is the open only:
-    // at start, before any agent process is spawned to inherit it.
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    let db = config.path(path).open();
-    rustix::process::umask(old);
-    let db = db?;
+    let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let ours_before = OPENED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&key);
+    let deadline = Instant::now() + REOPEN_WAIT;
+    let config = config.path(path);
+    let db = loop {
+        // sled creates its files with the process's umask. The window is the open only:
+        // at start, before any agent process is spawned to inherit it.
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+        let db = config.open();
+        rustix::process::umask(old);
+        match db {
+            Err(e) if ours_before && is_lock_error(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other?,
+        }
+    };
+    OPENED.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
     make_private(path)?;
     Ok(db)
+}
+
+/// The databases this process has opened. sled 0.34 releases its file lock after
+/// `Db`'s drop returns, once its own threads let go (sled's issues #1234 and #1289):
+/// reopening a database this process just closed can find it still locked, by
+/// ourselves. Such a reopen waits up to [`REOPEN_WAIT`]; a lock held by another
+/// process on a database this one never opened is refused at once.
+static OPENED: Mutex<std::collections::BTreeSet<PathBuf>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// How long reopening a database this process closed waits for sled to release it.
+const REOPEN_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether sled refused to open because the database is locked.
+pub fn is_lock_error(e: &sled::Error) -> bool {
+    match e {
+        sled::Error::Io(io) => {
+            io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
+        }
+        _ => false,
+    }
 }
 
 fn symlink_error(path: &Path) -> sled::Error {
@@ -320,5 +356,53 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, path.join("blobs")).unwrap();
         let e = open_private(crate::storage::config(), &path).unwrap_err();
         assert!(e.to_string().contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn a_database_this_process_closed_reopens_at_once_again_and_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("db");
+        for i in 0u32..40 {
+            let db = open_private(crate::storage::config(), &path)
+                .unwrap_or_else(|e| panic!("reopen {i}: {e}"));
+            db.insert(i.to_be_bytes(), b"v").unwrap();
+            db.flush().unwrap();
+            assert_eq!(db.len(), i as usize + 1);
+        }
+    }
+
+    #[test]
+    fn a_database_another_process_holds_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("db");
+        drop(open_private(crate::storage::config(), &tmp.path().join("other")).unwrap());
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("db"), b"").unwrap();
+        // `flock` (util-linux) takes the lock sled takes, then becomes the shell that says
+        // it holds it.
+        let mut holder = std::process::Command::new("flock")
+            .arg("--no-fork")
+            .arg(path.join("db"))
+            .args(["sh", "-c", "echo held; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "held\n");
+        let opened = open_private(crate::storage::config(), &path);
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        let e = opened.unwrap_err();
+        assert!(is_lock_error(&e), "{e}");
+        // This process never opened it: no wait for a release that is not ours.
+        assert!(!OPENED
+            .lock()
+            .unwrap()
+            .contains(&path.canonicalize().unwrap()));
     }
 }

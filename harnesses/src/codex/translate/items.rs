@@ -12,24 +12,25 @@ pub(super) fn last_agent_message(items: &[ThreadItem]) -> Option<String> {
     })
 }
 
+/// The kind of an item, by its Codex type: the same for an item Relay models and for one
+/// that came as [`ThreadItem::Other`] because its fields did not parse (a newer Codex).
 pub(super) fn item_kind(item: &ThreadItem) -> ItemKind {
-    match item {
-        ThreadItem::Known(known) => match known {
-            KnownThreadItem::UserMessage { .. } => ItemKind::UserMessage,
-            KnownThreadItem::AgentMessage { .. } => ItemKind::AgentMessage,
-            KnownThreadItem::Plan { .. } => ItemKind::Plan,
-            KnownThreadItem::Reasoning { .. } => ItemKind::Reasoning,
-            KnownThreadItem::CommandExecution { .. } => ItemKind::CommandExecution,
-            KnownThreadItem::FileChange { .. } => ItemKind::FileChange,
-            KnownThreadItem::McpToolCall { .. }
-            | KnownThreadItem::DynamicToolCall { .. }
-            | KnownThreadItem::WebSearch { .. } => ItemKind::ToolCall,
-        },
-        ThreadItem::Other(other) => match other.item_type.as_str() {
-            // Tool calls Relay has no fields for are still tool calls.
-            "collabAgentToolCall" => ItemKind::ToolCall,
-            name => ItemKind::Other(name.to_string()),
-        },
+    let type_name = match item {
+        ThreadItem::Known(known) => known.type_name(),
+        ThreadItem::Other(other) => other.item_type.as_str(),
+    };
+    match type_name {
+        "userMessage" => ItemKind::UserMessage,
+        "agentMessage" => ItemKind::AgentMessage,
+        "plan" => ItemKind::Plan,
+        "reasoning" => ItemKind::Reasoning,
+        "commandExecution" => ItemKind::CommandExecution,
+        "fileChange" => ItemKind::FileChange,
+        // Tool calls, also those Relay has no fields for.
+        "mcpToolCall" | "dynamicToolCall" | "webSearch" | "collabAgentToolCall" => {
+            ItemKind::ToolCall
+        }
+        name => ItemKind::Other(name.to_string()),
     }
 }
 

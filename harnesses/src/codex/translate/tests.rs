@@ -524,3 +524,28 @@ fn a_form_for_a_person_is_declined_never_filled_in() {
         assert_eq!(t.answer(id, ApprovalDecision::Accept), None);
     }
 }
+
+/// An item whose fields do not parse as Relay models them (a newer Codex's reasoning
+/// with structured summaries, an agent message whose text is not a string) keeps its
+/// kind; only a type Relay does not know is `Other`. (Before, such a reasoning item was
+/// `Other("reasoning")`, which no filter on `Reasoning` matched.)
+#[test]
+fn an_item_whose_fields_do_not_parse_keeps_its_kind() {
+    let item = |v: serde_json::Value| serde_json::from_value::<ThreadItem>(v).unwrap();
+    let reasoning = item(json!({"type": "reasoning", "id": "r", "summary": [{"text": "x"}]}));
+    assert!(matches!(reasoning, ThreadItem::Other(_)), "{reasoning:?}");
+    assert_eq!(items::item_kind(&reasoning), ItemKind::Reasoning);
+    let known = item(json!({"type": "reasoning", "id": "r", "summary": ["x"]}));
+    assert!(matches!(known, ThreadItem::Known(_)));
+    assert_eq!(items::item_kind(&known), ItemKind::Reasoning);
+    let message = item(json!({"type": "agentMessage", "id": "m", "text": 5}));
+    assert!(matches!(message, ThreadItem::Other(_)), "{message:?}");
+    assert_eq!(items::item_kind(&message), ItemKind::AgentMessage);
+    let collab = item(json!({"type": "collabAgentToolCall", "id": "c"}));
+    assert_eq!(items::item_kind(&collab), ItemKind::ToolCall);
+    let unknown = item(json!({"type": "imageView", "id": "i"}));
+    assert_eq!(
+        items::item_kind(&unknown),
+        ItemKind::Other("imageView".into())
+    );
+}

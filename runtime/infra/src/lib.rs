@@ -7,6 +7,7 @@
 //! - [`disk`]: the disk under the databases: durable writes refused while the free
 //!   space is under a reserve (sled does not survive ENOSPC), the watchdog that tells a
 //!   storage thread stuck in sled, and databases opened private (0600/0700, no symlink).
+//! - [`memory`]: glibc's allocator told to give large freed buffers back to the system.
 //! - [`retry`]: retrying with backoff ([`backon`]), one way for every crate above this one.
 //!
 //! Depends on: none.
@@ -15,9 +16,10 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `disk`, `retry` -> none
+//! - `disk`, `memory`, `retry` -> none
 //! - `storage` -> `disk`
 
 pub mod disk;
+pub mod memory;
 pub mod retry;
 pub mod storage;

@@ -349,6 +349,18 @@ impl Env {
     /// Polls the flight until `pred` holds (or fails after `secs`, with the flight as
     /// last seen and the broker's log).
     pub async fn wait_flight(&self, id: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_flight_or_show(id, secs, pred, String::new).await
+    }
+
+    /// [`Env::wait_flight`], whose failure also shows `more` (the logs of the other
+    /// processes in play: a node's, nats-server's).
+    pub async fn wait_flight_or_show(
+        &self,
+        id: &str,
+        secs: u64,
+        pred: impl Fn(&Value) -> bool,
+        more: impl Fn() -> String,
+    ) -> Value {
         let waited = crate::try_wait_until(
             format!("flight {id} to get there"),
             Duration::from_secs(secs),
@@ -362,7 +374,7 @@ impl Env {
             },
         )
         .await;
-        waited.unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.relay.log_text()))
+        waited.unwrap_or_else(|e| panic!("{e}\nlog:\n{}\n{}", self.relay.log_text(), more()))
     }
 
     /// Every approval, in any state.

@@ -117,6 +117,47 @@ async fn a_nats_restart_mid_flight_still_completes_through_the_node() {
     assert_eq!(last["meta"]["flight"], id.as_str());
 }
 
+/// The broker's reader of node reports outlives its consumer: deleted under it (an
+/// operator's `nats consumer rm`, a server that lost it), the reader makes it anew and
+/// the node's next reports are applied; before, the reader ended in silence and every
+/// flight of every node stayed running for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_report_reader_outlives_its_consumer_deleted_under_it() {
+    let nats = NatsServer::start().unwrap();
+    let (env, node) = setup(&nats, &[]).await;
+    let out = env
+        .relay
+        .cli_ok(&["ask", "remote-1", "before the deletion"]);
+    assert_eq!(out.trim(), "ok: before the deletion");
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.get_stream(relay_protocol::bus::subjects::REPORT_STREAM)
+        .await
+        .unwrap()
+        .delete_consumer("relay-broker")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let task = format!("after the deletion {i}");
+        let id = env.ask_no_wait("remote-1", &task);
+        let f = env
+            .wait_flight_or_show(
+                &id,
+                90,
+                |f| matches!(state(f), "completed" | "failed" | "cancelled"),
+                || format!("node log:\n{}", node.log_text()),
+            )
+            .await;
+        assert_eq!(state(&f), "completed", "{f}");
+        assert_eq!(f["output"], format!("ok: {task}"), "{f}");
+    }
+    assert!(
+        env.relay.log_text().contains("reading them anew"),
+        "{}",
+        env.relay.log_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_serves_claude_code_and_pi_agents_approvals_included() {
     let nats = NatsServer::start().unwrap();

@@ -63,12 +63,12 @@ async fn check_after_restart(
     cause: &str,
     log: impl Fn() -> String,
 ) {
-    let f = env.wait_flight(running, 90, ended).await;
+    let f = env.wait_flight_or_show(running, 90, ended, &log).await;
     assert_eq!(state(&f), "failed", "{f}\n{}", log());
     let reason = f["error"].as_str().unwrap_or_default();
     assert!(reason.contains(cause), "{f}");
     for (id, task) in queued {
-        let f = env.wait_flight(id, 120, ended).await;
+        let f = env.wait_flight_or_show(id, 120, ended, &log).await;
         assert_eq!(
             state(&f),
             "completed",
@@ -206,7 +206,13 @@ async fn a_node_stopped_while_nats_is_down_fails_only_the_running_turn() {
         &running,
         &queued,
         "the runtime was shut down during the turn",
-        || format!("node log:\n{}", node.log_text()),
+        || {
+            format!(
+                "node log:\n{}\nnats-server log:\n{}",
+                node.log_text(),
+                nats.log_text()
+            )
+        },
     )
     .await;
 }

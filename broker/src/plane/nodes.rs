@@ -105,18 +105,12 @@ impl Plane {
     /// consumer is created anew at every start (delivery then begins at the oldest report
     /// not acknowledged, in order, instead of redelivering old ones after newer ones), and
     /// a report that cannot be submitted is retried in place, never left for redelivery.
+    ///
+    /// The reader never gives up: when its pull stream ends (its consumer deleted under
+    /// it) or goes silent (no heartbeat, no responder: a nats-server that came back
+    /// without the pull or the consumer), the consumer is created anew the same way and
+    /// reading goes on from the oldest report not acknowledged.
     async fn consume_node_reports(self, js: async_nats::jetstream::Context, key: BusKey) {
-        let attempt = || report_messages(&js);
-        // Tried for ever: no error comes out.
-        let Ok(mut messages) = attempt
-            .retry(REPORTS_BACKOFF)
-            .notify(|e, wait| {
-                tracing::error!(error = %e, retry_in = ?wait, "cannot read node reports yet");
-            })
-            .await
-        else {
-            return;
-        };
         let (acks, mut acks_rx) =
             mpsc::channel::<(Pending, async_nats::jetstream::Message, tracing::Span)>(
                 PENDING_REPLIES,
@@ -130,16 +124,53 @@ impl Plane {
                 }
             }
         });
+        let attempt = || report_messages(&js);
+        loop {
+            // Tried for ever: no error comes out.
+            let Ok(messages) = attempt
+                .retry(REPORTS_BACKOFF)
+                .notify(|e, wait| {
+                    tracing::error!(error = %e, retry_in = ?wait, "cannot read node reports yet");
+                })
+                .await
+            else {
+                return;
+            };
+            match self.read_node_reports(messages, &key, &acks).await {
+                Read::Again(why) => {
+                    tracing::warn!("node reports: {why}; reading them anew");
+                }
+                Read::Stopped => return,
+            }
+        }
+    }
+
+    /// Applies the reports of one pull stream, in order, until it ends or goes silent.
+    async fn read_node_reports(
+        &self,
+        mut messages: async_nats::jetstream::consumer::pull::Stream,
+        key: &BusKey,
+        acks: &mpsc::Sender<(Pending, async_nats::jetstream::Message, tracing::Span)>,
+    ) -> Read {
+        use async_nats::jetstream::consumer::pull::MessagesErrorKind as Kind;
         while let Some(item) = futures::StreamExt::next(&mut messages).await {
             let msg = match item {
                 Ok(m) => m,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        Kind::MissingHeartbeat | Kind::NoResponders | Kind::ConsumerDeleted
+                    ) =>
+                {
+                    return Read::Again(e.to_string());
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "node report stream");
                     continue;
                 }
             };
             let (node, report) =
-                crate::node::wire::open_report(&key, msg.subject.as_str(), &msg.payload);
+                crate::node::wire::open_report(key, msg.subject.as_str(), &msg.payload);
             let report = match report {
                 Ok(r) => r,
                 Err(e) => {
@@ -173,12 +204,23 @@ impl Plane {
                 span.clone(),
             )
             .await;
-            let Ok(pending) = submitted else { return };
+            let Ok(pending) = submitted else {
+                return Read::Stopped;
+            };
             if acks.send((pending, msg, span)).await.is_err() {
-                return;
+                return Read::Stopped;
             }
         }
+        Read::Again("the pull stream ended".into())
     }
+}
+
+/// How [`Plane::read_node_reports`] stopped.
+enum Read {
+    /// The stream ended or went silent (why): read with a new consumer.
+    Again(String),
+    /// The broker is stopping.
+    Stopped,
 }
 
 /// The broker's consumer of node reports, created anew (see `consume_node_reports`).
@@ -205,8 +247,20 @@ async fn report_messages(
             ..Default::default()
         })
         .await?;
-    Ok(consumer.messages().await?)
+    // A heartbeat from the server every few seconds while a pull waits: its absence
+    // (a server that came back without the pull or the consumer) ends the reading.
+    Ok(consumer
+        .stream()
+        .expires(REPORT_PULL_EXPIRES)
+        .heartbeat(REPORT_PULL_HEARTBEAT)
+        .messages()
+        .await?)
 }
+
+/// How long one pull for reports waits on the server, and how often the server says it
+/// is still there meanwhile.
+const REPORT_PULL_EXPIRES: std::time::Duration = std::time::Duration::from_secs(30);
+const REPORT_PULL_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The durable consumer the broker reads node reports with.
 const REPORT_CONSUMER: &str = "relay-broker";

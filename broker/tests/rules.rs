@@ -822,14 +822,16 @@ async fn a_redelivered_node_report_is_applied_once() {
     b.register_agent(remote).await.unwrap();
     let f = b.invoke(invoke("a1")).await.unwrap().flight;
     b.update_flight(&f.id, to(Running)).await.unwrap();
-    let report = |seq: u64, text: &str| Command::FromNode {
+    let report_in = |stream: i64, seq: u64, text: &str| Command::FromNode {
         node: "n1".into(),
+        stream,
         stream_seq: seq,
         command: Box::new(Command::UpdateFlight {
             flight: f.id.clone(),
             change: FlightChange::Delta { text: text.into() },
         }),
     };
+    let report = |seq: u64, text: &str| report_in(1, seq, text);
     assert!(matches!(
         b.execute(report(7, "a")).await.unwrap(),
         Outcome::Flight(_)
@@ -863,6 +865,7 @@ async fn a_redelivered_node_report_is_applied_once() {
     assert_eq!(deltas, vec!["a", "b"]);
     let refused = Command::FromNode {
         node: "n1".into(),
+        stream: 1,
         stream_seq: 9,
         command: Box::new(Command::UpdateFlight {
             flight: "flt_missing".into(),
@@ -874,6 +877,21 @@ async fn a_redelivered_node_report_is_applied_once() {
         b.execute(report(9, "again")).await.unwrap(),
         Outcome::Done
     ));
+    // A report stream made anew (a nats-server back with an empty store) starts its
+    // seqs again: its first report applies, and the cursor follows the new stream.
+    assert!(matches!(
+        b.execute(report_in(2, 1, "c")).await.unwrap(),
+        Outcome::Flight(_)
+    ));
+    assert!(matches!(
+        b.execute(report_in(2, 1, "c")).await.unwrap(),
+        Outcome::Done
+    ));
+    let last = b.store().flight_updates(&f.id, 0).unwrap().pop().unwrap();
+    assert!(
+        matches!(&last.change, FlightChange::Delta { text } if text == "c"),
+        "{last:?}"
+    );
     // Another node may not report on n1's agent, nor ask approvals for its flights.
     let seq = b.last_seq();
     for (stream_seq, command) in [
@@ -898,6 +916,7 @@ async fn a_redelivered_node_report_is_applied_once() {
         let err = b
             .execute(Command::FromNode {
                 node: "n2".into(),
+                stream: 1,
                 stream_seq: stream_seq as u64 + 1,
                 command: Box::new(command),
             })

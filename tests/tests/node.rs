@@ -117,6 +117,29 @@ async fn a_nats_restart_mid_flight_still_completes_through_the_node() {
     assert_eq!(last["meta"]["flight"], id.as_str());
 }
 
+/// Asks `remote-1` three tasks (all three in flight together) and waits until each of their
+/// flights completed with its own answer.
+async fn asks_all_complete(env: &Env, node: &NodeProcess, label: &str) {
+    let asked: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            let task = format!("{label} {i}");
+            (env.ask_no_wait("remote-1", &task), task)
+        })
+        .collect();
+    for (id, task) in asked {
+        let f = env
+            .wait_flight_or_show(
+                &id,
+                120,
+                |f| matches!(state(f), "completed" | "failed" | "cancelled"),
+                || format!("node log:\n{}", node.log_text()),
+            )
+            .await;
+        assert_eq!(state(&f), "completed", "{f}");
+        assert_eq!(f["output"], format!("ok: {task}"), "{f}");
+    }
+}
+
 /// The broker's reader of node reports outlives its consumer: deleted under it (an
 /// operator's `nats consumer rm`, a server that lost it), the reader makes it anew and
 /// the node's next reports are applied; before, the reader ended in silence and every
@@ -137,25 +160,32 @@ async fn the_report_reader_outlives_its_consumer_deleted_under_it() {
         .delete_consumer("relay-broker")
         .await
         .unwrap();
-    for i in 0..3 {
-        let task = format!("after the deletion {i}");
-        let id = env.ask_no_wait("remote-1", &task);
-        let f = env
-            .wait_flight_or_show(
-                &id,
-                90,
-                |f| matches!(state(f), "completed" | "failed" | "cancelled"),
-                || format!("node log:\n{}", node.log_text()),
-            )
-            .await;
-        assert_eq!(state(&f), "completed", "{f}");
-        assert_eq!(f["output"], format!("ok: {task}"), "{f}");
-    }
+    asks_all_complete(&env, &node, "after the deletion").await;
     assert!(
         env.relay.log_text().contains("reading them anew"),
         "{}",
         env.relay.log_text()
     );
+}
+
+/// A nats-server back with an empty JetStream store (its directory lost or replaced):
+/// the broker and the node make the streams and their consumers again, and the new
+/// report stream's seqs, which start again from 1, are not taken for reports applied
+/// already. Before, the node's next flights stayed queued for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_server_back_with_an_empty_store_serves_the_node_again() {
+    let mut nats = NatsServer::start().unwrap();
+    let (env, node) = setup(&nats, &[]).await;
+    // Enough reports that the cursor stands well past the new stream's first seqs.
+    for i in 0..3 {
+        let task = format!("before the loss {i}");
+        let out = env.relay.cli_ok(&["ask", "remote-1", &task]);
+        assert_eq!(out.trim(), format!("ok: {task}"));
+    }
+    nats.stop();
+    std::fs::remove_dir_all(nats.store_dir()).unwrap();
+    nats.restart().unwrap();
+    asks_all_complete(&env, &node, "after the loss").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

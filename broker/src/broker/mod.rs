@@ -213,6 +213,9 @@ pub enum Command {
     /// applied at most once (a redelivered report is skipped).
     FromNode {
         node: String,
+        /// The report stream's identity (its creation time, ns since the epoch): the
+        /// seqs of a stream made anew start again and are not compared with the old.
+        stream: i64,
         stream_seq: u64,
         command: Box<Command>,
     },

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, AckKind};
 use futures::StreamExt;
+use relay_infra::retry::Retryable;
 use relay_protocol::api::{ControlAnswer, ErrorBody};
 use relay_protocol::bus::subjects;
 use relay_protocol::domain::{FlightChange, FlightState};
@@ -219,21 +220,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     // commit is made now, once, and reported on its flight.
     drop(runtime.reconcile_worktrees());
 
-    let consumer: consumer::PullConsumer = js
-        .get_stream(subjects::DISPATCH_STREAM)
-        .await?
-        .get_or_create_consumer(
-            &format!("node-{}", config.name),
-            consumer::pull::Config {
-                durable_name: Some(format!("node-{}", config.name)),
-                filter_subject: subjects::dispatch(&config.name),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: DISPATCH_ACK_WAIT,
-                ..Default::default()
-            },
-        )
-        .await?;
-    let mut dispatches = consumer.messages().await?;
+    let mut dispatches = dispatch_messages(&js, &config.name).await?;
     let mut control = client
         .subscribe(subjects::node_control(&config.name))
         .await?;
@@ -247,10 +234,31 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         tokio::select! {
             _ = shutdown.cancelled() => break,
             m = dispatches.next() => {
-                let Some(m) = m else { break };
-                match m {
-                    Ok(msg) => on_dispatch(&runtime, &config.key, &pending, msg).await,
-                    Err(e) => tracing::warn!(error = %e, "dispatch consumer"),
+                use consumer::pull::MessagesErrorKind as Kind;
+                let again = match m {
+                    Some(Ok(msg)) => {
+                        on_dispatch(&runtime, &config.key, &pending, msg).await;
+                        None
+                    }
+                    Some(Err(e)) if matches!(
+                        e.kind(),
+                        Kind::MissingHeartbeat | Kind::NoResponders | Kind::ConsumerDeleted
+                    ) => Some(e.to_string()),
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "dispatch consumer");
+                        None
+                    }
+                    None => Some("the pull stream ended".into()),
+                };
+                // Its consumer deleted under it, or a nats-server back without the pull
+                // or the consumer (an empty store): the streams and the consumer are
+                // made again (the same durable consumer where it is still there).
+                if let Some(why) = again {
+                    tracing::warn!(node = %config.name, "dispatches: {why}; reading them anew");
+                    match reopen_dispatches(&js, &config.name, &shutdown).await {
+                        Some(d) => dispatches = d,
+                        None => break,
+                    }
                 }
             }
             m = control.next() => {
@@ -294,6 +302,64 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     let _ = tokio::time::timeout(LAST_REPORTS, client.flush()).await;
     Ok(())
 }
+
+/// This node's durable consumer of its dispatches, and its pull stream (with a heartbeat
+/// from the server while a pull waits, so a server that lost the pull is noticed).
+async fn dispatch_messages(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<consumer::pull::Stream, NodeError> {
+    let consumer: consumer::PullConsumer = js
+        .get_stream(subjects::DISPATCH_STREAM)
+        .await?
+        .get_or_create_consumer(
+            &format!("node-{name}"),
+            consumer::pull::Config {
+                durable_name: Some(format!("node-{name}")),
+                filter_subject: subjects::dispatch(name),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: DISPATCH_ACK_WAIT,
+                ..Default::default()
+            },
+        )
+        .await?;
+    Ok(consumer
+        .stream()
+        .expires(DISPATCH_PULL_EXPIRES)
+        .heartbeat(DISPATCH_PULL_HEARTBEAT)
+        .messages()
+        .await?)
+}
+
+/// How long one pull for dispatches waits on the server, and how often the server says
+/// it is still there meanwhile.
+const DISPATCH_PULL_EXPIRES: Duration = Duration::from_secs(30);
+const DISPATCH_PULL_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// [`dispatch_messages`], with the streams made again if they are gone, tried until it
+/// works or the node stops (`None`).
+async fn reopen_dispatches(
+    js: &jetstream::Context,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> Option<consumer::pull::Stream> {
+    let attempt = || async {
+        wire::ensure_streams(js).await?;
+        dispatch_messages(js, name).await
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        opened = attempt
+            .retry(REOPEN_BACKOFF)
+            .notify(|e, wait| {
+                tracing::error!(error = %e, retry_in = ?wait, "cannot read dispatches yet");
+            }) => opened.ok(),
+    }
+}
+
+/// Waits between tries to read this node's dispatches again.
+const REOPEN_BACKOFF: relay_infra::retry::ExponentialBuilder =
+    relay_infra::retry::forever(Duration::from_millis(200), Duration::from_secs(10));
 
 /// Dispatches delivered but whose turn has not started: flight id -> (invocation, message).
 type Pending = Arc<Mutex<HashMap<String, (String, jetstream::Message)>>>;

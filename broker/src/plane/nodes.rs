@@ -7,7 +7,7 @@ use relay_protocol::domain::FlightState;
 use relay_protocol::runtime::Dispatch;
 use tokio::sync::mpsc;
 
-use super::reports::{Pending, PENDING_REPLIES};
+use super::reports::{Pending, ReportSource, PENDING_REPLIES};
 use super::Plane;
 use crate::error::BrokerError;
 use crate::seal::BusKey;
@@ -127,7 +127,7 @@ impl Plane {
         let attempt = || report_messages(&js);
         loop {
             // Tried for ever: no error comes out.
-            let Ok(messages) = attempt
+            let Ok((messages, stream)) = attempt
                 .retry(REPORTS_BACKOFF)
                 .notify(|e, wait| {
                     tracing::error!(error = %e, retry_in = ?wait, "cannot read node reports yet");
@@ -136,7 +136,7 @@ impl Plane {
             else {
                 return;
             };
-            match self.read_node_reports(messages, &key, &acks).await {
+            match self.read_node_reports(messages, stream, &key, &acks).await {
                 Read::Again(why) => {
                     tracing::warn!("node reports: {why}; reading them anew");
                 }
@@ -149,6 +149,7 @@ impl Plane {
     async fn read_node_reports(
         &self,
         mut messages: async_nats::jetstream::consumer::pull::Stream,
+        stream: i64,
         key: &BusKey,
         acks: &mpsc::Sender<(Pending, async_nats::jetstream::Message, tracing::Span)>,
     ) -> Read {
@@ -180,7 +181,11 @@ impl Plane {
                 }
             };
             let source = match msg.info() {
-                Ok(info) => Some((node, info.stream_sequence)),
+                Ok(info) => Some(ReportSource {
+                    node,
+                    stream,
+                    seq: info.stream_sequence,
+                }),
                 Err(e) => {
                     tracing::warn!(error = %e, "node report without stream info");
                     None
@@ -223,12 +228,19 @@ enum Read {
     Stopped,
 }
 
-/// The broker's consumer of node reports, created anew (see `consume_node_reports`).
+/// The broker's consumer of node reports, created anew (see `consume_node_reports`),
+/// and the report stream's identity: when it was created, in nanoseconds since the epoch.
+/// A nats-server back with an empty store (its JetStream directory lost or replaced)
+/// has the streams made anew here, and their seqs start again from 1: the identity
+/// tells the per-node cursors that those are new reports, not ones applied already.
 async fn report_messages(
     js: &async_nats::jetstream::Context,
-) -> Result<async_nats::jetstream::consumer::pull::Stream, async_nats::Error> {
+) -> Result<(async_nats::jetstream::consumer::pull::Stream, i64), async_nats::Error> {
     use async_nats::jetstream::consumer;
-    let stream = js.get_stream(subjects::REPORT_STREAM).await?;
+    crate::node::wire::ensure_streams(js).await?;
+    let mut stream = js.get_stream(subjects::REPORT_STREAM).await?;
+    let created = stream.info().await?.created.unix_timestamp_nanos();
+    let identity = i64::try_from(created).unwrap_or(i64::MAX);
     // Gone already is fine; any other failure would leave the old delivery order.
     if let Err(e) = stream.delete_consumer(REPORT_CONSUMER).await {
         let gone = matches!(
@@ -249,12 +261,13 @@ async fn report_messages(
         .await?;
     // A heartbeat from the server every few seconds while a pull waits: its absence
     // (a server that came back without the pull or the consumer) ends the reading.
-    Ok(consumer
+    let messages = consumer
         .stream()
         .expires(REPORT_PULL_EXPIRES)
         .heartbeat(REPORT_PULL_HEARTBEAT)
         .messages()
-        .await?)
+        .await?;
+    Ok((messages, identity))
 }
 
 /// How long one pull for reports waits on the server, and how often the server says it

@@ -46,6 +46,17 @@ pub(super) fn flight_span(report: &Report) -> tracing::Span {
     tracing::info_span!("flight", flight = %flight)
 }
 
+/// Where a node's report was in JetStream.
+#[derive(Debug, Clone)]
+pub(super) struct ReportSource {
+    /// The node it came from (by its subject).
+    pub node: String,
+    /// The report stream's identity (its creation time, ns since the epoch).
+    pub stream: i64,
+    /// Its seq in that stream.
+    pub seq: u64,
+}
+
 impl Plane {
     pub(super) async fn consume(
         self,
@@ -80,16 +91,17 @@ impl Plane {
         self.submit_report_from(report, None).await
     }
 
-    /// `source` (node, stream seq) makes the command apply at most once.
+    /// `source` (where in JetStream the report was) makes the command apply at most once.
     pub(super) async fn submit_report_from(
         &self,
         report: Report,
-        source: Option<(String, u64)>,
+        source: Option<ReportSource>,
     ) -> Result<Pending, BrokerError> {
         let wrap = |command: Command| match &source {
-            Some((node, seq)) => Command::FromNode {
-                node: node.clone(),
-                stream_seq: *seq,
+            Some(s) => Command::FromNode {
+                node: s.node.clone(),
+                stream: s.stream,
+                stream_seq: s.seq,
                 command: Box::new(command),
             },
             None => command,

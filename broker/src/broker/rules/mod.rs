@@ -188,14 +188,13 @@ impl Ctx<'_, '_> {
             } => self.expire_approvals(flight, by, request),
             Command::FromNode {
                 node,
+                stream,
                 stream_seq,
                 command,
             } => {
-                let applied: u64 = self
-                    .tx
-                    .read(T::ReportCursors, node.as_bytes())?
-                    .unwrap_or(0);
-                if *stream_seq <= applied {
+                let applied: Option<ReportCursor> =
+                    self.tx.read(T::ReportCursors, node.as_bytes())?;
+                if applied.is_some_and(|c| c.covers(*stream, *stream_seq)) {
                     return Ok(Outcome::Done);
                 }
                 // Rules validate before they write, so a refused command wrote nothing;
@@ -207,7 +206,10 @@ impl Ctx<'_, '_> {
                     self.tx,
                     T::ReportCursors,
                     node.as_bytes(),
-                    encode(stream_seq)?,
+                    encode(&ReportCursor::Of {
+                        stream: *stream,
+                        seq: *stream_seq,
+                    })?,
                 )?;
                 result
             }
@@ -295,5 +297,57 @@ impl Ctx<'_, '_> {
             },
             _ => None,
         }
+    }
+}
+
+/// A node's cursor in the report stream: the last report of it applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ReportCursor {
+    /// Written before the stream's identity was kept: taken as the current stream's.
+    Seq(u64),
+    /// The seq of the last report applied, in the stream of this identity.
+    Of { stream: i64, seq: u64 },
+}
+
+impl ReportCursor {
+    /// Whether the report at `seq` of the stream `stream` was applied already. A stream
+    /// made anew (another identity) starts its seqs again: none of its reports was.
+    pub(crate) fn covers(self, stream: i64, seq: u64) -> bool {
+        match self {
+            ReportCursor::Seq(applied) => seq <= applied,
+            ReportCursor::Of {
+                stream: applied_in,
+                seq: applied,
+            } => applied_in == stream && seq <= applied,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::ReportCursor;
+    use crate::store::{decode, encode};
+
+    #[test]
+    fn a_cursor_covers_only_the_seqs_of_its_own_stream() {
+        let cursor = ReportCursor::Of { stream: 7, seq: 40 };
+        assert!(cursor.covers(7, 40));
+        assert!(cursor.covers(7, 1));
+        assert!(!cursor.covers(7, 41));
+        // A stream made anew starts again from 1: none of its reports was applied.
+        assert!(!cursor.covers(8, 1));
+        assert!(!cursor.covers(8, 40));
+    }
+
+    #[test]
+    fn a_cursor_written_before_the_streams_identity_reads_as_the_current_streams() {
+        let old: ReportCursor = decode(&encode(&40u64).unwrap()).unwrap();
+        assert_eq!(old, ReportCursor::Seq(40));
+        assert!(old.covers(123, 40));
+        assert!(!old.covers(123, 41));
+        let new = ReportCursor::Of { stream: -5, seq: 3 };
+        assert_eq!(decode::<ReportCursor>(&encode(&new).unwrap()).unwrap(), new);
     }
 }

@@ -7,8 +7,14 @@
 //! 32 MiB), so the next ones come from its arenas instead, and a freed block there is
 //! kept, in up to 8 arenas per core. After a 1,000,000-delta flight (a 32 MB answer) the
 //! broker held 251-373 MB, two thirds of it freed (ops/BENCHMARKS.md, part 2 and
-//! part 10). With a fixed threshold of 128 KiB (which also stops glibc from moving it)
-//! and two arenas it holds 92-95 MB, at the same throughput.
+//! part 10). With a fixed threshold (which also stops glibc from moving it) and two
+//! arenas it holds 92-95 MB, at the same throughput.
+//!
+//! The threshold is 4 MiB, not lower: every block mapped on its own is zeroed by the
+//! kernel a page at a time when first written, and unmapped when freed. At 128 KiB the
+//! page faults of the transient copies of a few hundred KB (a replay's texts, its JSON)
+//! were a quarter of the broker's time in a replay, which took 8.7-9.8 ms against
+//! 4.9 ms at 4 MiB, with the same RSS (ops/BENCHMARKS.md, part 12).
 //!
 //! # What it changes
 //! Only glibc's tunables, and only those the user did not set (through
@@ -16,7 +22,7 @@
 //! already). Elsewhere than glibc it does nothing.
 
 /// Allocations from this size are mapped on their own, and unmapped when freed.
-pub const MMAP_THRESHOLD: i32 = 128 * 1024;
+pub const MMAP_THRESHOLD: i32 = 4 * 1024 * 1024;
 /// Arenas glibc may make (its default: 8 per core).
 pub const ARENA_MAX: i32 = 2;
 

@@ -234,16 +234,12 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         tokio::select! {
             _ = shutdown.cancelled() => break,
             m = dispatches.next() => {
-                use consumer::pull::MessagesErrorKind as Kind;
                 let again = match m {
                     Some(Ok(msg)) => {
                         on_dispatch(&runtime, &config.key, &pending, msg).await;
                         None
                     }
-                    Some(Err(e)) if matches!(
-                        e.kind(),
-                        Kind::MissingHeartbeat | Kind::NoResponders | Kind::ConsumerDeleted
-                    ) => Some(e.to_string()),
+                    Some(Err(e)) if wire::pull_is_gone(&e) => Some(e.to_string()),
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "dispatch consumer");
                         None
@@ -303,8 +299,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     Ok(())
 }
 
-/// This node's durable consumer of its dispatches, and its pull stream (with a heartbeat
-/// from the server while a pull waits, so a server that lost the pull is noticed).
+/// This node's durable consumer of its dispatches, and its [`wire::pull`] stream.
 async fn dispatch_messages(
     js: &jetstream::Context,
     name: &str,
@@ -323,18 +318,8 @@ async fn dispatch_messages(
             },
         )
         .await?;
-    Ok(consumer
-        .stream()
-        .expires(DISPATCH_PULL_EXPIRES)
-        .heartbeat(DISPATCH_PULL_HEARTBEAT)
-        .messages()
-        .await?)
+    Ok(wire::pull(&consumer).await?)
 }
-
-/// How long one pull for dispatches waits on the server, and how often the server says
-/// it is still there meanwhile.
-const DISPATCH_PULL_EXPIRES: Duration = Duration::from_secs(30);
-const DISPATCH_PULL_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// [`dispatch_messages`], with the streams made again if they are gone, tried until it
 /// works or the node stops (`None`).

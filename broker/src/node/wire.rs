@@ -37,6 +37,30 @@ pub async fn ensure_streams(
     Ok(())
 }
 
+/// The pull stream of a durable consumer of one of the streams, both sides: a pull
+/// waits up to 30 s on the server, which sends a heartbeat every 5 s meanwhile, so a
+/// server that lost the pull or the consumer is noticed ([`pull_is_gone`]).
+pub async fn pull(
+    consumer: &jetstream::consumer::PullConsumer,
+) -> Result<jetstream::consumer::pull::Stream, jetstream::consumer::StreamError> {
+    consumer
+        .stream()
+        .expires(Duration::from_secs(30))
+        .heartbeat(Duration::from_secs(5))
+        .messages()
+        .await
+}
+
+/// Whether an error of a [`pull`] stream means it is gone: its consumer deleted, or a
+/// server silent or without it. The reader then makes its consumer again.
+pub fn pull_is_gone(e: &jetstream::consumer::pull::MessagesError) -> bool {
+    use jetstream::consumer::pull::MessagesErrorKind as Kind;
+    matches!(
+        e.kind(),
+        Kind::MissingHeartbeat | Kind::NoResponders | Kind::ConsumerDeleted
+    )
+}
+
 /// Waits between tries to have a dispatch or report acknowledged by JetStream.
 const ACK_BACKOFF: retry::ExponentialBuilder =
     retry::forever(Duration::from_millis(50), Duration::from_secs(2));

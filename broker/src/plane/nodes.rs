@@ -153,16 +153,10 @@ impl Plane {
         key: &BusKey,
         acks: &mpsc::Sender<(Pending, async_nats::jetstream::Message, tracing::Span)>,
     ) -> Read {
-        use async_nats::jetstream::consumer::pull::MessagesErrorKind as Kind;
         while let Some(item) = futures::StreamExt::next(&mut messages).await {
             let msg = match item {
                 Ok(m) => m,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        Kind::MissingHeartbeat | Kind::NoResponders | Kind::ConsumerDeleted
-                    ) =>
-                {
+                Err(e) if crate::node::wire::pull_is_gone(&e) => {
                     return Read::Again(e.to_string());
                 }
                 Err(e) => {
@@ -259,21 +253,9 @@ async fn report_messages(
             ..Default::default()
         })
         .await?;
-    // A heartbeat from the server every few seconds while a pull waits: its absence
-    // (a server that came back without the pull or the consumer) ends the reading.
-    let messages = consumer
-        .stream()
-        .expires(REPORT_PULL_EXPIRES)
-        .heartbeat(REPORT_PULL_HEARTBEAT)
-        .messages()
-        .await?;
+    let messages = crate::node::wire::pull(&consumer).await?;
     Ok((messages, identity))
 }
-
-/// How long one pull for reports waits on the server, and how often the server says it
-/// is still there meanwhile.
-const REPORT_PULL_EXPIRES: std::time::Duration = std::time::Duration::from_secs(30);
-const REPORT_PULL_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The durable consumer the broker reads node reports with.
 const REPORT_CONSUMER: &str = "relay-broker";

@@ -671,12 +671,21 @@ async fn a_mention_consults_each_agent_once_and_its_turn_delivers_the_message() 
             .iter()
             .map(|d| (d.target.as_str(), d.reason))
             .collect::<Vec<_>>(),
-        vec![
-            ("a1", DeliveryReason::DirectMessage),
-            ("a1", DeliveryReason::Invocation)
-        ]
+        vec![("a1", DeliveryReason::Invocation)]
     );
-    assert_eq!(b.store().deliveries().unwrap().len(), before + 2);
+    assert_eq!(b.store().deliveries().unwrap().len(), before + 1);
+    // A message the asker posts in the same direct conversation, not an ask, is
+    // delivered to the other participant.
+    let mut aside = said(&asked.invocation.requester, "and one more thing");
+    aside.conversation = asked.invocation.conversation.clone();
+    let aside = b.post_message(aside).await.unwrap().message;
+    assert_eq!(
+        deliveries_of(&b, &aside.id)
+            .iter()
+            .map(|d| (d.target.as_str(), d.reason))
+            .collect::<Vec<_>>(),
+        vec![("a1", DeliveryReason::DirectMessage)]
+    );
 }
 
 #[tokio::test]

@@ -84,6 +84,7 @@ impl Ctx<'_, '_> {
                     ..Default::default()
                 },
             },
+            Some(&req.target),
         )?;
         self.plan_delivery(&request.id, &agent, DeliveryReason::Invocation)?;
         let invocation = Invocation {
@@ -417,6 +418,7 @@ impl Ctx<'_, '_> {
                     turn_id: flight.turn_id.clone(),
                 },
             },
+            None,
         )
     }
 

@@ -1,6 +1,7 @@
 //! The rules of conversations, messages and their deliveries: creating a conversation,
 //! checking and posting a message, planning a delivery to each participant of a direct
-//! conversation, consulting each agent a message mentions, and recording the attempts.
+//! conversation (one per message and agent: an ask's target gets only its invocation's),
+//! consulting each agent a message mentions, and recording the attempts.
 //!
 //! Mentions: a conversational (`agent` class) message posted by a client, or an agent's
 //! reply, consults every registered agent it mentions (`@name`, by the rules of
@@ -42,7 +43,7 @@ impl Ctx<'_, '_> {
         if let Some(flight) = &post.meta.flight {
             self.check_parent(&post.author, flight)?;
         }
-        let message = self.post(conversation, post.clone())?;
+        let message = self.post(conversation, post.clone(), None)?;
         Ok(Outcome::Posted(self.consult_mentions(message)?))
     }
 
@@ -98,11 +99,15 @@ impl Ctx<'_, '_> {
     }
 
     /// Posts a checked message and plans its deliveries to the participants of a direct
-    /// conversation (a mentioned one's is planned by its consult: [`Ctx::consult_mentions`]).
+    /// conversation: one delivery per participant and message. A mentioned one's is
+    /// planned by its consult ([`Ctx::consult_mentions`]), and `asked`, the target of the
+    /// ask whose task this message is, gets its invocation's: two deliveries of one message
+    /// to one agent, settled together, were two events more per flight saying the same.
     pub(super) fn post(
         &mut self,
         mut conversation: Conversation,
         post: PostMessage,
+        asked: Option<&str>,
     ) -> Result<Message, BrokerError> {
         let message = Message {
             id: new_id("msg"),
@@ -122,7 +127,11 @@ impl Ctx<'_, '_> {
                 .spec
                 .participants
                 .iter()
-                .filter(|p| **p != message.author && !message.mentions.contains(p))
+                .filter(|p| {
+                    **p != message.author
+                        && !message.mentions.contains(p)
+                        && asked != Some(p.as_str())
+                })
                 .cloned()
                 .collect(),
             _ => Vec::new(),
@@ -235,6 +244,7 @@ impl Ctx<'_, '_> {
                             reply_to: Some(message.id.clone()),
                             meta: Default::default(),
                         },
+                        None,
                     )?;
                     refused.push(MentionRefused {
                         agent: name.clone(),

@@ -1129,6 +1129,84 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
     assert!(store.verify().unwrap().is_consistent());
 }
 
+/// Each flight's task is delivered once, as its turn starts (or fails, as it ends before
+/// it), whether its delivery was planned by this broker or before a restart, with many
+/// flights started at once: asks and mention consults.
+#[tokio::test]
+async fn deliveries_settle_once_whether_planned_before_or_after_a_restart() {
+    use relay_protocol::domain::{DeliveryReason, DeliveryState};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    // Flights to start: (flight, request message, the reason its delivery has).
+    let mut flights = Vec::new();
+    let plan = |b: Broker| async move {
+        let mut planned = Vec::new();
+        for _ in 0..8 {
+            let asked = b.invoke(invoke("a")).await.unwrap();
+            planned.push((
+                asked.flight.id,
+                asked.invocation.request_message,
+                DeliveryReason::Invocation,
+            ));
+            let posted = b.post_message(said("me", "@a have a look")).await.unwrap();
+            planned.push((
+                posted.flights[0].id.clone(),
+                posted.message.id,
+                DeliveryReason::Mention,
+            ));
+        }
+        planned
+    };
+    {
+        let (b, stop, writer) = start_on(&path).await;
+        b.register_agent(spec("a")).await.unwrap();
+        flights.extend(plan(b.clone()).await);
+        stop.cancel();
+        drop(b);
+        writer.await.unwrap();
+    }
+    let (b, stop, writer) = start_on(&path).await;
+    flights.extend(plan(b.clone()).await);
+    // Half of each start, half fail before their turn: all at once.
+    let outcomes: Vec<FlightState> = (0..flights.len())
+        .map(|i| if i % 4 < 2 { Running } else { Failed })
+        .collect();
+    futures::future::join_all(flights.iter().zip(&outcomes).map(|((f, _, _), state)| {
+        let b = b.clone();
+        async move { b.update_flight(f, to(*state)).await.unwrap() }
+    }))
+    .await;
+    for ((flight, message, reason), state) in flights.iter().zip(&outcomes) {
+        let d = deliveries_of(&b, message);
+        assert_eq!(d.len(), 1, "{flight}: {d:?}");
+        let expected = match state {
+            Running => DeliveryState::Delivered,
+            _ => DeliveryState::Failed,
+        };
+        assert_eq!(
+            (
+                d[0].target.as_str(),
+                d[0].reason,
+                d[0].state,
+                d[0].attempts.len()
+            ),
+            ("a", *reason, expected, 1),
+            "{flight}"
+        );
+    }
+    // Ending a started flight attempts nothing more.
+    for ((flight, message, _), state) in flights.iter().zip(&outcomes) {
+        if *state == Running {
+            b.update_flight(flight, to(Completed)).await.unwrap();
+            assert_eq!(deliveries_of(&b, message)[0].attempts.len(), 1);
+        }
+    }
+    assert!(b.store().verify().unwrap().is_consistent());
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+}
+
 /// The bus's check that a client does not speak as an agent (`CODEX-1` for `codex-1`)
 /// reads names kept from the published events: it follows agents registered and
 /// removed by many clients at once, names that differ only by case among them (each

@@ -302,6 +302,8 @@ impl Ctx<'_, '_> {
     ) -> Result<String, BrokerError> {
         let transport = agent.spec.harness;
         let id = relay_protocol::domain::delivery_id(message, &agent.spec.name, reason, transport);
+        self.planned
+            .push((message.into(), agent.spec.name.clone(), id.clone()));
         if self.tx.contains(T::Deliveries, id.as_bytes())? {
             return Ok(id);
         }
@@ -321,12 +323,23 @@ impl Ctx<'_, '_> {
 
     /// Records the attempt on the pending deliveries of a flight's task (its request
     /// message) to its agent: delivered once the turn runs, failed if the flight ended
-    /// before.
+    /// before. Those planned while this broker ran are kept with the flight (one read
+    /// each); for the others, every id the task may have is read.
     pub(super) fn attempt_deliveries(
         &mut self,
         flight: &Flight,
         outcome: Result<(), String>,
     ) -> Result<(), BrokerError> {
+        // Planned while this broker ran: their ids are kept with the flight.
+        if let Some(mut kept) = self.kept(&flight.id) {
+            if let Some(ids) = kept.deliveries.replace(Vec::new()) {
+                for id in &ids {
+                    self.settle_delivery(id, outcome.clone())?;
+                }
+                self.streaming_delta.insert(flight.id.clone(), Some(kept));
+                return Ok(());
+            }
+        }
         let Some(invocation) = self
             .tx
             .read::<Invocation>(T::Invocations, flight.invocation.as_bytes())?

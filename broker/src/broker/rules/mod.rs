@@ -44,6 +44,9 @@ pub(super) struct Ctx<'a, 't> {
     /// Each with its encoding: the log record's payload (version byte and wire JSON),
     /// whose JSON the `Published` shares (one allocation).
     pub(super) events: Vec<(Published, bytes::Bytes)>,
+    /// The deliveries this batch planned (message, target, id): a flight made for one
+    /// keeps its id to settle ([`Kept::deliveries`]).
+    pub(super) planned: Vec<(String, String, String)>,
     /// Who asked for the command running now ([`Command::As`]), recorded as its
     /// events' `by`.
     pub(super) by: Option<String>,
@@ -69,8 +72,19 @@ impl Ctx<'_, '_> {
             super::LIVE_EVENT_MAX,
         )?;
         match &published.event.body {
-            EventBody::InvocationCreated { flight, .. } if !flight.state.is_terminal() => {
+            EventBody::InvocationCreated { invocation, flight } if !flight.state.is_terminal() => {
                 *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
+                let deliveries = self
+                    .planned
+                    .iter()
+                    .filter(|(m, t, _)| *m == invocation.request_message && *t == flight.agent)
+                    .map(|(_, _, id)| id.clone())
+                    .collect();
+                let kept = Kept {
+                    deliveries: Some(deliveries),
+                    ..Kept::default()
+                };
+                self.streaming_delta.insert(flight.id.clone(), Some(kept));
             }
             EventBody::FlightUpdated { update, flight } => {
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
@@ -131,7 +145,7 @@ impl Ctx<'_, '_> {
 
     /// What the writer keeps of `flight`: as this batch left it, else as committed
     /// (`None`: nothing, or the flight ended in this batch).
-    fn kept(&self, flight: &str) -> Option<Kept> {
+    pub(super) fn kept(&self, flight: &str) -> Option<Kept> {
         match self.streaming_delta.get(flight) {
             Some(kept) => kept.clone(),
             None => self.streaming.lock().ok()?.get(flight).cloned(),

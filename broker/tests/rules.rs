@@ -1207,6 +1207,96 @@ async fn deliveries_settle_once_whether_planned_before_or_after_a_restart() {
     writer.await.unwrap();
 }
 
+/// `busy` is derived from the flights, not stored: an agent is shown busy while a flight
+/// of its runs a turn (running or waiting) and idle otherwise, with flights of several
+/// agents changing at once and across a restart; a runtime that still reports `busy`
+/// (a node from before) writes nothing.
+#[tokio::test]
+async fn an_agent_is_busy_while_a_flight_of_its_runs_and_busy_is_never_stored() {
+    use relay_broker::Command;
+    use relay_protocol::domain::AgentState::{self, Busy, Idle};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let report = |name: &str, state: AgentState| Command::UpdateAgent {
+        worktree: None,
+        name: name.into(),
+        state: Some(state),
+        thread_id: None,
+        endpoint: None,
+        reason: None,
+        program: None,
+    };
+    let agents = ["a", "b", "c"];
+    let (flights_a, flights_b) = {
+        let (b, stop, writer) = start_on(&path).await;
+        for n in agents {
+            b.register_agent(spec(n)).await.unwrap();
+            b.execute(report(n, Idle)).await.unwrap();
+        }
+        let mut fa = Vec::new();
+        let mut fb = Vec::new();
+        for _ in 0..3 {
+            fa.push(b.invoke(invoke("a")).await.unwrap().flight.id);
+            fb.push(b.invoke(invoke("b")).await.unwrap().flight.id);
+        }
+        assert_eq!(shown(&b, &agents).await, [Idle, Idle, Idle]);
+        // Reported busy (as before): nothing written.
+        let seq = b.store().last_seq().unwrap();
+        b.execute(report("a", Busy)).await.unwrap();
+        assert_eq!(b.store().last_seq().unwrap(), seq);
+        // All at once: two of a's flights run, one of b's waits.
+        let changes = [
+            (fa[0].clone(), vec![Running]),
+            (fa[1].clone(), vec![Running]),
+            (fb[0].clone(), vec![Running, Waiting]),
+        ];
+        futures::future::join_all(changes.iter().map(|(f, states)| {
+            let b = b.clone();
+            async move {
+                for s in states {
+                    b.update_flight(f, to(*s)).await.unwrap();
+                }
+            }
+        }))
+        .await;
+        assert_eq!(shown(&b, &agents).await, [Busy, Busy, Idle]);
+        // One of a's ends: a still has one running.
+        b.update_flight(&fa[0], to(Completed)).await.unwrap();
+        assert_eq!(shown(&b, &agents).await, [Busy, Busy, Idle]);
+        stop.cancel();
+        drop(b);
+        writer.await.unwrap();
+        (fa, fb)
+    };
+    // After a restart, from the live flights.
+    let (b, stop, writer) = start_on(&path).await;
+    assert_eq!(shown(&b, &agents).await, [Busy, Busy, Idle]);
+    b.update_flight(&flights_a[1], to(Failed)).await.unwrap();
+    b.update_flight(&flights_b[0], to(Running)).await.unwrap();
+    assert_eq!(shown(&b, &agents).await, [Idle, Busy, Idle]);
+    b.update_flight(&flights_b[0], to(Cancelled)).await.unwrap();
+    // Queued flights make no one busy.
+    assert_eq!(shown(&b, &agents).await, [Idle, Idle, Idle]);
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+}
+
+/// The agents' states as a client sees them; each stored as `idle` (busy is not stored).
+async fn shown(b: &Broker, names: &[&str]) -> Vec<relay_protocol::domain::AgentState> {
+    let mut states = Vec::new();
+    for n in names {
+        let stored = b.agent(n).await.unwrap().unwrap();
+        assert_eq!(
+            stored.state,
+            relay_protocol::domain::AgentState::Idle,
+            "{n}: busy is not stored"
+        );
+        states.push(b.shown(stored).state);
+    }
+    states
+}
+
 /// The bus's check that a client does not speak as an agent (`CODEX-1` for `codex-1`)
 /// reads names kept from the published events: it follows agents registered and
 /// removed by many clients at once, names that differ only by case among them (each

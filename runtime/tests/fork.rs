@@ -57,7 +57,6 @@ async fn a_forked_agents_first_session_is_the_fork_and_later_ones_resume_it() {
     want.extend(came_up(H, "c-fork", &Endpoint::Process { pid: PID }));
     want.extend(turn_began("f1", "c-fork", "t1"));
     want.push(completed("f1", "ok"));
-    want.extend(turn_closed("f1"));
     assert_eq!(reports.take(want.len()).await, want);
     assert_eq!(
         runtime

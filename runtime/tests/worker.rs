@@ -98,7 +98,6 @@ async fn a_turn_runs_through_the_seam_and_is_reported_in_order() {
         flight("f1", FlightChange::Delta { text: "lo".into() }),
         completed("f1", "hello"),
     ]);
-    want.extend(turn_closed("f1"));
     assert_eq!(reports.take(want.len()).await, want);
     assert!(reports.quiet() && script.quiet());
     // The conversation is stored for the next session.
@@ -156,10 +155,8 @@ async fn queued_turns_run_in_order_and_can_be_interrupted_or_steered_while_they_
     assert_eq!(script.turn_started("t3").await, "third\n\nand a fourth");
     events.send(done("t3", "three")).await.unwrap();
     let mut want = vec![completed("f1", "one")];
-    want.extend(turn_closed("f1"));
     want.extend(turn_began("f3", "c1", "t3"));
     want.push(completed("f3", "three"));
-    want.extend(turn_closed("f3"));
     assert_eq!(reports.take(want.len()).await, want);
     assert!(reports.quiet() && script.quiet());
 }
@@ -192,8 +189,7 @@ async fn an_interrupt_of_the_running_turn_is_retried_while_the_harness_has_no_ac
         })
         .await
         .unwrap();
-    let mut want = vec![state("f1", FlightState::Cancelled, Some("interrupted"))];
-    want.extend(turn_closed("f1"));
+    let want = vec![state("f1", FlightState::Cancelled, Some("interrupted"))];
     assert_eq!(r.reports.take(want.len()).await, want);
 }
 
@@ -300,7 +296,7 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
     // their decision is recorded by whoever answered).
     r.events.send(ask("r3")).await.unwrap();
     r.events.send(done("t1", "ran")).await.unwrap();
-    let mut want = vec![
+    let want = vec![
         asked("r2"),
         Report::ApprovalsExpired {
             flight: "f1".into(),
@@ -321,7 +317,6 @@ async fn approvals_are_answered_through_the_seam_and_withdrawals_are_told_apart(
             request: Some("r3".into()),
         },
     ];
-    want.extend(turn_closed("f1"));
     assert_eq!(r.reports.take(want.len()).await, want);
 }
 
@@ -418,7 +413,7 @@ async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
         reply.send(Ok(())).unwrap();
     });
     assert_eq!(started.elapsed(), Duration::from_secs(600));
-    let mut want = vec![
+    let want = vec![
         flight(
             "f1",
             FlightChange::Note {
@@ -432,7 +427,6 @@ async fn a_turn_that_hears_nothing_is_interrupted_by_the_idle_watchdog() {
             Some("fake sent nothing for 600 s (is its model reachable?); the turn was interrupted"),
         ),
     ];
-    want.extend(turn_closed("f1"));
     assert_eq!(r.reports.take(want.len()).await, want);
 }
 
@@ -485,7 +479,6 @@ async fn a_harness_dying_mid_turn_fails_the_flight_and_the_next_turn_resumes() {
     want.extend(came_up(H, "c1", &Endpoint::Process { pid: PID }));
     want.extend(turn_began("f2", "c1", "t2"));
     want.push(completed("f2", "back"));
-    want.extend(turn_closed("f2"));
     assert_eq!(r.reports.take(want.len()).await, want);
 }
 
@@ -552,7 +545,7 @@ async fn after_a_restart_the_stored_conversation_is_resumed_or_its_loss_reported
         let events = script.session_up(None, "c1").await;
         script.turn_started("t1").await;
         events.send(done("t1", "ok")).await.unwrap();
-        reports.take(1 + 2 + 3 + 1 + 1).await;
+        reports.take(1 + 2 + 2 + 1).await; // waking, the session up, the turn began, completed
         stop.cancel();
         runtime.stopped().await;
         expect_call!(script, Call::Shutdown => ());

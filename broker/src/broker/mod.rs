@@ -377,7 +377,15 @@ impl Broker {
         &self.inner.tasks
     }
 
-    /// An agent, read off the async workers.
+    /// `agent` as shown to a client: `busy` while a flight of its runs a turn, as of the
+    /// last committed batch ([`AgentState::shown`](relay_protocol::domain::AgentState::shown)).
+    pub fn shown(&self, mut agent: Agent) -> Agent {
+        agent.state = agent.state.shown(self.inner.live.turning(&agent.spec.name));
+        agent
+    }
+
+    /// An agent, read off the async workers (as stored: [`Broker::shown`] is how a client
+    /// sees it).
     pub async fn agent(&self, name: &str) -> Result<Option<Agent>, BrokerError> {
         let name = name.to_string();
         self.inner.store.read(move |s| s.agent(&name)).await

@@ -28,8 +28,9 @@ pub(super) async fn wake_agent(
 }
 
 pub(super) async fn list_agents(State(s): State<ApiState>) -> ApiResult<Vec<Agent>> {
+    let agents: Vec<Agent> = s.broker.store().read(|st| st.values(T::Agents)).await?;
     Ok(Json(
-        s.broker.store().read(|st| st.values(T::Agents)).await?,
+        agents.into_iter().map(|a| s.broker.shown(a)).collect(),
     ))
 }
 
@@ -76,12 +77,12 @@ pub(super) async fn show_agent(
     State(s): State<ApiState>,
     Path(name): Path<String>,
 ) -> ApiResult<Agent> {
-    Ok(Json(
-        s.broker
-            .agent(&name)
-            .await?
-            .ok_or(BrokerError::UnknownAgent(name))?,
-    ))
+    let agent = s
+        .broker
+        .agent(&name)
+        .await?
+        .ok_or(BrokerError::UnknownAgent(name))?;
+    Ok(Json(s.broker.shown(agent)))
 }
 
 /// How many lines `peek` shows when the caller does not say, and at most.

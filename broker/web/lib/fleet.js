@@ -38,6 +38,17 @@ function putAgent(agent) {
   touch();
 }
 
+// An agent is busy while a flight of its runs a turn (running, or waiting for an
+// answer): Relay derives it from the flights and does not store it, so the page does the
+// same from the live flights it holds (a stored "busy", from an older broker, is idle).
+function agentState(a) {
+  if (a.state !== "idle" && a.state !== "busy") return a.state;
+  for (const f of fleet.live.values()) {
+    if (f.agent === a.name && (f.state === "running" || f.state === "waiting")) return "busy";
+  }
+  return "idle";
+}
+
 function putFlight(f) {
   // A flight that just ended (usage views add it up then).
   const prev = fleet.seen.get(f.id);
@@ -264,6 +275,7 @@ function fetchAsked(ids, then) {
 }
 
 export {
+  agentState,
   askedOf,
   fetchAsked,
   fleet,

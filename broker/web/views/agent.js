@@ -17,7 +17,7 @@ import {
   replayAgentHref, setText, showError, stateTag, text, timeEl, usd,
 } from "/lib/dom.js";
 import { call } from "/lib/api.js";
-import { askedOf, fetchAsked, fleet } from "/lib/fleet.js";
+import { agentState, askedOf, fetchAsked, fleet } from "/lib/fleet.js";
 import { branchLabel, programLabel, ruleScopeText } from "/lib/labels.js";
 import { askComposer } from "/views/composer.js";
 
@@ -208,15 +208,16 @@ function agentView(name) {
     }
     gone.hidden = true;
     agent = a;
-    el.dataset.state = a.state;
-    stateEl.replaceChildren(stateTag(a.state));
+    const state = agentState(a);
+    el.dataset.state = state;
+    stateEl.replaceChildren(stateTag(state));
     const w = a.worktree_state;
-    const key = JSON.stringify([a.updated_at, a.state, a.session_id, a.thread_id, w, a.program, a.state_reason, a.note]);
+    const key = JSON.stringify([a.updated_at, state, a.session_id, a.thread_id, w, a.program, a.state_reason, a.note]);
     if (key === paintedKey) return;
     paintedKey = key;
     meta.replaceChildren(defs([
       ["Harness", [a.harness, a.program ? [" ", muted(programLabel(a.program))] : null]],
-      ["State", [stateTag(a.state), a.state_reason ? [" ", h("span", { class: "reason" }, a.state_reason)] : null]],
+      ["State", [stateTag(state), a.state_reason ? [" ", h("span", { class: "reason" }, a.state_reason)] : null]],
       ["Session", a.session_id || a.thread_id ? h("span", { class: "mono", id: "agent-session" }, a.session_id || a.thread_id) : muted("none yet")],
       ["Working dir", h("span", { class: "mono" }, a.cwd)],
       ["Model", a.model || null],

@@ -8,7 +8,7 @@
 // task's first line in `.task-line`), `.state`; `button[data-action="add-agent"]`.
 
 import { agentHref, firstLine, flightLink, h, inert, isLive, loading, muted, put, replayAgentHref, setText, stateTag, text } from "/lib/dom.js";
-import { fleet, invalidate } from "/lib/fleet.js";
+import { agentState, fleet, invalidate } from "/lib/fleet.js";
 import { KeyedTable } from "/lib/table.js";
 import { branchLabel, programLabel } from "/lib/labels.js";
 import { taskOf } from "/views/agent.js";
@@ -55,8 +55,8 @@ function agentsView() {
           ...(r.agent.program ? [" ", muted(programLabel(r.agent.program))] : [])),
       },
       {
-        cls: "state", head: "State", value: (r) => r.agent.state,
-        paint: (td, r) => td.replaceChildren(stateTag(r.agent.state)),
+        cls: "state", head: "State", value: (r) => agentState(r.agent),
+        paint: (td, r, v) => td.replaceChildren(stateTag(v)),
       },
       {
         cls: "node", head: "Node", value: (r) => r.agent.node || r.agent.endpoint?.node || "",

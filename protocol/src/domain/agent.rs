@@ -181,9 +181,25 @@ wire_enum! {
         Offline = "offline",
         Starting = "starting",
         Idle = "idle",
+        /// Idle, with a flight running a turn (`running` or `waiting`): derived from the
+        /// flights when an agent is shown ([`AgentState::shown`]), not stored (a broker
+        /// before 2026-11-29 stored it, from the runtime's reports).
         Busy = "busy",
         /// The session died and has not been restarted.
         Failed = "failed",
+    }
+}
+
+impl AgentState {
+    /// The state to show for an agent whose stored session state is `self`, given
+    /// whether one of its flights runs a turn: `busy` while a live session has one,
+    /// else the stored state (a stored `busy` is a live session: `idle` without a turn).
+    pub fn shown(self, turning: bool) -> AgentState {
+        match self {
+            AgentState::Idle | AgentState::Busy if turning => AgentState::Busy,
+            AgentState::Busy => AgentState::Idle,
+            other => other,
+        }
     }
 }
 

@@ -91,6 +91,12 @@ wire_enum! {
 }
 
 impl FlightState {
+    /// Whether the flight's turn is under way (`running`, or `waiting` for an answer):
+    /// what makes its agent `busy` ([`AgentState::shown`](super::AgentState::shown)).
+    pub fn runs_turn(self) -> bool {
+        matches!(self, FlightState::Running | FlightState::Waiting)
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,

@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
 use relay_harnesses::HarnessError;
-use relay_protocol::domain::{
-    AgentState, FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS,
-};
+use relay_protocol::domain::{FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS};
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::mpsc;
@@ -167,7 +165,7 @@ impl Worker {
                 return TurnEnd::Done;
             }
         };
-        self.agent_state(AgentState::Busy).await;
+        // The agent is `busy` while its flight runs: derived by the broker, not reported.
         self.change(
             &flight,
             FlightChange::Session {
@@ -359,9 +357,6 @@ impl Worker {
             .await;
         }
         self.turn_over();
-        if self.session.is_some() {
-            self.agent_state(AgentState::Idle).await;
-        }
         end
     }
 

@@ -480,10 +480,10 @@ pub fn came_up(harness: Harness, conversation: &str, endpoint: &Endpoint) -> Vec
     ]
 }
 
-/// The reports of a turn starting: the agent busy, the flight's session, running.
+/// The reports of a turn starting: the flight's session, running. (The agent is not
+/// reported busy: the broker derives it from the flight.)
 pub fn turn_began(f: &str, conversation: &str, turn_id: &str) -> Vec<Report> {
     vec![
-        agent(AgentState::Busy),
         flight(
             f,
             FlightChange::Session {
@@ -493,14 +493,6 @@ pub fn turn_began(f: &str, conversation: &str, turn_id: &str) -> Vec<Report> {
         ),
         state(f, FlightState::Running, None),
     ]
-}
-
-/// The reports of a turn's end after its terminal state, when it left no approval
-/// unanswered: the agent is idle again (when its session lives). (An unanswered one
-/// expires first, one report per request: never a sweep of the flight's approvals, which
-/// would close one whose answer is on its way to the broker.)
-pub fn turn_closed(_f: &str) -> Vec<Report> {
-    vec![agent(AgentState::Idle)]
 }
 
 pub fn completed(f: &str, output: &str) -> Report {

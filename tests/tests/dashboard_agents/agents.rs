@@ -140,4 +140,29 @@ async fn agents_are_added_with_a_worktree_woken_and_removed_from_the_page() {
         (Some("cx"), Some(busy.as_str())),
         "{fork}"
     );
+
+    // Busy while a flight of its runs its turn, idle after: derived from the flights (the
+    // page from the live flights it holds, the API from the broker's), never stored.
+    let hang = env.ask_no_wait("cx", "hang until interrupted");
+    env.wait_flight(&hang, 90, |f| state(f) == "running").await;
+    goto(&b, &env, "agents").await;
+    let cell = "#agents tr[data-agent=\"cx\"] td.state";
+    b.wait_text(cell, |t| t == "busy").await;
+    assert_eq!(env.agent("cx").await["state"], "busy");
+    let (code, said) = env
+        .relay
+        .http()
+        .post(&format!("/v1/flights/{hang}/interrupt"), &json!({}))
+        .await;
+    assert!((200..300).contains(&code), "{code} {said}");
+    env.wait_flight(&hang, 90, |f| state(f) == "cancelled")
+        .await;
+    b.wait_text(cell, |t| t == "idle").await;
+    assert_eq!(env.agent("cx").await["state"], "idle");
+    let stored: Vec<_> = env
+        .events_of("agent_updated")
+        .into_iter()
+        .filter(|e| e["agent"]["state"] == "busy")
+        .collect();
+    assert_eq!(stored, Vec::<serde_json::Value>::new());
 }

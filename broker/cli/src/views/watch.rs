@@ -31,7 +31,13 @@ impl WatchView {
                     s.seq
                 );
                 for a in &v.agents {
-                    outln!("  agent {} ({}): {}", a.spec.name, a.spec.harness, a.state);
+                    // Busy (a flight of its runs a turn) is derived, not stored.
+                    let turning = v
+                        .flights
+                        .iter()
+                        .any(|f| f.agent == a.spec.name && f.state.runs_turn());
+                    let state = a.state.shown(turning);
+                    outln!("  agent {} ({}): {state}", a.spec.name, a.spec.harness);
                 }
                 for f in &v.flights {
                     outln!("  flight {} of {}: {}", f.id, f.agent, f.state);
@@ -55,11 +61,12 @@ impl WatchView {
             }
             View::Agent(v) => {
                 let a = &v.agent;
+                let turning = v.flights.iter().any(|f| f.flight.state.runs_turn());
                 outln!(
                     "agent {} ({}): {}, {} flights not ended (at seq {})",
                     a.spec.name,
                     a.spec.harness,
-                    a.state,
+                    a.state.shown(turning),
                     v.flights.len(),
                     s.seq
                 );

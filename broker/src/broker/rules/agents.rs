@@ -94,7 +94,12 @@ impl Ctx<'_, '_> {
         let mut agent = self.agent(name)?;
         let before = agent.clone();
         if let Some(s) = state {
-            agent.state = s;
+            // `busy` is derived from the flights, not stored (`AgentState::shown`): a
+            // runtime from before that still reports it around each turn.
+            agent.state = match s {
+                AgentState::Busy => AgentState::Idle,
+                s => s,
+            };
             agent.state_reason = reason.as_deref().map(|r| clip(r, STATE_REASON_BYTES));
         }
         if let Some(t) = thread_id {

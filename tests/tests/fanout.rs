@@ -312,7 +312,13 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
                 ));
                 update_json.push((
                     subjects::flight_json(&update.agent, &update.flight),
-                    serde_json::to_vec(&json!({ "update": update, "flight": flight })).unwrap(),
+                    // `{"update": ..., "flight": ...}`, each record's fields in order.
+                    format!(
+                        r#"{{"update":{},"flight":{}}}"#,
+                        serde_json::to_string(update).unwrap(),
+                        serde_json::to_string(flight).unwrap()
+                    )
+                    .into_bytes(),
                 ));
             }
             EventBody::MessagePosted { message, .. } => messages.push((

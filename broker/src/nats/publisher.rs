@@ -255,7 +255,14 @@ impl Publisher {
         max: usize,
     ) -> Result<(), Unpublishable> {
         let pb_bytes = convert::update_to_pb(update, flight).encode_to_vec();
-        let json = serde_json::to_vec(&serde_json::json!({ "update": update, "flight": flight }))
+        // Encoded straight from the records (`json!` built a `Value` of each first: about
+        // 2 % of the broker's samples at 64 flights in flight).
+        #[derive(serde::Serialize)]
+        struct Mirror<'a> {
+            update: &'a relay_protocol::domain::FlightUpdate,
+            flight: &'a relay_protocol::domain::Flight,
+        }
+        let json = serde_json::to_vec(&Mirror { update, flight })
             .map_err(|e| Unpublishable::Refused(e.to_string()))?;
         // Room for the headers; the server's limit covers them too.
         if max > 0 && pb_bytes.len().max(json.len()) + 1024 > max {

@@ -1,6 +1,7 @@
-//! What sled writes for a streamed delta: not the flight's record, which is written at
-//! most every 32 of its updates (`store::heads`: the deltas after it are folded on when
-//! it is read), nor the event's position, which `event_pos` holds for one event in 16
+//! What sled writes for a streamed delta (or a live flight's item, session ids or
+//! command output): not the flight's record, which is written for a change of state or
+//! usage and at least every 32 of its updates (`store::heads`: the updates after it are
+//! folded on when it is read), nor the event's position, which `event_pos` holds for one event in 16
 //! (the others are found from it in the log). Over real sled files, from many flights
 //! streaming at once and across a restart of the broker, every reader sees the flight as
 //! the rules made it, the writer numbers the next update right, every event is found by
@@ -154,6 +155,121 @@ async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_res
     let report = b.store().verify().unwrap();
     assert!(report.is_consistent(), "{report:?}");
     every_event_found(b.store());
+}
+
+/// Not only deltas: a live flight's items, session ids and command output leave its record
+/// as it is too (a change of state or usage writes it), for many flights at once and
+/// across a restart, and every reader still sees the flight as the rules made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_flights_record_lags_behind_its_items_and_session_too() {
+    use relay_protocol::domain::{ItemKind, ItemPhase, TokenUsage};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    // A turn's updates but its deltas, each flight's own ids and texts.
+    let turn = |i: usize, k: usize| -> Vec<FlightChange> {
+        let item = |phase| FlightChange::Item {
+            item_id: format!("i{i}.{k}"),
+            item_kind: ItemKind::CommandExecution,
+            phase,
+            text: Some(format!("cargo test {i}.{k}")),
+            exit_code: None,
+        };
+        vec![
+            FlightChange::Session {
+                thread_id: Some(format!("thr-{i}")),
+                turn_id: Some(format!("turn-{i}.{k}")),
+            },
+            item(ItemPhase::Started),
+            FlightChange::CommandOutput {
+                item_id: format!("i{i}.{k}"),
+                text: format!("ok {i}.{k}\n"),
+            },
+            item(ItemPhase::Completed),
+        ]
+    };
+    let run = |b: Broker, ids: Vec<String>, k: usize| async move {
+        join_all(ids.iter().enumerate().map(|(i, id)| {
+            let b = b.clone();
+            async move {
+                for change in turn(i, k) {
+                    b.update_flight(id, change).await.unwrap();
+                }
+            }
+        }))
+        .await;
+    };
+    let readers_agree = |b: &Broker, ids: &[String]| {
+        let published = as_published(b.store());
+        for id in ids {
+            let rules = &published[id];
+            assert_eq!(&b.store().flight(id).unwrap().unwrap(), rules, "{id}");
+            let live = b.store().live_flights().unwrap();
+            assert_eq!(live.iter().find(|f| &f.id == id), Some(rules));
+            assert!(b
+                .store()
+                .values::<Flight>(T::Flights)
+                .unwrap()
+                .contains(rules));
+        }
+        published
+    };
+    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
+    let ids = support::one_flight_each(&b, FLIGHTS).await;
+    for id in &ids {
+        b.update_flight(id, state(FlightState::Running, None))
+            .await
+            .unwrap();
+    }
+    run(b.clone(), ids.clone(), 0).await;
+    b.store().flush().await.unwrap();
+    let published = readers_agree(&b, &ids);
+    for (i, id) in ids.iter().enumerate() {
+        // Running is update 1; the 4 after it lag.
+        assert_eq!(record(b.store(), id).update_seq, 1, "{id}");
+        let rules = &published[id];
+        assert_eq!(rules.update_seq, 5);
+        assert_eq!(
+            (rules.thread_id.as_deref(), rules.turn_id.clone()),
+            (Some(&*format!("thr-{i}")), Some(format!("turn-{i}.0")))
+        );
+        assert!(rules.summary.as_deref().unwrap().contains("cargo test"));
+    }
+    // The usage counters fold from the record: usage writes it.
+    for id in &ids {
+        b.update_flight(id, FlightChange::Usage(TokenUsage::new(10, 5)))
+            .await
+            .unwrap();
+        assert_eq!(record(b.store(), id).update_seq, 6);
+    }
+    run(b.clone(), ids.clone(), 1).await;
+    b.store().flush().await.unwrap();
+    readers_agree(&b, &ids);
+    assert!(b.store().verify().unwrap().is_consistent());
+
+    // A restart: the writer reads the lagging records and numbers on from the flights.
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+    let (b, _stop, _writer) = support::start(support::reopen(&path).await).await;
+    readers_agree(&b, &ids);
+    run(b.clone(), ids.clone(), 2).await;
+    b.store().flush().await.unwrap();
+    let published = readers_agree(&b, &ids);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(published[id].update_seq, 14);
+        assert_eq!(published[id].turn_id, Some(format!("turn-{i}.2")));
+        assert_eq!(record(b.store(), id).update_seq, 6);
+        b.update_flight(id, state(FlightState::Completed, Some("done")))
+            .await
+            .unwrap();
+        let ended = b.store().flight(id).unwrap().unwrap();
+        assert_eq!(record(b.store(), id).update_seq, ended.update_seq);
+        assert_eq!(ended.turn_id, Some(format!("turn-{i}.2")));
+    }
+    let report = b.store().verify().unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+    let usage = b.store().flight(&ids[0]).unwrap().unwrap().usage;
+    assert_eq!(usage, Some(TokenUsage::new(10, 5)));
 }
 
 /// Every event is found by its seq, and read from any seq on; `event_pos` holds one in 16.

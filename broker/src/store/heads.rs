@@ -1,10 +1,12 @@
-//! A streaming flight's record is not rewritten for every delta. Each `flight_updated`
+//! A live flight's record is not rewritten for every update. Each `flight_updated`
 //! event carries the whole flight, and its `flights` record used to be written again in
 //! sled for each one: about 1 KB of sled per streamed delta, most of what sled wrote, and
-//! memory that sled keeps. Now [`apply`](super::apply) writes a flight's record for
-//! every change but a delta, for every [`SNAPSHOT_EVERY`]th update, and when the flight
-//! ends; the deltas between are folded onto the record when it is read
-//! ([`Flight::apply`], the one fold every reader shares):
+//! memory that sled keeps. Now [`apply`](super::apply) writes a flight's record for a
+//! change of state or of usage (the usage counters fold from the record before it), for
+//! every [`SNAPSHOT_EVERY`]th update, and when the flight ends; the updates between
+//! (deltas, items, the session's ids, commands, notes...) are folded onto the record when
+//! it is read ([`Flight::apply`], the one fold every reader shares). None of them changes
+//! a flight's id, agent or state:
 //! - by the writer's rules, from [`Heads`]: the newest state of each flight whose
 //!   record lags, kept in memory by the store and moved on only when a transaction
 //!   commits (a transaction's own changes sit in its overlay until then);
@@ -29,13 +31,22 @@ use super::{Store, Tx};
 use crate::error::BrokerError;
 
 /// A streaming flight's record is written at least every this many of its updates, so
-/// a reader folds at most this many minus one deltas onto it.
+/// a reader folds at most this many minus one updates onto it.
 pub const SNAPSHOT_EVERY: u64 = 32;
 
 /// Whether `update`, which made `flight`, leaves the flight's record as it is (the
-/// deltas between records: see the module header).
+/// updates between records: see the module header).
 pub fn record_lags(update: &FlightUpdate, flight: &Flight) -> bool {
-    is_delta(update) && !flight.state.is_terminal() && !update.seq.is_multiple_of(SNAPSHOT_EVERY)
+    lags(update) && !flight.state.is_terminal()
+}
+
+/// Whether an update of a live flight leaves its record as it is: all but a change of
+/// state or usage and every [`SNAPSHOT_EVERY`]th update.
+fn lags(update: &FlightUpdate) -> bool {
+    !matches!(
+        update.change,
+        FlightChange::State { .. } | FlightChange::Usage(_)
+    ) && !update.seq.is_multiple_of(SNAPSHOT_EVERY)
 }
 
 /// The newest state of each flight whose record lags behind it (the writer's; see the
@@ -134,10 +145,10 @@ fn fold(flight: &mut Flight, update: &FlightUpdate, last_delta: bool) -> bool {
 }
 
 impl Store {
-    /// `flight` (its record) with the deltas stored after it folded on, those on disk.
+    /// `flight` (its record) with the updates stored after it folded on, those on disk.
     pub(super) fn current(&self, mut flight: Flight) -> Result<Flight, BrokerError> {
         // A record is re-read (at most a few times) when a later change rewrote it
-        // while this fold read the deltas after it.
+        // while this fold read the updates after it.
         for _ in 0..4 {
             if flight.state.is_terminal() {
                 return Ok(flight);
@@ -163,7 +174,8 @@ impl Store {
                     last_delta = is_delta(&update);
                     continue;
                 }
-                if !is_delta(&update) {
+                // An update the record does not lag behind: it was written again since.
+                if !lags(&update) {
                     rewritten = true;
                     break;
                 }

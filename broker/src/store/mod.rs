@@ -21,8 +21,9 @@
 //! - `message_ids`: message id -> key in `messages`
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record (a
 //!   completed flight's record with a long output: version 2, the output read from its
-//!   completion in the log, [`decode_flight`]). A streaming flight's record is not
-//!   written for each delta: the deltas after it are folded on when it is read (`heads`)
+//!   completion in the log, [`decode_flight`]). A live flight's record is written for
+//!   a change of state or usage, not for each delta, item or other update: those after
+//!   it are folded on when it is read (`heads`)
 //! - `flight_updates`: flight id, 0, per-flight seq (u64 BE) -> the global seq and the
 //!   log position of the event that made the [`FlightUpdate`] (two u64 BE): the update
 //!   itself is stored once, in the log
@@ -66,9 +67,9 @@
 //! encoding every subscriber gets ([`Published`]); `shared` stores a flight's answer
 //! once ([`decode_record`] reads every record back); `slim` stores a flight's update
 //! without its flight (`shared` reads it back through `slim`); `heads` keeps the newest state of
-//! the streaming flights whose record lags, and folds their deltas on for readers. They
+//! the live flights whose record lags, and folds their updates on for readers. They
 //! layer one way: `keys` <- `slim` <- `shared` <- `published`, `usage` <-> `projections` <-
-//! `queries` <-> `heads` (a read folds a lagging record's deltas on, reading them as
+//! `queries` <-> `heads` (a read folds a lagging record's updates on, reading them as
 //! `queries` reads updates), `doctor` (`projections` calls the fold, which writes through
 //! its `Sink`).
 //!

@@ -142,8 +142,8 @@ impl Store {
         self.live_flights_where(|_| true)
     }
 
-    /// The live flights `keep` accepts, judged on their records before the deltas after
-    /// them are folded on (see `heads`: a delta changes no id, agent or state), so only
+    /// The live flights `keep` accepts, judged on their records before the updates after
+    /// them are folded on (see `heads`: those change no id, agent or state), so only
     /// those kept are folded.
     pub fn live_flights_where(
         &self,

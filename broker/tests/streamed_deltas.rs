@@ -69,17 +69,23 @@ fn record(store: &Store, id: &str) -> Flight {
     decode_flight_without_output(&v).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
-    let ids = support::one_flight_each(&b, FLIGHTS).await;
+/// [`FLIGHTS`] flights, one per agent, each running (its update 1).
+async fn running_flights(b: &Broker) -> Vec<String> {
+    let ids = support::one_flight_each(b, FLIGHTS).await;
     for id in &ids {
         b.update_flight(id, state(FlightState::Running, None))
             .await
             .unwrap();
     }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_flights_lagging_record_is_read_whole_by_all_and_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
+    let ids = running_flights(&b).await;
     stream(&b, &ids, 0..BEFORE).await;
     b.store().flush().await.unwrap();
     let published = as_published(b.store());
@@ -214,12 +220,7 @@ async fn a_live_flights_record_lags_behind_its_items_and_session_too() {
         published
     };
     let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
-    let ids = support::one_flight_each(&b, FLIGHTS).await;
-    for id in &ids {
-        b.update_flight(id, state(FlightState::Running, None))
-            .await
-            .unwrap();
-    }
+    let ids = running_flights(&b).await;
     run(b.clone(), ids.clone(), 0).await;
     b.store().flush().await.unwrap();
     let published = readers_agree(&b, &ids);

@@ -1090,9 +1090,7 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
             }
         );
         assert_eq!(counts, scan(b.store()));
-        stop.cancel();
-        drop(b);
-        writer.await.unwrap();
+        stop_on(b, stop, writer).await;
         counts
     };
     let (b, stop, writer) = start_on(&path).await;
@@ -1110,9 +1108,7 @@ async fn status_counts_follow_every_change_and_match_a_scan_after_a_restart() {
     let scanned: Vec<String> = store_scan_live(b.store());
     assert_eq!(live_ids(b.store()), scanned);
     assert!(b.store().verify().unwrap().is_consistent());
-    stop.cancel();
-    drop(b);
-    writer.await.unwrap();
+    stop_on(b, stop, writer).await;
 
     // A database from before the index: built at the first open.
     {
@@ -1161,9 +1157,7 @@ async fn deliveries_settle_once_whether_planned_before_or_after_a_restart() {
         let (b, stop, writer) = start_on(&path).await;
         b.register_agent(spec("a")).await.unwrap();
         flights.extend(plan(b.clone()).await);
-        stop.cancel();
-        drop(b);
-        writer.await.unwrap();
+        stop_on(b, stop, writer).await;
     }
     let (b, stop, writer) = start_on(&path).await;
     flights.extend(plan(b.clone()).await);
@@ -1202,9 +1196,7 @@ async fn deliveries_settle_once_whether_planned_before_or_after_a_restart() {
         }
     }
     assert!(b.store().verify().unwrap().is_consistent());
-    stop.cancel();
-    drop(b);
-    writer.await.unwrap();
+    stop_on(b, stop, writer).await;
 }
 
 /// `busy` is derived from the flights, not stored: an agent is shown busy while a flight
@@ -1263,9 +1255,7 @@ async fn an_agent_is_busy_while_a_flight_of_its_runs_and_busy_is_never_stored() 
         // One of a's ends: a still has one running.
         b.update_flight(&fa[0], to(Completed)).await.unwrap();
         assert_eq!(shown(&b, &agents).await, [Busy, Busy, Idle]);
-        stop.cancel();
-        drop(b);
-        writer.await.unwrap();
+        stop_on(b, stop, writer).await;
         (fa, fb)
     };
     // After a restart, from the live flights.
@@ -1277,9 +1267,7 @@ async fn an_agent_is_busy_while_a_flight_of_its_runs_and_busy_is_never_stored() 
     b.update_flight(&flights_b[0], to(Cancelled)).await.unwrap();
     // Queued flights make no one busy.
     assert_eq!(shown(&b, &agents).await, [Idle, Idle, Idle]);
-    stop.cancel();
-    drop(b);
-    writer.await.unwrap();
+    stop_on(b, stop, writer).await;
 }
 
 /// The agents' states as a client sees them; each stored as `idle` (busy is not stored).
@@ -1356,9 +1344,7 @@ async fn agent_names_in_any_case_follow_many_registrations_at_once_and_a_restart
         }
         check(&b, &|k| k % 4 != 0);
         assert_eq!(b.counts().agents, 24);
-        stop.cancel();
-        drop(b);
-        writer.await.unwrap();
+        stop_on(b, stop, writer).await;
     }
     // After a restart, from one scan of the agents: both cases of `agent-2` counted.
     let (b, stop, writer) = start_on(&path).await;
@@ -1371,9 +1357,7 @@ async fn agent_names_in_any_case_follow_many_registrations_at_once_and_a_restart
     b.remove_agent(&upper(1)).await.unwrap();
     check(&b, &|k| k % 4 != 0 && k != 1 && k != 2);
     assert_eq!(b.counts().agents, 21);
-    stop.cancel();
-    drop(b);
-    writer.await.unwrap();
+    stop_on(b, stop, writer).await;
 }
 
 /// A broker on the database at `path`, with what stops it and its writer task.
@@ -1389,6 +1373,13 @@ async fn start_on(
     .await
     .unwrap();
     (b, stop, writer)
+}
+
+/// Stops a broker [`start_on`] started and waits for its writer to end.
+async fn stop_on(b: Broker, stop: CancellationToken, writer: tokio::task::JoinHandle<()>) {
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
 }
 
 fn store_scan_live(store: &Store) -> Vec<String> {

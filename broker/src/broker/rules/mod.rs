@@ -74,12 +74,12 @@ impl Ctx<'_, '_> {
         match &published.event.body {
             EventBody::InvocationCreated { invocation, flight } if !flight.state.is_terminal() => {
                 *self.live_delta.entry(flight.agent.clone()).or_insert(0) += 1;
-                let deliveries = self
-                    .planned
-                    .iter()
-                    .filter(|(m, t, _)| *m == invocation.request_message && *t == flight.agent)
-                    .map(|(_, _, id)| id.clone())
-                    .collect();
+                // Taken out: each is for one task, and the list stays short in a big batch.
+                let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.planned)
+                    .into_iter()
+                    .partition(|(m, t, _)| *m == invocation.request_message && *t == flight.agent);
+                self.planned = rest;
+                let deliveries = mine.into_iter().map(|(_, _, id)| id).collect();
                 let kept = Kept {
                     deliveries: Some(deliveries),
                     ..Kept::default()

@@ -44,6 +44,19 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast || status=$?
 fi
+# CI shows only the head and the tail of a long log: the failures' first lines again, last
+# (the test, and where and why it panicked, from nextest's JUnit report).
+junit="${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml"
+if [ "$status" -ne 0 ] && [ -f "$junit" ]; then
+  echo "test: the failures, in short (all of each above):" >&2
+  awk '/<testcase /{match($0, /name="[^"]*"/); name=substr($0, RSTART+6, RLENGTH-7);
+         match($0, /classname="[^"]*"/); class=substr($0, RSTART+11, RLENGTH-12)}
+       /<failure /{print "  FAIL " class " " name; sub(/.*<failure[^>]*>/, ""); left=8}
+       /^stack backtrace:/{left=0}
+       left>0 {gsub(/&apos;/, "\047"); gsub(/&quot;/, "\""); gsub(/&lt;/, "<");
+               gsub(/&gt;/, ">"); gsub(/&amp;/, "\\&"); print "    " substr($0, 1, 300); left--}' \
+    "$junit" >&2
+fi
 # The browser tests' screenshots (tests/src/browser.rs: artifacts_dir), failed run or not.
 artifacts="${RELAY_TEST_ARTIFACTS:-target/test-artifacts}"
 case "$artifacts" in /*) ;; *) artifacts="$PWD/$artifacts" ;; esac

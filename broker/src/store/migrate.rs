@@ -157,6 +157,9 @@ pub fn migrate(
     // The switch.
     let store_dir = dir.join(STORE_DIR);
     std::fs::rename(&tmp, &store_dir).map_err(io(&tmp))?;
+    // sled lets go of its lock after the drop above returns: the store opened next is
+    // this one, moved, and its lock may still be ours for a moment.
+    relay_infra::disk::moved_here(&store_dir.join("db"));
     sync_dir(dir)?;
     let v1_bytes = dir_bytes(&v1_path);
     finish_switch(dir)?;

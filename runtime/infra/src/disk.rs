@@ -219,6 +219,14 @@ pub fn open_private(config: sled::Config, path: &Path) -> sled::Result<sled::Db>
     Ok(db)
 }
 
+/// The database at `to` is one this process opened elsewhere and moved there (the
+/// migration's `store.migrating` renamed `store`): a reopen waits for its lock as for
+/// one opened at `to` ([`OPENED`]).
+pub fn moved_here(to: &Path) {
+    let key = to.canonicalize().unwrap_or_else(|_| to.to_path_buf());
+    OPENED.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+}
+
 /// The databases this process has opened. sled 0.34 releases its file lock after
 /// `Db`'s drop returns, once its own threads let go (sled's issues #1234 and #1289):
 /// reopening a database this process just closed can find it still locked, by

@@ -155,11 +155,13 @@ pub fn conversation_replay(
     let conversation = store
         .conversation(id)?
         .ok_or_else(|| BrokerError::UnknownConversation(id.into()))?;
+    // Its messages, and the flights asked in it (from the replay index).
+    let mut seqs = store.message_seqs(id, from, upto)?;
+    seqs.extend(store.replay_seqs(Scope::Conversation, id, from, upto)?);
+    seqs.sort_unstable();
+    seqs.dedup();
     let mut entries = Vec::new();
-    for event in events(
-        store,
-        &store.replay_seqs(Scope::Conversation, id, from, upto)?,
-    )? {
+    for event in events(store, &seqs)? {
         let seq = event.seq;
         entries.push(match event.body {
             EventBody::MessagePosted { message, .. } => ConversationEntry::Message { seq, message },

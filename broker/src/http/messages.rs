@@ -10,18 +10,13 @@ use relay_protocol::methods::call as m;
 
 use super::{ApiJson, ApiResult, ApiState, Login, Principal, Req};
 use crate::error::BrokerError;
-use crate::store::T;
 
 /// An agent's token lists the conversations it may read (see `reads`).
 pub(super) async fn list_conversations(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
 ) -> ApiResult<Vec<Conversation>> {
-    let mut all: Vec<Conversation> = s
-        .broker
-        .store()
-        .read(|st| st.values(T::Conversations))
-        .await?;
+    let mut all: Vec<Conversation> = s.broker.store().read(|st| st.conversations()).await?;
     if let Some(me) = principal.agent() {
         all.retain(|c| super::reads::in_conversation(c, me));
     }

@@ -15,7 +15,8 @@
 //!   for one event in [`EVENT_POS_EVERY`]: another is found from the nearest before it
 //!   by the headers of the records between ([`EventLog::find`])
 //! - `agents`: name -> [`Agent`]
-//! - `conversations`: id -> [`Conversation`]
+//! - `conversations`: id -> [`Conversation`] as created: its message count is read from
+//!   `messages` (`counts`), not written for each message
 //! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
 //!   of the event that posted the [`Message`] (two u64 BE): stored once, in the log
 //! - `message_ids`: message id -> key in `messages`
@@ -32,8 +33,9 @@
 //!   root flight id -> `UsageTotals` (the usage counters budgets read: see `usage`)
 //! - `replay_index`: scope letter + id, 0, global seq (u64 BE) -> nothing: the events a
 //!   replay of an agent (`a`), a conversation (`c`) or a flight (`f`) reads besides the
-//!   flight's updates ([`Scope`], [`replay_scopes`]). Deltas are not in it: a flight's
-//!   updates are read from `flight_updates`, which holds each one's global seq.
+//!   flight's updates and the conversation's messages ([`Scope`], [`replay_scopes`]).
+//!   Deltas and messages are not in it: they are read from `flight_updates` and
+//!   `messages`, which hold each one's global seq.
 //! - `rules`: rule id -> remembered [`Rule`](relay_protocol::domain::Rule), its `matched`
 //!   and `last_matched_at` folded from the `approval_decided` events decided by
 //!   `rule:<id>`; deleted by `rule_removed`.
@@ -67,7 +69,8 @@
 //! encoding every subscriber gets ([`Published`]); `shared` stores a flight's answer
 //! once ([`decode_record`] reads every record back); `slim` stores a flight's update
 //! without its flight (`shared` reads it back through `slim`); `heads` keeps the newest state of
-//! the live flights whose record lags, and folds their updates on for readers. They
+//! the live flights whose record lags, and folds their updates on for readers; `counts`
+//! keeps the conversations' message counts and reads them for readers. They
 //! layer one way: `keys` <- `slim` <- `shared` <- `published`, `usage` <-> `projections` <-
 //! `queries` <-> `heads` (a read folds a lagging record's updates on, reading them as
 //! `queries` reads updates), `doctor` (`projections` calls the fold, which writes through
@@ -79,6 +82,7 @@
 //! [`Message`]: relay_protocol::domain::Message
 //! [`FlightUpdate`]: relay_protocol::domain::FlightUpdate
 
+mod counts;
 mod doctor;
 mod heads;
 mod keys;
@@ -133,6 +137,8 @@ pub struct Store {
     read_back: Arc<published::ReadBack>,
     /// The newest state of the flights whose record lags (the writer's: see `heads`).
     heads: Arc<heads::Heads>,
+    /// The message count of each conversation posted in (the writer's: see `counts`).
+    counts: Arc<counts::Counts>,
     /// Keeps a temporary store's directory alive.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -192,6 +198,7 @@ impl Store {
             log,
             read_back: Arc::default(),
             heads: Arc::default(),
+            counts: Arc::default(),
             _temp: temp,
         };
         store.index_once_each()?;
@@ -219,18 +226,23 @@ impl Store {
         f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
     ) -> Result<R, BrokerError> {
         let overlay = heads::Overlay::default();
+        let counts_overlay = counts::CountOverlay::default();
+        self.counts.load(self)?;
         let done = self
             .trees
             .as_slice()
             .transaction(|trees| {
                 // A try sled runs again starts from what is committed.
                 overlay.borrow_mut().clear();
+                counts_overlay.borrow_mut().clear();
                 f(&Tx {
                     trees,
                     durable: &self.durable,
                     log: &self.log,
                     heads: &self.heads,
                     overlay: &overlay,
+                    counts: &self.counts,
+                    counts_overlay: &counts_overlay,
                 })
                 .map_err(|e| match e {
                     // Let sled retry the whole closure, as it expects.
@@ -243,6 +255,7 @@ impl Store {
                 sled::transaction::TransactionError::Storage(e) => BrokerError::Storage(e),
             })?;
         self.heads.commit(&overlay);
+        self.counts.commit(&counts_overlay);
         Ok(done)
     }
 
@@ -326,6 +339,10 @@ pub struct Tx<'a> {
     /// them (see `heads`).
     heads: &'a heads::Heads,
     overlay: &'a heads::Overlay,
+    /// The conversations' message counts, as committed, and this transaction's posts
+    /// (see `counts`).
+    counts: &'a counts::Counts,
+    counts_overlay: &'a counts::CountOverlay,
 }
 
 impl Tx<'_> {

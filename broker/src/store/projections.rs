@@ -30,20 +30,22 @@ pub trait Sink {
     /// `flight` changed, and its record is left as it is (see `heads`). Only the
     /// writer's transaction keeps the newest state; a rebuild has no reader to give it.
     fn lag(&self, _flight: &Flight) {}
+    /// Conversation `id` has `count` messages now (see `counts`). Only the writer's
+    /// transaction keeps it; a rebuild has no reader to give it.
+    fn count(&self, _id: &str, _count: u64) {}
 }
 
 /// The replay scopes an event belongs to: an agent's registrations, removals, lost
-/// threads and flights; a conversation's messages and the flights asked in it; a
-/// flight's creation and approvals. A flight's updates are not here (they are in
-/// `flight_updates`, with their seq), so streaming text costs the index nothing.
+/// threads and flights; the flights asked in a conversation; a flight's creation and
+/// approvals. A flight's updates are not here (they are in `flight_updates`, with their
+/// seq), so streaming text costs the index nothing; nor a conversation's messages (in
+/// `messages`, with theirs: [`Store::message_seqs`]), so a posted message costs it
+/// nothing either.
 pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
     match body {
         EventBody::AgentRegistered { agent } => vec![(Scope::Agent, agent.spec.name.as_str())],
         EventBody::AgentRemoved { name, .. } => vec![(Scope::Agent, name.as_str())],
         EventBody::ThreadLost { agent, .. } => vec![(Scope::Agent, agent.as_str())],
-        EventBody::MessagePosted { message, .. } => {
-            vec![(Scope::Conversation, message.conversation.as_str())]
-        }
         EventBody::InvocationCreated { invocation, flight } => vec![
             (Scope::Agent, flight.agent.as_str()),
             (Scope::Conversation, invocation.conversation.as_str()),
@@ -56,6 +58,7 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
         | EventBody::RuleAdded { .. }
         | EventBody::RuleRemoved { .. }
         | EventBody::ConversationCreated { .. }
+        | EventBody::MessagePosted { .. }
         | EventBody::DeliveryPlanned { .. }
         | EventBody::DeliveryAttempted { .. }
         | EventBody::FlightUpdated { .. }
@@ -79,24 +82,22 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
         }
         EventBody::AgentRemoved { name, .. } => sink.del(T::Agents, name.as_bytes()),
         EventBody::ThreadLost { .. } => Ok(()),
-        EventBody::ConversationCreated { conversation } => sink.put(
-            T::Conversations,
-            conversation.spec.id.as_bytes(),
-            encode(conversation)?,
-        ),
-        EventBody::MessagePosted {
-            message,
-            conversation,
-        } => {
-            let key = child_key(&message.conversation, message.index);
-            sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
-            // The message itself is stored once, in the log.
-            sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
+        EventBody::ConversationCreated { conversation } => {
+            sink.count(&conversation.spec.id, conversation.message_count);
             sink.put(
                 T::Conversations,
                 conversation.spec.id.as_bytes(),
                 encode(conversation)?,
             )
+        }
+        EventBody::MessagePosted { message, .. } => {
+            let key = child_key(&message.conversation, message.index);
+            sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
+            // The message itself is stored once, in the log; its conversation's count
+            // is its index plus one (see `counts`), not written to the record.
+            sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
+            sink.count(&message.conversation, message.index.saturating_add(1));
+            Ok(())
         }
         EventBody::DeliveryPlanned { delivery } | EventBody::DeliveryAttempted { delivery } => {
             sink.put(T::Deliveries, delivery.id.as_bytes(), encode(delivery)?)
@@ -221,6 +222,9 @@ impl Sink for Tx<'_> {
     fn lag(&self, flight: &Flight) {
         self.set_head(&flight.id, Some(flight.clone()));
     }
+    fn count(&self, id: &str, count: u64) {
+        self.set_count(id, count);
+    }
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
         self.outside_log(tree);
         self.trees[tree as usize].remove(key).map_err(unabortable)?;
@@ -261,7 +265,35 @@ impl Store {
         self.index_once(b"flight_children_indexed", Store::index_flight_children)?;
         self.index_once(b"replay_indexed", Store::index_replays)?;
         self.index_once(b"flight_outputs_in_log", Store::outputs_to_log)?;
-        self.index_once(b"event_pos_sparse", Store::sparse_event_pos)
+        self.index_once(b"event_pos_sparse", Store::sparse_event_pos)?;
+        self.index_once(b"messages_uncounted", Store::messages_uncounted)
+    }
+
+    /// A store made before a conversation's count was read from `messages` (`counts`)
+    /// wrote the record again for each message, and indexed each message for replay:
+    /// the records go back to the count they were created with and the messages leave
+    /// the replay index (what a rebuild from the log would write).
+    fn messages_uncounted(&self) -> Result<(), BrokerError> {
+        for kv in self.tree(T::Conversations).iter() {
+            let (id, value) = kv?;
+            let mut c: relay_protocol::domain::Conversation = decode(&value)?;
+            if c.message_count != 0 {
+                c.message_count = 0;
+                self.tree(T::Conversations).insert(id, encode(&c)?)?;
+            }
+        }
+        let mut batch = sled::Batch::default();
+        for kv in self.tree(T::Messages).iter() {
+            let (key, value) = kv?;
+            let (seq, _) = parse_pair(&value)?;
+            let Some(end) = key.len().checked_sub(9) else {
+                continue;
+            };
+            let conversation = String::from_utf8_lossy(&key[..end]);
+            batch.remove(Scope::Conversation.key(&conversation, seq));
+        }
+        self.tree(T::ReplayIndex).apply_batch(batch)?;
+        Ok(())
     }
 
     /// A store made before `event_pos` held one event in [`EVENT_POS_EVERY`] has a key

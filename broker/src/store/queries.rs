@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use relay_protocol::domain::{
-    Agent, Approval, Conversation, Delivery, Flight, FlightUpdate, Invocation, Message, Rule,
+    Agent, Approval, Delivery, Flight, FlightUpdate, Invocation, Message, Rule,
 };
 use relay_protocol::event::Event;
 
@@ -97,6 +97,26 @@ impl Store {
                 Ok(u64::from_be_bytes(tail))
             })
             .collect()
+    }
+
+    /// The seqs of the events that posted conversation `id`'s messages, in `after+1 ..=
+    /// upto`, in order (a message's index and its seq grow together).
+    pub fn message_seqs(&self, id: &str, after: u64, upto: u64) -> Result<Vec<u64>, BrokerError> {
+        let mut seqs = Vec::new();
+        for v in self
+            .tree(T::Messages)
+            .scan_prefix(child_prefix(id))
+            .values()
+        {
+            let (seq, _) = parse_pair(&v?)?;
+            if seq > upto {
+                break;
+            }
+            if seq > after {
+                seqs.push(seq);
+            }
+        }
+        Ok(seqs)
     }
 
     /// The event with global seq `seq` (once it is on disk).
@@ -251,10 +271,6 @@ impl Store {
         Ok(self
             .invocation(&flight.invocation)?
             .is_some_and(|i| i.requester == me))
-    }
-
-    pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
-        self.get(T::Conversations, id.as_bytes())
     }
 
     pub fn approval(&self, id: &str) -> Result<Option<Approval>, BrokerError> {

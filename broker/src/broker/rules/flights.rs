@@ -9,10 +9,9 @@
 
 use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
-    cap_files, id_token, streamed_bytes, truncate_bytes, Agent, Conversation, ConversationKind,
-    ConversationSpec, DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation,
-    InvokeRequest, Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES,
-    MAX_RECORDED_PATCH,
+    cap_files, id_token, streamed_bytes, truncate_bytes, Agent, ConversationKind, ConversationSpec,
+    DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest,
+    Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES, MAX_RECORDED_PATCH,
 };
 use relay_protocol::event::EventBody;
 
@@ -49,10 +48,7 @@ impl Ctx<'_, '_> {
                     (&req.target, &req.requester)
                 };
                 let id = format!("direct.{}.{}", id_token(a), id_token(b));
-                match self
-                    .tx
-                    .read::<Conversation>(T::Conversations, id.as_bytes())?
-                {
+                match self.tx.conversation(&id)? {
                     Some(c) => c,
                     None => match self.create_conversation(&ConversationSpec {
                         id,

@@ -280,7 +280,7 @@ impl Ctx<'_, '_> {
 
     fn conversation(&self, id: &str) -> Result<Conversation, BrokerError> {
         self.tx
-            .read(T::Conversations, id.as_bytes())?
+            .conversation(id)?
             .ok_or_else(|| BrokerError::UnknownConversation(id.into()))
     }
 

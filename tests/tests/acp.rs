@@ -230,10 +230,14 @@ async fn scenario(cli: Cli) {
     );
     assert!(env.work.join("keep-me").is_dir());
 
-    // Interrupt cancels a slow turn.
+    // Interrupt cancels a slow turn: 6 s of words, so that the interrupt lands in it
+    // however slowly a loaded machine starts `relay interrupt` after the first.
     let id = env.ask_no_wait(
         "a1",
-        "Go slowly. slow: one two three four five six seven eight",
+        &format!(
+            "Go slowly. slow: {}",
+            ["one two three four five"; 4].join(" ")
+        ),
     );
     env.wait_delta(&id).await;
     env.relay.cli_ok(&["interrupt", &id]);

@@ -223,7 +223,14 @@ fn apply(store: &Store, view: &mut View, event: &Event) -> Result<(), BrokerErro
                 conversation,
             },
         ) => {
-            v.conversation = conversation.clone();
+            match conversation {
+                // A broker before 2026-11-29's event: the conversation after it.
+                Some(c) => v.conversation = c.clone(),
+                None => {
+                    let count = &mut v.conversation.message_count;
+                    *count = (*count).max(message.index.saturating_add(1));
+                }
+            }
             if v.messages.last().is_none_or(|m| m.index < message.index) {
                 v.messages.push(message.clone());
             }

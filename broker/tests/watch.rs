@@ -252,11 +252,11 @@ fn rebuilt(log: &[Event], scope: &Scope, seq: u64) -> View {
                     EventBody::ConversationCreated { conversation: c } if c.spec.id == *id => {
                         conversation = Some(c.clone())
                     }
-                    EventBody::MessagePosted {
-                        message,
-                        conversation: c,
-                    } if c.spec.id == *id => {
-                        conversation = Some(c.clone());
+                    // The message alone: its index says its conversation's count.
+                    EventBody::MessagePosted { message, .. } if message.conversation == *id => {
+                        if let Some(c) = conversation.as_mut() {
+                            c.message_count = message.index + 1;
+                        }
                         messages.push(message.clone());
                     }
                     _ => {}

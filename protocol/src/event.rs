@@ -72,7 +72,12 @@ wire_tagged_enum! {
         },
         MessagePosted = "message_posted" {
             message: Message,
-            conversation: Conversation,
+            /// The conversation as it was after the message: only in the events of a
+            /// broker before 2026-11-29. Each message carried a copy of it; its count is
+            /// the message's `index` plus one, and the rest is its
+            /// `conversation_created`'s.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            conversation: Option<Conversation>,
         },
         DeliveryPlanned = "delivery_planned" {
             delivery: Delivery,

@@ -12,8 +12,8 @@
 //!   `messages` on disk.
 //!
 //! The stored record keeps the count it was created with (0). The `message_posted`
-//! event still carries the conversation with its count after the message, as the wire
-//! always had it.
+//! event carries the message alone: its index says the count (a broker before
+//! 2026-11-29 put the conversation after it in the event too).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -241,8 +241,12 @@ function conversationView(id) {
     },
     message_posted(e) {
       const atEnd = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-      // The event carries the conversation as it is after the message: its count.
+      // The message's index says its conversation's count (a broker before 2026-11-29's
+      // event carries the conversation after it instead).
       if (e.conversation) conversation = e.conversation;
+      else {
+        conversation.message_count = Math.max(conversation.message_count ?? 0, e.message.index + 1);
+      }
       add(e.message);
       paintHeader();
       if (atEnd) list.lastElementChild.scrollIntoView({ block: "end" });

@@ -105,7 +105,7 @@ impl Ctx<'_, '_> {
     /// to one agent, settled together, were two events more per flight saying the same.
     pub(super) fn post(
         &mut self,
-        mut conversation: Conversation,
+        conversation: Conversation,
         post: PostMessage,
         asked: Option<&str>,
     ) -> Result<Message, BrokerError> {
@@ -121,7 +121,6 @@ impl Ctx<'_, '_> {
             meta: post.meta,
             created_at: self.now,
         };
-        conversation.message_count += 1;
         let participants: Vec<String> = match conversation.spec.kind {
             ConversationKind::Direct => conversation
                 .spec
@@ -136,9 +135,10 @@ impl Ctx<'_, '_> {
                 .collect(),
             _ => Vec::new(),
         };
+        // The message alone: its conversation's count is its index plus one.
         self.emit(EventBody::MessagePosted {
             message: message.clone(),
-            conversation,
+            conversation: None,
         })?;
         for target in participants {
             // Only registered agents get deliveries.

@@ -39,6 +39,9 @@ status=0
 # test. On 2 cores the whole suite took 461 s with 4 against 507 s with 2, all passing;
 # the load tests and the benchmark still run alone (.config/nextest.toml).
 threads=$(( $(nproc) * 2 ))
+# The JUnit report the failures are summed up from below: this run's, or none.
+junit="${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml"
+rm -f "$junit"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast --failure-output final --test-threads "$threads" || status=$?
 else
@@ -46,7 +49,6 @@ else
 fi
 # CI shows only the head and the tail of a long log: the failures' first lines again, last
 # (the test, and where and why it panicked, from nextest's JUnit report).
-junit="${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml"
 if [ "$status" -ne 0 ] && [ -f "$junit" ]; then
   echo "test: the failures, in short (all of each above):" >&2
   awk '/<testcase /{match($0, /name="[^"]*"/); name=substr($0, RSTART+6, RLENGTH-7);

@@ -1,11 +1,12 @@
 //! Replays built from the log: one flight, an agent's session across turns, a
 //! conversation (the shapes are in [`relay_protocol::replay`]).
 //!
-//! Nothing here scans the log. A flight's updates come from `flight_updates`, which keeps
-//! each update's global seq; everything else a replay needs (an agent's registrations,
-//! lost threads and flights; a conversation's messages and the flights asked in it; a
-//! flight's request and approvals) is found through the `replay_index` tree
-//! ([`Scope`]), whose keys end in the seq of the event, then read from the log by seq.
+//! Nothing here scans the log. A flight's updates come from `flight_updates`, and a
+//! conversation's messages from `messages`, which keep each one's global seq; everything
+//! else a replay needs (an agent's registrations, lost threads and flights; the flights
+//! asked in a conversation; a flight's request and approvals) is found through the
+//! `replay_index` tree ([`Scope`]), whose keys end in the seq of the event, then read
+//! from the log by seq.
 //! States come from the events too (the flight record a flight's last update carries),
 //! never from a projection that may hold a commit not yet flushed: a replay is cut at
 //! the last published seq, so it only shows what is durable, and a log gives the same

@@ -135,16 +135,31 @@ async fn check_rooms(b: &Broker, expected: &[u64; 3]) {
             Some((n - 1, None)),
             "{room}: the last post's event"
         );
-        let replayed = replay::conversation(b, room.clone(), 0).await.unwrap();
-        let indexes: Vec<u64> = replayed
-            .entries
-            .iter()
-            .filter_map(|e| match e {
-                ConversationEntry::Message { message, .. } => Some(message.index),
-                _ => None,
-            })
-            .collect();
+        let replayed = |from: u64| {
+            let room = room.clone();
+            async move {
+                let all = replay::conversation(b, room, from).await.unwrap().entries;
+                all.into_iter()
+                    .filter_map(|e| match e {
+                        ConversationEntry::Message { seq, message } => Some((seq, message.index)),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        let all = replayed(0).await;
+        let indexes: Vec<u64> = all.iter().map(|(_, i)| *i).collect();
         assert_eq!(indexes, (0..n).collect::<Vec<_>>(), "{room} replayed");
+        // From any message's seq on (found by bisection): the ones after it.
+        for k in [0, n / 3, n / 2, n - 1] {
+            let from = all[k as usize].0;
+            let after: Vec<u64> = replayed(from).await.iter().map(|(_, i)| *i).collect();
+            assert_eq!(
+                after,
+                (k + 1..n).collect::<Vec<_>>(),
+                "{room} replayed after #{k}"
+            );
+        }
         let read = b
             .store()
             .read({

@@ -70,7 +70,7 @@ fn poisoned() -> BrokerError {
 }
 
 /// The count of `id`'s messages in `messages` (the last key's index plus one).
-fn counted(messages: &sled::Tree, id: &str) -> Result<u64, BrokerError> {
+pub(super) fn counted(messages: &sled::Tree, id: &str) -> Result<u64, BrokerError> {
     let prefix = child_prefix(id);
     match messages.scan_prefix(&prefix).keys().next_back() {
         Some(key) => Ok(parse_u64(&key?[prefix.len()..])?.saturating_add(1)),

@@ -283,6 +283,7 @@ impl Store {
             }
         }
         let mut batch = sled::Batch::default();
+        let mut n = 0usize;
         for kv in self.tree(T::Messages).iter() {
             let (key, value) = kv?;
             let (seq, _) = parse_pair(&value)?;
@@ -291,6 +292,12 @@ impl Store {
             };
             let conversation = String::from_utf8_lossy(&key[..end]);
             batch.remove(Scope::Conversation.key(&conversation, seq));
+            n += 1;
+            if n == 100_000 {
+                self.tree(T::ReplayIndex)
+                    .apply_batch(std::mem::take(&mut batch))?;
+                n = 0;
+            }
         }
         self.tree(T::ReplayIndex).apply_batch(batch)?;
         Ok(())

@@ -100,12 +100,32 @@ impl Store {
     }
 
     /// The seqs of the events that posted conversation `id`'s messages, in `after+1 ..=
-    /// upto`, in order (a message's index and its seq grow together).
+    /// upto`, in order. Its messages' indexes run from 0 with no gap and their seqs grow
+    /// with them: the first past `after` is found by bisection, not a scan.
     pub fn message_seqs(&self, id: &str, after: u64, upto: u64) -> Result<Vec<u64>, BrokerError> {
+        let messages = self.tree(T::Messages);
+        let seq_of = |index: u64| -> Result<Option<u64>, BrokerError> {
+            messages
+                .get(child_key(id, index))?
+                .map(|v| parse_pair(&v).map(|(seq, _)| seq))
+                .transpose()
+        };
+        let (mut first, mut past) = (0u64, super::counts::counted(messages, id)?);
+        while first < past {
+            let mid = first + (past - first) / 2;
+            match seq_of(mid)? {
+                Some(seq) if seq <= after => first = mid + 1,
+                Some(_) => past = mid,
+                // A gap (never written so): read them all.
+                None => {
+                    first = 0;
+                    break;
+                }
+            }
+        }
         let mut seqs = Vec::new();
-        for v in self
-            .tree(T::Messages)
-            .scan_prefix(child_prefix(id))
+        for v in messages
+            .range(child_key(id, first)..=child_key(id, u64::MAX))
             .values()
         {
             let (seq, _) = parse_pair(&v?)?;

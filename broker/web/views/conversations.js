@@ -244,7 +244,7 @@ function conversationView(id) {
       // The message's index says its conversation's count (a broker before 2026-11-29's
       // event carries the conversation after it instead).
       if (e.conversation) conversation = e.conversation;
-      else {
+      else if (conversation) {
         conversation.message_count = Math.max(conversation.message_count ?? 0, e.message.index + 1);
       }
       add(e.message);

@@ -242,11 +242,21 @@ impl Client {
         })
     }
 
+    /// Sends `req` and reads its JSON answer. A `read` (a `GET`) the broker closed without
+    /// answering is sent once more: when too many connections wait for their request
+    /// heads, the broker pushes out the oldest, and a client's may be among them before
+    /// its head was read (a crowd of half-sent heads, `relay status` in the middle). A
+    /// read asked again changes nothing; a write is not asked again (it may be done).
     async fn send<T: DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,
+        read: bool,
     ) -> Result<T, ClientError> {
-        let resp = self.transmit(req).await?;
+        let again = if read { req.try_clone() } else { None };
+        let resp = match (self.transmit(req).await, again) {
+            (Err(ClientError::Closed { .. }), Some(again)) => self.transmit(again).await?,
+            (resp, _) => resp?,
+        };
         let status = resp.status();
         let retry_after = retry_after(resp.headers());
         let bytes = resp
@@ -282,7 +292,7 @@ impl Client {
             // A DELETE says what it asks in its query (`?force=true`), as a GET does.
             Verb::Delete => self.http.delete(url).query(request),
         };
-        self.send(req).await
+        self.send(req, matches!(m.verb, Verb::Get)).await
     }
 
     /// The path segments of method `M` with `params` filled in (for a stream: see
@@ -301,7 +311,8 @@ impl Client {
         path: &[&str],
         query: Query<'_>,
     ) -> Result<T, ClientError> {
-        self.send(self.http.get(self.endpoint(path, query))).await
+        self.send(self.http.get(self.endpoint(path, query)), true)
+            .await
     }
 
     pub async fn post<B: Serialize, T: DeserializeOwned>(
@@ -309,12 +320,13 @@ impl Client {
         path: &[&str],
         body: &B,
     ) -> Result<T, ClientError> {
-        self.send(self.http.post(self.endpoint(path, &[])).json(body))
+        self.send(self.http.post(self.endpoint(path, &[])).json(body), false)
             .await
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &[&str]) -> Result<T, ClientError> {
-        self.send(self.http.delete(self.endpoint(path, &[]))).await
+        self.send(self.http.delete(self.endpoint(path, &[])), false)
+            .await
     }
 
     /// Opens an SSE stream and calls `on_event(event_type, data)` for each event until
@@ -533,6 +545,67 @@ mod tests {
         let said = e.to_string();
         assert!(said.contains("is overloaded; retry in 60 s"), "{said}");
         assert!(!said.contains("cannot reach"), "{said}");
+    }
+
+    /// A server that closes its first `closed` connections once their request head is
+    /// in, then answers `{}` to one: its URL, and how many connections it took.
+    async fn closing_first(
+        closed: usize,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = taken.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => head.extend_from_slice(&buf[..k]),
+                    }
+                }
+                if n >= closed {
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+                    conn.write_all(answer.as_bytes()).await.unwrap();
+                }
+            }
+        });
+        (url, taken)
+    }
+
+    #[tokio::test]
+    async fn a_read_closed_without_an_answer_is_asked_once_more_and_a_write_is_not() {
+        use std::sync::atomic::Ordering;
+        // A read: its first connection closed, the second answers.
+        let (url, taken) = closing_first(1).await;
+        let client = Client::new(&url, "t").unwrap();
+        let got: serde_json::Value = client.get(&["v1", "status"]).await.unwrap();
+        assert_eq!(got, serde_json::json!({}));
+        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        // Closed twice: the second time is the answer.
+        let (url, taken) = closing_first(2).await;
+        let client = Client::new(&url, "t").unwrap();
+        let e = client
+            .get::<serde_json::Value>(&["v1", "status"])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Closed { .. }), "{e:?}");
+        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        // A write is not sent again.
+        let (url, taken) = closing_first(1).await;
+        let client = Client::new(&url, "t").unwrap();
+        let e = client
+            .post::<_, serde_json::Value>(&["v1", "messages"], &serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Closed { .. }), "{e:?}");
+        assert_eq!(taken.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

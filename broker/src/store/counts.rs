@@ -1,7 +1,7 @@
 //! A conversation's message count is not stored in its record. Each posted message
-//! wrote its conversation's record again (for the count alone): a sled put per message,
-//! and at about 230 bytes of sled's file per put whatever its size, a quarter of what a
-//! posted message cost on disk. The count is the index of the conversation's last message
+//! wrote its conversation's record again (for the count alone): a sled put and an
+//! encoding per message (one hot key, so little of sled's file: ops/BENCHMARKS.md part
+//! 15). The count is the index of the conversation's last message
 //! plus one, and `messages` holds that as its last key under the conversation
 //! ([`child_key`](super::child_key)), so it is read from there:
 //! - by the writer's rules, from [`Counts`]: every conversation's count, read from

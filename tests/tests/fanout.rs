@@ -73,21 +73,17 @@ fn frame(e: &Event) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A NATS message as the test compares it: subject and payload.
-type Got = (String, Vec<u8>);
+/// A NATS message as the test collects it: its event's seq, subject and payload.
+type Got = (u64, String, Vec<u8>);
 
-/// A NATS subscriber of `subject`, collecting what it gets for events after `after`
-/// (a plain subscriber may get a re-published update twice: dropped by its seq).
-async fn nats_sub(
-    client: &async_nats::Client,
-    subject: &'static str,
-    after: u64,
-) -> Arc<Mutex<Vec<Got>>> {
+/// A NATS subscriber of `subject`, collecting what it gets (a plain subscriber may get a
+/// re-published update twice: dropped by its seq).
+async fn nats_sub(client: &async_nats::Client, subject: &'static str) -> Arc<Mutex<Vec<Got>>> {
     let mut sub = client.subscribe(subject).await.unwrap();
     let got = Arc::new(Mutex::new(Vec::new()));
     let into = got.clone();
     tokio::spawn(async move {
-        let mut last = after;
+        let mut last = 0;
         while let Some(m) = sub.next().await {
             let seq: u64 = m
                 .headers
@@ -101,10 +97,20 @@ async fn nats_sub(
             last = seq;
             into.lock()
                 .unwrap()
-                .push((m.subject.to_string(), m.payload.to_vec()));
+                .push((seq, m.subject.to_string(), m.payload.to_vec()));
         }
     });
     got
+}
+
+/// What `got` holds of the events after `after`: subject and payload.
+fn after(got: &Mutex<Vec<Got>>, after: u64) -> Vec<(String, Vec<u8>)> {
+    got.lock()
+        .unwrap()
+        .iter()
+        .filter(|(seq, ..)| *seq > after)
+        .map(|(_, subject, payload)| (subject.clone(), payload.clone()))
+        .collect()
 }
 
 async fn last_seq(env: &Env) -> u64 {
@@ -162,8 +168,8 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         open_flight(&env, "pane-1").await,
         open_flight(&env, "pane-2").await,
     ];
-    let start = last_seq(&env).await;
-
+    // Subscribed before the log's end is read: the flights' panes may still be making
+    // events, and one made between that read and a subscription would never reach it.
     let client = async_nats::connect(nats.url()).await.unwrap();
     let mut nats_subs = Vec::new();
     for _ in 0..NATS_SUBSCRIBERS {
@@ -172,10 +178,11 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
             "relay.v1.json.flight.>",
             "relay.v1.conversation.>",
         ] {
-            nats_subs.push((subject, nats_sub(&client, subject, start).await));
+            nats_subs.push((subject, nats_sub(&client, subject).await));
         }
     }
     client.flush().await.unwrap();
+    let start = last_seq(&env).await;
     let mut clients = Vec::new();
     for _ in 0..SSE_CLIENTS {
         clients.push(sse(&env, &format!("/v1/events/stream?after={start}")).await);
@@ -338,11 +345,26 @@ async fn every_subscriber_gets_the_same_bytes_of_each_event() {
         wait_until(
             format!("a NATS subscriber of {subject} got everything"),
             Duration::from_secs(30),
-            || async { (got.lock().unwrap().len() >= want.len()).then_some(()) },
+            || async {
+                let n = after(got, start).len();
+                if n >= want.len() {
+                    Ok(())
+                } else {
+                    // What would tell a publisher's gap from a subscriber the server
+                    // dropped: the server's word on slow consumers.
+                    let slow: Vec<String> = nats
+                        .log_text()
+                        .lines()
+                        .filter(|l| l.contains("Slow Consumer"))
+                        .map(str::to_string)
+                        .collect();
+                    Err(format!("{n} of {}; nats-server: {slow:?}", want.len()))
+                }
+            },
         )
         .await;
         assert!(
-            got.lock().unwrap()[..want.len()] == want[..],
+            after(got, start)[..want.len()] == want[..],
             "a NATS subscriber of {subject}: not each event's encoding"
         );
     }

@@ -71,10 +71,12 @@ pub type Ran<R> = Result<(R, Result<(), StorageError>), StorageError>;
 /// The cache each database of the process gets, in bytes, unless
 /// [`set_cache_capacity`] said otherwise: sled's own default (1 GiB) made a broker's
 /// memory grow with its history. sled holds projections and indexes only (events are
-/// read from the broker's log, through the OS's page cache): 64 MiB kept about 25 MB
-/// more of a busy broker's memory than 16 MiB did, for no gain measured (ops/bench 10, 3
-/// and 5; restart 0.36 -> 0.46 s at 100,000 flights).
-pub const DEFAULT_CACHE_CAPACITY: u64 = 16 << 20;
+/// read from the broker's log, through the OS's page cache), and sled's nodes take
+/// about twice what it counts: the fleet of ops/bench 10 ended at 77, 61 and 57 MB of
+/// RSS with 16, 8 and 4 MiB, while flights per second (3), restart and listings at
+/// 100,000 flights (5) and replay (6) did not move beyond their noise (BENCHMARKS part
+/// 16). 64 MiB had kept about 25 MB more than 16 MiB, for no gain either.
+pub const DEFAULT_CACHE_CAPACITY: u64 = 8 << 20;
 
 static CACHE_CAPACITY: AtomicU64 = AtomicU64::new(DEFAULT_CACHE_CAPACITY);
 

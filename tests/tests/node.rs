@@ -3,6 +3,8 @@
 //! and the mock model.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::time::Duration;
+
 use relay_mock_model::all_input_text;
 use relay_tests::agents::{state, Env};
 use relay_tests::nats::NatsServer;
@@ -154,12 +156,25 @@ async fn the_report_reader_outlives_its_consumer_deleted_under_it() {
     assert_eq!(out.trim(), "ok: before the deletion");
     let client = async_nats::connect(nats.url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    js.get_stream(relay_protocol::bus::subjects::REPORT_STREAM)
-        .await
-        .unwrap()
-        .delete_consumer("relay-broker")
+    let stream = js
+        .get_stream(relay_protocol::bus::subjects::REPORT_STREAM)
         .await
         .unwrap();
+    // nats-server 2.9 may refuse a consumer's deletion while it writes the consumer's
+    // state ("unlinkat ... directory not empty", fixed upstream in nats-server#7886):
+    // asked again until it is gone, as an operator would.
+    relay_tests::wait_until(
+        "the report consumer deleted",
+        Duration::from_secs(30),
+        || async {
+            match stream.delete_consumer("relay-broker").await {
+                Ok(_) => Ok(()),
+                Err(e) if e.to_string().contains("directory not empty") => Err(e.to_string()),
+                Err(e) => panic!("deleting the report consumer: {e}"),
+            }
+        },
+    )
+    .await;
     asks_all_complete(&env, &node, "after the deletion").await;
     assert!(
         env.relay.log_text().contains("reading them anew"),

@@ -177,7 +177,11 @@ async fn the_report_reader_outlives_its_consumer_deleted_under_it() {
                 }
                 Err(e)
                     if refused.load(std::sync::atomic::Ordering::Relaxed)
-                        && e.to_string().contains("consumer not found") =>
+                        && matches!(
+                            e.kind(),
+                            async_nats::jetstream::stream::ConsumerErrorKind::JetStream(j)
+                                if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND
+                        ) =>
                 {
                     Ok(())
                 }

@@ -3,7 +3,7 @@
 //! back from the log whenever it falls behind. SSE and NATS publishers use it.
 //!
 //! Each event comes as a shared [`Published`]: live, the writer's own (one per event,
-//! for every follower); read back, built from the stored bytes (a large one decoded once
+//! for every follower, a large one too while the writer holds it for them); read back, built from the stored bytes (a large one decoded once
 //! for the followers reading it at the same time). Either way its JSON
 //! ([`Published::json`]) is the bytes the writer stored, so a follower sends it as it is;
 //! for a record that stores a long text by reference, it is encoded on first use.
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 
-use crate::broker::{Broker, Live, Published};
+use crate::broker::{Broker, Published};
 use crate::error::BrokerError;
 
 /// Events read from the log per step while catching up.
@@ -58,15 +58,24 @@ pub fn follow(broker: Broker, after: u64) -> mpsc::Receiver<Result<Arc<Published
             // Follow live events until we lag behind the broadcast buffer.
             loop {
                 match live.recv().await {
-                    Ok(live) if live.seq() <= cursor => continue,
-                    Ok(Live::Event(event)) if event.seq == cursor + 1 => {
-                        cursor = event.seq;
-                        if tx.send(Ok(event)).await.is_err() {
-                            return;
-                        }
+                    Ok(live) if live.seq() <= cursor => {
+                        // Read from the log already: passed by (a held one is let go).
+                        let _ = live.take();
+                        continue;
                     }
-                    // A gap (we subscribed while the catch-up raced a commit), or an
-                    // event too large to be kept in memory: read it back from the log.
+                    // The next event, in memory (a large one while it is held).
+                    Ok(live) if live.seq() == cursor + 1 => match live.take() {
+                        Some(event) => {
+                            cursor = event.seq;
+                            if tx.send(Ok(event)).await.is_err() {
+                                return;
+                            }
+                        }
+                        // A large event no longer held: read it back from the log.
+                        None => break,
+                    },
+                    // A gap (we subscribed while the catch-up raced a commit): read it
+                    // back from the log.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => return,
                 }

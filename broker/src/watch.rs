@@ -404,7 +404,10 @@ async fn published(broker: &Broker, seq: u64) -> Result<(), BrokerError> {
     let mut live = broker.subscribe();
     while broker.last_seq() < seq {
         match live.recv().await {
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Ok(live) => {
+                let _ = live.take(); // passed by: a held one is let go
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
             Err(broadcast::error::RecvError::Closed) => return Err(BrokerError::ShuttingDown),
         }
     }

@@ -218,17 +218,19 @@ async fn wait_reverted(
         read = tokio::select! {
             _ = &mut deadline => break,
             live = events.recv() => match live {
-                Ok(Live::Event(e)) => match &e.body {
-                    EventBody::FlightUpdated { flight, .. } if flight.id == id => {
+                Ok(live) => match live.take().as_deref().map(|e| &e.body) {
+                    Some(EventBody::FlightUpdated { flight, .. }) if flight.id == id => {
                         if reverted(flight) {
                             return Ok(flight.clone());
                         }
                         false
                     }
-                    _ => false,
+                    Some(_) => false,
+                    // No longer in memory: read the record again.
+                    None => true,
                 },
-                // Not in memory, or missed: read the record again.
-                Ok(Live::InLog(_)) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                // Missed: read the record again.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             },
         };

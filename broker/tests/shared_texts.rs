@@ -94,7 +94,7 @@ async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once(
         let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
         match next.await.expect("every event is published").unwrap() {
             Live::Event(p) => published.push((p.event.clone(), p.json().clone())),
-            Live::InLog(seq) => panic!("event {seq} not kept live"),
+            Live::InLog(held) => panic!("event {} not kept live", held.seq()),
         }
     }
     // ...is what the log gives back: the same events, the same JSON, byte for byte.
@@ -161,10 +161,11 @@ async fn an_answer_is_stored_once_and_read_back_whole_from_many_flights_at_once(
     assert!(b.store().verify().unwrap().is_consistent());
 }
 
-/// An event too large to keep in memory for subscribers is read from the log by them,
-/// however small its record there: the size that counts is its wire JSON's.
+/// An event too large to keep in the live buffer, however small its record in the log
+/// (the size that counts is its wire JSON's), is held for the subscribers following live
+/// instead, and what they take from memory is what the log gives back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_too_large_to_keep_live_is_read_from_the_log_though_stored_once() {
+async fn an_answer_too_large_for_the_buffer_is_held_for_subscribers_as_the_log_has_it() {
     let b = broker(Store::temporary().unwrap(), 1).await;
     let first = b.store().last_seq().unwrap();
     let mut live = b.subscribe();
@@ -176,18 +177,53 @@ async fn an_answer_too_large_to_keep_live_is_read_from_the_log_though_stored_onc
         let next = tokio::time::timeout(std::time::Duration::from_secs(60), live.recv());
         match next.await.expect("every event is published").unwrap() {
             Live::Event(p) => assert!(p.json().len() <= text.len(), "event {} kept live", p.seq),
-            Live::InLog(seq) => in_log.push(seq),
+            // Held for this subscriber (the only one) until it takes it.
+            Live::InLog(held) => in_log.push(held.take().expect("held for its subscriber")),
         }
     }
     // The delta, the agent message, the reply and the completion: each holds the answer.
     assert_eq!(in_log.len(), 4, "{in_log:?}");
-    for seq in in_log {
+    for held in in_log {
+        let seq = held.seq;
         let event = b.store().event(seq).unwrap().unwrap();
         let json = serde_json::to_string(&event).unwrap();
         assert!(json.contains(&text), "event {seq} read back whole");
+        // What the subscriber got from memory is what the log gives back, byte for byte.
+        assert_eq!(held.json()[..], *json.as_bytes(), "event {seq}");
     }
     let flight = b.store().flight(&f).unwrap().unwrap();
     assert_eq!(flight.output.as_deref(), Some(text.as_str()));
+}
+
+/// A large event is held for a subscriber that never takes it only for a while: then it
+/// is let go of (the buffer keeps no long text), and that subscriber reads the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_event_nobody_takes_is_let_go_of() {
+    let b = broker(Store::temporary().unwrap(), 1).await;
+    let first = b.store().last_seq().unwrap();
+    let mut live = b.subscribe();
+    let text = "y".repeat(relay_broker::broker::LIVE_EVENT_MAX * 2);
+    answered(&b, "a0", &text).await;
+    let last = b.store().last_seq().unwrap();
+    let mut held = Vec::new();
+    for _ in first..last {
+        if let Live::InLog(h) = live.recv().await.unwrap() {
+            held.push(h);
+        }
+    }
+    assert!(!held.is_empty());
+    for h in &held {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while h.is_held() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "event {} still held",
+                h.seq()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(h.take().is_none(), "let go of: read from the log");
+    }
 }
 
 /// A store made before answers were stored once (a completed flight's record holding a

@@ -38,11 +38,13 @@ use crate::store::Store;
 use crate::tasks::Tasks;
 
 mod counts;
+mod held;
 mod live;
 mod refusals;
 mod rules;
 mod writer;
 
+pub use held::{Held, HELD_MAX};
 pub use refusals::{Full, Refusals};
 
 /// What [`Live::Event`] carries (defined with the log it is read back from).
@@ -268,6 +270,9 @@ struct Inner {
     live: Arc<LiveByAgent>,
     /// What was refused for overload, for `/metrics`.
     refusals: Refusals,
+    /// The runtime the broker started on: what lets go of a [`Held`] event after
+    /// [`HELD_MAX`] (the writer publishes on the storage thread, outside it).
+    runtime: tokio::runtime::Handle,
 }
 
 /// A committed event as subscribers get it live.
@@ -275,16 +280,27 @@ struct Inner {
 pub enum Live {
     /// The event with its stored JSON, shared by every subscriber: sent as it is.
     Event(Arc<Published>),
-    /// This event is too large to keep in memory for subscribers: read it from the log
-    /// (it is there: events are published only after their flush).
-    InLog(u64),
+    /// This event is too large to keep in the buffer: held briefly for the subscribers
+    /// following live ([`Held`]); once let go, read it from the log (it is there: events
+    /// are published only after their flush).
+    InLog(Arc<Held>),
 }
 
 impl Live {
     pub fn seq(&self) -> u64 {
         match self {
             Live::Event(e) => e.seq,
-            Live::InLog(seq) => *seq,
+            Live::InLog(held) => held.seq(),
+        }
+    }
+
+    /// The event, when it is in memory: always for a small one; a large one while it is
+    /// held ([`Held::take`]: call this once per event received, even to pass it by).
+    /// `None`: read it from the log.
+    pub fn take(&self) -> Option<Arc<Published>> {
+        match self {
+            Live::Event(e) => Some(e.clone()),
+            Live::InLog(held) => held.take(),
         }
     }
 }
@@ -329,6 +345,7 @@ impl Broker {
                 tasks: Tasks::new(&shutdown),
                 live: live.clone(),
                 refusals: Refusals::default(),
+                runtime: tokio::runtime::Handle::current(),
             }),
         };
         let writer = Writer {

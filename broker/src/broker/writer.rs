@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::rules::Ctx;
 use super::{
-    BrokerConfig, Command, Inner, Live, LiveByAgent, Outcome, Pending, DELTA_MERGE_MAX,
-    LIVE_EVENT_MAX, MAX_BATCH,
+    BrokerConfig, Command, Held, Inner, Live, LiveByAgent, Outcome, Pending, DELTA_MERGE_MAX,
+    HELD_MAX, LIVE_EVENT_MAX, MAX_BATCH,
 };
 use crate::error::BrokerError;
 use crate::store::{pair_value, Published, Store, T};
@@ -296,7 +296,19 @@ fn settle(
                 Some(json) if stored.len().max(json) <= LIVE_EVENT_MAX => {
                     Live::Event(Arc::new(published))
                 }
-                _ => Live::InLog(published.seq),
+                // Too large for the buffer: held for whoever follows live now, briefly.
+                _ => {
+                    let held = Arc::new(Held::new(
+                        Arc::new(published),
+                        inner.events.receiver_count(),
+                    ));
+                    let release = held.clone();
+                    inner.runtime.spawn(async move {
+                        tokio::time::sleep(HELD_MAX).await;
+                        release.release();
+                    });
+                    Live::InLog(held)
+                }
             };
             // No subscriber is fine: the log has it.
             let _ = inner.events.send(live);

@@ -367,12 +367,14 @@ async fn closed(broker: &Broker, mut live: broadcast::Receiver<Live>, id: &str) 
             }
         }
         check = match live.recv().await {
-            Ok(Live::Event(event)) => match &event.body {
-                EventBody::ApprovalDecided { approval } => approval.id == id,
-                _ => false,
+            Ok(live) => match live.take().as_deref().map(|e| &e.body) {
+                Some(EventBody::ApprovalDecided { approval }) => approval.id == id,
+                Some(_) => false,
+                // No longer in memory: the store knows.
+                None => true,
             },
-            // Too large to be kept in memory, or missed: the store knows.
-            Ok(Live::InLog(_)) | Err(broadcast::error::RecvError::Lagged(_)) => true,
+            // Missed: the store knows.
+            Err(broadcast::error::RecvError::Lagged(_)) => true,
             Err(broadcast::error::RecvError::Closed) => return,
         };
     }

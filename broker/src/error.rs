@@ -310,7 +310,8 @@ pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
         | RuntimeError::Harness(_)
         | RuntimeError::Storage(_)
         | RuntimeError::Json(_)
-        | RuntimeError::StorageThread(_)) => BrokerError::Runtime(e),
+        | RuntimeError::StorageThread(_)
+        | RuntimeError::ReportFile { .. }) => BrokerError::Runtime(e),
     }
 }
 

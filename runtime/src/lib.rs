@@ -118,6 +118,13 @@ pub enum RuntimeError {
     Json(#[from] serde_json::Error),
     #[error("storage: {0}")]
     StorageThread(#[from] storage::StorageError),
+    /// The file of a turn's end report too long for a record could not be written or read.
+    #[error("the report kept in {path}: {source}")]
+    ReportFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// An agent's worktree could not be made, committed, reverted or removed.
     #[error(transparent)]
     Workspace(#[from] workspace::WorkspaceError),

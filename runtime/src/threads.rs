@@ -9,6 +9,12 @@
 //! flush. Reads run on the blocking pool. Nothing here blocks an async worker.
 //!
 //! Also the registry of the git worktrees this runtime made ([`WorktreeRecord`]).
+//!
+//! An ended dispatch's report of [`files::FILE_MIN`] bytes or more (a long answer) is
+//! kept in a file beside the records, written on the blocking pool, not in the record
+//! ([`files`]).
+
+mod files;
 
 use std::path::Path;
 
@@ -52,6 +58,9 @@ pub struct ThreadStore {
     /// The reports of a turn's commit (its flight's, and each flight it carried), kept
     /// until the turn's end is with the broker: see [`ThreadStore::put_commit_reports`].
     commits: sled::Tree,
+    /// Where long end reports are kept ([`files`]; `None`: a temporary database, which
+    /// keeps them in its records).
+    files: Option<std::path::PathBuf>,
 }
 
 /// A worktree this runtime made (the registry: `relay doctor` finds the orphans in it),
@@ -91,6 +100,8 @@ pub enum DispatchState {
 const STARTED: u8 = 1;
 const DONE: u8 = 2;
 const ENDED: u8 = 3;
+/// As [`ENDED`], its report in a file ([`files::InFile`]).
+const ENDED_IN_FILE: u8 = 4;
 
 impl ThreadStore {
     /// A database of its own at `path` (a `relay node`).
@@ -101,12 +112,15 @@ impl ThreadStore {
         let dispatches = db.open_tree("dispatches")?;
         let worktrees = db.open_tree("worktrees")?;
         let commits = db.open_tree("commits")?;
+        let files = files::dir_of(path);
+        sweep_files(&dispatches, &files)?;
         Ok(ThreadStore {
             db: Durable::private(db, path),
             tree,
             dispatches,
             worktrees,
             commits,
+            files: Some(files),
         })
     }
 
@@ -140,12 +154,17 @@ impl ThreadStore {
             std::fs::rename(legacy, &moved)?;
             tracing::info!(from = %legacy.display(), "moved the runtime's records into the broker's database");
         }
+        let files = durable.dir().map(files::dir_of);
+        if let Some(files) = &files {
+            sweep_files(&dispatches, files)?;
+        }
         Ok(ThreadStore {
             db: durable.clone(),
             tree,
             dispatches,
             worktrees,
             commits,
+            files,
         })
     }
 
@@ -182,7 +201,7 @@ impl ThreadStore {
         Ok(match v.as_deref() {
             Some([STARTED, ..]) => Some(DispatchState::Started),
             Some([DONE, ..]) => Some(DispatchState::Done),
-            Some([ENDED, ..]) => Some(DispatchState::Ended),
+            Some([ENDED | ENDED_IN_FILE, ..]) => Some(DispatchState::Ended),
             _ => None,
         })
     }
@@ -216,31 +235,60 @@ impl ThreadStore {
     ) -> Result<(), RuntimeError> {
         let mut v = vec![ENDED];
         serde_json::to_writer(&mut v, report)?;
+        // A long one goes to a file first, off the storage thread ([`files`]).
+        if let (true, Some(dir), Some(file), Report::Flight { flight, .. }) = (
+            v.len() >= files::FILE_MIN,
+            &self.files,
+            files::name_of(invocation),
+            report,
+        ) {
+            let (dir, name) = (dir.clone(), file.clone());
+            tokio::task::spawn_blocking(move || files::write(&dir, &name, &v[1..]))
+                .await
+                .map_err(|_| RuntimeError::ShuttingDown)??;
+            v = vec![ENDED_IN_FILE];
+            let flight = flight.clone();
+            serde_json::to_writer(&mut v, &files::InFile { flight, file })?;
+        }
         self.put_dispatch(invocation, v).await
     }
 
     async fn put_dispatch(&self, invocation: &str, v: Vec<u8>) -> Result<(), RuntimeError> {
-        let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
-        self.db
-            .write_durably(move || tree.insert(invocation.as_bytes(), v))
+        let (tree, key) = (self.dispatches.clone(), invocation.to_string());
+        let keeps = in_file(&v).map(|f| f.file);
+        let old = self
+            .db
+            .write_durably(move || tree.insert(key.as_bytes(), v))
             .await??;
+        // A report file the record no longer names goes (after the record is on disk).
+        let replaced = old.as_deref().and_then(in_file).map(|f| f.file);
+        if let Some(old) = replaced.filter(|old| Some(old) != keeps.as_ref()) {
+            self.remove_files(vec![old]).await;
+        }
         Ok(())
+    }
+
+    /// Removes report files on the blocking pool.
+    async fn remove_files(&self, names: Vec<String>) {
+        if let (Some(dir), false) = (self.files.clone(), names.is_empty()) {
+            let _ = tokio::task::spawn_blocking(move || files::remove(&dir, &names)).await;
+        }
     }
 
     /// Invocations whose flight ended before its turn started and whose report may not
     /// have been sent: (invocation, that report). A record that cannot be read is
     /// skipped (with a warning): it still keeps its dispatch from running.
     pub async fn ended_unsent(&self) -> Result<Vec<(String, Report)>, RuntimeError> {
-        let tree = self.dispatches.clone();
+        let (tree, dir) = (self.dispatches.clone(), self.files.clone());
         storage::read(move || {
             let mut out = Vec::new();
             for kv in tree.iter() {
                 let (k, v) = kv?;
-                if v.first() != Some(&ENDED) {
-                    continue;
-                }
                 let invocation = String::from_utf8_lossy(&k).into_owned();
-                match serde_json::from_slice::<Report>(&v[1..]) {
+                let Some(report) = ended_report(&v, dir.as_deref()) else {
+                    continue;
+                };
+                match report {
                     Ok(report) => out.push((invocation, report)),
                     Err(e) => {
                         tracing::warn!(%invocation, error = %e, "unreadable dispatch record")
@@ -264,9 +312,9 @@ impl ThreadStore {
                 let (state, flight) = match v.first() {
                     Some(&STARTED) => (DispatchState::Started, flight_of(&v[1..])),
                     Some(&DONE) => (DispatchState::Done, flight_of(&v[1..])),
-                    Some(&ENDED) => match serde_json::from_slice::<Report>(&v[1..]) {
-                        Ok(Report::Flight { flight, .. }) => (DispatchState::Ended, flight),
-                        _ => continue,
+                    Some(&(ENDED | ENDED_IN_FILE)) => match ended_flight(&v) {
+                        Some(flight) => (DispatchState::Ended, flight),
+                        None => continue,
                     },
                     _ => continue,
                 };
@@ -300,7 +348,9 @@ impl ThreadStore {
     /// storage thread nor its next flush: a plain write on the blocking pool.
     pub async fn forget_dispatch(&self, invocation: &str) -> Result<(), RuntimeError> {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
-        storage::read(move || tree.remove(invocation.as_bytes())).await??;
+        let old = storage::read(move || tree.remove(invocation.as_bytes())).await??;
+        let file = old.as_deref().and_then(in_file).map(|f| f.file);
+        self.remove_files(file.into_iter().collect()).await;
         Ok(())
     }
 
@@ -318,7 +368,7 @@ impl ThreadStore {
             return Ok(());
         }
         let (dispatches, commits) = (self.dispatches.clone(), self.commits.clone());
-        storage::read(move || {
+        let files = storage::read(move || {
             let ended: std::collections::HashSet<&[u8]> =
                 flights.iter().map(|f| f.as_bytes()).collect();
             let mut gone = Vec::new();
@@ -326,25 +376,27 @@ impl ThreadStore {
                 let (k, v) = kv?;
                 let of_ended = match v.split_first() {
                     Some((&(STARTED | DONE), flight)) => ended.contains(flight),
-                    Some((&ENDED, report)) => matches!(
-                        serde_json::from_slice::<Report>(report),
-                        Ok(Report::Flight { flight, .. }) if ended.contains(flight.as_bytes())
-                    ),
+                    Some((&(ENDED | ENDED_IN_FILE), _)) => {
+                        ended_flight(&v).is_some_and(|f| ended.contains(f.as_bytes()))
+                    }
                     _ => false,
                 };
                 if of_ended {
                     gone.push(k);
                 }
             }
+            let mut files = Vec::new();
             for k in gone {
-                dispatches.remove(k)?;
+                let old = dispatches.remove(k)?;
+                files.extend(old.as_deref().and_then(in_file).map(|f| f.file));
             }
             for flight in &flights {
                 commits.remove(flight.as_bytes())?;
             }
-            Ok::<_, sled::Error>(())
+            Ok::<_, sled::Error>(files)
         })
         .await??;
+        self.remove_files(files).await;
         Ok(())
     }
 
@@ -453,6 +505,57 @@ impl ThreadStore {
 
 fn flight_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What a record of an end whose report is in a file says ([`ENDED_IN_FILE`]).
+fn in_file(v: &[u8]) -> Option<files::InFile> {
+    match v.split_first() {
+        Some((&ENDED_IN_FILE, json)) => serde_json::from_slice(json).ok(),
+        _ => None,
+    }
+}
+
+/// The flight of an ended dispatch's record (without reading a report kept in a file).
+fn ended_flight(v: &[u8]) -> Option<String> {
+    match v.split_first()? {
+        (&ENDED, report) => match serde_json::from_slice::<Report>(report).ok()? {
+            Report::Flight { flight, .. } => Some(flight),
+            _ => None,
+        },
+        (&ENDED_IN_FILE, _) => in_file(v).map(|f| f.flight),
+        _ => None,
+    }
+}
+
+/// The report of an ended dispatch's record (`None`: not such a record), read from its
+/// file when it is in one, in `dir` (blocking).
+fn ended_report(v: &[u8], dir: Option<&Path>) -> Option<Result<Report, RuntimeError>> {
+    match v.split_first()? {
+        (&ENDED, report) => Some(serde_json::from_slice(report).map_err(RuntimeError::from)),
+        (&ENDED_IN_FILE, _) => Some(match (in_file(v), dir) {
+            (Some(f), Some(dir)) => files::read(dir, &f.file),
+            _ => Err(RuntimeError::ReportFile {
+                path: dir.map(Path::to_path_buf).unwrap_or_default(),
+                source: std::io::Error::other("a record names a report file it cannot be found by"),
+            }),
+        }),
+        _ => None,
+    }
+}
+
+/// At open: removes the report files in `dir` that no record of `dispatches` names
+/// (blocking).
+fn sweep_files(dispatches: &sled::Tree, dir: &Path) -> Result<(), sled::Error> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let mut keep = std::collections::HashSet::new();
+    for kv in dispatches.iter() {
+        let (_, v) = kv?;
+        keep.extend(in_file(&v).map(|f| f.file));
+    }
+    files::sweep(dir, &keep);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -182,6 +182,14 @@ impl Durable {
         &self.inner.db
     }
 
+    /// The database's directory (`None`: a temporary one).
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.inner
+            .data_file
+            .as_deref()
+            .and_then(std::path::Path::parent)
+    }
+
     /// Flushes of this database so far (group commit keeps this far below the writes).
     pub fn flushes(&self) -> u64 {
         self.inner.flushes.load(Ordering::Relaxed)

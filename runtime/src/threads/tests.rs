@@ -198,3 +198,161 @@ async fn concurrent_dispatch_marks_are_group_committed() {
     assert_eq!(store.flushes() - before, 1);
     assert_eq!(store.unfinished_dispatches().await.unwrap().len(), N);
 }
+
+/// A long end report goes to a file (its record stays small), is read back whole, also
+/// after a reopen, and goes with its record however that is dropped; a file no record
+/// names (a crash between the two) is swept at the next open. Many at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_end_report_is_kept_in_a_file_and_goes_with_its_record() {
+    use relay_protocol::domain::{FlightChange, FlightState};
+    let _serial = exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runtime");
+    let reports_dir = files::dir_of(&path);
+    let report = |i: usize| Report::Flight {
+        flight: format!("flt_{i}"),
+        change: FlightChange::State {
+            to: FlightState::Completed,
+            reason: None,
+            // Even: long (a file); odd: short (in the record).
+            output: Some(match i % 2 {
+                0 => format!("{i}\"é\n").repeat(files::FILE_MIN / 4 + i),
+                _ => format!("answer {i}"),
+            }),
+        },
+    };
+    let n = 12;
+    let store = ThreadStore::open(&path).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .set_dispatch_ended(&format!("inv_{i}"), &report(i))
+                .await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap();
+    }
+    let on_disk = || {
+        let mut names: Vec<String> = std::fs::read_dir(&reports_dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let named = |is: &[usize]| {
+        let mut names: Vec<String> = is
+            .iter()
+            .map(|i| files::name_of(&format!("inv_{i}")).unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(on_disk(), named(&[0, 2, 4, 6, 8, 10]));
+    for i in 0..n {
+        let v = store.dispatches.get(format!("inv_{i}")).unwrap().unwrap();
+        let tag = if i % 2 == 0 { ENDED_IN_FILE } else { ENDED };
+        assert_eq!(v[0], tag, "record {i}");
+        assert!(v.len() < 1024, "record {i}: {} bytes", v.len());
+    }
+    let mut want: Vec<(String, Report)> = (0..n).map(|i| (format!("inv_{i}"), report(i))).collect();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    let unsent = |store: ThreadStore| async move {
+        let mut got = store.ended_unsent().await.unwrap();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        got
+    };
+    assert_eq!(unsent(store.clone()).await, want);
+    let mut flights: Vec<String> = store
+        .dispatches()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, f, state)| {
+            assert_eq!(state, DispatchState::Ended);
+            f
+        })
+        .collect();
+    flights.sort();
+    let mut all: Vec<String> = (0..n).map(|i| format!("flt_{i}")).collect();
+    all.sort();
+    assert_eq!(flights, all);
+
+    // A crash between a file and its record, or a temporary file left: swept at open.
+    std::fs::write(reports_dir.join("6465616401"), b"{}").unwrap();
+    std::fs::write(reports_dir.join("6465616402.tmp"), b"{").unwrap();
+    drop(store);
+    let store = ThreadStore::open(&path).unwrap();
+    assert_eq!(on_disk(), named(&[0, 2, 4, 6, 8, 10]));
+    assert_eq!(
+        unsent(store.clone()).await,
+        want,
+        "read whole after a reopen"
+    );
+
+    // Dropped with its record: by flight, by invocation, or replaced by another mark.
+    store
+        .forget_flights(vec!["flt_0".into(), "flt_1".into(), "flt_2".into()])
+        .await
+        .unwrap();
+    store.forget_dispatch("inv_4").await.unwrap();
+    store
+        .set_dispatch_state("inv_6", DispatchState::Done, "flt_6")
+        .await
+        .unwrap();
+    // Ended again with the same long report: the same file, kept.
+    store.set_dispatch_ended("inv_8", &report(8)).await.unwrap();
+    assert_eq!(on_disk(), named(&[8, 10]));
+    let left: Vec<String> = unsent(store.clone())
+        .await
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        left,
+        ["inv_10", "inv_11", "inv_3", "inv_5", "inv_7", "inv_8", "inv_9"]
+    );
+
+    // A file gone from under its record: that report is skipped (a warning), the others
+    // are read, and the dispatch still never runs.
+    std::fs::remove_file(reports_dir.join(&named(&[10])[0])).unwrap();
+    assert_eq!(unsent(store.clone()).await.len(), 6);
+    assert_eq!(
+        store.dispatch_state("inv_10").await.unwrap(),
+        Some(DispatchState::Ended)
+    );
+}
+
+/// The broker's embedded runtime (records in the broker's database) keeps its long
+/// reports in that database's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_runtime_keeps_long_reports_beside_the_shared_database() {
+    use relay_protocol::domain::{FlightChange, FlightState};
+    let _serial = exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_dir = dir.path().join("db");
+    let db = relay_infra::disk::open_private(storage::config(), &db_dir).unwrap();
+    let store = ThreadStore::within(&Durable::private(db, &db_dir), None).unwrap();
+    let report = Report::Flight {
+        flight: "flt_1".into(),
+        change: FlightChange::State {
+            to: FlightState::Completed,
+            reason: None,
+            output: Some("x".repeat(files::FILE_MIN)),
+        },
+    };
+    store.set_dispatch_ended("inv_1", &report).await.unwrap();
+    assert!(files::dir_of(&db_dir)
+        .join(files::name_of("inv_1").unwrap())
+        .exists());
+    assert_eq!(
+        store.ended_unsent().await.unwrap(),
+        vec![("inv_1".to_string(), report)]
+    );
+}

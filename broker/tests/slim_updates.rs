@@ -25,6 +25,10 @@ const FLIGHTS: usize = 12;
 /// Updates each flight streams between its start and its end: several runs of slim ones.
 const UPDATES: usize = 3 * SLIM_RUN as usize + 7;
 
+/// The update of each flight that is a long answer's item, and its text's length.
+const LONG_AT: usize = 13;
+const LONG: usize = 80 * 1024;
+
 /// Update `k` of flight `i`: mostly deltas, with every other kind that may be slim.
 fn change(i: usize, k: usize) -> FlightChange {
     let item = |phase| FlightChange::Item {
@@ -35,6 +39,14 @@ fn change(i: usize, k: usize) -> FlightChange {
         exit_code: None,
     };
     match k % 10 {
+        // A long answer's item: stored whole, however it could fold (`slim::SLIM_MAX`).
+        3 if k == LONG_AT => FlightChange::Item {
+            item_id: format!("msg-{k}"),
+            item_kind: ItemKind::AgentMessage,
+            phase: ItemPhase::Completed,
+            text: Some(format!("f{i} long é\n").repeat(LONG / 8)),
+            exit_code: None,
+        },
         3 => item(ItemPhase::Started),
         4 => FlightChange::CommandOutput {
             item_id: format!("cmd-{}", k - 1),
@@ -98,6 +110,13 @@ fn stored_kinds(store: &Store) -> (usize, usize, u32) {
         let event = store.event(record.seq).unwrap().unwrap();
         if let EventBody::FlightUpdated { flight, .. } = event.body {
             let run = runs.entry(flight.id).or_default();
+            if record.payload.len() > LONG {
+                assert_ne!(
+                    record.payload.first(),
+                    Some(&SLIM_VERSION),
+                    "a long update is whole"
+                );
+            }
             if record.payload.first() == Some(&SLIM_VERSION) {
                 slim += 1;
                 *run += 1;

@@ -367,11 +367,7 @@ pub fn encode_flight(
         (Some((seq, pos)), Some(output)) if output.len() >= SHARED_MIN => {
             let mut stored = vec![FLIGHT_OUTPUT_IN_LOG];
             stored.extend_from_slice(&pair_value(seq, pos));
-            let without = Flight {
-                output: None,
-                ..flight.clone()
-            };
-            serde_json::to_writer(&mut stored, &without)?;
+            serde_json::to_writer(&mut stored, &flight.without_output())?;
             Ok(stored)
         }
         _ => super::keys::encode(flight),

@@ -39,6 +39,11 @@ pub const SLIM_RUN: u32 = 32;
 const HEAD: usize = 1 + 16;
 /// Flights whose last update read is kept ([`Memo`]); past it, the memo starts afresh.
 const MEMO_MAX: usize = 4096;
+/// A larger update (a long answer's item) is stored whole: its flight is a few hundred
+/// bytes of it, and the slim form would copy it, scan it for the flight and parse it
+/// back (about 40 ms of the storage thread for a 32 MB answer, every other flight's
+/// commits waiting; ops/BENCHMARKS.md part 17).
+const SLIM_MAX: usize = 64 * 1024;
 
 /// What the writer keeps of a live flight's last update: where it is, and its flight.
 #[derive(Debug, Clone)]
@@ -79,6 +84,7 @@ pub fn store(event: &Event, stored: Bytes, pos: Pos, last: Option<&Last>) -> (By
                 && last.flight.update_seq + 1 == update.seq
                 && !matches!(update.change, FlightChange::State { .. })
                 && stored.first() == Some(&VALUE_VERSION)
+                && stored.len() <= SLIM_MAX
         })
         .and_then(|last| {
             let cut = cut(&stored[1..], &flight.id)?;

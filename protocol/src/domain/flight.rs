@@ -195,6 +195,58 @@ pub struct Note {
 }
 
 impl Flight {
+    /// A copy of it without its output: what keeps a long answer elsewhere needs the
+    /// rest, and copying the answer only to drop it cost a 32 MB copy (every field is
+    /// named, so a new one is a decision here).
+    pub fn without_output(&self) -> Flight {
+        let Flight {
+            id,
+            invocation,
+            agent,
+            state,
+            summary,
+            streaming,
+            output: _,
+            error,
+            update_seq,
+            thread_id,
+            turn_id,
+            parent_flight,
+            conversation,
+            reply_message,
+            note,
+            output_bytes,
+            commit,
+            usage,
+            root_flight,
+            created_at,
+            updated_at,
+        } = self;
+        Flight {
+            id: id.clone(),
+            invocation: invocation.clone(),
+            agent: agent.clone(),
+            state: *state,
+            summary: summary.clone(),
+            streaming: *streaming,
+            output: None,
+            error: error.clone(),
+            update_seq: *update_seq,
+            thread_id: thread_id.clone(),
+            turn_id: turn_id.clone(),
+            parent_flight: parent_flight.clone(),
+            conversation: conversation.clone(),
+            reply_message: reply_message.clone(),
+            note: note.clone(),
+            output_bytes: *output_bytes,
+            commit: commit.clone(),
+            usage: usage.clone(),
+            root_flight: root_flight.clone(),
+            created_at: *created_at,
+            updated_at: *updated_at,
+        }
+    }
+
     /// The flight of a new invocation: queued, for its target, in its conversation.
     pub fn queued(id: impl Into<String>, invocation: &Invocation) -> Flight {
         Flight {
@@ -397,6 +449,25 @@ pub struct FlightUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flight without its output is the flight with its output `None`, every other
+    /// field kept.
+    #[test]
+    fn a_flight_without_its_output_keeps_every_other_field() {
+        let json = serde_json::json!({
+            "id": "flt_1", "invocation": "inv_1", "agent": "a", "state": "completed",
+            "summary": "s", "streaming": true, "output": "the answer", "error": "e",
+            "update_seq": 7, "thread_id": "t", "turn_id": "u", "parent_flight": "flt_0",
+            "conversation": "c", "reply_message": "m", "note": {"text": "n", "at": 3},
+            "output_bytes": 10, "usage": {"input_tokens": 5, "output_tokens": 6},
+            "root_flight": "flt_0", "created_at": 1, "updated_at": 2
+        });
+        let flight: Flight = serde_json::from_value(json).unwrap();
+        let mut want = flight.clone();
+        want.output = None;
+        assert_eq!(flight.without_output(), want);
+        assert_ne!(flight.without_output(), flight);
+    }
 
     #[test]
     fn item_kinds_are_plain_names_on_the_wire() {

@@ -69,10 +69,11 @@ pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeEr
         )));
     }
     let (tmp, path) = (dir.join(format!("{name}.tmp")), dir.join(name));
+    // A fresh file (`O_EXCL`): one left by a crash goes first.
+    remove(dir, &[format!("{name}.tmp")]);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)

@@ -3,8 +3,9 @@
 //! back from the log whenever it falls behind. SSE and NATS publishers use it.
 //!
 //! Each event comes as a shared [`Published`]: live, the writer's own (one per event,
-//! for every follower, a large one too while the writer holds it for them); read back, built from the stored bytes (a large one decoded once
-//! for the followers reading it at the same time). Either way its JSON
+//! for every follower; a large one too, while it is held for them); read back, built
+//! from the stored bytes (a large one decoded once for the followers reading it at the
+//! same time). Either way its JSON
 //! ([`Published::json`]) is the bytes the writer stored, so a follower sends it as it is;
 //! for a record that stores a long text by reference, it is encoded on first use.
 

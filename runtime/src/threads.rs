@@ -536,7 +536,7 @@ fn ended_report(v: &[u8], dir: Option<&Path>) -> Option<Result<Report, RuntimeEr
             (Some(f), Some(dir)) => files::read(dir, &f.file),
             _ => Err(RuntimeError::ReportFile {
                 path: dir.map(Path::to_path_buf).unwrap_or_default(),
-                source: std::io::Error::other("a record names a report file it cannot be found by"),
+                source: std::io::Error::other("its dispatch record is damaged"),
             }),
         }),
         _ => None,

@@ -2,9 +2,9 @@
 //! ([`Live::InLog`](super::Live::InLog)). An event too large for the live buffer (a long
 //! answer: its item, the completing update, the reply) used to go out as its seq alone,
 //! and every subscriber read it back from the log: the NATS publisher, dispatch and
-//! telemetry each read and decoded a 32 MB answer, at once, on two cores, while every
-//! other flight's updates waited behind it in each of them (about 450 ms of the noisy
-//! neighbour's stall, ops/BENCHMARKS.md part 17). The writer has that event in memory
+//! telemetry each read a 32 MB answer's three records at once, on two cores (pages of
+//! 170-290 ms each, ops/BENCHMARKS.md part 17), every other flight's updates waiting
+//! behind them in each of them. The writer has that event in memory
 //! already; it now hands it to each subscriber that follows live, and lets go of it once
 //! each of them has taken it, or after [`HELD_MAX`] at most (a subscriber that fell
 //! behind, or never looks), so the buffer still never keeps a long text: a subscriber

@@ -302,11 +302,13 @@ fn settle(
                         Arc::new(published),
                         inner.events.receiver_count(),
                     ));
-                    let release = held.clone();
-                    inner.runtime.spawn(async move {
-                        tokio::time::sleep(HELD_MAX).await;
-                        release.release();
-                    });
+                    if held.is_held() {
+                        let release = held.clone();
+                        inner.runtime.spawn(async move {
+                            tokio::time::sleep(HELD_MAX).await;
+                            release.release();
+                        });
+                    }
                     Live::InLog(held)
                 }
             };

@@ -356,3 +356,113 @@ async fn an_embedded_runtime_keeps_long_reports_beside_the_shared_database() {
         vec![("inv_1".to_string(), report)]
     );
 }
+
+/// The environment that makes [`a_kill_9_never_leaves_a_record_without_its_report`]'s
+/// child process the writer (the directory of its database).
+const KILLED_WRITER: &str = "RELAY_TEST_KILLED_REPORT_WRITER";
+
+/// A process writing long end reports (in files) and short ones, many at once, killed
+/// with `kill -9` in the middle: at the next open, every report it said was recorded is
+/// read back whole, every record read is whole, and no file is left that no record
+/// names. (In the child, run as itself: it writes until it is killed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_never_leaves_a_record_without_its_report() {
+    use std::io::{BufRead, Write};
+    if let Some(dir) = std::env::var_os(KILLED_WRITER) {
+        let store = ThreadStore::open(std::path::Path::new(&dir)).unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in 0..4 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                for i in (worker..).step_by(4) {
+                    let inv = format!("inv_{i}");
+                    store
+                        .set_dispatch_ended(&inv, &killed_report(i))
+                        .await
+                        .unwrap();
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{inv}").unwrap();
+                    out.flush().unwrap();
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("runtime");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "threads::tests::a_kill_9_never_leaves_a_record_without_its_report",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(KILLED_WRITER, &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once it has recorded a good number of reports, long ones among them.
+    let mut recorded = Vec::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let long = |r: &[String]| {
+        r.iter()
+            .filter(|i| i.ends_with(['0', '2', '4', '6', '8']))
+            .count()
+    };
+    while recorded.len() < 40 || long(&recorded) < 12 {
+        match lines.next() {
+            // (The test harness's own lines are not reports.)
+            Some(line) => recorded.extend(line.ok().filter(|l| l.starts_with("inv_"))),
+            None => panic!("the writer stopped after {} reports", recorded.len()),
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let store = ThreadStore::open(&path).unwrap();
+    let unsent: std::collections::HashMap<String, Report> =
+        store.ended_unsent().await.unwrap().into_iter().collect();
+    for inv in &recorded {
+        let i: usize = inv["inv_".len()..].parse().unwrap();
+        assert_eq!(unsent.get(inv), Some(&killed_report(i)), "{inv}");
+    }
+    // Every record there is whole (a record is on disk only after its file).
+    for (inv, report) in &unsent {
+        let i: usize = inv["inv_".len()..].parse().unwrap();
+        assert_eq!(report, &killed_report(i), "{inv}");
+    }
+    // The files every record names, read or not.
+    let named: std::collections::HashSet<String> = store
+        .dispatches
+        .iter()
+        .filter_map(|kv| in_file(&kv.unwrap().1).map(|f| f.file))
+        .collect();
+    let on_disk: std::collections::HashSet<String> = std::fs::read_dir(files::dir_of(&path))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    assert_eq!(
+        on_disk, named,
+        "no file without its record, no record without its file"
+    );
+    assert!(named.len() >= 12, "{} long reports recorded", named.len());
+}
+
+/// Report `i` of the killed writer: every other one long.
+fn killed_report(i: usize) -> Report {
+    use relay_protocol::domain::{FlightChange, FlightState};
+    Report::Flight {
+        flight: format!("flt_{i}"),
+        change: FlightChange::State {
+            to: FlightState::Completed,
+            reason: None,
+            output: Some(match i % 2 {
+                0 => format!("answer {i} ").repeat(files::FILE_MIN / 8),
+                _ => format!("answer {i}"),
+            }),
+        },
+    }
+}

@@ -10,9 +10,7 @@
 //! and the directory fsynced: after a crash the file is the old one or the new one,
 //! whole.
 
-use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a private file or directory could not be made, written or read: what was being
@@ -98,41 +96,20 @@ fn user_name(uid: u32) -> Option<String> {
     })
 }
 
-/// Writes `bytes` to `path` with mode 0600, atomically and durably (see the module docs).
+/// Writes `bytes` to `path` with mode 0600, atomically and durably (see the module docs;
+/// [`relay_infra::disk::write_private`]).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| FileError::NoFileName(path.to_path_buf()))?;
-    let mut prefix = OsString::from(".");
-    prefix.push(name);
-    prefix.push(".");
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .suffix(".tmp")
-        .make_in(dir, |p| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                .open(p)
-        })
-        .map_err(doing(|| {
-            format!("cannot create a temporary file in {}", dir.display())
-        }))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(doing(|| format!("cannot write {}", tmp.path().display())))?;
-    tmp.persist(path).map_err(|e| e.error).map_err(doing(|| {
-        format!("cannot rename a temporary file over {}", path.display())
-    }))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(doing(|| format!("cannot sync directory {}", dir.display())))
+    if path.file_name().is_none() {
+        return Err(FileError::NoFileName(path.to_path_buf()));
+    }
+    relay_infra::disk::write_private(dir, path, bytes).map_err(|e| FileError::Io {
+        doing: e.doing,
+        source: e.source,
+    })
 }
 
 /// Reads a 32-byte key written as hex; `None` if the file does not exist.

@@ -183,6 +183,58 @@ pub(crate) fn test_stall_hook() {
     }
 }
 
+/// Why [`write_private`] failed: what it was doing, and the system's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing}")]
+pub struct WriteError {
+    pub doing: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn doing(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> WriteError {
+    move |source| WriteError {
+        doing: what(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` (in directory `dir`) whole, mode 0600, atomically and
+/// durably: a fresh temporary file beside it, of a random name, created with `O_EXCL |
+/// O_NOFOLLOW` (a planted file or symlink is never followed nor reused), written and
+/// fsynced, renamed over `path`, and the directory fsynced: after a crash the file is
+/// the old one or the new one, whole. (Blocking.)
+pub fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(path.file_name().unwrap_or_default());
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .make_in(dir, |p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(p)
+        })
+        .map_err(doing(|| {
+            format!("cannot create a temporary file in {}", dir.display())
+        }))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(doing(|| format!("cannot write {}", tmp.path().display())))?;
+    tmp.persist(path).map_err(|e| e.error).map_err(doing(|| {
+        format!("cannot rename a temporary file over {}", path.display())
+    }))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(doing(|| format!("cannot sync directory {}", dir.display())))
+}
+
 /// Opens the database at `path` private: its directory is created 0700, a symlink there
 /// is refused (it would put the database where its owner points), and every file and
 /// directory sled made is 0600/0700, whatever the umask.

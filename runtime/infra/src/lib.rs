@@ -6,7 +6,8 @@
 //!   the blocking pool ([`storage::read`]); every database opens with [`storage::config`].
 //! - [`disk`]: the disk under the databases: durable writes refused while the free
 //!   space is under a reserve (sled does not survive ENOSPC), the watchdog that tells a
-//!   storage thread stuck in sled, and databases opened private (0600/0700, no symlink).
+//!   storage thread stuck in sled, databases opened private (0600/0700, no symlink), and
+//!   files written whole, private and durable ([`disk::write_private`]).
 //! - [`memory`]: glibc's allocator told to give large freed buffers back to the system.
 //! - [`retry`]: retrying with backoff ([`backon`]), one way for every crate above this one.
 //!

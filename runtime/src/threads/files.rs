@@ -6,14 +6,14 @@
 //! through: about 70 ms of every other flight's updates waiting behind it.
 //!
 //! A report of [`FILE_MIN`] bytes or more is written to `<database>/runtime-reports/`
-//! instead, on the blocking pool: a temporary file, `fdatasync`ed, renamed to its name
-//! and the directory `fsync`ed, all before the record that names it is written (so a
+//! instead, on the blocking pool, as every file Relay writes whole
+//! ([`relay_infra::disk::write_private`]: a fresh temporary file, synced, renamed to its
+//! name, the directory synced), before the record that names it is written (so a
 //! record never names a file that a crash could take back). A file whose record never
 //! made it to disk is swept at the next open; one whose record is dropped goes with it.
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use relay_protocol::runtime::Report;
@@ -68,22 +68,8 @@ pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeEr
             "is a symlink: refusing to follow it",
         )));
     }
-    let (tmp, path) = (dir.join(format!("{name}.tmp")), dir.join(name));
-    // A fresh file (`O_EXCL`): one left by a crash goes first.
-    remove(dir, &[format!("{name}.tmp")]);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(failed(&tmp))?;
-    file.write_all(json).map_err(failed(&tmp))?;
-    file.sync_data().map_err(failed(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(failed(&path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(failed(dir))
+    let path = dir.join(name);
+    relay_infra::disk::write_private(dir, &path, json).map_err(|e| failed(&path)(e.source))
 }
 
 /// The report in file `name` of `dir` (blocking).

@@ -268,3 +268,63 @@ async fn a_store_that_counted_in_the_record_is_converted_at_its_first_open() {
     check_rooms(&b, &[7, 5, 4]).await;
     stop_on((b, stop, writer)).await;
 }
+
+/// A message is found by its id from the seq the id carries, with no key of its own:
+/// every message posted by many clients at once, in and out of a batch, before and
+/// after a restart, in any of the rooms. An id with another message's seq and a
+/// different time is no message, and a reply to it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_are_found_by_their_ids_without_a_key_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("store");
+    let running = start_with_rooms(&path).await;
+    post_at_once(&running.0, 0, 8, 6).await;
+    stop_on(running).await;
+    let (b, stop, writer) = support::start(reopen(&path).await).await;
+    post_at_once(&b, 1, 8, 6).await;
+    let store = b.store().clone();
+    let mut all = Vec::new();
+    for room in ROOMS {
+        all.extend(store.messages(room, 1000).unwrap());
+    }
+    assert_eq!(
+        all.len(),
+        2 * (8 * 6 + 8),
+        "every post and every ask's task"
+    );
+    for m in &all {
+        assert_eq!(store.message(&m.id).unwrap().as_ref(), Some(m), "{}", m.id);
+    }
+    assert_eq!(store.tree(T::MessageIds).len(), 0, "no key per message");
+
+    // Replies, from many clients at once, each to a message of another room.
+    let mut tasks = Vec::new();
+    for (n, m) in all.iter().enumerate().take(24) {
+        let (b, to) = (b.clone(), m.id.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut reply = post(ROOMS[n % 3], "ann", format!("re {n}"));
+            reply.reply_to = Some(to.clone());
+            let m = b.post_message(reply).await.unwrap().message;
+            (to, m.id)
+        }));
+    }
+    for t in tasks {
+        let (to, id) = t.await.unwrap();
+        let reply = store.message(&id).unwrap().unwrap();
+        assert_eq!(reply.reply_to, Some(to));
+    }
+    // The same seq, another time: not the message that seq posted.
+    let real = &all[5].id;
+    let first = if real.as_bytes()[4] == b'0' { '1' } else { '0' };
+    let forged = format!("msg_{first}{}", &real[5..]);
+    assert_eq!(store.message(&forged).unwrap(), None);
+    let mut reply = post("room.a", "ann", "re forged".into());
+    reply.reply_to = Some(forged.clone());
+    let err = b.post_message(reply).await.unwrap_err();
+    assert!(
+        matches!(&err, relay_broker::BrokerError::UnknownMessage(id) if *id == forged),
+        "{err:?}"
+    );
+    assert!(store.verify().unwrap().is_consistent());
+    stop_on((b, stop, writer)).await;
+}

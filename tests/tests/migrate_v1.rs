@@ -19,5 +19,38 @@ async fn a_broker_on_the_v1_fixture_answers_every_reader_as_recorded() {
     relay.terminate().unwrap();
     let mut relay = RelayProcess::start(&data).unwrap();
     fixture::assert_outputs_equal(&relay, &expected).await;
+    replies_to_a_v1_message(&relay).await;
     relay.terminate().unwrap();
+}
+
+/// A v1 message's id (random: it does not carry its event's seq, so `message_ids`
+/// finds it) is still a message a post can reply to; a made-up one is not.
+async fn replies_to_a_v1_message(relay: &RelayProcess) {
+    let http = relay.http();
+    let (code, listed) = http.get("/v1/conversations/team/messages?limit=1").await;
+    assert_eq!(code, 200, "{listed}");
+    let old = listed[0]["id"].as_str().unwrap().to_string();
+    let reply = |to: &str| {
+        serde_json::json!({
+            "conversation": "team",
+            "author": "ann",
+            "body": "a reply",
+            "reply_to": to,
+        })
+    };
+    let (code, posted) = http.post("/v1/messages", &reply(&old)).await;
+    assert_eq!(code, 200, "{posted}");
+    assert_eq!(posted["message"]["reply_to"], old.as_str(), "{posted}");
+    let new = posted["message"]["id"].as_str().unwrap();
+    let (code, posted) = http.post("/v1/messages", &reply(new)).await;
+    assert_eq!(
+        code, 200,
+        "a reply to the reply, found by its seq: {posted}"
+    );
+    let made_up = format!("msg_{}", "0".repeat(32));
+    let (code, refused) = http.post("/v1/messages", &reply(&made_up)).await;
+    assert_eq!(
+        refused["error"]["code"], "unknown_message",
+        "{code} {refused}"
+    );
 }

@@ -177,3 +177,28 @@ impl Scope {
         child_key(&format!("{letter}{id}"), seq)
     }
 }
+
+/// A new message's id: `msg_` and a UUIDv7 (its time and 12 random bits) whose last 62
+/// bits, which RFC 9562 leaves to random bits or a counter, are `seq`, the global seq of
+/// the event that posts it. The message is found by its id from that seq and the log
+/// (`queries::message_of_id`), without a key of its own: `message_ids` holds only the
+/// ids of messages posted before ids carried their seq.
+pub fn message_id(seq: u64) -> String {
+    let mut bytes = *uuid::Uuid::now_v7().as_bytes();
+    // The variant's two bits (`10`), then the seq (a seq never reaches 2^62).
+    bytes[8..].copy_from_slice(&((seq & (u64::MAX >> 2)) | (1 << 63)).to_be_bytes());
+    format!("msg_{}", uuid::Uuid::from_bytes(bytes).simple())
+}
+
+/// The seq a message id made by [`message_id`] carries. An older id (random bits
+/// there) gives a seq too, usually far past the log's end: the reader checks that the
+/// event at that seq posted a message with this very id.
+pub fn message_id_seq(id: &str) -> Option<u64> {
+    let hex = id.strip_prefix("msg_")?;
+    let uuid = uuid::Uuid::try_parse(hex).ok()?;
+    if hex.len() != 32 || uuid.get_version_num() != 7 {
+        return None;
+    }
+    let tail = <[u8; 8]>::try_from(&uuid.as_bytes()[8..]).ok()?;
+    Some(u64::from_be_bytes(tail) & (u64::MAX >> 2))
+}

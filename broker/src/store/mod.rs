@@ -19,7 +19,8 @@
 //!   `messages` (`counts`), not written for each message
 //! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
 //!   of the event that posted the [`Message`] (two u64 BE): stored once, in the log
-//! - `message_ids`: message id -> key in `messages`
+//! - `message_ids`: message id -> key in `messages`, only for a message whose id does not
+//!   carry the seq of the event that posted it (made before 2026-11-29: [`message_id`])
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record (a
 //!   completed flight's record with a long output: version 2, the output read from its
 //!   completion in the log, [`decode_flight`]). A live flight's record is written for
@@ -108,7 +109,9 @@ use sled::Transactional;
 use crate::error::BrokerError;
 
 pub use doctor::{DoctorReport, VerifyReport};
-pub use keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
+pub use keys::{
+    child_key, decode, encode, message_id, pair_key, pair_value, parse_pair, seq_key, Scope, T,
+};
 pub use log::{EventLog, LogError, Pos};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate, EVENT_POS_EVERY};
 pub use published::Published;
@@ -421,20 +424,10 @@ impl Tx<'_> {
         &self,
         id: &str,
     ) -> Result<Option<relay_protocol::domain::Message>, BrokerError> {
-        let Some(key) = self.trees[T::MessageIds as usize]
-            .get(id.as_bytes())
-            .map_err(unabortable)?
-        else {
-            return Ok(None);
+        let get = |t: T, key: &[u8]| -> Result<Option<sled::IVec>, BrokerError> {
+            self.trees[t as usize].get(key).map_err(unabortable)
         };
-        let Some(v) = self.trees[T::Messages as usize]
-            .get(key)
-            .map_err(unabortable)?
-        else {
-            return Ok(None);
-        };
-        let (seq, pos) = parse_pair(&v)?;
-        queries::message_at(self.log, seq, pos, true)
+        queries::message_of_id(&get, self.log, id, true)
     }
 
     pub fn contains(&self, t: T, key: &[u8]) -> Result<bool, BrokerError> {

@@ -9,7 +9,9 @@ use relay_protocol::event::{Event, EventBody};
 use serde::Serialize;
 
 use super::heads::record_lags;
-use super::keys::{child_key, decode, encode, pair_key, pair_value, parse_pair, seq_key, Scope, T};
+use super::keys::{
+    child_key, decode, encode, message_id_seq, pair_key, pair_value, parse_pair, seq_key, Scope, T,
+};
 use super::log::Pos;
 use super::shared::{
     decode_event, decode_flight_without_output, encode_flight, FLIGHT_OUTPUT_IN_LOG, SHARED_MIN,
@@ -92,7 +94,10 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
         }
         EventBody::MessagePosted { message, .. } => {
             let key = child_key(&message.conversation, message.index);
-            sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
+            // An id that carries its event's seq is found by it (see `message_id`).
+            if message_id_seq(&message.id) != Some(event.seq) {
+                sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
+            }
             // The message itself is stored once, in the log; its conversation's count
             // is its index plus one (see `counts`), not written to the record.
             sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;

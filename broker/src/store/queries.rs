@@ -9,9 +9,11 @@ use relay_protocol::domain::{
 };
 use relay_protocol::event::Event;
 
-use super::keys::{child_key, child_prefix, parse_pair, parse_u64, seq_key, Scope, T};
+use super::keys::{
+    child_key, child_prefix, message_id_seq, parse_pair, parse_u64, seq_key, Scope, T,
+};
 use super::log::{EventLog, Pos};
-use super::projections::StoredUpdate;
+use super::projections::{StoredUpdate, EVENT_POS_EVERY};
 use super::published::Published;
 use super::shared::{decode_event, decode_flight, decode_record, decode_update};
 use super::Store;
@@ -335,16 +337,7 @@ impl Store {
     }
 
     pub fn message(&self, id: &str) -> Result<Option<Message>, BrokerError> {
-        let Some(key) = self.tree(T::MessageIds).get(id.as_bytes())? else {
-            return Ok(None);
-        };
-        match self.tree(T::Messages).get(key)? {
-            Some(v) => {
-                let (seq, pos) = parse_pair(&v)?;
-                message_at(self.log(), seq, pos, false)
-            }
-            None => Ok(None),
-        }
+        message_of_id(&|t, k| Ok(self.tree(t).get(k)?), self.log(), id, false)
     }
 
     /// Updates of a flight with per-flight seq greater than `after`, in order.
@@ -490,6 +483,65 @@ pub(super) fn update_at(
 /// The message that the `message_posted` event `event_seq` at `pos` posted (only the
 /// message's part of it is decoded); `None` while that is not readable. `appended`: read
 /// what is appended though not yet synced (the writer's own reads, on the storage thread).
+/// A reader of one key of a tree: a transaction's or the store's.
+pub(super) type Get<'a> = dyn Fn(T, &[u8]) -> Result<Option<sled::IVec>, BrokerError> + 'a;
+
+/// The message with id `id`: the one posted by the event at the seq its id carries
+/// ([`message_id`](super::keys::message_id)), when that event posted this very id;
+/// else, for a message posted before ids carried their seq, where `message_ids` says.
+/// The event is found from the nearest `event_pos` key at or before it (a key for each
+/// seq that is a multiple of [`EVENT_POS_EVERY`], so read as one key, not a range,
+/// which a transaction's tree cannot), then a walk of at most that many headers.
+/// `appended`: read what the writer appended but has not synced yet (its own reads).
+pub(super) fn message_of_id(
+    get: &Get<'_>,
+    log: &EventLog,
+    id: &str,
+    appended: bool,
+) -> Result<Option<Message>, BrokerError> {
+    /// The message of a `message_posted` event; no other event has a `message`.
+    #[derive(serde::Deserialize)]
+    struct Posted {
+        #[serde(default)]
+        message: Option<Message>,
+    }
+    if let Some(seq) = message_id_seq(id).filter(|seq| *seq >= 1) {
+        let floor = seq - seq % EVENT_POS_EVERY;
+        let from = match floor {
+            0 => Some(log.start()?),
+            _ => get(T::EventPos, &seq_key(floor))?
+                .map(|v| parse_u64(&v))
+                .transpose()?,
+        };
+        let pos = match from {
+            Some(from) if appended => log.find_appended(from, seq)?,
+            Some(from) => log.find(from, seq)?,
+            None => None,
+        };
+        let record = match pos {
+            Some(pos) if appended => log.read_appended(pos)?,
+            Some(pos) => log.read(pos)?,
+            None => None,
+        };
+        if let Some(record) = record {
+            let posted: Posted = decode_record(log, &record.payload)?;
+            if let Some(message) = posted.message.filter(|m| m.id == id) {
+                return Ok(Some(message));
+            }
+        }
+    }
+    let Some(key) = get(T::MessageIds, id.as_bytes())? else {
+        return Ok(None);
+    };
+    match get(T::Messages, &key)? {
+        Some(v) => {
+            let (seq, pos) = parse_pair(&v)?;
+            message_at(log, seq, pos, appended)
+        }
+        None => Ok(None),
+    }
+}
+
 pub(super) fn message_at(
     log: &EventLog,
     event_seq: u64,

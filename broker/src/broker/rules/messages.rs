@@ -91,7 +91,7 @@ impl Ctx<'_, '_> {
             return Err(BadInput::Length("message author").into());
         }
         if let Some(reply_to) = &post.reply_to {
-            if !self.tx.contains(T::MessageIds, reply_to.as_bytes())? {
+            if self.tx.message(reply_to)?.is_none() {
                 return Err(BrokerError::UnknownMessage(reply_to.clone()));
             }
         }
@@ -110,7 +110,8 @@ impl Ctx<'_, '_> {
         asked: Option<&str>,
     ) -> Result<Message, BrokerError> {
         let message = Message {
-            id: new_id("msg"),
+            // Its event's seq: the next, as nothing is emitted before it.
+            id: crate::store::message_id(self.next_seq),
             conversation: conversation.spec.id.clone(),
             index: conversation.message_count,
             author: post.author,

@@ -515,7 +515,16 @@ impl EventLog {
     /// record at or before it: see `event_pos` in `store`). `None`: not on disk (yet).
     /// Reads only headers; the record's checksum is checked when it is read.
     pub fn find(&self, from: Pos, seq: u64) -> Result<Option<Pos>, LogError> {
-        let end = self.synced_end();
+        self.find_before(from, seq, self.synced_end())
+    }
+
+    /// Where the record of `seq` is once appended, synced or not (as [`Self::find`]):
+    /// for the writer's own reads, as [`Self::read_appended`].
+    pub fn find_appended(&self, from: Pos, seq: u64) -> Result<Option<Pos>, LogError> {
+        self.find_before(from, seq, self.end())
+    }
+
+    fn find_before(&self, from: Pos, seq: u64, end: Pos) -> Result<Option<Pos>, LogError> {
         let mut pos = from;
         while pos.saturating_add(HEADER) <= end {
             let (start, file) = self.segment_holding(pos)?;

@@ -143,8 +143,14 @@ fn a_record_is_found_from_any_before_it_and_only_once_synced() {
         }
     }
     assert_eq!(log.start().unwrap(), 0);
-    append_n(&log, 41, 1, 10);
+    let appended = append_n(&log, 41, 1, 10);
     assert_eq!(log.find(positions[39], 41).unwrap(), None, "not synced yet");
+    assert_eq!(
+        log.find_appended(positions[39], 41).unwrap(),
+        Some(appended[0]),
+        "the writer finds what it appended"
+    );
+    assert_eq!(log.find_appended(positions[39], 42).unwrap(), None);
     log.sync().unwrap();
     assert!(log.find(positions[39], 41).unwrap().is_some());
 }

@@ -269,7 +269,8 @@ async fn a_store_that_counted_in_the_record_is_converted_at_its_first_open() {
     stop_on((b, stop, writer)).await;
 }
 
-/// A message is found by its id from the seq the id carries, with no key of its own:
+/// A message is found by its id from the seq the id carries, and its conversation's
+/// messages by their records' links, with no key of their own:
 /// every message posted by many clients at once, in and out of a batch, before and
 /// after a restart, in any of the rooms. An id with another message's seq and a
 /// different time is no message, and a reply to it is refused.
@@ -296,6 +297,9 @@ async fn messages_are_found_by_their_ids_without_a_key_each() {
         assert_eq!(store.message(&m.id).unwrap().as_ref(), Some(m), "{}", m.id);
     }
     assert_eq!(store.tree(T::MessageIds).len(), 0, "no key per message");
+    // Nor in `messages`: each room's first message (its record links to none) and its
+    // last, the others linked behind it.
+    assert_eq!(store.tree(T::Messages).len(), 2 * ROOMS.len());
 
     // Replies, from many clients at once, each to a message of another room.
     let mut tasks = Vec::new();

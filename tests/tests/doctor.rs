@@ -101,7 +101,7 @@ fn rewrite_log(data: &std::path::Path, edit: impl FnOnce(&mut Vec<(u64, Vec<u8>)
     EventLog::open(&dir)
         .unwrap()
         .scan(0, |r| {
-            records.push((r.seq, r.payload));
+            records.push((r.seq, r.into_stored()));
             Ok::<_, relay_broker::store::LogError>(true)
         })
         .unwrap();
@@ -277,8 +277,8 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     let data = tmp.path().join("data");
     stopped_data_dir(&data).await;
     // The first event, as a build that writes a version after this build's would have
-    // stored it.
-    let unknown = relay_broker::store::SLIM_VERSION + 1;
+    // stored it (the last this build knows is a linked record's first byte).
+    let unknown = relay_broker::store::log::LINKED + 1;
     rewrite_log(&data, |records| records[0].1[0] = unknown);
     let db = data.join(relay_broker::store::STORE_DIR);
     let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())

@@ -47,6 +47,25 @@ async fn replies_to_a_v1_message(relay: &RelayProcess) {
         code, 200,
         "a reply to the reply, found by its seq: {posted}"
     );
+    // The conversation reads as one: its v1 messages by their keys, the two new ones
+    // by their records' links, the indexes running on.
+    let (_, read) = http.get("/v1/conversations/team/messages?limit=1000").await;
+    let read = read.as_array().unwrap();
+    let indexes: Vec<u64> = read.iter().map(|m| m["index"].as_u64().unwrap()).collect();
+    let n = indexes.len() as u64;
+    assert_eq!(indexes, (0..n).collect::<Vec<_>>());
+    assert_eq!(read[n as usize - 2]["reply_to"], old.as_str());
+    assert_eq!(read[n as usize - 1]["reply_to"], new);
+    let (_, replayed) = http.get("/v1/replay/conversations/team").await;
+    let replayed: Vec<&serde_json::Value> = replayed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.get("message"))
+        .collect();
+    assert_eq!(replayed.len() as u64, n, "{replayed:?}");
+    let (_, two) = http.get("/v1/conversations/team/messages?limit=2").await;
+    assert_eq!(two.as_array().unwrap()[..], read[n as usize - 2..]);
     let made_up = format!("msg_{}", "0".repeat(32));
     let (code, refused) = http.post("/v1/messages", &reply(&made_up)).await;
     assert_eq!(

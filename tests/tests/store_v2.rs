@@ -213,8 +213,9 @@ async fn a_store_behind_its_log_is_caught_up_from_where_it_stood() {
         whole
             .log()
             .scan(0, |r| {
-                records.push((r.seq, r.payload));
-                Ok::<_, relay_broker::store::LogError>(r.seq < k)
+                let seq = r.seq;
+                records.push((seq, r.into_stored()));
+                Ok::<_, relay_broker::store::LogError>(seq < k)
             })
             .unwrap();
         let store = Store::open(&cut).unwrap();

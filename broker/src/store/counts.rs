@@ -21,7 +21,10 @@ use std::sync::Mutex;
 
 use relay_protocol::domain::Conversation;
 
-use super::keys::{child_prefix, decode, parse_u64, T};
+use super::keys::{
+    child_key, child_prefix, decode, last_message_key, parse_last_message, parse_pair, parse_u64, T,
+};
+use super::log::{EventLog, Pos};
 use super::{unabortable, Store, Tx};
 use crate::error::BrokerError;
 
@@ -69,13 +72,70 @@ fn poisoned() -> BrokerError {
     BrokerError::Internal("the conversations' counts were poisoned".into())
 }
 
-/// The count of `id`'s messages in `messages` (the last key's index plus one).
+/// The count of `id`'s messages in `messages`: the last message's index plus one (the
+/// index in its key, or in the value of the conversation's [`last_message_key`]).
 pub(super) fn counted(messages: &sled::Tree, id: &str) -> Result<u64, BrokerError> {
     let prefix = child_prefix(id);
-    match messages.scan_prefix(&prefix).keys().next_back() {
-        Some(key) => Ok(parse_u64(&key?[prefix.len()..])?.saturating_add(1)),
-        None => Ok(0),
+    let Some(kv) = messages.scan_prefix(&prefix).next_back() else {
+        return Ok(0);
+    };
+    let (key, value) = kv?;
+    let index = match parse_u64(&key[prefix.len()..])? {
+        u64::MAX => parse_last_message(&value)?.2,
+        index => index,
+    };
+    Ok(index.saturating_add(1))
+}
+
+/// Conversation `id`'s messages, newest first, as the seq and log position of the
+/// event that posted each, to `f` until it returns `false`: from the conversation's
+/// last (its [`last_message_key`]) back along the records' links (see
+/// [`message_id`](super::keys::message_id)), then, from the first whose record has no
+/// link, by their keys in `messages` (the messages posted before records were linked;
+/// their indexes run down to 0 with no gap). A record followed may be appended but not
+/// yet on disk: `f` is given it as any other, and a reader of what is shown leaves it
+/// out.
+pub(super) fn walk_back(
+    messages: &sled::Tree,
+    log: &EventLog,
+    id: &str,
+    mut f: impl FnMut(u64, Pos) -> Result<bool, BrokerError>,
+) -> Result<(), BrokerError> {
+    let below = match messages.get(last_message_key(id))? {
+        None => u64::MAX,
+        Some(v) => {
+            let (mut seq, mut pos, mut index) = parse_last_message(&v)?;
+            loop {
+                if !f(seq, pos)? {
+                    return Ok(());
+                }
+                match log.link_at(pos)? {
+                    Some((at, _)) if at != seq => {
+                        return Err(BrokerError::Corrupt(format!(
+                            "message of event {seq} of conversation {id} points at event {at}"
+                        )))
+                    }
+                    Some((_, Some(link))) if index > 0 => {
+                        (seq, pos, index) = (link.seq, link.pos, index - 1);
+                    }
+                    Some(_) => break index,
+                    None => {
+                        return Err(BrokerError::Corrupt(format!(
+                            "message of event {seq} of conversation {id} is past the log's end"
+                        )))
+                    }
+                }
+            }
+        }
+    };
+    let keys = messages.range(child_key(id, 0)..child_key(id, below));
+    for v in keys.values().rev() {
+        let (seq, pos) = parse_pair(&v?)?;
+        if !f(seq, pos)? {
+            break;
+        }
     }
+    Ok(())
 }
 
 impl Store {
@@ -115,6 +175,16 @@ impl Tx<'_> {
             BrokerError::Internal(format!("no message count is kept for conversation {id}"))
         })?;
         Ok(Some(c))
+    }
+
+    /// The seq, log position and index of conversation `id`'s last message posted with
+    /// a linked record, as this transaction sees it (its own posts included).
+    pub fn last_message(&self, id: &str) -> Result<Option<(u64, Pos, u64)>, BrokerError> {
+        self.trees[T::Messages as usize]
+            .get(last_message_key(id))
+            .map_err(unabortable)?
+            .map(|v| parse_last_message(&v))
+            .transpose()
     }
 
     /// Conversation `id` has `count` messages after this transaction's post (or

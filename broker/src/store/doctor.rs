@@ -28,7 +28,7 @@ impl Store {
             // it is then a gap, not an overflow.
             expected = event.seq.saturating_add(1);
             report.events += 1;
-            apply(&sink, &event, record.pos)?;
+            apply(&sink, &event, record.pos, record.link.is_some())?;
             Ok::<_, BrokerError>(true)
         })?;
         for t in TREES_PROJECTED {

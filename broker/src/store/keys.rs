@@ -202,3 +202,27 @@ pub fn message_id_seq(id: &str) -> Option<u64> {
     let tail = <[u8; 8]>::try_from(&uuid.as_bytes()[8..]).ok()?;
     Some(u64::from_be_bytes(tail) & (u64::MAX >> 2))
 }
+
+/// `messages`' key for conversation `id`'s last message whose record is linked to the
+/// one before it (see [`message_id`]): after every key of a message posted before.
+pub fn last_message_key(id: &str) -> Vec<u8> {
+    child_key(id, u64::MAX)
+}
+
+/// The last message's value: its event's seq, its log position and its index (u64 BE).
+pub fn last_message_value(seq: u64, pos: u64, index: u64) -> Vec<u8> {
+    let mut v = pair_value(seq, pos).to_vec();
+    v.extend_from_slice(&index.to_be_bytes());
+    v
+}
+
+/// The value of [`last_message_value`] read back.
+pub fn parse_last_message(v: &[u8]) -> Result<(u64, u64, u64), BrokerError> {
+    let index = v
+        .get(16..)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| BrokerError::Corrupt("a last message's value is not 24 bytes".into()))?;
+    let (seq, pos) = parse_pair(&v[..16])?;
+    Ok((seq, pos, index))
+}

@@ -195,7 +195,7 @@ fn copy_chunk(
                 event.seq
             )));
         }
-        apply(sink, &event, pos)?;
+        apply(sink, &event, pos, false)?;
         pos += super::log::record_len(value.len());
     }
     // Readable (the projections' catch-up reads it), and where the projections stand.

@@ -6,7 +6,8 @@
 //!   is one [`Event`], stored as its version byte and its wire JSON; or (version 2) with
 //!   a flight's repeated answer as a reference to where it is already ([`shared`]); or
 //!   (version 3) a flight's update without its flight, which the update before it folds
-//!   into ([`slim`]).
+//!   into ([`slim`]). A posted message's record starts with a link to the record of the
+//!   message before it in its conversation ([`log::Link`]), which the log hands apart.
 //! - `db/`: sled, with the trees below. Every value starts with a version byte, then
 //!   JSON, unless said otherwise.
 //!
@@ -18,7 +19,11 @@
 //! - `conversations`: id -> [`Conversation`] as created: its message count is read from
 //!   `messages` (`counts`), not written for each message
 //! - `messages`: conversation id, 0, index (u64 BE) -> the global seq and log position
-//!   of the event that posted the [`Message`] (two u64 BE): stored once, in the log
+//!   of the event that posted the [`Message`] (two u64 BE; the message is stored once,
+//!   in the log), only for a message whose record links to none: the rest are found
+//!   from the one after them, whose record links to them ([`log::Link`]); and
+//!   conversation id, 0, `u64::MAX` -> the seq, position and index of its last message
+//!   (`counts::walk_back` reads them, newest first)
 //! - `message_ids`: message id -> key in `messages`, only for a message whose id does not
 //!   carry the seq of the event that posted it (made before 2026-11-29: [`message_id`])
 //! - `invocations`, `flights`, `deliveries`, `approvals`, `bindings`: id -> record (a
@@ -110,7 +115,8 @@ use crate::error::BrokerError;
 
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{
-    child_key, decode, encode, message_id, pair_key, pair_value, parse_pair, seq_key, Scope, T,
+    child_key, decode, encode, message_id, message_id_seq, pair_key, pair_value, parse_pair,
+    seq_key, Scope, T,
 };
 pub use log::{EventLog, LogError, Pos};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate, EVENT_POS_EVERY};

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::heads::record_lags;
 use super::keys::{
-    child_key, decode, encode, message_id_seq, pair_key, pair_value, parse_pair, seq_key, Scope, T,
+    child_key, decode, encode, last_message_key, last_message_value, message_id_seq, pair_key,
+    pair_value, parse_pair, seq_key, Scope, T,
 };
 use super::log::Pos;
 use super::shared::{
@@ -68,10 +69,11 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
     }
 }
 
-/// Applies one event, at position `pos` of the log, to the projections. Events carry the
-/// records they produce, so applying is a set of puts and deletes, and applying twice
-/// changes nothing.
-pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError> {
+/// Applies one event, at position `pos` of the log, to the projections (`linked`: its
+/// record links to an earlier one, [`Link`](super::log::Link)). Events carry the records
+/// they produce, so applying is a set of puts and deletes, and applying twice changes
+/// nothing.
+pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos, linked: bool) -> Result<(), BrokerError> {
     if event.seq.is_multiple_of(EVENT_POS_EVERY) {
         sink.put(T::EventPos, &seq_key(event.seq), pos.to_be_bytes().to_vec())?;
     }
@@ -93,16 +95,24 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos) -> Result<(), BrokerError
             )
         }
         EventBody::MessagePosted { message, .. } => {
+            // The message itself is stored once, in the log; its conversation's count
+            // is its index plus one (see `counts`), not written to the record.
+            sink.count(&message.conversation, message.index.saturating_add(1));
             let key = child_key(&message.conversation, message.index);
             // An id that carries its event's seq is found by it (see `message_id`).
             if message_id_seq(&message.id) != Some(event.seq) {
                 sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
             }
-            // The message itself is stored once, in the log; its conversation's count
-            // is its index plus one (see `counts`), not written to the record.
-            sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
-            sink.count(&message.conversation, message.index.saturating_add(1));
-            Ok(())
+            // A linked record is found from the one after it (see `counts::walk_back`):
+            // a key only for the first of a chain.
+            if !linked {
+                sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
+            }
+            sink.put(
+                T::Messages,
+                &last_message_key(&message.conversation),
+                last_message_value(event.seq, pos, message.index),
+            )
         }
         EventBody::DeliveryPlanned { delivery } | EventBody::DeliveryAttempted { delivery } => {
             sink.put(T::Deliveries, delivery.id.as_bytes(), encode(delivery)?)
@@ -279,29 +289,24 @@ impl Store {
     /// the records go back to the count they were created with and the messages leave
     /// the replay index (what a rebuild from the log would write).
     fn messages_uncounted(&self) -> Result<(), BrokerError> {
+        let mut batch = sled::Batch::default();
+        let mut n = 0usize;
         for kv in self.tree(T::Conversations).iter() {
             let (id, value) = kv?;
             let mut c: relay_protocol::domain::Conversation = decode(&value)?;
             if c.message_count != 0 {
                 c.message_count = 0;
-                self.tree(T::Conversations).insert(id, encode(&c)?)?;
+                self.tree(T::Conversations).insert(&id, encode(&c)?)?;
             }
-        }
-        let mut batch = sled::Batch::default();
-        let mut n = 0usize;
-        for kv in self.tree(T::Messages).iter() {
-            let (key, value) = kv?;
-            let (seq, _) = parse_pair(&value)?;
-            let Some(end) = key.len().checked_sub(9) else {
-                continue;
-            };
-            let conversation = String::from_utf8_lossy(&key[..end]);
-            batch.remove(Scope::Conversation.key(&conversation, seq));
-            n += 1;
-            if n == 100_000 {
-                self.tree(T::ReplayIndex)
-                    .apply_batch(std::mem::take(&mut batch))?;
-                n = 0;
+            let id = String::from_utf8_lossy(&id);
+            for seq in self.message_seqs(&id, 0, u64::MAX)? {
+                batch.remove(Scope::Conversation.key(&id, seq));
+                n += 1;
+                if n == 100_000 {
+                    self.tree(T::ReplayIndex)
+                        .apply_batch(std::mem::take(&mut batch))?;
+                    n = 0;
+                }
             }
         }
         self.tree(T::ReplayIndex).apply_batch(batch)?;

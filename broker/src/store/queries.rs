@@ -9,9 +9,8 @@ use relay_protocol::domain::{
 };
 use relay_protocol::event::Event;
 
-use super::keys::{
-    child_key, child_prefix, message_id_seq, parse_pair, parse_u64, seq_key, Scope, T,
-};
+use super::counts::walk_back;
+use super::keys::{child_key, message_id_seq, parse_pair, parse_u64, seq_key, Scope, T};
 use super::log::{EventLog, Pos};
 use super::projections::{StoredUpdate, EVENT_POS_EVERY};
 use super::published::Published;
@@ -102,42 +101,18 @@ impl Store {
     }
 
     /// The seqs of the events that posted conversation `id`'s messages, in `after+1 ..=
-    /// upto`, in order. Its messages' indexes run from 0 with no gap and their seqs grow
-    /// with them: the first past `after` is found by bisection, not a scan.
+    /// upto`, in order: walked back from its last message to the first at or before
+    /// `after` (their seqs grow with their indexes), so a replay from a late seq reads
+    /// only what follows it.
     pub fn message_seqs(&self, id: &str, after: u64, upto: u64) -> Result<Vec<u64>, BrokerError> {
-        let messages = self.tree(T::Messages);
-        let seq_of = |index: u64| -> Result<Option<u64>, BrokerError> {
-            messages
-                .get(child_key(id, index))?
-                .map(|v| parse_pair(&v).map(|(seq, _)| seq))
-                .transpose()
-        };
-        let (mut first, mut past) = (0u64, super::counts::counted(messages, id)?);
-        while first < past {
-            let mid = first + (past - first) / 2;
-            match seq_of(mid)? {
-                Some(seq) if seq <= after => first = mid + 1,
-                Some(_) => past = mid,
-                // A gap (never written so): read them all.
-                None => {
-                    first = 0;
-                    break;
-                }
-            }
-        }
         let mut seqs = Vec::new();
-        for v in messages
-            .range(child_key(id, first)..=child_key(id, u64::MAX))
-            .values()
-        {
-            let (seq, _) = parse_pair(&v?)?;
-            if seq > upto {
-                break;
-            }
-            if seq > after {
+        walk_back(self.tree(T::Messages), self.log(), id, |seq, _| {
+            if seq > after && seq <= upto {
                 seqs.push(seq);
             }
-        }
+            Ok(seq > after)
+        })?;
+        seqs.reverse();
         Ok(seqs)
     }
 
@@ -318,19 +293,18 @@ impl Store {
     /// committed but not yet synced is left out, as it is not published yet).
     pub fn messages(&self, conversation: &str, n: usize) -> Result<Vec<Message>, BrokerError> {
         let mut out = Vec::new();
-        for v in self
-            .tree(T::Messages)
-            .scan_prefix(child_prefix(conversation))
-            .values()
-            .rev()
-        {
-            if out.len() == n {
-                break;
-            }
-            let (seq, pos) = parse_pair(&v?)?;
-            if let Some(m) = message_at(self.log(), seq, pos, false)? {
-                out.push(m);
-            }
+        if n > 0 {
+            walk_back(
+                self.tree(T::Messages),
+                self.log(),
+                conversation,
+                |seq, pos| {
+                    if let Some(m) = message_at(self.log(), seq, pos, false)? {
+                        out.push(m);
+                    }
+                    Ok(out.len() < n)
+                },
+            )?;
         }
         out.reverse();
         Ok(out)

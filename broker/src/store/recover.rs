@@ -125,11 +125,12 @@ impl Store {
     /// Applies every event of the log from `from` on to the projections, in chunks, each
     /// with the position it reached (a crash meanwhile resumes from there).
     pub(crate) fn apply_log(&self, from: Pos) -> Result<u64, BrokerError> {
-        let mut chunk: Vec<(Event, Pos, Pos)> = Vec::with_capacity(APPLY_CHUNK);
+        let mut chunk: Vec<(Event, Pos, Pos, bool)> = Vec::with_capacity(APPLY_CHUNK);
         let mut applied = 0u64;
         self.log.scan(from, |record| {
             let next = record.next();
-            chunk.push((decode_event(&self.log, &record.payload)?, record.pos, next));
+            let event = decode_event(&self.log, &record.payload)?;
+            chunk.push((event, record.pos, next, record.link.is_some()));
             if chunk.len() >= APPLY_CHUNK {
                 applied += chunk.len() as u64;
                 self.apply_chunk(&mut chunk)?;
@@ -141,14 +142,14 @@ impl Store {
         Ok(applied)
     }
 
-    fn apply_chunk(&self, chunk: &mut Vec<(Event, Pos, Pos)>) -> Result<(), BrokerError> {
-        let Some((last, _, end)) = chunk.last() else {
+    fn apply_chunk(&self, chunk: &mut Vec<(Event, Pos, Pos, bool)>) -> Result<(), BrokerError> {
+        let Some((last, _, end, _)) = chunk.last() else {
             return Ok(());
         };
         let marker = pair_value(last.seq, *end);
         let sink = PlainSink(self);
-        for (event, pos, _) in chunk.iter() {
-            apply(&sink, event, *pos)?;
+        for (event, pos, _, linked) in chunk.iter() {
+            apply(&sink, event, *pos, *linked)?;
         }
         self.tree(T::Meta).insert(APPLIED, &marker)?;
         chunk.clear();

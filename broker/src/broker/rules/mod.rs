@@ -15,6 +15,7 @@ use relay_protocol::domain::FlightChange;
 use super::writer::Kept;
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
+use crate::store::log::Link;
 use crate::store::{apply, encode, slim_store, Published, Tx, T};
 
 mod agents;
@@ -65,6 +66,7 @@ impl Ctx<'_, '_> {
         // every subscriber is sent (unless a text of it is stored as a reference to the
         // same text earlier in the log, or it is a flight's update stored without its
         // flight: then the log gets a shorter copy).
+        let mut linked = false;
         let (published, mut stored, source) = Published::encode_sharing(
             event,
             self.next_pos,
@@ -85,6 +87,14 @@ impl Ctx<'_, '_> {
                     ..Kept::default()
                 };
                 self.streaming_delta.insert(flight.id.clone(), Some(kept));
+            }
+            // Its record links to its conversation's message before it, so the
+            // conversation keeps no key per message (see `store::counts::walk_back`).
+            EventBody::MessagePosted { message, .. } => {
+                if let Some((seq, pos, _)) = self.tx.last_message(&message.conversation)? {
+                    stored = crate::store::log::linked(Link { seq, pos }, &stored).into();
+                    linked = true;
+                }
             }
             EventBody::FlightUpdated { update, flight } => {
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
@@ -120,7 +130,7 @@ impl Ctx<'_, '_> {
                     .insert(flight, Some(Kept { text, ..kept }));
             }
         }
-        apply(self.tx, &published.event, self.next_pos)?;
+        apply(self.tx, &published.event, self.next_pos, linked)?;
         self.next_seq += 1;
         self.next_pos += crate::store::log::record_len(stored.len());
         self.events.push((published, stored));

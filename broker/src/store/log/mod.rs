@@ -23,12 +23,15 @@
 //! the active segment and cuts a torn tail (a record whose length or checksum does not
 //! hold: it was never synced, so never acknowledged).
 
+mod find;
+mod link;
 mod segment;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read};
 
+pub use link::{linked, Link, LINKED};
 use segment::{create_segment, parse_header, recover, SegmentReader};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
@@ -76,13 +79,18 @@ impl From<LogError> for crate::error::BrokerError {
 pub struct Record {
     pub pos: Pos,
     pub seq: u64,
+    /// The payload, without its link if it has one ([`link`]).
     pub payload: Vec<u8>,
+    /// The earlier record it names ([`link`]).
+    pub link: Option<Link>,
+    /// The payload's length as stored, its link's bytes included.
+    stored: u64,
 }
 
 impl Record {
     /// Where the next record starts.
     pub fn next(&self) -> Pos {
-        self.pos + HEADER + self.payload.len() as u64
+        self.pos + HEADER + self.stored
     }
 }
 
@@ -138,7 +146,14 @@ fn read_record(reader: &mut impl Read, pos: Pos, end: Pos) -> Result<Record, Log
             "the record at {pos} fails its checksum"
         )));
     }
-    Ok(Record { pos, seq, payload })
+    let (link, payload) = link::split(payload)?;
+    Ok(Record {
+        pos,
+        seq,
+        payload,
+        link,
+        stored: len,
+    })
 }
 
 fn checksum(seq: u64, payload: &[u8]) -> u32 {
@@ -469,15 +484,20 @@ impl EventLog {
     }
 
     fn read_before(&self, pos: Pos, end: Pos) -> Result<Option<Record>, LogError> {
+        let Some((file, at)) = self.file_at(pos, end)? else {
+            return Ok(None);
+        };
+        read_record(&mut SegmentReader { file: &file, at }, pos, end).map(Some)
+    }
+
+    /// The segment file holding `pos` and where `pos` is in it; `None` when a record's
+    /// header there would pass `end`.
+    fn file_at(&self, pos: Pos, end: Pos) -> Result<Option<(Arc<File>, u64)>, LogError> {
         if pos.saturating_add(HEADER) > end {
             return Ok(None);
         }
         let (start, file) = self.segment_holding(pos)?;
-        let mut reader = SegmentReader {
-            file: &file,
-            at: pos - start,
-        };
-        read_record(&mut reader, pos, end).map(Some)
+        Ok(Some((file, pos - start)))
     }
 
     /// Calls `f` with every synced record from `from` on, in order, until it returns
@@ -509,44 +529,6 @@ impl EventLog {
             }
         }
         Ok(())
-    }
-
-    /// Where the synced record of `seq` is, walking the records' headers from `from` (a
-    /// record at or before it: see `event_pos` in `store`). `None`: not on disk (yet).
-    /// Reads only headers; the record's checksum is checked when it is read.
-    pub fn find(&self, from: Pos, seq: u64) -> Result<Option<Pos>, LogError> {
-        self.find_before(from, seq, self.synced_end())
-    }
-
-    /// Where the record of `seq` is once appended, synced or not (as [`Self::find`]):
-    /// for the writer's own reads, as [`Self::read_appended`].
-    pub fn find_appended(&self, from: Pos, seq: u64) -> Result<Option<Pos>, LogError> {
-        self.find_before(from, seq, self.end())
-    }
-
-    fn find_before(&self, from: Pos, seq: u64, end: Pos) -> Result<Option<Pos>, LogError> {
-        let mut pos = from;
-        while pos.saturating_add(HEADER) <= end {
-            let (start, file) = self.segment_holding(pos)?;
-            let mut header = [0u8; HEADER as usize];
-            SegmentReader {
-                file: &file,
-                at: pos - start,
-            }
-            .read_exact(&mut header)
-            .map_err(io(format!("read the event log at {pos}")))?;
-            let (len, _, at) = segment::parse_header(&header);
-            match at.cmp(&seq) {
-                std::cmp::Ordering::Equal => return Ok(Some(pos)),
-                std::cmp::Ordering::Greater => {
-                    return Err(LogError::Corrupt(format!(
-                        "looking for event {seq} from {from}, the log has event {at} at {pos}"
-                    )))
-                }
-                std::cmp::Ordering::Less => pos = pos.saturating_add(record_len(len as usize)),
-            }
-        }
-        Ok(None)
     }
 
     /// Where the log's first record is.

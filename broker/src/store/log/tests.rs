@@ -3,8 +3,11 @@
 use super::*;
 use std::io::Write;
 
+/// A payload as the store's are: a version byte (not [`LINKED`]), then anything.
 fn payload(seq: u64, size: usize) -> Vec<u8> {
-    (0..size).map(|i| (seq as usize + i) as u8).collect()
+    (0..size)
+        .map(|i| if i == 0 { 1 } else { (seq as usize + i) as u8 })
+        .collect()
 }
 
 fn append_n(log: &EventLog, from: u64, n: u64, size: usize) -> Vec<Pos> {
@@ -274,4 +277,45 @@ fn a_long_payload_amid_short_ones_is_framed_the_same() {
         "a damaged long record is never read back"
     );
     assert_eq!(log.read(first + record_len(10)).unwrap(), None);
+}
+
+/// A linked record is read back as its own payload with its link apart, its neighbours
+/// framed around it as ever; its link is read from its header alone before it is
+/// synced, and a damaged link is an error, not a panic.
+#[test]
+fn a_linked_record_hands_its_link_apart_from_its_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open(dir.path()).unwrap();
+    let first = append_n(&log, 1, 1, 30)[0];
+    let to = Link { seq: 1, pos: first };
+    let linked_payload = linked(to, &payload(2, 50));
+    let second = log.append([(2, linked_payload.as_slice())]).unwrap();
+    let third = append_n(&log, 3, 1, 20)[0];
+    assert_eq!(
+        log.link_at(second).unwrap(),
+        Some((2, Some(to))),
+        "appended"
+    );
+    assert_eq!(log.link_at(first).unwrap(), Some((1, None)));
+    assert_eq!(log.link_at(log.end()).unwrap(), None, "past the end");
+    log.sync().unwrap();
+    let r = log.read(second).unwrap().unwrap();
+    assert_eq!((r.seq, r.link, &r.payload), (2, Some(to), &payload(2, 50)));
+    assert_eq!(r.next(), third, "the next record starts past the link too");
+    let mut read = Vec::new();
+    log.scan(0, |r| {
+        read.push((r.seq, r.link, r.payload.len()));
+        Ok::<_, LogError>(true)
+    })
+    .unwrap();
+    assert_eq!(read, vec![(1, None, 30), (2, Some(to), 50), (3, None, 20)]);
+
+    // A link cut short: the record's checksum holds, its link does not.
+    let short = [LINKED, 0, 0, 0];
+    log.append([(4, &short[..])]).unwrap();
+    log.sync().unwrap();
+    assert!(matches!(
+        log.read(log.end() - record_len(short.len())),
+        Err(LogError::Corrupt(_))
+    ));
 }

@@ -9,7 +9,7 @@ mod support;
 use support::reopen;
 
 use relay_broker::replay;
-use relay_broker::store::{child_key, Store, T};
+use relay_broker::store::{child_key, Store, POSTED_VERSION, T};
 use relay_broker::Broker;
 use relay_protocol::domain::{
     AgentSpec, Conversation, ConversationKind, ConversationSpec, Harness, InvokeRequest,
@@ -316,6 +316,24 @@ async fn messages_are_found_by_their_ids_without_a_key_each() {
         let (to, id) = t.await.unwrap();
         let reply = store.message(&id).unwrap().unwrap();
         assert_eq!(reply.reply_to, Some(to));
+    }
+    // Each is stored in protobuf (not JSON) and read back as the very event, its JSON
+    // the same bytes as the event's own.
+    let mut in_protobuf = 0;
+    store
+        .log()
+        .scan(0, |r| {
+            in_protobuf += usize::from(r.payload.first() == Some(&POSTED_VERSION));
+            Ok::<_, relay_broker::store::LogError>(true)
+        })
+        .unwrap();
+    assert_eq!(in_protobuf, all.len() + 24);
+    let read_back = store.published_after(0, usize::MAX).unwrap();
+    for p in &read_back {
+        if let EventBody::MessagePosted { message, .. } = &p.event.body {
+            assert_eq!(p.json()[..], serde_json::to_vec(&p.event).unwrap()[..]);
+            assert_eq!(store.message(&message.id).unwrap().as_ref(), Some(message));
+        }
     }
     // The same seq, another time: not the message that seq posted.
     let real = &all[5].id;

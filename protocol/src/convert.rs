@@ -223,6 +223,33 @@ fn meta_to_pb(m: &MessageMeta) -> Option<pb::MessageMeta> {
     })
 }
 
+/// A message back from its protobuf ([`message_to_pb`]): the same message, every field
+/// as it was (the broker's log stores posted messages so).
+pub fn message_from_pb(m: pb::Message) -> Result<Message, ConvertError> {
+    let meta = match m.meta {
+        None => MessageMeta::default(),
+        Some(meta) => MessageMeta {
+            invocation: meta.invocation,
+            flight: meta.flight,
+            harness: meta.harness.map(Harness::from_pb).transpose()?,
+            thread_id: meta.thread_id,
+            turn_id: meta.turn_id,
+        },
+    };
+    Ok(Message {
+        id: m.id,
+        conversation: m.conversation,
+        index: m.index,
+        author: m.author,
+        class: MessageClass::from_pb(m.class)?,
+        body: m.body,
+        mentions: m.mentions,
+        reply_to: m.reply_to,
+        meta,
+        created_at: m.created_at,
+    })
+}
+
 /// `decision` is `APPROVAL_DECISION_UNSPECIFIED` while the approval is undecided; `kind`
 /// and `state` are their wire names (`file_change`, `pending`...).
 pub fn approval_to_pb(a: &Approval) -> pb::Approval {

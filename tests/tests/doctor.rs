@@ -277,8 +277,9 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     let data = tmp.path().join("data");
     stopped_data_dir(&data).await;
     // The first event, as a build that writes a version after this build's would have
-    // stored it (the last this build knows is a linked record's first byte).
-    let unknown = relay_broker::store::log::LINKED + 1;
+    // stored it (the last this build knows is a posted message in protobuf's; 4 starts
+    // a linked record).
+    let unknown = relay_broker::store::POSTED_VERSION + 1;
     rewrite_log(&data, |records| records[0].1[0] = unknown);
     let db = data.join(relay_broker::store::STORE_DIR);
     let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())
@@ -292,7 +293,7 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     assert!(!ok, "{out}");
     assert!(
         err.contains(&format!(
-            "stored data is corrupt: stored event has version {unknown}, this build reads 1, 2 and 3"
+            "stored data is corrupt: stored event has version {unknown}, this build reads 1, 2, 3 and 5"
         )),
         "{err}"
     );

@@ -6,8 +6,9 @@
 //!   is one [`Event`], stored as its version byte and its wire JSON; or (version 2) with
 //!   a flight's repeated answer as a reference to where it is already ([`shared`]); or
 //!   (version 3) a flight's update without its flight, which the update before it folds
-//!   into ([`slim`]). A posted message's record starts with a link to the record of the
-//!   message before it in its conversation ([`log::Link`]), which the log hands apart.
+//!   into ([`slim`]); or (version 5) a posted message in protobuf ([`posted`]). A posted
+//!   message's record starts with a link to the record of the message before it in its
+//!   conversation ([`log::Link`]), which the log hands apart.
 //! - `db/`: sled, with the trees below. Every value starts with a version byte, then
 //!   JSON, unless said otherwise.
 //!
@@ -94,6 +95,7 @@ mod heads;
 mod keys;
 pub mod log;
 pub mod migrate;
+mod posted;
 mod projections;
 mod published;
 mod queries;
@@ -119,6 +121,7 @@ pub use keys::{
     seq_key, Scope, T,
 };
 pub use log::{EventLog, LogError, Pos};
+pub use posted::{compact as compact_posted, POSTED_VERSION};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate, EVENT_POS_EVERY};
 pub use published::Published;
 pub use queries::FlightScan;

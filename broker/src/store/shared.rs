@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use super::keys::{decode, pair_value, parse_pair, VALUE_VERSION};
 use super::log::{EventLog, Pos};
+use super::posted::{self, POSTED_VERSION};
 use super::slim::{self, SLIM_VERSION};
 use crate::error::BrokerError;
 
@@ -252,9 +253,12 @@ pub fn decode_record<V: DeserializeOwned>(
         Some((&SLIM_VERSION, _)) => Ok(serde_json::from_value(serde_json::to_value(
             decode_event(log, payload)?,
         )?)?),
+        Some((&POSTED_VERSION, _)) => Ok(serde_json::from_value(serde_json::to_value(
+            posted::decode(payload)?,
+        )?)?),
         Some((&VALUE_VERSION, _)) | None => decode(payload),
         Some((v, _)) => Err(BrokerError::Corrupt(format!(
-            "stored event has version {v}, this build reads {VALUE_VERSION}, {SHARED_VERSION} and {SLIM_VERSION}"
+            "stored event has version {v}, this build reads {VALUE_VERSION}, {SHARED_VERSION}, {SLIM_VERSION} and {POSTED_VERSION}"
         ))),
     }
 }
@@ -262,6 +266,9 @@ pub fn decode_record<V: DeserializeOwned>(
 /// A log record's event ([`decode_record`] of an [`Event`], without encoding a slim
 /// update's event again to decode it).
 pub fn decode_event(log: &EventLog, payload: &[u8]) -> Result<Event, BrokerError> {
+    if posted::is_posted(payload) {
+        return posted::decode(payload);
+    }
     match slim::is_slim(payload) {
         true => slim::decode(log, payload, decode_record),
         false => decode_record(log, payload),
@@ -282,9 +289,9 @@ pub fn has_refs(payload: &[u8]) -> bool {
 }
 
 /// Whether a stored payload is its event's wire JSON (after the version byte): not with
-/// references, nor a slim flight update.
+/// references, nor a slim flight update, nor a posted message in protobuf.
 pub fn is_wire_json(payload: &[u8]) -> bool {
-    !has_refs(payload) && !slim::is_slim(payload)
+    !has_refs(payload) && !slim::is_slim(payload) && !posted::is_posted(payload)
 }
 
 fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
@@ -334,7 +341,9 @@ fn source(log: &EventLog, r: &Ref, hops: usize) -> Result<Option<String>, Broker
         Some((&SLIM_VERSION, _)) if r.from.starts_with("/update/") => {
             slim::decode_value(&record.payload)?
         }
-        Some((&SLIM_VERSION, _)) => serde_json::to_value(decode_event(log, &record.payload)?)?,
+        Some((&SLIM_VERSION | &POSTED_VERSION, _)) => {
+            serde_json::to_value(decode_event(log, &record.payload)?)?
+        }
         _ => decode::<Value>(&record.payload)?,
     };
     Ok(value

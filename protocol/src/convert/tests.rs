@@ -392,6 +392,15 @@ fn messages_are_sent_with_their_meta_only_when_it_says_something() {
             ..Default::default()
         }
     );
+    // And back, every field as it was; a class this build does not know is an error.
+    for m in [full, bare] {
+        assert_eq!(message_from_pb(reencode(&message_to_pb(&m))).unwrap(), m);
+    }
+    let unknown = pb::Message {
+        class: 99,
+        ..Default::default()
+    };
+    assert!(message_from_pb(unknown).is_err());
 }
 
 #[test]

@@ -16,7 +16,7 @@ use super::writer::Kept;
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
 use crate::error::BrokerError;
 use crate::store::log::Link;
-use crate::store::{apply, encode, slim_store, Published, Tx, T};
+use crate::store::{apply, compact_posted, encode, slim_store, Published, Tx, T};
 
 mod agents;
 mod approvals;
@@ -91,6 +91,8 @@ impl Ctx<'_, '_> {
             // Its record links to its conversation's message before it, so the
             // conversation keeps no key per message (see `store::counts::walk_back`).
             EventBody::MessagePosted { message, .. } => {
+                // In protobuf, unless it refers to a text earlier in the log.
+                stored = compact_posted(&published.event, stored);
                 if let Some((seq, pos, _)) = self.tx.last_message(&message.conversation)? {
                     stored = crate::store::log::linked(Link { seq, pos }, &stored).into();
                     linked = true;

@@ -150,7 +150,7 @@ async fn check_rooms(b: &Broker, expected: &[u64; 3]) {
         let all = replayed(0).await;
         let indexes: Vec<u64> = all.iter().map(|(_, i)| *i).collect();
         assert_eq!(indexes, (0..n).collect::<Vec<_>>(), "{room} replayed");
-        // From any message's seq on (found by bisection): the ones after it.
+        // From any message's seq on (walked back to): the ones after it.
         for k in [0, n / 3, n / 2, n - 1] {
             let from = all[k as usize].0;
             let after: Vec<u64> = replayed(from).await.iter().map(|(_, i)| *i).collect();
@@ -346,6 +346,74 @@ async fn messages_are_found_by_their_ids_without_a_key_each() {
     assert!(
         matches!(&err, relay_broker::BrokerError::UnknownMessage(id) if *id == forged),
         "{err:?}"
+    );
+    assert!(store.verify().unwrap().is_consistent());
+    stop_on((b, stop, writer)).await;
+}
+
+/// A store from before a conversation's messages were a chain through the log (no
+/// record linked, a key per message in `messages`, none for a conversation's last) gets
+/// each conversation's last at its first open: the check finds it consistent, every
+/// reader reads it alike, and the posts after it are linked to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_a_key_per_message_gets_its_last_messages_at_its_first_open() {
+    use relay_broker::store::LogError;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("store");
+    let (b, stop, writer) = start_with_rooms(&path).await;
+    post_at_once(&b, 0, 3, 4).await;
+    stop_on((b, stop, writer)).await;
+    // Its log again without the links, as a build before wrote it, in a store of its
+    // own: opened, its projections are made from that log.
+    let old = tmp.path().join("old");
+    {
+        let store = reopen(&path).await;
+        let mut records = Vec::new();
+        store
+            .log()
+            .scan(0, |r| {
+                records.push((r.seq, r.payload));
+                Ok::<_, LogError>(true)
+            })
+            .unwrap();
+        let fresh = Store::open(&old).unwrap();
+        fresh
+            .log()
+            .append(records.iter().map(|(s, p)| (*s, p.as_slice())))
+            .unwrap();
+        fresh.log().sync().unwrap();
+    }
+    {
+        let store = reopen(&old).await;
+        let per_message = store.tree(T::Messages).len();
+        for room in ROOMS {
+            let last = store
+                .tree(T::Messages)
+                .remove(relay_broker::store::last_message_key(room))
+                .unwrap();
+            assert!(last.is_some(), "{room}");
+        }
+        assert_eq!(per_message - ROOMS.len(), 7 + 4 + 4, "a key per message");
+        store.tree(T::Meta).remove(b"last_messages").unwrap();
+        let report = store.verify().unwrap();
+        assert_eq!(report.mismatched_trees, vec!["messages".to_string()]);
+        store.durable().db().flush().unwrap();
+    }
+    let store = reopen(&old).await;
+    assert!(store.verify().unwrap().is_consistent());
+    let (b, stop, writer) = support::start(store).await;
+    check_rooms(&b, &[7, 4, 4]).await;
+    for n in 0..3 {
+        b.post_message(post("room.b", "ann", format!("after {n}")))
+            .await
+            .unwrap();
+    }
+    check_rooms(&b, &[7, 7, 4]).await;
+    let store = b.store().clone();
+    assert_eq!(
+        store.tree(T::Messages).len(),
+        7 + 4 + 4 + ROOMS.len(),
+        "the posts after it linked: no key of their own"
     );
     assert!(store.verify().unwrap().is_consistent());
     stop_on((b, stop, writer)).await;

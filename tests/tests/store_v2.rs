@@ -97,7 +97,7 @@ fn seen(store: &Store) -> Seen {
     store
         .log()
         .scan(0, |r| {
-            events.push((r.seq, r.payload));
+            events.push((r.seq, r.into_stored()));
             Ok::<_, relay_broker::store::LogError>(true)
         })
         .unwrap();

@@ -89,8 +89,8 @@ pub(super) fn counted(messages: &sled::Tree, id: &str) -> Result<u64, BrokerErro
 
 /// Conversation `id`'s messages, newest first, as the seq and log position of the
 /// event that posted each, to `f` until it returns `false`: from the conversation's
-/// last (its [`last_message_key`]) back along the records' links (see
-/// [`message_id`](super::keys::message_id)), then, from the first whose record has no
+/// last (its [`last_message_key`]) back along the records' links
+/// ([`Link`](super::log::Link)), then, from the first whose record has no
 /// link, by their keys in `messages` (the messages posted before records were linked;
 /// their indexes run down to 0 with no gap). A record followed may be appended but not
 /// yet on disk: `f` is given it as any other, and a reader of what is shown leaves it
@@ -177,8 +177,8 @@ impl Tx<'_> {
         Ok(Some(c))
     }
 
-    /// The seq, log position and index of conversation `id`'s last message posted with
-    /// a linked record, as this transaction sees it (its own posts included).
+    /// The seq, log position and index of conversation `id`'s last message (its
+    /// [`last_message_key`]), as this transaction sees it (its own posts included).
     pub fn last_message(&self, id: &str) -> Result<Option<(u64, Pos, u64)>, BrokerError> {
         self.trees[T::Messages as usize]
             .get(last_message_key(id))

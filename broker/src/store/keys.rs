@@ -203,8 +203,9 @@ pub fn message_id_seq(id: &str) -> Option<u64> {
     Some(u64::from_be_bytes(tail) & (u64::MAX >> 2))
 }
 
-/// `messages`' key for conversation `id`'s last message whose record is linked to the
-/// one before it (see [`message_id`]): after every key of a message posted before.
+/// `messages`' key for conversation `id`'s last message, from which the others are
+/// found along their records' links ([`Link`](super::log::Link)): after every key of
+/// a message of its own.
 pub fn last_message_key(id: &str) -> Vec<u8> {
     child_key(id, u64::MAX)
 }

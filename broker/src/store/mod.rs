@@ -117,8 +117,8 @@ use crate::error::BrokerError;
 
 pub use doctor::{DoctorReport, VerifyReport};
 pub use keys::{
-    child_key, decode, encode, message_id, message_id_seq, pair_key, pair_value, parse_pair,
-    seq_key, Scope, T,
+    child_key, decode, encode, last_message_key, message_id, message_id_seq, pair_key, pair_value,
+    parse_pair, seq_key, Scope, T,
 };
 pub use log::{EventLog, LogError, Pos};
 pub use posted::{compact as compact_posted, POSTED_VERSION};

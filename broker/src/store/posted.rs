@@ -15,6 +15,8 @@ use relay_protocol::convert::{message_from_pb, message_to_pb};
 use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
 
+use super::keys::VALUE_VERSION;
+use super::shared::SHARED_VERSION;
 use crate::error::BrokerError;
 
 /// Version byte of a posted message stored in protobuf.
@@ -70,6 +72,40 @@ pub fn compact(event: &Event, stored: bytes::Bytes) -> bytes::Bytes {
 /// Whether a stored payload is a posted message in protobuf.
 pub fn is_posted(payload: &[u8]) -> bool {
     payload.first() == Some(&POSTED_VERSION)
+}
+
+/// The largest record without protobuf [`may_be_posted`] reads the type of: a posted
+/// message's is smaller (its body is at most `--max-message-bytes`, 256 KiB unless set,
+/// and a long answer posted as a reply is a reference, not its text).
+const PEEK_MAX: usize = 1 << 20;
+
+/// Whether a record may be a `message_posted`, judged before it is decoded, so that an
+/// id naming another event's seq (a completion of megabytes, say) costs a look, not a
+/// decode: a posted message in protobuf is; a slim update is not; a record with
+/// references or plain JSON, up to [`PEEK_MAX`] bytes, if its type says so (read
+/// without filling any reference in).
+pub(super) fn may_be_posted(payload: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct WithRefs {
+        event: Typed,
+    }
+    let posted = |kind: &str| kind == "message_posted";
+    match payload.split_first() {
+        Some((&POSTED_VERSION, _)) => true,
+        Some((_, json)) if json.len() > PEEK_MAX => false,
+        Some((&SHARED_VERSION, json)) => {
+            serde_json::from_slice::<WithRefs>(json).is_ok_and(|r| posted(&r.event.kind))
+        }
+        Some((&VALUE_VERSION, json)) => {
+            serde_json::from_slice::<Typed>(json).is_ok_and(|t| posted(&t.kind))
+        }
+        _ => false,
+    }
 }
 
 /// The event of a payload [`encode`] stored.
@@ -183,5 +219,34 @@ mod tests {
             Err(BrokerError::Corrupt(_))
         ));
         assert!(matches!(decode(b"\x01{}"), Err(BrokerError::Corrupt(_))));
+    }
+
+    #[test]
+    fn only_a_record_that_may_be_a_posted_message_is_decoded_to_see() {
+        let event = posted(MessageMeta::default(), None);
+        let json = |e: &Event| [&[VALUE_VERSION][..], &serde_json::to_vec(e).unwrap()].concat();
+        assert!(may_be_posted(&encode(&event).unwrap()));
+        assert!(may_be_posted(&json(&event)), "plain JSON, as before");
+        let with_refs = |kind: &str| {
+            let refs = format!(r#"{{"refs":[],"event":{{"type":"{kind}","seq":1}}}}"#);
+            [&[SHARED_VERSION][..], refs.as_bytes()].concat()
+        };
+        assert!(may_be_posted(&with_refs("message_posted")));
+        assert!(!may_be_posted(&with_refs("flight_updated")));
+        let mut other = event.clone();
+        other.body = EventBody::AgentRemoved {
+            name: "a".into(),
+            node: None,
+            force: false,
+        };
+        assert!(!may_be_posted(&json(&other)));
+        // A long one is not read to see, whatever it is.
+        let mut long = event;
+        if let EventBody::MessagePosted { message, .. } = &mut long.body {
+            message.body = "x".repeat(PEEK_MAX);
+        }
+        assert!(!may_be_posted(&json(&long)));
+        assert!(!may_be_posted(&[super::super::SLIM_VERSION, b'{']));
+        assert!(!may_be_posted(b""));
     }
 }

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::heads::record_lags;
 use super::keys::{
-    child_key, decode, encode, last_message_key, last_message_value, message_id_seq, pair_key,
-    pair_value, parse_pair, seq_key, Scope, T,
+    child_key, child_prefix, decode, encode, last_message_key, last_message_value, message_id_seq,
+    pair_key, pair_value, parse_pair, parse_u64, seq_key, Scope, T,
 };
 use super::log::Pos;
 use super::shared::{
@@ -41,9 +41,9 @@ pub trait Sink {
 /// The replay scopes an event belongs to: an agent's registrations, removals, lost
 /// threads and flights; the flights asked in a conversation; a flight's creation and
 /// approvals. A flight's updates are not here (they are in `flight_updates`, with their
-/// seq), so streaming text costs the index nothing; nor a conversation's messages (in
-/// `messages`, with theirs: [`Store::message_seqs`]), so a posted message costs it
-/// nothing either.
+/// seq), so streaming text costs the index nothing; nor a conversation's messages (a
+/// chain through the log from its last: [`Store::message_seqs`]), so a posted message
+/// costs it nothing either.
 pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
     match body {
         EventBody::AgentRegistered { agent } => vec![(Scope::Agent, agent.spec.name.as_str())],
@@ -99,13 +99,15 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos, linked: bool) -> Result<(
             // is its index plus one (see `counts`), not written to the record.
             sink.count(&message.conversation, message.index.saturating_add(1));
             let key = child_key(&message.conversation, message.index);
-            // An id that carries its event's seq is found by it (see `message_id`).
-            if message_id_seq(&message.id) != Some(event.seq) {
+            // An id that carries its event's seq is found by it (see `message_id`); any
+            // other by `message_ids`, which names the message's key.
+            let by_seq = message_id_seq(&message.id) == Some(event.seq);
+            if !by_seq {
                 sink.put(T::MessageIds, message.id.as_bytes(), key.clone())?;
             }
             // A linked record is found from the one after it (see `counts::walk_back`):
-            // a key only for the first of a chain.
-            if !linked {
+            // a key only for the first of a chain (and for one `message_ids` names).
+            if !linked || !by_seq {
                 sink.put(T::Messages, &key, pair_value(event.seq, pos).to_vec())?;
             }
             sink.put(
@@ -281,7 +283,30 @@ impl Store {
         self.index_once(b"replay_indexed", Store::index_replays)?;
         self.index_once(b"flight_outputs_in_log", Store::outputs_to_log)?;
         self.index_once(b"event_pos_sparse", Store::sparse_event_pos)?;
-        self.index_once(b"messages_uncounted", Store::messages_uncounted)
+        self.index_once(b"messages_uncounted", Store::messages_uncounted)?;
+        self.index_once(b"last_messages", Store::last_messages)
+    }
+
+    /// A store made before a conversation's messages were a chain through the log has a
+    /// key per message in `messages` and none for its last, which `apply` now writes
+    /// for every message: each conversation gets it, from its last message's key (what
+    /// a rebuild from the log would write).
+    fn last_messages(&self) -> Result<(), BrokerError> {
+        let messages = self.tree(T::Messages);
+        for id in self.tree(T::Conversations).iter().keys() {
+            let id = String::from_utf8_lossy(&id?).into_owned();
+            let prefix = child_prefix(&id);
+            let Some(kv) = messages.scan_prefix(&prefix).next_back() else {
+                continue;
+            };
+            let (key, value) = kv?;
+            let index = parse_u64(&key[prefix.len()..])?;
+            if index != u64::MAX {
+                let (seq, pos) = parse_pair(&value)?;
+                messages.insert(last_message_key(&id), last_message_value(seq, pos, index))?;
+            }
+        }
+        Ok(())
     }
 
     /// A store made before a conversation's count was read from `messages` (`counts`)

@@ -12,6 +12,7 @@ use relay_protocol::event::Event;
 use super::counts::walk_back;
 use super::keys::{child_key, message_id_seq, parse_pair, parse_u64, seq_key, Scope, T};
 use super::log::{EventLog, Pos};
+use super::posted::may_be_posted;
 use super::projections::{StoredUpdate, EVENT_POS_EVERY};
 use super::published::Published;
 use super::shared::{decode_event, decode_flight, decode_record, decode_update};
@@ -454,9 +455,6 @@ pub(super) fn update_at(
     }))
 }
 
-/// The message that the `message_posted` event `event_seq` at `pos` posted (only the
-/// message's part of it is decoded); `None` while that is not readable. `appended`: read
-/// what is appended though not yet synced (the writer's own reads, on the storage thread).
 /// A reader of one key of a tree: a transaction's or the store's.
 pub(super) type Get<'a> = dyn Fn(T, &[u8]) -> Result<Option<sled::IVec>, BrokerError> + 'a;
 
@@ -497,7 +495,7 @@ pub(super) fn message_of_id(
             Some(pos) => log.read(pos)?,
             None => None,
         };
-        if let Some(record) = record {
+        if let Some(record) = record.filter(|r| may_be_posted(&r.payload)) {
             let posted: Posted = decode_record(log, &record.payload)?;
             if let Some(message) = posted.message.filter(|m| m.id == id) {
                 return Ok(Some(message));
@@ -516,6 +514,9 @@ pub(super) fn message_of_id(
     }
 }
 
+/// The message that the `message_posted` event `event_seq` at `pos` posted (only the
+/// message's part of it is decoded); `None` while that is not readable. `appended`: read
+/// what is appended though not yet synced (the writer's own reads, on the storage thread).
 pub(super) fn message_at(
     log: &EventLog,
     event_seq: u64,

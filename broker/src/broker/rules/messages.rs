@@ -91,7 +91,7 @@ impl Ctx<'_, '_> {
             return Err(BadInput::Length("message author").into());
         }
         if let Some(reply_to) = &post.reply_to {
-            if self.tx.message(reply_to)?.is_none() {
+            if self.message_by_id(reply_to)?.is_none() {
                 return Err(BrokerError::UnknownMessage(reply_to.clone()));
             }
         }

@@ -1,6 +1,6 @@
 //! A record that names an earlier one: a conversation's messages are a chain through
 //! the log, each posted message's record naming the one before it in its conversation,
-//! so no index holds a key per message (`store::queries::walk_messages`).
+//! so no index holds a key per message (`store::counts::walk_back`).
 //!
 //! Such a record's payload starts with [`LINKED`], the earlier record's seq and position
 //! (u64 big-endian each), then the record's own payload (its version byte and the rest).

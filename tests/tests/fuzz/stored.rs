@@ -4,7 +4,9 @@
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use relay_broker::store::{child_key, decode, encode, pair_key, seq_key, StoredUpdate, T};
+use relay_broker::store::{
+    child_key, decode, encode, message_id, pair_key, seq_key, StoredUpdate, T,
+};
 use relay_broker::Store;
 use relay_client::{Client, DataDir, SseLimits, SseParser};
 use relay_protocol::api::{ApiInfo, API_FILE};
@@ -120,7 +122,12 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
             .prop_map(|n| seq_key(n).to_vec()),
         "[a-z0-9_]{0,6}".prop_map(String::into_bytes),
         ("[a-z0-9_]{0,6}", "[a-z0-9_]{0,6}").prop_map(|(a, b)| pair_key(&a, &b)),
-        ("[acf]?[a-z0-9_]{0,6}", any::<u64>()).prop_map(|(p, n)| child_key(&p, n)),
+        // A conversation's last message is under index `u64::MAX`.
+        (
+            "[acf]?[a-z0-9_]{0,6}",
+            prop_oneof![Just(u64::MAX), any::<u64>()]
+        )
+            .prop_map(|(p, n)| child_key(&p, n)),
         bytes(12),
     ]
 }
@@ -170,6 +177,17 @@ fn sled_damaged_store() {
             ] {
                 let _ = store.replay_seqs(scope, id, 0, u64::MAX);
             }
+        }
+        // Messages by id: ids that carry a seq (read from the log through `event_pos`),
+        // and ones that do not (through `message_ids`); a conversation's count and its
+        // messages' seqs (walked back from its last).
+        for seq in [0, 1, 16, 17, u64::MAX >> 2] {
+            let _ = store.message(&message_id(seq));
+        }
+        for id in ["", "a", "msg_1", "msg_0000000000007000800000000000000z"] {
+            let _ = store.message(id);
+            let _ = store.conversation(id);
+            let _ = store.message_seqs(id, 0, u64::MAX);
         }
         let _ = store.flight_counts();
         if store.doctor().is_ok() {

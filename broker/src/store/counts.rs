@@ -75,16 +75,26 @@ fn poisoned() -> BrokerError {
 /// The count of `id`'s messages in `messages`: the last message's index plus one (the
 /// index in its key, or in the value of the conversation's [`last_message_key`]).
 pub(super) fn counted(messages: &sled::Tree, id: &str) -> Result<u64, BrokerError> {
-    let prefix = child_prefix(id);
-    let Some(kv) = messages.scan_prefix(&prefix).next_back() else {
-        return Ok(0);
-    };
-    let (key, value) = kv?;
-    let index = match parse_u64(&key[prefix.len()..])? {
-        u64::MAX => parse_last_message(&value)?.2,
-        index => index,
+    let index = match last_key(messages, id)? {
+        None => return Ok(0),
+        Some((u64::MAX, value)) => parse_last_message(&value)?.2,
+        Some((index, _)) => index,
     };
     Ok(index.saturating_add(1))
+}
+
+/// The last key of conversation `id` in `messages`: its index (`u64::MAX` for the
+/// conversation's [`last_message_key`]) and its value.
+pub(super) fn last_key(
+    messages: &sled::Tree,
+    id: &str,
+) -> Result<Option<(u64, sled::IVec)>, BrokerError> {
+    let prefix = child_prefix(id);
+    let Some(kv) = messages.scan_prefix(&prefix).next_back() else {
+        return Ok(None);
+    };
+    let (key, value) = kv?;
+    Ok(Some((parse_u64(&key[prefix.len()..])?, value)))
 }
 
 /// Conversation `id`'s messages, newest first, as the seq and log position of the

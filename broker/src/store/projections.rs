@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::heads::record_lags;
 use super::keys::{
-    child_key, child_prefix, decode, encode, last_message_key, last_message_value, message_id_seq,
-    pair_key, pair_value, parse_pair, parse_u64, seq_key, Scope, T,
+    child_key, decode, encode, last_message_key, last_message_value, message_id_seq, pair_key,
+    pair_value, parse_pair, seq_key, Scope, T,
 };
 use super::log::Pos;
 use super::shared::{
@@ -295,12 +295,9 @@ impl Store {
         let messages = self.tree(T::Messages);
         for id in self.tree(T::Conversations).iter().keys() {
             let id = String::from_utf8_lossy(&id?).into_owned();
-            let prefix = child_prefix(&id);
-            let Some(kv) = messages.scan_prefix(&prefix).next_back() else {
+            let Some((index, value)) = super::counts::last_key(messages, &id)? else {
                 continue;
             };
-            let (key, value) = kv?;
-            let index = parse_u64(&key[prefix.len()..])?;
             if index != u64::MAX {
                 let (seq, pos) = parse_pair(&value)?;
                 messages.insert(last_message_key(&id), last_message_value(seq, pos, index))?;

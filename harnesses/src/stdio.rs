@@ -40,6 +40,8 @@ pub const EVENT_CAPACITY: usize = 1024;
 pub const COMMAND_CAPACITY: usize = 64;
 /// Longest stdout line taken; a longer one is skipped and counted as malformed.
 const MAX_LINE: usize = 64 * 1024 * 1024;
+/// A stdout line at least this long is parsed off the worker's other tasks (`take_line`).
+const LONG_LINE: usize = 1 << 20;
 /// After the child exits on its own, how long to keep reading stdout for its last lines.
 const STDOUT_DRAIN: Duration = Duration::from_secs(1);
 /// After stdout closes, how long the child gets to exit before it is terminated.
@@ -512,7 +514,17 @@ impl<W: Wire> Owner<W> {
             return;
         }
         let mut actions = std::mem::take(&mut self.actions);
-        self.wire.line(line, &mut actions);
+        // A line of megabytes (a long answer's JSON) takes tens of milliseconds to parse:
+        // the tasks queued on this worker (another agent's deltas among them) move to
+        // another thread meanwhile (ops/BENCHMARKS.md part 19). Not on a runtime of one
+        // thread, which has nowhere to move them.
+        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+        if line.len() >= LONG_LINE && multi_thread {
+            tokio::task::block_in_place(|| self.wire.line(line, &mut actions));
+        } else {
+            self.wire.line(line, &mut actions);
+        }
         for action in actions.drain(..) {
             match action {
                 Action::Event(event) => self.emit(event).await,

@@ -24,7 +24,7 @@ fn post(conversation: &str, author: &str, body: String) -> PostMessage {
     PostMessage {
         conversation: conversation.into(),
         author: author.into(),
-        body,
+        body: body.into(),
         class: Default::default(),
         reply_to: None,
         meta: Default::default(),

@@ -29,7 +29,7 @@ async fn a_flight_seen_ended_has_the_update_that_ended_it() {
     let state = |to, output: Option<&str>| FlightChange::State {
         to,
         reason: None,
-        output: output.map(str::to_string),
+        output: output.map(Into::into),
     };
     b.update_flight(&id, state(FlightState::Running, None))
         .await

@@ -37,7 +37,7 @@ fn state(to: FlightState, output: Option<&str>) -> FlightChange {
     FlightChange::State {
         to,
         reason: None,
-        output: output.map(str::to_string),
+        output: output.map(Into::into),
     }
 }
 
@@ -50,7 +50,7 @@ fn item(phase: ItemPhase, text: Option<&str>) -> FlightChange {
         item_id: "c1".into(),
         item_kind: ItemKind::CommandExecution,
         phase,
-        text: text.map(str::to_string),
+        text: text.map(Into::into),
         exit_code: None,
     }
 }

@@ -976,7 +976,7 @@ async fn a_burst_of_commands_is_group_committed() {
         let command = relay_broker::Command::PostMessage(PostMessage {
             conversation: DEFAULT_CONVERSATION.into(),
             author: "me".into(),
-            body: format!("message {i}"),
+            body: format!("message {i}").into(),
             class: Default::default(),
             reply_to: None,
             meta: Default::default(),

@@ -51,7 +51,7 @@ async fn answered(b: &Broker, agent: &str, text: &str) -> String {
         item_id: "m1".into(),
         item_kind: ItemKind::AgentMessage,
         phase,
-        text: text.map(str::to_string),
+        text: text.map(Into::into),
         exit_code: None,
     };
     for change in [

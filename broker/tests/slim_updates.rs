@@ -35,7 +35,7 @@ fn change(i: usize, k: usize) -> FlightChange {
         item_id: format!("cmd-{k}"),
         item_kind: ItemKind::CommandExecution,
         phase,
-        text: Some(format!("cargo test -p f{i}")),
+        text: Some(format!("cargo test -p f{i}").into()),
         exit_code: None,
     };
     match k % 10 {
@@ -44,7 +44,7 @@ fn change(i: usize, k: usize) -> FlightChange {
             item_id: format!("msg-{k}"),
             item_kind: ItemKind::AgentMessage,
             phase: ItemPhase::Completed,
-            text: Some(format!("f{i} long é\n").repeat(LONG / 8)),
+            text: Some(format!("f{i} long é\n").repeat(LONG / 8).into()),
             exit_code: None,
         },
         3 => item(ItemPhase::Started),
@@ -155,7 +155,7 @@ async fn updates_stored_without_their_flight_read_back_byte_for_byte_by_every_re
             let done = FlightChange::State {
                 to: FlightState::Completed,
                 reason: None,
-                output: Some(format!("done {i}")),
+                output: Some(format!("done {i}").into()),
             };
             b.update_flight(id, done).await.unwrap();
         }

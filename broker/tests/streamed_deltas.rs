@@ -29,7 +29,7 @@ fn state(to: FlightState, output: Option<&str>) -> FlightChange {
     FlightChange::State {
         to,
         reason: None,
-        output: output.map(str::to_string),
+        output: output.map(Into::into),
     }
 }
 
@@ -177,7 +177,7 @@ async fn a_live_flights_record_lags_behind_its_items_and_session_too() {
             item_id: format!("i{i}.{k}"),
             item_kind: ItemKind::CommandExecution,
             phase,
-            text: Some(format!("cargo test {i}.{k}")),
+            text: Some(format!("cargo test {i}.{k}").into()),
             exit_code: None,
         };
         vec![

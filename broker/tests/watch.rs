@@ -123,7 +123,7 @@ async fn drive(b: &Broker, flights: usize, deltas: usize) -> Vec<String> {
                 let post = PostMessage {
                     conversation: DEFAULT_CONVERSATION.into(),
                     author: "operator".into(),
-                    body: format!("note {f}.{d}"),
+                    body: format!("note {f}.{d}").into(),
                     class: Default::default(),
                     reply_to: None,
                     meta: Default::default(),
@@ -412,7 +412,7 @@ async fn a_conversation_snapshot_keeps_its_last_messages_and_unknown_scopes_are_
         b.post_message(PostMessage {
             conversation: DEFAULT_CONVERSATION.into(),
             author: "operator".into(),
-            body: format!("m{n}"),
+            body: format!("m{n}").into(),
             class: Default::default(),
             reply_to: None,
             meta: Default::default(),

@@ -114,7 +114,7 @@ pub fn flight_to_pb(f: &Flight) -> pb::Flight {
         agent: f.agent.clone(),
         state: f.state.to_pb() as i32,
         summary: f.summary.clone(),
-        output: f.output.clone(),
+        output: f.output.as_deref().map(str::to_owned),
         error: f.error.clone(),
         update_seq: f.update_seq,
         thread_id: f.thread_id.clone(),
@@ -134,7 +134,7 @@ fn change_to_pb(c: &FlightChange) -> Change {
         FlightChange::State { to, reason, output } => Change::State(pb::StateChange {
             to: to.to_pb() as i32,
             reason: reason.clone(),
-            output: output.clone(),
+            output: output.as_deref().map(str::to_owned),
         }),
         FlightChange::Delta { text } => Change::Delta(pb::Delta { text: text.clone() }),
         FlightChange::Item {
@@ -147,7 +147,7 @@ fn change_to_pb(c: &FlightChange) -> Change {
             item_id: item_id.clone(),
             item_kind: item_kind.as_str().to_string(),
             phase: phase.as_str().to_string(),
-            text: text.clone(),
+            text: text.as_deref().map(str::to_owned),
             exit_code: *exit_code,
         }),
         FlightChange::CommandOutput { item_id, text } => Change::CommandOutput(pb::CommandOutput {
@@ -202,7 +202,7 @@ pub fn message_to_pb(m: &Message) -> pb::Message {
         index: m.index,
         author: m.author.clone(),
         class: m.class.to_pb() as i32,
-        body: m.body.clone(),
+        body: m.body.to_string(),
         mentions: m.mentions.clone(),
         reply_to: m.reply_to.clone(),
         meta: meta_to_pb(&m.meta),
@@ -242,7 +242,7 @@ pub fn message_from_pb(m: pb::Message) -> Result<Message, ConvertError> {
         index: m.index,
         author: m.author,
         class: MessageClass::from_pb(m.class)?,
-        body: m.body,
+        body: m.body.into(),
         mentions: m.mentions,
         reply_to: m.reply_to,
         meta,
@@ -309,7 +309,7 @@ pub fn post_from_pb(p: &pb::PostMessage) -> Result<PostMessage, ConvertError> {
     Ok(PostMessage {
         conversation: p.conversation.clone(),
         author: p.author.clone(),
-        body: p.body.clone(),
+        body: p.body.as_str().into(),
         class: MessageClass::from_pb(p.class)?,
         reply_to: p.reply_to.clone(),
         meta: MessageMeta::default(),

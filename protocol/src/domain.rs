@@ -14,6 +14,7 @@
 //! - [`workspace`]: an agent's own git worktree, a flight's commit, a fork.
 //! - [`rule`]: remembered decisions (rules made by deciding an approval).
 //! - [`usage`]: tokens and cost of flights, their totals, agents' budgets.
+//! - [`shared`]: a long text (an answer) shared by the events that carry it, not copied.
 //!
 //! Timestamps are milliseconds since the Unix epoch ([`crate::clock`]). Ids are opaque
 //! strings.
@@ -28,6 +29,7 @@ pub mod mention;
 pub mod pane;
 pub mod rule;
 pub mod secrets;
+pub mod shared;
 pub mod usage;
 pub mod workspace;
 
@@ -41,20 +43,31 @@ pub use mention::{parse_mentions, MentionSkip};
 pub use pane::*;
 pub use rule::*;
 pub use secrets::*;
+pub use shared::SharedStr;
 pub use usage::*;
 pub use workspace::*;
 
 /// Cuts `text` to at most `max` bytes, at a char boundary; `true` if it was cut.
 pub fn truncate_bytes(text: &mut String, max: usize) -> bool {
-    if text.len() <= max {
+    let end = prefix_bytes(text, max).len();
+    if end == text.len() {
         return false;
+    }
+    text.truncate(end);
+    true
+}
+
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary
+/// (what [`truncate_bytes`] keeps), without copying it.
+pub fn prefix_bytes(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
     let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text.truncate(end);
-    true
+    &text[..end]
 }
 
 #[cfg(test)]

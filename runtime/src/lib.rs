@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 
 use relay_harnesses::Harnesses;
 use relay_infra::storage;
-use relay_protocol::domain::{Agent, FlightChange, FlightState, Harness};
+use relay_protocol::domain::{Agent, FlightChange, FlightState, Harness, SharedStr};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -157,6 +157,36 @@ pub struct RuntimeConfig {
     /// How each agent's session reaches Relay (its scoped token, the broker's URL);
     /// `None`: sessions run without it.
     pub access: Option<relay_harnesses::AccessIssuer>,
+    /// Where a long answer ([`relay_protocol::domain::shared::LONG_TEXT`] or more) is
+    /// written before it is reported: the broker's text files, for its embedded runtime
+    /// (`None`: reported as it is, as a node's runtime does).
+    pub texts: Option<TextSink>,
+}
+
+/// Writes a long text of a flight (its id, the text) durably, blocking; the reports that
+/// carry that very buffer are then stored with a reference to it. The error says why not.
+#[derive(Clone)]
+pub struct TextSink(Arc<WriteText>);
+
+type WriteText = dyn Fn(&str, &SharedStr) -> Result<(), String> + Send + Sync;
+
+impl TextSink {
+    pub fn new(
+        write: impl Fn(&str, &SharedStr) -> Result<(), String> + Send + Sync + 'static,
+    ) -> TextSink {
+        TextSink(Arc::new(write))
+    }
+
+    /// Writes `text` of `flight` (blocking).
+    pub fn write(&self, flight: &str, text: &SharedStr) -> Result<(), String> {
+        (self.0)(flight, text)
+    }
+}
+
+impl std::fmt::Debug for TextSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TextSink")
+    }
 }
 
 impl RuntimeConfig {
@@ -171,6 +201,7 @@ impl RuntimeConfig {
             turn_stall_timeout: None,
             turn_quiet_note: None,
             access: None,
+            texts: None,
         }
     }
 }
@@ -531,6 +562,7 @@ impl Runtime {
                 turn_stall_timeout: self.inner.config.turn_stall_timeout,
                 turn_quiet_note: self.inner.config.turn_quiet_note,
                 access: self.inner.config.access.clone(),
+                texts: self.inner.config.texts.clone(),
                 cancelled: self.inner.cancelled.clone(),
             },
             &self.inner.tasks,

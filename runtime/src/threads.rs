@@ -233,23 +233,31 @@ impl ThreadStore {
         invocation: &str,
         report: &Report,
     ) -> Result<(), RuntimeError> {
-        let mut v = vec![ENDED];
-        serde_json::to_writer(&mut v, report)?;
-        // A long one goes to a file first, off the storage thread ([`files`]).
-        if let (true, Some(dir), Some(file), Report::Flight { flight, .. }) = (
-            v.len() >= files::FILE_MIN,
-            &self.files,
-            files::name_of(invocation),
-            report,
-        ) {
-            let (dir, name) = (dir.clone(), file.clone());
-            tokio::task::spawn_blocking(move || files::write(&dir, &name, &v[1..]))
-                .await
-                .map_err(|_| RuntimeError::ShuttingDown)??;
-            v = vec![ENDED_IN_FILE];
-            let flight = flight.clone();
-            serde_json::to_writer(&mut v, &files::InFile { flight, file })?;
-        }
+        let to_file = match (&self.files, files::name_of(invocation), report) {
+            (Some(dir), Some(file), Report::Flight { flight, .. }) => {
+                Some((dir.clone(), file, flight.clone()))
+            }
+            _ => None,
+        };
+        // Encoded, and a long one written to a file ([`files`]), on the blocking pool: a
+        // long answer's JSON is megabytes, too long for an async worker (and the storage
+        // thread). The clone shares the answer's text.
+        let report = report.clone();
+        let v = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, RuntimeError> {
+            let mut v = vec![ENDED];
+            serde_json::to_writer(&mut v, &report)?;
+            match to_file {
+                Some((dir, file, flight)) if v.len() >= files::FILE_MIN => {
+                    files::write(&dir, &file, &v[1..])?;
+                    let mut v = vec![ENDED_IN_FILE];
+                    serde_json::to_writer(&mut v, &files::InFile { flight, file })?;
+                    Ok(v)
+                }
+                _ => Ok(v),
+            }
+        })
+        .await
+        .map_err(|_| RuntimeError::ShuttingDown)??;
         self.put_dispatch(invocation, v).await
     }
 

@@ -410,7 +410,7 @@ async fn an_agent_session_and_its_conversation_replay_the_same_after_kill_9() {
                         })
                         .unwrap()
                 });
-                (message.author.clone(), message.body.clone(), answers)
+                (message.author.clone(), message.body.to_string(), answers)
             }
             ConversationEntry::FlightStarted {
                 flight,

@@ -57,7 +57,7 @@ async fn filled(root: &Path, clients: usize, messages: usize) {
                 b.post_message(PostMessage {
                     conversation: DEFAULT_CONVERSATION.into(),
                     author: format!("client-{c}"),
-                    body: format!("message {m} from {c}"),
+                    body: format!("message {m} from {c}").into(),
                     class: Default::default(),
                     reply_to: None,
                     meta: Default::default(),

@@ -431,7 +431,7 @@ async fn nats_snapshots_of_a_conversation_and_an_agent_say_where_to_follow_them(
     let View::Conversation(v) = &reply.snapshot.view else {
         panic!("{:?}", reply.snapshot)
     };
-    let mut bodies: Vec<String> = v.messages.iter().map(|m| m.body.clone()).collect();
+    let mut bodies: Vec<String> = v.messages.iter().map(|m| m.body.to_string()).collect();
     assert_eq!(bodies, ["m1", "m2"]);
     // Followed: what the subscription got past the snapshot's seq.
     while bodies.len() < 4 {

@@ -131,6 +131,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         turn_quiet_note: Some(relay_runtime::DEFAULT_TURN_QUIET_NOTE),
         // A node's agents do not reach the broker's API: it listens on its own host's loopback.
         access: None,
+        // Nor its log: a long answer goes over the bus in its report.
+        texts: None,
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =

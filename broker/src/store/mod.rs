@@ -358,13 +358,18 @@ pub struct Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// The long texts in files of their own ([`log::TextFiles`]).
+    pub fn texts(&self) -> &log::TextFiles {
+        self.log.texts()
+    }
+
     /// A flight as it is now: its newest state (see `heads`), its output read from the
     /// log where it is kept there, or given by `pending` for an event of this batch (by
     /// its seq: not in the log yet).
     pub fn flight(
         &self,
         id: &str,
-        pending: impl Fn(u64) -> Option<String>,
+        pending: impl Fn(u64) -> Option<relay_protocol::domain::SharedStr>,
     ) -> Result<Option<Flight>, BrokerError> {
         if let Some(head) = self.head(id)? {
             return Ok(Some(head));

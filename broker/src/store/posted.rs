@@ -152,7 +152,7 @@ mod tests {
                     index: 7,
                     author: "operator".into(),
                     class: MessageClass::Agent,
-                    body: "x".repeat(160),
+                    body: "x".repeat(160).into(),
                     mentions: vec!["codex-1".into()],
                     reply_to: Some("msg_0".into()),
                     meta,
@@ -243,7 +243,7 @@ mod tests {
         // A long one is not read to see, whatever it is.
         let mut long = event;
         if let EventBody::MessagePosted { message, .. } = &mut long.body {
-            message.body = "x".repeat(PEEK_MAX);
+            message.body = "x".repeat(PEEK_MAX).into();
         }
         assert!(!may_be_posted(&json(&long)));
         assert!(!may_be_posted(&[super::super::SLIM_VERSION, b'{']));

@@ -45,9 +45,10 @@ impl Published {
         mut event: Event,
         pos: super::Pos,
         known: impl Fn(&str) -> Option<Source>,
+        texts: &super::log::TextFiles,
         live_max: usize,
     ) -> Result<(Published, Bytes, Newest), BrokerError> {
-        let shared = super::shared::encode(&mut event, pos, known, live_max)?;
+        let shared = super::shared::encode(&mut event, pos, known, texts, live_max)?;
         // No wire JSON: the texts it refers to are too long to encode here (see
         // [`super::shared::Shared::json`]); encoded on first use.
         let published = if shared.json.is_empty() {

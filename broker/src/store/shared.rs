@@ -16,17 +16,15 @@
 //! The writer keeps, per live flight, the last text that may be repeated ([`Source`]),
 //! so finding a repeat costs no read; a text is compared whole, never by a digest.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use relay_protocol::domain::{Flight, FlightChange, FlightUpdate, ItemKind, ItemPhase};
+use relay_protocol::domain::{Flight, FlightChange, FlightUpdate, ItemKind, ItemPhase, SharedStr};
 use relay_protocol::event::{Event, EventBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::keys::{decode, pair_value, parse_pair, VALUE_VERSION};
-use super::log::{EventLog, Pos};
+use super::log::{EventLog, Pos, TextFile, TextFiles, TEXT_FILE_MIN};
 use super::posted::{self, POSTED_VERSION};
 use super::slim::{self, SLIM_VERSION};
 use crate::error::BrokerError;
@@ -38,13 +36,28 @@ pub const SHARED_MIN: usize = 256;
 /// References lead to a literal text at once; more than this many hops is damage.
 const MAX_HOPS: usize = 4;
 
-/// A text of a flight that is in the log: in event `seq`, at `pos`, at pointer `at`.
+/// A text of a flight that is in the log: in event `seq`, at `pos`, at pointer `at`; or
+/// in a file of its own (`file`, see [`super::log::TextFiles`]).
 #[derive(Debug, Clone)]
 pub struct Source {
     pub seq: u64,
     pub pos: Pos,
     pub at: &'static str,
-    pub text: Arc<str>,
+    pub text: SharedStr,
+    pub file: Option<TextFile>,
+}
+
+impl Source {
+    /// A reference, at pointer `at`, to this text.
+    fn to(&self, at: &str) -> Ref {
+        Ref {
+            at: at.to_string(),
+            seq: self.seq,
+            pos: self.pos,
+            from: self.at.to_string(),
+            file: self.file.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -56,6 +69,10 @@ struct Ref {
     pos: Pos,
     /// Where the text is in that event.
     from: String,
+    /// Or the file it is in (then `seq`, `pos` and `from` are those of the event that
+    /// first referred to it, and not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<TextFile>,
 }
 
 #[derive(Serialize)]
@@ -73,9 +90,12 @@ struct SharedIn {
 /// The flight an event's repeatable texts belong to, and those texts (pointer, text) in
 /// the order they are stored: an agent message's text, a completion's output and its
 /// flight's output, a flight's reply.
-fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
+fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &SharedStr)>)> {
     // Checked without allocating: this runs for every event, each delta among them.
-    fn long<'t>(at: &'static str, t: Option<&'t str>) -> Option<(&'static str, &'t str)> {
+    fn long<'t>(
+        at: &'static str,
+        t: Option<&'t SharedStr>,
+    ) -> Option<(&'static str, &'t SharedStr)> {
         t.filter(|t| t.len() >= SHARED_MIN).map(|t| (at, t))
     }
     let (flight, texts) = match body {
@@ -86,18 +106,18 @@ fn candidates(body: &EventBody) -> Option<(&str, Vec<(&'static str, &str)>)> {
                     phase: ItemPhase::Completed,
                     text,
                     ..
-                } => long("/update/text", text.as_deref()),
-                FlightChange::State { output, .. } => long("/update/output", output.as_deref()),
+                } => long("/update/text", text.as_ref()),
+                FlightChange::State { output, .. } => long("/update/output", output.as_ref()),
                 _ => None,
             };
             (
                 update.flight.as_str(),
-                [text, long("/flight/output", flight.output.as_deref())],
+                [text, long("/flight/output", flight.output.as_ref())],
             )
         }
         EventBody::MessagePosted { message, .. } => (
             message.meta.flight.as_deref()?,
-            [long("/message/body", Some(message.body.as_str())), None],
+            [long("/message/body", Some(&message.body)), None],
         ),
         _ => return None,
     };
@@ -118,6 +138,7 @@ pub fn encode(
     event: &mut Event,
     pos: Pos,
     known: impl Fn(&str) -> Option<Source>,
+    files: &TextFiles,
     live_max: usize,
 ) -> Result<Shared, BrokerError> {
     let Some((flight, texts)) = candidates(&event.body) else {
@@ -131,24 +152,30 @@ pub fn encode(
     let mut newest: Option<Source> = None;
     let known = known(flight);
     for (at, text) in texts {
-        let same = |s: &&Source| *s.text == *text;
+        // A text handed on from the event before is its very buffer: equal at a glance.
+        let same = |s: &&Source| SharedStr::same_buffer(&s.text, text) || s.text == *text;
         match newest.as_ref().filter(same).or(known.as_ref().filter(same)) {
             Some(source) => {
                 referred += text.len();
-                refs.push(Ref {
-                    at: at.to_string(),
-                    seq: source.seq,
-                    pos: source.pos,
-                    from: source.at.to_string(),
-                })
+                refs.push(source.to(at));
             }
             None => {
-                newest = Some(Source {
+                // Written to a file before it was reported: referred to there.
+                let file = (text.len() >= TEXT_FILE_MIN)
+                    .then(|| files.written(text))
+                    .flatten();
+                let source = Source {
                     seq: event.seq,
                     pos,
                     at,
-                    text: Arc::from(text),
-                })
+                    text: text.clone(),
+                    file,
+                };
+                if source.file.is_some() {
+                    referred += text.len();
+                    refs.push(source.to(at));
+                }
+                newest = Some(source);
             }
         }
     }
@@ -158,7 +185,7 @@ pub fn encode(
     } else {
         // The referring strings are taken out while the record is written (no copy of
         // the event, nor of its texts), and put back.
-        let taken: Vec<String> = refs
+        let taken: Vec<SharedStr> = refs
             .iter()
             .map(|r| {
                 slot(&mut event.body, &r.at)
@@ -193,7 +220,7 @@ pub fn encode(
 }
 
 /// The string at pointer `at` of [`candidates`] in `body`, to take out and put back.
-fn slot<'b>(body: &'b mut EventBody, at: &str) -> Option<&'b mut String> {
+fn slot<'b>(body: &'b mut EventBody, at: &str) -> Option<&'b mut SharedStr> {
     match (body, at) {
         (EventBody::FlightUpdated { update, .. }, "/update/text") => match &mut update.change {
             FlightChange::Item { text, .. } => text.as_mut(),
@@ -300,8 +327,19 @@ fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerErro
     // The last text read from another record: a completion refers twice to one answer
     // (its output and its flight's), read and parsed once.
     let mut last: Option<(u64, String, Option<String>)> = None;
+    // And the last text read from a file (the same two references).
+    let mut last_file: Option<(TextFile, String)> = None;
     for r in refs {
-        let text = if Some(r.seq) == own {
+        let text = if let Some(file) = &r.file {
+            match &last_file {
+                Some((read, text)) if read == file => Some(text.clone()),
+                _ => {
+                    let text = log.texts().read(file)?;
+                    last_file = Some((file.clone(), text.clone()));
+                    Some(text)
+                }
+            }
+        } else if Some(r.seq) == own {
             event
                 .pointer(&r.from)
                 .and_then(Value::as_str)
@@ -393,7 +431,7 @@ pub fn decode_flight(log: &EventLog, stored: &[u8]) -> Result<Flight, BrokerErro
 pub fn decode_flight_from(
     log: &EventLog,
     stored: &[u8],
-    pending: impl Fn(u64) -> Option<String>,
+    pending: impl Fn(u64) -> Option<SharedStr>,
 ) -> Result<Flight, BrokerError> {
     let Some((seq, pos, json)) = output_in_log(stored)? else {
         return decode(stored);
@@ -409,7 +447,7 @@ pub fn decode_flight_from(
     }
     #[derive(Deserialize)]
     struct OutputOf {
-        output: Option<String>,
+        output: Option<SharedStr>,
     }
     let mut flight: Flight = serde_json::from_slice(json)?;
     let missing = || {

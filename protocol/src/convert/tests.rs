@@ -376,7 +376,7 @@ fn messages_are_sent_with_their_meta_only_when_it_says_something() {
         index: 0,
         author: "operator".into(),
         class: MessageClass::Agent,
-        body: String::new(),
+        body: Default::default(),
         mentions: vec![],
         reply_to: None,
         meta: MessageMeta::default(),

@@ -82,7 +82,7 @@ pub struct PostMessage {
     /// the bus's own name (`nats`).
     #[serde(default)]
     pub author: String,
-    pub body: String,
+    pub body: super::SharedStr,
     #[serde(default)]
     pub class: MessageClass,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +99,7 @@ pub struct Message {
     pub index: u64,
     pub author: String,
     pub class: MessageClass,
-    pub body: String,
+    pub body: super::SharedStr,
     /// The names its text mentions (not in code or quoted), in order, once each:
     /// [`super::parse_mentions`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -141,7 +141,7 @@ pub struct Flight {
     /// The final assistant text (`null` until the flight completes: the field is always
     /// there, so scripts can read `.output` and `.error` without guarding).
     #[serde(default)]
-    pub output: Option<String>,
+    pub output: Option<super::SharedStr>,
     /// Why the flight failed or was cancelled (`null` otherwise).
     #[serde(default)]
     pub error: Option<String>,
@@ -286,7 +286,7 @@ pub enum FlightChange {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        output: Option<String>,
+        output: Option<super::SharedStr>,
     },
     /// A piece of streamed assistant text.
     Delta {
@@ -305,7 +305,7 @@ pub enum FlightChange {
         item_kind: ItemKind,
         phase: ItemPhase,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        text: Option<String>,
+        text: Option<super::SharedStr>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
     },

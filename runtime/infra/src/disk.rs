@@ -199,6 +199,26 @@ fn doing(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> WriteE
     }
 }
 
+/// [`write_private`] of file `name` in directory `dir`, made first (mode 0700) if it is
+/// not there; a `dir` that is a symlink is refused, never followed. (Blocking.)
+pub fn write_private_in(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), WriteError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(doing(|| format!("cannot create {}", dir.display()))(e))
+        }
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(doing(|| format!("cannot stat {}", dir.display())))?;
+    if meta.is_symlink() {
+        return Err(doing(|| {
+            format!("{} is a symlink: refusing to follow it", dir.display())
+        })(std::io::Error::other("a symlink")));
+    }
+    write_private(dir, &dir.join(name), bytes)
+}
+
 /// Writes `bytes` to `path` (in directory `dir`) whole, mode 0600, atomically and
 /// durably: a fresh temporary file beside it, of a random name, created with `O_EXCL |
 /// O_NOFOLLOW` (a planted file or symlink is never followed nor reused), written and

@@ -13,7 +13,6 @@
 //! made it to disk is swept at the next open; one whose record is dropped goes with it.
 
 use std::collections::HashSet;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use relay_protocol::runtime::Report;
@@ -55,21 +54,10 @@ fn failed(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
 
 /// Writes `json` as the report file `name` in `dir`, durably (blocking).
 pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeError> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(failed(dir)(e)),
-        _ => {}
-    }
-    // Never through a planted symlink: the directory, nor the file.
-    if std::fs::symlink_metadata(dir)
-        .map_err(failed(dir))?
-        .is_symlink()
-    {
-        return Err(failed(dir)(std::io::Error::other(
-            "is a symlink: refusing to follow it",
-        )));
-    }
-    let path = dir.join(name);
-    relay_infra::disk::write_private(dir, &path, json).map_err(|e| failed(&path)(e.source))
+    relay_infra::disk::write_private_in(dir, name, json).map_err(|e| RuntimeError::ReportFile {
+        path: dir.join(name),
+        source: std::io::Error::new(e.source.kind(), e.to_string()),
+    })
 }
 
 /// The report in file `name` of `dir` (blocking).

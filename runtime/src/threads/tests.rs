@@ -117,7 +117,7 @@ async fn flights_that_ended_together_are_forgotten_in_one_pass_and_only_they() {
                 change: FlightChange::State {
                     to: FlightState::Completed,
                     reason: None,
-                    output: Some(format!("answer {i}")),
+                    output: Some(format!("answer {i}").into()),
                 },
             };
             match i % 3 {
@@ -216,8 +216,8 @@ async fn a_long_end_report_is_kept_in_a_file_and_goes_with_its_record() {
             reason: None,
             // Even: long (a file); odd: short (in the record).
             output: Some(match i % 2 {
-                0 => format!("{i}\"é\n").repeat(files::FILE_MIN / 4 + i),
-                _ => format!("answer {i}"),
+                0 => format!("{i}\"é\n").repeat(files::FILE_MIN / 4 + i).into(),
+                _ => format!("answer {i}").into(),
             }),
         },
     };
@@ -344,7 +344,7 @@ async fn an_embedded_runtime_keeps_long_reports_beside_the_shared_database() {
         change: FlightChange::State {
             to: FlightState::Completed,
             reason: None,
-            output: Some("x".repeat(files::FILE_MIN)),
+            output: Some("x".repeat(files::FILE_MIN).into()),
         },
     };
     store.set_dispatch_ended("inv_1", &report).await.unwrap();
@@ -460,8 +460,8 @@ fn killed_report(i: usize) -> Report {
             to: FlightState::Completed,
             reason: None,
             output: Some(match i % 2 {
-                0 => format!("answer {i} ").repeat(files::FILE_MIN / 8),
-                _ => format!("answer {i}"),
+                0 => format!("answer {i} ").repeat(files::FILE_MIN / 8).into(),
+                _ => format!("answer {i}").into(),
             }),
         },
     }

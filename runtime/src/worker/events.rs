@@ -2,7 +2,7 @@
 //! (deltas, items, command output, plan, diff, usage, notes, the end), approval requests
 //! and their withdrawal, and the harness's death mid-turn.
 
-use relay_protocol::domain::{ApprovalRequest, FlightChange, FlightState, ItemPhase};
+use relay_protocol::domain::{ApprovalRequest, FlightChange, FlightState, ItemPhase, SharedStr};
 use relay_protocol::harness::{HarnessEvent, ItemKind, TurnOutcome};
 use relay_protocol::runtime::Report;
 
@@ -83,6 +83,10 @@ impl Worker {
                 text,
                 exit_code,
             } if same_turn(&turn_id) => {
+                let text = text.map(SharedStr::from);
+                if let (ItemKind::AgentMessage, Some(text)) = (&kind, &text) {
+                    turn.answer = self.write_first(&flight, text).await.then(|| text.clone());
+                }
                 self.change(
                     &flight,
                     FlightChange::Item {
@@ -156,6 +160,15 @@ impl Worker {
                             std::mem::take(&mut turn.text)
                         } else {
                             text
+                        };
+                        // The last message's text (most often): its buffer, written.
+                        let output = match turn.answer.take() {
+                            Some(answer) if *answer == *output => answer,
+                            _ => {
+                                let output = SharedStr::from(output);
+                                self.write_first(&flight, &output).await;
+                                output
+                            }
                         };
                         self.change(
                             &flight,

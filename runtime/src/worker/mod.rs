@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_harnesses::Harnesses;
-use relay_protocol::domain::{Agent, AgentState, FlightChange, FlightState, WakePolicy};
+use relay_protocol::domain::{Agent, AgentState, FlightChange, FlightState, SharedStr, WakePolicy};
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -71,6 +71,8 @@ pub struct Deps {
     pub cancelled: Arc<Cancelled>,
     /// How the agent's session reaches Relay.
     pub access: Option<relay_harnesses::AccessIssuer>,
+    /// See [`crate::RuntimeConfig::texts`].
+    pub texts: Option<crate::TextSink>,
 }
 
 enum Msg {
@@ -280,6 +282,27 @@ impl Worker {
         }
         // The broker side only goes away at shutdown; nothing to do then.
         let _ = self.deps.reports.send(r).await;
+    }
+
+    /// Writes a long text of `flight` before it is reported ([`crate::TextSink`]), on
+    /// the blocking pool; `false` where it was not (no sink, or it failed: the text then
+    /// goes into the broker's log as it is).
+    async fn write_first(&self, flight: &str, text: &SharedStr) -> bool {
+        let Some(sink) = self.deps.texts.clone() else {
+            return false;
+        };
+        if text.len() < relay_protocol::domain::shared::LONG_TEXT {
+            return false;
+        }
+        let (flight, text) = (flight.to_string(), text.clone());
+        match tokio::task::spawn_blocking(move || sink.write(&flight, &text)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(agent = %self.name, error = %e, "a long text could not be written first; it is stored with its event");
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     async fn change(&self, flight: &str, change: FlightChange) {

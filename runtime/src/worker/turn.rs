@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use relay_harnesses::seam::{Capabilities, HarnessInfo, HarnessSession};
 use relay_harnesses::HarnessError;
-use relay_protocol::domain::{FlightChange, FlightState, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS};
+use relay_protocol::domain::{
+    FlightChange, FlightState, SharedStr, WakePolicy, DEFAULT_REPLY_TIMEOUT_SECS,
+};
 use relay_protocol::harness::HarnessEvent;
 use relay_protocol::runtime::{Control, Dispatch, Report};
 use tokio::sync::mpsc;
@@ -42,6 +44,10 @@ pub(super) struct Turn {
     /// Text of the current agent message so far, in case the harness's final event
     /// lacks it.
     pub text: String,
+    /// The last agent message's text, where it was long enough to be written first
+    /// ([`crate::TextSink`]): the answer that ends the turn is most often the same text,
+    /// handed on as the same buffer.
+    pub answer: Option<SharedStr>,
     /// Approval requests surfaced and not answered by Relay yet.
     pub approvals: HashSet<String>,
     /// Approval requests Relay is answering right now: the harness's "resolved" for one
@@ -180,6 +186,7 @@ impl Worker {
             turn_id,
             info,
             text: String::new(),
+            answer: None,
             approvals: HashSet::new(),
             answering: HashSet::new(),
             over: CancellationToken::new(),

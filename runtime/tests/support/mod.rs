@@ -407,6 +407,7 @@ fn start(
             turn_stall_timeout: stall,
             turn_quiet_note: quiet,
             access: None,
+            texts: None,
         },
         Harnesses::default().with(launcher),
         stop.clone(),

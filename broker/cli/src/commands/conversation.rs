@@ -92,7 +92,7 @@ pub(crate) async fn post(
             &PostMessage {
                 conversation,
                 author,
-                body,
+                body: body.into(),
                 class: MessageClass::Agent,
                 reply_to,
                 meta: Default::default(),

@@ -410,7 +410,7 @@ mod tests {
             "update_seq": 3, "conversation": "c", "created_at": 1, "updated_at": 2,
         }))
         .expect("a flight");
-        f.output = Some(format!("\n{}\nsecond line", "word ".repeat(100_000)));
+        f.output = Some(format!("\n{}\nsecond line", "word ".repeat(100_000)).into());
         let summary = flight_summary(&f);
         assert!(
             summary.chars().count() <= SUMMARY_CHARS + 1,

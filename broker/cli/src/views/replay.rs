@@ -341,7 +341,7 @@ fn completed_line(
     seq: u64,
     turn: &TurnReplay,
     kind: &ItemKind,
-    text: &Option<String>,
+    text: &Option<relay_protocol::domain::SharedStr>,
     text_since_item: bool,
     out: &mut Lines,
 ) {
@@ -475,7 +475,7 @@ mod tests {
             item_id: id.into(),
             item_kind: kind,
             phase,
-            text: text.map(str::to_string),
+            text: text.map(Into::into),
             exit_code: None,
         })
     }

@@ -11,7 +11,8 @@ use relay_protocol::api::{InvokeAccepted, UpdateResult};
 use relay_protocol::domain::{
     cap_files, id_token, streamed_bytes, truncate_bytes, Agent, ConversationKind, ConversationSpec,
     DeliveryReason, Flight, FlightChange, FlightState, FlightUpdate, Invocation, InvokeRequest,
-    Message, MessageClass, MessageMeta, Note, PostMessage, MAX_LISTED_FILES, MAX_RECORDED_PATCH,
+    Message, MessageClass, MessageMeta, Note, PostMessage, SharedStr, MAX_LISTED_FILES,
+    MAX_RECORDED_PATCH,
 };
 use relay_protocol::event::EventBody;
 
@@ -70,7 +71,7 @@ impl Ctx<'_, '_> {
             PostMessage {
                 conversation: conversation.spec.id.clone(),
                 author: req.requester.clone(),
-                body: req.task.clone(),
+                body: req.task.as_str().into(),
                 class: MessageClass::Agent,
                 reply_to: None,
                 meta: MessageMeta {
@@ -296,7 +297,7 @@ impl Ctx<'_, '_> {
         if flight.output_bytes.saturating_add(streamed_bytes(change)) > cap {
             return self.cap_output(flight, change, cap);
         }
-        let mut reply: Option<String> = None;
+        let mut reply: Option<SharedStr> = None;
         // The task reached the agent (its turn runs) or never will (ended before).
         let mut delivered: Option<Result<(), String>> = None;
         match change {
@@ -386,7 +387,7 @@ impl Ctx<'_, '_> {
 impl Ctx<'_, '_> {
     /// Posts `text`, the answer of `flight`'s turn, in the conversation it was asked in,
     /// as a reply to the request.
-    fn post_reply(&mut self, flight: &Flight, text: String) -> Result<Message, BrokerError> {
+    fn post_reply(&mut self, flight: &Flight, text: SharedStr) -> Result<Message, BrokerError> {
         let invocation: Invocation = self
             .tx
             .read(T::Invocations, flight.invocation.as_bytes())?

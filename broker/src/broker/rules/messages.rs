@@ -240,7 +240,7 @@ impl Ctx<'_, '_> {
                         PostMessage {
                             conversation: message.conversation.clone(),
                             author: RELAY_AUTHOR.into(),
-                            body: why,
+                            body: why.into(),
                             class: MessageClass::System,
                             reply_to: Some(message.id.clone()),
                             meta: Default::default(),

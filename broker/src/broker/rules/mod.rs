@@ -10,7 +10,7 @@ use relay_protocol::event::{Event, EventBody};
 
 use std::collections::HashMap;
 
-use relay_protocol::domain::FlightChange;
+use relay_protocol::domain::{FlightChange, SharedStr};
 
 use super::writer::Kept;
 use super::{BrokerConfig, Command, LiveByAgent, Outcome};
@@ -71,6 +71,7 @@ impl Ctx<'_, '_> {
             event,
             self.next_pos,
             |f| self.kept(f).and_then(|k| k.text),
+            self.tx.texts(),
             super::LIVE_EVENT_MAX,
         )?;
         match &published.event.body {
@@ -101,6 +102,9 @@ impl Ctx<'_, '_> {
             EventBody::FlightUpdated { update, flight } => {
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
                     *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
+                    // No later event of it carries its texts (if this batch is tried
+                    // again, they are stored in the log as they are).
+                    self.tx.texts().forget(&flight.id);
                 }
                 // Stored without its flight when the previous update folds into it
                 // (`store::slim`).
@@ -311,7 +315,7 @@ impl Ctx<'_, '_> {
     }
 
     /// The output a completion of this batch (event `seq`) recorded.
-    pub(super) fn pending_output(&self, seq: u64) -> Option<String> {
+    pub(super) fn pending_output(&self, seq: u64) -> Option<SharedStr> {
         let first = self.events.first()?.0.seq;
         let (published, _) = self
             .events

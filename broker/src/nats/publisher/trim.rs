@@ -4,32 +4,36 @@
 /// Longest text kept in a flight update that is too large for NATS.
 const TRIMMED_TEXT: usize = 16 * 1024;
 
-use relay_protocol::domain::{Flight, FlightChange, FlightCommit, FlightUpdate};
+use relay_protocol::domain::{Flight, FlightChange, FlightCommit, FlightUpdate, SharedStr};
 
-/// Calls `$text` on each long text of `$update` and `$flight` (output, error, summary, a
-/// change's text or final output) and `$patch` on each commit (its patch), by `&` or by
-/// `&mut` (`$($m)?`): what [`trim_texts`] cuts is what [`text_bytes`] counts.
+/// Calls `$text` on each long text of `$update` and `$flight` (error, summary, a change's
+/// text), `$shared` on each shared one (the flight's output, a change's final output, an
+/// item's text) and `$patch` on each commit (its patch), by `&` or by `&mut` (`$($m)?`):
+/// what [`trim_texts`] cuts is what [`text_bytes`] counts.
 macro_rules! each_text {
-    ($update:expr, $flight:expr, $text:expr, $patch:expr $(, $m:ident)?) => {{
+    ($update:expr, $flight:expr, $text:expr, $shared:expr, $patch:expr $(, $m:ident)?) => {{
         #[allow(unused_mut)] // FnMut closures need it, fn items do not
-        let (mut text, mut patch) = ($text, $patch);
-        for t in [& $($m)? $flight.output, & $($m)? $flight.error, & $($m)? $flight.summary]
-            .into_iter()
-            .flatten()
-        {
+        let (mut text, mut shared, mut patch) = ($text, $shared, $patch);
+        for t in [& $($m)? $flight.error, & $($m)? $flight.summary].into_iter().flatten() {
             text(t);
+        }
+        if let Some(t) = & $($m)? $flight.output {
+            shared(t);
         }
         match & $($m)? $update.change {
             FlightChange::State { reason, output, .. } => {
-                for t in [reason, output].into_iter().flatten() {
+                if let Some(t) = reason {
                     text(t);
+                }
+                if let Some(t) = output {
+                    shared(t);
                 }
             }
             FlightChange::Delta { text: t }
             | FlightChange::Plan { text: t }
             | FlightChange::Diff { text: t }
-            | FlightChange::CommandOutput { text: t, .. }
-            | FlightChange::Item { text: Some(t), .. } => text(t),
+            | FlightChange::CommandOutput { text: t, .. } => text(t),
+            FlightChange::Item { text: Some(t), .. } => shared(t),
             FlightChange::Commit { commit } => patch(commit),
             _ => {}
         }
@@ -45,26 +49,35 @@ macro_rules! each_text {
 /// FLIGHT`). A patch may be 256 KiB, and 6 times that as JSON with its control bytes
 /// escaped: over NATS's default 1 MiB, the update would not go at all.
 pub(super) fn trim_texts(update: &mut FlightUpdate, flight: &mut Flight) {
+    const CUT: &str = "\n[... cut for NATS; the whole text is in the log]";
     fn cut(text: &mut String) {
         if relay_protocol::domain::truncate_bytes(text, TRIMMED_TEXT) {
-            text.push_str("\n[... cut for NATS; the whole text is in the log]");
+            text.push_str(CUT);
         }
     }
-    each_text!(update, flight, cut, cut_patch, mut);
+    // A shared text is not changed in place (others hold it): its cut start, copied
+    // alone, replaces it.
+    fn cut_shared(text: &mut SharedStr) {
+        let kept = relay_protocol::domain::prefix_bytes(text, TRIMMED_TEXT);
+        if kept.len() < text.len() {
+            *text = format!("{kept}{CUT}").into();
+        }
+    }
+    each_text!(update, flight, cut, cut_shared, cut_patch, mut);
 }
 
 /// Bytes of the texts [`trim_texts`] cuts: an update whose texts alone are over the
 /// server's limit cannot go whole, whatever its encoding.
 pub(super) fn text_bytes(update: &FlightUpdate, flight: &Flight) -> usize {
-    let mut bytes = 0;
-    let mut patches = 0;
+    let (mut bytes, mut shared, mut patches) = (0, 0, 0);
     each_text!(
         update,
         flight,
         |t: &String| bytes += t.len(),
+        |t: &SharedStr| shared += t.len(),
         |c: &FlightCommit| patches += c.patch.as_ref().map_or(0, String::len)
     );
-    bytes + patches
+    bytes + shared + patches
 }
 
 /// Cuts a commit's patch to [`TRIMMED_TEXT`], marked the way a runtime marks a patch over
@@ -154,7 +167,7 @@ mod tests {
     /// trimmed, the long one counts no more than the cut texts.
     #[test]
     fn the_texts_counted_before_encoding_are_the_texts_trimmed() {
-        let answer = "x".repeat(3 << 20);
+        let answer = SharedStr::from("x".repeat(3 << 20));
         let mut f = flight();
         f.output = Some(answer.clone());
         let mut done = FlightUpdate {

@@ -13,6 +13,8 @@
 //!   `fsync`ed, so a sealed segment is whole and every segment's name is on disk.
 //! - Readers see only what has been synced ([`EventLog::synced_end`]): never an event
 //!   that a power loss could still take back.
+//! - A long answer may be in a file of its own in `texts/` ([`texts`]), written and
+//!   synced (file and directory) before any record can refer to it.
 //!
 //! # Format
 //! Segment `<first byte offset, 20 digits>-<first seq, 20 digits>.seg`. Positions
@@ -26,6 +28,7 @@
 mod find;
 mod link;
 mod segment;
+mod texts;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -37,6 +40,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
+pub use texts::{TextFile, TextFiles, TEXT_FILE_MIN};
 
 /// A record's global byte offset in the log.
 pub type Pos = u64;
@@ -178,6 +182,8 @@ pub struct EventLog {
     on_sync: (Mutex<()>, Condvar),
     /// Unique among the logs this process opened ([`EventLog::id`]).
     id: u64,
+    /// Long texts in files of their own, that records refer to ([`texts`]).
+    texts: TextFiles,
 }
 
 struct Tail {
@@ -266,6 +272,7 @@ impl EventLog {
         static OPENED: AtomicU64 = AtomicU64::new(0);
         Ok(EventLog {
             id: OPENED.fetch_add(1, Ordering::Relaxed),
+            texts: TextFiles::new(dir),
             dir: dir.to_path_buf(),
             segments: RwLock::new(segments),
             tail: Mutex::new(Tail {
@@ -281,6 +288,11 @@ impl EventLog {
             synced_seq: AtomicU64::new(last_seq),
             on_sync: (Mutex::new(()), Condvar::new()),
         })
+    }
+
+    /// The long texts written in files of their own ([`texts`]).
+    pub fn texts(&self) -> &TextFiles {
+        &self.texts
     }
 
     /// Where the next record will go.

@@ -148,7 +148,7 @@ pub fn streamed_bytes(change: &FlightChange) -> u64 {
         | FlightChange::Plan { text }
         | FlightChange::Diff { text }
         | FlightChange::Note { text, .. } => text.len(),
-        FlightChange::Item { text, .. } => text.as_ref().map_or(0, String::len),
+        FlightChange::Item { text, .. } => text.as_ref().map_or(0, |t| t.len()),
         FlightChange::State { .. }
         | FlightChange::Usage { .. }
         | FlightChange::Session { .. }

@@ -432,7 +432,7 @@ impl Server {
             .map_err(broker_error)?;
         for message in messages.iter().filter(|m| m.class == MessageClass::Agent) {
             let chunk = acp::ContentChunk {
-                content: ContentBlock::text(&message.body),
+                content: ContentBlock::text(message.body.as_str()),
                 message_id: Some(message.id.clone()),
                 meta: None,
             };

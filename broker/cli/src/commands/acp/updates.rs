@@ -291,7 +291,7 @@ mod tests {
             item_id: id.into(),
             item_kind: kind,
             phase,
-            text: text.map(str::to_string),
+            text: text.map(Into::into),
             exit_code: None,
         }
     }

@@ -85,6 +85,19 @@ impl TextFiles {
                 "flight id {flight:?} cannot name a text file"
             )));
         }
+        // Never into the disk's reserve (kept for sled): the text then goes with its
+        // event, whose write is refused or let into the reserve as any report's is.
+        if let Some(space) = relay_infra::disk::space() {
+            if space.free < space.reserve.saturating_add(len) {
+                return Err(LogError::Io {
+                    what: format!(
+                        "a text of {len} bytes would take the disk under its reserve ({} bytes free, {} kept)",
+                        space.free, space.reserve
+                    ),
+                    source: std::io::ErrorKind::StorageFull.into(),
+                });
+            }
+        }
         let file = TextFile {
             name: format!("{flight}.{crc:08x}.{len}.txt"),
             len,

@@ -9,10 +9,13 @@
 mod support;
 
 use relay_broker::broker::Live;
-use relay_broker::store::{encode, Store, FLIGHT_OUTPUT_IN_LOG, SHARED_VERSION, T};
+use relay_broker::store::{
+    encode, Store, FLIGHT_OUTPUT_IN_LOG, SHARED_FILE_VERSION, SHARED_VERSION, T,
+};
 use relay_broker::{Broker, BrokerConfig};
+use relay_protocol::domain::shared::LONG_TEXT;
 use relay_protocol::domain::{
-    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, ItemKind, ItemPhase,
+    AgentSpec, FlightChange, FlightState, Harness, InvokeRequest, ItemKind, ItemPhase, SharedStr,
 };
 use relay_protocol::event::EventBody;
 use tokio_util::sync::CancellationToken;
@@ -271,4 +274,84 @@ async fn a_store_from_before_reads_its_outputs_from_the_log_after_its_next_open(
     // Read as any type, the record has its output.
     let values: Vec<relay_protocol::domain::Flight> = store.values(T::Flights).unwrap();
     assert_eq!(values[0].output.as_deref(), Some(answer(0).as_str()));
+}
+
+/// A long answer written to the log's text files before it is reported (as the embedded
+/// runtime does) is stored as a reference to its file, by the item, the reply and the
+/// completion (stored version 6), never as its text; every reader gets it whole, and a
+/// file gone is damage (typed), not an empty answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_written_first_is_referred_to_in_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(Store::open(dir.path()).unwrap(), 1).await;
+    let text = SharedStr::from(answer(0).repeat(1 + LONG_TEXT / answer(0).len()));
+    let f = b
+        .invoke(InvokeRequest::new("a0", "go"))
+        .await
+        .unwrap()
+        .flight
+        .id;
+    let before = b.store().log().end();
+    let file = b.store().log().texts().write(&f, &text).unwrap();
+    let item = FlightChange::Item {
+        item_id: "m1".into(),
+        item_kind: ItemKind::AgentMessage,
+        phase: ItemPhase::Completed,
+        text: Some(text.clone()),
+        exit_code: None,
+    };
+    let done = FlightChange::State {
+        to: FlightState::Completed,
+        reason: None,
+        output: Some(text.clone()),
+    };
+    for change in [
+        FlightChange::State {
+            to: FlightState::Running,
+            reason: None,
+            output: None,
+        },
+        item,
+        done,
+    ] {
+        b.update_flight(&f, change).await.unwrap();
+    }
+    let mut versions = Vec::new();
+    let mut pos = before;
+    while let Some(record) = b.store().log().read(pos).unwrap() {
+        assert!(record.payload.len() < 4096, "{} B", record.payload.len());
+        versions.push(record.payload[0]);
+        pos = record.next();
+    }
+    // The item, the reply, the completion.
+    let files = versions
+        .iter()
+        .filter(|v| **v == SHARED_FILE_VERSION)
+        .count();
+    assert_eq!(files, 3, "{versions:?}");
+    let flight = b.store().flight(&f).unwrap().unwrap();
+    assert_eq!(flight.output.as_ref(), Some(&text));
+    let updates = b.store().flight_updates(&f, 0).unwrap();
+    let texts: Vec<_> = updates
+        .iter()
+        .filter_map(|u| match &u.change {
+            FlightChange::Item { text, .. } => text.clone(),
+            FlightChange::State { output, .. } => output.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, [text.clone(), text.clone()]);
+    let reply = flight.reply_message.unwrap();
+    let messages = b.store().messages(&flight.conversation, 10).unwrap();
+    assert!(messages.iter().any(|m| m.id == reply && m.body == text));
+    assert!(b.store().verify().unwrap().is_consistent());
+
+    // Its file gone: reading the flight's updates is damage, said so.
+    let path = dir.path().join("log").join("texts").join(&file.name);
+    std::fs::remove_file(path).unwrap();
+    let e = b.store().flight_updates(&f, 0).unwrap_err();
+    assert!(
+        matches!(&e, relay_broker::BrokerError::Corrupt(m) if m.contains(&file.name)),
+        "{e:?}"
+    );
 }

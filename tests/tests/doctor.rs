@@ -279,7 +279,7 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     // The first event, as a build that writes a version after this build's would have
     // stored it (the last this build knows is a posted message in protobuf's; 4 starts
     // a linked record).
-    let unknown = relay_broker::store::POSTED_VERSION + 1;
+    let unknown = relay_broker::store::SHARED_FILE_VERSION + 1;
     rewrite_log(&data, |records| records[0].1[0] = unknown);
     let db = data.join(relay_broker::store::STORE_DIR);
     let verify = relay_infra::storage::read(move || Store::open(&db).unwrap().verify())
@@ -293,7 +293,7 @@ async fn an_event_of_an_unknown_version_stops_the_check_with_a_typed_error() {
     assert!(!ok, "{out}");
     assert!(
         err.contains(&format!(
-            "stored data is corrupt: stored event has version {unknown}, this build reads 1, 2, 3 and 5"
+            "stored data is corrupt: stored event has version {unknown}, this build reads 1, 2, 3, 5 and 6"
         )),
         "{err}"
     );

@@ -434,7 +434,11 @@ fn transact(
         for (flight, last) in streamed {
             match last {
                 Some(kept) => streaming.insert(flight, kept),
-                None => streaming.remove(&flight),
+                None => {
+                    // It ended: no later event of it carries its long texts.
+                    store.log().texts().forget(&flight);
+                    streaming.remove(&flight)
+                }
             };
         }
     }

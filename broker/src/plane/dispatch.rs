@@ -173,6 +173,25 @@ impl Plane {
     /// Records the end a turn reported before a stop that lost it: after `running`
     /// (which a completed turn needs) if the flight never got there.
     async fn settle_ended(&self, f: &Flight, change: FlightChange) {
+        // A long answer goes to the log's text files first, as the runtime's worker
+        // writes it for a turn it reports (this one came back from the runtime's record,
+        // a buffer never written): the storage thread then writes a reference to it.
+        if let FlightChange::State {
+            output: Some(output),
+            ..
+        } = &change
+        {
+            if output.len() >= relay_protocol::domain::shared::LONG_TEXT {
+                let store = self.broker.store().clone();
+                let (flight, text) = (f.id.clone(), output.clone());
+                let written =
+                    tokio::task::spawn_blocking(move || store.log().texts().write(&flight, &text))
+                        .await;
+                if let Ok(Err(e)) = written {
+                    tracing::warn!(flight = %f.id, error = %e, "a long answer could not be written first; it is stored with its event");
+                }
+            }
+        }
         let _ = self
             .broker
             .execute_internal(Command::ExpireApprovals {

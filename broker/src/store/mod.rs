@@ -129,7 +129,7 @@ pub(crate) use recover::APPLIED_KEY;
 pub use recover::{CHECKPOINT_EVENTS, CHECKPOINT_INTERVAL};
 pub use shared::{
     decode_event, decode_flight, decode_flight_without_output, decode_record, Source,
-    FLIGHT_OUTPUT_IN_LOG, SHARED_MIN, SHARED_VERSION,
+    FLIGHT_OUTPUT_IN_LOG, SHARED_FILE_VERSION, SHARED_MIN, SHARED_VERSION,
 };
 pub use slim::{store as slim_store, Last, SLIM_RUN, SLIM_VERSION};
 pub use usage::{day_key, tree_root};

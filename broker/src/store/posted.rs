@@ -16,7 +16,7 @@ use relay_protocol::event::{Event, EventBody};
 use relay_protocol::pb;
 
 use super::keys::VALUE_VERSION;
-use super::shared::SHARED_VERSION;
+use super::shared::{SHARED_FILE_VERSION, SHARED_VERSION};
 use crate::error::BrokerError;
 
 /// Version byte of a posted message stored in protobuf.
@@ -98,7 +98,7 @@ pub(super) fn may_be_posted(payload: &[u8]) -> bool {
     match payload.split_first() {
         Some((&POSTED_VERSION, _)) => true,
         Some((_, json)) if json.len() > PEEK_MAX => false,
-        Some((&SHARED_VERSION, json)) => {
+        Some((&(SHARED_VERSION | SHARED_FILE_VERSION), json)) => {
             serde_json::from_slice::<WithRefs>(json).is_ok_and(|r| posted(&r.event.kind))
         }
         Some((&VALUE_VERSION, json)) => {

@@ -31,6 +31,10 @@ use crate::error::BrokerError;
 
 /// The stored version of a record with references (version 1: the wire JSON as it is).
 pub const SHARED_VERSION: u8 = 2;
+/// The same, with a reference to a text in a file of its own ([`TextFiles`]): a build
+/// before them would read that text as empty, so they have a version of their own, which
+/// such a build refuses ("stored event has version 6").
+pub const SHARED_FILE_VERSION: u8 = 6;
 /// Shorter texts are stored as they are: a reference would save too little.
 pub const SHARED_MIN: usize = 256;
 /// References lead to a literal text at once; more than this many hops is damage.
@@ -193,7 +197,11 @@ pub fn encode(
                     .unwrap_or_default()
             })
             .collect();
-        let mut stored = vec![SHARED_VERSION];
+        let version = match refs.iter().any(|r| r.file.is_some()) {
+            true => SHARED_FILE_VERSION,
+            false => SHARED_VERSION,
+        };
+        let mut stored = vec![version];
         let written = serde_json::to_writer(&mut stored, &SharedOut { refs: &refs, event });
         for (r, text) in refs.iter().zip(taken) {
             if let Some(slot) = slot(&mut event.body, &r.at) {
@@ -276,7 +284,9 @@ pub fn decode_record<V: DeserializeOwned>(
     payload: &[u8],
 ) -> Result<V, BrokerError> {
     match payload.split_first() {
-        Some((&SHARED_VERSION, json)) => Ok(serde_json::from_value(resolve(log, json, 0)?)?),
+        Some((&(SHARED_VERSION | SHARED_FILE_VERSION), json)) => {
+            Ok(serde_json::from_value(resolve(log, json, 0)?)?)
+        }
         Some((&SLIM_VERSION, _)) => Ok(serde_json::from_value(serde_json::to_value(
             decode_event(log, payload)?,
         )?)?),
@@ -285,7 +295,7 @@ pub fn decode_record<V: DeserializeOwned>(
         )?)?),
         Some((&VALUE_VERSION, _)) | None => decode(payload),
         Some((v, _)) => Err(BrokerError::Corrupt(format!(
-            "stored event has version {v}, this build reads {VALUE_VERSION}, {SHARED_VERSION}, {SLIM_VERSION} and {POSTED_VERSION}"
+            "stored event has version {v}, this build reads {VALUE_VERSION}, {SHARED_VERSION}, {SLIM_VERSION}, {POSTED_VERSION} and {SHARED_FILE_VERSION}"
         ))),
     }
 }
@@ -312,7 +322,10 @@ pub fn decode_update(log: &EventLog, payload: &[u8]) -> Result<FlightUpdate, Bro
 
 /// Whether a stored payload has references (to texts that may be megabytes long).
 pub fn has_refs(payload: &[u8]) -> bool {
-    payload.first() == Some(&SHARED_VERSION)
+    matches!(
+        payload.first(),
+        Some(&(SHARED_VERSION | SHARED_FILE_VERSION))
+    )
 }
 
 /// Whether a stored payload is its event's wire JSON (after the version byte): not with
@@ -374,7 +387,7 @@ fn source(log: &EventLog, r: &Ref, hops: usize) -> Result<Option<String>, Broker
         return Err(damaged(r, &format!("points at event {}", record.seq)));
     }
     let value = match record.payload.split_first() {
-        Some((&SHARED_VERSION, json)) => resolve(log, json, hops + 1)?,
+        Some((&(SHARED_VERSION | SHARED_FILE_VERSION), json)) => resolve(log, json, hops + 1)?,
         // A text of its update is in the record as it is; its flight must be folded on.
         Some((&SLIM_VERSION, _)) if r.from.starts_with("/update/") => {
             slim::decode_value(&record.payload)?

@@ -199,15 +199,24 @@ fn doing(what: impl FnOnce() -> String) -> impl FnOnce(std::io::Error) -> WriteE
     }
 }
 
-/// [`write_private`] of file `name` in directory `dir`, made first (mode 0700) if it is
-/// not there; a `dir` that is a symlink is refused, never followed. (Blocking.)
+/// [`write_private`] of file `name` in directory `dir`, made first (mode 0700, its
+/// parent fsynced: its name is on disk before the file is) if it is not there; a `dir`
+/// that is a symlink is refused, never followed. (Blocking.)
 pub fn write_private_in(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), WriteError> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            let parent = dir.parent().unwrap_or(Path::new("."));
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(doing(|| {
+                    format!("cannot sync directory {}", parent.display())
+                }))?;
+        }
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             return Err(doing(|| format!("cannot create {}", dir.display()))(e))
         }
-        _ => {}
+        Err(_) => {}
     }
     let meta = std::fs::symlink_metadata(dir)
         .map_err(doing(|| format!("cannot stat {}", dir.display())))?;

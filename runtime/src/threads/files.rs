@@ -56,7 +56,7 @@ fn failed(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
 pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeError> {
     relay_infra::disk::write_private_in(dir, name, json).map_err(|e| RuntimeError::ReportFile {
         path: dir.join(name),
-        source: std::io::Error::new(e.source.kind(), e.to_string()),
+        source: std::io::Error::new(e.source.kind(), format!("{}: {}", e.doing, e.source)),
     })
 }
 

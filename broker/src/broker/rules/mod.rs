@@ -102,9 +102,6 @@ impl Ctx<'_, '_> {
             EventBody::FlightUpdated { update, flight } => {
                 if matches!(&update.change, FlightChange::State { to, .. } if to.is_terminal()) {
                     *self.live_delta.entry(flight.agent.clone()).or_insert(0) -= 1;
-                    // No later event of it carries its texts (if this batch is tried
-                    // again, they are stored in the log as they are).
-                    self.tx.texts().forget(&flight.id);
                 }
                 // Stored without its flight when the previous update folds into it
                 // (`store::slim`).

@@ -14,8 +14,10 @@
 //! its name, the directory `fsync`ed: [`relay_infra::disk::write_private_in`]) before
 //! [`TextFiles::write`] returns, so before any record can refer to it: a record never
 //! names a file that a power loss could take back. A crash between the file and the
-//! record leaves a file no record names (the runtime reports the turn's end again after
-//! a restart, and the same text goes to the same name).
+//! record leaves a file no record names, until the turn's end, reported again from the
+//! runtime's record after the restart, is written first again (`plane::dispatch`): the
+//! same text goes to the same name. A file whose record never comes (an item refused, a
+//! crash before its end was recorded by the runtime) stays: nothing sweeps `texts/` yet.
 //!
 //! # Which texts
 //! The writer's encoding ([`crate::store::shared::encode`]) finds a text here by its very
@@ -105,8 +107,15 @@ impl TextFiles {
         };
         // The same name again (a report sent again after a restart): kept if it holds
         // this very text, else this one is not written (and is stored in the log).
-        match std::fs::read(self.dir.join(&file.name)) {
-            Ok(there) if there == text.as_bytes() => {}
+        let path = self.dir.join(&file.name);
+        match std::fs::read(&path) {
+            // Synced again: a crash may have come between its rename and the directory's
+            // sync.
+            Ok(there) if there == text.as_bytes() => std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .and_then(|()| std::fs::File::open(&self.dir))
+                .and_then(|d| d.sync_all())
+                .map_err(super::io(format!("sync {}", file.name)))?,
             Ok(_) => {
                 return Err(LogError::Corrupt(format!(
                     "text file {} holds another text",
@@ -163,8 +172,11 @@ impl TextFiles {
                 file.name
             )));
         }
-        let bytes = std::fs::read(self.dir.join(&file.name))
-            .map_err(super::io(format!("read text file {}", file.name)))?;
+        // A reference to a file that is not there (or cannot be read) is damage, as a
+        // record that is not there would be.
+        let bytes = std::fs::read(self.dir.join(&file.name)).map_err(|e| {
+            LogError::Corrupt(format!("text file {} cannot be read: {e}", file.name))
+        })?;
         if bytes.len() as u64 != file.len || crc32fast::hash(&bytes) != file.crc {
             return Err(LogError::Corrupt(format!(
                 "text file {} is not the text its reference names (length {} against {}, or its checksum)",
@@ -223,7 +235,7 @@ mod tests {
             name: "flt_2.00000000.1.txt".into(),
             ..file.clone()
         };
-        assert!(matches!(texts.read(&gone), Err(LogError::Io { .. })));
+        assert!(matches!(texts.read(&gone), Err(LogError::Corrupt(_))));
         assert!(texts.write("../x", &text).is_err());
     }
 

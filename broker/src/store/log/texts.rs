@@ -65,9 +65,22 @@ pub struct TextFiles {
 }
 
 impl TextFiles {
+    /// The text files of the log in `log_dir` (blocking: a temporary file a crash left
+    /// behind, which no record can name, is removed).
     pub(super) fn new(log_dir: &Path) -> TextFiles {
+        let dir = log_dir.join(DIR);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for name in entries.flatten().map(|e| e.file_name()) {
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    if let Err(e) = std::fs::remove_file(dir.join(&*name)) {
+                        tracing::warn!(file = %name, error = %e, "a temporary text file stays");
+                    }
+                }
+            }
+        }
         TextFiles {
-            dir: log_dir.join(DIR),
+            dir,
             known: Mutex::new(Vec::new()),
         }
     }
@@ -87,19 +100,7 @@ impl TextFiles {
                 "flight id {flight:?} cannot name a text file"
             )));
         }
-        // Never into the disk's reserve (kept for sled): the text then goes with its
-        // event, whose write is refused or let into the reserve as any report's is.
-        if let Some(space) = relay_infra::disk::space() {
-            if space.free < space.reserve.saturating_add(len) {
-                return Err(LogError::Io {
-                    what: format!(
-                        "a text of {len} bytes would take the disk under its reserve ({} bytes free, {} kept)",
-                        space.free, space.reserve
-                    ),
-                    source: std::io::ErrorKind::StorageFull.into(),
-                });
-            }
-        }
+        fits(relay_infra::disk::space(), len)?;
         let file = TextFile {
             name: format!("{flight}.{crc:08x}.{len}.txt"),
             len,
@@ -190,6 +191,22 @@ impl TextFiles {
     }
 }
 
+/// Never into the disk's reserve (kept for sled): a text that would take the disk under
+/// it goes with its event, whose write is refused or let into the reserve as any
+/// report's is. `space`: the disk's now (`None`: not guarded).
+fn fits(space: Option<relay_infra::disk::Space>, len: u64) -> Result<(), LogError> {
+    match space {
+        Some(space) if space.free < space.reserve.saturating_add(len) => Err(LogError::Io {
+            what: format!(
+                "a text of {len} bytes would take the disk under its reserve ({} bytes free, {} kept)",
+                space.free, space.reserve
+            ),
+            source: std::io::ErrorKind::StorageFull.into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -237,6 +254,34 @@ mod tests {
         };
         assert!(matches!(texts.read(&gone), Err(LogError::Corrupt(_))));
         assert!(texts.write("../x", &text).is_err());
+    }
+
+    #[test]
+    fn a_text_is_not_written_into_the_disks_reserve() {
+        let space = |free| relay_infra::disk::Space {
+            dir: "/data".into(),
+            free,
+            reserve: 16 << 20,
+        };
+        assert!(fits(None, 1 << 30).is_ok(), "no guard");
+        assert!(fits(Some(space(48 << 20)), 32 << 20).is_ok());
+        let e = fits(Some(space(48 << 20)), (32 << 20) + 1).unwrap_err();
+        assert!(e.to_string().contains("under its reserve"), "{e}");
+    }
+
+    #[test]
+    fn a_temporary_file_a_crash_left_is_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let texts = TextFiles::new(dir.path());
+        let file = texts.write("flt_1", &SharedStr::from("an answer")).unwrap();
+        let left = dir
+            .path()
+            .join(DIR)
+            .join(format!(".{}.x1y2.tmp", file.name));
+        std::fs::write(&left, "half an answ").unwrap();
+        let texts = TextFiles::new(dir.path());
+        assert!(!left.exists());
+        assert_eq!(texts.read(&file).unwrap(), "an answer");
     }
 
     #[test]

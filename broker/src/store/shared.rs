@@ -337,40 +337,40 @@ pub fn is_wire_json(payload: &[u8]) -> bool {
 fn resolve(log: &EventLog, json: &[u8], hops: usize) -> Result<Value, BrokerError> {
     let SharedIn { refs, mut event } = serde_json::from_slice(json)?;
     let own = event.get("seq").and_then(Value::as_u64);
-    // The last text read from another record: a completion refers twice to one answer
-    // (its output and its flight's), read and parsed once.
-    let mut last: Option<(u64, String, Option<String>)> = None;
-    // And the last text read from a file (the same two references).
-    let mut last_file: Option<(TextFile, String)> = None;
-    for r in refs {
-        let text = if let Some(file) = &r.file {
-            match &last_file {
-                Some((read, text)) if read == file => Some(text.clone()),
-                _ => {
-                    let text = log.texts().read(file)?;
-                    last_file = Some((file.clone(), text.clone()));
-                    Some(text)
-                }
-            }
-        } else if Some(r.seq) == own {
-            event
+    // Where each reference's text is read from (`None`: earlier in this event): a
+    // completion refers twice to one answer (its output and its flight's), read and
+    // parsed once, and kept only while a later reference needs it.
+    let key = |r: &Ref| (r.file.clone(), r.seq, r.from.clone());
+    let keys: Vec<_> = refs
+        .iter()
+        .map(|r| (r.file.is_some() || Some(r.seq) != own).then(|| key(r)))
+        .collect();
+    let mut kept: Option<(usize, String)> = None;
+    for (i, r) in refs.iter().enumerate() {
+        let text = match &keys[i] {
+            None => event
                 .pointer(&r.from)
                 .and_then(Value::as_str)
-                .map(str::to_string)
-        } else {
-            match &last {
-                Some((seq, from, text)) if *seq == r.seq && *from == r.from => text.clone(),
-                _ => {
-                    let text = source(log, &r, hops)?;
-                    last = Some((r.seq, r.from.clone(), text.clone()));
-                    text
+                .map(str::to_string),
+            Some(k) => {
+                let same = matches!(&kept, Some((at, _)) if keys[*at].as_ref() == Some(k));
+                let text = match kept.take().filter(|_| same) {
+                    Some((_, text)) => Some(text),
+                    None => match &r.file {
+                        Some(file) => Some(log.texts().read(file)?),
+                        None => source(log, r, hops)?,
+                    },
+                };
+                if let Some(text) = text.as_ref().filter(|_| keys[i + 1..].contains(&keys[i])) {
+                    kept = Some((i, text.clone()));
                 }
+                text
             }
         };
-        let text = text.ok_or_else(|| damaged(&r, "has no text there"))?;
+        let text = text.ok_or_else(|| damaged(r, "has no text there"))?;
         *event
             .pointer_mut(&r.at)
-            .ok_or_else(|| damaged(&r, "has no place for it"))? = Value::String(text);
+            .ok_or_else(|| damaged(r, "has no place for it"))? = Value::String(text);
     }
     Ok(event)
 }

@@ -154,8 +154,23 @@ impl Serialize for SharedStr {
 }
 
 impl<'de> Deserialize<'de> for SharedStr {
+    /// Straight into its buffer: one copy of the text read, not two (a `String`, then
+    /// the `Arc`).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(SharedStr::from)
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = SharedStr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<SharedStr, E> {
+                Ok(SharedStr::from(s))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<SharedStr, E> {
+                Ok(SharedStr::from(s))
+            }
+        }
+        d.deserialize_string(Text)
     }
 }
 

@@ -311,7 +311,8 @@ pub(crate) fn runtime_error(e: RuntimeError) -> BrokerError {
         | RuntimeError::Storage(_)
         | RuntimeError::Json(_)
         | RuntimeError::StorageThread(_)
-        | RuntimeError::ReportFile { .. }) => BrokerError::Runtime(e),
+        | RuntimeError::ReportFile { .. }
+        | RuntimeError::ReportText { .. }) => BrokerError::Runtime(e),
     }
 }
 

@@ -161,13 +161,9 @@ pub async fn run(config: ServerConfig, shutdown: CancellationToken) -> Result<()
         }),
         // A long answer is written to the log's text files first, by the agent's own
         // worker, so the storage thread writes a reference to it (`store::log::texts`).
-        texts: Some({
-            let store = broker.store().clone();
-            relay_runtime::TextSink::new(move |flight, text| {
-                let written = store.log().texts().write(flight, text);
-                written.map(drop).map_err(|e| e.to_string())
-            })
-        }),
+        texts: Some(relay_runtime::TextSink::new(crate::store::LogTexts(
+            broker.store().clone(),
+        ))),
     };
     let stop = runtime_stop.clone();
     let (runtime, reports) =

@@ -125,6 +125,10 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// The answer of a turn's end report, kept in the broker's text files
+    /// ([`TextStore`]), could not be read back.
+    #[error("the answer kept in the broker's text file {reference}: {reason}")]
+    ReportText { reference: String, reason: String },
     /// An agent's worktree could not be made, committed, reverted or removed.
     #[error(transparent)]
     Workspace(#[from] workspace::WorkspaceError),
@@ -163,23 +167,34 @@ pub struct RuntimeConfig {
     pub texts: Option<TextSink>,
 }
 
-/// Writes a long text of a flight (its id, the text) durably, blocking; the reports that
-/// carry that very buffer are then stored with a reference to it. The error says why not.
-#[derive(Clone)]
-pub struct TextSink(Arc<WriteText>);
+/// Where a flight's long texts are written durably before they are reported (the
+/// broker's text files, `store::log::texts`): the reports that carry that very buffer
+/// are then stored with a reference to it, and so is the runtime's record of a turn's
+/// end ([`ThreadStore::set_dispatch_ended`]). All blocking.
+pub trait TextStore: Send + Sync {
+    /// Writes `text` of `flight`, synced; the error says why not.
+    fn write(&self, flight: &str, text: &SharedStr) -> Result<(), String>;
+    /// A reference to the file this very buffer was written to (not an equal text), if
+    /// it was and is still known.
+    fn written(&self, text: &SharedStr) -> Option<String>;
+    /// The text a reference from [`TextStore::written`] names, checked.
+    fn read(&self, reference: &str) -> Result<SharedStr, String>;
+}
 
-type WriteText = dyn Fn(&str, &SharedStr) -> Result<(), String> + Send + Sync;
+/// A [`TextStore`] to hand around.
+#[derive(Clone)]
+pub struct TextSink(Arc<dyn TextStore>);
 
 impl TextSink {
-    pub fn new(
-        write: impl Fn(&str, &SharedStr) -> Result<(), String> + Send + Sync + 'static,
-    ) -> TextSink {
-        TextSink(Arc::new(write))
+    pub fn new(store: impl TextStore + 'static) -> TextSink {
+        TextSink(Arc::new(store))
     }
+}
 
-    /// Writes `text` of `flight` (blocking).
-    pub fn write(&self, flight: &str, text: &SharedStr) -> Result<(), String> {
-        (self.0)(flight, text)
+impl std::ops::Deref for TextSink {
+    type Target = dyn TextStore;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
@@ -306,7 +321,8 @@ impl Runtime {
         let threads = match &config.shared_db {
             Some(db) => ThreadStore::within(db, Some(&own))?,
             None => ThreadStore::open(&own)?,
-        };
+        }
+        .with_texts(config.texts.clone());
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
         let workspaces = workspace::Workspaces::new(threads.clone(), config.data_dir.clone());
         Ok((

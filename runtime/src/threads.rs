@@ -20,7 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::RuntimeError;
+use crate::{RuntimeError, TextSink};
 use relay_infra::storage::{self, Durable};
 use relay_protocol::runtime::Report;
 
@@ -61,6 +61,9 @@ pub struct ThreadStore {
     /// Where long end reports are kept ([`files`]; `None`: a temporary database, which
     /// keeps them in its records).
     files: Option<std::path::PathBuf>,
+    /// Where the runtime's long answers are written first (the broker's): an end whose
+    /// answer is there refers to it ([`files::WithText`]).
+    texts: Option<TextSink>,
 }
 
 /// A worktree this runtime made (the registry: `relay doctor` finds the orphans in it),
@@ -102,6 +105,8 @@ const DONE: u8 = 2;
 const ENDED: u8 = 3;
 /// As [`ENDED`], its report in a file ([`files::InFile`]).
 const ENDED_IN_FILE: u8 = 4;
+/// As [`ENDED`], its answer in the broker's text files ([`files::WithText`]).
+const ENDED_WITH_TEXT: u8 = 5;
 
 impl ThreadStore {
     /// A database of its own at `path` (a `relay node`).
@@ -121,6 +126,7 @@ impl ThreadStore {
             worktrees,
             commits,
             files: Some(files),
+            texts: None,
         })
     }
 
@@ -165,7 +171,15 @@ impl ThreadStore {
             worktrees,
             commits,
             files,
+            texts: None,
         })
+    }
+
+    /// The same store, its ends' long answers read from `texts` where they were written
+    /// first ([`files::WithText`]).
+    pub fn with_texts(mut self, texts: Option<TextSink>) -> ThreadStore {
+        self.texts = texts;
+        self
     }
 
     /// Flushes of this database so far.
@@ -201,7 +215,7 @@ impl ThreadStore {
         Ok(match v.as_deref() {
             Some([STARTED, ..]) => Some(DispatchState::Started),
             Some([DONE, ..]) => Some(DispatchState::Done),
-            Some([ENDED | ENDED_IN_FILE, ..]) => Some(DispatchState::Ended),
+            Some([ENDED | ENDED_IN_FILE | ENDED_WITH_TEXT, ..]) => Some(DispatchState::Ended),
             _ => None,
         })
     }
@@ -241,9 +255,15 @@ impl ThreadStore {
         };
         // Encoded, and a long one written to a file ([`files`]), on the blocking pool: a
         // long answer's JSON is megabytes, too long for an async worker (and the storage
-        // thread). The clone shares the answer's text.
-        let report = report.clone();
+        // thread). The clone shares the answer's text. An answer written to the broker's
+        // text files first is referred to: no second copy of it on disk.
+        let (report, texts) = (report.clone(), self.texts.clone());
         let v = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, RuntimeError> {
+            if let Some(with) = texts.and_then(|t| files::WithText::of(&t, &report)) {
+                let mut v = vec![ENDED_WITH_TEXT];
+                serde_json::to_writer(&mut v, &with)?;
+                return Ok(v);
+            }
             let mut v = vec![ENDED];
             serde_json::to_writer(&mut v, &report)?;
             match to_file {
@@ -263,13 +283,13 @@ impl ThreadStore {
 
     async fn put_dispatch(&self, invocation: &str, v: Vec<u8>) -> Result<(), RuntimeError> {
         let (tree, key) = (self.dispatches.clone(), invocation.to_string());
-        let keeps = in_file(&v).map(|f| f.file);
+        let keeps = files::in_file(&v).map(|f| f.file);
         let old = self
             .db
             .write_durably(move || tree.insert(key.as_bytes(), v))
             .await??;
         // A report file the record no longer names goes (after the record is on disk).
-        let replaced = old.as_deref().and_then(in_file).map(|f| f.file);
+        let replaced = old.as_deref().and_then(files::in_file).map(|f| f.file);
         if let Some(old) = replaced.filter(|old| Some(old) != keeps.as_ref()) {
             self.remove_files(vec![old]).await;
         }
@@ -288,12 +308,13 @@ impl ThreadStore {
     /// skipped (with a warning): it still keeps its dispatch from running.
     pub async fn ended_unsent(&self) -> Result<Vec<(String, Report)>, RuntimeError> {
         let (tree, dir) = (self.dispatches.clone(), self.files.clone());
+        let texts = self.texts.clone();
         storage::read(move || {
             let mut out = Vec::new();
             for kv in tree.iter() {
                 let (k, v) = kv?;
                 let invocation = String::from_utf8_lossy(&k).into_owned();
-                let Some(report) = ended_report(&v, dir.as_deref()) else {
+                let Some(report) = files::ended_report(&v, dir.as_deref(), texts.as_ref()) else {
                     continue;
                 };
                 match report {
@@ -320,10 +341,12 @@ impl ThreadStore {
                 let (state, flight) = match v.first() {
                     Some(&STARTED) => (DispatchState::Started, flight_of(&v[1..])),
                     Some(&DONE) => (DispatchState::Done, flight_of(&v[1..])),
-                    Some(&(ENDED | ENDED_IN_FILE)) => match ended_flight(&v) {
-                        Some(flight) => (DispatchState::Ended, flight),
-                        None => continue,
-                    },
+                    Some(&(ENDED | ENDED_IN_FILE | ENDED_WITH_TEXT)) => {
+                        match files::ended_flight(&v) {
+                            Some(flight) => (DispatchState::Ended, flight),
+                            None => continue,
+                        }
+                    }
                     _ => continue,
                 };
                 out.push((String::from_utf8_lossy(&k).into_owned(), flight, state));
@@ -357,7 +380,7 @@ impl ThreadStore {
     pub async fn forget_dispatch(&self, invocation: &str) -> Result<(), RuntimeError> {
         let (tree, invocation) = (self.dispatches.clone(), invocation.to_string());
         let old = storage::read(move || tree.remove(invocation.as_bytes())).await??;
-        let file = old.as_deref().and_then(in_file).map(|f| f.file);
+        let file = old.as_deref().and_then(files::in_file).map(|f| f.file);
         self.remove_files(file.into_iter().collect()).await;
         Ok(())
     }
@@ -384,8 +407,8 @@ impl ThreadStore {
                 let (k, v) = kv?;
                 let of_ended = match v.split_first() {
                     Some((&(STARTED | DONE), flight)) => ended.contains(flight),
-                    Some((&(ENDED | ENDED_IN_FILE), _)) => {
-                        ended_flight(&v).is_some_and(|f| ended.contains(f.as_bytes()))
+                    Some((&(ENDED | ENDED_IN_FILE | ENDED_WITH_TEXT), _)) => {
+                        files::ended_flight(&v).is_some_and(|f| ended.contains(f.as_bytes()))
                     }
                     _ => false,
                 };
@@ -396,7 +419,7 @@ impl ThreadStore {
             let mut files = Vec::new();
             for k in gone {
                 let old = dispatches.remove(k)?;
-                files.extend(old.as_deref().and_then(in_file).map(|f| f.file));
+                files.extend(old.as_deref().and_then(files::in_file).map(|f| f.file));
             }
             for flight in &flights {
                 commits.remove(flight.as_bytes())?;
@@ -515,42 +538,6 @@ fn flight_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// What a record of an end whose report is in a file says ([`ENDED_IN_FILE`]).
-fn in_file(v: &[u8]) -> Option<files::InFile> {
-    match v.split_first() {
-        Some((&ENDED_IN_FILE, json)) => serde_json::from_slice(json).ok(),
-        _ => None,
-    }
-}
-
-/// The flight of an ended dispatch's record (without reading a report kept in a file).
-fn ended_flight(v: &[u8]) -> Option<String> {
-    match v.split_first()? {
-        (&ENDED, report) => match serde_json::from_slice::<Report>(report).ok()? {
-            Report::Flight { flight, .. } => Some(flight),
-            _ => None,
-        },
-        (&ENDED_IN_FILE, _) => in_file(v).map(|f| f.flight),
-        _ => None,
-    }
-}
-
-/// The report of an ended dispatch's record (`None`: not such a record), read from its
-/// file when it is in one, in `dir` (blocking).
-fn ended_report(v: &[u8], dir: Option<&Path>) -> Option<Result<Report, RuntimeError>> {
-    match v.split_first()? {
-        (&ENDED, report) => Some(serde_json::from_slice(report).map_err(RuntimeError::from)),
-        (&ENDED_IN_FILE, _) => Some(match (in_file(v), dir) {
-            (Some(f), Some(dir)) => files::read(dir, &f.file),
-            _ => Err(RuntimeError::ReportFile {
-                path: dir.map(Path::to_path_buf).unwrap_or_default(),
-                source: std::io::Error::other("its dispatch record is damaged"),
-            }),
-        }),
-        _ => None,
-    }
-}
-
 /// At open: removes the report files in `dir` that no record of `dispatches` names
 /// (blocking).
 fn sweep_files(dispatches: &sled::Tree, dir: &Path) -> Result<(), sled::Error> {
@@ -560,7 +547,7 @@ fn sweep_files(dispatches: &sled::Tree, dir: &Path) -> Result<(), sled::Error> {
     let mut keep = std::collections::HashSet::new();
     for kv in dispatches.iter() {
         let (_, v) = kv?;
-        keep.extend(in_file(&v).map(|f| f.file));
+        keep.extend(files::in_file(&v).map(|f| f.file));
     }
     files::sweep(dir, &keep);
     Ok(())
@@ -568,3 +555,5 @@ fn sweep_files(dispatches: &sled::Tree, dir: &Path) -> Result<(), sled::Error> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod text_tests;

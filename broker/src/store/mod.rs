@@ -120,7 +120,7 @@ pub use keys::{
     child_key, decode, encode, last_message_key, message_id, message_id_seq, pair_key, pair_value,
     parse_pair, seq_key, Scope, T,
 };
-pub use log::{EventLog, LogError, Pos};
+pub use log::{EventLog, LogError, LogTexts, Pos};
 pub use posted::{compact as compact_posted, POSTED_VERSION};
 pub use projections::{apply, replay_scopes, Sink, StoredUpdate, EVENT_POS_EVERY};
 pub use published::Published;

@@ -437,7 +437,7 @@ async fn a_kill_9_never_leaves_a_record_without_its_report() {
     let named: std::collections::HashSet<String> = store
         .dispatches
         .iter()
-        .filter_map(|kv| in_file(&kv.unwrap().1).map(|f| f.file))
+        .filter_map(|kv| files::in_file(&kv.unwrap().1).map(|f| f.file))
         .collect();
     let on_disk: std::collections::HashSet<String> = std::fs::read_dir(files::dir_of(&path))
         .unwrap()

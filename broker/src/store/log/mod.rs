@@ -40,7 +40,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-pub use texts::{TextFile, TextFiles, TEXT_FILE_MIN};
+pub use texts::{LogTexts, TextFile, TextFiles, TEXT_FILE_MIN};
 
 /// A record's global byte offset in the log.
 pub type Pos = u64;

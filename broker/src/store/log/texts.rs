@@ -191,6 +191,34 @@ impl TextFiles {
     }
 }
 
+/// The text files of a store's log, as its embedded runtime writes to and refers to
+/// them ([`relay_runtime::TextStore`]; a reference is a [`TextFile`]'s JSON).
+pub struct LogTexts(pub crate::store::Store);
+
+impl relay_runtime::TextStore for LogTexts {
+    fn write(&self, flight: &str, text: &SharedStr) -> Result<(), String> {
+        let written = self.0.log().texts().write(flight, text);
+        written.map(drop).map_err(|e| e.to_string())
+    }
+
+    fn written(&self, text: &SharedStr) -> Option<String> {
+        let file = self.0.log().texts().written(text)?;
+        serde_json::to_string(&file).ok()
+    }
+
+    fn read(&self, reference: &str) -> Result<SharedStr, String> {
+        let file: TextFile = serde_json::from_str(reference)
+            .map_err(|e| format!("a reference that is not one ({e})"))?;
+        let text = self
+            .0
+            .log()
+            .texts()
+            .read(&file)
+            .map_err(|e| e.to_string())?;
+        Ok(SharedStr::from(text))
+    }
+}
+
 /// Never into the disk's reserve (kept for sled): a text that would take the disk under
 /// it goes with its event, whose write is refused or let into the reserve as any
 /// report's is. `space`: the disk's now (`None`: not guarded).

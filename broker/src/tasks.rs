@@ -55,6 +55,32 @@ impl Tasks {
         self.tracker.spawn(task)
     }
 
+    /// [`Tasks::track`] on an OS thread of its own, named `name`, not on the async
+    /// workers: for a short loop on the path of every update (the broker's writer) that
+    /// must not wait its turn behind whatever keeps the workers busy. The kernel runs a
+    /// thread that mostly sleeps as soon as it wakes; a task waits for a worker to finish
+    /// the task it is polling, and those before it in the queue. `task` must not need
+    /// the tokio runtime's context (no timers, no `tokio::spawn`): channels only.
+    pub fn track_on_thread<F>(&self, name: &str, task: F) -> std::io::Result<JoinHandle<()>>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let (done, ended) = tokio::sync::oneshot::channel();
+        let thread_name = name.to_string();
+        std::thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || {
+                futures::executor::block_on(task);
+                let _ = done.send(());
+            })?;
+        let name = name.to_string();
+        Ok(self.tracker.spawn(async move {
+            if ended.await.is_err() {
+                tracing::error!(thread = %name, "a task's thread ended without finishing it");
+            }
+        }))
+    }
+
     /// The stop these tasks end at.
     pub fn stop_token(&self) -> &CancellationToken {
         &self.stop

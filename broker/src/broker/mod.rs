@@ -356,10 +356,16 @@ impl Broker {
             live,
             streaming: Default::default(),
         };
+        // On a thread of its own: every update waits for this loop to take it, and under a
+        // burst the async workers are busy reading the burst (ops/BENCHMARKS.md part 20).
         let task = broker
             .inner
             .tasks
-            .track(writer.run(rx, broker.clone_weak(), shutdown));
+            .track_on_thread(
+                "relay-writer",
+                writer.run(rx, broker.clone_weak(), shutdown),
+            )
+            .map_err(|e| BrokerError::Internal(format!("cannot start the writer's thread: {e}")))?;
         broker.execute(Command::Bootstrap).await?;
         Ok((broker, task))
     }

@@ -126,11 +126,32 @@ fn failed(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     }
 }
 
-/// Writes `json` as the report file `name` in `dir`, durably (blocking).
+/// Writes `json` as the report file `name` in `dir`, durably (blocking). A turn's end is
+/// Relay's own report: it may go into the disk's reserve, down to its floor, not below
+/// ([`relay_infra::disk::Room`]).
 pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeError> {
+    if let Some(why) = under_floor(relay_infra::disk::space(), json.len() as u64) {
+        return Err(RuntimeError::ReportFile {
+            path: dir.join(name),
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, why),
+        });
+    }
     relay_infra::disk::write_private_in(dir, name, json).map_err(|e| RuntimeError::ReportFile {
         path: dir.join(name),
         source: std::io::Error::new(e.source.kind(), format!("{}: {}", e.doing, e.source)),
+    })
+}
+
+/// Why `len` more bytes would take the disk (its `space` now; `None`: not guarded) under
+/// the floor of its reserve, if they would.
+pub(super) fn under_floor(space: Option<relay_infra::disk::Space>, len: u64) -> Option<String> {
+    let space = space?;
+    (space.free < space.floor().saturating_add(len)).then(|| {
+        format!(
+            "a report of {len} bytes would take the disk under the floor of its reserve ({} bytes free, {} kept)",
+            space.free,
+            space.floor()
+        )
     })
 }
 

@@ -151,3 +151,19 @@ async fn an_end_whose_answer_was_written_first_refers_to_it_and_is_read_back_who
     without.forget_dispatch("inv_9").await.unwrap();
     assert_eq!(without.dispatches().await.unwrap().len(), n - 3);
 }
+
+/// A long end report in a file is Relay's own write: into the disk's reserve down to its
+/// floor, not below.
+#[test]
+fn a_report_file_never_takes_the_disk_under_its_floor() {
+    let space = |free| relay_infra::disk::Space {
+        dir: "/data".into(),
+        free,
+        reserve: 16 << 20,
+    };
+    // The floor of a 16 MiB reserve: 4 MiB.
+    assert_eq!(files::under_floor(None, 1 << 40), None, "no guard");
+    assert_eq!(files::under_floor(Some(space(8 << 20)), 4 << 20), None);
+    let why = files::under_floor(Some(space(8 << 20)), (4 << 20) + 1).unwrap();
+    assert!(why.contains("under the floor"), "{why}");
+}

@@ -34,6 +34,7 @@
 //! path), the length and the checksum.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use relay_protocol::domain::SharedStr;
@@ -62,6 +63,18 @@ pub struct TextFiles {
     dir: PathBuf,
     /// Flight, text, its file.
     known: Mutex<Vec<(String, SharedStr, TextFile)>>,
+    /// Bytes of texts being written now: counted as used by the reserve's check, so that
+    /// several agents' answers written at once cannot each pass it alone.
+    writing: AtomicU64,
+}
+
+/// `len` bytes counted in [`TextFiles::writing`] while it lives.
+struct Writing<'a>(&'a AtomicU64, u64);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
+    }
 }
 
 impl TextFiles {
@@ -82,6 +95,7 @@ impl TextFiles {
         TextFiles {
             dir,
             known: Mutex::new(Vec::new()),
+            writing: AtomicU64::new(0),
         }
     }
 
@@ -100,7 +114,9 @@ impl TextFiles {
                 "flight id {flight:?} cannot name a text file"
             )));
         }
-        fits(relay_infra::disk::space(), len)?;
+        let others = self.writing.fetch_add(len, Ordering::AcqRel);
+        let _writing = Writing(&self.writing, len);
+        fits(relay_infra::disk::space(), len, others)?;
         let file = TextFile {
             name: format!("{flight}.{crc:08x}.{len}.txt"),
             len,
@@ -221,12 +237,13 @@ impl relay_runtime::TextStore for LogTexts {
 
 /// Never into the disk's reserve (kept for sled): a text that would take the disk under
 /// it goes with its event, whose write is refused or let into the reserve as any
-/// report's is. `space`: the disk's now (`None`: not guarded).
-fn fits(space: Option<relay_infra::disk::Space>, len: u64) -> Result<(), LogError> {
+/// report's is. `space`: the disk's now (`None`: not guarded); `others`: bytes of other
+/// texts being written meanwhile (not in `space` yet).
+fn fits(space: Option<relay_infra::disk::Space>, len: u64, others: u64) -> Result<(), LogError> {
     match space {
-        Some(space) if space.free < space.reserve.saturating_add(len) => Err(LogError::Io {
+        Some(space) if space.free < space.reserve.saturating_add(len).saturating_add(others) => Err(LogError::Io {
             what: format!(
-                "a text of {len} bytes would take the disk under its reserve ({} bytes free, {} kept)",
+                "a text of {len} bytes would take the disk under its reserve ({} bytes free, {others} being written, {} kept)",
                 space.free, space.reserve
             ),
             source: std::io::ErrorKind::StorageFull.into(),
@@ -254,6 +271,8 @@ mod tests {
         // Written again (a report sent twice): the same file, still whole.
         assert_eq!(texts.write("flt_1", &copy).unwrap(), file);
         assert_eq!(texts.read(&file).unwrap(), *text);
+        // Written, a text no longer counts as being written.
+        assert_eq!(texts.writing.load(Ordering::Acquire), 0);
 
         // Damage is a typed error: another length, another checksum, a path.
         let longer = TextFile {
@@ -291,10 +310,14 @@ mod tests {
             free,
             reserve: 16 << 20,
         };
-        assert!(fits(None, 1 << 30).is_ok(), "no guard");
-        assert!(fits(Some(space(48 << 20)), 32 << 20).is_ok());
-        let e = fits(Some(space(48 << 20)), (32 << 20) + 1).unwrap_err();
+        assert!(fits(None, 1 << 30, 1 << 30).is_ok(), "no guard");
+        assert!(fits(Some(space(48 << 20)), 32 << 20, 0).is_ok());
+        let e = fits(Some(space(48 << 20)), (32 << 20) + 1, 0).unwrap_err();
         assert!(e.to_string().contains("under its reserve"), "{e}");
+        // Another text being written meanwhile counts as used: the two do not both fit.
+        assert!(fits(Some(space(48 << 20)), 16 << 20, 16 << 20).is_ok());
+        let e = fits(Some(space(48 << 20)), 16 << 20, (16 << 20) + 1).unwrap_err();
+        assert!(e.to_string().contains("being written"), "{e}");
     }
 
     #[test]

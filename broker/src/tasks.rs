@@ -70,13 +70,20 @@ impl Tasks {
         std::thread::Builder::new()
             .name(thread_name)
             .spawn(move || {
-                futures::executor::block_on(task);
-                let _ = done.send(());
+                // A panic goes to whoever awaits the handle, as a task's does.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    futures::executor::block_on(task)
+                }));
+                let _ = done.send(ran);
             })?;
         let name = name.to_string();
         Ok(self.tracker.spawn(async move {
-            if ended.await.is_err() {
-                tracing::error!(thread = %name, "a task's thread ended without finishing it");
+            match ended.await {
+                Ok(Ok(())) => {}
+                Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                Err(_) => {
+                    tracing::error!(thread = %name, "a task's thread ended without finishing it")
+                }
             }
         }))
     }
@@ -133,5 +140,35 @@ mod tests {
             tasks.spawn(std::future::pending::<()>()).await.unwrap(),
             None
         );
+    }
+
+    /// A task on a thread of its own is tracked as a task is: a stop waits for it, it
+    /// runs on a thread of that name, and its panic reaches whoever awaits its handle.
+    #[tokio::test]
+    async fn a_task_on_its_own_thread_is_waited_for_and_its_panic_is_told() {
+        let tasks = Tasks::new(&CancellationToken::new());
+        let stop = tasks.stop_token().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let own = tasks
+            .track_on_thread("relay-test-thread", async move {
+                stop.cancelled().await;
+                let name = std::thread::current().name().map(str::to_string);
+                tx.send(name).unwrap();
+            })
+            .unwrap();
+        assert_eq!(tasks.len(), 1);
+        tasks.stopped().await;
+        assert!(tasks.is_empty());
+        own.await.unwrap();
+        assert_eq!(rx.await.unwrap().as_deref(), Some("relay-test-thread"));
+
+        let tasks = Tasks::new(&CancellationToken::new());
+        let panics = tasks
+            .track_on_thread("relay-test-panic", async { panic!("the writer broke") })
+            .unwrap();
+        let e = panics.await.unwrap_err();
+        assert!(e.is_panic(), "{e}");
+        let message = e.into_panic();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"the writer broke"));
     }
 }

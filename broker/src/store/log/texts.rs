@@ -16,8 +16,11 @@
 //! names a file that a power loss could take back. A crash between the file and the
 //! record leaves a file no record names, until the turn's end, reported again from the
 //! runtime's record after the restart, is written first again (`plane::dispatch`): the
-//! same text goes to the same name. A file whose record never comes (an item refused, a
-//! crash before its end was recorded by the runtime) stays: nothing sweeps `texts/` yet.
+//! same text goes to the same name. The runtime's own record of that end refers to the
+//! file too, rather than holding the answer again ([`LogTexts`], `relay_runtime::
+//! TextStore`): nothing may remove a text file that a record of either names. A file
+//! whose record never comes (an item refused, a crash before its end was recorded by the
+//! runtime) stays: nothing sweeps `texts/` yet.
 //!
 //! # Which texts
 //! The writer's encoding ([`crate::store::shared::encode`]) finds a text here by its very
@@ -114,9 +117,6 @@ impl TextFiles {
                 "flight id {flight:?} cannot name a text file"
             )));
         }
-        let others = self.writing.fetch_add(len, Ordering::AcqRel);
-        let _writing = Writing(&self.writing, len);
-        fits(relay_infra::disk::space(), len, others)?;
         let file = TextFile {
             name: format!("{flight}.{crc:08x}.{len}.txt"),
             len,
@@ -139,7 +139,12 @@ impl TextFiles {
                     file.name
                 )))
             }
+            // A new file: it must fit above the disk's reserve (one already there takes
+            // no more room).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let others = self.writing.fetch_add(len, Ordering::AcqRel);
+                let _writing = Writing(&self.writing, len);
+                fits(relay_infra::disk::space(), len, others)?;
                 relay_infra::disk::write_private_in(&self.dir, &file.name, text.as_bytes())
                     .map_err(|e| LogError::Io {
                         what: e.doing,

@@ -508,7 +508,7 @@ impl<W: Wire> Owner<W> {
     }
 
     async fn take_line(&mut self) {
-        let line = String::from_utf8_lossy(self.stdout.line());
+        let line = self.stdout.text();
         let line = line.trim();
         if line.is_empty() {
             return;

@@ -44,6 +44,21 @@ fn runtime_with_texts(dir: &std::path::Path, store: &Store) -> (Runtime, Reports
     Runtime::start(config, CancellationToken::new()).unwrap()
 }
 
+/// The process that dies: its broker over `store`, with the agent registered.
+async fn first_process(
+    store: Store,
+    stop: &CancellationToken,
+) -> (Broker, tokio::task::JoinHandle<()>) {
+    let (broker, writer) = Broker::start(store, BrokerConfig::default(), stop.clone())
+        .await
+        .unwrap();
+    broker
+        .execute(Command::RegisterAgent(Box::new(spec()), None))
+        .await
+        .unwrap();
+    (broker, writer)
+}
+
 /// The next process over `store`: its broker, and its plane over `runtime` (which
 /// recorded `invocation` as `recorded`), started: it has settled what the last one left.
 async fn restarted(
@@ -73,17 +88,8 @@ async fn a_queued_flight_whose_turn_had_started_is_failed_not_run_again() {
         // `queued` at the broker, whose turn the runtime had already recorded as started
         // (on disk, just before handing the task to codex) when the process died.
         let stop = CancellationToken::new();
-        let (broker, writer) = Broker::start(
-            Store::open(&dir.path().join("db")).unwrap(),
-            BrokerConfig::default(),
-            stop.clone(),
-        )
-        .await
-        .unwrap();
-        broker
-            .execute(Command::RegisterAgent(Box::new(spec()), None))
-            .await
-            .unwrap();
+        let (broker, writer) =
+            first_process(Store::open(&dir.path().join("db")).unwrap(), &stop).await;
         broker
             .execute(Command::UpdateAgent {
                 worktree: None,
@@ -181,13 +187,7 @@ async fn a_turn_that_ended_with_a_long_answer_is_settled_with_it_after_a_restart
     let (flight, invocation) = {
         let stop = CancellationToken::new();
         let store = Store::open(&db).unwrap();
-        let (broker, writer) = Broker::start(store.clone(), BrokerConfig::default(), stop.clone())
-            .await
-            .unwrap();
-        broker
-            .execute(Command::RegisterAgent(Box::new(spec()), None))
-            .await
-            .unwrap();
+        let (broker, writer) = first_process(store.clone(), &stop).await;
         let accepted = broker.invoke(invoke("say a lot")).await.unwrap();
         let (f, inv) = (accepted.flight.id, accepted.invocation.id);
         let (runtime, _reports) = runtime_with_texts(dir.path(), &store);

@@ -518,9 +518,11 @@ impl<W: Wire> Owner<W> {
         // the tasks queued on this worker (another agent's deltas among them) move to
         // another thread meanwhile (ops/BENCHMARKS.md part 19). Not on a runtime of one
         // thread, which has nowhere to move them.
-        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread;
-        if line.len() >= LONG_LINE && multi_thread {
+        // (The runtime's flavour asked only then: not for each of a burst's lines.)
+        let long = line.len() >= LONG_LINE
+            && tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread;
+        if long {
             tokio::task::block_in_place(|| self.wire.line(line, &mut actions));
         } else {
             self.wire.line(line, &mut actions);

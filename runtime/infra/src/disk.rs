@@ -67,11 +67,18 @@ impl Space {
 
     /// Why a write with `room` is refused now (`None`: it may go ahead).
     pub(crate) fn refusal(&self, room: Room) -> Option<Full> {
+        self.refusal_of(room, 0)
+    }
+
+    /// Why writing `len` more bytes with `room` is refused (`None`: they fit): a file
+    /// written outside the storage thread's guard (a long text, a long report), whose
+    /// bytes are not in `free` yet.
+    pub fn refusal_of(&self, room: Room, len: u64) -> Option<Full> {
         let kept = match room {
             Room::AboveReserve => self.reserve,
             Room::DownToFloor => self.floor(),
         };
-        (self.free < kept).then(|| Full {
+        (self.free < kept.saturating_add(len)).then(|| Full {
             dir: self.dir.display().to_string(),
             free: self.free,
             reserve: kept,

@@ -145,14 +145,11 @@ pub(super) fn write(dir: &Path, name: &str, json: &[u8]) -> Result<(), RuntimeEr
 /// Why `len` more bytes would take the disk (its `space` now; `None`: not guarded) under
 /// the floor of its reserve, if they would.
 pub(super) fn under_floor(space: Option<relay_infra::disk::Space>, len: u64) -> Option<String> {
-    let space = space?;
-    (space.free < space.floor().saturating_add(len)).then(|| {
-        format!(
-            "a report of {len} bytes would take the disk under the floor of its reserve ({} bytes free, {} kept)",
-            space.free,
-            space.floor()
-        )
-    })
+    let full = space?.refusal_of(relay_infra::disk::Room::DownToFloor, len)?;
+    Some(format!(
+        "a report of {len} bytes would take the disk under the floor of its reserve ({} bytes free, {} kept)",
+        full.free, full.reserve
+    ))
 }
 
 /// The report in file `name` of `dir` (blocking).

@@ -245,15 +245,16 @@ impl relay_runtime::TextStore for LogTexts {
 /// report's is. `space`: the disk's now (`None`: not guarded); `others`: bytes of other
 /// texts being written meanwhile (not in `space` yet).
 fn fits(space: Option<relay_infra::disk::Space>, len: u64, others: u64) -> Result<(), LogError> {
-    match space {
-        Some(space) if space.free < space.reserve.saturating_add(len).saturating_add(others) => Err(LogError::Io {
+    let room = relay_infra::disk::Room::AboveReserve;
+    match space.and_then(|s| s.refusal_of(room, len.saturating_add(others))) {
+        Some(full) => Err(LogError::Io {
             what: format!(
                 "a text of {len} bytes would take the disk under its reserve ({} bytes free, {others} being written, {} kept)",
-                space.free, space.reserve
+                full.free, full.reserve
             ),
             source: std::io::ErrorKind::StorageFull.into(),
         }),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

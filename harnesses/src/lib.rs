@@ -51,12 +51,12 @@
 //!
 //! Layering, one way (a module uses only the modules after its arrow;
 //! `tests/tests/module_graph/` checks it):
-//! - `access`, `error`, `lines`, `pinned` -> none
+//! - `access`, `error`, `lines`, `pinned`, `ration` -> none
 //! - `process` -> `error`, `lines`
 //! - `config` -> `access`, `error`, `pinned`, `process`
 //! - `preflight` -> `config`, `error`, `process`
 //! - `seam` -> `access`, `error`, `preflight`
-//! - `stdio` -> `error`, `lines`, `process`
+//! - `stdio` -> `error`, `lines`, `process`, `ration`
 //! - `restartable` -> `error`, `process`, `stdio`
 //! - `codex` -> `access`, `config`, `error`, `pinned`, `preflight`, `seam`, `stdio`
 //! - `acp`, `claude`, `pi` -> `access`, `config`, `error`, `pinned`, `preflight`,
@@ -78,6 +78,7 @@ pub mod pi;
 pub mod pinned;
 pub mod preflight;
 pub mod process;
+pub mod ration;
 pub mod registry;
 pub mod restartable;
 pub mod seam;

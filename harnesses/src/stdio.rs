@@ -15,6 +15,9 @@
 //! dies before it is armed (a stored session the CLI refuses to resume) only fails its
 //! waiters, so the runtime never sees a session end that never began.
 //!
+//! While another agent of the process streams, a burst on stdout is read at a shared
+//! pace ([`crate::ration`]): one agent's flood cannot take every core from the others.
+//!
 //! Over 600 lines: the handle and its owner task share private state; ~100 are tests.
 
 use std::collections::HashMap;
@@ -32,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::HarnessError;
 use crate::lines::{LineReader, Overflow};
 use crate::process::{ExitInfo, Pipes, ProcessSpec, StderrTail, Supervised};
+use crate::ration::Ration;
 
 /// Events buffered for a session's consumer before the owner stops reading the child's
 /// stdout (the backpressure: a slow consumer slows the child, never loses an event).
@@ -136,6 +140,9 @@ struct Shared {
     malformed: Arc<AtomicU64>,
     /// Calls refused with [`HarnessError::Overloaded`].
     overloaded: AtomicU64,
+    /// Windows its stdout was held to the end of, beside another agent's stream
+    /// ([`crate::ration`]).
+    rationed: AtomicU64,
     /// Send [`HarnessEvent::ProcessExited`] when the child ends.
     armed: AtomicBool,
 }
@@ -251,6 +258,12 @@ impl<W: Wire> StdioChild<W> {
     }
 
     /// Calls refused with [`HarnessError::Overloaded`] so far.
+    /// Windows its stdout was held to the end of beside another agent's stream
+    /// ([`crate::ration`]).
+    pub fn rationed_windows(&self) -> u64 {
+        self.shared.rationed.load(Ordering::Relaxed)
+    }
+
     pub fn overloaded_count(&self) -> u64 {
         self.shared.overloaded.load(Ordering::Relaxed)
     }
@@ -357,6 +370,7 @@ struct Owner<W: Wire> {
     shared: Arc<Shared>,
     grace: Duration,
     actions: Vec<Action>,
+    ration: Ration,
 }
 
 impl<W: Wire> Owner<W> {
@@ -386,6 +400,7 @@ impl<W: Wire> Owner<W> {
             shared,
             grace,
             actions: Vec::new(),
+            ration: Ration::new(),
         }
     }
 
@@ -397,7 +412,10 @@ impl<W: Wire> Owner<W> {
             tokio::select! {
                 read = self.stdout.read_line() => match read {
                     Ok(false) => break End::StdoutClosed,
-                    Ok(true) => self.take_line().await,
+                    Ok(true) => {
+                        self.take_line().await;
+                        self.keep_pace().await;
+                    }
                     Err(err) => {
                         tracing::warn!(%err, cli = W::NAME, "stdout read failed");
                         break End::StdoutClosed;
@@ -505,6 +523,22 @@ impl<W: Wire> Owner<W> {
             }
         };
         let _ = tokio::time::timeout(STDOUT_DRAIN, drain).await;
+    }
+
+    /// Waits out the rest of the window when this stdout has taken its share of it
+    /// beside another agent's stream ([`crate::ration`]).
+    async fn keep_pace(&mut self) {
+        let Some(until) = self.ration.line(std::time::Instant::now()) else {
+            return;
+        };
+        if self.shared.rationed.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::debug!(
+                cli = W::NAME,
+                pid = self.process.pid(),
+                "stdout read at a shared pace while another agent streams"
+            );
+        }
+        tokio::time::sleep_until(until.into()).await;
     }
 
     async fn take_line(&mut self) {

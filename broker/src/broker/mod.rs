@@ -11,7 +11,8 @@
 //! Every command goes through one writer task. The writer takes as many queued commands
 //! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
 //! transaction (each rule emits events; each event gets the next global seq, goes into
-//! the log and is applied to the projections), flushes once, and only then answers the
+//! the log and is applied to the projections; a batch of streamed text alone is written
+//! without a transaction, see `store::direct`), flushes once, and only then answers the
 //! callers and publishes the events. The transaction and the flush run on the process's
 //! storage thread ([`relay_infra::storage`]), never on an async worker. So nothing is
 //! acknowledged or published before it is on disk, and a burst of N commands costs one

@@ -1,7 +1,8 @@
 //! The writer: the one task every command goes through. It takes the commands waiting
 //! (up to [`MAX_BATCH`]), merges streamed deltas ([`coalesce_deltas`]), runs the rules of
-//! the whole batch in one sled transaction ([`transact`]), flushes once, and then
-//! publishes the events and answers the callers ([`settle`]).
+//! the whole batch in one sled transaction ([`transact`]; a batch of streamed text alone
+//! without one, `store::direct`), flushes once, and then publishes the events and
+//! answers the callers ([`settle`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -337,7 +338,8 @@ fn settle(
 }
 
 /// Runs the rules of every command of a batch in ONE sled transaction (on the storage
-/// thread). A command that fails after emitting part of its events is a bug in a rule
+/// thread); a batch of deltas whose rules emit only their updates is written without one
+/// ([`Store::direct`]). A command that fails after emitting part of its events is a bug in a rule
 /// (rules validate before they emit); the batch is then run again without it, so that
 /// no command is ever half applied.
 fn transact(
@@ -358,9 +360,12 @@ fn transact(
     }
     // Only this thread appends: the log's end is where this batch's events will go.
     let first_pos = store.log().end();
+    // A batch of streamed text alone is written without a sled transaction (see
+    // `store::direct`), as long as its rules emitted nothing but those updates.
+    let mut direct = commands.iter().all(is_delta);
     let committed = loop {
         let partial = RefCell::new(None);
-        let committed = store.transaction(|tx| {
+        let run = |tx: &crate::store::Tx<'_>| {
             let mut ctx = Ctx {
                 tx,
                 config,
@@ -412,7 +417,27 @@ fn transact(
                     .map_err(|e| BrokerError::Log(e.to_string()))?;
             }
             Ok((outcomes, ctx.events, ctx.streaming_delta))
-        });
+        };
+        let committed = if direct {
+            match store.direct(run, |(_, events, _)| {
+                events.iter().all(|(e, _)| is_delta_update(&e.event.body))
+            }) {
+                Ok(Some(done)) => Ok(done),
+                // Something else came of it (a flight over its output's cap ended): run
+                // it again in a transaction, after taking back what the log got of it.
+                Ok(None) => {
+                    direct = false;
+                    store
+                        .log()
+                        .rewind(first_pos, first_seq - 1)
+                        .map_err(|e| BrokerError::Log(e.to_string()))?;
+                    continue;
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            store.transaction(run)
+        };
         match partial.into_inner() {
             Some((i, e)) => {
                 tracing::error!(command = ?commands[i], error = %e, "a command failed after writing; it is left out of its batch");
@@ -460,6 +485,26 @@ fn transact(
             .collect(),
         events,
     })
+}
+
+/// A client's or the runtime's streamed text (see `store::direct`).
+fn is_delta(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::UpdateFlight {
+            change: FlightChange::Delta { .. },
+            ..
+        }
+    )
+}
+
+/// The update a delta makes.
+fn is_delta_update(body: &relay_protocol::event::EventBody) -> bool {
+    matches!(
+        body,
+        relay_protocol::event::EventBody::FlightUpdated { update, .. }
+            if matches!(update.change, FlightChange::Delta { .. })
+    )
 }
 
 struct BatchResult {

@@ -25,7 +25,7 @@ use super::keys::{
     child_key, child_prefix, decode, last_message_key, parse_last_message, parse_pair, parse_u64, T,
 };
 use super::log::{EventLog, Pos};
-use super::{unabortable, Store, Tx};
+use super::{Store, Tx};
 use crate::error::BrokerError;
 
 /// The message count of every conversation, as the writer's transactions committed
@@ -173,10 +173,7 @@ impl Store {
 impl Tx<'_> {
     /// Conversation `id` with its message count, as this transaction sees it.
     pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
-        let Some(v) = self.trees[T::Conversations as usize]
-            .get(id.as_bytes())
-            .map_err(unabortable)?
-        else {
+        let Some(v) = self.trees.get(T::Conversations, id.as_bytes())? else {
             return Ok(None);
         };
         let mut c: Conversation = decode(&v)?;
@@ -190,9 +187,8 @@ impl Tx<'_> {
     /// The seq, log position and index of conversation `id`'s last message (its
     /// [`last_message_key`]), as this transaction sees it (its own posts included).
     pub fn last_message(&self, id: &str) -> Result<Option<(u64, Pos, u64)>, BrokerError> {
-        self.trees[T::Messages as usize]
-            .get(last_message_key(id))
-            .map_err(unabortable)?
+        self.trees
+            .get(T::Messages, &last_message_key(id))?
             .map(|v| parse_last_message(&v))
             .transpose()
     }

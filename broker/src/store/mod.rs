@@ -53,7 +53,9 @@
 //!   state that is not in the log; a batch that writes it has sled flushed and its file
 //!   `fdatasync`ed in the same group commit, before it is acknowledged.
 //!
-//! Projections are written only by [`apply`], when a batch commits, when the log past
+//! Projections are written only by [`apply`], when a batch commits (in a sled
+//! transaction, or for a batch of streamed text alone one key after the other, `meta`
+//! last: [`Store::direct`]), when the log past
 //! `log_applied` is caught up at open ([`recover`]), and when [`Store::verify`] rebuilds
 //! them from the log, so they cannot drift apart. sled is flushed only at checkpoints
 //! (every [`CHECKPOINT_EVENTS`] events or [`CHECKPOINT_INTERVAL`]) and for the state
@@ -90,6 +92,7 @@
 //! [`FlightUpdate`]: relay_protocol::domain::FlightUpdate
 
 mod counts;
+mod direct;
 mod doctor;
 mod heads;
 mod keys;
@@ -110,7 +113,7 @@ use relay_infra::storage::{self, Durable};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::Flight;
 use serde::de::DeserializeOwned;
-use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::transaction::ConflictableTransactionError;
 use sled::Transactional;
 
 use crate::error::BrokerError;
@@ -247,20 +250,13 @@ impl Store {
                 // A try sled runs again starts from what is committed.
                 overlay.borrow_mut().clear();
                 counts_overlay.borrow_mut().clear();
-                f(&Tx {
-                    trees,
-                    durable: &self.durable,
-                    log: &self.log,
-                    heads: &self.heads,
-                    overlay: &overlay,
-                    counts: &self.counts,
-                    counts_overlay: &counts_overlay,
-                })
-                .map_err(|e| match e {
-                    // Let sled retry the whole closure, as it expects.
-                    BrokerError::TxConflict => ConflictableTransactionError::Conflict,
-                    e => ConflictableTransactionError::Abort(e),
-                })
+                f(&self.tx(direct::Trees::Tx(trees), &overlay, &counts_overlay)).map_err(
+                    |e| match e {
+                        // Let sled retry the whole closure, as it expects.
+                        BrokerError::TxConflict => ConflictableTransactionError::Conflict,
+                        e => ConflictableTransactionError::Abort(e),
+                    },
+                )
             })
             .map_err(|e| match e {
                 sled::transaction::TransactionError::Abort(e) => e,
@@ -269,6 +265,48 @@ impl Store {
         self.heads.commit(&overlay);
         self.counts.commit(&counts_overlay);
         Ok(done)
+    }
+
+    /// A batch's view of the store over `trees`, with its own overlays.
+    fn tx<'a>(
+        &'a self,
+        trees: direct::Trees<'a>,
+        overlay: &'a heads::Overlay,
+        counts_overlay: &'a counts::CountOverlay,
+    ) -> Tx<'a> {
+        Tx {
+            trees,
+            durable: &self.durable,
+            log: &self.log,
+            heads: &self.heads,
+            overlay,
+            counts: &self.counts,
+            counts_overlay,
+        }
+    }
+
+    /// Runs `f` as [`Store::transaction`] does, without a sled transaction: its writes
+    /// are held, read back by `f`, and applied to sled one by one (`meta` last) if
+    /// `keep` accepts what `f` returned. `Ok(None)`: `f` ran and nothing of it was
+    /// applied (its appends to the log are the caller's to take back). Only for a batch
+    /// whose writes no reader needs to see together (see [`direct`]).
+    pub fn direct<R>(
+        &self,
+        f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
+        keep: impl Fn(&R) -> bool,
+    ) -> Result<Option<R>, BrokerError> {
+        let overlay = heads::Overlay::default();
+        let counts_overlay = counts::CountOverlay::default();
+        self.counts.load(self)?;
+        let writes = direct::Direct::new(&self.trees);
+        let done = f(&self.tx(direct::Trees::Direct(&writes), &overlay, &counts_overlay))?;
+        if !keep(&done) {
+            return Ok(None);
+        }
+        writes.apply()?;
+        self.heads.commit(&overlay);
+        self.counts.commit(&counts_overlay);
+        Ok(Some(done))
     }
 
     /// The database as the storage thread writes and flushes it.
@@ -343,7 +381,7 @@ impl Store {
 
 /// A view of every tree inside one transaction.
 pub struct Tx<'a> {
-    trees: &'a [TransactionalTree],
+    trees: direct::Trees<'a>,
     /// Told when the transaction writes state that is not in the log.
     durable: &'a Durable,
     log: &'a EventLog,
@@ -374,9 +412,8 @@ impl Tx<'_> {
         if let Some(head) = self.head(id)? {
             return Ok(Some(head));
         }
-        self.trees[T::Flights as usize]
-            .get(id.as_bytes())
-            .map_err(unabortable)?
+        self.trees
+            .get(T::Flights, id.as_bytes())?
             .map(|v| self.caught_up(shared::decode_flight_from(self.log, &v, pending)?))
             .transpose()
     }
@@ -388,9 +425,8 @@ impl Tx<'_> {
         if let Some(head) = self.head(id)? {
             return Ok(Some(head));
         }
-        self.trees[T::Flights as usize]
-            .get(id.as_bytes())
-            .map_err(unabortable)?
+        self.trees
+            .get(T::Flights, id.as_bytes())?
             .map(|v| self.caught_up(shared::decode_flight_without_output(&v)?))
             .transpose()
     }
@@ -403,11 +439,7 @@ impl Tx<'_> {
                 .map(|f| Ok(serde_json::from_value(serde_json::to_value(f)?)?))
                 .transpose();
         }
-        self.trees[t as usize]
-            .get(key)
-            .map_err(unabortable)?
-            .map(|v| decode(&v))
-            .transpose()
+        self.trees.get(t, key)?.map(|v| decode(&v)).transpose()
     }
 
     /// Update `seq` of `flight`, read from the log (`None`: there is none, or it is not
@@ -425,9 +457,8 @@ impl Tx<'_> {
 
     /// The global seq and log position of update `seq` of `flight` (`None`: no such).
     fn update_pos(&self, flight: &str, seq: u64) -> Result<Option<(u64, Pos)>, BrokerError> {
-        self.trees[T::FlightUpdates as usize]
-            .get(child_key(flight, seq))
-            .map_err(unabortable)?
+        self.trees
+            .get(T::FlightUpdates, &child_key(flight, seq))?
             .map(|v| parse_pair(&v))
             .transpose()
     }
@@ -439,23 +470,13 @@ impl Tx<'_> {
         id: &str,
     ) -> Result<Option<relay_protocol::domain::Message>, BrokerError> {
         let get = |t: T, key: &[u8]| -> Result<Option<sled::IVec>, BrokerError> {
-            self.trees[t as usize].get(key).map_err(unabortable)
+            self.trees.get(t, key)
         };
         queries::message_of_id(&get, self.log, id, true)
     }
 
     pub fn contains(&self, t: T, key: &[u8]) -> Result<bool, BrokerError> {
-        Ok(self.trees[t as usize]
-            .get(key)
-            .map_err(unabortable)?
-            .is_some())
-    }
-}
-
-fn unabortable(e: sled::transaction::UnabortableTransactionError) -> BrokerError {
-    match e {
-        sled::transaction::UnabortableTransactionError::Storage(e) => BrokerError::Storage(e),
-        sled::transaction::UnabortableTransactionError::Conflict => BrokerError::TxConflict,
+        Ok(self.trees.get(t, key)?.is_some())
     }
 }
 

@@ -17,7 +17,7 @@ use super::log::Pos;
 use super::shared::{
     decode_event, decode_flight_without_output, encode_flight, FLIGHT_OUTPUT_IN_LOG, SHARED_MIN,
 };
-use super::{unabortable, Store, Tx};
+use super::{Store, Tx};
 use crate::error::BrokerError;
 
 /// `event_pos` holds the position of one event in this many (the others are found from
@@ -223,7 +223,7 @@ pub struct StoredUpdate {
 
 impl Sink for Tx<'_> {
     fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError> {
-        self.trees[tree as usize].get(key).map_err(unabortable)
+        self.trees.get(tree, key)
     }
     fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
         self.outside_log(tree);
@@ -231,9 +231,7 @@ impl Sink for Tx<'_> {
             // The record is the flight again.
             self.set_head(&String::from_utf8_lossy(key), None);
         }
-        self.trees[tree as usize]
-            .insert(key, value)
-            .map_err(unabortable)?;
+        self.trees.insert(tree, key, value)?;
         Ok(())
     }
     fn lag(&self, flight: &Flight) {
@@ -244,7 +242,7 @@ impl Sink for Tx<'_> {
     }
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
         self.outside_log(tree);
-        self.trees[tree as usize].remove(key).map_err(unabortable)?;
+        self.trees.remove(tree, key)?;
         Ok(())
     }
 }

@@ -10,7 +10,8 @@
 //! (part 21: the neighbour's p99 went from 10-12 ms to under 4 ms, the burst from about
 //! 290,000 to 64,000 deltas a second). A model streams a few hundred deltas a second:
 //! only a runaway stream (or a benchmark) is ever slowed, and only while another agent
-//! streams beside it.
+//! of the process has written a line in the last [`STREAMING`] (any line: an agent
+//! that prints a status line now and then counts while it does).
 //!
 //! Nothing is lost or reordered: lines not read yet wait in the pipe, and the child
 //! blocks on a full pipe as it does behind any slow reader.
@@ -193,8 +194,9 @@ mod tests {
                     joined.wait();
                     // Everyone streams: each is held once per full window.
                     let mut pauses = 0;
+                    // Every window within STREAMING of the others' first lines.
                     for w in 1..=50u32 {
-                        pauses += burst(&mut r, t + WINDOW * (w * 2), LINES_PER_WINDOW).len();
+                        pauses += burst(&mut r, t + WINDOW * w, LINES_PER_WINDOW).len();
                         std::thread::yield_now();
                     }
                     done.wait();

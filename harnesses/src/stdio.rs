@@ -257,13 +257,13 @@ impl<W: Wire> StdioChild<W> {
         self.shared.malformed.load(Ordering::Relaxed)
     }
 
-    /// Calls refused with [`HarnessError::Overloaded`] so far.
     /// Windows its stdout was held to the end of beside another agent's stream
     /// ([`crate::ration`]).
     pub fn rationed_windows(&self) -> u64 {
         self.shared.rationed.load(Ordering::Relaxed)
     }
 
+    /// Calls refused with [`HarnessError::Overloaded`] so far.
     pub fn overloaded_count(&self) -> u64 {
         self.shared.overloaded.load(Ordering::Relaxed)
     }
@@ -538,7 +538,9 @@ impl<W: Wire> Owner<W> {
                 "stdout read at a shared pace while another agent streams"
             );
         }
-        tokio::time::sleep_until(until.into()).await;
+        // A wait from now, not a deadline: tokio's clock may be paused (tests), and a
+        // `std` instant given to it would move that clock by all the real time passed.
+        tokio::time::sleep(until.saturating_duration_since(std::time::Instant::now())).await;
     }
 
     async fn take_line(&mut self) {

@@ -6,13 +6,26 @@
 //! thread pool, which wakes all 7 of its waiting threads to write it and
 //! `sync_file_range` it. At one delta a millisecond that was a third of the broker's
 //! CPU samples (ops/BENCHMARKS.md part 22), on 2 cores and beside the log's `fdatasync`.
-//! A batch of streamed text writes keys that no reader needs to see together: a
-//! flight's update positions (each meaningful alone, and read only up to the log's
-//! synced end), sometimes a seq's position, and where the projections stand
-//! ([`APPLIED_KEY`](super::recover::APPLIED_KEY)), written last. The log holds the batch
-//! before any of it reaches sled, so a crash between two of these writes is caught up at
-//! the next start as any crash after the log's write is: from `APPLIED`, applying each
-//! event again (applying twice changes nothing).
+//!
+//! A batch of streamed text writes few keys: a flight's update positions (each
+//! meaningful alone, and read only up to the log's synced end), sometimes a seq's
+//! position, at every 32nd update the flight's record (after its update positions), and
+//! where the projections stand ([`APPLIED_KEY`](super::recover::APPLIED_KEY)), last.
+//! - **Readers:** before its first key, the batch's last seq counts as committed
+//!   ([`Store::committed_seq`](super::Store::committed_seq)), so a reader that sees any
+//!   of its keys waits for its sync, as it waits for a transaction's
+//!   ([`Store::read`](super::Store::read)).
+//! - **A crash of the process:** the log holds the batch before any of it reaches sled,
+//!   so a crash between two of these writes is caught up at the next start as any crash
+//!   after the log's write is: from `APPLIED`, applying each event again (applying twice
+//!   changes nothing).
+//! - **A power cut:** sled may keep the first keys of a batch whose log record, not yet
+//!   synced, is lost. So the batch's last seq goes into `meta` first
+//!   ([`APPLYING_KEY`]); at open, one above the log's last seq has every projection
+//!   rebuilt from the log.
+//! - **A write that fails midway** (a disk error): the log keeps the batch (it is not
+//!   taken back, [`Store::partly_applied`](super::Store::partly_applied)), and the writer
+//!   stops, as after any storage error.
 //!
 //! Only the storage thread writes, so nothing else can change a key between the batch's
 //! reads and its writes: no conflict to detect.
@@ -23,6 +36,7 @@ use std::collections::BTreeMap;
 use sled::transaction::TransactionalTree;
 use sled::IVec;
 
+use super::recover::APPLYING_KEY;
 use super::T;
 use crate::error::BrokerError;
 
@@ -94,15 +108,16 @@ impl<'a> Direct<'a> {
         self.writes.borrow_mut()[t as usize].insert(key.to_vec(), value);
     }
 
-    /// Writes the batch to sled: every tree, then `meta` (where the projections stand)
-    /// last, so that `APPLIED` never says more than sled holds.
-    pub(super) fn apply(self) -> Result<(), BrokerError> {
+    /// Writes the batch, whose last seq is `last`, to sled: first that seq as the batch
+    /// being applied ([`APPLYING_KEY`]), then every tree, a flight's record after its
+    /// update positions, and `meta` (where the projections stand) last, so that `APPLIED`
+    /// never says more than sled holds.
+    pub(super) fn apply(self, last: u64) -> Result<(), BrokerError> {
+        self.trees[T::Meta as usize].insert(APPLYING_KEY, &last.to_be_bytes())?;
         let mut writes = self.writes.into_inner();
-        let meta = std::mem::take(&mut writes[T::Meta as usize]);
-        let trees = writes
-            .into_iter()
-            .enumerate()
-            .chain([(T::Meta as usize, meta)]);
+        let later =
+            [T::Flights, T::Meta].map(|t| (t as usize, std::mem::take(&mut writes[t as usize])));
+        let trees = writes.into_iter().enumerate().chain(later);
         for (t, keys) in trees {
             let tree = &self.trees[t];
             for (key, value) in keys {
@@ -165,5 +180,43 @@ mod tests {
             Some(&b"v1"[..])
         );
         assert_eq!(store.tree(T::Agents).get(b"gone").unwrap(), None);
+    }
+
+    /// Once a batch's keys start going in, its last seq counts as committed (readers
+    /// wait for its sync), and until its marker is in, sled holds part of it (the writer
+    /// keeps it in the log).
+    #[test]
+    fn a_batch_being_applied_counts_as_committed_and_partly_applied_until_its_marker() {
+        let store = Store::temporary().unwrap();
+        assert_eq!(store.committed_seq().unwrap(), 0);
+        let appended = store
+            .direct(
+                |tx| {
+                    Sink::put(tx, T::FlightUpdates, b"f1", b"v1".to_vec())?;
+                    let payloads = [b"one".as_slice(), b"two", b"three"];
+                    store.log().append((1..=3).zip(payloads))?;
+                    Ok(())
+                },
+                |_| true,
+            )
+            .unwrap();
+        assert_eq!(appended, Some(()));
+        // Its marker was never written (as after a failure midway): seq 3 is committed
+        // for readers, and sled holds part of the batch.
+        assert_eq!(store.committed_seq().unwrap(), 3);
+        assert!(store.partly_applied().unwrap());
+        assert_eq!(
+            store.tree(T::Meta).get(APPLYING_KEY).unwrap().as_deref(),
+            Some(&3u64.to_be_bytes()[..])
+        );
+        // With the marker, nothing is partly applied.
+        store
+            .tree(T::Meta)
+            .insert(
+                super::super::recover::APPLIED_KEY,
+                &crate::store::pair_value(3, 0)[..],
+            )
+            .unwrap();
+        assert!(!store.partly_applied().unwrap());
     }
 }

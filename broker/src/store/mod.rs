@@ -154,6 +154,9 @@ pub struct Store {
     heads: Arc<heads::Heads>,
     /// The message count of each conversation posted in (the writer's: see `counts`).
     counts: Arc<counts::Counts>,
+    /// The last seq of a batch being written to sled without a transaction (see
+    /// [`Store::direct`]): readers count it as committed before its keys are all in.
+    applying: Arc<std::sync::atomic::AtomicU64>,
     /// Keeps a temporary store's directory alive.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -214,6 +217,7 @@ impl Store {
             read_back: Arc::default(),
             heads: Arc::default(),
             counts: Arc::default(),
+            applying: Arc::default(),
             _temp: temp,
         };
         store.index_once_each()?;
@@ -288,8 +292,9 @@ impl Store {
     /// Runs `f` as [`Store::transaction`] does, without a sled transaction: its writes
     /// are held, read back by `f`, and applied to sled one by one (`meta` last) if
     /// `keep` accepts what `f` returned. `Ok(None)`: `f` ran and nothing of it was
-    /// applied (its appends to the log are the caller's to take back). Only for a batch
-    /// whose writes no reader needs to see together (see [`direct`]).
+    /// applied (its appends to the log are the caller's to take back). An error while
+    /// applying may leave part of the batch in sled ([`Store::partly_applied`]). Only for
+    /// a batch whose writes no reader needs to see together (see [`direct`]).
     pub fn direct<R>(
         &self,
         f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
@@ -303,7 +308,11 @@ impl Store {
         if !keep(&done) {
             return Ok(None);
         }
-        writes.apply()?;
+        // Before any key: a reader that sees one of them waits for the batch's sync.
+        let last = self.log.appended_seq()?;
+        self.applying
+            .fetch_max(last, std::sync::atomic::Ordering::AcqRel);
+        writes.apply(last)?;
         self.heads.commit(&overlay);
         self.counts.commit(&counts_overlay);
         Ok(Some(done))

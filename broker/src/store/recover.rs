@@ -21,6 +21,10 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Where the projections are: the seq and the log's end after the last event applied.
 const APPLIED: &[u8] = b"log_applied";
+/// The last seq of a batch written to sled without a transaction, before any of its keys
+/// (u64 BE; [`Store::direct`]). Above the log's last seq at open, sled may hold part of
+/// a batch the log lost in a power cut: every projection is rebuilt.
+pub(crate) const APPLYING_KEY: &[u8] = b"log_applying";
 
 /// Events applied per sled batch while catching up or rebuilding.
 const APPLY_CHUNK: usize = 2048;
@@ -66,7 +70,15 @@ impl Store {
     /// The seq of the last event the projections hold: committed, though perhaps not
     /// on disk yet (see [`Store::wait_on_disk`]).
     pub fn committed_seq(&self) -> Result<u64, BrokerError> {
-        Ok(self.applied()?.0)
+        let applying = self.applying.load(std::sync::atomic::Ordering::Acquire);
+        Ok(self.applied()?.0.max(applying))
+    }
+
+    /// A batch written without a transaction failed while sled got its keys: sled may
+    /// hold part of it, so the log must keep it (the next start catches sled up).
+    pub fn partly_applied(&self) -> Result<bool, BrokerError> {
+        let applying = self.applying.load(std::sync::atomic::Ordering::Acquire);
+        Ok(applying > self.applied()?.0)
     }
 
     /// Blocks until event `seq`, committed, is on disk too (a group commit's sync
@@ -95,10 +107,18 @@ impl Store {
     pub(super) fn recover(&self) -> Result<(), BrokerError> {
         let (seq, end) = self.applied()?;
         let last = self.log.last_seq();
-        if seq == last && end == self.log.synced_end() {
+        let applying = match self.tree(T::Meta).get(APPLYING_KEY)? {
+            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+                BrokerError::Corrupt("the marker of a batch being applied is damaged".into())
+            })?),
+            None => 0,
+        };
+        let ahead = applying > last;
+        if seq == last && end == self.log.synced_end() && !ahead {
             return Ok(());
         }
-        let matches = seq < last
+        let matches = !ahead
+            && seq < last
             && self
                 .log
                 .read(end)?
@@ -162,6 +182,7 @@ impl Store {
             self.tree(t).clear()?;
         }
         self.tree(T::Meta).remove(APPLIED)?;
+        self.tree(T::Meta).remove(APPLYING_KEY)?;
         self.apply_log(0)
     }
 }

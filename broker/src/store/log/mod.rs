@@ -316,6 +316,11 @@ impl EventLog {
             .map_err(|_| LogError::Corrupt("a writer of the log panicked".into()))
     }
 
+    /// The seq of the last record appended (synced or not).
+    pub fn appended_seq(&self) -> Result<u64, LogError> {
+        Ok(self.tail()?.last_seq)
+    }
+
     /// Appends records (seq, payload), each seq one past the last, in one write. Not
     /// durable until [`EventLog::sync`]. Returns the position of the first.
     pub fn append<'p>(

@@ -422,4 +422,15 @@ async fn deltas_sled_lost_part_of_are_caught_up_from_the_log_at_the_next_open() 
     }
     let report = store.verify().unwrap();
     assert!(report.is_consistent(), "{report:?}");
+
+    // A damaged marker of a batch being applied is taken as ahead: rebuilt, not refused.
+    store
+        .tree(T::Meta)
+        .insert(b"log_applying", b"bad".as_slice())
+        .unwrap();
+    store.tree(T::Meta).flush().unwrap();
+    drop(store);
+    let store = support::reopen(&path).await;
+    assert_eq!(store.tree(T::Meta).get(b"log_applying").unwrap(), None);
+    assert_eq!(&store.flight_updates(&ids[0], 0).unwrap(), &before[0]);
 }

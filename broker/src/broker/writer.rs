@@ -235,10 +235,10 @@ fn settle(
     };
     let (result, flushed) = match ran {
         Ok((Ok(result), flushed)) => (result, flushed),
-        // The transaction failed (sled did not commit it): nothing of it was written (but
-        // for a batch written without a transaction whose keys failed midway: sled may
-        // hold part of it, the log keeps it, see `transact`). A storage error, or a
-        // failed flush of the group, means the disk failed: stop.
+        // The transaction failed (sled did not commit it): nothing of it was written (a
+        // batch written without a transaction whose keys failed midway is taken back from
+        // the log, and the next start rebuilds sled: see `store::direct`). A storage
+        // error, or a failed flush of the group, means the disk failed: stop.
         Ok((Err(e), flushed)) => {
             let failed =
                 matches!(e, BrokerError::Storage(_) | BrokerError::Log(_)) || flushed.is_err();
@@ -448,12 +448,11 @@ fn transact(
             None => break committed,
         }
     };
-    // A batch written without a transaction that failed while sled got its keys stays
-    // in the log: sled may hold part of it, and the next start catches sled up from the
-    // log (a marker that cannot be read counts as that). Any other failed batch
-    // committed nothing: take back what the log got of it, so that no group commit
-    // syncs it.
-    if committed.is_err() && !store.partly_applied().unwrap_or(true) {
+    // Nothing of the batch was committed: take back what the log got of it, so that no
+    // group commit syncs it. (A batch written without a transaction whose keys failed
+    // midway left part of itself in sled, above the log's end once taken back: the next
+    // start rebuilds sled, see `store::direct`.)
+    if committed.is_err() {
         store
             .log()
             .rewind(first_pos, first_seq - 1)

@@ -23,9 +23,10 @@
 //!   synced, is lost. So the batch's last seq goes into `meta` first
 //!   ([`APPLYING_KEY`]); at open, one above the log's last seq has every projection
 //!   rebuilt from the log.
-//! - **A write that fails midway** (a disk error): the log keeps the batch (it is not
-//!   taken back, [`Store::partly_applied`](super::Store::partly_applied)), and the writer
-//!   stops, as after any storage error.
+//! - **A write that fails midway** (a disk error): the batch's callers are told it
+//!   failed, the log's append is taken back, and the writer stops, as after any storage
+//!   error. Its first keys in sled are then above the log's last seq, as after a power
+//!   cut: the next start rebuilds sled.
 //!
 //! Only the storage thread writes, so nothing else can change a key between the batch's
 //! reads and its writes: no conflict to detect.
@@ -183,10 +184,9 @@ mod tests {
     }
 
     /// Once a batch's keys start going in, its last seq counts as committed (readers
-    /// wait for its sync), and until its marker is in, sled holds part of it (the writer
-    /// keeps it in the log).
+    /// wait for its sync), whether or not its marker ever follows.
     #[test]
-    fn a_batch_being_applied_counts_as_committed_and_partly_applied_until_its_marker() {
+    fn a_batch_being_applied_counts_as_committed_before_its_marker() {
         let store = Store::temporary().unwrap();
         assert_eq!(store.committed_seq().unwrap(), 0);
         let appended = store
@@ -202,21 +202,11 @@ mod tests {
             .unwrap();
         assert_eq!(appended, Some(()));
         // Its marker was never written (as after a failure midway): seq 3 is committed
-        // for readers, and sled holds part of the batch.
+        // for readers, and marked in sled as being applied.
         assert_eq!(store.committed_seq().unwrap(), 3);
-        assert!(store.partly_applied().unwrap());
         assert_eq!(
             store.tree(T::Meta).get(APPLYING_KEY).unwrap().as_deref(),
             Some(&3u64.to_be_bytes()[..])
         );
-        // With the marker, nothing is partly applied.
-        store
-            .tree(T::Meta)
-            .insert(
-                super::super::recover::APPLIED_KEY,
-                &crate::store::pair_value(3, 0)[..],
-            )
-            .unwrap();
-        assert!(!store.partly_applied().unwrap());
     }
 }

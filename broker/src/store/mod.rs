@@ -293,8 +293,8 @@ impl Store {
     /// are held, read back by `f`, and applied to sled one by one (`meta` last) if
     /// `keep` accepts what `f` returned. `Ok(None)`: `f` ran and nothing of it was
     /// applied (its appends to the log are the caller's to take back). An error while
-    /// applying may leave part of the batch in sled ([`Store::partly_applied`]). Only for
-    /// a batch whose writes no reader needs to see together (see [`direct`]).
+    /// applying may leave part of the batch in sled (see [`direct`]). Only for a batch
+    /// whose writes no reader needs to see together.
     pub fn direct<R>(
         &self,
         f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,

@@ -74,13 +74,6 @@ impl Store {
         Ok(self.applied()?.0.max(applying))
     }
 
-    /// A batch written without a transaction failed while sled got its keys: sled may
-    /// hold part of it, so the log must keep it (the next start catches sled up).
-    pub fn partly_applied(&self) -> Result<bool, BrokerError> {
-        let applying = self.applying.load(std::sync::atomic::Ordering::Acquire);
-        Ok(applying > self.applied()?.0)
-    }
-
     /// Blocks until event `seq`, committed, is on disk too (a group commit's sync
     /// follows its transaction within moments; a writer that stopped never syncs it).
     pub fn wait_on_disk(&self, seq: u64) -> Result<(), BrokerError> {
@@ -107,10 +100,9 @@ impl Store {
     pub(super) fn recover(&self) -> Result<(), BrokerError> {
         let (seq, end) = self.applied()?;
         let last = self.log.last_seq();
+        // A damaged marker is taken as ahead: the projections are rebuilt.
         let applying = match self.tree(T::Meta).get(APPLYING_KEY)? {
-            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
-                BrokerError::Corrupt("the marker of a batch being applied is damaged".into())
-            })?),
+            Some(v) => v.as_ref().try_into().map_or(u64::MAX, u64::from_be_bytes),
             None => 0,
         };
         let ahead = applying > last;

@@ -341,9 +341,9 @@ fn settle(
 
 /// Runs the rules of every command of a batch in ONE sled transaction (on the storage
 /// thread); a batch of deltas whose rules emit only their updates is written without one
-/// ([`Store::direct`]). A command that fails after emitting part of its events is a bug in a rule
-/// (rules validate before they emit); the batch is then run again without it, so that
-/// no command is ever half applied.
+/// ([`Store::direct`]). A command that fails after emitting part of its events is a bug
+/// in a rule (rules validate before they emit); the batch is then run again without it,
+/// so that no command is ever half applied.
 fn transact(
     store: &Store,
     config: &BrokerConfig,

@@ -113,9 +113,13 @@ impl<'a> Direct<'a> {
     /// being applied ([`APPLYING_KEY`]), then every tree, a flight's record after its
     /// update positions, and `meta` (where the projections stand) last, so that `APPLIED`
     /// never says more than sled holds.
+    /// A batch that wrote nothing (every delta of it refused) writes nothing here either.
     pub(super) fn apply(self, last: u64) -> Result<(), BrokerError> {
-        self.trees[T::Meta as usize].insert(APPLYING_KEY, &last.to_be_bytes())?;
         let mut writes = self.writes.into_inner();
+        if writes.iter().all(BTreeMap::is_empty) {
+            return Ok(());
+        }
+        self.trees[T::Meta as usize].insert(APPLYING_KEY, &last.to_be_bytes())?;
         let later =
             [T::Flights, T::Meta].map(|t| (t as usize, std::mem::take(&mut writes[t as usize])));
         let trees = writes.into_iter().enumerate().chain(later);

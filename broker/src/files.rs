@@ -119,24 +119,15 @@ pub fn read_key(path: &Path) -> Result<Option<[u8; 32]>, FileError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(doing(|| format!("cannot read {}", path.display()))(e)),
     };
-    let text = text.trim();
-    let mut key = [0u8; 32];
-    let valid = text.len() == 64
-        && key.iter_mut().enumerate().all(|(i, b)| {
-            text.get(2 * i..2 * i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .map(|v| *b = v)
-                .is_some()
-        });
-    if !valid {
-        return Err(FileError::NotAKey(path.to_path_buf()));
-    }
-    Ok(Some(key))
+    relay_protocol::hex::decode(text.trim())
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .map(Some)
+        .ok_or_else(|| FileError::NotAKey(path.to_path_buf()))
 }
 
 /// `key` as the hex text [`read_key`] reads.
 pub fn key_text(key: &[u8; 32]) -> String {
-    let mut s: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut s = relay_protocol::hex::encode(key);
     s.push('\n');
     s
 }

@@ -73,10 +73,15 @@ impl StreamIds {
     /// `<flight>:<seq>:<tag>`: readable, and the tag (128 bits of HMAC-SHA256 through
     /// HKDF-Expand, keyed by the bus key) is what no one else can make.
     pub fn flight_update(&self, flight: &str, seq: u64) -> String {
-        format!(
-            "{flight}:{seq}:{}",
-            self.tag(&format!("flight-update:{flight}:{seq}"))
-        )
+        // Made for every update published: the tag's input in parts, not formatted.
+        let seq = seq.to_string();
+        let tag = self.tag(&[b"flight-update:", flight.as_bytes(), b":", seq.as_bytes()]);
+        let mut id = String::with_capacity(flight.len() + seq.len() + 2 + 2 * tag.len());
+        for part in [flight, ":", &seq, ":"] {
+            id.push_str(part);
+        }
+        relay_protocol::hex::push(&mut id, &tag);
+        id
     }
 
     /// `<invocation>:<tag>`, the `Nats-Msg-Id` of an invocation's dispatch in
@@ -84,18 +89,17 @@ impl StreamIds {
     /// dispatch is published (NATS down, a busy plane), and a client that published
     /// first under it would have the real dispatch dropped and its flight never start.
     pub fn dispatch(&self, invocation: &str) -> String {
-        format!(
-            "{invocation}:{}",
-            self.tag(&format!("dispatch:{invocation}"))
-        )
+        let tag = self.tag(&[b"dispatch:", invocation.as_bytes()]);
+        format!("{invocation}:{}", relay_protocol::hex::encode(&tag))
     }
 
     /// 16 bytes of HKDF-Expand of `info` under the bus key, in hex.
-    fn tag(&self, info: &str) -> String {
+    /// The tag of the text `info` is made of (in parts, joined).
+    fn tag(&self, info: &[&[u8]]) -> [u8; 16] {
         let mut tag = [0u8; 16];
         // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
-        let _ = self.0.expand(info.as_bytes(), &mut tag);
-        tag.iter().map(|b| format!("{b:02x}")).collect()
+        let _ = self.0.expand_multi_info(info, &mut tag);
+        tag
     }
 }
 
@@ -213,7 +217,7 @@ impl AgentTokens {
         let mut okm = [0u8; 32];
         // 32 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
         let _ = self.0.expand(format!("agent:{agent}").as_bytes(), &mut okm);
-        okm.iter().map(|b| format!("{b:02x}")).collect()
+        relay_protocol::hex::encode(&okm)
     }
 
     /// The token of `agent`.
@@ -255,6 +259,23 @@ mod tests {
         assert!(
             id.starts_with("flt_a:3:") && id.len() == "flt_a:3:".len() + 32,
             "{id}"
+        );
+        // The ids the stream already holds (made from one formatted text) are made
+        // again: a re-publish after an upgrade is still dropped.
+        let made_before = |info: &str| {
+            let mut tag = [0u8; 16];
+            Hkdf::<Sha256>::new(Some(b"relay flight stream ids v1"), &[7; 32])
+                .expand(info.as_bytes(), &mut tag)
+                .unwrap();
+            tag.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        };
+        assert_eq!(
+            id,
+            format!("flt_a:3:{}", made_before("flight-update:flt_a:3"))
+        );
+        assert_eq!(
+            ids.dispatch("inv_a"),
+            format!("inv_a:{}", made_before("dispatch:inv_a"))
         );
         // Another update, another flight, another broker's key: another id.
         for other in [

@@ -498,7 +498,7 @@ fn load_or_create_token(dir: &Path) -> String {
         }
     }
     let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    relay_protocol::hex::encode(&bytes)
 }
 
 fn write_api_info(dir: &Path, info: &ApiInfo) -> Result<(), ServeError> {

@@ -22,6 +22,7 @@
 //! - [`convert`]: the domain types that cross NATS, to and from their [`pb`] forms.
 //! - [`pb`]: the protobuf contract on NATS (`proto/relay/v1/relay.proto`), for clients
 //!   in any language.
+//! - [`hex`]: bytes as hex text, and back.
 //! - [`text`]: agent text made inert (control characters and bidi overrides escaped)
 //!   before a person sees it.
 //! - [`watch`]: snapshots of a flight, an agent or a conversation, valid at an event seq
@@ -34,7 +35,7 @@
 //! Layering (a module uses only the modules after its arrow; `names` and [`domain`] at the
 //! bottom, [`convert`] and its [`pb`] forms over the types that cross NATS;
 //! `tests/tests/module_graph/` checks it):
-//! - `acp`, `clock`, `names`, `text` -> none
+//! - `acp`, `clock`, `hex`, `names`, `text` -> none
 //! - `domain` -> `names`
 //! - `bus`, `harness`, `replay`, `runtime`, `watch` -> `domain`
 //! - `api`, `event` -> `domain`, `names`
@@ -49,6 +50,7 @@ pub mod convert;
 pub mod domain;
 pub mod event;
 pub mod harness;
+pub mod hex;
 pub mod methods;
 mod names;
 pub mod replay;

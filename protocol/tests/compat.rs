@@ -20,7 +20,7 @@ fn again<T: serde::Serialize + serde::de::DeserializeOwned>(v: &Value) -> Value 
 }
 
 fn hex(b: Vec<u8>) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    relay_protocol::hex::encode(&b)
 }
 
 #[test]

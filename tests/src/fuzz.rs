@@ -43,13 +43,9 @@ fn budget(default_cases: u64) -> Budget {
 }
 
 fn seed() -> [u8; 32] {
-    let given = std::env::var("RELAY_FUZZ_SEED").ok().and_then(|hex| {
-        let bytes: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect();
-        <[u8; 32]>::try_from(bytes?).ok()
-    });
+    let given = std::env::var("RELAY_FUZZ_SEED")
+        .ok()
+        .and_then(|hex| <[u8; 32]>::try_from(relay_protocol::hex::decode(&hex)?).ok());
     given.unwrap_or_else(rand::random)
 }
 
@@ -66,7 +62,7 @@ pub fn fuzz<S>(
 {
     let budget = budget(default_cases);
     let seed = seed();
-    let seed_hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let seed_hex = relay_protocol::hex::encode(&seed);
     let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
     let started = Instant::now();
     let mut inputs = 0u64;

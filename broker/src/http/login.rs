@@ -67,7 +67,7 @@ fn make_room<V>(map: &mut HashMap<String, V>, max: usize, made: impl Fn(&V) -> I
 
 fn random_id() -> String {
     let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    relay_protocol::hex::encode(&bytes)
 }
 
 /// A file of the login keys could not be written: the answer says so (the login ended

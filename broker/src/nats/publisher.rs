@@ -77,6 +77,7 @@ pub async fn publish(
         handed: start,
         failing: (0, 0),
         done: start,
+        max_payload: client.server_info().max_payload,
     };
     let mut feed = crate::feed::follow(broker.clone(), start);
     let (saved, saver) = cursor_saver(cursor_file, start);
@@ -91,6 +92,8 @@ pub async fn publish(
         let item = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
+                // The server's limit, as of its last connection.
+                publisher.max_payload = publisher.client.server_info().max_payload;
                 // Only what NATS already answered: waiting here for the last
                 // acknowledgements held the next events back (3-7 ms at times).
                 match publisher.settle(Wait::No).await {
@@ -181,6 +184,11 @@ struct Publisher {
     /// Every event up to this one is with NATS (acknowledged by the stream where it
     /// goes to the stream).
     done: u64,
+    /// The server's limit on a message, read again every tick (a copy of the server's
+    /// info each event was 1 % of the publisher's time at 64 flights in flight). Under
+    /// a server that took it lower meanwhile, a message refused as too large is trimmed
+    /// and published again all the same.
+    max_payload: usize,
 }
 
 impl Publisher {
@@ -188,8 +196,7 @@ impl Publisher {
     /// error is a connection problem worth retrying; what can never be published is
     /// skipped here.
     async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
-        // The server's limit, read once per event (a copy of the server's info).
-        let max = self.client.server_info().max_payload;
+        let max = self.max_payload;
         match &event.body {
             EventBody::FlightUpdated { update, flight } => {
                 // Copied only if they must be trimmed to fit (rare): not once per update.
@@ -262,7 +269,9 @@ impl Publisher {
             update: &'a relay_protocol::domain::FlightUpdate,
             flight: &'a relay_protocol::domain::Flight,
         }
-        let json = serde_json::to_vec(&Mirror { update, flight })
+        // Sized once, not grown from 128 bytes (the JSON is about twice the protobuf).
+        let mut json = Vec::with_capacity(2 * pb_bytes.len() + 256);
+        serde_json::to_writer(&mut json, &Mirror { update, flight })
             .map_err(|e| Unpublishable::Refused(e.to_string()))?;
         // Room for the headers; the server's limit covers them too.
         if max > 0 && pb_bytes.len().max(json.len()) + 1024 > max {

@@ -103,18 +103,28 @@ pub mod decider {
     /// comes from a dashboard login, which may use its own `@dashboard` name.
     pub fn reserved(decided_by: &str, dashboard: bool) -> Option<String> {
         let lower = decided_by.trim_start().to_ascii_lowercase();
-        let mut prefixes = vec![
-            (POLICY.to_string(), "an agent's approval policy"),
-            (RELAY.to_string(), "Relay"),
-            (RULE.to_string(), "a remembered rule"),
+        // Asked of every request over the bus: the prefixes are compared, not made.
+        let fixed = [
+            (POLICY, "an agent's approval policy"),
+            (RELAY, "Relay"),
+            (RULE, "a remembered rule"),
         ];
-        for h in Harness::ALL {
-            prefixes.push((format!("{}:", h.short_name()), "a harness"));
-            prefixes.push((format!("{}:", h.as_str()), "a harness"));
-        }
-        if let Some((prefix, who)) = prefixes.iter().find(|(p, _)| lower.starts_with(p)) {
+        if let Some((prefix, who)) = fixed.iter().find(|(p, _)| lower.starts_with(p)) {
             return Some(format!(
                 "`{prefix}` names a decision of {who}, made on its own"
+            ));
+        }
+        let harness = Harness::ALL
+            .iter()
+            .flat_map(|h| [h.short_name(), h.as_str()])
+            .find(|name| {
+                lower
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(':'))
+            });
+        if let Some(name) = harness {
+            return Some(format!(
+                "`{name}:` names a decision of a harness, made on its own"
             ));
         }
         if !dashboard && lower.trim_end().ends_with(DASHBOARD) {

@@ -115,7 +115,7 @@ pub(super) fn dir_of(db_dir: &Path) -> PathBuf {
 
 /// The file name of `invocation`'s report: its id in hex (any id, no path in it).
 pub(super) fn name_of(invocation: &str) -> Option<String> {
-    let name: String = invocation.bytes().map(|b| format!("{b:02x}")).collect();
+    let name = relay_protocol::hex::encode(invocation.as_bytes());
     (name.len() <= NAME_MAX).then_some(name)
 }
 

@@ -31,12 +31,7 @@ fn pb_seeds() -> Vec<Vec<u8>> {
                 .or(v["bytes"].as_str())
                 .map(str::to_string)
         })
-        .filter_map(|hex| {
-            (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-                .collect()
-        })
+        .filter_map(|hex| relay_protocol::hex::decode(&hex))
         .collect();
     out.push(
         pb::InvokeRequest {

@@ -93,8 +93,7 @@ impl StreamIds {
         format!("{invocation}:{}", relay_protocol::hex::encode(&tag))
     }
 
-    /// 16 bytes of HKDF-Expand of `info` under the bus key, in hex.
-    /// The tag of the text `info` is made of (in parts, joined).
+    /// 16 bytes of HKDF-Expand, under the bus key, of the parts of `info` joined.
     fn tag(&self, info: &[&[u8]]) -> [u8; 16] {
         let mut tag = [0u8; 16];
         // 16 bytes is far below HKDF-SHA256's limit of 8160: this cannot fail.
@@ -276,6 +275,12 @@ mod tests {
         assert_eq!(
             ids.dispatch("inv_a"),
             format!("inv_a:{}", made_before("dispatch:inv_a"))
+        );
+        // And as RFC 5869 gives them (computed apart from this crate's HKDF).
+        assert_eq!(id, "flt_a:3:d7b5cf6b4d2996c951edf10314b071ff");
+        assert_eq!(
+            ids.dispatch("inv_a"),
+            "inv_a:3961caa0ac29a697060d6dc961e16a64"
         );
         // Another update, another flight, another broker's key: another id.
         for other in [

@@ -8,7 +8,7 @@
 //!
 //! Where each series comes from:
 //! - flights, approvals, tokens and cost: a task folds the broker's committed events
-//!   ([`crate::feed::follow`]: gap-free, in seq order), starting from a scan of the live
+//!   ([`crate::feed::Feed`]: gap-free, in seq order), starting from a scan of the live
 //!   flights and pending approvals at start. A scrape waits (briefly) until the fold has
 //!   reached the last event on disk, so what it shows is the log as of one seq;
 //! - the writer's queue depth, durable flushes and overload refusals: read at scrape
@@ -106,7 +106,7 @@ impl Metrics {
             .await?;
         let (tx, folded) = watch::channel(seq);
         let mut fold = Fold::new(series.clone(), flights, pending);
-        let mut events = crate::feed::follow(broker.clone(), seq);
+        let mut events = crate::feed::Feed::new(broker.clone(), seq);
         broker.tasks().spawn(async move {
             while let Some(event) = events.recv().await {
                 match event {

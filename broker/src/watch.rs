@@ -32,7 +32,7 @@
 //!
 //! The result is exactly the scope after the events <= `to`, and S = `to`. [`watch`]
 //! then waits until S is published (flushed: nothing a crash could undo is shown), and
-//! follows [`crate::feed::follow`] from S, keeping the events of the scope ([`matches`]).
+//! follows [`crate::feed::Feed`] from S, keeping the events of the scope ([`matches`]).
 //! The feed starts strictly after S and is itself gap-free and duplicate-free, so a
 //! watcher sees each event of its scope exactly once: in the snapshot or in the follow.
 
@@ -370,7 +370,7 @@ fn follow_scope(
     from: u64,
 ) -> mpsc::Receiver<Result<Arc<Published>, BrokerError>> {
     let (tx, rx) = mpsc::channel(256);
-    let mut feed = crate::feed::follow(broker.clone(), from);
+    let mut feed = crate::feed::Feed::new(broker.clone(), from);
     broker.tasks().spawn(async move {
         while let Some(item) = feed.recv().await {
             let keep = match &item {

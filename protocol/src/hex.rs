@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn what_is_not_hex_is_refused() {
-        for bad in ["0", "abc", "zz", "+f", "0g", "é0"] {
+        for bad in ["0", "abc", "zz", "+f", "0g", "é", "éé"] {
             assert_eq!(decode(bad), None, "{bad}");
         }
         assert_eq!(decode(""), Some(vec![]));

@@ -49,6 +49,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
+use relay_protocol::hex::{decode as unhex, encode as hex};
 use sha2::Sha256;
 
 use crate::files::FileError;
@@ -102,8 +103,6 @@ struct Keys {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
-
-use relay_protocol::hex::{decode as unhex, encode as hex};
 
 fn mac(key: &[u8; 32], cookie_name: &str, payload: &str) -> HmacSha256 {
     // A key of any length is valid for HMAC: this cannot fail.

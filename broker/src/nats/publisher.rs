@@ -77,23 +77,20 @@ pub async fn publish(
         handed: start,
         failing: (0, 0),
         done: start,
-        max_payload: client.server_info().max_payload,
     };
-    let mut feed = crate::feed::follow(broker.clone(), start);
+    let mut feed = crate::feed::Feed::new(broker.clone(), start);
     let (saved, saver) = cursor_saver(cursor_file, start);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         if publisher.acks.len() >= ACK_WINDOW {
             if let Err(from) = publisher.settle(Wait::Yes).await {
-                feed = crate::feed::follow(broker.clone(), from);
+                feed = crate::feed::Feed::new(broker.clone(), from);
             }
             continue;
         }
         let item = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
-                // The server's limit, as of its last connection.
-                publisher.max_payload = publisher.client.server_info().max_payload;
                 // Only what NATS already answered: waiting here for the last
                 // acknowledgements held the next events back (3-7 ms at times).
                 match publisher.settle(Wait::No).await {
@@ -103,7 +100,7 @@ pub async fn publish(
                         let done = publisher.done;
                         saved.send_if_modified(|seq| std::mem::replace(seq, done) != done);
                     }
-                    Err(from) => feed = crate::feed::follow(broker.clone(), from),
+                    Err(from) => feed = crate::feed::Feed::new(broker.clone(), from),
                 }
                 continue;
             }
@@ -184,11 +181,6 @@ struct Publisher {
     /// Every event up to this one is with NATS (acknowledged by the stream where it
     /// goes to the stream).
     done: u64,
-    /// The server's limit on a message, read again every tick (a copy of the server's
-    /// info each event was 1 % of the publisher's time at 64 flights in flight). Under
-    /// a server that took it lower meanwhile, a message refused as too large is trimmed
-    /// and published again all the same.
-    max_payload: usize,
 }
 
 impl Publisher {
@@ -196,7 +188,10 @@ impl Publisher {
     /// error is a connection problem worth retrying; what can never be published is
     /// skipped here.
     async fn publish(&mut self, event: &relay_protocol::event::Event) -> Result<(), String> {
-        let max = self.max_payload;
+        // The server's limit, as of the connection's last word from it (an atomic read:
+        // a copy of the server's info each event was 1 % of the publisher's time at 64
+        // flights in flight).
+        let max = self.client.max_payload();
         match &event.body {
             EventBody::FlightUpdated { update, flight } => {
                 // Copied only if they must be trimmed to fit (rare): not once per update.

@@ -331,7 +331,7 @@ impl Plane {
                 return;
             }
         };
-        let mut feed = crate::feed::follow(self.broker.clone(), from_seq);
+        let mut feed = crate::feed::Feed::new(self.broker.clone(), from_seq);
         while let Some(item) = feed.recv().await {
             let event = match item {
                 Ok(e) => e,

@@ -170,3 +170,48 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remembered: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::decider::{reserved, reserved_name};
+
+    #[test]
+    fn relays_own_deciders_are_reserved_and_a_clients_name_is_not() {
+        let said = |name: &str| reserved(name, false).unwrap_or_default();
+        assert_eq!(
+            said(" Policy:read"),
+            "`policy:` names a decision of an agent's approval policy, made on its own"
+        );
+        assert_eq!(
+            said("rule:3"),
+            "`rule:` names a decision of a remembered rule, made on its own"
+        );
+        // A harness, by its short name or its whole one, in any case.
+        assert_eq!(
+            said("Codex:x"),
+            "`codex:` names a decision of a harness, made on its own"
+        );
+        assert_eq!(
+            said("codex_app_server:x"),
+            "`codex_app_server:` names a decision of a harness, made on its own"
+        );
+        assert_eq!(
+            said("opencode:1"),
+            "`opencode:` names a decision of a harness, made on its own"
+        );
+        assert_eq!(
+            said("ann@dashboard"),
+            "`@dashboard` names a decision made on the dashboard by its login"
+        );
+        assert_eq!(reserved("ann@dashboard", true), None);
+        assert_eq!(
+            said("bob@nats"),
+            "`@nats` names a decision made over the bus"
+        );
+        // A name that only starts like a harness's is a client's.
+        for free in ["codexter", "codex", "ann", "pilot:1"] {
+            assert_eq!(reserved(free, false), None, "{free}");
+        }
+        assert!(reserved_name("RELAY").is_some());
+    }
+}

@@ -46,6 +46,13 @@ type Reading = std::pin::Pin<
 /// Every committed event with seq > `after`, in order, read by its follower's own task
 /// ([`Feed::recv`]): no task in between, so an event reaches the NATS publisher one
 /// wake-up sooner than through [`follow`].
+///
+/// The live buffer is drained only as the follower reads. A large event is held for
+/// its followers for at most `HELD_MAX` (1 s), so a follower stalled longer (the
+/// publisher waiting on NATS's acknowledgements or on a reconnect) reads it back from
+/// the log, as one that lags behind the buffer does. The task of [`follow`] took them
+/// at once, and then kept up to 256 of them in its channel for as long as its reader
+/// stalled.
 pub struct Feed {
     broker: Broker,
     live: broadcast::Receiver<crate::broker::Live>,
@@ -138,8 +145,12 @@ impl Feed {
                     None => self.catching_up = Some(self.broker.last_seq()),
                 },
                 // A gap (we subscribed while the catch-up raced a commit): read it back
-                // from the log.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                // from the log (a held one is let go: it is read back with the rest).
+                Ok(live) => {
+                    let _ = live.take();
+                    self.catching_up = Some(self.broker.last_seq())
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.catching_up = Some(self.broker.last_seq())
                 }
                 Err(broadcast::error::RecvError::Closed) => self.ended = true,

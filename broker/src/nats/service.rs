@@ -179,7 +179,7 @@ impl Service {
         let mut payload = encode(&answer);
         // A reply over the server's limit (a long flight's snapshot) would never arrive:
         // say so instead, with room for the headers.
-        let max = self.client.server_info().max_payload;
+        let max = self.client.max_payload();
         if max > 0 && payload.len() + 1024 > max {
             let e = BrokerError::TooLarge {
                 what: "the reply (a long snapshot: read it over HTTP, GET /v1/watch)",

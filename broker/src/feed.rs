@@ -75,15 +75,22 @@ impl Feed {
     pub fn new(broker: Broker, after: u64) -> Feed {
         // Subscribed before the log is read, so nothing published meanwhile is missed.
         let live = broker.subscribe();
-        Feed {
-            catching_up: Some(broker.last_seq()),
+        let mut feed = Feed {
+            catching_up: None,
             live,
             broker,
             cursor: after,
             page: VecDeque::new(),
             reading: None,
             ended: false,
-        }
+        };
+        feed.catch_up();
+        feed
+    }
+
+    /// Reads back from the log up to the last event published now, then goes live.
+    fn catch_up(&mut self) {
+        self.catching_up = Some(self.broker.last_seq());
     }
 
     /// The next event; `None` once the broker stopped or after an error. Cancel-safe
@@ -142,17 +149,15 @@ impl Feed {
                         return Some(Ok(event));
                     }
                     // A large event no longer held: read it back from the log.
-                    None => self.catching_up = Some(self.broker.last_seq()),
+                    None => self.catch_up(),
                 },
                 // A gap (we subscribed while the catch-up raced a commit): read it back
                 // from the log (a held one is let go: it is read back with the rest).
                 Ok(live) => {
                     let _ = live.take();
-                    self.catching_up = Some(self.broker.last_seq())
+                    self.catch_up();
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    self.catching_up = Some(self.broker.last_seq())
-                }
+                Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up(),
                 Err(broadcast::error::RecvError::Closed) => self.ended = true,
             }
         }

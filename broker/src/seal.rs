@@ -76,10 +76,7 @@ impl StreamIds {
         // Made for every update published: the tag's input in parts, not formatted.
         let seq = seq.to_string();
         let tag = self.tag(&[b"flight-update:", flight.as_bytes(), b":", seq.as_bytes()]);
-        let mut id = String::with_capacity(flight.len() + seq.len() + 2 + 2 * tag.len());
-        for part in [flight, ":", &seq, ":"] {
-            id.push_str(part);
-        }
+        let mut id = format!("{flight}:{seq}:");
         relay_protocol::hex::push(&mut id, &tag);
         id
     }

@@ -8,6 +8,14 @@ use crate::domain::{
     Invocation, ProgramInfo,
 };
 
+/// Most bytes of text one merged delta carries, wherever streamed deltas waiting at once
+/// are joined (the runtime's worker, as it takes its harness's events; the broker's
+/// plane and writer): a burst is cut into slices of this, each an event under the
+/// broker's `LIVE_EVENT_MAX` with room for its envelope and some escaping, so
+/// subscribers take a burst from memory, in pieces, with the other flights' updates
+/// between them, instead of reading every slice back from the log.
+pub const DELTA_MERGE_MAX: usize = 12 * 1024;
+
 /// Broker -> runtime: run this flight's task as a turn of the agent's session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dispatch {

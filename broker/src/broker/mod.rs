@@ -69,13 +69,7 @@ pub const EVENT_BUFFER: usize = 4096;
 /// each subscriber reads it from the log, so the buffer never holds big texts after
 /// everyone has seen them: at most [`EVENT_BUFFER`] x this (64 MiB) stays buffered.
 pub const LIVE_EVENT_MAX: usize = 16 * 1024;
-/// Most bytes of text one merged delta carries, where streamed deltas are joined (the
-/// plane's merge of the runtime's reports, the writer's of a batch): a burst is cut
-/// into slices of this, each an event under [`LIVE_EVENT_MAX`] with room for its
-/// envelope and some escaping, so subscribers take a burst from memory, in pieces, with
-/// the other flights' updates between them, instead of reading every slice back from
-/// the log.
-pub const DELTA_MERGE_MAX: usize = 12 * 1024;
+pub use relay_protocol::runtime::DELTA_MERGE_MAX;
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {

@@ -12,7 +12,7 @@ use relay_infra::retry::{self, BackoffBuilder};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::{Agent, AgentState, Endpoint, ForkSpec};
 use relay_protocol::harness::HarnessEvent;
-use relay_protocol::runtime::Report;
+use relay_protocol::runtime::{Report, DELTA_MERGE_MAX};
 use tokio::sync::mpsc;
 
 use super::Worker;
@@ -33,6 +33,9 @@ pub(super) struct Live {
     pub info: HarnessInfo,
     pub session_id: String,
     pub started: tokio::time::Instant,
+    /// An event taken from `events` while merging deltas that ended the run
+    /// ([`next_event`]): the next one handed out.
+    pub held: Option<HarnessEvent>,
 }
 
 /// Why a session (or the turn on it) could not be started. Its text is the reason the
@@ -218,6 +221,7 @@ impl Worker {
                 info,
                 session_id,
                 started: tokio::time::Instant::now(),
+                held: None,
             }),
             Err(e) => {
                 let _ = session.shutdown().await;
@@ -297,11 +301,59 @@ impl Worker {
     }
 }
 
-/// The next event of the live session, or never when there is none.
+/// The next event of the live session, or never when there is none. Streamed text
+/// already waiting behind it is joined to it: consecutive deltas of one item, up to
+/// [`DELTA_MERGE_MAX`] bytes, become one (at a slow pace nothing waits, and each delta
+/// stays its own). A harness streaming a burst thus costs the worker, its reports and
+/// the broker one update per slice, not one per line. Cancel-safe: nothing is awaited
+/// once an event is taken.
 pub(super) async fn next_event(session: &mut Option<Live>) -> Option<HarnessEvent> {
-    match session {
-        Some(live) => live.events.recv().await,
-        None => std::future::pending().await,
+    let Some(live) = session else {
+        return std::future::pending().await;
+    };
+    let first = match live.held.take() {
+        Some(event) => event,
+        None => live.events.recv().await?,
+    };
+    Some(join_waiting(first, &mut live.events, &mut live.held))
+}
+
+/// `first`, and when it is a delta, the deltas of its item waiting right behind it in
+/// `events` joined to it (up to [`DELTA_MERGE_MAX`] bytes); the event that ended the
+/// run, if one was taken, goes into `held`, to be handed out next.
+fn join_waiting(
+    first: HarnessEvent,
+    events: &mut mpsc::Receiver<HarnessEvent>,
+    held: &mut Option<HarnessEvent>,
+) -> HarnessEvent {
+    let HarnessEvent::TextDelta {
+        turn_id,
+        item_id,
+        mut delta,
+    } = first
+    else {
+        return first;
+    };
+    while delta.len() < DELTA_MERGE_MAX {
+        match events.try_recv() {
+            Ok(HarnessEvent::TextDelta {
+                turn_id: t,
+                item_id: i,
+                delta: more,
+            }) if t == turn_id && i == item_id && delta.len() + more.len() <= DELTA_MERGE_MAX => {
+                delta.push_str(&more)
+            }
+            Ok(other) => {
+                *held = Some(other);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    HarnessEvent::TextDelta {
+        turn_id,
+        item_id,
+        delta,
     }
 }
 
@@ -310,5 +362,104 @@ pub(super) async fn rewarm(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn delta(item: &str, text: &str) -> HarnessEvent {
+        HarnessEvent::TextDelta {
+            turn_id: "t".into(),
+            item_id: item.into(),
+            delta: text.into(),
+        }
+    }
+
+    /// Takes every event as the worker does, one `next_event`-like step at a time.
+    fn drain(events: &mut mpsc::Receiver<HarnessEvent>) -> Vec<HarnessEvent> {
+        let mut held = None;
+        let mut out = Vec::new();
+        loop {
+            let first = match held.take() {
+                Some(e) => e,
+                None => match events.try_recv() {
+                    Ok(e) => e,
+                    Err(_) => return out,
+                },
+            };
+            out.push(join_waiting(first, events, &mut held));
+        }
+    }
+
+    #[tokio::test]
+    async fn deltas_waiting_together_are_joined_in_order_and_nothing_else_moves() {
+        let (tx, mut rx) = mpsc::channel(64);
+        for e in [
+            delta("m", "a"),
+            delta("m", "b"),
+            delta("m", "c"),
+            HarnessEvent::Warning {
+                message: "w".into(),
+            },
+            delta("m", "d"),
+            delta("other", "e"),
+            delta("m", "f"),
+            delta("m", "g"),
+        ] {
+            tx.send(e).await.unwrap();
+        }
+        assert_eq!(
+            drain(&mut rx),
+            vec![
+                delta("m", "abc"),
+                HarnessEvent::Warning {
+                    message: "w".into()
+                },
+                delta("m", "d"),
+                delta("other", "e"),
+                delta("m", "fg"),
+            ]
+        );
+        // Another turn's delta of the same item id is not joined either.
+        tx.send(delta("m", "x")).await.unwrap();
+        tx.send(HarnessEvent::TextDelta {
+            turn_id: "t2".into(),
+            item_id: "m".into(),
+            delta: "y".into(),
+        })
+        .await
+        .unwrap();
+        assert_eq!(drain(&mut rx).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_burst_is_cut_into_slices_of_at_most_the_cap_with_nothing_lost() {
+        let (tx, mut rx) = mpsc::channel(4096);
+        let piece = "0123456789abcdef".repeat(64); // 1 KiB
+        let mut sent = String::new();
+        for i in 0..100 {
+            let text = format!("{i:04}{piece}");
+            sent.push_str(&text);
+            tx.send(delta("m", &text)).await.unwrap();
+        }
+        let slices = drain(&mut rx);
+        let mut joined = String::new();
+        for s in &slices {
+            let HarnessEvent::TextDelta { delta, .. } = s else {
+                panic!("not a delta: {s:?}")
+            };
+            assert!(
+                delta.len() <= DELTA_MERGE_MAX,
+                "a slice of {} B",
+                delta.len()
+            );
+            joined.push_str(delta);
+        }
+        assert_eq!(joined, sent);
+        // About 1 KiB each: 11 to a 12 KiB slice.
+        assert_eq!(slices.len(), 10);
     }
 }

@@ -177,13 +177,23 @@ pub fn summarize(s: &str) -> String {
 
 /// The last `n` characters of `s`, on one line; when cut, from the start of a word and
 /// marked with `…` (never the middle of a word, unless one word is all there is).
+/// Reads `s` from its end, no further than its last `n` characters: a merged delta of
+/// 12 KiB mapped and counted whole, for each update, was a sixth of the storage thread's
+/// time in a burst.
 pub fn tail(s: &str, n: usize) -> String {
-    let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
-    let count = flat.chars().count();
-    if count <= n {
-        return flat;
-    }
-    let cut: String = flat.chars().skip(count - n).collect();
+    let flat = |t: &str| -> String { t.chars().map(|c| if c == '\n' { ' ' } else { c }).collect() };
+    // Where the last `n` characters start, when `s` has more than `n`.
+    let start = match n.checked_sub(1) {
+        None => (!s.is_empty()).then_some(s.len()),
+        Some(before) => match s.char_indices().rev().nth(before) {
+            Some((i, _)) if i > 0 => Some(i),
+            _ => None,
+        },
+    };
+    let Some(start) = start else {
+        return flat(s);
+    };
+    let cut = flat(&s[start..]);
     let from_word = match cut.find(' ') {
         Some(space) if space < cut.len() / 2 => cut[space..].trim_start(),
         _ => cut.as_str(),
@@ -222,5 +232,38 @@ mod tests {
         );
         assert_eq!(tail("a\nb", 10), "a b");
         assert_eq!(tail("one two three", 9), "…three");
+    }
+
+    /// `tail` as it was, reading the whole text: the one read from the end must agree.
+    fn tail_whole(s: &str, n: usize) -> String {
+        let flat: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
+        let count = flat.chars().count();
+        if count <= n {
+            return flat;
+        }
+        let cut: String = flat.chars().skip(count - n).collect();
+        let from_word = match cut.find(' ') {
+            Some(space) if space < cut.len() / 2 => cut[space..].trim_start(),
+            _ => cut.as_str(),
+        };
+        format!("…{from_word}")
+    }
+
+    #[test]
+    fn the_tail_read_from_the_end_is_the_tail_of_the_whole() {
+        let texts = [
+            String::new(),
+            "a".into(),
+            "one two three".into(),
+            "héllo wörld\nçava 日本語 テキスト\n\n end".into(),
+            "word ".repeat(50),
+            "x".repeat(200),
+            format!("{}\n{}", "é".repeat(90), "ü ".repeat(45)),
+        ];
+        for text in &texts {
+            for n in [0, 1, 2, 5, 9, 13, 79, 80, 81, 100, 199, 200, 201, 500] {
+                assert_eq!(tail(text, n), tail_whole(text, n), "{text:?} {n}");
+            }
+        }
     }
 }

@@ -72,6 +72,9 @@ struct DeltaLine<'a> {
     #[serde(borrow)]
     method: std::borrow::Cow<'a, str>,
     params: wire::DeltaNotification,
+    /// Read as the envelope reads it (a line with one of the wrong shape is malformed).
+    #[serde(default, rename = "error")]
+    _error: Option<wire::ErrorObject>,
 }
 
 /// How an agent message's delta names its method in a line: only a line holding this
@@ -171,6 +174,7 @@ impl Translator {
                 id: None,
                 method,
                 params,
+                ..
             }) = serde_json::from_str(line)
             {
                 if method == notification::AGENT_MESSAGE_DELTA {

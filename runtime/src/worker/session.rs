@@ -308,14 +308,22 @@ impl Worker {
 /// the broker one update per slice, not one per line. Cancel-safe: nothing is awaited
 /// once an event is taken.
 pub(super) async fn next_event(session: &mut Option<Live>) -> Option<HarnessEvent> {
-    let Some(live) = session else {
-        return std::future::pending().await;
-    };
-    let first = match live.held.take() {
+    match session {
+        Some(live) => next_of(&mut live.events, &mut live.held).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`next_event`] of a session's `events`, with the event `held` from the last run first.
+async fn next_of(
+    events: &mut mpsc::Receiver<HarnessEvent>,
+    held: &mut Option<HarnessEvent>,
+) -> Option<HarnessEvent> {
+    let first = match held.take() {
         Some(event) => event,
-        None => live.events.recv().await?,
+        None => events.recv().await?,
     };
-    Some(join_waiting(first, &mut live.events, &mut live.held))
+    Some(join_waiting(first, events, held))
 }
 
 /// `first`, and when it is a delta, the deltas of its item waiting right behind it in
@@ -378,25 +386,24 @@ mod tests {
         }
     }
 
-    /// Takes every event as the worker does, one `next_event`-like step at a time.
-    fn drain(events: &mut mpsc::Receiver<HarnessEvent>) -> Vec<HarnessEvent> {
+    /// Takes every event as the worker does, until the session's side is gone.
+    async fn drain(events: &mut mpsc::Receiver<HarnessEvent>) -> Vec<HarnessEvent> {
         let mut held = None;
         let mut out = Vec::new();
-        loop {
-            let first = match held.take() {
-                Some(e) => e,
-                None => match events.try_recv() {
-                    Ok(e) => e,
-                    Err(_) => return out,
-                },
-            };
-            out.push(join_waiting(first, events, &mut held));
+        while let Some(event) = next_of(events, &mut held).await {
+            out.push(event);
         }
+        out
     }
 
     #[tokio::test]
     async fn deltas_waiting_together_are_joined_in_order_and_nothing_else_moves() {
         let (tx, mut rx) = mpsc::channel(64);
+        let other_turn = HarnessEvent::TextDelta {
+            turn_id: "t2".into(),
+            item_id: "m".into(),
+            delta: "y".into(),
+        };
         for e in [
             delta("m", "a"),
             delta("m", "b"),
@@ -408,11 +415,15 @@ mod tests {
             delta("other", "e"),
             delta("m", "f"),
             delta("m", "g"),
+            // Another turn's delta of the same item id is not joined either.
+            other_turn.clone(),
+            delta("m", "z"),
         ] {
             tx.send(e).await.unwrap();
         }
+        drop(tx);
         assert_eq!(
-            drain(&mut rx),
+            drain(&mut rx).await,
             vec![
                 delta("m", "abc"),
                 HarnessEvent::Warning {
@@ -421,18 +432,10 @@ mod tests {
                 delta("m", "d"),
                 delta("other", "e"),
                 delta("m", "fg"),
+                other_turn,
+                delta("m", "z"),
             ]
         );
-        // Another turn's delta of the same item id is not joined either.
-        tx.send(delta("m", "x")).await.unwrap();
-        tx.send(HarnessEvent::TextDelta {
-            turn_id: "t2".into(),
-            item_id: "m".into(),
-            delta: "y".into(),
-        })
-        .await
-        .unwrap();
-        assert_eq!(drain(&mut rx).len(), 2);
     }
 
     #[tokio::test]
@@ -445,7 +448,8 @@ mod tests {
             sent.push_str(&text);
             tx.send(delta("m", &text)).await.unwrap();
         }
-        let slices = drain(&mut rx);
+        drop(tx);
+        let slices = drain(&mut rx).await;
         let mut joined = String::new();
         for s in &slices {
             let HarnessEvent::TextDelta { delta, .. } = s else {

@@ -87,6 +87,11 @@ fn a_delta_read_in_one_pass_is_what_the_general_way_reads() {
         r#"{"method":"item/agentMessage/delta","params":{"turnId":"t1","delta":"x"}}"#,
         r#"{"method":"item/agentMessage/delta"}"#,
         r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"},"method":"turn/started"}"#,
+        // A null id is no id; an `error` of the wrong shape is malformed either way.
+        r#"{"id":null,"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"}}"#,
+        r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"},"error":"x"}"#,
+        // The method's name escaped: not found, read the general way (the same delta).
+        r#"{"method":"item\/agentMessage\/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"}}"#,
         // The name elsewhere in a line of another method.
         r#"{"method":"warning","params":{"message":"m","x":{"method":"item/agentMessage/delta"}}}"#,
         r#"{"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"c","delta":"\"method\":\"item/agentMessage/delta\""}}"#,
@@ -102,16 +107,18 @@ fn a_delta_read_in_one_pass_is_what_the_general_way_reads() {
             general_bad.load(Ordering::Relaxed),
             "{line}"
         );
-        if matches!(
-            serde_json::from_str::<DeltaLine<'_>>(line),
-            Ok(DeltaLine { id: None, method, .. }) if method == notification::AGENT_MESSAGE_DELTA
-        ) {
+        if DELTA_FINDER.find(line.as_bytes()).is_some()
+            && matches!(
+                serde_json::from_str::<DeltaLine<'_>>(line),
+                Ok(DeltaLine { id: None, method, .. }) if method == notification::AGENT_MESSAGE_DELTA
+            )
+        {
             fast_paths += 1;
         }
     }
-    // The first two took the one pass (the rest did not parse as a delta's line, or
-    // were a request, or of another method).
-    assert_eq!(fast_paths, 2);
+    // The first two and the null id took the one pass (the rest did not parse as a
+    // delta's line, or were a request, or of another method, or were not found).
+    assert_eq!(fast_paths, 3);
 }
 
 fn translator() -> (Translator, Arc<AtomicU64>) {

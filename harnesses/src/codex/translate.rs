@@ -42,6 +42,8 @@ use crate::stdio::{self, Outgoing};
 mod approvals;
 mod items;
 #[cfg(test)]
+mod one_pass_tests;
+#[cfg(test)]
 mod tests;
 
 /// One line of codex's stdout as its outer shape only: `params` and `result` stay raw

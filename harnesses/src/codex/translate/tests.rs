@@ -69,59 +69,7 @@ fn the_envelope_reads_every_shape_as_the_whole_message_does() {
     assert_eq!(by_envelope("[1,2]"), "none");
 }
 
-/// A delta's line read in one pass ([`DeltaLine`]) comes out as the general way reads it,
-/// and any line that only looks like one is read the general way.
-#[test]
-fn a_delta_read_in_one_pass_is_what_the_general_way_reads() {
-    assert_eq!(
-        DELTA_METHOD,
-        format!("\"method\":\"{}\"", notification::AGENT_MESSAGE_DELTA)
-    );
-    let lines = [
-        // Escapes, other fields, another order.
-        r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"h\u00e9\"llo\n\\"}}"#,
-        r#"{"jsonrpc":"2.0","params":{"delta":"x","itemId":"m","turnId":"t1","threadId":"th","extra":[1]},"method":"item/agentMessage/delta","emittedAtMs":5}"#,
-        // A request under that name: refused, as any request Relay does not handle.
-        r#"{"id":7,"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"}}"#,
-        // Params of the wrong shape: malformed either way.
-        r#"{"method":"item/agentMessage/delta","params":{"turnId":"t1","delta":"x"}}"#,
-        r#"{"method":"item/agentMessage/delta"}"#,
-        r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"},"method":"turn/started"}"#,
-        // A null id is no id; an `error` of the wrong shape is malformed either way.
-        r#"{"id":null,"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"}}"#,
-        r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"},"error":"x"}"#,
-        // The method's name escaped: not found, read the general way (the same delta).
-        r#"{"method":"item\/agentMessage\/delta","params":{"threadId":"th","turnId":"t1","itemId":"m","delta":"x"}}"#,
-        // The name elsewhere in a line of another method.
-        r#"{"method":"warning","params":{"message":"m","x":{"method":"item/agentMessage/delta"}}}"#,
-        r#"{"method":"item/commandExecution/outputDelta","params":{"threadId":"th","turnId":"t1","itemId":"c","delta":"\"method\":\"item/agentMessage/delta\""}}"#,
-    ];
-    let mut fast_paths = 0;
-    for line in lines {
-        let (mut fast, fast_bad) = translator();
-        let (mut general, general_bad) = translator();
-        let read = fast.handle_line(line);
-        assert_eq!(read, general.handle_envelope(line), "{line}");
-        assert_eq!(
-            fast_bad.load(Ordering::Relaxed),
-            general_bad.load(Ordering::Relaxed),
-            "{line}"
-        );
-        if DELTA_FINDER.find(line.as_bytes()).is_some()
-            && matches!(
-                serde_json::from_str::<DeltaLine<'_>>(line),
-                Ok(DeltaLine { id: None, method, .. }) if method == notification::AGENT_MESSAGE_DELTA
-            )
-        {
-            fast_paths += 1;
-        }
-    }
-    // The first two and the null id took the one pass (the rest did not parse as a
-    // delta's line, or were a request, or of another method, or were not found).
-    assert_eq!(fast_paths, 3);
-}
-
-fn translator() -> (Translator, Arc<AtomicU64>) {
+pub(super) fn translator() -> (Translator, Arc<AtomicU64>) {
     let counter = Arc::new(AtomicU64::new(0));
     (Translator::new(counter.clone(), true), counter)
 }

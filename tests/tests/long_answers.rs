@@ -2,7 +2,9 @@
 //! log's text files before it is reported, and the log's records refer to it there: no
 //! record holds it, the item, the completion, its flight and the reply read it back whole,
 //! across a `kill -9` and a restart, from several agents at once; `relay doctor` checks
-//! out. A short answer stays in the log.
+//! out. A short answer stays in the log. A burst of short deltas from several agents at
+//! once reaches the log joined into slices, none over `DELTA_MERGE_MAX`, with nothing
+//! of its text lost or reordered.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use relay_broker::store::{Store, STORE_DIR};
 use relay_protocol::domain::shared::LONG_TEXT;
+use relay_protocol::runtime::DELTA_MERGE_MAX;
 use relay_tests::load::instant_codex_bin;
 use relay_tests::{relay_cmd, wait_until, Http, RelayProcess};
 use serde_json::{json, Value};
@@ -154,4 +157,49 @@ async fn long_answers_are_written_first_and_referred_to_across_a_kill_9() {
     let out = relay_cmd(&data, &["doctor", "--json"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["consistent"], true, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_order() {
+    const BURST: usize = 20_000;
+    const SIZE: usize = 32;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProcess::start(&tmp.path().join("data")).unwrap();
+    let http = relay.http();
+    let command = instant_codex_bin().display().to_string();
+    let cwd = tmp.path().display().to_string();
+    let names: Vec<String> = (0..AGENTS).map(|i| format!("burst-{i}")).collect();
+    for name in &names {
+        let spec =
+            json!({"name": name, "harness": "codex_app_server", "cwd": cwd, "command": command});
+        let (code, v) = http.post("/v1/agents", &spec).await;
+        assert_eq!(code, 200, "{v}");
+    }
+    let asked = names.iter().map(|name| {
+        let (http, name) = (http.clone(), name.clone());
+        tokio::spawn(async move { ask(&http, &name, &format!("stream:{BURST}:{SIZE}")).await })
+    });
+    let mut flights = Vec::new();
+    for a in asked.collect::<Vec<_>>() {
+        flights.push(a.await.unwrap());
+    }
+    for id in &flights {
+        // Its deltas joined are its answer, its item and its reply (see `answer`).
+        assert_eq!(answer(&http, id).await.len(), BURST * SIZE, "{id}");
+        let (_, updates) = http.get(&format!("/v1/flights/{id}/updates")).await;
+        let slices: Vec<usize> = updates
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|u| u["kind"] == "delta")
+            .map(|u| u["text"].as_str().unwrap().len())
+            .collect();
+        assert!(
+            slices.iter().all(|len| *len <= DELTA_MERGE_MAX),
+            "{id}: a slice over the cap: {slices:?}"
+        );
+        // Streamed faster than one commit a delta: joined on the way.
+        assert!(slices.len() < BURST, "{id}: {} updates", slices.len());
+    }
+    relay.terminate().unwrap();
 }

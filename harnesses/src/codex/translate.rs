@@ -73,10 +73,22 @@ struct DeltaLine<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     method: std::borrow::Cow<'a, str>,
-    params: wire::DeltaNotification,
+    #[serde(borrow)]
+    params: DeltaParams<'a>,
     /// Read as the envelope reads it (a line with one of the wrong shape is malformed).
     #[serde(default, rename = "error")]
     _error: Option<wire::ErrorObject>,
+}
+
+/// [`wire::DeltaNotification`] with its thread id checked but not kept (not copied).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeltaParams<'a> {
+    #[serde(borrow, rename = "threadId")]
+    _thread_id: std::borrow::Cow<'a, str>,
+    turn_id: String,
+    item_id: String,
+    delta: String,
 }
 
 /// How an agent message's delta names its method in a line: only a line holding this
@@ -170,25 +182,29 @@ impl Translator {
         if line.trim().is_empty() {
             return Vec::new();
         }
-        // An agent message's delta: one pass, straight into its type.
-        if DELTA_FINDER.find(line.as_bytes()).is_some() {
-            if let Ok(DeltaLine {
+        if let Some(delta) = self.delta(line) {
+            return vec![Action::Event(delta)];
+        }
+        self.handle_envelope(line)
+    }
+
+    /// An agent message's delta read in one pass, straight into its event; `None`: the
+    /// line is something else, to be read the general way ([`DeltaLine`]).
+    fn delta(&self, line: &str) -> Option<HarnessEvent> {
+        DELTA_FINDER.find(line.as_bytes())?;
+        match serde_json::from_str(line) {
+            Ok(DeltaLine {
                 id: None,
                 method,
                 params,
                 ..
-            }) = serde_json::from_str(line)
-            {
-                if method == notification::AGENT_MESSAGE_DELTA {
-                    return vec![Action::Event(HarnessEvent::TextDelta {
-                        turn_id: params.turn_id,
-                        item_id: params.item_id,
-                        delta: params.delta,
-                    })];
-                }
-            }
+            }) if method == notification::AGENT_MESSAGE_DELTA => Some(HarnessEvent::TextDelta {
+                turn_id: params.turn_id,
+                item_id: params.item_id,
+                delta: params.delta,
+            }),
+            _ => None,
         }
-        self.handle_envelope(line)
     }
 
     /// Any line the general way: the envelope borrows `params` as raw JSON, which is
@@ -553,6 +569,10 @@ impl stdio::Wire for CodexWire {
     const NAME: &'static str = "codex";
 
     fn line(&mut self, line: &str, out: &mut Vec<stdio::Action>) {
+        if let Some(delta) = self.translator.delta(line) {
+            out.push(stdio::Action::Event(delta));
+            return;
+        }
         out.extend(self.translator.handle_line(line).into_iter().filter_map(
             |action| match action {
                 Action::Event(event) => Some(stdio::Action::Event(event)),

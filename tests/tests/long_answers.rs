@@ -175,6 +175,8 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
         let (code, v) = http.post("/v1/agents", &spec).await;
         assert_eq!(code, 200, "{v}");
     }
+    // Asked at once (whether the streams overlap is the machine's doing: the checks
+    // below hold either way).
     let asked = names.iter().map(|name| {
         let (http, name) = (http.clone(), name.clone());
         tokio::spawn(async move { ask(&http, &name, &format!("stream:{BURST}:{SIZE}")).await })
@@ -198,8 +200,9 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
             slices.iter().all(|len| *len <= DELTA_MERGE_MAX),
             "{id}: a slice over the cap: {slices:?}"
         );
-        // Streamed faster than one commit a delta: joined on the way.
-        assert!(slices.len() < BURST, "{id}: {} updates", slices.len());
+        // Streamed far faster than one commit a delta: joined on the way (by the
+        // runtime's worker, the plane or the writer: any of them may join a run).
+        assert!(slices.len() * 4 < BURST, "{id}: {} updates", slices.len());
     }
     relay.terminate().unwrap();
 }

@@ -1,8 +1,9 @@
 //! Codex wire -> [`HarnessEvent`]s: the protocol state of one app-server connection,
 //! without I/O, so it can be tested line by line.
 //!
-//! [`Translator::handle_line`] takes one stdout line and returns [`Action`]s, which
-//! [`CodexWire`] (the translator as the [`stdio::Wire`] of the child's owner task) hands
+//! [`CodexWire`] (the translator as the [`stdio::Wire`] of the child's owner task) reads
+//! each stdout line into [`Action`]s (a streamed delta's in one pass,
+//! [`Translator::delta`], any other by [`Translator::handle_envelope`]) and hands them
 //! on: events to publish, responses to hand to waiting requests, and messages to write
 //! back (a JSON-RPC error for every server request Relay does not handle, so Codex never
 //! waits forever). It remembers what later lines need: each turn's last agent message and
@@ -47,7 +48,7 @@ mod one_pass_tests;
 mod tests;
 
 /// One line of codex's stdout as its outer shape only: `params` and `result` stay raw
-/// JSON until the method says what they are ([`Translator::handle_line`]).
+/// JSON until the method says what they are ([`Translator::handle_envelope`]).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(default)]
@@ -63,7 +64,7 @@ struct Envelope<'a> {
     error: Option<wire::ErrorObject>,
 }
 
-/// A streamed text's line read in one pass ([`Translator::handle_line`]'s fast path):
+/// A streamed text's line read in one pass ([`Translator::delta`]):
 /// Codex streams an answer as thousands of these, and reading the envelope first, then
 /// its `params` again, was half of its owner task's time in a burst.
 #[derive(Deserialize)]
@@ -75,9 +76,11 @@ struct DeltaLine<'a> {
     method: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     params: DeltaParams<'a>,
-    /// Read as the envelope reads it (a line with one of the wrong shape is malformed).
+    /// Read as the envelope reads them (one of the wrong shape, or twice, is malformed).
     #[serde(default, rename = "error")]
     _error: Option<wire::ErrorObject>,
+    #[serde(default, borrow, rename = "result")]
+    _result: Option<&'a RawValue>,
 }
 
 /// [`wire::DeltaNotification`] with its thread id checked but not kept (not copied).
@@ -178,16 +181,6 @@ impl Translator {
         tracing::warn!(%why, line = %shown, "codex: malformed line ignored");
     }
 
-    pub fn handle_line(&mut self, line: &str) -> Vec<Action> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        if let Some(delta) = self.delta(line) {
-            return vec![Action::Event(delta)];
-        }
-        self.handle_envelope(line)
-    }
-
     /// An agent message's delta read in one pass, straight into its event; `None`: the
     /// line is something else, to be read the general way ([`DeltaLine`]).
     fn delta(&self, line: &str) -> Option<HarnessEvent> {
@@ -211,6 +204,9 @@ impl Translator {
     /// then read once into the type its method names (not a generic tree, a `Value` and
     /// a conversion).
     fn handle_envelope(&mut self, line: &str) -> Vec<Action> {
+        if line.trim().is_empty() {
+            return Vec::new();
+        }
         let envelope: Envelope<'_> = match serde_json::from_str(line) {
             Ok(e) => e,
             Err(err) => {
@@ -573,25 +569,28 @@ impl stdio::Wire for CodexWire {
             out.push(stdio::Action::Event(delta));
             return;
         }
-        out.extend(self.translator.handle_line(line).into_iter().filter_map(
-            |action| match action {
-                Action::Event(event) => Some(stdio::Action::Event(event)),
-                Action::Response { id, result } => Some(stdio::Action::Answer {
-                    id: id.to_string(),
-                    result: result.map_err(|e| HarnessError::Rpc {
-                        code: e.code,
-                        message: e.message,
+        out.extend(
+            self.translator
+                .handle_envelope(line)
+                .into_iter()
+                .filter_map(|action| match action {
+                    Action::Event(event) => Some(stdio::Action::Event(event)),
+                    Action::Response { id, result } => Some(stdio::Action::Answer {
+                        id: id.to_string(),
+                        result: result.map_err(|e| HarnessError::Rpc {
+                            code: e.code,
+                            message: e.message,
+                        }),
                     }),
+                    Action::Send(message) => match serde_json::to_value(message) {
+                        Ok(message) => Some(stdio::Action::Send(message)),
+                        Err(err) => {
+                            tracing::warn!(%err, "codex: cannot encode an answer");
+                            None
+                        }
+                    },
                 }),
-                Action::Send(message) => match serde_json::to_value(message) {
-                    Ok(message) => Some(stdio::Action::Send(message)),
-                    Err(err) => {
-                        tracing::warn!(%err, "codex: cannot encode an answer");
-                        None
-                    }
-                },
-            },
-        ));
+        );
     }
 
     fn malformed_counter(&self) -> Option<Arc<AtomicU64>> {

@@ -69,12 +69,23 @@ fn the_envelope_reads_every_shape_as_the_whole_message_does() {
     assert_eq!(by_envelope("[1,2]"), "none");
 }
 
+impl Translator {
+    /// A line as [`CodexWire::line`] reads it: a delta's in one pass, any other the
+    /// general way.
+    pub(super) fn handle_line(&mut self, line: &str) -> Vec<Action> {
+        match self.delta(line) {
+            Some(delta) => vec![Action::Event(delta)],
+            None => self.handle_envelope(line),
+        }
+    }
+}
+
 pub(super) fn translator() -> (Translator, Arc<AtomicU64>) {
     let counter = Arc::new(AtomicU64::new(0));
     (Translator::new(counter.clone(), true), counter)
 }
 
-fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
+pub(super) fn events(actions: Vec<Action>) -> Vec<HarnessEvent> {
     actions
         .into_iter()
         .filter_map(|a| match a {

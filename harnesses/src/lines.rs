@@ -73,7 +73,9 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 self.returned = true;
                 return Ok(!self.line.is_empty());
             }
-            let (n, ends_line) = match available.iter().position(|&b| b == b'\n') {
+            // `memchr`, not a byte-at-a-time `position`: in a burst, finding the newline
+            // was most of this function's own time on the owner task.
+            let (n, ends_line) = match memchr::memchr(b'\n', available) {
                 Some(i) => (i + 1, true),
                 None => (available.len(), false),
             };

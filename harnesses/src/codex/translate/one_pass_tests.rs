@@ -66,12 +66,7 @@ fn a_delta_read_in_one_pass_is_what_the_general_way_reads() {
             (read.len(), events(read), general_bad),
             "{line} through the wire"
         );
-        if DELTA_FINDER.find(line.as_bytes()).is_some()
-            && matches!(
-                serde_json::from_str::<DeltaLine<'_>>(line),
-                Ok(DeltaLine { id: None, method, .. }) if method == notification::AGENT_MESSAGE_DELTA
-            )
-        {
+        if translator().0.delta(line).is_some() {
             fast_paths += 1;
         }
     }

@@ -314,7 +314,7 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
     marks.sort_unstable();
     let mut kills = Vec::new();
     for (victim, mark) in victims.into_iter().zip(marks) {
-        let ran = match reach(&fleet.runs_log, mark, &runner, &target).await? {
+        let ran = match reach(&fleet.runs_log, mark, &runner, &target, chaos.within).await? {
             Some(ran) => ran,
             // Nothing left to run: no more kills.
             None => break,
@@ -326,11 +326,22 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
             ran,
             after_load: runner.is_finished(),
         });
+        // Progress as it happens: a run stopped from outside (a test's timeout) still
+        // shows how far it got.
+        eprintln!(
+            "chaos: {:.1}s: kill -9 of the {victim:?} at {ran} run, {} acked (mark {mark})",
+            started.elapsed().as_secs_f64(),
+            load.acked.load(Ordering::Relaxed)
+        );
         kill_and_restart(&mut fleet, &target, victim, down)
             .await
             .with_context(|| format!("restarting the {victim:?} (seed {})", chaos.seed))?;
     }
     let load_report = runner.await??;
+    eprintln!(
+        "chaos: {:.1}s: every invocation acknowledged; waiting for the flights to end",
+        started.elapsed().as_secs_f64()
+    );
     let (states, stuck) = wait_terminal(&target, chaos.within).await?;
     let elapsed = started.elapsed();
     let mut report = check(&fleet, &target, &load_report, &states).await?;
@@ -363,14 +374,17 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
 
 /// Waits until the harnesses have received `mark` tasks; returns how many they have.
 /// `None` once the load is over and no flight is live (the mark cannot be reached: some
-/// flights ended without running).
+/// flights ended without running), or once the load has been over for `within` (flights
+/// stuck live: the wait for their ends then reports them).
 async fn reach<T>(
     runs_log: &Path,
     mark: usize,
     runner: &tokio::task::JoinHandle<T>,
     target: &Target,
+    within: Duration,
 ) -> anyhow::Result<Option<usize>> {
     let mut idle_checked = Instant::now();
+    let mut load_over: Option<Instant> = None;
     loop {
         let ran = count_lines(runs_log)?;
         if ran >= mark {
@@ -380,6 +394,9 @@ async fn reach<T>(
             idle_checked = Instant::now();
             let states = load::flight_states(target).await?;
             if states.values().all(|s| load::is_terminal(&s.state)) {
+                return Ok(None);
+            }
+            if load_over.get_or_insert_with(Instant::now).elapsed() >= within {
                 return Ok(None);
             }
         }

@@ -283,7 +283,10 @@ async fn chaos_kill_9_of_broker_node_and_nats_loses_nothing_and_fails_only_cut_t
         kills: CHAOS_KILLS,
         turn: Duration::from_millis(20),
         down: Duration::from_millis(500),
-        within: WITHIN,
+        // The load's and then the ends' deadline, each: both together well within
+        // nextest's timeout (.config/nextest.toml), so a hang fails with the report of
+        // what is stuck rather than being killed from outside with nothing said.
+        within: CHAOS_WITHIN,
     };
     let report = chaos::run(&chaos)
         .await
@@ -302,4 +305,5 @@ async fn chaos_kill_9_of_broker_node_and_nats_loses_nothing_and_fails_only_cut_t
 }
 
 const CHAOS_INVOCATIONS: usize = 900;
+const CHAOS_WITHIN: Duration = Duration::from_secs(120);
 const CHAOS_KILLS: usize = 9;

@@ -150,6 +150,11 @@ struct Worker {
 }
 
 impl Worker {
+    /// The agent's task, alive as long as the agent. What it awaits only now and then (a
+    /// turn, a session's start or stop, an idle event, failing what is left) is boxed:
+    /// inline, the largest of those futures made every idle worker's task that large,
+    /// 26 KB an agent (the broker of 1,000 live agents held 26 MB of it). See
+    /// `tests::an_idle_worker_task_is_small`.
     async fn run(mut self, queue: Arc<TurnQueue>, mut msgs: mpsc::UnboundedReceiver<Msg>) {
         // Why the turns still queued will not run here; `None`: the runtime is stopping,
         // and they are left to the next start (see below).
@@ -160,12 +165,12 @@ impl Worker {
                 // respawns the session instead of failing on a dead one.
                 biased;
                 _ = self.deps.shutdown.cancelled() => break,
-                ev = next_event(&mut self.session) => self.idle_event(ev).await,
+                ev = next_event(&mut self.session) => Box::pin(self.idle_event(ev)).await,
                 m = msgs.recv() => match m {
                     None => break,
                     Some(Msg::Warm(agent)) => {
                         self.warm = (agent.spec.wake == WakePolicy::KeepWarm).then(|| (*agent).clone());
-                        if !self.warm_up(&agent).await {
+                        if !Box::pin(self.warm_up(&agent)).await {
                             break;
                         }
                     }
@@ -181,7 +186,7 @@ impl Worker {
                 _ = rewarm(self.rewarm_at) => {
                     self.rewarm_at = None;
                     if let Some(agent) = self.warm.clone() {
-                        if !self.warm_up(&agent).await {
+                        if !Box::pin(self.warm_up(&agent)).await {
                             break;
                         }
                     }
@@ -192,7 +197,7 @@ impl Worker {
                     let span = tracing::info_span!("flight", flight = %d.flight.id);
                     let turn = async {
                         tracing::debug!(agent = %self.name, "turn starts");
-                        let end = self.turn(d, &mut msgs).await;
+                        let end = Box::pin(self.turn(d, &mut msgs)).await;
                         tracing::debug!(agent = %self.name, "turn ended");
                         end
                     };
@@ -212,7 +217,7 @@ impl Worker {
             // Fail what is still queued: its agent is gone.
             Some(reason) => {
                 for d in left {
-                    self.fail(&d.flight.id, reason).await;
+                    Box::pin(self.fail(&d.flight.id, reason)).await;
                 }
             }
             // The runtime stops: these turns never started, so nothing of them ran. They
@@ -226,7 +231,7 @@ impl Worker {
             ),
             None => {}
         }
-        self.stop_session().await;
+        Box::pin(self.stop_session()).await;
         // The removal is answered only now that the session stopped: the runtime removes
         // the worktree then, never under a harness still writing in it.
         if let Some(reply) = self.removed.take() {
@@ -360,5 +365,25 @@ fn control_flight(c: &Control) -> &str {
         | Control::Approval { flight, .. }
         | Control::Revert { flight, .. } => flight,
         Control::AgentRemoved { .. } | Control::Wake { .. } => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, without making one.
+    fn future_size<A, F: std::future::Future>(_: impl FnOnce(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Each agent's worker task lives as long as the agent, so its size is paid by every
+    /// agent, busy or not (1,000 live agents: ops/BENCHMARKS.md scenario 7). A turn's
+    /// future alone (17 KB) is larger than the whole task may be: it stays boxed.
+    #[test]
+    fn an_idle_worker_task_is_small() {
+        type Msgs = mpsc::UnboundedReceiver<Msg>;
+        let task = future_size(|(w, q, m): (Worker, Arc<TurnQueue>, Msgs)| w.run(q, m));
+        assert!(task <= 16 * 1024, "the worker's task takes {task} B");
     }
 }

@@ -107,8 +107,6 @@ pub fn command() -> Command {
 /// `relay`: parses the command line, runs the command, and turns its outcome into an
 /// exit code ([`exit`]); an error is said on stderr.
 pub fn main() -> ExitCode {
-    // Before any thread: large freed buffers go back to the system (see its module).
-    relay_infra::memory::tune_allocator();
     let command = command();
     let matches = command.clone().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {

@@ -1,4 +1,29 @@
 //! `relay`: see the crate's library ([`relay_cli`]) for its parts.
+//!
+//! # The allocator: jemalloc
+//! The broker frees on one thread most of what it allocates on another: a delta's text
+//! is read on the harness's task, joined on the runtime's worker, written on the storage
+//! thread and published from the publisher's. glibc's allocator takes its arena's lock
+//! for each such free, and with the two arenas it was held to (more kept freed memory
+//! for good, a 1,000,000-delta flight left 251-373 MB: ops/BENCHMARKS.md parts 2 and 10)
+//! the lock was contended: malloc and free were a fifth of the async workers' samples
+//! with 64 flights in flight, and glibc's lock waits alone 4.5 % in a burst
+//! (ops/BENCHMARKS.md part 25). jemalloc frees into a per-thread cache instead.
+//!
+//! Its settings ([`malloc_conf`], read when it starts; `_RJEM_MALLOC_CONF` in the
+//! environment overrides them): freed pages go back to the system after about a second
+//! (`dirty_decay_ms`), straight away once unused (`muzzy_decay_ms:0`), by a thread of its
+//! own (`background_thread`), so an idle broker shrinks without allocating. mimalloc was
+//! tried too: as fast, but it kept 290 MB after the burst with its default settings,
+//! which can only be changed from the environment.
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings (module header), a C string it reads at its start.
+#[allow(non_upper_case_globals, unsafe_code)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> std::process::ExitCode {
     relay_cli::main()

@@ -8,7 +8,6 @@
 //!   space is under a reserve (sled does not survive ENOSPC), the watchdog that tells a
 //!   storage thread stuck in sled, databases opened private (0600/0700, no symlink), and
 //!   files written whole, private and durable ([`disk::write_private`]).
-//! - [`memory`]: glibc's allocator told to give large freed buffers back to the system.
 //! - [`retry`]: retrying with backoff ([`backon`]), one way for every crate above this one.
 //!
 //! Depends on: none.
@@ -17,10 +16,9 @@
 //!
 //! Layering (a module uses only the modules after its arrow; `tests/tests/module_graph/`
 //! checks it):
-//! - `disk`, `memory`, `retry` -> none
+//! - `disk`, `retry` -> none
 //! - `storage` -> `disk`
 
 pub mod disk;
-pub mod memory;
 pub mod retry;
 pub mod storage;

@@ -3,19 +3,21 @@
 //! # The allocator: jemalloc
 //! The broker frees on one thread most of what it allocates on another: a delta's text
 //! is read on the harness's task, joined on the runtime's worker, written on the storage
-//! thread and published from the publisher's. glibc's allocator takes its arena's lock
-//! for each such free, and with the two arenas it was held to (more kept freed memory
-//! for good, a 1,000,000-delta flight left 251-373 MB: ops/BENCHMARKS.md parts 2 and 10)
-//! the lock was contended: malloc and free were a fifth of the async workers' samples
-//! with 64 flights in flight, and glibc's lock waits alone 4.5 % in a burst
-//! (ops/BENCHMARKS.md part 25). jemalloc frees into a per-thread cache instead.
+//! thread and published from the publisher's. glibc's allocator keeps only a few freed
+//! blocks of a size per thread, and takes the lock of the block's arena for the rest;
+//! with the two arenas it was held to (more kept freed memory for good: a
+//! 1,000,000-delta flight left 251-373 MB, ops/BENCHMARKS.md parts 2 and 10) those locks
+//! were contended: malloc and free were a fifth of the async workers' samples with 64
+//! flights in flight, and the lock waits alone 4.5 % in a burst (ops/BENCHMARKS.md part
+//! 25). jemalloc's per-thread caches take many more, and hand them back in batches.
 //!
 //! Its settings ([`malloc_conf`], read when it starts; `_RJEM_MALLOC_CONF` in the
-//! environment overrides them): freed pages go back to the system after about a second
-//! (`dirty_decay_ms`), straight away once unused (`muzzy_decay_ms:0`), by a thread of its
-//! own (`background_thread`), so an idle broker shrinks without allocating. mimalloc was
-//! tried too: as fast, but it kept 290 MB after the burst with its default settings,
-//! which can only be changed from the environment.
+//! environment overrides them): freed pages go back to the system over about a second
+//! (`dirty_decay_ms`), in one step rather than first lazily (`MADV_FREE`) then for good
+//! (`muzzy_decay_ms:0`, so the RSS shows it), by a thread of jemalloc's own
+//! (`background_thread`), so an idle broker shrinks without allocating. mimalloc was
+//! tried too: as fast, but on its defaults it kept 290 MB after the burst, and its
+//! settings can only be changed from the environment.
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -31,6 +31,9 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------------------
 need_pkgs=()
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
+# relay's allocator, jemalloc, is built from its C sources (tikv-jemalloc-sys): make and cc.
+command -v make >/dev/null 2>&1 || need_pkgs+=(make)
+command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
 [ "$want_agents" -eq 0 ] || command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
 if [ "$want_test_pkgs" -eq 1 ]; then
   command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_pkgs+=(nats-server)

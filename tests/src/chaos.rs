@@ -64,7 +64,8 @@ pub struct Chaos {
     pub turn: Duration,
     /// How long a killed process stays down, drawn from `0..down`.
     pub down: Duration,
-    /// A deadline against a hang (the load, then the flights' ends), not a measure.
+    /// A deadline against a hang, not a measure: for the load, then again for the
+    /// flights' ends (with up to 10 s between, [`STALLED`]).
     pub within: Duration,
 }
 
@@ -165,7 +166,7 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
     marks.sort_unstable();
     let mut kills = Vec::new();
     for (victim, mark) in victims.into_iter().zip(marks) {
-        let ran = match reach(&fleet.runs_log, mark, &runner, &target, chaos.within).await? {
+        let ran = match reach(&fleet.runs_log, mark, &runner, &target).await? {
             Some(ran) => ran,
             // Nothing left to run: no more kills.
             None => break,
@@ -188,7 +189,14 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
             .await
             .with_context(|| format!("restarting the {victim:?} (seed {})", chaos.seed))?;
     }
-    let load_report = runner.await??;
+    let load_report = match runner.await? {
+        Ok(report) => report,
+        // The load's deadline: say which flights were still live.
+        Err(e) => {
+            let states = load::flight_states(&target).await?;
+            return Err(e.context(format!("flights still live: {:?}", live(&states))));
+        }
+    };
     eprintln!(
         "chaos: {:.1}s: every invocation acknowledged; waiting for the flights to end",
         started.elapsed().as_secs_f64()
@@ -223,31 +231,36 @@ pub async fn run(chaos: &Chaos) -> anyhow::Result<ChaosReport> {
     Ok(report)
 }
 
+/// How long, once the load is over and flights are still live, no new task may reach a
+/// harness before [`reach`] takes those flights as stuck: the kills stop, and the wait
+/// for the flights' ends reports them (the test then also misses kills).
+pub const STALLED: Duration = Duration::from_secs(10);
+
 /// Waits until the harnesses have received `mark` tasks; returns how many they have.
 /// `None` once the load is over and no flight is live (the mark cannot be reached: some
-/// flights ended without running), or once the load has been over for `within` (flights
-/// stuck live: the wait for their ends then reports them).
+/// flights ended without running), or once the load is over and nothing has run for
+/// [`STALLED`].
 async fn reach<T>(
     runs_log: &Path,
     mark: usize,
     runner: &tokio::task::JoinHandle<T>,
     target: &Target,
-    within: Duration,
 ) -> anyhow::Result<Option<usize>> {
     let mut idle_checked = Instant::now();
-    let mut load_over: Option<Instant> = None;
+    let (mut last_ran, mut last_run) = (0, Instant::now());
     loop {
         let ran = count_lines(runs_log)?;
         if ran >= mark {
             return Ok(Some(ran));
         }
+        if ran != last_ran {
+            (last_ran, last_run) = (ran, Instant::now());
+        }
         if runner.is_finished() && idle_checked.elapsed() >= Duration::from_secs(1) {
             idle_checked = Instant::now();
             let states = load::flight_states(target).await?;
-            if states.values().all(|s| load::is_terminal(&s.state)) {
-                return Ok(None);
-            }
-            if load_over.get_or_insert_with(Instant::now).elapsed() >= within {
+            if states.values().all(|s| load::is_terminal(&s.state)) || last_run.elapsed() >= STALLED
+            {
                 return Ok(None);
             }
         }
@@ -306,14 +319,19 @@ async fn wait_terminal(
         Ok(states) => Ok((states, Vec::new())),
         Err(_) => {
             let states = load::flight_states(target).await?;
-            let stuck = states
-                .iter()
-                .filter(|(_, s)| !load::is_terminal(&s.state))
-                .map(|(id, s)| format!("{id} {}", s.state))
-                .collect();
+            let stuck = live(&states);
             Ok((states, stuck))
         }
     }
+}
+
+/// The flights of `states` not ended, each as its id and state.
+fn live(states: &BTreeMap<String, FlightEnd>) -> Vec<String> {
+    states
+        .iter()
+        .filter(|(_, s)| !load::is_terminal(&s.state))
+        .map(|(id, s)| format!("{id} {}", s.state))
+        .collect()
 }
 
 /// A task: (invocation, attempt) of [`load::task_text`].

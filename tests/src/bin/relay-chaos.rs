@@ -43,7 +43,8 @@ struct Args {
     /// Rounds (each a fresh broker, node and nats-server).
     #[arg(long, default_value_t = 1)]
     rounds: u64,
-    /// A round that has not ended after this many seconds is a hang.
+    /// A round whose load, or then whose flights' ends, take longer than this many
+    /// seconds each is a hang.
     #[arg(long, default_value_t = 1800)]
     within: u64,
 }

@@ -479,6 +479,17 @@ impl ThreadStore {
         Ok(())
     }
 
+    /// [`ThreadStore::forget_commit_reports`], on disk before it returns: for the records
+    /// a start sent again, so that the next start (after a crash, before sled's next
+    /// flush) does not send them once more.
+    pub async fn forget_commit_reports_durably(&self, flight: &str) -> Result<(), RuntimeError> {
+        let (tree, flight) = (self.commits.clone(), flight.to_string());
+        self.db
+            .write_durably(move || tree.remove(flight.as_bytes()))
+            .await??;
+        Ok(())
+    }
+
     /// Drops an agent's thread, durably (a new agent of the same name starts afresh).
     pub async fn forget(&self, agent: &str) -> Result<(), RuntimeError> {
         let (tree, agent) = (self.tree.clone(), agent.to_string());

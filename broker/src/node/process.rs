@@ -166,7 +166,10 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
                     .await?;
             }
         }
-        runtime.threads().forget_commit_reports(&flight).await?;
+        runtime
+            .threads()
+            .forget_commit_reports_durably(&flight)
+            .await?;
     }
     for (invocation, report) in runtime.threads().ended_unsent().await? {
         if let Report::Flight {

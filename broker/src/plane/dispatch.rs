@@ -162,7 +162,7 @@ impl Plane {
                 }
             }
             if recorded {
-                if let Err(e) = threads.forget_commit_reports(&flight).await {
+                if let Err(e) = threads.forget_commit_reports_durably(&flight).await {
                     tracing::warn!(%flight, error = %e, "cannot drop a kept commit report");
                 }
             }

@@ -171,9 +171,6 @@ pub enum BrokerError {
     /// (`unavailable` from a node that gives no other).
     #[error("{}", .0.message)]
     Node(ApiError),
-    /// A sled transaction conflict; the transaction is retried, callers never see it.
-    #[error("transaction conflict")]
-    TxConflict,
 }
 
 impl BrokerError {
@@ -266,8 +263,7 @@ impl BrokerError {
             | BrokerError::Log(_)
             | BrokerError::StorageThread(_)
             | BrokerError::Corrupt(_)
-            | BrokerError::Internal(_)
-            | BrokerError::TxConflict => ErrorCode::Internal,
+            | BrokerError::Internal(_) => ErrorCode::Internal,
         }
     }
 

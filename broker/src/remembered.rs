@@ -22,11 +22,11 @@ pub async fn list(broker: &Broker, agent: Option<&str>) -> Result<Vec<Rule>, Bro
         .store()
         .read(move |s| {
             let rules = s.rules()?;
-            let Some(name) = agent else {
+            let Some(name) = &agent else {
                 return Ok(rules);
             };
             let agent = s
-                .agent(&name)?
+                .agent(name)?
                 .ok_or_else(|| BrokerError::UnknownAgent(name.clone()))?;
             Ok(rules
                 .into_iter()

@@ -37,7 +37,7 @@ impl Broker {
                 let now = relay_protocol::clock::now_ms();
                 Ok(relay_protocol::api::BudgetStatus {
                     today: s.usage_of_day(&name, &relay_protocol::clock::utc_date(now))?,
-                    agent: name,
+                    agent: name.clone(),
                     budget: agent.spec.budget,
                     resets_at: relay_protocol::clock::next_utc_midnight(now),
                 })

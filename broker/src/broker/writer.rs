@@ -362,9 +362,7 @@ fn transact(
     }
     // Only this thread appends: the log's end is where this batch's events will go.
     let first_pos = store.log().end();
-    // A batch of streamed text alone is written without a sled transaction (see
-    // `store::direct`), as long as its rules emitted nothing but those updates.
-    let mut direct = commands.iter().all(is_delta);
+    // Written without a sled transaction (see `store::direct`).
     let committed = loop {
         let partial = RefCell::new(None);
         let run = |tx: &crate::store::Tx<'_>| {
@@ -390,8 +388,8 @@ fn transact(
                 }
                 let emitted = ctx.events.len();
                 match ctx.run(command) {
-                    // sled retries the batch on a conflict; a storage error fails it.
-                    Err(e @ (BrokerError::TxConflict | BrokerError::Storage(_))) => return Err(e),
+                    // A storage error fails the batch.
+                    Err(e @ BrokerError::Storage(_)) => return Err(e),
                     Err(e) if ctx.events.len() > emitted => {
                         *partial.borrow_mut() = Some((i, e));
                         return Err(BrokerError::Internal("a command was half applied".into()));
@@ -406,11 +404,11 @@ fn transact(
                     crate::store::APPLIED_KEY,
                     pair_value(last.seq, ctx.next_pos).to_vec(),
                 )?;
-                // The log gets the batch before sled commits it (sled may retry this
-                // closure: what an earlier try appended is taken back first). So a
-                // crash leaves the log at or ahead of sled, never behind: a restart
-                // catches sled up instead of rebuilding it. Synced by the group commit
-                // before anyone hears of it.
+                // The log gets the batch before sled gets any of it (a batch run again
+                // without a command that failed halfway: what the earlier run appended
+                // is taken back first). So a crash leaves the log at or ahead of sled,
+                // never behind: a restart catches sled up instead of rebuilding it.
+                // Synced by the group commit before anyone hears of it.
                 let log = store.log();
                 log.rewind(first_pos, first_seq - 1)
                     .and_then(|()| {
@@ -420,26 +418,7 @@ fn transact(
             }
             Ok((outcomes, ctx.events, ctx.streaming_delta))
         };
-        let committed = if direct {
-            match store.direct(run, |(_, events, _)| {
-                events.iter().all(|(e, _)| is_delta_update(&e.event.body))
-            }) {
-                Ok(Some(done)) => Ok(done),
-                // Something else came of it (a flight over its output's cap ended): run
-                // it again in a transaction, after taking back what the log got of it.
-                Ok(None) => {
-                    direct = false;
-                    store
-                        .log()
-                        .rewind(first_pos, first_seq - 1)
-                        .map_err(|e| BrokerError::Log(e.to_string()))?;
-                    continue;
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            store.transaction(run)
-        };
+        let committed = store.direct(run);
         match partial.into_inner() {
             Some((i, e)) => {
                 tracing::error!(command = ?commands[i], error = %e, "a command failed after writing; it is left out of its batch");
@@ -492,25 +471,6 @@ fn transact(
 }
 
 /// A client's or the runtime's streamed text (see `store::direct`).
-fn is_delta(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::UpdateFlight {
-            change: FlightChange::Delta { .. },
-            ..
-        }
-    )
-}
-
-/// The update a delta makes.
-fn is_delta_update(body: &relay_protocol::event::EventBody) -> bool {
-    matches!(
-        body,
-        relay_protocol::event::EventBody::FlightUpdated { update, .. }
-            if matches!(update.change, FlightChange::Delta { .. })
-    )
-}
-
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
     /// With its encoding (the log record's payload; see [`Published`]).

@@ -22,12 +22,12 @@ pub(super) async fn list_approvals(
         .store()
         .read(move |st| {
             let all: Vec<Approval> = st.values(T::Approvals)?;
-            let Some(me) = me else {
+            let Some(me) = &me else {
                 return Ok(all);
             };
             let mut mine = Vec::new();
             for a in all {
-                if super::reads::own_approval(st, &a, &me)? {
+                if super::reads::own_approval(st, &a, me)? {
                     mine.push(a);
                 }
             }

@@ -159,7 +159,7 @@ pub(super) async fn flight_updates(
         .store()
         .read(move |store| {
             if store.flight(&id)?.is_none() {
-                return Err(BrokerError::UnknownFlight(id));
+                return Err(BrokerError::UnknownFlight(id.clone()));
             }
             store.flight_updates(&id, after)
         })

@@ -43,7 +43,7 @@ pub(super) async fn read_messages(
         .store()
         .read(move |store| {
             if store.conversation(&id)?.is_none() {
-                return Err(BrokerError::UnknownConversation(id));
+                return Err(BrokerError::UnknownConversation(id.clone()));
             }
             store.messages(&id, limit)
         })

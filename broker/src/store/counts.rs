@@ -5,9 +5,8 @@
 //! plus one, and `messages` holds that as its last key under the conversation
 //! ([`child_key`](super::child_key)), so it is read from there:
 //! - by the writer's rules, from [`Counts`]: every conversation's count, read from
-//!   `messages` before the store's first transaction (a sled transaction cannot read a
-//!   tree outside itself: it would wait for itself) and moved on only when a
-//!   transaction commits (a transaction's own posts sit in its overlay until then);
+//!   `messages` before the store's first batch, and moved on only when a batch commits
+//!   (a batch's own posts sit in its overlay until then);
 //! - by every other reader ([`Store::conversation`], [`Store::conversations`]), from
 //!   `messages` on disk.
 //!
@@ -28,12 +27,12 @@ use super::log::{EventLog, Pos};
 use super::{Store, Tx};
 use crate::error::BrokerError;
 
-/// The message count of every conversation, as the writer's transactions committed
+/// The message count of every conversation, as the writer's batches committed
 /// them (`None` until the first: see [`Counts::load`]).
 #[derive(Default)]
 pub struct Counts(Mutex<Option<HashMap<String, u64>>>);
 
-/// A transaction's posts and new conversations: each one's count after them, applied
+/// A batch's posts and new conversations: each one's count after them, applied
 /// when it commits.
 pub type CountOverlay = RefCell<HashMap<String, u64>>;
 
@@ -43,7 +42,7 @@ impl Counts {
     }
 
     /// Reads every conversation's count from `store`, once: before its first
-    /// transaction, outside it.
+    /// batch, outside it.
     pub fn load(&self, store: &Store) -> Result<(), BrokerError> {
         let mut counts = self.0.lock().map_err(|_| poisoned())?;
         if counts.is_none() {
@@ -58,7 +57,7 @@ impl Counts {
         Ok(())
     }
 
-    /// A committed transaction's posts.
+    /// A committed batch's posts.
     pub fn commit(&self, overlay: &CountOverlay) {
         if let Ok(mut counts) = self.0.lock() {
             if let Some(counts) = counts.as_mut() {
@@ -171,7 +170,7 @@ impl Store {
 }
 
 impl Tx<'_> {
-    /// Conversation `id` with its message count, as this transaction sees it.
+    /// Conversation `id` with its message count, as this batch sees it.
     pub fn conversation(&self, id: &str) -> Result<Option<Conversation>, BrokerError> {
         let Some(v) = self.trees.get(T::Conversations, id.as_bytes())? else {
             return Ok(None);
@@ -185,7 +184,7 @@ impl Tx<'_> {
     }
 
     /// The seq, log position and index of conversation `id`'s last message (its
-    /// [`last_message_key`]), as this transaction sees it (its own posts included).
+    /// [`last_message_key`]), as this batch sees it (its own posts included).
     pub fn last_message(&self, id: &str) -> Result<Option<(u64, Pos, u64)>, BrokerError> {
         self.trees
             .get(T::Messages, &last_message_key(id))?
@@ -193,7 +192,7 @@ impl Tx<'_> {
             .transpose()
     }
 
-    /// Conversation `id` has `count` messages after this transaction's post (or
+    /// Conversation `id` has `count` messages after this batch's post (or
     /// creation).
     pub(super) fn set_count(&self, id: &str, count: u64) {
         self.counts_overlay

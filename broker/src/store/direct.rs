@@ -1,24 +1,30 @@
-//! The trees as a batch of the writer sees them: in one sled transaction, or written
-//! directly, without one ([`Store::direct`](super::Store::direct)).
+//! A batch of the writer as it goes into sled, without a sled transaction
+//! ([`Store::direct`](super::Store::direct)): its writes held until it is done
+//! ([`Direct`]), then written key by key; and the gate that keeps readers from seeing
+//! part of it ([`Gate`]).
 //!
-//! # Why a batch of deltas needs no sled transaction
+//! # Why a batch needs no sled transaction
 //! Every sled transaction, however small, seals sled's I/O buffer and hands it to sled's
 //! thread pool, which wakes all 7 of its waiting threads to write it and
 //! `sync_file_range` it. At one delta a millisecond that was a third of the broker's
-//! CPU samples (ops/BENCHMARKS.md part 22), on 2 cores and beside the log's `fdatasync`.
-//!
-//! A batch of streamed text writes few keys: a flight's update positions (each
-//! meaningful alone, and read only up to the log's synced end), sometimes a seq's
-//! position, at every 32nd update the flight's record (after its update positions), and
-//! where the projections stand ([`APPLIED_KEY`](super::recover::APPLIED_KEY)), last.
-//! - **Readers:** before its first key, the batch's last seq counts as committed
+//! CPU samples (ops/BENCHMARKS.md part 22), on 2 cores and beside the log's `fdatasync`;
+//! with 64 invocations in flight, most of the storage thread's time was in sled's
+//! transactions (part 25). So the writer writes every batch key by key, after the log
+//! holds it, `meta` last:
+//! - **Readers** ([`Store::read`](super::Store::read)) see a batch whole or not at all:
+//!   its keys go in behind the [`Gate`], which a reader checks before and after its
+//!   reads, and reads again (at last under the gate's lock) when a batch went in
+//!   meanwhile. And before its first key, the batch's last seq counts as committed
 //!   ([`Store::committed_seq`](super::Store::committed_seq)), so a reader that sees any
-//!   of its keys waits for its sync, as it waits for a transaction's
-//!   ([`Store::read`](super::Store::read)).
+//!   of its keys waits for its sync, as it waits for a transaction's.
 //! - **A crash of the process:** the log holds the batch before any of it reaches sled,
 //!   so a crash between two of these writes is caught up at the next start as any crash
-//!   after the log's write is: from `APPLIED`, applying each event again (applying twice
-//!   changes nothing).
+//!   after the log's write is: from `APPLIED`, applying each event again. Applying an
+//!   event twice changes nothing, except where it moves a counter: the usage counters
+//!   (folded from the flight's record before it) and a rule's matches. So before its
+//!   first key, the batch writes what those keys held before it, and the records of the
+//!   flights they were folded from ([`APPLYING_KEY`], with its last seq); the next start
+//!   puts them back ([`restore`]) before it applies the batch again.
 //! - **A power cut:** sled may keep the first keys of a batch whose log record, not yet
 //!   synced, is lost. So the batch's last seq goes into `meta` first
 //!   ([`APPLYING_KEY`]); at open, one above the log's last seq has every projection
@@ -28,60 +34,21 @@
 //!   error. Its first keys in sled are then above the log's last seq, as after a power
 //!   cut: the next start rebuilds sled.
 //!
-//! Only the storage thread writes, so nothing else can change a key between the batch's
-//! reads and its writes: no conflict to detect.
+//! All of this rests on sled keeping, after a crash, a prefix of the writes made to it
+//! (its log is replayed up to the first write it cannot read). Only the storage thread
+//! writes, so nothing else can change a key between the batch's reads and its writes:
+//! no conflict to detect.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock};
 
-use sled::transaction::TransactionalTree;
 use sled::IVec;
 
 use super::recover::APPLYING_KEY;
 use super::T;
 use crate::error::BrokerError;
-
-pub(super) enum Trees<'a> {
-    /// A sled transaction over every tree.
-    Tx(&'a [TransactionalTree]),
-    /// Plain writes, held until the batch is applied ([`Direct::apply`]).
-    Direct(&'a Direct<'a>),
-}
-
-impl Trees<'_> {
-    pub(super) fn get(&self, t: T, key: &[u8]) -> Result<Option<IVec>, BrokerError> {
-        match self {
-            Trees::Tx(trees) => trees[t as usize].get(key).map_err(unabortable),
-            Trees::Direct(direct) => direct.get(t, key),
-        }
-    }
-
-    pub(super) fn insert(&self, t: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
-        match self {
-            Trees::Tx(trees) => trees[t as usize]
-                .insert(key, value)
-                .map(|_| ())
-                .map_err(unabortable),
-            Trees::Direct(direct) => {
-                direct.write(t, key, Some(value.into()));
-                Ok(())
-            }
-        }
-    }
-
-    pub(super) fn remove(&self, t: T, key: &[u8]) -> Result<(), BrokerError> {
-        match self {
-            Trees::Tx(trees) => trees[t as usize]
-                .remove(key)
-                .map(|_| ())
-                .map_err(unabortable),
-            Trees::Direct(direct) => {
-                direct.write(t, key, None);
-                Ok(())
-            }
-        }
-    }
-}
 
 /// A batch's writes to the trees, held (and read back by the batch) until applied.
 pub(super) struct Direct<'a> {
@@ -98,34 +65,47 @@ impl<'a> Direct<'a> {
         }
     }
 
-    fn get(&self, t: T, key: &[u8]) -> Result<Option<IVec>, BrokerError> {
+    pub(super) fn get(&self, t: T, key: &[u8]) -> Result<Option<IVec>, BrokerError> {
         if let Some(written) = self.writes.borrow()[t as usize].get(key) {
             return Ok(written.clone());
         }
         Ok(self.trees[t as usize].get(key)?)
     }
 
-    fn write(&self, t: T, key: &[u8], value: Option<IVec>) {
+    pub(super) fn write(&self, t: T, key: &[u8], value: Option<IVec>) {
         self.writes.borrow_mut()[t as usize].insert(key.to_vec(), value);
     }
 
     /// Writes the batch, whose last seq is `last`, to sled: first that seq as the batch
-    /// being applied ([`APPLYING_KEY`]), then every tree, a flight's record after its
-    /// update positions, and `meta` (where the projections stand) last, so that `APPLIED`
-    /// never says more than sled holds.
+    /// being applied ([`APPLYING_KEY`], with what the keys it moves held before:
+    /// [`Direct::undo`]), then every tree, a flight's record after its update positions,
+    /// and `meta` (where the projections stand) last, so that `APPLIED` never says more
+    /// than sled holds.
     /// A batch that wrote nothing (every delta of it refused) writes nothing here either.
-    pub(super) fn apply(self, last: u64) -> Result<(), BrokerError> {
+    /// `crash`: the key writes sled may still get, as [`Store::crash_sled_after`]
+    /// (super::Store::crash_sled_after) left them.
+    pub(super) fn apply(self, last: u64, crash: &AtomicUsize) -> Result<(), BrokerError> {
         let mut writes = self.writes.into_inner();
         if writes.iter().all(BTreeMap::is_empty) {
             return Ok(());
         }
-        self.trees[T::Meta as usize].insert(APPLYING_KEY, &last.to_be_bytes())?;
+        let mut marker = last.to_be_bytes().to_vec();
+        undo(self.trees, &writes, &mut marker)?;
         let later =
             [T::Flights, T::Meta].map(|t| (t as usize, std::mem::take(&mut writes[t as usize])));
-        let trees = writes.into_iter().enumerate().chain(later);
+        let first = (
+            T::Meta as usize,
+            BTreeMap::from([(APPLYING_KEY.to_vec(), Some(marker.into()))]),
+        );
+        let trees = std::iter::once(first)
+            .chain(writes.into_iter().enumerate())
+            .chain(later);
         for (t, keys) in trees {
             let tree = &self.trees[t];
             for (key, value) in keys {
+                if !survives(crash) {
+                    return Ok(());
+                }
                 match value {
                     Some(v) => tree.insert(key, v)?,
                     None => tree.remove(key)?,
@@ -136,81 +116,163 @@ impl<'a> Direct<'a> {
     }
 }
 
-fn unabortable(e: sled::transaction::UnabortableTransactionError) -> BrokerError {
-    match e {
-        sled::transaction::UnabortableTransactionError::Storage(e) => BrokerError::Storage(e),
-        sled::transaction::UnabortableTransactionError::Conflict => BrokerError::TxConflict,
+impl super::Sink for Direct<'_> {
+    fn get(&self, tree: T, key: &[u8]) -> Result<Option<IVec>, BrokerError> {
+        Direct::get(self, tree, key)
+    }
+    fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError> {
+        self.write(tree, key, Some(value.into()));
+        Ok(())
+    }
+    fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
+        self.write(tree, key, None);
+        Ok(())
+    }
+}
+
+/// Whether one more key write reaches sled (always, unless a test crashes it: see
+/// [`Store::crash_sled_after`](super::Store::crash_sled_after)).
+fn survives(crash: &AtomicUsize) -> bool {
+    crash.load(Ordering::Relaxed) == usize::MAX
+        || crash
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+}
+
+/// The trees whose values applying an event moves (adds to) rather than sets: applying
+/// it twice would count it twice.
+const MOVED: [T; 3] = [T::UsageDaily, T::UsageTrees, T::Rules];
+/// The tree the usage counters are moved from (by what a flight's record before held).
+const MOVED_FROM: T = T::Flights;
+
+/// Appends to `marker` what each key of [`MOVED`] and [`MOVED_FROM`] the batch writes
+/// held before it, when it writes any key of [`MOVED`]: per key, its tree, its key, and
+/// its value or none, each length as a u32 BE.
+fn undo(
+    trees: &[sled::Tree],
+    writes: &[BTreeMap<Vec<u8>, Option<IVec>>],
+    marker: &mut Vec<u8>,
+) -> Result<(), BrokerError> {
+    if MOVED.iter().all(|t| writes[*t as usize].is_empty()) {
+        return Ok(());
+    }
+    for t in MOVED.into_iter().chain([MOVED_FROM]) {
+        for key in writes[t as usize].keys() {
+            marker.push(t as u8);
+            put_bytes(marker, Some(key));
+            put_bytes(marker, trees[t as usize].get(key)?.as_deref());
+        }
+    }
+    Ok(())
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            out.extend_from_slice(&u32::try_from(b.len()).unwrap_or(u32::MAX).to_be_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// One key as a batch found it before its first write: tree, key, value (none: absent).
+pub(super) type Undo = (usize, Vec<u8>, Option<Vec<u8>>);
+
+/// Reads an [`APPLYING_KEY`] marker: the batch's last seq and what its moved keys held
+/// before it. `None`: damaged.
+pub(super) fn parse_marker(marker: &[u8]) -> Option<(u64, Vec<Undo>)> {
+    let (seq, mut rest) = marker.split_first_chunk::<8>()?;
+    let mut undo = Vec::new();
+    while let Some((&tree, after)) = rest.split_first() {
+        let (key, after) = take_bytes(after)?;
+        let (value, after) = take_bytes(after)?;
+        undo.push((usize::from(tree), key?, value));
+        rest = after;
+    }
+    Some((u64::from_be_bytes(*seq), undo))
+}
+
+/// One [`put_bytes`] field: `Some(None)` for none, `None` when damaged.
+#[allow(clippy::type_complexity)]
+fn take_bytes(bytes: &[u8]) -> Option<(Option<Vec<u8>>, &[u8])> {
+    match bytes.split_first()? {
+        (0, rest) => Some((None, rest)),
+        (1, rest) => {
+            let (len, rest) = rest.split_first_chunk::<4>()?;
+            let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
+            (rest.len() >= len).then(|| (Some(rest[..len].to_vec()), &rest[len..]))
+        }
+        _ => None,
+    }
+}
+
+/// Puts back what a batch cut short by a crash found (from its marker), so that applying
+/// it again moves its counters once. Idempotent, for a crash in the middle of it too.
+pub(super) fn restore(trees: &[sled::Tree], undo: &[Undo]) -> Result<(), BrokerError> {
+    for (t, key, value) in undo {
+        let tree = trees
+            .get(*t)
+            .ok_or_else(|| BrokerError::Internal(format!("no tree {t} to put back")))?;
+        match value {
+            Some(v) => tree.insert(key, v.as_slice())?,
+            None => tree.remove(key)?,
+        };
+    }
+    Ok(())
+}
+
+/// Keeps readers from seeing part of a batch written without a transaction: the
+/// writer goes through [`Gate::write`] while its keys go in; a reader tries its reads
+/// ([`Gate::read`]), and when a batch went in during each try, holds the writer back
+/// ([`Gate::hold`]) for one more (see [`Store::read`](super::Store::read)).
+#[derive(Default)]
+pub(super) struct Gate {
+    /// Odd while a batch goes in; one more when one starts, and when it ends.
+    generation: AtomicU64,
+    /// Held by the batch going in, and by a reader that saw batches go in too often.
+    lock: RwLock<()>,
+}
+
+/// Reads run without the gate's lock this many times before they hold the writer back:
+/// a reader that raced a batch each time (a long scan, under a stream of batches) then
+/// holds it back for one read, not forever itself.
+const OPTIMISTIC_READS: usize = 3;
+
+impl Gate {
+    pub(super) fn write<R>(&self, apply: impl FnOnce() -> R) -> R {
+        let _held = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let done = apply();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        done
+    }
+
+    /// Runs `read` until it ran while no batch went in, and answers what it read then;
+    /// `None` when a batch went in during each of its tries.
+    pub(super) fn read<R>(&self, read: impl Fn() -> R) -> Option<R> {
+        for _ in 0..OPTIMISTIC_READS {
+            let before = self.generation.load(Ordering::SeqCst);
+            if before % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let done = read();
+            // The reads above are done before the generation is looked at again.
+            fence(Ordering::SeqCst);
+            if self.generation.load(Ordering::SeqCst) == before {
+                return Some(done);
+            }
+        }
+        None
+    }
+
+    /// No batch goes in until the guard is dropped.
+    pub(super) fn hold(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use crate::store::{Sink, Store};
-
-    #[test]
-    fn a_batch_reads_its_own_writes_and_reaches_sled_only_when_kept() {
-        let store = Store::temporary().unwrap();
-        let key: &[u8] = b"f1";
-        store
-            .tree(T::Agents)
-            .insert(b"gone", b"x".to_vec())
-            .unwrap();
-        let batch = |keep: bool| {
-            store
-                .direct(
-                    |tx| {
-                        Sink::put(tx, T::FlightUpdates, key, b"v1".to_vec())?;
-                        Sink::del(tx, T::Agents, b"gone")?;
-                        // The batch reads what it wrote; sled has none of it yet.
-                        assert_eq!(
-                            Sink::get(tx, T::FlightUpdates, key)?.as_deref(),
-                            Some(&b"v1"[..])
-                        );
-                        assert_eq!(Sink::get(tx, T::Agents, b"gone")?, None);
-                        assert_eq!(store.tree(T::FlightUpdates).get(key).unwrap(), None);
-                        Ok(7)
-                    },
-                    |_| keep,
-                )
-                .unwrap()
-        };
-        assert_eq!(batch(false), None);
-        assert_eq!(store.tree(T::FlightUpdates).get(key).unwrap(), None);
-        assert!(store.tree(T::Agents).get(b"gone").unwrap().is_some());
-        assert_eq!(batch(true), Some(7));
-        assert_eq!(
-            store.tree(T::FlightUpdates).get(key).unwrap().as_deref(),
-            Some(&b"v1"[..])
-        );
-        assert_eq!(store.tree(T::Agents).get(b"gone").unwrap(), None);
-    }
-
-    /// Once a batch's keys start going in, its last seq counts as committed (readers
-    /// wait for its sync), whether or not its marker ever follows.
-    #[test]
-    fn a_batch_being_applied_counts_as_committed_before_its_marker() {
-        let store = Store::temporary().unwrap();
-        assert_eq!(store.committed_seq().unwrap(), 0);
-        let appended = store
-            .direct(
-                |tx| {
-                    Sink::put(tx, T::FlightUpdates, b"f1", b"v1".to_vec())?;
-                    let payloads = [b"one".as_slice(), b"two", b"three"];
-                    store.log().append((1..=3).zip(payloads))?;
-                    Ok(())
-                },
-                |_| true,
-            )
-            .unwrap();
-        assert_eq!(appended, Some(()));
-        // Its marker was never written (as after a failure midway): seq 3 is committed
-        // for readers, and marked in sled as being applied.
-        assert_eq!(store.committed_seq().unwrap(), 3);
-        assert_eq!(
-            store.tree(T::Meta).get(APPLYING_KEY).unwrap().as_deref(),
-            Some(&3u64.to_be_bytes()[..])
-        );
-    }
-}
+mod tests;

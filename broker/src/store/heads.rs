@@ -8,13 +8,13 @@
 //! it is read ([`Flight::apply`], the one fold every reader shares). None of them changes
 //! a flight's id, agent or state:
 //! - by the writer's rules, from [`Heads`]: the newest state of each flight whose
-//!   record lags, kept in memory by the store and moved on only when a transaction
-//!   commits (a transaction's own changes sit in its overlay until then);
+//!   record lags, kept in memory by the store and moved on only when a batch
+//!   commits (a batch's own changes sit in its overlay until then);
 //! - by the writer after a restart (nothing in [`Heads`] yet), from the record and its
-//!   later updates, read point by point in the transaction;
+//!   later updates, read point by point in the batch;
 //! - by every other reader ([`Store::current`], through every read of a flight), from
 //!   the record and the later updates on disk. (A record written by a batch not synced
-//!   yet is read as it is, as before: the log is synced just after the transaction.)
+//!   yet is read as it is, as before: the log is synced just after the batch.)
 //!
 //! What is written is decided by the event alone, so a rebuild from the log (`relay
 //! doctor`, recovery at open) writes the same records.
@@ -54,7 +54,7 @@ fn lags(update: &FlightUpdate) -> bool {
 #[derive(Default)]
 pub struct Heads(Mutex<HashMap<String, Flight>>);
 
-/// A transaction's changes to [`Heads`], applied when it commits: a flight's newest
+/// A batch's changes to [`Heads`], applied when it commits: a flight's newest
 /// state (its record lags), or `None` (its record was written).
 pub type Overlay = RefCell<HashMap<String, Option<Flight>>>;
 
@@ -63,7 +63,7 @@ impl Heads {
         self.0.lock().ok()?.get(id).cloned()
     }
 
-    /// A committed transaction's changes.
+    /// A committed batch's changes.
     pub fn commit(&self, overlay: &Overlay) {
         let Ok(mut heads) = self.0.lock() else {
             return;
@@ -79,7 +79,7 @@ impl Heads {
 
 impl Tx<'_> {
     /// The flight's newest state where its record lags behind it (`None`: the record,
-    /// as this transaction sees it, is the flight).
+    /// as this batch sees it, is the flight).
     pub(super) fn head(&self, id: &str) -> Result<Option<Flight>, BrokerError> {
         if let Some(head) = self.overlay.borrow().get(id) {
             return Ok(head.clone());

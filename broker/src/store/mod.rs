@@ -53,23 +53,23 @@
 //!   state that is not in the log; a batch that writes it has sled flushed and its file
 //!   `fdatasync`ed in the same group commit, before it is acknowledged.
 //!
-//! Projections are written only by [`apply`], when a batch commits (in a sled
-//! transaction, or for a batch of streamed text alone one key after the other, `meta`
-//! last: [`Store::direct`]), when the log past
-//! `log_applied` is caught up at open ([`recover`]), and when [`Store::verify`] rebuilds
-//! them from the log, so they cannot drift apart. sled is flushed only at checkpoints
+//! Projections are written only by [`apply`], when a batch commits (one key after the
+//! other, `meta` last, readers kept from seeing part of it, no sled transaction:
+//! [`Store::direct`], whose module says why that is safe), when the log past
+//! `log_applied` is caught up at open ([`recover`], the same way), and when
+//! [`Store::verify`] rebuilds them from the log, so they cannot drift apart. sled is flushed only at checkpoints
 //! (every [`CHECKPOINT_EVENTS`] events or [`CHECKPOINT_INTERVAL`]) and for the state
 //! above: after a crash, what it lost is applied again from the log; if it holds more
 //! than the log (a batch never acknowledged) or cannot be opened, it is rebuilt.
 //!
 //! Who touches sled, and where (see [`relay_infra::storage`] for why):
-//! - Transactions and flushes run only on the process's storage thread: the broker's
-//!   writer hands each batch over as one job ([`Store::durable`]).
+//! - Writes and flushes run only on the process's storage thread: the broker's writer
+//!   hands each batch over as one job ([`Store::durable`]).
 //! - Reads from async code go through [`Store::read`], on the blocking pool. The plain
 //!   getters (`queries`) are for code already off the async workers.
 //!
 //! One concern per file: [`Store`] (here) opens the database and holds its trees, the
-//! transaction view [`Tx`] and the blocking-pool reads; `keys` lays out the trees, keys
+//! batch's view [`Tx`] and the blocking-pool reads; `keys` lays out the trees, keys
 //! and versioned values; `projections` applies events to the trees ([`apply`]) and
 //! builds the indexes a database made before them lacks; `queries` reads the records
 //! back; `usage` folds the flights' usage into its counters and reads them (and the
@@ -113,8 +113,6 @@ use relay_infra::storage::{self, Durable};
 use relay_protocol::clock::now_ms;
 use relay_protocol::domain::Flight;
 use serde::de::DeserializeOwned;
-use sled::transaction::ConflictableTransactionError;
-use sled::Transactional;
 
 use crate::error::BrokerError;
 
@@ -157,6 +155,10 @@ pub struct Store {
     /// The last seq of a batch being written to sled without a transaction (see
     /// [`Store::direct`]): readers count it as committed before its keys are all in.
     applying: Arc<std::sync::atomic::AtomicU64>,
+    /// Readers see a batch written without a transaction whole or not at all.
+    gate: Arc<direct::Gate>,
+    /// The key writes sled may still get (see [`Store::crash_sled_after`]).
+    crash: Arc<std::sync::atomic::AtomicUsize>,
     /// Keeps a temporary store's directory alive.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -218,6 +220,8 @@ impl Store {
             heads: Arc::default(),
             counts: Arc::default(),
             applying: Arc::default(),
+            gate: Arc::default(),
+            crash: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             _temp: temp,
         };
         store.index_once_each()?;
@@ -238,43 +242,10 @@ impl Store {
         Ok(self.log.last_seq())
     }
 
-    /// Runs `f` in one transaction over every tree. `f` may be re-run by sled, so it must
-    /// not have side effects outside the transaction.
-    pub fn transaction<R>(
-        &self,
-        f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
-    ) -> Result<R, BrokerError> {
-        let overlay = heads::Overlay::default();
-        let counts_overlay = counts::CountOverlay::default();
-        self.counts.load(self)?;
-        let done = self
-            .trees
-            .as_slice()
-            .transaction(|trees| {
-                // A try sled runs again starts from what is committed.
-                overlay.borrow_mut().clear();
-                counts_overlay.borrow_mut().clear();
-                f(&self.tx(direct::Trees::Tx(trees), &overlay, &counts_overlay)).map_err(
-                    |e| match e {
-                        // Let sled retry the whole closure, as it expects.
-                        BrokerError::TxConflict => ConflictableTransactionError::Conflict,
-                        e => ConflictableTransactionError::Abort(e),
-                    },
-                )
-            })
-            .map_err(|e| match e {
-                sled::transaction::TransactionError::Abort(e) => e,
-                sled::transaction::TransactionError::Storage(e) => BrokerError::Storage(e),
-            })?;
-        self.heads.commit(&overlay);
-        self.counts.commit(&counts_overlay);
-        Ok(done)
-    }
-
     /// A batch's view of the store over `trees`, with its own overlays.
     fn tx<'a>(
         &'a self,
-        trees: direct::Trees<'a>,
+        trees: &'a direct::Direct<'a>,
         overlay: &'a heads::Overlay,
         counts_overlay: &'a counts::CountOverlay,
     ) -> Tx<'a> {
@@ -289,33 +260,39 @@ impl Store {
         }
     }
 
-    /// Runs `f` as [`Store::transaction`] does, without a sled transaction: its writes
-    /// are held, read back by `f`, and applied to sled one by one (`meta` last) if
-    /// `keep` accepts what `f` returned. `Ok(None)`: `f` ran and nothing of it was
-    /// applied (its appends to the log are the caller's to take back). An error while
-    /// applying may leave part of the batch in sled (see [`direct`]). Only for a batch
-    /// whose writes no reader needs to see together.
+    /// Runs `f`, the writer's batch, over every tree: its writes are held, read back by
+    /// `f`, and, if it succeeds, applied to sled one by one
+    /// (`meta` last) behind the gate readers check, so that none sees part of them. An
+    /// error while applying may leave part of the batch in sled (see [`direct`]).
     pub fn direct<R>(
         &self,
-        f: impl Fn(&Tx<'_>) -> Result<R, BrokerError>,
-        keep: impl Fn(&R) -> bool,
-    ) -> Result<Option<R>, BrokerError> {
+        f: impl FnOnce(&Tx<'_>) -> Result<R, BrokerError>,
+    ) -> Result<R, BrokerError> {
         let overlay = heads::Overlay::default();
         let counts_overlay = counts::CountOverlay::default();
         self.counts.load(self)?;
         let writes = direct::Direct::new(&self.trees);
-        let done = f(&self.tx(direct::Trees::Direct(&writes), &overlay, &counts_overlay))?;
-        if !keep(&done) {
-            return Ok(None);
-        }
-        // Before any key: a reader that sees one of them waits for the batch's sync.
+        let done = f(&self.tx(&writes, &overlay, &counts_overlay))?;
         let last = self.log.appended_seq()?;
-        self.applying
-            .fetch_max(last, std::sync::atomic::Ordering::AcqRel);
-        writes.apply(last)?;
-        self.heads.commit(&overlay);
-        self.counts.commit(&counts_overlay);
-        Ok(Some(done))
+        self.gate.write(|| {
+            // Before any key: a reader that sees one of them waits for the batch's sync.
+            // (Behind the gate: a reader holding it back sees no new batch committed.)
+            self.applying
+                .fetch_max(last, std::sync::atomic::Ordering::AcqRel);
+            writes.apply(last, &self.crash)?;
+            self.heads.commit(&overlay);
+            self.counts.commit(&counts_overlay);
+            Ok(done)
+        })
+    }
+
+    /// Test support: from now on the batches of this store's writer reach sled with only
+    /// `writes` more key writes among them, as if the process died then; the log still
+    /// gets them all. Reopened, the store shows what a restart after such a crash does.
+    #[doc(hidden)]
+    pub fn crash_sled_after(&self, writes: usize) {
+        self.crash
+            .store(writes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The database as the storage thread writes and flushes it.
@@ -334,7 +311,9 @@ impl Store {
     }
 
     /// Runs reads (point reads, scans) on the blocking pool, off the async workers, and
-    /// answers only once what they could see is on disk.
+    /// answers only once what they could see is on disk. `f` sees each of the writer's
+    /// batches whole or not at all: it runs again when one went in meanwhile (see
+    /// [`direct`]), so it must not have side effects.
     ///
     /// sled commits a batch before its group commit syncs the log, so for that moment
     /// a read sees events not yet durable (a flight as completed, say). Handing that out
@@ -344,12 +323,16 @@ impl Store {
     /// `fdatasync`, and nothing when no batch is between its commit and its sync.
     pub async fn read<R, F>(&self, f: F) -> Result<R, BrokerError>
     where
-        F: FnOnce(&Store) -> Result<R, BrokerError> + Send + 'static,
+        F: Fn(&Store) -> Result<R, BrokerError> + Send + 'static,
         R: Send + 'static,
     {
         let store = self.clone();
         storage::read(move || {
-            let read = f(&store)?;
+            // Whole batches only: `f` runs again when one went in meanwhile.
+            let read = match store.gate.read(|| f(&store)) {
+                Some(read) => read?,
+                None => store.read_held(&f)?,
+            };
             let committed = store.committed_seq()?;
             if store.log.last_seq() < committed {
                 store.wait_on_disk(committed)?;
@@ -357,6 +340,21 @@ impl Store {
             Ok(read)
         })
         .await?
+    }
+
+    /// Runs `f` with the writer held back, so that no batch goes in meanwhile, once all
+    /// that is committed is on disk: `f` may wait for a committed batch's sync (a
+    /// snapshot rolling forward over the log does), which the storage thread, stopped at
+    /// the gate with the next batch, could not make.
+    fn read_held<R>(&self, f: impl Fn(&Store) -> Result<R, BrokerError>) -> Result<R, BrokerError> {
+        loop {
+            self.wait_on_disk(self.committed_seq()?)?;
+            let _held = self.gate.hold();
+            if self.committed_seq()? <= self.log.last_seq() {
+                return f(self);
+            }
+            // A batch went in before the hold: wait for its sync too, unheld.
+        }
     }
 
     /// The value at `key` of tree `t` (a flight: as it is now, see [`Store::flight`]).
@@ -388,17 +386,18 @@ impl Store {
     }
 }
 
-/// A view of every tree inside one transaction.
+/// A batch's view of every tree: what it wrote so far over what sled holds (see
+/// [`direct`]).
 pub struct Tx<'a> {
-    trees: direct::Trees<'a>,
-    /// Told when the transaction writes state that is not in the log.
+    trees: &'a direct::Direct<'a>,
+    /// Told when the batch writes state that is not in the log.
     durable: &'a Durable,
     log: &'a EventLog,
-    /// The flights whose record lags, as committed, and this transaction's changes to
+    /// The flights whose record lags, as committed, and this batch's changes to
     /// them (see `heads`).
     heads: &'a heads::Heads,
     overlay: &'a heads::Overlay,
-    /// The conversations' message counts, as committed, and this transaction's posts
+    /// The conversations' message counts, as committed, and this batch's posts
     /// (see `counts`).
     counts: &'a counts::Counts,
     counts_overlay: &'a counts::CountOverlay,
@@ -473,7 +472,7 @@ impl Tx<'_> {
     }
 
     /// The message with id `id`, read from the log where the writer appended it (synced
-    /// or not: the transaction's own batch is not there yet; rules look there first).
+    /// or not: the running batch's own events are not there yet; rules look there first).
     pub fn message(
         &self,
         id: &str,

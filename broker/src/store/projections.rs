@@ -231,7 +231,7 @@ impl Sink for Tx<'_> {
             // The record is the flight again.
             self.set_head(&String::from_utf8_lossy(key), None);
         }
-        self.trees.insert(tree, key, value)?;
+        self.trees.write(tree, key, Some(value.into()));
         Ok(())
     }
     fn lag(&self, flight: &Flight) {
@@ -242,7 +242,7 @@ impl Sink for Tx<'_> {
     }
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError> {
         self.outside_log(tree);
-        self.trees.remove(tree, key)?;
+        self.trees.write(tree, key, None);
         Ok(())
     }
 }

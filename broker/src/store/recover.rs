@@ -9,7 +9,7 @@ use relay_protocol::event::Event;
 
 use super::keys::{pair_value, parse_pair, T};
 use super::log::{EventLog, Pos, Record};
-use super::projections::{apply, PlainSink};
+use super::projections::apply;
 use super::shared::decode_event;
 use super::Store;
 use crate::error::BrokerError;
@@ -22,8 +22,11 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// Where the projections are: the seq and the log's end after the last event applied.
 const APPLIED: &[u8] = b"log_applied";
 /// The last seq of a batch written to sled without a transaction, before any of its keys
-/// (u64 BE; [`Store::direct`]). Above the log's last seq at open, sled may hold part of
-/// a batch the log lost in a power cut: every projection is rebuilt.
+/// (u64 BE; [`Store::direct`]), then what the counters it moves held before it (see
+/// `direct`). Above the log's last seq at open, sled may hold part of a batch the log
+/// lost in a power cut: every projection is rebuilt. Above where the projections stand,
+/// but not the log's: the batch was cut short; its counters are put back, then the log
+/// is applied from where they stand.
 pub(crate) const APPLYING_KEY: &[u8] = b"log_applying";
 
 /// Events applied per sled batch while catching up or rebuilding.
@@ -101,9 +104,9 @@ impl Store {
         let (seq, end) = self.applied()?;
         let last = self.log.last_seq();
         // A damaged marker is taken as ahead: the projections are rebuilt.
-        let applying = match self.tree(T::Meta).get(APPLYING_KEY)? {
-            Some(v) => v.as_ref().try_into().map_or(u64::MAX, u64::from_be_bytes),
-            None => 0,
+        let (applying, undo) = match self.tree(T::Meta).get(APPLYING_KEY)? {
+            Some(v) => super::direct::parse_marker(&v).unwrap_or((u64::MAX, Vec::new())),
+            None => (0, Vec::new()),
         };
         let ahead = applying > last;
         if seq == last && end == self.log.synced_end() && !ahead {
@@ -116,6 +119,10 @@ impl Store {
                 .read(end)?
                 .is_some_and(|r: Record| r.seq == seq + 1);
         if matches {
+            if applying > seq && !undo.is_empty() {
+                // A batch cut short: what it moved is put back before it is applied again.
+                super::direct::restore(&self.trees, &undo)?;
+            }
             tracing::info!(
                 from = seq + 1,
                 to = last,
@@ -154,16 +161,19 @@ impl Store {
         Ok(applied)
     }
 
+    /// Applies a chunk of the log as the writer applies a batch ([`Store::direct`]), so
+    /// that a crash in the middle of it is caught up the same way.
     fn apply_chunk(&self, chunk: &mut Vec<(Event, Pos, Pos, bool)>) -> Result<(), BrokerError> {
         let Some((last, _, end, _)) = chunk.last() else {
             return Ok(());
         };
-        let marker = pair_value(last.seq, *end);
-        let sink = PlainSink(self);
+        let (seq, marker) = (last.seq, pair_value(last.seq, *end));
+        let writes = super::direct::Direct::new(&self.trees);
         for (event, pos, _, linked) in chunk.iter() {
-            apply(&sink, event, *pos, *linked)?;
+            apply(&writes, event, *pos, *linked)?;
         }
-        self.tree(T::Meta).insert(APPLIED, &marker)?;
+        super::Sink::put(&writes, T::Meta, APPLIED, marker.to_vec())?;
+        self.gate.write(|| writes.apply(seq, &self.crash))?;
         chunk.clear();
         Ok(())
     }

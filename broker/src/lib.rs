@@ -36,8 +36,8 @@
 //! `relay` binary, which says them and picks the exit code.
 //!
 //! Data flows one way: a command (HTTP, NATS, the runtime) goes to the writer, which
-//! applies the rules, writes events and projections in one transaction, flushes, and
-//! then answers and publishes the events. The transaction and the flush run on the
+//! applies the rules, writes events and projections as one batch, flushes, and
+//! then answers and publishes the events. The batch and the flush run on the
 //! process's storage thread ([`relay_infra::storage`]); reads run on the blocking pool
 //! ([`Store::read`]), so no async worker ever waits on sled.
 //!

@@ -21,8 +21,8 @@
 //!    some moment of the read, so its event is > `from` or it did not change since.
 //! 3. `to` = the last seq committed to the projections now, after the read (sled keeps
 //!    it with them: [`Store::committed_seq`]): every record read is at or before it.
-//!    The log gets a batch's events just after its transaction, so wait until `to` is
-//!    on disk there.
+//!    The log is synced just after a batch goes into sled, so wait until `to` is on
+//!    disk there.
 //! 4. Apply the scope's events in (`from`, `to`] from the log, in order, on top. Events
 //!    carry the records they produce, so applying one sets each record it touches to
 //!    its value after it (applying one the read already saw changes nothing). A record
@@ -58,7 +58,7 @@ pub fn snapshot(store: &Store, scope: &Scope) -> Result<Snapshot, BrokerError> {
     let from = store.last_seq()?;
     let mut view = read_view(store, scope)?;
     // What the projections may hold: committed, if not yet on disk (the log is synced
-    // after the transaction), so wait for the log to have it to roll forward over it.
+    // after the batch), so wait for the log to have it to roll forward over it.
     let to = store.committed_seq()?;
     store.wait_on_disk(to)?;
     let mut cursor = from;

@@ -292,7 +292,9 @@ async fn fork_spec(
     // the same name is not this one.
     let flights = broker
         .store()
-        .read(move |st| st.recent_flights(usize::MAX, |f| f.agent == name && f.created_at >= since))
+        .read_listing(move |st| {
+            st.recent_flights(usize::MAX, |f| f.agent == name && f.created_at >= since)
+        })
         .await?;
     let secrets: Option<std::collections::BTreeMap<String, String>> = broker
         .store()

@@ -30,7 +30,7 @@ impl Broker {
     }
 
     /// Decides an approval and, with `remember`, records the rule it is remembered as in
-    /// the same transaction (`rule_added`, then `approval_decided` naming the rule).
+    /// the same batch (`rule_added`, then `approval_decided` naming the rule).
     /// `internal`: Relay's own decision, which waits for queue room.
     pub async fn decide(
         &self,

@@ -12,7 +12,7 @@ use crate::error::BrokerError;
 use crate::store::Store;
 
 /// Flights not yet ended, per agent, as of the last committed batch: what the queue
-/// rule of an invocation counts (a sled transaction cannot scan the live index). Kept by
+/// rule of an invocation counts (without a scan of the live index). Kept by
 /// the writer alone, from the events of each batch it commits, so it is exact when the
 /// next batch's rules read it (the writer commits one batch at a time).
 #[derive(Default)]

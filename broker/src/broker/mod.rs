@@ -9,14 +9,14 @@
 //! in `usage.rs`.
 //!
 //! Every command goes through one writer task. The writer takes as many queued commands
-//! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each inside ONE sled
-//! transaction (each rule emits events; each event gets the next global seq, goes into
-//! the log and is applied to the projections; a batch of streamed text alone is written
-//! without a transaction, see `store::direct`), flushes once, and only then answers the
-//! callers and publishes the events. The transaction and the flush run on the process's
-//! storage thread ([`relay_infra::storage`]), never on an async worker. So nothing is
-//! acknowledged or published before it is on disk, and a burst of N commands costs one
-//! disk flush, not N (group commit).
+//! as are waiting (up to [`MAX_BATCH`]), runs the domain rules for each as ONE batch
+//! (each rule emits events; each event gets the next global seq, goes into the log and
+//! is applied to the projections, written to sled key by key once the log has the
+//! batch, readers seeing it whole: see `store::direct`), flushes once, and only then
+//! answers the callers and publishes the events. The batch and the flush run on the
+//! process's storage thread ([`relay_infra::storage`]), never on an async worker. So
+//! nothing is acknowledged or published before it is on disk, and a burst of N commands
+//! costs one disk flush, not N (group commit).
 //!
 //! A command that breaks a rule writes nothing: rules validate before they emit.
 
@@ -59,7 +59,7 @@ use writer::Writer;
 /// Commands waiting for the writer, by default ([`BrokerConfig::command_queue`]). When
 /// full, external callers get `Overloaded` at once.
 pub const COMMAND_QUEUE_CAPACITY: usize = 4096;
-/// Most commands committed in one transaction and one flush.
+/// Most commands committed in one batch and one flush.
 pub const MAX_BATCH: usize = 1024;
 /// Committed events buffered for slow subscribers; a subscriber that falls further
 /// behind reads the gap back from the log.

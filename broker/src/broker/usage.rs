@@ -13,7 +13,7 @@ impl Broker {
         let me = me.map(str::to_string);
         self.inner
             .store
-            .read(move |s| {
+            .read_listing(move |s| {
                 s.usage_report(&q, |st, f| match &me {
                     None => Ok(true),
                     Some(me) => st.runs_or_asked(f, me),

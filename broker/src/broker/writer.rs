@@ -1,7 +1,7 @@
 //! The writer: the one task every command goes through. It takes the commands waiting
 //! (up to [`MAX_BATCH`]), merges streamed deltas ([`coalesce_deltas`]), runs the rules of
-//! the whole batch in one sled transaction ([`transact`]; a batch of streamed text alone
-//! without one, `store::direct`), flushes once, and then publishes the events and
+//! the whole batch ([`transact`]: its events appended to the log, its records written to
+//! sled key by key, `store::direct`), flushes once, and then publishes the events and
 //! answers the callers ([`settle`]).
 
 use std::cell::RefCell;
@@ -115,7 +115,7 @@ fn coalesce_deltas(
 
 /// What became of a batch, for the writer.
 struct Settled {
-    /// Seqs the batch's transaction took (taken even if the flush failed).
+    /// Seqs the batch took (taken even if the flush failed).
     events: u64,
     /// The flush failed: the writer stops.
     failed: bool,
@@ -149,7 +149,7 @@ impl Writer {
             }
             let (commands, rooms, replies) = coalesce_deltas(batch.drain(..));
             let settled = self.commit(commands, rooms, replies, &broker).await;
-            // The transaction is applied in memory whatever the flush says, so its seqs
+            // The batch is applied whatever the flush says, so its seqs
             // are taken either way: never write other events under them.
             self.next_seq += settled.events;
             if settled.failed {
@@ -167,7 +167,7 @@ impl Writer {
         tracing::debug!("broker writer stopped");
     }
 
-    /// Commits a batch: its transaction and its flush run as one job on the storage
+    /// Commits a batch: its writes and its flush run as one job on the storage
     /// thread (grouped with whatever else waits there), off the async workers. Right
     /// after the flush, still on that thread, the events are published and the callers
     /// answered; the writer then hears what became of the batch.
@@ -197,8 +197,8 @@ impl Writer {
                         &store, &config, &live, &streaming, first_seq, &commands, refused,
                     )
                 },
-                // A batch refused whole wrote nothing (and a failed transaction is
-                // rolled back): no flush for it.
+                // A batch refused whole wrote nothing (and a failed one was taken back
+                // from the log before any of it reached sled): no flush for it.
                 |result| matches!(result, Ok(r) if r.wrote),
                 move |ran| {
                     let _ = done.send(settle(ran, replies, &broker));
@@ -235,10 +235,11 @@ fn settle(
     };
     let (result, flushed) = match ran {
         Ok((Ok(result), flushed)) => (result, flushed),
-        // The transaction failed (sled did not commit it): nothing of it was written (a
-        // batch written without a transaction whose keys failed midway is taken back from
-        // the log, and the next start rebuilds sled: see `store::direct`). A storage
-        // error, or a failed flush of the group, means the disk failed: stop.
+        // The batch failed: a rule refused it before any of it reached sled, and the log
+        // took back what it got of it (a batch whose keys failed midway in sled is taken
+        // back from the log too, and the next start rebuilds sled: see
+        // `store::direct`). A storage error, or a failed flush of the group, means the
+        // disk failed: stop.
         Ok((Err(e), flushed)) => {
             let failed =
                 matches!(e, BrokerError::Storage(_) | BrokerError::Log(_)) || flushed.is_err();
@@ -260,13 +261,18 @@ fn settle(
                 failed: false,
             };
         }
-        // The job panicked (sled did not commit it), or its group's flush failed.
+        // The job panicked, or its group's flush failed. A panic may have left the
+        // batch in the log and part of it in sled: stop, as after a storage error (the
+        // next start rebuilds sled from the log, or catches it up).
         Err(e) => {
             tracing::error!(error = %e, "a batch could not be committed");
             fail_all(replies, format!("commit failed: {e}"));
             return Settled {
                 events: 0,
-                failed: matches!(e, StorageError::Flush(_) | StorageError::Journal(_)),
+                failed: matches!(
+                    e,
+                    StorageError::Flush(_) | StorageError::Journal(_) | StorageError::Panicked(_)
+                ),
             };
         }
     };
@@ -339,11 +345,11 @@ fn settle(
     }
 }
 
-/// Runs the rules of every command of a batch in ONE sled transaction (on the storage
-/// thread); a batch of deltas whose rules emit only their updates is written without one
-/// ([`Store::direct`]). A command that fails after emitting part of its events is a bug
-/// in a rule (rules validate before they emit); the batch is then run again without it,
-/// so that no command is ever half applied.
+/// Runs the rules of every command of a batch as ONE batch (on the storage thread),
+/// written to sled key by key after the log has it ([`Store::direct`]). A command that
+/// fails after emitting part of its events is a bug in a rule (rules validate before
+/// they emit); the batch is then run again without it, so that no command is ever half
+/// applied.
 fn transact(
     store: &Store,
     config: &BrokerConfig,
@@ -470,7 +476,7 @@ fn transact(
     })
 }
 
-/// A client's or the runtime's streamed text (see `store::direct`).
+/// What a batch came to.
 struct BatchResult {
     outcomes: Vec<Result<Outcome, BrokerError>>,
     /// With its encoding (the log record's payload; see [`Published`]).

@@ -20,7 +20,7 @@ pub(super) async fn list_approvals(
     let all: Vec<Approval> = s
         .broker
         .store()
-        .read(move |st| {
+        .read_listing(move |st| {
             let all: Vec<Approval> = st.values(T::Approvals)?;
             let Some(me) = &me else {
                 return Ok(all);

@@ -81,7 +81,7 @@ pub(super) async fn list_flights(
     let out = s
         .broker
         .store()
-        .read(move |st| {
+        .read_listing(move |st| {
             // A flight whose invocation cannot be read is left out of an agent's list.
             let visible = |f: &Flight| {
                 me.as_deref()

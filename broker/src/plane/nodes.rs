@@ -100,7 +100,7 @@ impl Plane {
     /// Reports of remote nodes, from JetStream: each is acknowledged once committed.
     ///
     /// A report is applied at most once: the broker keeps, per node, the stream seq of
-    /// the last report it applied, in the same transaction, and skips any report at or
+    /// the last report it applied, in the same batch, and skips any report at or
     /// below it. That is only right if reports are applied in stream order, so: the
     /// consumer is created anew at every start (delivery then begins at the oldest report
     /// not acknowledged, in order, instead of redelivering old ones after newer ones), and

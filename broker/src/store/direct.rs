@@ -16,7 +16,7 @@
 //!   reads, and reads again (at last under the gate's lock) when a batch went in
 //!   meanwhile. And before its first key, the batch's last seq counts as committed
 //!   ([`Store::committed_seq`](super::Store::committed_seq)), so a reader that sees any
-//!   of its keys waits for its sync, as it waits for a transaction's.
+//!   of its keys waits for its sync, as it waited for a transaction's.
 //! - **A crash of the process:** the log holds the batch before any of it reaches sled,
 //!   so a crash between two of these writes is caught up at the next start as any crash
 //!   after the log's write is: from `APPLIED`, applying each event again. Applying an
@@ -55,6 +55,9 @@ pub(super) struct Direct<'a> {
     trees: &'a [sled::Tree],
     /// Per tree: key -> its new value (`None`: removed).
     writes: RefCell<Vec<BTreeMap<Vec<u8>, Option<IVec>>>>,
+    /// The keys of [`MOVED_FROM`] counters were moved by (see
+    /// [`Sink::moves_from`](super::Sink::moves_from)).
+    moved_from: RefCell<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 impl<'a> Direct<'a> {
@@ -62,6 +65,7 @@ impl<'a> Direct<'a> {
         Direct {
             trees,
             writes: RefCell::new(vec![BTreeMap::new(); trees.len()]),
+            moved_from: RefCell::default(),
         }
     }
 
@@ -90,7 +94,12 @@ impl<'a> Direct<'a> {
             return Ok(());
         }
         let mut marker = last.to_be_bytes().to_vec();
-        undo(self.trees, &writes, &mut marker)?;
+        undo(
+            self.trees,
+            &writes,
+            &self.moved_from.into_inner(),
+            &mut marker,
+        )?;
         let later =
             [T::Flights, T::Meta].map(|t| (t as usize, std::mem::take(&mut writes[t as usize])));
         let first = (
@@ -128,6 +137,11 @@ impl super::Sink for Direct<'_> {
         self.write(tree, key, None);
         Ok(())
     }
+    fn moves_from(&self, tree: T, key: &[u8]) {
+        if tree == MOVED_FROM {
+            self.moved_from.borrow_mut().insert(key.to_vec());
+        }
+    }
 }
 
 /// Whether one more key write reaches sled (always, unless a test crashes it: see
@@ -145,23 +159,30 @@ const MOVED: [T; 3] = [T::UsageDaily, T::UsageTrees, T::Rules];
 /// The tree the usage counters are moved from (by what a flight's record before held).
 const MOVED_FROM: T = T::Flights;
 
-/// Appends to `marker` what each key of [`MOVED`] and [`MOVED_FROM`] the batch writes
-/// held before it, when it writes any key of [`MOVED`]: per key, its tree, its key, and
-/// its value or none, each length as a u32 BE.
+/// Appends to `marker` what each key of [`MOVED`] the batch writes held before it, and
+/// each key of [`MOVED_FROM`] it writes that counters were moved by (`moved_from`),
+/// when it writes any key of [`MOVED`]: per key, its tree, its key, and its value or
+/// none, each length as a u32 BE.
 fn undo(
     trees: &[sled::Tree],
     writes: &[BTreeMap<Vec<u8>, Option<IVec>>],
+    moved_from: &std::collections::BTreeSet<Vec<u8>>,
     marker: &mut Vec<u8>,
 ) -> Result<(), BrokerError> {
     if MOVED.iter().all(|t| writes[*t as usize].is_empty()) {
         return Ok(());
     }
-    for t in MOVED.into_iter().chain([MOVED_FROM]) {
-        for key in writes[t as usize].keys() {
-            marker.push(t as u8);
-            put_bytes(marker, Some(key));
-            put_bytes(marker, trees[t as usize].get(key)?.as_deref());
-        }
+    let moved = MOVED
+        .iter()
+        .flat_map(|t| writes[*t as usize].keys().map(move |k| (*t, k)));
+    let from = writes[MOVED_FROM as usize]
+        .keys()
+        .filter(|k| moved_from.contains(*k))
+        .map(|k| (MOVED_FROM, k));
+    for (t, key) in moved.chain(from) {
+        marker.push(t as u8);
+        put_bytes(marker, Some(key));
+        put_bytes(marker, trees[t as usize].get(key)?.as_deref());
     }
     Ok(())
 }
@@ -186,6 +207,10 @@ pub(super) fn parse_marker(marker: &[u8]) -> Option<(u64, Vec<Undo>)> {
     let (seq, mut rest) = marker.split_first_chunk::<8>()?;
     let mut undo = Vec::new();
     while let Some((&tree, after)) = rest.split_first() {
+        let known = MOVED.into_iter().chain([MOVED_FROM]);
+        if !known.into_iter().any(|t| t as u8 == tree) {
+            return None;
+        }
         let (key, after) = take_bytes(after)?;
         let (value, after) = take_bytes(after)?;
         undo.push((usize::from(tree), key?, value));
@@ -242,21 +267,32 @@ const OPTIMISTIC_READS: usize = 3;
 
 impl Gate {
     pub(super) fn write<R>(&self, apply: impl FnOnce() -> R) -> R {
+        /// Makes the generation even again when dropped, after `apply` even if it
+        /// panicked (and before the lock is let go: dropped first).
+        struct Even<'a>(&'a AtomicU64);
+        impl Drop for Even<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let _held = self.lock.write().unwrap_or_else(PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::SeqCst);
-        let done = apply();
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        done
+        let _even = Even(&self.generation);
+        apply()
     }
 
     /// Runs `read` until it ran while no batch went in, and answers what it read then;
     /// `None` when a batch went in during each of its tries.
     pub(super) fn read<R>(&self, read: impl Fn() -> R) -> Option<R> {
         for _ in 0..OPTIMISTIC_READS {
-            let before = self.generation.load(Ordering::SeqCst);
+            let mut before = self.generation.load(Ordering::SeqCst);
             if before % 2 == 1 {
-                std::thread::yield_now();
-                continue;
+                // A batch is going in: wait for it, rather than using up a try.
+                drop(self.hold());
+                before = self.generation.load(Ordering::SeqCst);
+                if before % 2 == 1 {
+                    continue;
+                }
             }
             let done = read();
             // The reads above are done before the generation is looked at again.

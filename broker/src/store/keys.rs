@@ -24,7 +24,7 @@ pub enum T {
     Deliveries,
     Approvals,
     Bindings,
-    /// flight id -> ids of its approvals, so a transaction can find them without a scan.
+    /// flight id -> ids of its approvals, so a batch can find them without a scan.
     FlightApprovals,
     /// node name -> stream seq of the last report applied (not a projection: it
     /// de-duplicates redelivered node reports, written with the command they carry).

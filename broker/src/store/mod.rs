@@ -333,13 +333,36 @@ impl Store {
                 Some(read) => read?,
                 None => store.read_held(&f)?,
             };
-            let committed = store.committed_seq()?;
-            if store.log.last_seq() < committed {
-                store.wait_on_disk(committed)?;
-            }
-            Ok(read)
+            store.on_disk(read)
         })
         .await?
+    }
+
+    /// [`Store::read`] for a read over whole trees (a listing, a report): one that would
+    /// hold the writer back for all its length whenever it raced batches. It sees each
+    /// key whole, and may see part of a batch, as every read could when batches were
+    /// sled transactions (atomic key by key for a reader outside them). A batch's
+    /// flights go into sled after its other records: a flight seen has its invocation.
+    pub async fn read_listing<R, F>(&self, f: F) -> Result<R, BrokerError>
+    where
+        F: FnOnce(&Store) -> Result<R, BrokerError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let store = self.clone();
+        storage::read(move || {
+            let read = f(&store)?;
+            store.on_disk(read)
+        })
+        .await?
+    }
+
+    /// `read`, once what it could see is on disk.
+    fn on_disk<R>(&self, read: R) -> Result<R, BrokerError> {
+        let committed = self.committed_seq()?;
+        if self.log.last_seq() < committed {
+            self.wait_on_disk(committed)?;
+        }
+        Ok(read)
     }
 
     /// Runs `f` with the writer held back, so that no batch goes in meanwhile, once all

@@ -25,17 +25,20 @@ use crate::error::BrokerError;
 /// was a sled write per streamed delta, and memory sled keeps for each.
 pub const EVENT_POS_EVERY: u64 = 16;
 
-/// Where [`apply`] writes: the live transaction, or plain trees during a rebuild.
+/// Where [`apply`] writes: the writer's batch, or plain trees during a rebuild.
 pub trait Sink {
     fn get(&self, tree: T, key: &[u8]) -> Result<Option<sled::IVec>, BrokerError>;
     fn put(&self, tree: T, key: &[u8], value: Vec<u8>) -> Result<(), BrokerError>;
     fn del(&self, tree: T, key: &[u8]) -> Result<(), BrokerError>;
     /// `flight` changed, and its record is left as it is (see `heads`). Only the
-    /// writer's transaction keeps the newest state; a rebuild has no reader to give it.
+    /// writer's batch keeps the newest state; a rebuild has no reader to give it.
     fn lag(&self, _flight: &Flight) {}
     /// Conversation `id` has `count` messages now (see `counts`). Only the writer's
-    /// transaction keeps it; a rebuild has no reader to give it.
+    /// batch keeps it; a rebuild has no reader to give it.
     fn count(&self, _id: &str, _count: u64) {}
+    /// Counters are about to move by what `key` of `tree` holds now: a batch that a
+    /// crash cuts short puts it back with them (see `direct`).
+    fn moves_from(&self, _tree: T, _key: &[u8]) {}
 }
 
 /// The replay scopes an event belongs to: an agent's registrations, removals, lost
@@ -72,7 +75,8 @@ pub fn replay_scopes(body: &EventBody) -> Vec<(Scope, &str)> {
 /// Applies one event, at position `pos` of the log, to the projections (`linked`: its
 /// record links to an earlier one, [`Link`](super::log::Link)). Events carry the records
 /// they produce, so applying is a set of puts and deletes, and applying twice changes
-/// nothing.
+/// nothing, except for the counters it moves (usage, a rule's matches: see
+/// [`Sink::moves_from`] and `direct`).
 pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos, linked: bool) -> Result<(), BrokerError> {
     if event.seq.is_multiple_of(EVENT_POS_EVERY) {
         sink.put(T::EventPos, &seq_key(event.seq), pos.to_be_bytes().to_vec())?;
@@ -146,6 +150,7 @@ pub fn apply(sink: &dyn Sink, event: &Event, pos: Pos, linked: bool) -> Result<(
             // The usage counters move by what this update changed of the flight's usage
             // (its record before it is still stored here).
             if matches!(update.change, FlightChange::Usage(_)) {
+                sink.moves_from(T::Flights, flight.id.as_bytes());
                 let previous: Option<Flight> = match sink.get(T::Flights, flight.id.as_bytes())? {
                     Some(v) => Some(decode_flight_without_output(&v)?),
                     None => None,
@@ -244,6 +249,9 @@ impl Sink for Tx<'_> {
         self.outside_log(tree);
         self.trees.write(tree, key, None);
         Ok(())
+    }
+    fn moves_from(&self, tree: T, key: &[u8]) {
+        Sink::moves_from(self.trees, tree, key);
     }
 }
 

@@ -455,7 +455,7 @@ pub(super) fn update_at(
     }))
 }
 
-/// A reader of one key of a tree: a transaction's or the store's.
+/// A reader of one key of a tree: a batch's or the store's.
 pub(super) type Get<'a> = dyn Fn(T, &[u8]) -> Result<Option<sled::IVec>, BrokerError> + 'a;
 
 /// The message with id `id`: the one posted by the event at the seq its id carries
@@ -463,7 +463,7 @@ pub(super) type Get<'a> = dyn Fn(T, &[u8]) -> Result<Option<sled::IVec>, BrokerE
 /// else, for a message posted before ids carried their seq, where `message_ids` says.
 /// The event is found from the nearest `event_pos` key at or before it (a key for each
 /// seq that is a multiple of [`EVENT_POS_EVERY`], so read as one key, not a range,
-/// which a transaction's tree cannot), then a walk of at most that many headers.
+/// which a batch's view cannot), then a walk of at most that many headers.
 /// `appended`: read what the writer appended but has not synced yet (its own reads).
 pub(super) fn message_of_id(
     get: &Get<'_>,

@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// Blocks until event `seq`, committed, is on disk too (a group commit's sync
-    /// follows its transaction within moments; a writer that stopped never syncs it).
+    /// follows its batch within moments; a writer that stopped never syncs it).
     pub fn wait_on_disk(&self, seq: u64) -> Result<(), BrokerError> {
         if self.log().wait_synced(seq, Duration::from_secs(30)) {
             Ok(())
@@ -179,12 +179,22 @@ impl Store {
     }
 
     /// Empties every projection, then applies the whole log.
+    ///
+    /// Marked first as ahead of any log (`u64::MAX`, with nothing to put back), so that a
+    /// crash before its first chunk is in has the next open rebuild again: sled keeps a
+    /// prefix of these writes, so none of the clearing without the mark, and never an
+    /// older batch's marker over emptied trees. Each chunk then marks its own seq.
     pub(crate) fn rebuild(&self) -> Result<u64, BrokerError> {
+        let meta = self.tree(T::Meta);
+        meta.insert(APPLYING_KEY, &u64::MAX.to_be_bytes())?;
         for t in super::doctor::TREES_PROJECTED {
             self.tree(t).clear()?;
         }
-        self.tree(T::Meta).remove(APPLIED)?;
-        self.tree(T::Meta).remove(APPLYING_KEY)?;
-        self.apply_log(0)
+        meta.remove(APPLIED)?;
+        let applied = self.apply_log(0)?;
+        if applied == 0 {
+            meta.remove(APPLYING_KEY)?;
+        }
+        Ok(applied)
     }
 }

@@ -1,6 +1,6 @@
 //! The rules of approvals: a request (which puts its running flight to waiting), a
 //! decision (which resumes it once none is pending, and may be remembered as a rule, in
-//! the same transaction), the expiry of those a flight left pending, and the removal of
+//! the same batch), the expiry of those a flight left pending, and the removal of
 //! a remembered rule.
 
 use relay_protocol::domain::{

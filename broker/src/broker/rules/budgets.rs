@@ -98,7 +98,7 @@ impl Ctx<'_, '_> {
         }
     }
 
-    /// What `flight` counts against now (read inside the transaction: this batch's
+    /// What `flight` counts against now (read inside the batch: this batch's
     /// changes included).
     pub(super) fn counted(&self, flight: &Flight) -> Result<Counted, BrokerError> {
         Ok(Counted {

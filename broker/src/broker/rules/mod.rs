@@ -1,4 +1,4 @@
-//! The domain rules, run inside the writer's transaction: [`Ctx`], the one way they
+//! The domain rules, run inside the writer's batch: [`Ctx`], the one way they
 //! write ([`Ctx::emit`]: the next seq, the log, the projections), the dispatch of a
 //! command to its rule ([`Ctx::run`]), node reports (`FromNode`) and the lookups every
 //! rule shares. The rules themselves are in the submodules, by the entity they govern.
@@ -26,7 +26,7 @@ mod messages;
 
 pub(super) use agents::check_spec;
 
-/// The domain rules, run inside the writer's transaction.
+/// The domain rules, run inside the writer's batch.
 pub(super) struct Ctx<'a, 't> {
     pub(super) tx: &'a Tx<'t>,
     pub(super) config: &'a BrokerConfig,

@@ -134,15 +134,17 @@ fn a_marker_reads_back_what_its_batch_moves() {
         .tree(T::Rules)
         .insert(b"r1", b"before".to_vec())
         .unwrap();
-    store
-        .tree(T::Flights)
-        .insert(b"f1", b"old".to_vec())
-        .unwrap();
+    for f in [b"f1", b"f2"] {
+        store.tree(T::Flights).insert(f, b"old".to_vec()).unwrap();
+    }
     store
         .direct(|tx| {
             Sink::put(tx, T::Rules, b"r1", b"after".to_vec())?;
+            // Usage moved by f1's record; f2's record changed too, moving nothing.
+            Sink::moves_from(tx, T::Flights, b"f1");
             Sink::put(tx, T::UsageTrees, b"f1", b"t".to_vec())?;
             Sink::put(tx, T::Flights, b"f1", b"new".to_vec())?;
+            Sink::put(tx, T::Flights, b"f2", b"new".to_vec())?;
             Sink::put(tx, T::Agents, b"a", b"not moved".to_vec())
         })
         .unwrap();
@@ -167,6 +169,8 @@ fn a_marker_reads_back_what_its_batch_moves() {
         b"old"
     );
     assert!(store.tree(T::Agents).get(b"a").unwrap().is_some());
+    let f2 = store.tree(T::Flights).get(b"f2").unwrap();
+    assert_eq!(f2.as_deref(), Some(&b"new"[..]));
     // A batch that moves nothing marks its seq alone; a damaged marker is none.
     store
         .direct(|tx| Sink::put(tx, T::Agents, b"b", b"x".to_vec()))
@@ -177,4 +181,8 @@ fn a_marker_reads_back_what_its_batch_moves() {
     let mut cut = marker.to_vec();
     cut.extend_from_slice(&[T::Rules as u8, 1, 0, 0, 0, 9, b'r']);
     assert_eq!(parse_marker(&cut), None);
+    // A tree nothing is put back in is damage too.
+    let mut other = marker.to_vec();
+    other.extend_from_slice(&[T::Agents as u8, 1, 0, 0, 0, 1, b'a', 0]);
+    assert_eq!(parse_marker(&other), None);
 }

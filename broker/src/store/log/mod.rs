@@ -1,8 +1,8 @@
 //! The event log: append-only segment files, the store's source of truth.
 //!
 //! # What is synced when
-//! - A batch's events are appended (one `write` per batch) on the storage thread, after
-//!   the batch's sled transaction; nothing is acknowledged or published yet.
+//! - A batch's events are appended (one `write` per batch) on the storage thread, before
+//!   any of the batch reaches sled; nothing is acknowledged or published yet.
 //! - Once per group of batches (the storage thread's group commit) [`EventLog::sync`]
 //!   calls `fdatasync` on the active segment: it writes the file's data and its size to
 //!   stable storage and flushes the drive's write cache (unlike sled's flush, which is
@@ -19,7 +19,7 @@
 //! # Format
 //! Segment `<first byte offset, 20 digits>-<first seq, 20 digits>.seg`. Positions
 //! ([`Pos`]) are global byte offsets: segments follow each other without a gap, so a
-//! record's position is known before it is written (the writer's transaction stores it
+//! record's position is known before it is written (the writer's batch stores it
 //! in the projections). A record is `[u32 LE payload length][u32 LE crc32 of seq and
 //! payload][u64 LE seq][payload]`; seqs follow each other by one. Opening the log scans
 //! the active segment and cuts a torn tail (a record whose length or checksum does not

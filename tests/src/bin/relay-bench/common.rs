@@ -357,10 +357,22 @@ pub(crate) fn rss_mb(pid: u32) -> anyhow::Result<f64> {
     Ok(relay_tests::procs::rss_bytes(pid)? as f64 / 1024.0 / 1024.0)
 }
 
-/// The broker's RSS once it has been quiet for a moment.
+/// The broker's RSS once it has settled: quiet for a second, then until a second takes
+/// less than 1 MB off it (at most 10 s). jemalloc gives freed pages back over about a
+/// second (`dirty_decay_ms`), so one second after a burst can catch it halfway.
 pub(crate) async fn settled_rss_mb(relay: &RelayProcess) -> anyhow::Result<f64> {
     tokio::time::sleep(Duration::from_secs(1)).await;
-    rss_mb(relay.pid())
+    let mut rss = rss_mb(relay.pid())?;
+    for _ in 0..9 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = rss_mb(relay.pid())?;
+        let settled = rss - now < 1.0;
+        rss = now;
+        if settled {
+            break;
+        }
+    }
+    Ok(rss)
 }
 
 /// A failed part leaves a row without figure for each of its scenarios.

@@ -110,7 +110,7 @@ pub(super) async fn list_events(
     let mut events = s
         .broker
         .store()
-        .read(move |st| st.events_after(after, limit))
+        .read_listing(move |st| st.events_after(after, limit))
         .await?;
     events.retain(|e| e.seq <= published);
     Ok(Json(events))

@@ -16,7 +16,11 @@ pub(super) async fn list_conversations(
     State(s): State<ApiState>,
     Extension(principal): Extension<Principal>,
 ) -> ApiResult<Vec<Conversation>> {
-    let mut all: Vec<Conversation> = s.broker.store().read(|st| st.conversations()).await?;
+    let mut all: Vec<Conversation> = s
+        .broker
+        .store()
+        .read_listing(|st| st.conversations())
+        .await?;
     if let Some(me) = principal.agent() {
         all.retain(|c| super::reads::in_conversation(c, me));
     }

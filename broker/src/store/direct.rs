@@ -82,12 +82,12 @@ impl<'a> Direct<'a> {
 
     /// Writes the batch, whose last seq is `last`, to sled: first that seq as the batch
     /// being applied ([`APPLYING_KEY`], with what the keys it moves held before:
-    /// [`Direct::undo`]), then every tree, a flight's record after its update positions,
+    /// [`undo`]), then every tree, a flight's record after its update positions,
     /// and `meta` (where the projections stand) last, so that `APPLIED` never says more
     /// than sled holds.
     /// A batch that wrote nothing (every delta of it refused) writes nothing here either.
-    /// `crash`: the key writes sled may still get, as [`Store::crash_sled_after`]
-    /// (super::Store::crash_sled_after) left them.
+    /// `crash`: the key writes sled may still get, as
+    /// [`Store::crash_sled_after`](super::Store::crash_sled_after) left them.
     pub(super) fn apply(self, last: u64, crash: &AtomicUsize) -> Result<(), BrokerError> {
         let mut writes = self.writes.into_inner();
         if writes.iter().all(BTreeMap::is_empty) {
@@ -207,8 +207,11 @@ pub(super) fn parse_marker(marker: &[u8]) -> Option<(u64, Vec<Undo>)> {
     let (seq, mut rest) = marker.split_first_chunk::<8>()?;
     let mut undo = Vec::new();
     while let Some((&tree, after)) = rest.split_first() {
-        let known = MOVED.into_iter().chain([MOVED_FROM]);
-        if !known.into_iter().any(|t| t as u8 == tree) {
+        if !MOVED
+            .into_iter()
+            .chain([MOVED_FROM])
+            .any(|t| t as u8 == tree)
+        {
             return None;
         }
         let (key, after) = take_bytes(after)?;

@@ -57,9 +57,11 @@
 //! other, `meta` last, readers kept from seeing part of it, no sled transaction:
 //! [`Store::direct`], whose module says why that is safe), when the log past
 //! `log_applied` is caught up at open ([`recover`], the same way), and when
-//! [`Store::verify`] rebuilds them from the log, so they cannot drift apart. sled is flushed only at checkpoints
-//! (every [`CHECKPOINT_EVENTS`] events or [`CHECKPOINT_INTERVAL`]) and for the state
-//! above: after a crash, what it lost is applied again from the log; if it holds more
+//! [`Store::verify`] rebuilds them from the log, so they cannot drift apart. sled is
+//! flushed only at checkpoints (every [`CHECKPOINT_EVENTS`] events or
+//! [`CHECKPOINT_INTERVAL`]) and for the state above: after a crash, what it lost is
+//! applied again from the log (up to a checkpoint's worth of events: no sled
+//! transaction writes its buffer out between checkpoints any more); if it holds more
 //! than the log (a batch never acknowledged) or cannot be opened, it is rebuilt.
 //!
 //! Who touches sled, and where (see [`relay_infra::storage`] for why):

@@ -3,7 +3,9 @@
 //! (`Store::crash_sled_after`). The next open counts what the batch moves once, as a
 //! rebuild from the log does:
 //! - a flight's usage report, in the usage counters (by day and by tree);
-//! - a decision made by a remembered rule, in the rule's matches.
+//! - a decision made by a remembered rule, in the rule's matches;
+//! - and when the restart's own catch-up of sled is cut short too, or a rebuild of sled
+//!   (`Store::open_crashing`), the open after that still counts the report once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -36,44 +38,97 @@ fn usage(input: u64, cached: u64, output: u64) -> FlightChange {
     })
 }
 
+/// A flight that reported 10 input tokens, then 30 (5 cached) whose batch reached sled
+/// with only `writes` key writes: its id.
+async fn report_cut_short(path: &std::path::Path, writes: usize) -> String {
+    let (b, stop, writer) = support::start(Store::open(path).unwrap()).await;
+    b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/w"))
+        .await
+        .unwrap();
+    let flight = b.invoke(InvokeRequest::new("a1", "go")).await.unwrap();
+    let id = flight.flight.id;
+    let running = FlightChange::State {
+        to: FlightState::Running,
+        reason: None,
+        output: None,
+    };
+    update(&b, &id, running).await;
+    update(&b, &id, usage(10, 0, 1)).await;
+    b.store().crash_sled_after(writes);
+    update(&b, &id, usage(30, 5, 3)).await;
+    stop.cancel();
+    drop(b);
+    writer.await.unwrap();
+    id
+}
+
+/// The report of [`report_cut_short`] counted once, as a rebuild from the log counts it.
+fn counted_once(st: &Store, flight: &str, how: &str) {
+    let day = st.usage_of_day("a1", &utc_date(now_ms())).unwrap();
+    let got = (
+        day.flights,
+        day.input_tokens,
+        day.cached_input_tokens,
+        day.output_tokens,
+    );
+    assert_eq!(got, (1, 30, 5, 3), "{how}");
+    assert_eq!(st.usage_of_tree(flight).unwrap().tokens, 33, "{how}");
+    consistent(st);
+}
+
 #[tokio::test]
 async fn a_usage_report_cut_short_counts_once() {
     for writes in 0..MOST_WRITES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let flight = {
-            let (b, stop, writer) = support::start(Store::open(&path).unwrap()).await;
-            b.register_agent(AgentSpec::new("a1", Harness::CodexAppServer, "/w"))
-                .await
-                .unwrap();
-            let flight = b.invoke(InvokeRequest::new("a1", "go")).await.unwrap();
-            let id = flight.flight.id;
-            let running = FlightChange::State {
-                to: FlightState::Running,
-                reason: None,
-                output: None,
-            };
-            update(&b, &id, running).await;
-            update(&b, &id, usage(10, 0, 1)).await;
-            b.store().crash_sled_after(writes);
-            update(&b, &id, usage(30, 5, 3)).await;
-            stop.cancel();
-            drop(b);
-            writer.await.unwrap();
-            id
-        };
+        let flight = report_cut_short(&path, writes).await;
         let st = support::reopen(&path).await;
-        let day = st.usage_of_day("a1", &utc_date(now_ms())).unwrap();
-        let got = (
-            day.flights,
-            day.input_tokens,
-            day.cached_input_tokens,
-            day.output_tokens,
+        counted_once(&st, &flight, &format!("cut after {writes} writes"));
+    }
+}
+
+/// The restart after the cut batch is itself cut short while it catches sled up (each
+/// of a few cut points of the report's batch, then each key write of the catch-up).
+#[tokio::test]
+async fn a_catch_up_cut_short_too_still_counts_once() {
+    for first in [3, 5, 7] {
+        for second in 0..MOST_WRITES {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db");
+            let flight = report_cut_short(&path, first).await;
+            drop(Store::open_crashing(&path, second).unwrap());
+            let st = support::reopen(&path).await;
+            let how = format!("cut after {first}, then the catch-up after {second}");
+            counted_once(&st, &flight, &how);
+        }
+    }
+}
+
+/// A rebuild of sled (its marker of where it stands damaged) cut short after each of its
+/// key writes, with the marker of a batch cut short before it still there: the next
+/// open rebuilds again, and never puts that batch's old counters into emptied trees.
+#[tokio::test]
+async fn a_rebuild_cut_short_rebuilds_again() {
+    for writes in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let flight = report_cut_short(&path, 5).await;
+        {
+            let st = support::reopen(&path).await;
+            // Where the projections stand, said to be event 1 at the log's end: not
+            // what the log holds there, so the next open rebuilds.
+            let nowhere = relay_broker::store::pair_value(1, st.log().synced_end());
+            let meta = st.tree(relay_broker::store::T::Meta);
+            meta.insert(b"log_applied", &nowhere[..]).unwrap();
+            meta.flush().unwrap();
+        }
+        drop(Store::open_crashing(&path, writes).unwrap());
+        let st = support::reopen(&path).await;
+        counted_once(
+            &st,
+            &flight,
+            &format!("the rebuild cut after {writes} writes"),
         );
-        assert_eq!(got, (1, 30, 5, 3), "cut after {writes} writes");
-        let tree = st.usage_of_tree(&flight).unwrap().tokens;
-        assert_eq!(tree, 33, "cut after {writes} writes");
-        consistent(&st);
     }
 }
 

@@ -146,7 +146,7 @@ impl super::Sink for Direct<'_> {
 
 /// Whether one more key write reaches sled (always, unless a test crashes it: see
 /// [`Store::crash_sled_after`](super::Store::crash_sled_after)).
-fn survives(crash: &AtomicUsize) -> bool {
+pub(super) fn survives(crash: &AtomicUsize) -> bool {
     crash.load(Ordering::Relaxed) == usize::MAX
         || crash
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))

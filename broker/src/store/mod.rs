@@ -169,6 +169,15 @@ impl Store {
     /// Opens the store whose root is `root` (made if missing): the log in `root/log`,
     /// sled in `root/db`, caught up with the log ([`recover`]).
     pub fn open(root: &std::path::Path) -> Result<Store, BrokerError> {
+        Self::open_crashing(root, usize::MAX)
+    }
+
+    /// Test support: [`Store::open`] whose catch-up or rebuild of sled reaches it with
+    /// only `writes` key writes, as if the process died during it (see
+    /// [`Store::crash_sled_after`]). Drop the store it gives and open it again, as a
+    /// restart after that crash would.
+    #[doc(hidden)]
+    pub fn open_crashing(root: &std::path::Path, writes: usize) -> Result<Store, BrokerError> {
         crate::files::private_dir(root).map_err(|e| BrokerError::Log(e.to_string()))?;
         // sled first: its lock keeps a second process off the log too.
         let db_path = root.join("db");
@@ -189,6 +198,7 @@ impl Store {
         let journal = Arc::new(recover::LogJournal::new(log.clone()));
         let durable = Durable::journaled(db, Some(&db_path), Some(journal));
         let store = Self::with_db(durable, log, None)?;
+        store.crash_sled_after(writes);
         store.recover()?;
         Ok(store)
     }

@@ -182,7 +182,9 @@ pub fn follow_flight(
         let id = flight.id.clone();
         let stored = match broker
             .store()
-            .read(move |s| s.stored_updates(&id, after))
+            // Updates past `published` come from the live feed: a batch going into sled
+            // meanwhile is past it, so a long flight's catch-up never holds the writer.
+            .read_listing(move |s| s.stored_updates(&id, after))
             .await
         {
             Ok(s) => s,

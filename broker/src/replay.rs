@@ -26,12 +26,15 @@ use crate::broker::Broker;
 use crate::error::BrokerError;
 use crate::store::{Scope, Store, StoredUpdate};
 
-/// One flight's transcript, with the entries after global seq `from`.
+/// One flight's transcript, with the entries after global seq `from`. Each replay reads
+/// the store as the log stands at `upto`, what is published: a batch going into sled
+/// meanwhile is past it, so a replay reads through `Store::read_listing` and never holds
+/// the writer back, however long the flight.
 pub async fn flight(broker: &Broker, id: String, from: u64) -> Result<TurnReplay, BrokerError> {
     let upto = broker.last_seq();
     broker
         .store()
-        .read(move |s| flight_replay(s, &id, from, upto))
+        .read_listing(move |s| flight_replay(s, &id, from, upto))
         .await
 }
 
@@ -40,7 +43,7 @@ pub async fn agent(broker: &Broker, name: String, from: u64) -> Result<AgentRepl
     let upto = broker.last_seq();
     broker
         .store()
-        .read(move |s| agent_replay(s, &name, from, upto))
+        .read_listing(move |s| agent_replay(s, &name, from, upto))
         .await
 }
 
@@ -53,7 +56,7 @@ pub async fn conversation(
     let upto = broker.last_seq();
     broker
         .store()
-        .read(move |s| conversation_replay(s, &id, from, upto))
+        .read_listing(move |s| conversation_replay(s, &id, from, upto))
         .await
 }
 

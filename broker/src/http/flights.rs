@@ -157,9 +157,11 @@ pub(super) async fn flight_updates(
     let updates = s
         .broker
         .store()
-        .read(move |store| {
+        // A long flight's updates: never held against the writer. A batch going in
+        // meanwhile shows a prefix of its updates, each whole, in order.
+        .read_listing(move |store| {
             if store.flight(&id)?.is_none() {
-                return Err(BrokerError::UnknownFlight(id.clone()));
+                return Err(BrokerError::UnknownFlight(id));
             }
             store.flight_updates(&id, after)
         })

@@ -121,6 +121,13 @@ pub fn parse_mentions(body: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether `body` may mention anyone: `false` means that [`judge`] and
+/// [`parse_mentions`] find nothing in it (every mention starts with `@`), so a caller can
+/// skip what it would read only to judge them.
+pub fn may_mention(body: &str) -> bool {
+    body.contains('@')
+}
+
 /// Each name `body` mentions anywhere (text, code, quotes), once, in order of first
 /// appearance, with `None` when it counts or why it does not. `answered` is the body of
 /// the message answered when the reply rule applies (a reply an agent posts from one of
@@ -387,6 +394,17 @@ mod tests {
 
     fn v(name: &str, skip: Option<MentionSkip>) -> (String, Option<MentionSkip>) {
         (name.to_string(), skip)
+    }
+
+    #[test]
+    fn a_body_that_may_not_mention_is_judged_to_mention_no_one() {
+        for body in ["", "plain text", "code `x` and > quote", "line\n\nline"] {
+            assert!(!may_mention(body));
+            assert!(judge(body, Some("@a answered")).is_empty());
+            assert!(names(body).is_empty());
+        }
+        assert!(may_mention("@a"));
+        assert!(may_mention("mail a@b.c")); // may, not does: judge decides
     }
 
     #[test]

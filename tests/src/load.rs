@@ -21,6 +21,10 @@ use serde_json::{json, Value};
 
 use crate::RelayProcess;
 
+/// The stand-in's variable that holds each stream before its first delta until N of its
+/// processes have reached it (`DIR:N`; see relay-instant-codex).
+pub const STREAM_BARRIER_VAR: &str = "RELAY_INSTANT_CODEX_STREAM_BARRIER";
+
 /// The stand-in harness binary: `RELAY_INSTANT_CODEX_BIN`, else beside the running
 /// program (`relay-load`), else beside `relay`.
 pub fn instant_codex_bin() -> PathBuf {

@@ -3,8 +3,9 @@
 //! record holds it, the item, the completion, its flight and the reply read it back whole,
 //! across a `kill -9` and a restart, from several agents at once; `relay doctor` checks
 //! out. A short answer stays in the log. A burst of short deltas from several agents at
-//! once reaches the log joined into slices, none over `DELTA_MERGE_MAX`, with nothing
-//! of its text lost or reordered.
+//! once (the streams held until all have started, so that they surely run together)
+//! reaches the log joined into slices, none over `DELTA_MERGE_MAX`, with nothing of its
+//! text lost or reordered.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use relay_broker::store::{Store, STORE_DIR};
 use relay_protocol::domain::shared::LONG_TEXT;
 use relay_protocol::runtime::DELTA_MERGE_MAX;
-use relay_tests::load::instant_codex_bin;
+use relay_tests::load::{instant_codex_bin, STREAM_BARRIER_VAR};
 use relay_tests::{relay_cmd, wait_until, Http, RelayProcess};
 use serde_json::{json, Value};
 
@@ -169,14 +170,16 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
     let command = instant_codex_bin().display().to_string();
     let cwd = tmp.path().display().to_string();
     let names: Vec<String> = (0..AGENTS).map(|i| format!("burst-{i}")).collect();
+    // Each stream waits until all the agents' streams have reached their first delta.
+    let barrier = format!("{}:{AGENTS}", tmp.path().join("barrier").display());
     for name in &names {
-        let spec =
-            json!({"name": name, "harness": "codex_app_server", "cwd": cwd, "command": command});
+        let spec = json!({
+            "name": name, "harness": "codex_app_server", "cwd": cwd, "command": command,
+            "env": {STREAM_BARRIER_VAR: barrier},
+        });
         let (code, v) = http.post("/v1/agents", &spec).await;
         assert_eq!(code, 200, "{v}");
     }
-    // Asked at once (whether the streams overlap is the machine's doing: the checks
-    // below hold either way).
     let asked = names.iter().map(|name| {
         let (http, name) = (http.clone(), name.clone());
         tokio::spawn(async move { ask(&http, &name, &format!("stream:{BURST}:{SIZE}")).await })
@@ -185,9 +188,15 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
     for a in asked.collect::<Vec<_>>() {
         flights.push(a.await.unwrap());
     }
+    // When each stream's first and last deltas were written (each delta starts with
+    // its time in ns: see relay-instant-codex).
+    let mut spans = Vec::new();
     for id in &flights {
         // Its deltas joined are its answer, its item and its reply (see `answer`).
-        assert_eq!(answer(&http, id).await.len(), BURST * SIZE, "{id}");
+        let answer = answer(&http, id).await;
+        assert_eq!(answer.len(), BURST * SIZE, "{id}");
+        let written = |at: usize| answer[at..at + 20].parse::<u128>().unwrap();
+        spans.push((written(0), written(answer.len() - SIZE)));
         let (_, updates) = http.get(&format!("/v1/flights/{id}/updates")).await;
         let slices: Vec<usize> = updates
             .as_array()
@@ -204,5 +213,12 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
         // runtime's worker, the plane or the writer: any of them may join a run).
         assert!(slices.len() * 4 < BURST, "{id}: {} updates", slices.len());
     }
+    // The streams ran together: every one began before any ended.
+    let last_first = spans.iter().map(|s| s.0).max().unwrap();
+    let first_last = spans.iter().map(|s| s.1).min().unwrap();
+    assert!(
+        last_first < first_last,
+        "the streams did not overlap (first and last delta written, ns): {spans:?}"
+    );
     relay.terminate().unwrap();
 }

@@ -22,7 +22,10 @@
 //! (one line, newlines as spaces, written before the turn is answered) to FILE, so a test
 //! counts how many times each task really reached a harness; `RELAY_INSTANT_CODEX_TURN_MS=N`
 //! holds each plain turn N ms after its delta before completing it, so invocations queue
-//! behind a running turn.
+//! behind a running turn. `RELAY_INSTANT_CODEX_STREAM_BARRIER=DIR:N` holds each stream
+//! before its first delta until N processes have reached it (each makes a file in DIR),
+//! so that several agents' streams surely run at once (the burst test of
+//! `tests/long_answers.rs`).
 //!
 //! A task `write:PATH=TEXT` first writes TEXT (and a newline) to PATH, relative to its
 //! working directory (an agent's worktree: the workspace tests), then answers as usual.
@@ -37,6 +40,7 @@ use relay_harnesses::codex::app_server::{
     KnownThreadItem, Message, Notification, Request, Response, Thread, ThreadItem, Turn,
     TurnStatus,
 };
+use relay_tests::load::STREAM_BARRIER_VAR;
 use serde_json::{json, Value};
 
 fn main() -> std::io::Result<()> {
@@ -119,6 +123,8 @@ fn main() -> std::io::Result<()> {
                 )?;
                 let item_id = format!("msg-{next_turn}");
                 if let Some(stream) = Stream::parse(&task) {
+                    out.flush()?;
+                    stream_barrier()?;
                     stream.run(&mut out, &thread_id, &turn_id, &item_id)?;
                     out.flush()?;
                     continue;
@@ -177,6 +183,31 @@ fn main() -> std::io::Result<()> {
 pub const LOG_VAR: &str = "RELAY_INSTANT_CODEX_LOG";
 /// The variable holding each plain turn that many milliseconds.
 pub const TURN_MS_VAR: &str = "RELAY_INSTANT_CODEX_TURN_MS";
+
+/// Waits at the stream barrier ([`STREAM_BARRIER_VAR`], `DIR:N`), if set: this process's file made in
+/// its directory, until the directory holds N files (checked each millisecond; after a
+/// minute the stream goes on anyway, and the test that set it finds its streams apart).
+fn stream_barrier() -> std::io::Result<()> {
+    let Some(spec) = std::env::var_os(STREAM_BARRIER_VAR) else {
+        return Ok(());
+    };
+    let spec = spec.to_string_lossy();
+    let Some((dir, n)) = spec
+        .rsplit_once(':')
+        .and_then(|(dir, n)| Some((std::path::PathBuf::from(dir), n.parse::<usize>().ok()?)))
+    else {
+        return Err(std::io::Error::other(format!(
+            "{STREAM_BARRIER_VAR} is not DIR:N: {spec}"
+        )));
+    };
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join(std::process::id().to_string()), b"")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&dir)?.count() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
 
 /// The file of [`LOG_VAR`], opened to append.
 struct RunLog(std::fs::File);

@@ -171,7 +171,8 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
     let cwd = tmp.path().display().to_string();
     let names: Vec<String> = (0..AGENTS).map(|i| format!("burst-{i}")).collect();
     // Each stream waits until all the agents' streams have reached their first delta.
-    let barrier = format!("{}:{AGENTS}", tmp.path().join("barrier").display());
+    let barrier_dir = tmp.path().join("barrier");
+    let barrier = format!("{}:{AGENTS}", barrier_dir.display());
     for name in &names {
         let spec = json!({
             "name": name, "harness": "codex_app_server", "cwd": cwd, "command": command,
@@ -213,7 +214,10 @@ async fn bursts_of_short_deltas_from_several_agents_are_joined_whole_and_in_orde
         // runtime's worker, the plane or the writer: any of them may join a run).
         assert!(slices.len() * 4 < BURST, "{id}: {} updates", slices.len());
     }
-    // The streams ran together: every one began before any ended.
+    // The barrier held them (each stream's process reached it)...
+    let reached = std::fs::read_dir(&barrier_dir).unwrap().count();
+    assert_eq!(reached, AGENTS, "processes at the streams' barrier");
+    // ...and the streams ran together: every one began before any ended.
     let last_first = spans.iter().map(|s| s.0).max().unwrap();
     let first_last = spans.iter().map(|s| s.1).min().unwrap();
     assert!(

@@ -186,7 +186,8 @@ pub const TURN_MS_VAR: &str = "RELAY_INSTANT_CODEX_TURN_MS";
 
 /// Waits at the stream barrier ([`STREAM_BARRIER_VAR`], `DIR:N`), if set: this process's file made in
 /// its directory, until the directory holds N files (checked each millisecond; after a
-/// minute the stream goes on anyway, and the test that set it finds its streams apart).
+/// minute the stream goes on anyway: a process that never came is the test's failure to
+/// report, not a reason to hang).
 fn stream_barrier() -> std::io::Result<()> {
     let Some(spec) = std::env::var_os(STREAM_BARRIER_VAR) else {
         return Ok(());

@@ -508,18 +508,19 @@ impl ThreadStore {
     /// a start sent again, so that the next start (after a crash, before sled's next
     /// flush) does not send them once more.
     pub async fn forget_commit_reports_durably(&self, flight: &str) -> Result<(), RuntimeError> {
-        let (tree, flight) = (self.commits.clone(), flight.to_string());
-        self.db
-            .write_durably(move || tree.remove(flight.as_bytes()))
-            .await??;
-        Ok(())
+        self.remove_durably(&self.commits, flight).await
     }
 
     /// Drops an agent's thread, durably (a new agent of the same name starts afresh).
     pub async fn forget(&self, agent: &str) -> Result<(), RuntimeError> {
-        let (tree, agent) = (self.tree.clone(), agent.to_string());
+        self.remove_durably(&self.tree, agent).await
+    }
+
+    /// Removes `key` from `tree` (one of this store's), on disk before it returns.
+    async fn remove_durably(&self, tree: &sled::Tree, key: &str) -> Result<(), RuntimeError> {
+        let (tree, key) = (tree.clone(), key.to_string());
         self.db
-            .write_durably(move || tree.remove(agent.as_bytes()))
+            .write_durably(move || tree.remove(key.as_bytes()))
             .await??;
         Ok(())
     }
@@ -562,11 +563,7 @@ impl ThreadStore {
 
     /// Drops a worktree's record, durably.
     pub async fn forget_worktree(&self, path: &str) -> Result<(), RuntimeError> {
-        let (tree, path) = (self.worktrees.clone(), path.to_string());
-        self.db
-            .write_durably(move || tree.remove(path.as_bytes()))
-            .await??;
-        Ok(())
+        self.remove_durably(&self.worktrees, path).await
     }
 }
 
